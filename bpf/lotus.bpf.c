@@ -1,0 +1,429 @@
+// SPDX-License-Identifier: GPL-2.0
+/* lotus-bpf capture programs. They only produce events (see lotus_abi.h); every rule about what a span is
+ * lives in user space. Probes are attached system-wide (pid -1) so forked DataLoader workers are seen; the
+ * lotus_traced map, extended here on fork, decides which processes produce events. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "lotus_abi.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile struct lotus_py_layout layout = {};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_RINGBUF);
+    __uint(max_entries, 16 << 20);
+} events SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 16384);
+    __type(key, __u32);
+    __type(value, struct lotus_traced_proc);
+} lotus_traced SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 262144);
+    __type(key, struct lotus_role_key);
+    __type(value, struct lotus_role);
+} lotus_roles SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, struct lotus_role_key);
+    __type(value, __u8);
+} lotus_types SEC(".maps");
+
+/* Per-thread evaluation depth and which of the 64 innermost entries were emitted, so that exactly the
+ * emitted entries get a return event. The kernel keeps at most 64 pending uretprobes per task. */
+struct thread_state {
+    __u32 depth;
+    __u32 _pad;
+    __u64 emitted;
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, __u32);
+    __type(value, struct thread_state);
+} lotus_threads SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct lotus_py_entry);
+} entry_scratch SEC(".maps");
+
+/* Index 0: events lost because the ring buffer was full. Index 1: events submitted. */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 2);
+    __type(key, __u32);
+    __type(value, __u64);
+} lotus_counters SEC(".maps");
+
+static __always_inline void count(__u32 idx)
+{
+    __u64 *c = bpf_map_lookup_elem(&lotus_counters, &idx);
+    if (c)
+        __sync_fetch_and_add(c, 1);
+}
+
+static __always_inline void *reserve(__u64 size)
+{
+    void *e = bpf_ringbuf_reserve(&events, size, 0);
+    count(e ? 1 : 0);
+    return e;
+}
+
+static __always_inline void fill_header(struct lotus_event_header *h, __u32 type)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    h->type = type;
+    h->tgid = id >> 32;
+    h->tid = (__u32)id;
+    h->cpu = bpf_get_smp_processor_id();
+    h->ts_ns = bpf_ktime_get_ns();
+}
+
+static __always_inline __u64 read_ptr(__u64 addr)
+{
+    __u64 v = 0;
+    if (addr)
+        bpf_probe_read_user(&v, sizeof(v), (void *)addr);
+    return v;
+}
+
+static __always_inline __u64 frame_code(__u64 frame)
+{
+    return read_ptr(frame + layout.frame_code) & ~layout.code_tag_mask;
+}
+
+/* Reads a Python str into buf. Returns the kind byte of lotus_code_info. */
+static __noinline __u8 read_unicode(__u64 obj, char *buf, __u32 size)
+{
+    __u32 state = 0;
+    if (!obj || bpf_probe_read_user(&state, sizeof(state), (void *)(obj + layout.unicode_state)))
+        return 0xff;
+    if (state & (1u << layout.unicode_ascii_bit)) {
+        if (bpf_probe_read_user_str(buf, size, (void *)(obj + layout.unicode_ascii_data)) < 0)
+            return 0xff;
+        return 0;
+    }
+    __u8 kind = (state >> layout.unicode_kind_shift) & 7;
+    __s64 len = 0;
+    bpf_probe_read_user(&len, sizeof(len), (void *)(obj + layout.unicode_length));
+    __u64 bytes = (__u64)len * kind;
+    if (bytes >= size)
+        bytes = size - 1;
+    bytes &= 255;
+    if (bytes && bpf_probe_read_user(buf, bytes, (void *)(obj + layout.unicode_compact_data)))
+        return 0xff;
+    return kind;
+}
+
+/* Role flags of a code object in this process. On first sight: remember it and describe it to user space.
+ * Global (not static) so the verifier checks it once, not at every call site. */
+__noinline __u32 role_of(__u32 tgid, __u64 code)
+{
+    struct lotus_role_key key = {.tgid = tgid, .ptr = code};
+    if (!code)
+        return 0;
+    struct lotus_role *r = bpf_map_lookup_elem(&lotus_roles, &key);
+    if (r)
+        return r->flags;
+    struct lotus_role fresh = {};
+    bpf_map_update_elem(&lotus_roles, &key, &fresh, BPF_NOEXIST);
+    struct lotus_code_info *e = reserve(sizeof(*e));
+    if (!e) {
+        /* Forget it again so that a later sighting retries the description. */
+        bpf_map_delete_elem(&lotus_roles, &key);
+        return 0;
+    }
+    fill_header(&e->h, LOTUS_EV_CODE);
+    e->code = code;
+    e->firstlineno = 0;
+    bpf_probe_read_user(&e->firstlineno, sizeof(e->firstlineno), (void *)(code + layout.code_firstlineno));
+    e->name[0] = 0;
+    e->file[0] = 0;
+    e->name_kind = read_unicode(read_ptr(code + layout.code_name), e->name, sizeof(e->name));
+    e->file_kind = read_unicode(read_ptr(code + layout.code_filename), e->file, sizeof(e->file));
+    bpf_ringbuf_submit(e, 0);
+    return 0;
+}
+
+/* Capture slot of a code object with the CAPTURE role, or -1. */
+__noinline __s32 capture_slot_of(__u32 tgid, __u64 code)
+{
+    struct lotus_role_key key = {.tgid = tgid, .ptr = code};
+    struct lotus_role *r = bpf_map_lookup_elem(&lotus_roles, &key);
+    if (!r || !(r->flags & LOTUS_ROLE_CAPTURE))
+        return -1;
+    return r->capture_slot & 63;
+}
+
+__noinline int describe_type(__u32 tgid, __u64 type)
+{
+    struct lotus_role_key key = {.tgid = tgid, .ptr = type};
+    if (!type || bpf_map_lookup_elem(&lotus_types, &key))
+        return 0;
+    __u64 name = read_ptr(type + layout.type_name);
+    if (!name)
+        return 0;
+    struct lotus_type_info *e = reserve(sizeof(*e));
+    if (!e)
+        return 0;
+    fill_header(&e->h, LOTUS_EV_TYPE);
+    e->type = type;
+    if (bpf_probe_read_user_str(e->name, sizeof(e->name), (void *)name) <= 1) {
+        bpf_ringbuf_discard(e, 0);
+        return 0;
+    }
+    __u8 one = 1;
+    bpf_map_update_elem(&lotus_types, &key, &one, BPF_ANY);
+    bpf_ringbuf_submit(e, 0);
+    return 1;
+}
+
+/* localsplus[slot] of a frame if it is a Python int that fits 60 bits, else LOTUS_NO_VALUE. */
+__noinline __s64 read_small_int(__u64 frame, __u32 slot)
+{
+    __u64 obj = read_ptr(frame + layout.frame_localsplus + (__u64)(slot & 63) * 8);
+    __u64 type = read_ptr(obj + layout.object_type);
+    __u64 flags = 0;
+    if (!type || bpf_probe_read_user(&flags, sizeof(flags), (void *)(type + layout.type_flags)))
+        return LOTUS_NO_VALUE;
+    if (!(flags & (1ul << 24))) /* Py_TPFLAGS_LONG_SUBCLASS */
+        return LOTUS_NO_VALUE;
+    __s64 size = 0;
+    __u32 digits[2] = {};
+    if (bpf_probe_read_user(&size, sizeof(size), (void *)(obj + layout.long_size)))
+        return LOTUS_NO_VALUE;
+    __s64 ndigits, sign = 1;
+    if (layout.long_tagged) {
+        ndigits = (__u64)size >> 3;
+        if ((size & 3) == 1)
+            return 0;
+        if ((size & 3) == 2)
+            sign = -1;
+    } else {
+        ndigits = size < 0 ? -size : size;
+        sign = size < 0 ? -1 : 1;
+    }
+    if (ndigits == 0)
+        return 0;
+    if (ndigits > 2)
+        return LOTUS_NO_VALUE;
+    if (bpf_probe_read_user(digits, sizeof(__u32) * 2, (void *)(obj + layout.long_digits)))
+        return LOTUS_NO_VALUE;
+    __s64 v = digits[0] & 0x3fffffff;
+    if (ndigits == 2)
+        v |= (__s64)(digits[1] & 0x3fffffff) << 30;
+    return sign * v;
+}
+
+static __always_inline bool is_shim(__u64 frame)
+{
+    if (layout.owner_cstack < 0)
+        return false;
+    __u8 owner = 0;
+    bpf_probe_read_user(&owner, 1, (void *)(frame + layout.frame_owner));
+    return owner == (__u8)layout.owner_cstack;
+}
+
+/* The frame that called into the evaluator: the thread's current frame at entry (the new frame's own
+ * `previous` is only linked inside the function). */
+static __always_inline __u64 caller_frame(__u64 tstate)
+{
+    __u64 f;
+    if (layout.tstate_cframe >= 0)
+        f = read_ptr(read_ptr(tstate + layout.tstate_cframe) + layout.cframe_current_frame);
+    else
+        f = read_ptr(tstate + layout.tstate_current_frame);
+    if (f && is_shim(f))
+        f = read_ptr(f + layout.frame_previous);
+    return f;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tgid = id >> 32, tid = (__u32)id;
+    if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
+        return 0;
+
+    struct thread_state *ts = bpf_map_lookup_elem(&lotus_threads, &tid);
+    if (!ts) {
+        struct thread_state fresh = {};
+        bpf_map_update_elem(&lotus_threads, &tid, &fresh, BPF_ANY);
+        ts = bpf_map_lookup_elem(&lotus_threads, &tid);
+        if (!ts)
+            return 0;
+    }
+    __u32 depth = ts->depth;
+    ts->depth = depth + 1;
+    __u64 bit = depth < 64 ? 1ull << depth : 0;
+    if (bit)
+        ts->emitted &= ~bit;
+    else
+        return 0; /* the kernel installs no return probe this deep */
+
+    __u64 frame = (__u64)frame_arg;
+    __u64 code = frame_code(frame);
+    __u32 flags = role_of(tgid, code);
+    __u64 caller = caller_frame((__u64)tstate);
+    __u32 cflags = caller ? role_of(tgid, frame_code(caller)) : 0;
+
+    bool wanted = !(flags & LOTUS_ROLE_SKIP) || !(cflags & LOTUS_ROLE_CLASSIFIED) ||
+                  (cflags & LOTUS_ROLE_PIPELINE);
+    if (!wanted)
+        return 0;
+
+    /* Built in a per-CPU scratch slot and copied out, so no ring-buffer reference is held while walking. */
+    __u32 zero = 0;
+    struct lotus_py_entry *e = bpf_map_lookup_elem(&entry_scratch, &zero);
+    if (!e)
+        return 0;
+    fill_header(&e->h, LOTUS_EV_PY_ENTRY);
+    e->frame = frame;
+    e->code = code;
+    e->depth = depth;
+    __u64 self_type = read_ptr(read_ptr(frame + layout.frame_localsplus) + layout.object_type);
+    e->self_type = self_type;
+    e->chain_len = 0;
+    e->capture_count = 0;
+
+    __u64 f = caller;
+    for (int i = 0; i < LOTUS_CHAIN_LEN; i++) {
+        if (f && is_shim(f))
+            f = read_ptr(f + layout.frame_previous);
+        if (!f)
+            break;
+        __u64 c = frame_code(f);
+        role_of(tgid, c);
+        e->chain_code[i] = c;
+        e->chain_arg1[i] = read_small_int(f, 1);
+        e->chain_len = i + 1;
+        f = read_ptr(f + layout.frame_previous);
+    }
+    /* Pipelines (and code not classified yet) look further up for locals such as a worker's id. */
+    f = caller;
+    if (!(flags & LOTUS_ROLE_CLASSIFIED) || (flags & LOTUS_ROLE_PIPELINE)) {
+        for (int i = 0; i < LOTUS_WALK_MAX && f; i++) {
+            __u64 c = frame_code(f);
+            if (i >= LOTUS_CHAIN_LEN)
+                role_of(tgid, c);
+            __s32 slot = capture_slot_of(tgid, c);
+            __u32 n = e->capture_count;
+            if (slot >= 0 && n < LOTUS_MAX_CAPTURES) {
+                e->capture_code[n & 1] = c;
+                e->capture_value[n & 1] = read_small_int(f, slot);
+                e->capture_count = n + 1;
+            }
+            f = read_ptr(f + layout.frame_previous);
+        }
+    }
+    if (bpf_ringbuf_output(&events, e, sizeof(*e), 0) == 0) {
+        count(1);
+        ts->emitted |= bit;
+    } else {
+        count(0);
+    }
+    describe_type(tgid, self_type);
+    return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(py_return)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tgid = id >> 32, tid = (__u32)id;
+    if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
+        return 0;
+    struct thread_state *ts = bpf_map_lookup_elem(&lotus_threads, &tid);
+    /* depth 0: a frame entered before tracing began (or inherited across fork) returns */
+    if (!ts || ts->depth == 0)
+        return 0;
+    __u32 depth = ts->depth - 1;
+    ts->depth = depth;
+    if (depth >= 64 || !(ts->emitted & (1ull << depth)))
+        return 0;
+    ts->emitted &= ~(1ull << depth);
+    struct lotus_py_return *e = reserve(sizeof(*e));
+    if (!e)
+        return 0;
+    fill_header(&e->h, LOTUS_EV_PY_RETURN);
+    e->depth = depth;
+    e->_pad = 0;
+    bpf_ringbuf_submit(e, 0);
+    return 0;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
+{
+    __u32 ptgid = BPF_CORE_READ(parent, tgid);
+    __u32 ctgid = BPF_CORE_READ(child, tgid);
+    if (ptgid == ctgid) /* a new thread, already covered by its process */
+        return 0;
+    struct lotus_traced_proc *p = bpf_map_lookup_elem(&lotus_traced, &ptgid);
+    if (!p)
+        return 0;
+    struct lotus_traced_proc c = *p;
+    bpf_map_update_elem(&lotus_traced, &ctgid, &c, BPF_ANY);
+    struct lotus_proc_event *e = reserve(sizeof(*e));
+    if (!e)
+        return 0;
+    fill_header(&e->h, LOTUS_EV_FORK);
+    e->h.tgid = ctgid;
+    e->h.tid = BPF_CORE_READ(child, pid);
+    e->parent_tgid = ptgid;
+    e->_pad = 0;
+    bpf_ringbuf_submit(e, 0);
+    return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(on_exec, struct task_struct *task, pid_t old_pid, struct linux_binprm *bprm)
+{
+    __u32 tgid = BPF_CORE_READ(task, tgid);
+    if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
+        return 0;
+    struct lotus_proc_event *e = reserve(sizeof(*e));
+    if (!e)
+        return 0;
+    fill_header(&e->h, LOTUS_EV_EXEC);
+    e->parent_tgid = 0;
+    e->_pad = 0;
+    bpf_ringbuf_submit(e, 0);
+    return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
+{
+    __u32 tgid = BPF_CORE_READ(task, tgid);
+    __u32 tid = BPF_CORE_READ(task, pid);
+    if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
+        return 0;
+    bpf_map_delete_elem(&lotus_threads, &tid);
+    if (!group_dead)
+        return 0;
+    bpf_map_delete_elem(&lotus_traced, &tgid);
+    struct lotus_proc_event *e = reserve(sizeof(*e));
+    if (!e)
+        return 0;
+    fill_header(&e->h, LOTUS_EV_EXIT);
+    e->h.tgid = tgid;
+    e->parent_tgid = BPF_CORE_READ(task, exit_code);
+    e->_pad = 0;
+    bpf_ringbuf_submit(e, 0);
+    return 0;
+}

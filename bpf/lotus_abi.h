@@ -1,0 +1,140 @@
+/* The kernel/user event ABI of lotus-bpf: every record the BPF programs write to the ring buffer, the maps
+ * user space fills, and the interpreter layout the programs read the target with. Included by bpf/lotus.bpf.c
+ * (with vmlinux.h types) and by user space (with <stdint.h>). Fixed-size little-endian structs, no pointers
+ * into our own memory; a change here bumps LOTUS_ABI_VERSION. */
+#ifndef LOTUS_ABI_H
+#define LOTUS_ABI_H
+
+#ifndef __bpf__
+#include <linux/types.h>
+#endif
+
+#define LOTUS_ABI_VERSION 1
+
+enum lotus_event_type {
+    LOTUS_EV_PY_ENTRY = 1,  /* _PyEval_EvalFrameDefault entered (a C->Python transition) */
+    LOTUS_EV_PY_RETURN = 2, /* ... and returned; only for entries that were emitted */
+    LOTUS_EV_CODE = 3,      /* first sight of a code object in a process: its names */
+    LOTUS_EV_TYPE = 4,      /* first sight of a type object in a process: its tp_name */
+    LOTUS_EV_FORK = 5,      /* a traced process forked a new process, which is now traced */
+    LOTUS_EV_EXIT = 6,      /* a traced process (its thread-group leader) exited */
+    LOTUS_EV_EXEC = 7,      /* a traced process called exec */
+};
+
+struct lotus_event_header {
+    __u32 type;
+    __u32 tgid;
+    __u32 tid;
+    __u32 cpu;
+    __u64 ts_ns; /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
+};
+
+#define LOTUS_CHAIN_LEN 4      /* caller frames described in every entry event */
+#define LOTUS_WALK_MAX 24      /* frames walked looking for capture roles */
+#define LOTUS_MAX_CAPTURES 2   /* captured locals per entry event */
+#define LOTUS_NO_VALUE ((__s64)0x8000000000000000ULL) /* a local that is not a small int */
+
+struct lotus_py_entry {
+    struct lotus_event_header h;
+    __u64 frame;      /* the _PyInterpreterFrame being evaluated */
+    __u64 code;       /* its code object */
+    __u64 self_type;  /* type of localsplus[0] (self for methods), 0 if unreadable */
+    __u32 depth;      /* evaluation depth of this thread since tracing began (0 = outermost seen) */
+    __u32 chain_len;  /* valid entries in chain_code */
+    __u64 chain_code[LOTUS_CHAIN_LEN];  /* code objects of the caller frames, innermost first */
+    __s64 chain_arg1[LOTUS_CHAIN_LEN];  /* their localsplus[1] if it is an int, else LOTUS_NO_VALUE */
+    __u64 capture_code[LOTUS_MAX_CAPTURES]; /* frames further up whose role asked for a local */
+    __s64 capture_value[LOTUS_MAX_CAPTURES];
+    __u32 capture_count;
+    __u32 _pad;
+};
+
+struct lotus_py_return {
+    struct lotus_event_header h;
+    __u32 depth; /* equals the depth of the matching entry */
+    __u32 _pad;
+};
+
+#define LOTUS_NAME_LEN 128
+#define LOTUS_FILE_LEN 192
+
+/* kind: 0 = ASCII/UTF-8 bytes, 1/2/4 = bytes per character of a non-ASCII compact str, 0xff = unreadable */
+struct lotus_code_info {
+    struct lotus_event_header h;
+    __u64 code;
+    __s32 firstlineno;
+    __u8 name_kind;
+    __u8 file_kind;
+    __u16 _pad;
+    char name[LOTUS_NAME_LEN]; /* co_qualname (co_name before 3.11) */
+    char file[LOTUS_FILE_LEN]; /* co_filename */
+};
+
+struct lotus_type_info {
+    struct lotus_event_header h;
+    __u64 type;
+    char name[LOTUS_NAME_LEN]; /* tp_name */
+};
+
+struct lotus_proc_event {
+    struct lotus_event_header h; /* h.tgid: the process the event is about */
+    __u32 parent_tgid;           /* FORK: the parent; EXIT: exit code; EXEC: 0 */
+    __u32 _pad;
+};
+
+/* Roles user space assigns to code objects (map lotus_roles); BPF inserts LOTUS_ROLE_UNCLASSIFIED on first
+ * sight. Steady state: an entry is emitted when its code is not SKIP or when its caller is a PIPELINE. */
+#define LOTUS_ROLE_UNCLASSIFIED 0u
+#define LOTUS_ROLE_CLASSIFIED (1u << 0)
+#define LOTUS_ROLE_SKIP (1u << 1)     /* uninteresting by itself: do not emit */
+#define LOTUS_ROLE_PIPELINE (1u << 2) /* Compose-like: its direct callees are ops, walk for captures */
+#define LOTUS_ROLE_CAPTURE (1u << 3)  /* when walked past, report localsplus[capture_slot] */
+
+struct lotus_role_key {
+    __u32 tgid;
+    __u32 _pad;
+    __u64 ptr;
+};
+
+struct lotus_role {
+    __u32 flags;
+    __u32 capture_slot;
+};
+
+/* Per-process state of a traced process (map lotus_traced, key tgid). */
+struct lotus_traced_proc {
+    __u32 root_tgid;
+    __u32 _pad;
+};
+
+/* Where CPython keeps what the programs read. One row per interpreter version, filled by user space from
+ * userspace/target/cpython_layouts.cpp or from the target's _Py_DebugOffsets. -1 = not present. */
+struct lotus_py_layout {
+    __s32 tstate_cframe;          /* PyThreadState.cframe (3.11, 3.12); -1 when frames hang off tstate */
+    __s32 cframe_current_frame;   /* _PyCFrame.current_frame */
+    __s32 tstate_current_frame;   /* PyThreadState.current_frame (3.13+) */
+    __s32 frame_code;             /* _PyInterpreterFrame.f_code / f_executable */
+    __s32 frame_previous;
+    __s32 frame_owner;            /* owner byte */
+    __s32 frame_localsplus;
+    __s32 owner_cstack;           /* owner value of C-stack shim frames to skip; -1 if none */
+    __u64 code_tag_mask;          /* bits to clear from f_executable (tagged _PyStackRef in 3.14) */
+    __s32 code_name;              /* co_qualname, or co_name where there is none */
+    __s32 code_filename;
+    __s32 code_firstlineno;
+    __s32 object_type;            /* PyObject.ob_type */
+    __s32 type_name;              /* PyTypeObject.tp_name */
+    __s32 type_flags;             /* PyTypeObject.tp_flags */
+    __s32 unicode_state;          /* PyASCIIObject.state */
+    __s32 unicode_length;         /* PyASCIIObject.length */
+    __s32 unicode_ascii_data;     /* sizeof(PyASCIIObject) */
+    __s32 unicode_compact_data;   /* sizeof(PyCompactUnicodeObject) */
+    __u32 unicode_kind_shift;     /* state bitfield: kind:3 at this bit */
+    __u32 unicode_ascii_bit;      /* state bitfield: ascii at this bit */
+    __s32 long_size;              /* ob_size (<3.12) or lv_tag (3.12+) */
+    __s32 long_digits;            /* ob_digit */
+    __u32 long_tagged;            /* 1: lv_tag = ndigits << 3 | sign (3.12+); 0: signed ob_size */
+    __u32 _pad;
+};
+
+#endif /* LOTUS_ABI_H */

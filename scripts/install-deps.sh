@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages lotus-bpf needs to build, test and run its example. Idempotent.
+set -euo pipefail
+pkgs=(
+  build-essential cmake pkg-config clang llvm
+  libbpf-dev bpftool libelf-dev zlib1g-dev libfmt-dev libcli11-dev
+  libgtest-dev nlohmann-json3-dev
+  python3 python3-torch python3-torchvision python3-pil python3-numpy
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then echo "install-deps: need root to install: ${missing[*]}" >&2; exit 1; fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,170 @@
+#include "probe.h"
+
+#include <linux/capability.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <cerrno>
+#include <cstring>
+#include <fmt/format.h>
+#include <vector>
+
+#include "lotus.skel.h"
+
+namespace lotus::capture {
+
+void check_privileges()
+{
+    if (geteuid() == 0)
+        return;
+    __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2] = {};
+    if (syscall(SYS_capget, &hdr, data) == 0) {
+        auto has = [&](int cap) { return data[cap / 32].effective & (1u << (cap % 32)); };
+        if (has(CAP_BPF) && has(CAP_PERFMON))
+            return;
+    }
+    throw CaptureError("lotus-bpf needs root (or CAP_BPF and CAP_PERFMON) to load BPF programs");
+}
+
+// libbpf's own messages only when asked for: errors reach the user as one line from us.
+static int quiet_libbpf(enum libbpf_print_level, const char* fmt, va_list ap)
+{
+    if (getenv("LOTUS_BPF_DEBUG"))
+        return vfprintf(stderr, fmt, ap);
+    return 0;
+}
+
+Probe::Probe(const target::Interpreter& interp, Sink sink) : interp_(interp), sink_(std::move(sink))
+{
+    libbpf_set_print(quiet_libbpf);
+    skel_ = lotus_bpf__open();
+    if (!skel_)
+        throw CaptureError(fmt::format("cannot open the BPF programs: {}", strerror(errno)));
+    skel_->rodata->layout = interp.layout;
+    if (int err = lotus_bpf__load(skel_)) {
+        close();
+        throw CaptureError(fmt::format("cannot load the BPF programs: {} (set LOTUS_BPF_DEBUG=1 for the log)",
+                                       strerror(-err)));
+    }
+    rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.events), on_record, this, nullptr);
+    if (!rb_) {
+        close();
+        throw CaptureError(fmt::format("cannot open the ring buffer: {}", strerror(errno)));
+    }
+}
+
+Probe::~Probe() { close(); }
+
+void Probe::close()
+{
+    if (rb_) {
+        ring_buffer__free(rb_);
+        rb_ = nullptr;
+    }
+    if (skel_) {
+        lotus_bpf__destroy(skel_); // destroys every link: uprobes and tracepoints are gone after this
+        skel_ = nullptr;
+    }
+}
+
+int Probe::on_record(void* ctx, void* data, size_t len)
+{
+    static_cast<Probe*>(ctx)->sink_(data, len);
+    return 0;
+}
+
+void Probe::attach_process_tracking()
+{
+    auto attach = [](bpf_program* prog, bpf_link*& link, const char* what) {
+        link = bpf_program__attach(prog);
+        if (!link)
+            throw CaptureError(fmt::format("cannot attach the {} tracepoint: {}", what, strerror(errno)));
+    };
+    attach(skel_->progs.on_fork, skel_->links.on_fork, "sched_process_fork");
+    attach(skel_->progs.on_exec, skel_->links.on_exec, "sched_process_exec");
+    attach(skel_->progs.on_exit, skel_->links.on_exit, "sched_process_exit");
+}
+
+void Probe::trace_process(uint32_t tgid, uint32_t root_tgid)
+{
+    lotus_traced_proc v{root_tgid, 0};
+    if (bpf_map_update_elem(bpf_map__fd(skel_->maps.lotus_traced), &tgid, &v, BPF_ANY))
+        throw CaptureError(fmt::format("cannot add process {} to the traced set: {}", tgid, strerror(errno)));
+}
+
+bool Probe::is_traced(uint32_t tgid) const
+{
+    lotus_traced_proc v;
+    return bpf_map_lookup_elem(bpf_map__fd(skel_->maps.lotus_traced), &tgid, &v) == 0;
+}
+
+void Probe::attach_python()
+{
+    // pid -1: every process mapping the interpreter gets the breakpoint, so that forked workers are seen;
+    // BPF drops the events of processes outside the traced set.
+    LIBBPF_OPTS(bpf_uprobe_opts, entry_opts, .retprobe = false);
+    skel_->links.py_entry = bpf_program__attach_uprobe_opts(skel_->progs.py_entry, -1, interp_.object_path.c_str(),
+                                                            interp_.eval_offset, &entry_opts);
+    if (!skel_->links.py_entry)
+        throw CaptureError(fmt::format("cannot attach a uprobe to {}: {}", interp_.object_path, strerror(errno)));
+    LIBBPF_OPTS(bpf_uprobe_opts, ret_opts, .retprobe = true);
+    skel_->links.py_return = bpf_program__attach_uprobe_opts(skel_->progs.py_return, -1, interp_.object_path.c_str(),
+                                                             interp_.eval_offset, &ret_opts);
+    if (!skel_->links.py_return)
+        throw CaptureError(fmt::format("cannot attach a uretprobe to {}: {}", interp_.object_path, strerror(errno)));
+}
+
+int Probe::poll(int timeout_ms)
+{
+    int n = ring_buffer__poll(rb_, timeout_ms);
+    if (n < 0 && n != -EINTR)
+        throw CaptureError(fmt::format("ring buffer poll failed: {}", strerror(-n)));
+    return n < 0 ? 0 : n;
+}
+
+void Probe::set_role(uint32_t tgid, uint64_t code, uint32_t flags, uint32_t capture_slot)
+{
+    lotus_role_key key{tgid, 0, code};
+    lotus_role role{flags, capture_slot};
+    // Best effort: a failed update only means more events than needed.
+    bpf_map_update_elem(bpf_map__fd(skel_->maps.lotus_roles), &key, &role, BPF_ANY);
+}
+
+void Probe::forget_roles(uint32_t tgid)
+{
+    for (int fd : {bpf_map__fd(skel_->maps.lotus_roles), bpf_map__fd(skel_->maps.lotus_types)}) {
+        std::vector<lotus_role_key> doomed;
+        lotus_role_key key{}, next{};
+        const void* prev = nullptr;
+        while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+            if (next.tgid == tgid)
+                doomed.push_back(next);
+            key = next;
+            prev = &key;
+        }
+        for (const auto& k : doomed)
+            bpf_map_delete_elem(fd, &k);
+    }
+}
+
+CaptureStats Probe::stats() const
+{
+    CaptureStats s;
+    int fd = bpf_map__fd(skel_->maps.lotus_counters);
+    int ncpu = libbpf_num_possible_cpus();
+    std::vector<uint64_t> vals(static_cast<size_t>(ncpu > 0 ? ncpu : 1));
+    for (uint32_t idx = 0; idx < 2; idx++) {
+        if (bpf_map_lookup_elem(fd, &idx, vals.data()))
+            continue;
+        uint64_t sum = 0;
+        for (auto v : vals)
+            sum += v;
+        (idx == 0 ? s.lost : s.submitted) = sum;
+    }
+    return s;
+}
+
+} // namespace lotus::capture

@@ -1,0 +1,41 @@
+// lotus-bpf: trace the data-preprocessing pipeline of a running PyTorch job from outside the process.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "session.h"
+
+int main(int argc, char** argv)
+{
+    CLI::App app{"lotus-bpf: per-op spans of a PyTorch DataLoader pipeline, traced with eBPF, zero code change"};
+    app.set_version_flag("--version", "lotus-bpf " LOTUS_VERSION);
+    lotus::cli::Options opts;
+    int pid = 0;
+    auto* pid_opt = app.add_option("-p,--pid", pid, "attach to this running Python process and its children");
+    app.add_option("-o,--output", opts.output, "Chrome trace JSON to write (.json.gz: gzip)")
+        ->capture_default_str();
+    app.add_option("-d,--duration", opts.duration_s, "stop after this many seconds (default: until Ctrl-C, "
+                                                     "SIGTERM or the target exits)")
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--pipeline", opts.pipeline_classes,
+                   "class name glob whose __call__ plays Compose's role (repeatable; Compose is built in)");
+    app.add_flag("-q,--quiet", opts.quiet, "no status line");
+    app.add_option("command", opts.command, "launch mode: the command to run and trace (after --)");
+    app.positionals_at_end();
+    try {
+        app.parse(argc, argv);
+        if (pid_opt->count() && !opts.command.empty())
+            throw CLI::ValidationError("give either --pid or a command, not both");
+        if (!pid_opt->count() && opts.command.empty())
+            throw CLI::ValidationError("give --pid PID or -- COMMAND");
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        fmt::print(stderr, "lotus-bpf: {}\n", e.what());
+        return 2;
+    }
+    if (pid_opt->count())
+        opts.pid = pid;
+    return lotus::cli::run_session(opts);
+}

@@ -1,0 +1,200 @@
+#include "session.h"
+
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fmt/format.h>
+#include <memory>
+
+#include "capture/probe.h"
+#include "export/chrome_trace.h"
+#include "export/json.h"
+#include "export/summary.h"
+#include "model/engine.h"
+#include "target/interpreter.h"
+#include "target/launcher.h"
+#include "target/proc_maps.h"
+
+namespace lotus::cli {
+
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+
+void on_signal(int sig) { g_stop_signal = sig; }
+
+void install_signal_handlers()
+{
+    struct sigaction sa = {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0; // no SA_RESTART: the poll returns at once
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGHUP, &sa, nullptr);
+}
+
+uint64_t monotonic_ns()
+{
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// True when the process is gone or a zombie.
+bool gone(int pid)
+{
+    if (!target::process_exists(pid))
+        return true;
+    FILE* f = fopen(fmt::format("/proc/{}/stat", pid).c_str(), "r");
+    if (!f)
+        return true;
+    char buf[512] = {};
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    std::string s(buf, n);
+    auto close = s.rfind(')');
+    return close != std::string::npos && close + 2 < s.size() && (s[close + 2] == 'Z' || s[close + 2] == 'X');
+}
+
+} // namespace
+
+int run_session(const Options& opts)
+{
+    try {
+        capture::check_privileges();
+        std::unique_ptr<target::Launcher> launcher;
+        target::Interpreter interp;
+        int root = 0;
+        if (opts.pid) {
+            root = *opts.pid;
+            interp = target::find_interpreter(root);
+        }
+        exporter::check_writable(opts.output);
+        if (!opts.pid) {
+            launcher = std::make_unique<target::Launcher>(opts.command);
+            root = launcher->pid();
+            interp = launcher->interpreter();
+        }
+
+        exporter::OutputFile out(opts.output);
+        model::Rules rules(opts.pipeline_classes);
+        uint64_t t0 = monotonic_ns();
+        exporter::ChromeTraceWriter trace(out, t0);
+        exporter::Summary summary;
+        std::unique_ptr<capture::Probe> probe;
+        model::Engine engine(
+            rules,
+            [&](const model::Span& s) {
+                trace.span(s);
+                summary.add(s);
+            },
+            [&](uint32_t tgid, uint64_t code, const model::CodeRole& r) {
+                probe->set_role(tgid, code, r.flags, r.capture_slot);
+            });
+        probe = std::make_unique<capture::Probe>(interp, [&](const void* data, size_t len) {
+            auto* h = static_cast<const lotus_event_header*>(data);
+            if (len >= sizeof(*h) && h->type == LOTUS_EV_EXEC)
+                probe->forget_roles(h->tgid);
+            engine.consume(data, len);
+        });
+
+        install_signal_handlers();
+        probe->attach_process_tracking();
+        probe->trace_process(static_cast<uint32_t>(root), static_cast<uint32_t>(root));
+        engine.add_process(static_cast<uint32_t>(root), 0, true);
+        size_t initial = 1;
+        if (opts.pid) {
+            // Processes alive now (DataLoader workers already running); later ones join through fork.
+            for (int d : target::descendants(root)) {
+                probe->trace_process(static_cast<uint32_t>(d), static_cast<uint32_t>(root));
+                engine.add_process(static_cast<uint32_t>(d), static_cast<uint32_t>(target::parent_pid(d).value_or(0)),
+                                   false);
+                initial++;
+            }
+        }
+        probe->attach_python();
+        if (launcher)
+            launcher->release();
+        if (!opts.quiet)
+            fmt::print(stderr, "lotus-bpf: tracing PID {} (CPython {}, {}) and {} descendant(s); Ctrl-C to stop\n",
+                       root, interp.version.str(), interp.object_path, initial - 1);
+
+        bool tty = isatty(STDERR_FILENO) && !opts.quiet;
+        uint64_t last_status = 0;
+        std::string stop_reason;
+        int launched_status = 0;
+        while (true) {
+            probe->poll(100);
+            uint64_t now = monotonic_ns();
+            if (g_stop_signal) {
+                stop_reason = g_stop_signal == SIGINT ? "interrupted" : "terminated by signal";
+                if (launcher && g_stop_signal != SIGINT)
+                    launcher->signal(g_stop_signal);
+                break;
+            }
+            if (opts.duration_s > 0 && static_cast<double>(now - t0) / 1e9 >= opts.duration_s) {
+                stop_reason = fmt::format("{} s elapsed", opts.duration_s);
+                break;
+            }
+            if (launcher ? launcher->exited() : gone(root)) {
+                stop_reason = "target exited";
+                if (launcher)
+                    launched_status = launcher->exit_code();
+                break;
+            }
+            if (tty && now - last_status > 500000000ull) {
+                last_status = now;
+                auto st = probe->stats();
+                size_t live = 0;
+                for (const auto& [pid, p] : engine.processes())
+                    live += !p.exited;
+                fmt::print(stderr, "\r\033[K[lotus-bpf] {:.1f} s  processes {}  events {}  drops {}  samples {}",
+                           static_cast<double>(now - t0) / 1e9, live, st.submitted, st.lost, engine.samples());
+            }
+        }
+        // Drain what is already in the ring buffer, then detach before doing the heavy writing.
+        while (probe->poll(0) > 0) {
+        }
+        auto stats = probe->stats();
+        probe->close();
+        engine.finish();
+        if (tty)
+            fmt::print(stderr, "\r\033[K");
+
+        const auto& c = engine.counters();
+        std::map<std::string, std::string> other{
+            {"tool", "\"lotus-bpf " LOTUS_VERSION "\""},
+            {"target_pid", std::to_string(root)},
+            {"python", exporter::json_string(interp.version.str())},
+            {"interpreter", exporter::json_string(interp.object_path)},
+            {"events", std::to_string(stats.submitted)},
+            {"lost_events", std::to_string(stats.lost)},
+            {"incomplete_spans", std::to_string(c.incomplete + c.lost_returns)},
+            {"samples", std::to_string(engine.samples())},
+            {"stop_reason", exporter::json_string(stop_reason)},
+        };
+        trace.finish(engine.processes(), other);
+        out.close();
+
+        std::vector<std::string> notes;
+        notes.push_back(fmt::format("\n{} events, {} lost (ring buffer full); stopped: {}; trace: {}", stats.submitted,
+                                    stats.lost, stop_reason, opts.output));
+        if (stats.lost)
+            notes.push_back("Spans that lost an event are left out, never guessed.");
+        if (c.incomplete + c.lost_returns)
+            notes.push_back(fmt::format("{} span(s) were still open at the end or lost their return and are not in "
+                                        "the trace.",
+                                        c.incomplete + c.lost_returns));
+        summary.print(stdout, engine.processes(), notes);
+        fflush(stdout);
+        return launcher ? launched_status : 0;
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "lotus-bpf: {}\n", e.what());
+        return 1;
+    }
+}
+
+} // namespace lotus::cli

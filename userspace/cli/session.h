@@ -1,0 +1,22 @@
+// One tracing run: attach (to a PID or a launched command), poll until told to stop, then detach, write the
+// trace and print the summary.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace lotus::cli {
+
+struct Options {
+    std::optional<int> pid;
+    std::vector<std::string> command; // launch mode
+    std::string output = "lotus-trace.json";
+    double duration_s = 0; // 0: until Ctrl-C, SIGTERM or the target's exit
+    std::vector<std::string> pipeline_classes;
+    bool quiet = false; // no status line
+};
+
+// Returns the process exit code. Errors are printed as one line on stderr.
+int run_session(const Options& opts);
+
+} // namespace lotus::cli

@@ -1,0 +1,33 @@
+// Streams spans as Chrome Trace Event Format JSON (Perfetto UI, chrome://tracing). Schema:
+// schemas/chrome-trace.schema.json; reading guide: docs/trace-format.md.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "model/spans.h"
+#include "output_file.h"
+
+namespace lotus::exporter {
+
+class ChromeTraceWriter {
+public:
+    // t0_ns: CLOCK_MONOTONIC time of the start of tracing; ts values are microseconds after it.
+    ChromeTraceWriter(OutputFile& out, uint64_t t0_ns);
+    void span(const model::Span& s);
+    // Writes process/thread metadata and otherData (key -> already-encoded JSON value), closes the document.
+    void finish(const std::map<uint32_t, model::ProcessInfo>& processes,
+                const std::map<std::string, std::string>& other_data);
+
+private:
+    void event(const std::string& json);
+    OutputFile& out_;
+    uint64_t t0_ns_;
+    bool first_ = true;
+    std::set<std::pair<uint32_t, uint32_t>> threads_;
+    std::string buf_;
+};
+
+} // namespace lotus::exporter

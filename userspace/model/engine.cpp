@@ -1,0 +1,245 @@
+#include "engine.h"
+
+#include <cstring>
+
+namespace lotus::model {
+
+namespace {
+
+std::string decode(const char* buf, size_t cap, uint8_t kind)
+{
+    if (kind == 0xff)
+        return "?";
+    if (kind == 0)
+        return std::string(buf, strnlen(buf, cap));
+    // Non-ASCII compact str: keep the code points below 256, mark the others.
+    std::string out;
+    for (size_t i = 0; i + kind <= cap; i += kind) {
+        uint32_t cp = 0;
+        memcpy(&cp, buf + i, kind);
+        if (cp == 0)
+            break;
+        out += cp < 128 ? static_cast<char>(cp) : '?';
+    }
+    return out;
+}
+
+template <typename T>
+const T* as(const void* data, size_t len)
+{
+    return len >= sizeof(T) ? static_cast<const T*>(data) : nullptr;
+}
+
+} // namespace
+
+std::string ProcessInfo::label() const
+{
+    if (root)
+        return "main";
+    if (worker_id >= 0)
+        return "worker " + std::to_string(worker_id);
+    return "child";
+}
+
+Engine::Engine(const Rules& rules, SpanSink spans, RoleSink roles)
+    : rules_(rules), span_sink_(std::move(spans)), role_sink_(std::move(roles))
+{
+}
+
+ProcessInfo& Engine::process(uint32_t pid)
+{
+    auto& p = processes_[pid];
+    p.pid = pid;
+    return p;
+}
+
+void Engine::add_process(uint32_t pid, uint32_t parent, bool root)
+{
+    auto& p = process(pid);
+    p.parent = parent;
+    p.root = root;
+}
+
+void Engine::consume(const void* data, size_t len)
+{
+    counters_.events++;
+    auto* h = as<lotus_event_header>(data, len);
+    if (!h) {
+        counters_.malformed++;
+        return;
+    }
+    switch (h->type) {
+    case LOTUS_EV_PY_ENTRY:
+        if (auto* e = as<lotus_py_entry>(data, len))
+            return on_entry(*e);
+        break;
+    case LOTUS_EV_PY_RETURN:
+        if (auto* r = as<lotus_py_return>(data, len))
+            return on_return(*r);
+        break;
+    case LOTUS_EV_CODE:
+        if (auto* c = as<lotus_code_info>(data, len))
+            return on_code(*c);
+        break;
+    case LOTUS_EV_TYPE:
+        if (auto* t = as<lotus_type_info>(data, len)) {
+            state_[t->h.tgid].types[t->type] = decode(t->name, sizeof(t->name), 0);
+            return;
+        }
+        break;
+    case LOTUS_EV_FORK:
+    case LOTUS_EV_EXIT:
+    case LOTUS_EV_EXEC:
+        if (auto* p = as<lotus_proc_event>(data, len))
+            return on_process(*p);
+        break;
+    }
+    counters_.malformed++;
+}
+
+void Engine::on_code(const lotus_code_info& c)
+{
+    CodeInfo info{decode(c.name, sizeof(c.name), c.name_kind), decode(c.file, sizeof(c.file), c.file_kind),
+                  c.firstlineno};
+    CodeRole r = rules_.classify(info);
+    auto& st = state_[c.h.tgid];
+    st.codes[c.code] = std::move(info);
+    st.roles[c.code] = r;
+    if (role_sink_)
+        role_sink_(c.h.tgid, c.code, r);
+}
+
+const CodeRole* Engine::role(uint32_t tgid, uint64_t code)
+{
+    auto& st = state_[tgid];
+    auto it = st.roles.find(code);
+    return it == st.roles.end() ? nullptr : &it->second;
+}
+
+void Engine::on_process(const lotus_proc_event& p)
+{
+    uint32_t pid = p.h.tgid;
+    switch (p.h.type) {
+    case LOTUS_EV_FORK: {
+        auto& info = process(pid);
+        info.parent = p.parent_tgid;
+        // A forked child shares its parent's memory image: same code objects at the same addresses.
+        if (auto it = state_.find(p.parent_tgid); it != state_.end())
+            state_[pid] = it->second;
+        break;
+    }
+    case LOTUS_EV_EXEC:
+        // A new program image: nothing known about the old one's objects still holds.
+        state_.erase(pid);
+        break;
+    case LOTUS_EV_EXIT:
+        process(pid).exited = true;
+        for (auto it = thread_owner_.begin(); it != thread_owner_.end();) {
+            if (it->second == pid) {
+                close_thread(it->first);
+                it = thread_owner_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        state_.erase(pid);
+        break;
+    }
+}
+
+void Engine::close_thread(uint32_t tid)
+{
+    auto it = stacks_.find(tid);
+    if (it == stacks_.end())
+        return;
+    counters_.incomplete += it->second.size();
+    stacks_.erase(it);
+}
+
+void Engine::on_entry(const lotus_py_entry& e)
+{
+    counters_.entries++;
+    thread_owner_[e.h.tid] = e.h.tgid;
+    auto& stack = stacks_[e.h.tid];
+    // Spans at this depth or deeper whose return never arrived (lost to a full ring buffer).
+    while (!stack.empty() && stack.back().depth >= e.depth) {
+        counters_.lost_returns++;
+        stack.pop_back();
+    }
+    const CodeRole* r = role(e.h.tgid, e.code);
+    if (!r) {
+        counters_.unknown_code++;
+        return;
+    }
+    auto& st = state_[e.h.tgid];
+    bool in_sample = !stack.empty() && stack.back().kind == SpanKind::Sample && stack.back().depth + 1 == e.depth;
+    if (in_sample) {
+        const auto& code = st.codes[e.code];
+        auto type = st.types.find(e.self_type);
+        const std::string* self_type = type == st.types.end() ? nullptr : &type->second;
+        const Open& sample = stack.back();
+        stack.push_back(Open{SpanKind::Op, e.depth, e.h.ts_ns, rules_.op_name(code, self_type), sample.sample,
+                             sample.sample_id});
+        return;
+    }
+    for (uint32_t i = 0; i < e.capture_count && i < LOTUS_MAX_CAPTURES; i++) {
+        const CodeRole* cr = role(e.h.tgid, e.capture_code[i]);
+        if (cr && cr->worker_loop && e.capture_value[i] != LOTUS_NO_VALUE)
+            process(e.h.tgid).worker_id = static_cast<int>(e.capture_value[i]);
+    }
+    if (!r->pipeline)
+        return;
+    pipeline_seen_ = true;
+    int64_t index = -1;
+    for (uint32_t i = 0; i < e.chain_len && i < LOTUS_CHAIN_LEN; i++) {
+        const CodeRole* cr = role(e.h.tgid, e.chain_code[i]);
+        if (cr && cr->getitem) {
+            if (e.chain_arg1[i] != LOTUS_NO_VALUE)
+                index = e.chain_arg1[i];
+            break;
+        }
+    }
+    stack.push_back(Open{SpanKind::Sample, e.depth, e.h.ts_ns, "sample", index, ++sample_seq_});
+}
+
+void Engine::on_return(const lotus_py_return& r)
+{
+    counters_.returns++;
+    auto it = stacks_.find(r.h.tid);
+    if (it == stacks_.end()) {
+        counters_.orphan_returns++;
+        return;
+    }
+    auto& stack = it->second;
+    while (!stack.empty() && stack.back().depth > r.depth) {
+        counters_.lost_returns++;
+        stack.pop_back();
+    }
+    if (stack.empty() || stack.back().depth != r.depth)
+        return; // a frame we did not keep (not a sample or op)
+    Open o = std::move(stack.back());
+    stack.pop_back();
+    Span s;
+    s.kind = o.kind;
+    s.name = std::move(o.name);
+    s.pid = r.h.tgid;
+    s.tid = r.h.tid;
+    s.start_ns = o.start_ns;
+    s.end_ns = r.h.ts_ns;
+    s.sample = o.sample;
+    s.sample_id = o.sample_id;
+    s.depth = o.depth;
+    if (s.kind == SpanKind::Sample)
+        process(r.h.tgid).samples++;
+    if (span_sink_)
+        span_sink_(s);
+}
+
+void Engine::finish()
+{
+    for (auto& [tid, stack] : stacks_)
+        counters_.incomplete += stack.size();
+    stacks_.clear();
+}
+
+} // namespace lotus::model

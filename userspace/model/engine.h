@@ -1,0 +1,81 @@
+// The reconstruction engine: a pure function of the event stream (lotus_abi.h records) to spans. It knows
+// nothing of BPF or files; capture feeds it, exporters consume what it emits.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "lotus_abi.h"
+#include "rules.h"
+#include "spans.h"
+
+namespace lotus::model {
+
+struct EngineCounters {
+    uint64_t events = 0;
+    uint64_t entries = 0, returns = 0;
+    uint64_t malformed = 0;       // records too short or of unknown type
+    uint64_t lost_returns = 0;    // open spans closed by a shallower event: their return never arrived
+    uint64_t orphan_returns = 0;  // returns with no open span at that depth
+    uint64_t incomplete = 0;      // spans still open when their thread or the stream ended
+    uint64_t unknown_code = 0;    // entries whose code object was never described
+};
+
+class Engine {
+public:
+    using SpanSink = std::function<void(const Span&)>;
+    // Called for every newly described code object, so that capture can tell BPF its role.
+    using RoleSink = std::function<void(uint32_t tgid, uint64_t code, const CodeRole&)>;
+
+    Engine(const Rules& rules, SpanSink spans, RoleSink roles = {});
+
+    // Processes known before the stream starts (the traced root and its live descendants).
+    void add_process(uint32_t pid, uint32_t parent, bool root);
+    // One record from the ring buffer or a record file.
+    void consume(const void* data, size_t len);
+    // End of stream: spans still open are counted as incomplete, never emitted.
+    void finish();
+
+    const std::map<uint32_t, ProcessInfo>& processes() const { return processes_; }
+    const EngineCounters& counters() const { return counters_; }
+    uint64_t samples() const { return sample_seq_; }
+    bool pipeline_seen() const { return pipeline_seen_; }
+
+private:
+    struct Open {
+        SpanKind kind;
+        uint32_t depth;
+        uint64_t start_ns;
+        std::string name;
+        int64_t sample;
+        uint64_t sample_id;
+    };
+    struct ProcessState {
+        std::unordered_map<uint64_t, CodeInfo> codes;
+        std::unordered_map<uint64_t, CodeRole> roles;
+        std::unordered_map<uint64_t, std::string> types;
+    };
+
+    void on_entry(const lotus_py_entry& e);
+    void on_return(const lotus_py_return& r);
+    void on_code(const lotus_code_info& c);
+    void on_process(const lotus_proc_event& p);
+    void close_thread(uint32_t tid);
+    const CodeRole* role(uint32_t tgid, uint64_t code);
+    ProcessInfo& process(uint32_t pid);
+
+    const Rules& rules_;
+    SpanSink span_sink_;
+    RoleSink role_sink_;
+    std::map<uint32_t, ProcessInfo> processes_;
+    std::unordered_map<uint32_t, ProcessState> state_;
+    std::unordered_map<uint32_t, std::vector<Open>> stacks_; // per thread id
+    std::unordered_map<uint32_t, uint32_t> thread_owner_;    // tid -> tgid
+    EngineCounters counters_;
+    uint64_t sample_seq_ = 0;
+    bool pipeline_seen_ = false;
+};
+
+} // namespace lotus::model

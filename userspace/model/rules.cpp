@@ -1,0 +1,67 @@
+#include "rules.h"
+
+#include <fnmatch.h>
+
+#include "lotus_abi.h"
+
+namespace lotus::model {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix)
+{
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// torch.utils.data._utils.worker._worker_loop(dataset_kind, dataset, index_queue, data_queue, done_event,
+// auto_collation, collate_fn, drop_last, base_seed, init_fn, worker_id, ...): worker_id is argument 10 in
+// torch 1.x and 2.x alike.
+constexpr uint32_t kWorkerIdSlot = 10;
+
+} // namespace
+
+bool glob_match(const std::string& pattern, const std::string& text)
+{
+    return fnmatch(pattern.c_str(), text.c_str(), 0) == 0;
+}
+
+Rules::Rules(std::vector<std::string> pipeline_classes) : pipeline_classes_(std::move(pipeline_classes))
+{
+    pipeline_classes_.insert(pipeline_classes_.begin(), "Compose");
+}
+
+CodeRole Rules::classify(const CodeInfo& code) const
+{
+    CodeRole role;
+    role.flags = LOTUS_ROLE_CLASSIFIED;
+    for (const auto& cls : pipeline_classes_) {
+        if (glob_match(cls + ".__call__", code.name)) {
+            role.pipeline = true;
+            role.flags |= LOTUS_ROLE_PIPELINE;
+            return role;
+        }
+    }
+    // Everything else is not emitted for its own sake; ops are emitted because their caller is a pipeline.
+    role.flags |= LOTUS_ROLE_SKIP;
+    if (code.name == "_worker_loop" && code.file.find("torch/utils/data/_utils/worker.py") != std::string::npos) {
+        role.worker_loop = true;
+        role.flags |= LOTUS_ROLE_CAPTURE;
+        role.capture_slot = kWorkerIdSlot;
+    }
+    role.getitem = ends_with(code.name, ".__getitem__");
+    return role;
+}
+
+std::string Rules::op_name(const CodeInfo& code, const std::string* self_type) const
+{
+    bool method = code.name.find('.') != std::string::npos && code.name.find("<locals>") == std::string::npos;
+    if (method && self_type && !self_type->empty()) {
+        // tp_name of heap types is the bare class name; of static types "module.Class".
+        auto dot = self_type->rfind('.');
+        return dot == std::string::npos ? *self_type : self_type->substr(dot + 1);
+    }
+    auto dot = code.name.rfind('.');
+    return dot == std::string::npos ? code.name : code.name.substr(dot + 1);
+}
+
+} // namespace lotus::model

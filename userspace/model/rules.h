@@ -1,0 +1,40 @@
+// What the engine knows about pipelines: which code objects are Compose-like, where a sample's index and a
+// worker's id live, how an op is named. Built-in rules cover torchvision and torch's DataLoader.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace lotus::model {
+
+struct CodeInfo {
+    std::string name; // qualified name
+    std::string file;
+    int firstlineno = 0;
+};
+
+struct CodeRole {
+    uint32_t flags = 0; // LOTUS_ROLE_* bits for the BPF side
+    uint32_t capture_slot = 0;
+    bool pipeline = false;
+    bool getitem = false;     // its localsplus[1] is a dataset index
+    bool worker_loop = false; // its capture is the DataLoader worker id
+};
+
+class Rules {
+public:
+    // pipeline_classes: extra class-name globs whose __call__ plays Compose's role.
+    explicit Rules(std::vector<std::string> pipeline_classes = {});
+    CodeRole classify(const CodeInfo& code) const;
+    // The op's display name: the class of `self` for methods (also through nn.Module's call wrappers), the
+    // function's name otherwise.
+    std::string op_name(const CodeInfo& code, const std::string* self_type) const;
+
+private:
+    std::vector<std::string> pipeline_classes_;
+};
+
+bool glob_match(const std::string& pattern, const std::string& text);
+
+} // namespace lotus::model

@@ -1,0 +1,68 @@
+#include "cpython_layouts.h"
+
+#include <fmt/format.h>
+
+namespace lotus::target {
+
+namespace {
+
+struct Row {
+    int major, minor;
+    lotus_py_layout layout;
+};
+
+// Offsets for x86_64 builds, from the version's headers (Include/internal/pycore_frame.h, cpython/code.h,
+// cpython/unicodeobject.h, cpython/longintrepr.h, cpython/pystate.h). Each row is exercised by an
+// integration test on a real interpreter of that version.
+constexpr Row kRows[] = {
+    {3, 11,
+     lotus_py_layout{
+         .tstate_cframe = 56,
+         .cframe_current_frame = 8,
+         .tstate_current_frame = -1,
+         .frame_code = 32,
+         .frame_previous = 48,
+         .frame_owner = 69,
+         .frame_localsplus = 72,
+         .owner_cstack = -1,
+         .code_tag_mask = 0,
+         .code_name = 128, // co_qualname
+         .code_filename = 112,
+         .code_firstlineno = 72,
+         .object_type = 8,
+         .type_name = 24,
+         .type_flags = 168,
+         .unicode_state = 32,
+         .unicode_length = 16,
+         .unicode_ascii_data = 48,
+         .unicode_compact_data = 72,
+         .unicode_kind_shift = 2,
+         .unicode_ascii_bit = 6,
+         .long_size = 16,
+         .long_digits = 24,
+         .long_tagged = 0,
+         ._pad = 0,
+     }},
+};
+
+} // namespace
+
+std::string PyVersion::str() const { return fmt::format("{}.{}.{}", major, minor, micro); }
+
+std::optional<lotus_py_layout> layout_for(const PyVersion& v)
+{
+    for (const auto& r : kRows)
+        if (r.major == v.major && r.minor == v.minor)
+            return r.layout;
+    return std::nullopt;
+}
+
+std::string supported_versions()
+{
+    std::string s;
+    for (const auto& r : kRows)
+        s += (s.empty() ? "" : ", ") + fmt::format("{}.{}", r.major, r.minor);
+    return s;
+}
+
+} // namespace lotus::target

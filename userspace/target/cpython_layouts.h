@@ -1,0 +1,20 @@
+// The one place that knows where each CPython version keeps what lotus-bpf reads: a table of rows.
+#pragma once
+#include <optional>
+#include <string>
+
+#include "lotus_abi.h"
+
+namespace lotus::target {
+
+struct PyVersion {
+    int major = 0, minor = 0, micro = 0;
+    std::string str() const;
+};
+
+// The layout for a version, or nullopt when that version is not supported.
+std::optional<lotus_py_layout> layout_for(const PyVersion& v);
+// "3.11" style list of supported versions, for error messages.
+std::string supported_versions();
+
+} // namespace lotus::target

@@ -1,0 +1,163 @@
+#include "elf_file.h"
+
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace lotus::target {
+
+struct ElfFile::Impl {
+    int fd = -1;
+    Elf* elf = nullptr;
+    std::unordered_map<std::string, ElfSymbol> symbols; // .symtab entries override nothing from .dynsym
+    std::vector<GElf_Phdr> loads;
+    std::vector<std::string> needed, runpath, rpath;
+};
+
+static void load_symbols(Elf* elf, Elf_Scn* scn, const GElf_Shdr& sh,
+                         std::unordered_map<std::string, ElfSymbol>& out)
+{
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (!data || sh.sh_entsize == 0)
+        return;
+    size_t n = sh.sh_size / sh.sh_entsize;
+    for (size_t i = 0; i < n; i++) {
+        GElf_Sym sym;
+        if (!gelf_getsym(data, static_cast<int>(i), &sym) || sym.st_shndx == SHN_UNDEF || sym.st_value == 0)
+            continue;
+        const char* name = elf_strptr(elf, sh.sh_link, sym.st_name);
+        if (!name || !*name)
+            continue;
+        int type = GELF_ST_TYPE(sym.st_info);
+        out.try_emplace(name, ElfSymbol{sym.st_value, sym.st_size, type == STT_FUNC || type == STT_GNU_IFUNC});
+    }
+}
+
+ElfFile::ElfFile(const std::string& path) : path_(path), impl_(std::make_unique<Impl>())
+{
+    elf_version(EV_CURRENT);
+    impl_->fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (impl_->fd < 0)
+        throw std::runtime_error("cannot open " + path + ": " + strerror(errno));
+    impl_->elf = elf_begin(impl_->fd, ELF_C_READ_MMAP, nullptr);
+    if (!impl_->elf || elf_kind(impl_->elf) != ELF_K_ELF)
+        throw std::runtime_error(path + " is not an ELF file");
+
+    size_t nph = 0;
+    elf_getphdrnum(impl_->elf, &nph);
+    for (size_t i = 0; i < nph; i++) {
+        GElf_Phdr ph;
+        if (gelf_getphdr(impl_->elf, static_cast<int>(i), &ph) && ph.p_type == PT_LOAD)
+            impl_->loads.push_back(ph);
+    }
+    Elf_Scn* scn = nullptr;
+    while ((scn = elf_nextscn(impl_->elf, scn))) {
+        GElf_Shdr sh;
+        if (!gelf_getshdr(scn, &sh))
+            continue;
+        if (sh.sh_type == SHT_DYNSYM)
+            load_symbols(impl_->elf, scn, sh, impl_->symbols);
+        if (sh.sh_type == SHT_DYNAMIC) {
+            Elf_Data* data = elf_getdata(scn, nullptr);
+            size_t n = sh.sh_entsize ? sh.sh_size / sh.sh_entsize : 0;
+            for (size_t i = 0; data && i < n; i++) {
+                GElf_Dyn dyn;
+                if (!gelf_getdyn(data, static_cast<int>(i), &dyn))
+                    continue;
+                auto str = [&] {
+                    const char* s = elf_strptr(impl_->elf, sh.sh_link, dyn.d_un.d_val);
+                    return std::string(s ? s : "");
+                };
+                auto split = [](const std::string& s) {
+                    std::vector<std::string> parts;
+                    std::stringstream ss(s);
+                    std::string p;
+                    while (std::getline(ss, p, ':'))
+                        if (!p.empty())
+                            parts.push_back(p);
+                    return parts;
+                };
+                if (dyn.d_tag == DT_NEEDED)
+                    impl_->needed.push_back(str());
+                else if (dyn.d_tag == DT_RUNPATH)
+                    impl_->runpath = split(str());
+                else if (dyn.d_tag == DT_RPATH)
+                    impl_->rpath = split(str());
+            }
+        }
+    }
+    // .symtab after .dynsym so dynamic names win; it adds the static functions of unstripped files.
+    scn = nullptr;
+    while ((scn = elf_nextscn(impl_->elf, scn))) {
+        GElf_Shdr sh;
+        if (gelf_getshdr(scn, &sh) && sh.sh_type == SHT_SYMTAB)
+            load_symbols(impl_->elf, scn, sh, impl_->symbols);
+    }
+}
+
+ElfFile::~ElfFile()
+{
+    if (impl_->elf)
+        elf_end(impl_->elf);
+    if (impl_->fd >= 0)
+        close(impl_->fd);
+}
+
+std::optional<ElfSymbol> ElfFile::symbol(const std::string& name) const
+{
+    auto it = impl_->symbols.find(name);
+    if (it == impl_->symbols.end())
+        return std::nullopt;
+    return it->second;
+}
+
+std::optional<uint64_t> ElfFile::file_offset(uint64_t vaddr) const
+{
+    for (const auto& ph : impl_->loads)
+        if (vaddr >= ph.p_vaddr && vaddr < ph.p_vaddr + ph.p_filesz)
+            return vaddr - ph.p_vaddr + ph.p_offset;
+    return std::nullopt;
+}
+
+std::optional<std::vector<uint8_t>> ElfFile::read(uint64_t vaddr, size_t len) const
+{
+    auto off = file_offset(vaddr);
+    if (!off)
+        return std::nullopt;
+    std::vector<uint8_t> buf(len);
+    if (pread(impl_->fd, buf.data(), len, static_cast<off_t>(*off)) != static_cast<ssize_t>(len))
+        return std::nullopt;
+    return buf;
+}
+
+std::vector<std::string> ElfFile::needed() const { return impl_->needed; }
+
+std::vector<std::string> ElfFile::runpath() const
+{
+    return impl_->runpath.empty() ? impl_->rpath : impl_->runpath;
+}
+
+std::optional<std::pair<uint64_t, uint64_t>> ElfFile::section(const std::string& name) const
+{
+    size_t shstrndx = 0;
+    if (elf_getshdrstrndx(impl_->elf, &shstrndx) != 0)
+        return std::nullopt;
+    Elf_Scn* scn = nullptr;
+    while ((scn = elf_nextscn(impl_->elf, scn))) {
+        GElf_Shdr sh;
+        if (!gelf_getshdr(scn, &sh))
+            continue;
+        const char* n = elf_strptr(impl_->elf, shstrndx, sh.sh_name);
+        if (n && name == n)
+            return std::make_pair(uint64_t(sh.sh_offset), uint64_t(sh.sh_size));
+    }
+    return std::nullopt;
+}
+
+} // namespace lotus::target

@@ -1,0 +1,43 @@
+// Symbols, segments and dynamic entries of an ELF file, read with libelf.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace lotus::target {
+
+struct ElfSymbol {
+    uint64_t value = 0; // virtual address in the file's own address space
+    uint64_t size = 0;
+    bool function = false;
+};
+
+class ElfFile {
+public:
+    // Throws std::runtime_error with a one-line reason when the file cannot be opened or is not ELF.
+    explicit ElfFile(const std::string& path);
+    ~ElfFile();
+    ElfFile(const ElfFile&) = delete;
+    ElfFile& operator=(const ElfFile&) = delete;
+
+    const std::string& path() const { return path_; }
+    // Looks in .dynsym, then .symtab.
+    std::optional<ElfSymbol> symbol(const std::string& name) const;
+    // File offset of a virtual address, through the PT_LOAD segments; what a uprobe wants.
+    std::optional<uint64_t> file_offset(uint64_t vaddr) const;
+    // Bytes stored in the file at a virtual address (for constants such as Py_Version).
+    std::optional<std::vector<uint8_t>> read(uint64_t vaddr, size_t len) const;
+    std::vector<std::string> needed() const;  // DT_NEEDED
+    std::vector<std::string> runpath() const; // DT_RUNPATH, else DT_RPATH, split on ':'
+    // The first section of this name: (file offset, size).
+    std::optional<std::pair<uint64_t, uint64_t>> section(const std::string& name) const;
+
+private:
+    struct Impl;
+    std::string path_;
+    std::unique_ptr<Impl> impl_;
+};
+
+} // namespace lotus::target

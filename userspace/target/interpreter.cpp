@@ -1,0 +1,148 @@
+#include "interpreter.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fmt/format.h>
+#include <regex>
+#include <set>
+
+#include "elf_file.h"
+#include "proc_maps.h"
+
+namespace lotus::target {
+
+namespace {
+
+constexpr const char* kEvalSymbol = "_PyEval_EvalFrameDefault";
+
+bool looks_like_libpython(const std::string& path)
+{
+    auto base = std::filesystem::path(path).filename().string();
+    return base.rfind("libpython", 0) == 0 && base.find(".so") != std::string::npos;
+}
+
+// Py_Version (3.11+) is a constant in the file; older versions are named by their file (python3.10,
+// libpython3.10.so). Returns nullopt if neither tells.
+std::optional<PyVersion> version_of(const ElfFile& elf)
+{
+    if (auto sym = elf.symbol("Py_Version")) {
+        if (auto bytes = elf.read(sym->value, 4)) {
+            uint32_t hex = (*bytes)[0] | (*bytes)[1] << 8 | (*bytes)[2] << 16 | uint32_t((*bytes)[3]) << 24;
+            return PyVersion{int(hex >> 24 & 0xff), int(hex >> 16 & 0xff), int(hex >> 8 & 0xff)};
+        }
+    }
+    static const std::regex re(R"(python(\d)\.(\d+))");
+    std::smatch m;
+    std::string base = std::filesystem::path(elf.path()).filename().string();
+    if (std::regex_search(base, m, re))
+        return PyVersion{std::stoi(m[1]), std::stoi(m[2]), 0};
+    return std::nullopt;
+}
+
+bool is_python(const ElfFile& elf)
+{
+    return elf.symbol("Py_Initialize") || elf.symbol(kEvalSymbol);
+}
+
+Interpreter describe(const ElfFile& elf, bool shared, const std::string& who)
+{
+    auto version = version_of(elf);
+    if (!version)
+        throw TargetError(fmt::format("{}: cannot tell the CPython version of {}", who, elf.path()));
+    auto layout = layout_for(*version);
+    auto eval = elf.symbol(kEvalSymbol);
+    if (!layout || !eval)
+        throw TargetError(fmt::format("{}: CPython {}.{} is not supported (supported: {})", who, version->major,
+                                      version->minor, supported_versions()));
+    auto off = elf.file_offset(eval->value);
+    if (!off)
+        throw TargetError(fmt::format("{}: {} has no file offset for {}", who, elf.path(), kEvalSymbol));
+    return Interpreter{elf.path(), shared, *version, *off, *layout};
+}
+
+} // namespace
+
+Interpreter find_interpreter(int pid)
+{
+    std::string who = fmt::format("PID {}", pid);
+    if (!process_exists(pid))
+        throw TargetError(fmt::format("no such process: {}", pid));
+    std::vector<Mapping> maps;
+    try {
+        maps = read_maps(pid);
+    } catch (const std::exception&) {
+        throw TargetError(fmt::format("{}: cannot read /proc/{}/maps (not permitted?)", who, pid));
+    }
+    std::string root = fmt::format("/proc/{}/root", pid);
+    std::string exe;
+    {
+        char buf[4096];
+        ssize_t n = readlink(fmt::format("/proc/{}/exe", pid).c_str(), buf, sizeof(buf) - 1);
+        if (n > 0)
+            exe.assign(buf, static_cast<size_t>(n));
+    }
+    // The executable first (static interpreters), then any libpython it mapped.
+    std::vector<std::string> candidates;
+    if (!exe.empty())
+        candidates.push_back(exe);
+    std::set<std::string> seen;
+    for (const auto& m : maps)
+        if (!m.path.empty() && m.path[0] == '/' && looks_like_libpython(m.path) && seen.insert(m.path).second)
+            candidates.push_back(m.path);
+    for (const auto& path : candidates) {
+        std::string local = root + path;
+        std::unique_ptr<ElfFile> elf;
+        try {
+            elf = std::make_unique<ElfFile>(local);
+        } catch (const std::exception&) {
+            continue;
+        }
+        if (is_python(*elf))
+            return describe(*elf, path != exe, who);
+    }
+    throw TargetError(fmt::format("{} ({}) is not a CPython process", who, read_comm(pid)));
+}
+
+Interpreter find_interpreter_in_executable(const std::string& exe_path, const std::string& ld_library_path)
+{
+    std::unique_ptr<ElfFile> exe;
+    try {
+        exe = std::make_unique<ElfFile>(exe_path);
+    } catch (const std::exception& e) {
+        throw TargetError(fmt::format("{}: {}", exe_path, e.what()));
+    }
+    if (is_python(*exe))
+        return describe(*exe, false, exe_path);
+    // A shared libpython: search where the dynamic loader would (RUNPATH with $ORIGIN, LD_LIBRARY_PATH,
+    // the system directories).
+    std::vector<std::string> dirs;
+    std::string origin = std::filesystem::path(exe_path).parent_path().string();
+    for (auto d : exe->runpath()) {
+        if (auto p = d.find("$ORIGIN"); p != std::string::npos)
+            d.replace(p, 7, origin);
+        dirs.push_back(d);
+    }
+    std::stringstream ss(ld_library_path);
+    for (std::string d; std::getline(ss, d, ':');)
+        if (!d.empty())
+            dirs.push_back(d);
+    for (const char* d : {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/usr/local/lib", "/lib", "/usr/lib"})
+        dirs.push_back(d);
+    for (const auto& lib : exe->needed()) {
+        if (!looks_like_libpython(lib))
+            continue;
+        for (const auto& d : dirs) {
+            std::string p = d + "/" + lib;
+            if (access(p.c_str(), R_OK) != 0)
+                continue;
+            ElfFile elf(std::filesystem::canonical(p).string());
+            if (is_python(elf))
+                return describe(elf, true, exe_path);
+        }
+    }
+    throw TargetError(fmt::format("{} is not a CPython interpreter", exe_path));
+}
+
+} // namespace lotus::target

@@ -1,0 +1,29 @@
+// Finding the CPython interpreter of a process (or of an executable about to run) and its version.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "cpython_layouts.h"
+
+namespace lotus::target {
+
+// A one-line reason why a target cannot be traced.
+struct TargetError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+struct Interpreter {
+    std::string object_path;  // the ELF that holds the evaluator (executable or libpython), openable by us
+    bool shared = false;      // true when it is a libpython shared object
+    PyVersion version;
+    uint64_t eval_offset = 0; // file offset of _PyEval_EvalFrameDefault, for the uprobe
+    lotus_py_layout layout{};
+};
+
+// From /proc/PID/maps. Throws TargetError.
+Interpreter find_interpreter(int pid);
+// From an executable file and the library search path it would run with. Throws TargetError.
+Interpreter find_interpreter_in_executable(const std::string& exe_path, const std::string& ld_library_path);
+
+} // namespace lotus::target
