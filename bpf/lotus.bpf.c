@@ -330,13 +330,13 @@ int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
             f = read_ptr(f + layout.frame_previous);
         }
     }
+    describe_type(tgid, self_type); /* before the entry, so user space can name the op when it sees it */
     if (bpf_ringbuf_output(&events, e, sizeof(*e), 0) == 0) {
         count(1);
         ts->emitted |= bit;
     } else {
         count(0);
     }
-    describe_type(tgid, self_type);
     return 0;
 }
 

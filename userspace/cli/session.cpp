@@ -120,7 +120,7 @@ int run_session(const Options& opts)
             launcher->release();
         if (!opts.quiet)
             fmt::print(stderr, "lotus-bpf: tracing PID {} (CPython {}, {}) and {} descendant(s); Ctrl-C to stop\n",
-                       root, interp.version.str(), interp.object_path, initial - 1);
+                       root, interp.version.str(), interp.target_path, initial - 1);
 
         bool tty = isatty(STDERR_FILENO) && !opts.quiet;
         uint64_t last_status = 0;
@@ -169,7 +169,7 @@ int run_session(const Options& opts)
             {"tool", "\"lotus-bpf " LOTUS_VERSION "\""},
             {"target_pid", std::to_string(root)},
             {"python", exporter::json_string(interp.version.str())},
-            {"interpreter", exporter::json_string(interp.object_path)},
+            {"interpreter", exporter::json_string(interp.target_path)},
             {"events", std::to_string(stats.submitted)},
             {"lost_events", std::to_string(stats.lost)},
             {"incomplete_spans", std::to_string(c.incomplete + c.lost_returns)},

@@ -171,15 +171,10 @@ void Engine::on_entry(const lotus_py_entry& e)
         counters_.unknown_code++;
         return;
     }
-    auto& st = state_[e.h.tgid];
     bool in_sample = !stack.empty() && stack.back().kind == SpanKind::Sample && stack.back().depth + 1 == e.depth;
     if (in_sample) {
-        const auto& code = st.codes[e.code];
-        auto type = st.types.find(e.self_type);
-        const std::string* self_type = type == st.types.end() ? nullptr : &type->second;
         const Open& sample = stack.back();
-        stack.push_back(Open{SpanKind::Op, e.depth, e.h.ts_ns, rules_.op_name(code, self_type), sample.sample,
-                             sample.sample_id});
+        stack.push_back(Open{SpanKind::Op, e.depth, e.h.ts_ns, e.code, e.self_type, sample.sample, sample.sample_id});
         return;
     }
     for (uint32_t i = 0; i < e.capture_count && i < LOTUS_MAX_CAPTURES; i++) {
@@ -199,17 +194,22 @@ void Engine::on_entry(const lotus_py_entry& e)
             break;
         }
     }
-    stack.push_back(Open{SpanKind::Sample, e.depth, e.h.ts_ns, "sample", index, ++sample_seq_});
+    stack.push_back(Open{SpanKind::Sample, e.depth, e.h.ts_ns, e.code, 0, index, ++sample_seq_});
+}
+
+std::string Engine::op_name(uint32_t tgid, uint64_t code, uint64_t self_type)
+{
+    auto& st = state_[tgid];
+    auto type = st.types.find(self_type);
+    return rules_.op_name(st.codes[code], type == st.types.end() ? nullptr : &type->second);
 }
 
 void Engine::on_return(const lotus_py_return& r)
 {
     counters_.returns++;
     auto it = stacks_.find(r.h.tid);
-    if (it == stacks_.end()) {
-        counters_.orphan_returns++;
+    if (it == stacks_.end())
         return;
-    }
     auto& stack = it->second;
     while (!stack.empty() && stack.back().depth > r.depth) {
         counters_.lost_returns++;
@@ -221,7 +221,7 @@ void Engine::on_return(const lotus_py_return& r)
     stack.pop_back();
     Span s;
     s.kind = o.kind;
-    s.name = std::move(o.name);
+    s.name = o.kind == SpanKind::Sample ? "sample" : op_name(r.h.tgid, o.code, o.self_type);
     s.pid = r.h.tgid;
     s.tid = r.h.tid;
     s.start_ns = o.start_ns;

@@ -18,7 +18,6 @@ struct EngineCounters {
     uint64_t entries = 0, returns = 0;
     uint64_t malformed = 0;       // records too short or of unknown type
     uint64_t lost_returns = 0;    // open spans closed by a shallower event: their return never arrived
-    uint64_t orphan_returns = 0;  // returns with no open span at that depth
     uint64_t incomplete = 0;      // spans still open when their thread or the stream ended
     uint64_t unknown_code = 0;    // entries whose code object was never described
 };
@@ -48,7 +47,8 @@ private:
         SpanKind kind;
         uint32_t depth;
         uint64_t start_ns;
-        std::string name;
+        uint64_t code;      // ops are named at their return, when the TYPE record of self has surely arrived
+        uint64_t self_type;
         int64_t sample;
         uint64_t sample_id;
     };
@@ -64,6 +64,7 @@ private:
     void on_process(const lotus_proc_event& p);
     void close_thread(uint32_t tid);
     const CodeRole* role(uint32_t tgid, uint64_t code);
+    std::string op_name(uint32_t tgid, uint64_t code, uint64_t self_type);
     ProcessInfo& process(uint32_t pid);
 
     const Rules& rules_;

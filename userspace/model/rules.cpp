@@ -61,7 +61,13 @@ std::string Rules::op_name(const CodeInfo& code, const std::string* self_type) c
         return dot == std::string::npos ? *self_type : self_type->substr(dot + 1);
     }
     auto dot = code.name.rfind('.');
-    return dot == std::string::npos ? code.name : code.name.substr(dot + 1);
+    if (dot == std::string::npos)
+        return code.name;
+    if (method) { // the class that defines the method, when self's type could not be read
+        auto prev = code.name.rfind('.', dot - 1);
+        return code.name.substr(prev == std::string::npos ? 0 : prev + 1, dot - (prev == std::string::npos ? 0 : prev + 1));
+    }
+    return code.name.substr(dot + 1);
 }
 
 } // namespace lotus::model

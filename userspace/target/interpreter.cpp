@@ -59,7 +59,7 @@ Interpreter describe(const ElfFile& elf, bool shared, const std::string& who)
     auto off = elf.file_offset(eval->value);
     if (!off)
         throw TargetError(fmt::format("{}: {} has no file offset for {}", who, elf.path(), kEvalSymbol));
-    return Interpreter{elf.path(), shared, *version, *off, *layout};
+    return Interpreter{elf.path(), elf.path(), shared, *version, *off, *layout};
 }
 
 } // namespace
@@ -99,8 +99,11 @@ Interpreter find_interpreter(int pid)
         } catch (const std::exception&) {
             continue;
         }
-        if (is_python(*elf))
-            return describe(*elf, path != exe, who);
+        if (is_python(*elf)) {
+            auto interp = describe(*elf, path != exe, who);
+            interp.target_path = path;
+            return interp;
+        }
     }
     throw TargetError(fmt::format("{} ({}) is not a CPython process", who, read_comm(pid)));
 }

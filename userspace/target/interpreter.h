@@ -15,6 +15,7 @@ struct TargetError : std::runtime_error {
 
 struct Interpreter {
     std::string object_path;  // the ELF that holds the evaluator (executable or libpython), openable by us
+    std::string target_path;  // the same file as the target names it (differs inside containers)
     bool shared = false;      // true when it is a libpython shared object
     PyVersion version;
     uint64_t eval_offset = 0; // file offset of _PyEval_EvalFrameDefault, for the uprobe

@@ -1,0 +1,114 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <zlib.h>
+
+#include "export/chrome_trace.h"
+#include "export/json.h"
+#include "export/output_file.h"
+
+using namespace lotus;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path temp_path(const std::string& name)
+{
+    return fs::temp_directory_path() / (std::to_string(getpid()) + "-" + name);
+}
+
+model::Span span(model::SpanKind k, const std::string& name, uint64_t start, uint64_t end, int64_t sample)
+{
+    model::Span s;
+    s.kind = k;
+    s.name = name;
+    s.pid = 7;
+    s.tid = 8;
+    s.start_ns = start;
+    s.end_ns = end;
+    s.sample = sample;
+    s.sample_id = 1;
+    return s;
+}
+
+std::string write_trace(const fs::path& path)
+{
+    {
+        exporter::OutputFile out(path.string());
+        exporter::ChromeTraceWriter w(out, 1'000'000);
+        w.span(span(model::SpanKind::Op, "Random\"Crop\n", 1'500'000, 1'502'500, 3));
+        w.span(span(model::SpanKind::Sample, "sample", 1'400'000, 1'600'000, -1));
+        std::map<uint32_t, model::ProcessInfo> procs;
+        procs[7].pid = 7;
+        procs[7].worker_id = 1;
+        w.finish(procs, {{"lost_events", "0"}});
+        out.close();
+    }
+    std::string text;
+    gzFile f = gzopen(path.c_str(), "rb"); // reads plain files too
+    char buf[4096];
+    int n;
+    while ((n = gzread(f, buf, sizeof(buf))) > 0)
+        text.append(buf, static_cast<size_t>(n));
+    gzclose(f);
+    return text;
+}
+
+} // namespace
+
+TEST(ChromeTrace, ValidJsonWithRelativeMicroseconds)
+{
+    auto path = temp_path("trace.json");
+    auto doc = nlohmann::json::parse(write_trace(path));
+    fs::remove(path);
+    auto& ev = doc["traceEvents"];
+    ASSERT_TRUE(ev.is_array());
+    const auto& op = ev[0];
+    EXPECT_EQ(op["ph"], "X");
+    EXPECT_EQ(op["cat"], "op");
+    EXPECT_EQ(op["name"], "Random\"Crop\n");
+    EXPECT_DOUBLE_EQ(op["ts"].get<double>(), 500.0);
+    EXPECT_DOUBLE_EQ(op["dur"].get<double>(), 2.5);
+    EXPECT_EQ(op["args"]["sample"], 3);
+    EXPECT_EQ(ev[1]["cat"], "sample");
+    EXPECT_FALSE(ev[1]["args"].contains("sample")); // unknown index is left out, not -1
+    bool named = false;
+    for (const auto& e : ev)
+        if (e["ph"] == "M" && e["name"] == "process_name")
+            named = e["args"]["name"] == "worker 1 (pid 7)";
+    EXPECT_TRUE(named);
+    EXPECT_EQ(doc["otherData"]["lost_events"], 0);
+}
+
+TEST(ChromeTrace, GzipWhenNameEndsInGz)
+{
+    auto path = temp_path("trace.json.gz");
+    auto text = write_trace(path);
+    std::ifstream raw(path, std::ios::binary);
+    unsigned char magic[2] = {};
+    raw.read(reinterpret_cast<char*>(magic), 2);
+    fs::remove(path);
+    EXPECT_EQ(magic[0], 0x1f);
+    EXPECT_EQ(magic[1], 0x8b);
+    EXPECT_TRUE(nlohmann::json::accept(text));
+}
+
+TEST(OutputFile, UnwritablePathFailsWithOneLine)
+{
+    try {
+        exporter::check_writable("/nonexistent-dir/trace.json");
+        FAIL() << "no exception";
+    } catch (const std::runtime_error& e) {
+        std::string msg = e.what();
+        EXPECT_NE(msg.find("/nonexistent-dir/trace.json"), std::string::npos);
+        EXPECT_EQ(msg.find('\n'), std::string::npos);
+    }
+    EXPECT_THROW(exporter::check_writable(fs::temp_directory_path().string()), std::runtime_error);
+}
+
+TEST(Json, EscapesControlAndNonAsciiBytes)
+{
+    EXPECT_EQ(exporter::json_string("a\"b\\c\x01\xff"), "\"a\\\"b\\\\c\\u0001\\u00ff\"");
+}

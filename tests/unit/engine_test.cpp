@@ -1,0 +1,246 @@
+// The reconstruction engine driven by synthetic event streams: no BPF involved.
+#include <gtest/gtest.h>
+
+#include "event_builder.h"
+#include "model/engine.h"
+
+using namespace lotus;
+using model::Span;
+using model::SpanKind;
+
+namespace {
+
+constexpr uint32_t P = 100, W = 101;
+constexpr uint64_t COMPOSE = 0x1000, GETITEM = 0x2000, CALL_IMPL = 0x3000, TOTENSOR_CALL = 0x4000,
+                   WORKER_LOOP = 0x5000, FORWARD = 0x6000, UNDESCRIBED = 0x7000;
+constexpr uint64_t T_CROP = 0x10, T_TOTENSOR = 0x20;
+
+struct Fixture : ::testing::Test {
+    model::Rules rules;
+    std::vector<Span> spans;
+    std::vector<std::tuple<uint32_t, uint64_t, uint32_t>> roles;
+    model::Engine engine{rules, [this](const Span& s) { spans.push_back(s); },
+                         [this](uint32_t t, uint64_t c, const model::CodeRole& r) { roles.emplace_back(t, c, r.flags); }};
+    test::EventBuilder ev{engine};
+
+    void describe(uint32_t tgid)
+    {
+        ev.code(tgid, COMPOSE, "Compose.__call__", "/x/torchvision/transforms/transforms.py");
+        ev.code(tgid, GETITEM, "DatasetFolder.__getitem__");
+        ev.code(tgid, CALL_IMPL, "Module._call_impl");
+        ev.code(tgid, TOTENSOR_CALL, "ToTensor.__call__");
+        ev.code(tgid, FORWARD, "RandomResizedCrop.forward");
+        ev.code(tgid, WORKER_LOOP, "_worker_loop", "/usr/lib/python3/dist-packages/torch/utils/data/_utils/worker.py");
+        ev.type(tgid, T_CROP, "RandomResizedCrop");
+        ev.type(tgid, T_TOTENSOR, "ToTensor");
+    }
+    // One sample: Compose at depth d with two ops, timestamps from t.
+    void sample(uint32_t tgid, uint32_t tid, uint64_t t, uint32_t d, int64_t index)
+    {
+        ev.entry(tgid, tid, t, d, COMPOSE, 0, {{GETITEM, index}});
+        ev.entry(tgid, tid, t + 10, d + 1, CALL_IMPL, T_CROP, {{COMPOSE, LOTUS_NO_VALUE}});
+        ev.entry(tgid, tid, t + 12, d + 2, FORWARD, T_CROP, {{CALL_IMPL, LOTUS_NO_VALUE}});
+        ev.ret(tgid, tid, t + 50, d + 2);
+        ev.ret(tgid, tid, t + 60, d + 1);
+        ev.entry(tgid, tid, t + 70, d + 1, TOTENSOR_CALL, T_TOTENSOR, {{COMPOSE, LOTUS_NO_VALUE}});
+        ev.ret(tgid, tid, t + 90, d + 1);
+        ev.ret(tgid, tid, t + 100, d);
+    }
+    std::vector<Span> of(SpanKind k) const
+    {
+        std::vector<Span> out;
+        for (const auto& s : spans)
+            if (s.kind == k)
+                out.push_back(s);
+        return out;
+    }
+};
+
+} // namespace
+
+TEST_F(Fixture, SampleWithOpsNestsAndNamesOpsAfterTheirClass)
+{
+    describe(P);
+    sample(P, P, 1000, 3, 42);
+    ASSERT_EQ(spans.size(), 3u);
+    auto ops = of(SpanKind::Op);
+    ASSERT_EQ(ops.size(), 2u);
+    EXPECT_EQ(ops[0].name, "RandomResizedCrop");
+    EXPECT_EQ(ops[0].start_ns, 1010u);
+    EXPECT_EQ(ops[0].end_ns, 1060u);
+    EXPECT_EQ(ops[1].name, "ToTensor");
+    auto samples = of(SpanKind::Sample);
+    ASSERT_EQ(samples.size(), 1u);
+    EXPECT_EQ(samples[0].sample, 42);
+    EXPECT_EQ(samples[0].start_ns, 1000u);
+    EXPECT_EQ(samples[0].end_ns, 1100u);
+    for (const auto& op : ops) {
+        EXPECT_EQ(op.sample, 42);
+        EXPECT_EQ(op.sample_id, samples[0].sample_id);
+        EXPECT_GE(op.start_ns, samples[0].start_ns);
+        EXPECT_LE(op.end_ns, samples[0].end_ns);
+    }
+    EXPECT_EQ(engine.processes().at(P).samples, 1u);
+    EXPECT_TRUE(engine.pipeline_seen());
+}
+
+TEST_F(Fixture, RolesAreReportedForEveryDescribedCode)
+{
+    describe(P);
+    ASSERT_EQ(roles.size(), 6u);
+    auto flags_of = [&](uint64_t code) {
+        for (auto& [t, c, f] : roles)
+            if (c == code)
+                return f;
+        return 0u;
+    };
+    EXPECT_TRUE(flags_of(COMPOSE) & LOTUS_ROLE_PIPELINE);
+    EXPECT_FALSE(flags_of(COMPOSE) & LOTUS_ROLE_SKIP);
+    EXPECT_TRUE(flags_of(CALL_IMPL) & LOTUS_ROLE_SKIP);
+    EXPECT_TRUE(flags_of(WORKER_LOOP) & LOTUS_ROLE_CAPTURE);
+}
+
+TEST_F(Fixture, InterleavedThreadsKeepTheirOwnStacks)
+{
+    describe(P);
+    constexpr uint32_t T2 = 555;
+    ev.entry(P, P, 100, 0, COMPOSE, 0, {{GETITEM, 1}});
+    ev.entry(P, T2, 105, 0, COMPOSE, 0, {{GETITEM, 2}});
+    ev.entry(P, P, 110, 1, TOTENSOR_CALL, T_TOTENSOR);
+    ev.entry(P, T2, 115, 1, CALL_IMPL, T_CROP);
+    ev.ret(P, P, 120, 1);
+    ev.ret(P, T2, 125, 1);
+    ev.ret(P, T2, 130, 0);
+    ev.ret(P, P, 140, 0);
+    auto ops = of(SpanKind::Op);
+    ASSERT_EQ(ops.size(), 2u);
+    EXPECT_EQ(ops[0].name, "ToTensor");
+    EXPECT_EQ(ops[0].tid, P);
+    EXPECT_EQ(ops[0].sample, 1);
+    EXPECT_EQ(ops[1].name, "RandomResizedCrop");
+    EXPECT_EQ(ops[1].tid, T2);
+    EXPECT_EQ(ops[1].sample, 2);
+    EXPECT_EQ(of(SpanKind::Sample).size(), 2u);
+}
+
+TEST_F(Fixture, MissingReturnIsNeverInventedAndCounted)
+{
+    describe(P);
+    ev.entry(P, P, 100, 5, COMPOSE, 0, {{GETITEM, 7}});
+    ev.entry(P, P, 110, 6, TOTENSOR_CALL, T_TOTENSOR);
+    // the op's return was lost: the sample's return arrives
+    ev.ret(P, P, 200, 5);
+    ASSERT_EQ(spans.size(), 1u);
+    EXPECT_EQ(spans[0].kind, SpanKind::Sample);
+    EXPECT_EQ(engine.counters().lost_returns, 1u);
+    // next sample at the same depth while the previous one never returned
+    ev.entry(P, P, 300, 5, COMPOSE, 0, {{GETITEM, 8}});
+    ev.entry(P, P, 400, 5, COMPOSE, 0, {{GETITEM, 9}});
+    ev.ret(P, P, 500, 5);
+    ASSERT_EQ(of(SpanKind::Sample).size(), 2u);
+    EXPECT_EQ(of(SpanKind::Sample)[1].sample, 9);
+    EXPECT_EQ(engine.counters().lost_returns, 2u);
+}
+
+TEST_F(Fixture, DroppedPipelineEntryLeavesItsOpsOut)
+{
+    describe(P);
+    // Compose's entry record was dropped: ops arrive with no open sample.
+    ev.entry(P, P, 110, 4, TOTENSOR_CALL, T_TOTENSOR);
+    ev.ret(P, P, 120, 4);
+    ev.ret(P, P, 130, 3);
+    EXPECT_TRUE(spans.empty());
+}
+
+TEST_F(Fixture, OpenSpansAtTheEndAreIncompleteNotEmitted)
+{
+    describe(P);
+    ev.entry(P, P, 100, 0, COMPOSE, 0, {{GETITEM, 1}});
+    ev.entry(P, P, 110, 1, TOTENSOR_CALL, T_TOTENSOR);
+    engine.finish();
+    EXPECT_TRUE(spans.empty());
+    EXPECT_EQ(engine.counters().incomplete, 2u);
+}
+
+TEST_F(Fixture, UndescribedCodeIsSkipped)
+{
+    describe(P);
+    ev.entry(P, P, 100, 0, UNDESCRIBED);
+    ev.ret(P, P, 110, 0);
+    EXPECT_TRUE(spans.empty());
+    EXPECT_EQ(engine.counters().unknown_code, 1u);
+}
+
+TEST_F(Fixture, IndexIsUnknownWhenNoGetitemInChain)
+{
+    describe(P);
+    ev.entry(P, P, 100, 0, COMPOSE, 0, {{CALL_IMPL, 3}});
+    ev.ret(P, P, 110, 0);
+    ASSERT_EQ(spans.size(), 1u);
+    EXPECT_EQ(spans[0].sample, -1);
+}
+
+TEST_F(Fixture, WorkerIdComesFromWorkerLoopCaptureAndForkInheritsCodes)
+{
+    engine.add_process(P, 0, true);
+    describe(P);
+    ev.proc(LOTUS_EV_FORK, W, P);
+    // The child was never described anything: it knows its parent's code objects.
+    ev.entry(W, W, 100, 0, COMPOSE, 0, {{GETITEM, 11}}, {{WORKER_LOOP, 3}});
+    ev.ret(W, W, 200, 0);
+    ASSERT_EQ(spans.size(), 1u);
+    const auto& w = engine.processes().at(W);
+    EXPECT_EQ(w.parent, P);
+    EXPECT_EQ(w.worker_id, 3);
+    EXPECT_EQ(w.label(), "worker 3");
+    EXPECT_EQ(engine.processes().at(P).label(), "main");
+    ev.proc(LOTUS_EV_EXIT, W, 0);
+    EXPECT_TRUE(engine.processes().at(W).exited);
+}
+
+TEST_F(Fixture, ExecForgetsTheOldImage)
+{
+    describe(P);
+    ev.proc(LOTUS_EV_EXEC, P, 0);
+    ev.entry(P, P, 100, 0, COMPOSE, 0, {{GETITEM, 1}});
+    ev.ret(P, P, 110, 0);
+    EXPECT_TRUE(spans.empty());
+}
+
+TEST_F(Fixture, ExitClosesOpenSpansOfThatProcess)
+{
+    describe(P);
+    ev.entry(P, P, 100, 0, COMPOSE, 0, {{GETITEM, 1}});
+    ev.proc(LOTUS_EV_EXIT, P, 0);
+    EXPECT_EQ(engine.counters().incomplete, 1u);
+    engine.finish();
+    EXPECT_EQ(engine.counters().incomplete, 1u);
+}
+
+TEST_F(Fixture, MalformedRecordsAreCountedNotTrusted)
+{
+    uint32_t junk = LOTUS_EV_PY_ENTRY;
+    engine.consume(&junk, sizeof(junk));
+    lotus_event_header h{999, 1, 1, 0, 0};
+    engine.consume(&h, sizeof(h));
+    lotus_event_header short_entry{LOTUS_EV_PY_ENTRY, 1, 1, 0, 0};
+    engine.consume(&short_entry, sizeof(short_entry));
+    EXPECT_EQ(engine.counters().malformed, 3u);
+    EXPECT_TRUE(spans.empty());
+}
+
+TEST_F(Fixture, ManySamplesAcrossTwoWorkers)
+{
+    describe(P);
+    ev.proc(LOTUS_EV_FORK, W, P);
+    ev.proc(LOTUS_EV_FORK, W + 1, P);
+    for (int i = 0; i < 50; i++) {
+        sample(W, W, 1000 + i * 1000, 7, i * 2);
+        sample(W + 1, W + 1, 1500 + i * 1000, 7, i * 2 + 1);
+    }
+    EXPECT_EQ(of(SpanKind::Sample).size(), 100u);
+    EXPECT_EQ(of(SpanKind::Op).size(), 200u);
+    EXPECT_EQ(engine.processes().at(W).samples, 50u);
+    EXPECT_EQ(engine.processes().at(W + 1).samples, 50u);
+    EXPECT_EQ(engine.counters().lost_returns, 0u);
+}

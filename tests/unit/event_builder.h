@@ -1,0 +1,28 @@
+// Builds synthetic lotus_abi.h records for engine tests, as the BPF programs would write them.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lotus_abi.h"
+#include "model/engine.h"
+
+namespace lotus::test {
+
+class EventBuilder {
+public:
+    explicit EventBuilder(model::Engine& engine) : engine_(engine) {}
+    void code(uint32_t tgid, uint64_t code, const std::string& name, const std::string& file = "x.py");
+    void type(uint32_t tgid, uint64_t type, const std::string& name);
+    // chain: caller code objects, innermost first, with their localsplus[1] ints.
+    void entry(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t depth, uint64_t code, uint64_t self_type = 0,
+               std::vector<std::pair<uint64_t, int64_t>> chain = {},
+               std::vector<std::pair<uint64_t, int64_t>> captures = {});
+    void ret(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t depth);
+    void proc(uint32_t type, uint32_t tgid, uint32_t parent);
+
+private:
+    model::Engine& engine_;
+};
+
+} // namespace lotus::test

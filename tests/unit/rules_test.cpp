@@ -1,0 +1,55 @@
+#include <gtest/gtest.h>
+
+#include "lotus_abi.h"
+#include "model/rules.h"
+
+using lotus::model::CodeInfo;
+using lotus::model::Rules;
+
+TEST(Rules, ComposeIsAPipeline)
+{
+    Rules r;
+    auto role = r.classify({"Compose.__call__", "/torchvision/transforms/transforms.py", 90});
+    EXPECT_TRUE(role.pipeline);
+    EXPECT_TRUE(role.flags & LOTUS_ROLE_PIPELINE);
+    EXPECT_FALSE(role.flags & LOTUS_ROLE_SKIP);
+}
+
+TEST(Rules, UserPipelineGlobs)
+{
+    Rules r({"My*Pipeline"});
+    EXPECT_TRUE(r.classify({"MyImagePipeline.__call__", "a.py", 1}).pipeline);
+    EXPECT_FALSE(r.classify({"MyImagePipeline.run", "a.py", 1}).pipeline);
+    EXPECT_TRUE(r.classify({"Compose.__call__", "a.py", 1}).pipeline);
+}
+
+TEST(Rules, WorkerLoopCapturesWorkerId)
+{
+    Rules r;
+    auto role = r.classify({"_worker_loop", "/usr/lib/python3/dist-packages/torch/utils/data/_utils/worker.py", 1});
+    EXPECT_TRUE(role.worker_loop);
+    EXPECT_TRUE(role.flags & LOTUS_ROLE_CAPTURE);
+    EXPECT_EQ(role.capture_slot, 10u);
+    EXPECT_FALSE(r.classify({"_worker_loop", "/home/me/mine.py", 1}).worker_loop);
+}
+
+TEST(Rules, GetitemAndOthers)
+{
+    Rules r;
+    EXPECT_TRUE(r.classify({"DatasetFolder.__getitem__", "f.py", 1}).getitem);
+    auto other = r.classify({"Module._call_impl", "f.py", 1});
+    EXPECT_TRUE(other.flags & LOTUS_ROLE_SKIP);
+    EXPECT_TRUE(other.flags & LOTUS_ROLE_CLASSIFIED);
+}
+
+TEST(Rules, OpNames)
+{
+    Rules r;
+    std::string crop = "RandomResizedCrop", builtin = "torchvision.Thing";
+    EXPECT_EQ(r.op_name({"Module._call_impl", "", 0}, &crop), "RandomResizedCrop");
+    EXPECT_EQ(r.op_name({"Module._wrapped_call_impl", "", 0}, &crop), "RandomResizedCrop");
+    EXPECT_EQ(r.op_name({"Lambda.__call__", "", 0}, &builtin), "Thing");
+    EXPECT_EQ(r.op_name({"ToTensor.__call__", "", 0}, nullptr), "ToTensor");
+    EXPECT_EQ(r.op_name({"resize", "", 0}, &crop), "resize");
+    EXPECT_EQ(r.op_name({"make.<locals>.f", "", 0}, &crop), "f");
+}
