@@ -75,6 +75,14 @@ static __always_inline void count(__u32 idx)
         __sync_fetch_and_add(c, 1);
 }
 
+/* Waking the consumer on every record costs the traced thread an irq_work (several us on a busy CPU):
+ * wake it only once a batch has accumulated; it also polls on a short timeout. */
+#define WAKEUP_BYTES (256 << 10)
+static __always_inline __u64 submit_flags(void)
+{
+    return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
 static __always_inline void *reserve(__u64 size)
 {
     void *e = bpf_ringbuf_reserve(&events, size, 0);
@@ -154,7 +162,7 @@ __noinline __u32 role_of(__u32 tgid, __u64 code)
     e->file[0] = 0;
     e->name_kind = read_unicode(read_ptr(code + layout.code_name), e->name, sizeof(e->name));
     e->file_kind = read_unicode(read_ptr(code + layout.code_filename), e->file, sizeof(e->file));
-    bpf_ringbuf_submit(e, 0);
+    bpf_ringbuf_submit(e, submit_flags());
     return 0;
 }
 
@@ -187,7 +195,7 @@ __noinline int describe_type(__u32 tgid, __u64 type)
     }
     __u8 one = 1;
     bpf_map_update_elem(&lotus_types, &key, &one, BPF_ANY);
-    bpf_ringbuf_submit(e, 0);
+    bpf_ringbuf_submit(e, submit_flags());
     return 1;
 }
 
@@ -331,7 +339,7 @@ int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
         }
     }
     describe_type(tgid, self_type); /* before the entry, so user space can name the op when it sees it */
-    if (bpf_ringbuf_output(&events, e, sizeof(*e), 0) == 0) {
+    if (bpf_ringbuf_output(&events, e, sizeof(*e), submit_flags()) == 0) {
         count(1);
         ts->emitted |= bit;
     } else {
@@ -362,7 +370,7 @@ int BPF_KRETPROBE(py_return)
     fill_header(&e->h, LOTUS_EV_PY_RETURN);
     e->depth = depth;
     e->_pad = 0;
-    bpf_ringbuf_submit(e, 0);
+    bpf_ringbuf_submit(e, submit_flags());
     return 0;
 }
 
@@ -386,7 +394,7 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
     e->h.tid = BPF_CORE_READ(child, pid);
     e->parent_tgid = ptgid;
     e->_pad = 0;
-    bpf_ringbuf_submit(e, 0);
+    bpf_ringbuf_submit(e, submit_flags());
     return 0;
 }
 
@@ -402,7 +410,7 @@ int BPF_PROG(on_exec, struct task_struct *task, pid_t old_pid, struct linux_binp
     fill_header(&e->h, LOTUS_EV_EXEC);
     e->parent_tgid = 0;
     e->_pad = 0;
-    bpf_ringbuf_submit(e, 0);
+    bpf_ringbuf_submit(e, submit_flags());
     return 0;
 }
 
@@ -424,6 +432,6 @@ int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
     e->h.tgid = tgid;
     e->parent_tgid = BPF_CORE_READ(task, exit_code);
     e->_pad = 0;
-    bpf_ringbuf_submit(e, 0);
+    bpf_ringbuf_submit(e, submit_flags());
     return 0;
 }

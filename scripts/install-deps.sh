@@ -4,7 +4,7 @@ set -euo pipefail
 pkgs=(
   build-essential cmake pkg-config clang llvm
   libbpf-dev bpftool libelf-dev zlib1g-dev libfmt-dev libcli11-dev
-  libgtest-dev nlohmann-json3-dev
+  libgtest-dev nlohmann-json3-dev python3-jsonschema
   python3 python3-torch python3-torchvision python3-pil python3-numpy
 )
 missing=()

@@ -119,10 +119,14 @@ void Probe::attach_python()
 
 int Probe::poll(int timeout_ms)
 {
+    // BPF wakes us only once a batch has accumulated; after the timeout, consume what is there anyway.
     int n = ring_buffer__poll(rb_, timeout_ms);
     if (n < 0 && n != -EINTR)
         throw CaptureError(fmt::format("ring buffer poll failed: {}", strerror(-n)));
-    return n < 0 ? 0 : n;
+    int m = ring_buffer__consume(rb_);
+    if (m < 0)
+        throw CaptureError(fmt::format("ring buffer read failed: {}", strerror(-m)));
+    return (n > 0 ? n : 0) + m;
 }
 
 void Probe::set_role(uint32_t tgid, uint64_t code, uint32_t flags, uint32_t capture_slot)

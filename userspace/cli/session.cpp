@@ -127,7 +127,7 @@ int run_session(const Options& opts)
         std::string stop_reason;
         int launched_status = 0;
         while (true) {
-            probe->poll(100);
+            probe->poll(50);
             uint64_t now = monotonic_ns();
             if (g_stop_signal) {
                 stop_reason = g_stop_signal == SIGINT ? "interrupted" : "terminated by signal";

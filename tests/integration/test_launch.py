@@ -1,0 +1,103 @@
+"""Launch mode (lotus-bpf -- python3 ...) on real DataLoader pipelines."""
+import statistics
+import subprocess
+import unittest
+from collections import Counter, defaultdict
+
+from harness import (EXAMPLE, OPS, PY, WORKLOAD, BpfTestCase, assert_nested, dataset, load_trace, read_lines,
+                     run_lotus, spans)
+
+try:
+    import jsonschema
+except ImportError:  # installed by scripts/install-deps.sh
+    jsonschema = None
+import json
+import os
+from harness import SOURCE
+
+
+class LaunchMode(BpfTestCase):
+    def test_bundled_example_every_op_once_per_sample(self):
+        n = 96
+        data = dataset(n)
+        out = self.path("trace.json")
+        r = run_lotus(["-q", "-o", out, "--", PY, EXAMPLE, data, "--epochs", "1", "--workers", "2"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        trace = load_trace(out)
+        names = Counter(s["name"] for s in spans(trace, "op"))
+        for op in OPS:
+            self.assertEqual(names[op], n, f"{op}: {names}")
+        self.assertEqual(set(names), set(OPS))
+        samples = spans(trace, "sample")
+        self.assertEqual(len(samples), n)
+        self.assertEqual(sorted(s["args"]["sample"] for s in samples), list(range(n)))
+        assert_nested(self, trace)
+        # two worker processes, named with their DataLoader worker ids; the main process named main
+        pnames = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+                  if e["ph"] == "M" and e["name"] == "process_name"}
+        worker_pids = {s["pid"] for s in samples}
+        self.assertEqual(len(worker_pids), 2)
+        self.assertEqual(sorted(pnames[p].split(" (")[0] for p in worker_pids), ["worker 0", "worker 1"])
+        self.assertIn("main", " ".join(pnames.values()))
+        self.assertEqual(trace["otherData"]["lost_events"], 0)
+        # summary table on stdout
+        for op in OPS:
+            self.assertIn(op, r.stdout)
+        self.assertIn("worker 1", r.stdout)
+        self.assert_detached()
+
+    def test_trace_matches_schema_and_gzip(self):
+        data = dataset(64)
+        out = self.path("trace.json.gz")
+        r = run_lotus(["-q", "-o", out, "--", PY, WORKLOAD, data, "--workers", "1"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(2), b"\x1f\x8b")
+        trace = load_trace(out)
+        self.assertEqual(len(spans(trace, "sample")), 64)
+        if jsonschema is None:
+            self.fail("python3-jsonschema is not installed (scripts/install-deps.sh installs it)")
+        with open(os.path.join(SOURCE, "schemas", "chrome-trace.schema.json")) as f:
+            jsonschema.validate(trace, json.load(f))
+
+    def test_main_process_pipeline_without_workers(self):
+        data = dataset(64)
+        out = self.path("trace.json")
+        r = run_lotus(["-q", "-o", out, "--", PY, WORKLOAD, data, "--workers", "0", "--batch-size", "16"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        trace = load_trace(out)
+        samples = spans(trace, "sample")
+        self.assertEqual(len(samples), 64)
+        self.assertEqual({s["pid"] for s in samples}, {trace["otherData"]["target_pid"]})
+        assert_nested(self, trace)
+
+    def test_op_medians_match_in_process_timing(self):
+        """Per-op medians within 10 % of perf_counter_ns timings taken inside the same processes."""
+        n = 256
+        data = dataset(n)
+        out = self.path("trace.json")
+        timed = self.path("timed.log")
+        r = run_lotus(["-q", "-o", out, "--pipeline", "TimedCompose", "--", PY, WORKLOAD, data,
+                       "--timed-log", timed])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        trace = load_trace(out)
+        inproc = defaultdict(list)
+        for pid, index, op, ns in read_lines(timed):
+            inproc[op].append(int(ns) / 1000.0)
+        traced = defaultdict(list)
+        for s in spans(trace, "op"):
+            traced[s["name"]].append(s["dur"])
+        report = []
+        for op in OPS:
+            self.assertEqual(len(traced[op]), n, op)
+            self.assertEqual(len(inproc[op]), n, op)
+            a, b = statistics.median(traced[op]), statistics.median(inproc[op])
+            report.append(f"{op}: traced {a:.1f} us, in-process {b:.1f} us ({(a - b) / b * 100:+.1f} %)")
+        print("\n".join(report))
+        for op in OPS:
+            a, b = statistics.median(traced[op]), statistics.median(inproc[op])
+            self.assertLessEqual(abs(a - b), 0.10 * b, "\n".join(report))
+
+
+if __name__ == "__main__":
+    unittest.main()

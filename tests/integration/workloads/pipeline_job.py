@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""A test workload: a torchvision ImageFolder pipeline in a DataLoader, with in-process ground truth that the
+tracer's output is checked against. Options:
+  --sample-log F   one line per sample when its __getitem__ finishes: "PID INDEX MONOTONIC_NS"
+  --timed-log F    run the transforms through TimedCompose (a Compose subclass) that times each op with
+                   perf_counter_ns: "PID INDEX OPNAME NS" per op (trace it with --pipeline TimedCompose)
+  --hold F         after workers started, wait for file F before consuming batches
+  --ready F        write F when the workers have prefetched (as many samples logged as prefetched)
+"""
+import argparse
+import os
+import sys
+import time
+
+import torch
+from torch.utils.data import DataLoader
+from torchvision import datasets, transforms
+
+SAMPLE_LOG = None
+TIMED_LOG = None
+
+
+def _append(path, line):
+    # O_APPEND writes of one short line are atomic across the worker processes.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+class TimedCompose(transforms.Compose):
+    def __call__(self, img):
+        lines = []
+        for t in self.transforms:
+            t0 = time.perf_counter_ns()
+            img = t(img)
+            t1 = time.perf_counter_ns()
+            lines.append(f"{os.getpid()} {CURRENT_INDEX[0]} {type(t).__name__} {t1 - t0}\n")
+        _append(TIMED_LOG, "".join(lines))
+        return img
+
+
+CURRENT_INDEX = [-1]
+
+
+class LoggedFolder(datasets.ImageFolder):
+    def __getitem__(self, index):
+        CURRENT_INDEX[0] = index
+        r = super().__getitem__(index)
+        if SAMPLE_LOG:
+            _append(SAMPLE_LOG, f"{os.getpid()} {index} {time.monotonic_ns()}\n")
+        return r
+
+
+def main():
+    global SAMPLE_LOG, TIMED_LOG
+    ap = argparse.ArgumentParser()
+    ap.add_argument("data")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--sample-log")
+    ap.add_argument("--timed-log")
+    ap.add_argument("--hold")
+    ap.add_argument("--ready")
+    args = ap.parse_args()
+    SAMPLE_LOG, TIMED_LOG = args.sample_log, args.timed_log
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    ops = [
+        transforms.RandomResizedCrop(224),
+        transforms.RandomHorizontalFlip(),
+        transforms.ToTensor(),
+        transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+    ]
+    tf = TimedCompose(ops) if TIMED_LOG else transforms.Compose(ops)
+    ds = LoggedFolder(args.data, transform=tf)
+    loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers)
+    print(f"pipeline_job: pid {os.getpid()}", flush=True)
+    for epoch in range(args.epochs):
+        it = iter(loader)
+        if args.hold and epoch == 0:
+            prefetched = min(len(ds), 2 * max(args.workers, 1) * args.batch_size)
+            while args.sample_log and args.workers and _count(args.sample_log) < prefetched:
+                time.sleep(0.01)
+            time.sleep(0.2)  # let the workers go idle on their queues
+            if args.ready:
+                _append(args.ready, "ready\n")
+            while not os.path.exists(args.hold):
+                time.sleep(0.01)
+        n = 0
+        for x, y in it:
+            n += len(y)
+        print(f"pipeline_job: epoch {epoch}: {n} samples", flush=True)
+    return 0
+
+
+def _count(path):
+    try:
+        with open(path) as f:
+            return sum(1 for _ in f)
+    except FileNotFoundError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
