@@ -118,8 +118,7 @@ int run_session(const Options& opts)
         probe->attach_python();
         if (launcher)
             launcher->release();
-        if (!opts.quiet)
-            fmt::print(stderr, "lotus-bpf: tracing PID {} (CPython {}, {}) and {} descendant(s); Ctrl-C to stop\n",
+        fmt::print(stderr, "lotus-bpf: tracing PID {} (CPython {}, {}) and {} descendant(s); Ctrl-C to stop\n",
                        root, interp.version.str(), interp.target_path, initial - 1);
 
         bool tty = isatty(STDERR_FILENO) && !opts.quiet;

@@ -21,12 +21,34 @@ std::string exe_of(pid_t pid)
     return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
+// What execvp would find.
+bool runnable(const std::string& cmd)
+{
+    if (cmd.find('/') != std::string::npos)
+        return access(cmd.c_str(), X_OK) == 0;
+    const char* path = getenv("PATH");
+    std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+    size_t start = 0;
+    while (start <= dirs.size()) {
+        size_t end = dirs.find(':', start);
+        std::string d = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
+        if (access(((d.empty() ? "." : d) + "/" + cmd).c_str(), X_OK) == 0)
+            return true;
+        if (end == std::string::npos)
+            break;
+        start = end + 1;
+    }
+    return false;
+}
+
 } // namespace
 
 Launcher::Launcher(const std::vector<std::string>& argv)
 {
     if (argv.empty())
         throw TargetError("no command to launch");
+    if (!runnable(argv[0]))
+        throw TargetError(fmt::format("cannot run {}: command not found or not executable", argv[0]));
     pid_ = fork();
     if (pid_ < 0)
         throw TargetError(fmt::format("cannot fork: {}", strerror(errno)));
@@ -37,8 +59,8 @@ Launcher::Launcher(const std::vector<std::string>& argv)
         args.push_back(nullptr);
         ptrace(PTRACE_TRACEME, 0, nullptr, nullptr);
         execvp(args[0], args.data());
-        fprintf(stderr, "lotus-bpf: cannot run %s: %s\n", args[0], strerror(errno));
-        _exit(127);
+        _exit(127); // the parent checked the command exists and reports
+
     }
     const char* ldpath = getenv("LD_LIBRARY_PATH");
     bool options_set = false;
