@@ -143,11 +143,12 @@ __noinline __u32 role_of(__u32 tgid, __u64 code)
     struct lotus_role_key key = {.tgid = tgid, .ptr = code};
     if (!code)
         return 0;
+    __u64 fp = read_ptr(code + layout.code_name) ^ (read_ptr(code + layout.code_filename) << 1);
     struct lotus_role *r = bpf_map_lookup_elem(&lotus_roles, &key);
-    if (r)
+    if (r && r->fingerprint == fp)
         return r->flags;
-    struct lotus_role fresh = {};
-    bpf_map_update_elem(&lotus_roles, &key, &fresh, BPF_NOEXIST);
+    struct lotus_role fresh = {.fingerprint = fp};
+    bpf_map_update_elem(&lotus_roles, &key, &fresh, BPF_ANY);
     struct lotus_code_info *e = reserve(sizeof(*e));
     if (!e) {
         /* Forget it again so that a later sighting retries the description. */

@@ -96,9 +96,12 @@ struct lotus_role_key {
     __u64 ptr;
 };
 
+/* fingerprint: co_qualname and co_filename pointers mixed. Code objects are freed and their addresses reused
+ * (module bodies after import), so a known address whose fingerprint changed is a new code object. */
 struct lotus_role {
     __u32 flags;
     __u32 capture_slot;
+    __u64 fingerprint;
 };
 
 /* Per-process state of a traced process (map lotus_traced, key tgid). */

@@ -132,9 +132,15 @@ int Probe::poll(int timeout_ms)
 void Probe::set_role(uint32_t tgid, uint64_t code, uint32_t flags, uint32_t capture_slot)
 {
     lotus_role_key key{tgid, 0, code};
-    lotus_role role{flags, capture_slot};
-    // Best effort: a failed update only means more events than needed.
-    bpf_map_update_elem(bpf_map__fd(skel_->maps.lotus_roles), &key, &role, BPF_ANY);
+    lotus_role role{};
+    int fd = bpf_map__fd(skel_->maps.lotus_roles);
+    // Keep BPF's fingerprint. If the address was reused meanwhile, the new object's CODE record follows in
+    // the stream and sets its role then. Best effort: a failed update only means more events than needed.
+    if (bpf_map_lookup_elem(fd, &key, &role) != 0)
+        return;
+    role.flags = flags;
+    role.capture_slot = capture_slot;
+    bpf_map_update_elem(fd, &key, &role, BPF_EXIST);
 }
 
 void Probe::forget_roles(uint32_t tgid)

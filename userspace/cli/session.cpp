@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <fmt/format.h>
 #include <memory>
 
@@ -59,6 +60,23 @@ bool gone(int pid)
     return close != std::string::npos && close + 2 < s.size() && (s[close + 2] == 'Z' || s[close + 2] == 'X');
 }
 
+// LOTUS_DEBUG_EVENTS=1: one line per record on stderr, to debug a reconstruction from its events.
+void dump_event(const void* data, size_t len)
+{
+    auto* h = static_cast<const lotus_event_header*>(data);
+    std::string line = fmt::format("ev {} pid {} tid {} ts {}", h->type, h->tgid, h->tid, h->ts_ns);
+    if (h->type == LOTUS_EV_PY_ENTRY && len >= sizeof(lotus_py_entry)) {
+        auto* e = static_cast<const lotus_py_entry*>(data);
+        line += fmt::format(" entry depth {} code {:#x} caller {:#x}", e->depth, e->code, e->chain_len ? e->chain_code[0] : 0);
+    } else if (h->type == LOTUS_EV_PY_RETURN && len >= sizeof(lotus_py_return)) {
+        line += fmt::format(" return depth {}", static_cast<const lotus_py_return*>(data)->depth);
+    } else if (h->type == LOTUS_EV_CODE && len >= sizeof(lotus_code_info)) {
+        auto* c = static_cast<const lotus_code_info*>(data);
+        line += fmt::format(" code {:#x} {:.{}}", c->code, c->name, strnlen(c->name, sizeof(c->name)));
+    }
+    fmt::print(stderr, "{}\n", line);
+}
+
 } // namespace
 
 int run_session(const Options& opts)
@@ -94,10 +112,13 @@ int run_session(const Options& opts)
             [&](uint32_t tgid, uint64_t code, const model::CodeRole& r) {
                 probe->set_role(tgid, code, r.flags, r.capture_slot);
             });
+        const bool debug_events = getenv("LOTUS_DEBUG_EVENTS") != nullptr;
         probe = std::make_unique<capture::Probe>(interp, [&](const void* data, size_t len) {
             auto* h = static_cast<const lotus_event_header*>(data);
             if (len >= sizeof(*h) && h->type == LOTUS_EV_EXEC)
                 probe->forget_roles(h->tgid);
+            if (debug_events)
+                dump_event(data, len);
             engine.consume(data, len);
         });
 
