@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command: installs dependencies, builds, runs every test (unit and integration; the integration
+# tests need root and BPF and run the real tracer on real Python processes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh
+cd build
+ctest --output-on-failure "$@"
