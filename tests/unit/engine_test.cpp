@@ -63,6 +63,7 @@ TEST_F(Fixture, SampleWithOpsNestsAndNamesOpsAfterTheirClass)
     describe(P);
     sample(P, P, 1000, 3, 42);
     ASSERT_EQ(spans.size(), 3u);
+    EXPECT_EQ(spans.back().kind, SpanKind::Sample); // ops are emitted with their sample
     auto ops = of(SpanKind::Op);
     ASSERT_EQ(ops.size(), 2u);
     EXPECT_EQ(ops[0].name, "RandomResizedCrop");
@@ -114,12 +115,13 @@ TEST_F(Fixture, InterleavedThreadsKeepTheirOwnStacks)
     ev.ret(P, P, 140, 0);
     auto ops = of(SpanKind::Op);
     ASSERT_EQ(ops.size(), 2u);
-    EXPECT_EQ(ops[0].name, "ToTensor");
-    EXPECT_EQ(ops[0].tid, P);
-    EXPECT_EQ(ops[0].sample, 1);
-    EXPECT_EQ(ops[1].name, "RandomResizedCrop");
-    EXPECT_EQ(ops[1].tid, T2);
-    EXPECT_EQ(ops[1].sample, 2);
+    // T2's sample finished first, so its op comes out first
+    EXPECT_EQ(ops[0].name, "RandomResizedCrop");
+    EXPECT_EQ(ops[0].tid, T2);
+    EXPECT_EQ(ops[0].sample, 2);
+    EXPECT_EQ(ops[1].name, "ToTensor");
+    EXPECT_EQ(ops[1].tid, P);
+    EXPECT_EQ(ops[1].sample, 1);
     EXPECT_EQ(of(SpanKind::Sample).size(), 2u);
 }
 
@@ -150,6 +152,18 @@ TEST_F(Fixture, DroppedPipelineEntryLeavesItsOpsOut)
     ev.ret(P, P, 120, 4);
     ev.ret(P, P, 130, 3);
     EXPECT_TRUE(spans.empty());
+}
+
+TEST_F(Fixture, FinishedOpsOfAnUnfinishedSampleAreNotEmitted)
+{
+    describe(P);
+    ev.entry(P, P, 100, 0, COMPOSE, 0, {{GETITEM, 1}});
+    ev.entry(P, P, 110, 1, TOTENSOR_CALL, T_TOTENSOR);
+    ev.ret(P, P, 120, 1);
+    EXPECT_TRUE(spans.empty());
+    engine.finish();
+    EXPECT_TRUE(spans.empty());
+    EXPECT_EQ(engine.counters().incomplete, 2u);
 }
 
 TEST_F(Fixture, OpenSpansAtTheEndAreIncompleteNotEmitted)

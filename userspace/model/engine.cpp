@@ -152,7 +152,10 @@ void Engine::close_thread(uint32_t tid)
     auto it = stacks_.find(tid);
     if (it == stacks_.end())
         return;
-    counters_.incomplete += it->second.size();
+    while (!it->second.empty()) {
+        counters_.incomplete++;
+        discard(it->second);
+    }
     stacks_.erase(it);
 }
 
@@ -164,7 +167,7 @@ void Engine::on_entry(const lotus_py_entry& e)
     // Spans at this depth or deeper whose return never arrived (lost to a full ring buffer).
     while (!stack.empty() && stack.back().depth >= e.depth) {
         counters_.lost_returns++;
-        stack.pop_back();
+        discard(stack);
     }
     const CodeRole* r = role(e.h.tgid, e.code);
     if (!r) {
@@ -174,7 +177,7 @@ void Engine::on_entry(const lotus_py_entry& e)
     bool in_sample = !stack.empty() && stack.back().kind == SpanKind::Sample && stack.back().depth + 1 == e.depth;
     if (in_sample) {
         const Open& sample = stack.back();
-        stack.push_back(Open{SpanKind::Op, e.depth, e.h.ts_ns, e.code, e.self_type, sample.sample, sample.sample_id});
+        stack.push_back(Open{SpanKind::Op, e.depth, e.h.ts_ns, e.code, e.self_type, sample.sample, sample.sample_id, {}});
         return;
     }
     for (uint32_t i = 0; i < e.capture_count && i < LOTUS_MAX_CAPTURES; i++) {
@@ -194,7 +197,7 @@ void Engine::on_entry(const lotus_py_entry& e)
             break;
         }
     }
-    stack.push_back(Open{SpanKind::Sample, e.depth, e.h.ts_ns, e.code, 0, index, ++sample_seq_});
+    stack.push_back(Open{SpanKind::Sample, e.depth, e.h.ts_ns, e.code, 0, index, ++sample_seq_, {}});
 }
 
 std::string Engine::op_name(uint32_t tgid, uint64_t code, uint64_t self_type)
@@ -213,7 +216,7 @@ void Engine::on_return(const lotus_py_return& r)
     auto& stack = it->second;
     while (!stack.empty() && stack.back().depth > r.depth) {
         counters_.lost_returns++;
-        stack.pop_back();
+        discard(stack);
     }
     if (stack.empty() || stack.back().depth != r.depth)
         return; // a frame we did not keep (not a sample or op)
@@ -229,16 +232,34 @@ void Engine::on_return(const lotus_py_return& r)
     s.sample = o.sample;
     s.sample_id = o.sample_id;
     s.depth = o.depth;
-    if (s.kind == SpanKind::Sample)
-        process(r.h.tgid).samples++;
-    if (span_sink_)
+    if (s.kind == SpanKind::Op) {
+        // Its sample is now on top (an op is opened only directly inside one).
+        if (!stack.empty() && stack.back().kind == SpanKind::Sample)
+            stack.back().ops.push_back(std::move(s));
+        return;
+    }
+    process(r.h.tgid).samples++;
+    if (span_sink_) {
+        for (const auto& op : o.ops)
+            span_sink_(op);
         span_sink_(s);
+    }
+}
+
+void Engine::discard(std::vector<Open>& stack)
+{
+    counters_.incomplete += stack.back().ops.size();
+    stack.pop_back();
 }
 
 void Engine::finish()
 {
-    for (auto& [tid, stack] : stacks_)
-        counters_.incomplete += stack.size();
+    for (auto& [tid, stack] : stacks_) {
+        while (!stack.empty()) {
+            counters_.incomplete++;
+            discard(stack);
+        }
+    }
     stacks_.clear();
 }
 

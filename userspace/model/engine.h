@@ -51,6 +51,7 @@ private:
         uint64_t self_type;
         int64_t sample;
         uint64_t sample_id;
+        std::vector<Span> ops; // a sample's finished ops, emitted with it so no op outlives an unfinished sample
     };
     struct ProcessState {
         std::unordered_map<uint64_t, CodeInfo> codes;
@@ -63,6 +64,7 @@ private:
     void on_code(const lotus_code_info& c);
     void on_process(const lotus_proc_event& p);
     void close_thread(uint32_t tid);
+    void discard(std::vector<Open>& stack); // pops the top span, whose end was lost
     const CodeRole* role(uint32_t tgid, uint64_t code);
     std::string op_name(uint32_t tgid, uint64_t code, uint64_t self_type);
     ProcessInfo& process(uint32_t pid);
