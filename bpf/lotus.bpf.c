@@ -163,18 +163,19 @@ __noinline __u32 role_of(__u32 tgid, __u64 code)
     e->file[0] = 0;
     e->name_kind = read_unicode(read_ptr(code + layout.code_name), e->name, sizeof(e->name));
     e->file_kind = read_unicode(read_ptr(code + layout.code_filename), e->file, sizeof(e->file));
-    bpf_ringbuf_submit(e, submit_flags());
+    /* Rare, and user space must classify it soon (roles decide what later calls emit): wake it now. */
+    bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
     return 0;
 }
 
-/* Capture slot of a code object with the CAPTURE role, or -1. */
-__noinline __s32 capture_slot_of(__u32 tgid, __u64 code)
+/* The locals a code object's role asks for, packed (slot0 | slot1 << 8), or -1 for none. */
+__noinline __s32 capture_slots_of(__u32 tgid, __u64 code)
 {
     struct lotus_role_key key = {.tgid = tgid, .ptr = code};
     struct lotus_role *r = bpf_map_lookup_elem(&lotus_roles, &key);
     if (!r || !(r->flags & LOTUS_ROLE_CAPTURE))
         return -1;
-    return r->capture_slot & 63;
+    return r->capture_slot[0] | (r->capture_slot[1] << 8);
 }
 
 __noinline int describe_type(__u32 tgid, __u64 type)
@@ -291,7 +292,7 @@ int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
     __u32 cflags = caller ? role_of(tgid, frame_code(caller)) : 0;
 
     bool wanted = !(flags & LOTUS_ROLE_SKIP) || !(cflags & LOTUS_ROLE_CLASSIFIED) ||
-                  (cflags & LOTUS_ROLE_PIPELINE);
+                  (cflags & (LOTUS_ROLE_PIPELINE | LOTUS_ROLE_EMIT_CALLEES));
     if (!wanted)
         return 0;
 
@@ -304,7 +305,9 @@ int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
     e->frame = frame;
     e->code = code;
     e->depth = depth;
-    __u64 self_type = read_ptr(read_ptr(frame + layout.frame_localsplus) + layout.object_type);
+    __u64 self_obj = read_ptr(frame + layout.frame_localsplus);
+    __u64 self_type = read_ptr(self_obj + layout.object_type);
+    e->self_obj = self_obj;
     e->self_type = self_type;
     e->chain_len = 0;
     e->capture_count = 0;
@@ -322,18 +325,23 @@ int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
         e->chain_len = i + 1;
         f = read_ptr(f + layout.frame_previous);
     }
-    /* Pipelines (and code not classified yet) look further up for locals such as a worker's id. */
+    /* Pipelines, callees of EMIT_CALLEES code and code not classified yet look further up for locals such
+     * as a DataLoader worker's id and batch index. */
     f = caller;
-    if (!(flags & LOTUS_ROLE_CLASSIFIED) || (flags & LOTUS_ROLE_PIPELINE)) {
+    if (!(flags & LOTUS_ROLE_CLASSIFIED) || (flags & LOTUS_ROLE_PIPELINE) || (cflags & LOTUS_ROLE_EMIT_CALLEES)) {
         for (int i = 0; i < LOTUS_WALK_MAX && f; i++) {
             __u64 c = frame_code(f);
             if (i >= LOTUS_CHAIN_LEN)
                 role_of(tgid, c);
-            __s32 slot = capture_slot_of(tgid, c);
-            __u32 n = e->capture_count;
-            if (slot >= 0 && n < LOTUS_MAX_CAPTURES) {
-                e->capture_code[n & 1] = c;
-                e->capture_value[n & 1] = read_small_int(f, slot);
+            __s32 slots = capture_slots_of(tgid, c);
+            for (int k = 0; k < LOTUS_SLOTS_PER_ROLE && slots >= 0; k++) {
+                __u32 slot = (slots >> (8 * k)) & 0xff;
+                __u32 n = e->capture_count;
+                if (slot == LOTUS_NO_SLOT || n >= LOTUS_MAX_CAPTURES)
+                    continue;
+                e->capture_code[n & 3] = c;
+                e->capture_slot[n & 3] = slot;
+                e->capture_value[n & 3] = read_small_int(f, slot);
                 e->capture_count = n + 1;
             }
             f = read_ptr(f + layout.frame_previous);
@@ -370,6 +378,71 @@ int BPF_KRETPROBE(py_return)
         return 0;
     fill_header(&e->h, LOTUS_EV_PY_RETURN);
     e->depth = depth;
+    e->ret_null = PT_REGS_RC(ctx) == 0;
+    bpf_ringbuf_submit(e, submit_flags());
+    return 0;
+}
+
+/* Blocking waits of traced threads: a DataLoader worker waiting for its next batch's indices polls its
+ * index queue; the wait's end is where the batch's work starts. */
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 65536);
+    __type(key, __u32);
+    __type(value, __u64);
+} wait_start SEC(".maps");
+
+static __always_inline bool is_wait_syscall(long nr)
+{
+    /* x86_64: poll, select, epoll_wait, pselect6, ppoll, epoll_pwait, epoll_pwait2 */
+    return nr == 7 || nr == 23 || nr == 232 || nr == 270 || nr == 271 || nr == 281 || nr == 441;
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(on_sys_enter, struct pt_regs *regs, long nr)
+{
+    if (!is_wait_syscall(nr) && nr != 257 /* openat */)
+        return 0;
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tgid = id >> 32, tid = (__u32)id;
+    if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
+        return 0;
+    if (nr == 257) {
+        struct lotus_open *e = reserve(sizeof(*e));
+        if (!e)
+            return 0;
+        fill_header(&e->h, LOTUS_EV_OPEN);
+        const char *path = (const char *)BPF_CORE_READ(regs, si);
+        if (bpf_probe_read_user_str(e->path, sizeof(e->path), path) < 0)
+            e->path[0] = 0;
+        bpf_ringbuf_submit(e, submit_flags());
+        return 0;
+    }
+    __u64 now = bpf_ktime_get_ns();
+    bpf_map_update_elem(&wait_start, &tid, &now, BPF_ANY);
+    return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tid = (__u32)id;
+    __u64 *start = bpf_map_lookup_elem(&wait_start, &tid);
+    if (!start)
+        return 0;
+    long nr = BPF_CORE_READ(regs, orig_ax);
+    if (!is_wait_syscall(nr))
+        return 0;
+    __u64 enter = *start;
+    bpf_map_delete_elem(&wait_start, &tid);
+    struct lotus_wait_done *e = reserve(sizeof(*e));
+    if (!e)
+        return 0;
+    fill_header(&e->h, LOTUS_EV_WAIT_DONE);
+    e->enter_ts_ns = enter;
+    e->ret = ret;
+    e->nr = nr;
     e->_pad = 0;
     bpf_ringbuf_submit(e, submit_flags());
     return 0;
@@ -423,6 +496,7 @@ int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
     if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
         return 0;
     bpf_map_delete_elem(&lotus_threads, &tid);
+    bpf_map_delete_elem(&wait_start, &tid);
     if (!group_dead)
         return 0;
     bpf_map_delete_elem(&lotus_traced, &tgid);

@@ -19,6 +19,8 @@ enum lotus_event_type {
     LOTUS_EV_FORK = 5,      /* a traced process forked a new process, which is now traced */
     LOTUS_EV_EXIT = 6,      /* a traced process (its thread-group leader) exited */
     LOTUS_EV_EXEC = 7,      /* a traced process called exec */
+    LOTUS_EV_WAIT_DONE = 8, /* a traced thread returned from a blocking wait (poll, select, epoll_wait) */
+    LOTUS_EV_OPEN = 9,      /* a traced thread called openat: the path */
 };
 
 struct lotus_event_header {
@@ -31,28 +33,45 @@ struct lotus_event_header {
 
 #define LOTUS_CHAIN_LEN 4      /* caller frames described in every entry event */
 #define LOTUS_WALK_MAX 24      /* frames walked looking for capture roles */
-#define LOTUS_MAX_CAPTURES 2   /* captured locals per entry event */
+#define LOTUS_MAX_CAPTURES 4   /* captured locals per entry event */
+#define LOTUS_SLOTS_PER_ROLE 2 /* locals one code object's role can ask for */
+#define LOTUS_NO_SLOT 0xff
 #define LOTUS_NO_VALUE ((__s64)0x8000000000000000ULL) /* a local that is not a small int */
 
 struct lotus_py_entry {
     struct lotus_event_header h;
     __u64 frame;      /* the _PyInterpreterFrame being evaluated */
     __u64 code;       /* its code object */
-    __u64 self_type;  /* type of localsplus[0] (self for methods), 0 if unreadable */
+    __u64 self_obj;   /* localsplus[0] (self for methods): identifies e.g. a DataLoader iterator */
+    __u64 self_type;  /* its type, 0 if unreadable */
     __u32 depth;      /* evaluation depth of this thread since tracing began (0 = outermost seen) */
     __u32 chain_len;  /* valid entries in chain_code */
     __u64 chain_code[LOTUS_CHAIN_LEN];  /* code objects of the caller frames, innermost first */
     __s64 chain_arg1[LOTUS_CHAIN_LEN];  /* their localsplus[1] if it is an int, else LOTUS_NO_VALUE */
     __u64 capture_code[LOTUS_MAX_CAPTURES]; /* frames further up whose role asked for a local */
     __s64 capture_value[LOTUS_MAX_CAPTURES];
+    __u8 capture_slot[LOTUS_MAX_CAPTURES];  /* which local of that frame */
     __u32 capture_count;
-    __u32 _pad;
 };
 
 struct lotus_py_return {
     struct lotus_event_header h;
-    __u32 depth; /* equals the depth of the matching entry */
+    __u32 depth;    /* equals the depth of the matching entry */
+    __u32 ret_null; /* 1: the frame returned NULL (an exception, e.g. StopIteration, left it) */
+};
+
+struct lotus_wait_done {
+    struct lotus_event_header h;
+    __u64 enter_ts_ns; /* when the wait began */
+    __s64 ret;         /* the syscall's return value (0: timed out) */
+    __u32 nr;          /* syscall number */
     __u32 _pad;
+};
+
+#define LOTUS_PATH_LEN 256
+struct lotus_open {
+    struct lotus_event_header h;
+    char path[LOTUS_PATH_LEN];
 };
 
 #define LOTUS_NAME_LEN 128
@@ -88,7 +107,8 @@ struct lotus_proc_event {
 #define LOTUS_ROLE_CLASSIFIED (1u << 0)
 #define LOTUS_ROLE_SKIP (1u << 1)     /* uninteresting by itself: do not emit */
 #define LOTUS_ROLE_PIPELINE (1u << 2) /* Compose-like: its direct callees are ops, walk for captures */
-#define LOTUS_ROLE_CAPTURE (1u << 3)  /* when walked past, report localsplus[capture_slot] */
+#define LOTUS_ROLE_CAPTURE (1u << 3)  /* when walked past, report localsplus[capture_slot[i]] */
+#define LOTUS_ROLE_EMIT_CALLEES (1u << 4) /* emit the entries it calls (e.g. Queue.put's __enter__) */
 
 struct lotus_role_key {
     __u32 tgid;
@@ -100,7 +120,8 @@ struct lotus_role_key {
  * (module bodies after import), so a known address whose fingerprint changed is a new code object. */
 struct lotus_role {
     __u32 flags;
-    __u32 capture_slot;
+    __u8 capture_slot[LOTUS_SLOTS_PER_ROLE]; /* LOTUS_NO_SLOT when unused */
+    __u16 _pad;
     __u64 fingerprint;
 };
 
@@ -137,7 +158,9 @@ struct lotus_py_layout {
     __s32 long_size;              /* ob_size (<3.12) or lv_tag (3.12+) */
     __s32 long_digits;            /* ob_digit */
     __u32 long_tagged;            /* 1: lv_tag = ndigits << 3 | sign (3.12+); 0: signed ob_size */
-    __u32 _pad;
+    __s32 code_localsplusnames;   /* tuple of local names (user space reads it to find a local's slot) */
+    __s32 tuple_size;             /* PyVarObject.ob_size of a tuple */
+    __s32 tuple_items;            /* PyTupleObject.ob_item */
 };
 
 #endif /* LOTUS_ABI_H */

@@ -29,7 +29,7 @@ TEST(Rules, WorkerLoopCapturesWorkerId)
     auto role = r.classify({"_worker_loop", "/usr/lib/python3/dist-packages/torch/utils/data/_utils/worker.py", 1});
     EXPECT_TRUE(role.worker_loop);
     EXPECT_TRUE(role.flags & LOTUS_ROLE_CAPTURE);
-    EXPECT_EQ(role.capture_slot, 10u);
+    EXPECT_EQ(role.capture_locals, (std::vector<std::string>{"worker_id", "idx"}));
     EXPECT_FALSE(r.classify({"_worker_loop", "/home/me/mine.py", 1}).worker_loop);
 }
 

@@ -86,6 +86,8 @@ void Probe::attach_process_tracking()
     attach(skel_->progs.on_fork, skel_->links.on_fork, "sched_process_fork");
     attach(skel_->progs.on_exec, skel_->links.on_exec, "sched_process_exec");
     attach(skel_->progs.on_exit, skel_->links.on_exit, "sched_process_exit");
+    attach(skel_->progs.on_sys_enter, skel_->links.on_sys_enter, "sys_enter");
+    attach(skel_->progs.on_sys_exit, skel_->links.on_sys_exit, "sys_exit");
 }
 
 void Probe::trace_process(uint32_t tgid, uint32_t root_tgid)
@@ -129,7 +131,7 @@ int Probe::poll(int timeout_ms)
     return (n > 0 ? n : 0) + m;
 }
 
-void Probe::set_role(uint32_t tgid, uint64_t code, uint32_t flags, uint32_t capture_slot)
+void Probe::set_role(uint32_t tgid, uint64_t code, uint32_t flags, const std::vector<uint8_t>& capture_slots)
 {
     lotus_role_key key{tgid, 0, code};
     lotus_role role{};
@@ -139,7 +141,8 @@ void Probe::set_role(uint32_t tgid, uint64_t code, uint32_t flags, uint32_t capt
     if (bpf_map_lookup_elem(fd, &key, &role) != 0)
         return;
     role.flags = flags;
-    role.capture_slot = capture_slot;
+    for (size_t i = 0; i < LOTUS_SLOTS_PER_ROLE; i++)
+        role.capture_slot[i] = i < capture_slots.size() ? capture_slots[i] : LOTUS_NO_SLOT;
     bpf_map_update_elem(fd, &key, &role, BPF_EXIST);
 }
 

@@ -5,6 +5,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "target/interpreter.h"
 
@@ -44,7 +45,7 @@ public:
     void attach_python();
     // Delivers pending records to the sink. Returns the number delivered, or throws on error.
     int poll(int timeout_ms);
-    void set_role(uint32_t tgid, uint64_t code, uint32_t flags, uint32_t capture_slot);
+    void set_role(uint32_t tgid, uint64_t code, uint32_t flags, const std::vector<uint8_t>& capture_slots);
     // Forget every role of a process (after exec its addresses mean something else).
     void forget_roles(uint32_t tgid);
     CaptureStats stats() const;

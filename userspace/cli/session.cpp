@@ -11,12 +11,13 @@
 
 #include "capture/probe.h"
 #include "export/chrome_trace.h"
-#include "export/json.h"
+#include "common/json.h"
 #include "export/summary.h"
 #include "model/engine.h"
 #include "target/interpreter.h"
 #include "target/launcher.h"
 #include "target/proc_maps.h"
+#include "target/remote_memory.h"
 
 namespace lotus::cli {
 
@@ -58,6 +59,28 @@ bool gone(int pid)
     std::string s(buf, n);
     auto close = s.rfind(')');
     return close != std::string::npos && close + 2 < s.size() && (s[close + 2] == 'Z' || s[close + 2] == 'X');
+}
+
+// Slots of named locals of a code object, read from the target's co_localsplusnames. A fork child that is
+// already gone shares the code object with its parent, whose memory is read instead.
+std::vector<uint8_t> resolve_locals(uint32_t tgid, uint64_t code, const std::vector<std::string>& wanted,
+                                    const lotus_py_layout& layout, const std::map<uint32_t, uint32_t>& parents)
+{
+    std::optional<std::vector<std::string>> names;
+    for (uint32_t pid = tgid; pid && !names;) {
+        names = target::read_local_names(static_cast<int>(pid), code, layout);
+        auto p = parents.find(pid);
+        pid = p == parents.end() ? 0 : p->second;
+    }
+    std::vector<uint8_t> slots;
+    for (const auto& w : wanted) {
+        uint8_t slot = LOTUS_NO_SLOT;
+        for (size_t i = 0; names && i < names->size() && i < 64; i++)
+            if ((*names)[i] == w)
+                slot = static_cast<uint8_t>(i);
+        slots.push_back(slot);
+    }
+    return slots;
 }
 
 // LOTUS_DEBUG_EVENTS=1: one line per record on stderr, to debug a reconstruction from its events.
@@ -103,14 +126,17 @@ int run_session(const Options& opts)
         exporter::ChromeTraceWriter trace(out, t0);
         exporter::Summary summary;
         std::unique_ptr<capture::Probe> probe;
+        std::map<uint32_t, uint32_t> engine_parents; // pid -> parent, to read a dead fork child's memory
         model::Engine engine(
             rules,
             [&](const model::Span& s) {
                 trace.span(s);
                 summary.add(s);
             },
-            [&](uint32_t tgid, uint64_t code, const model::CodeRole& r) {
-                probe->set_role(tgid, code, r.flags, r.capture_slot);
+            [&](uint32_t tgid, uint64_t code, model::CodeRole& r) {
+                if (!r.capture_locals.empty())
+                    r.capture_slots = resolve_locals(tgid, code, r.capture_locals, interp.layout, engine_parents);
+                probe->set_role(tgid, code, r.flags, r.capture_slots);
             });
         const bool debug_events = getenv("LOTUS_DEBUG_EVENTS") != nullptr;
         probe = std::make_unique<capture::Probe>(interp, [&](const void* data, size_t len) {
@@ -119,6 +145,8 @@ int run_session(const Options& opts)
                 probe->forget_roles(h->tgid);
             if (debug_events)
                 dump_event(data, len);
+            if (len >= sizeof(lotus_proc_event) && h->type == LOTUS_EV_FORK)
+                engine_parents[h->tgid] = static_cast<const lotus_proc_event*>(data)->parent_tgid;
             engine.consume(data, len);
         });
 

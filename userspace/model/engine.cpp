@@ -32,15 +32,6 @@ const T* as(const void* data, size_t len)
 
 } // namespace
 
-std::string ProcessInfo::label() const
-{
-    if (root)
-        return "main";
-    if (worker_id >= 0)
-        return "worker " + std::to_string(worker_id);
-    return "child";
-}
-
 Engine::Engine(const Rules& rules, SpanSink spans, RoleSink roles)
     : rules_(rules), span_sink_(std::move(spans)), role_sink_(std::move(roles))
 {
@@ -87,6 +78,17 @@ void Engine::consume(const void* data, size_t len)
             return;
         }
         break;
+    case LOTUS_EV_WAIT_DONE:
+        if (auto* w = as<lotus_wait_done>(data, len)) {
+            if (w->ret > 0) // data arrived (0: timed out)
+                batches_.wait_done(w->h.tgid, w->h.tid, w->h.ts_ns);
+            return;
+        }
+        break;
+    case LOTUS_EV_OPEN:
+        if (auto* o = as<lotus_open>(data, len))
+            return batches_.opened(o->h.tgid, o->h.tid, o->h.ts_ns, decode(o->path, sizeof(o->path), 0));
+        break;
     case LOTUS_EV_FORK:
     case LOTUS_EV_EXIT:
     case LOTUS_EV_EXEC:
@@ -102,11 +104,11 @@ void Engine::on_code(const lotus_code_info& c)
     CodeInfo info{decode(c.name, sizeof(c.name), c.name_kind), decode(c.file, sizeof(c.file), c.file_kind),
                   c.firstlineno};
     CodeRole r = rules_.classify(info);
-    auto& st = state_[c.h.tgid];
-    st.codes[c.code] = std::move(info);
-    st.roles[c.code] = r;
     if (role_sink_)
         role_sink_(c.h.tgid, c.code, r);
+    auto& st = state_[c.h.tgid];
+    st.codes[c.code] = std::move(info);
+    st.roles[c.code] = std::move(r);
 }
 
 const CodeRole* Engine::role(uint32_t tgid, uint64_t code)
@@ -126,6 +128,7 @@ void Engine::on_process(const lotus_proc_event& p)
         // A forked child shares its parent's memory image: same code objects at the same addresses.
         if (auto it = state_.find(p.parent_tgid); it != state_.end())
             state_[pid] = it->second;
+        batches_.forked(pid);
         break;
     }
     case LOTUS_EV_EXEC:
@@ -177,13 +180,40 @@ void Engine::on_entry(const lotus_py_entry& e)
     bool in_sample = !stack.empty() && stack.back().kind == SpanKind::Sample && stack.back().depth + 1 == e.depth;
     if (in_sample) {
         const Open& sample = stack.back();
-        stack.push_back(Open{SpanKind::Op, e.depth, e.h.ts_ns, e.code, e.self_type, sample.sample, sample.sample_id, {}});
+        stack.push_back(Open{SpanKind::Op, e.depth, e.h.ts_ns, e.code, e.self_type, 0, sample.sample, sample.sample_id, {}});
         return;
     }
+    // Locals captured from the frames above: DataLoader worker id and batch index.
+    int64_t batch_idx = -1;
     for (uint32_t i = 0; i < e.capture_count && i < LOTUS_MAX_CAPTURES; i++) {
         const CodeRole* cr = role(e.h.tgid, e.capture_code[i]);
-        if (cr && cr->worker_loop && e.capture_value[i] != LOTUS_NO_VALUE)
-            process(e.h.tgid).worker_id = static_cast<int>(e.capture_value[i]);
+        if (!cr || !cr->worker_loop || e.capture_value[i] == LOTUS_NO_VALUE)
+            continue;
+        for (size_t k = 0; k < cr->capture_slots.size() && k < cr->capture_locals.size(); k++) {
+            if (cr->capture_slots[k] != e.capture_slot[i])
+                continue;
+            if (cr->capture_locals[k] == "worker_id")
+                process(e.h.tgid).worker_id = static_cast<int>(e.capture_value[i]);
+            else if (cr->capture_locals[k] == "idx")
+                batch_idx = e.capture_value[i];
+        }
+    }
+    auto chain_role = [&](uint32_t i) -> const CodeRole* {
+        return i < e.chain_len && i < LOTUS_CHAIN_LEN ? role(e.h.tgid, e.chain_code[i]) : nullptr;
+    };
+    if (const CodeRole* c0 = chain_role(0); c0 && c0->queue_put) {
+        // data_queue.put((idx, data)) called by _worker_loop: the worker hands the batch over.
+        if (const CodeRole* c1 = chain_role(1); c1 && c1->worker_loop)
+            batches_.batch_put(e.h.tgid, e.h.tid, e.h.ts_ns, batch_idx);
+        return;
+    }
+    if (r->loader_next) {
+        auto& st = state_[e.h.tgid];
+        auto type = st.types.find(e.self_type);
+        bool single = type != st.types.end() && type->second.find("SingleProcess") != std::string::npos;
+        batches_.next_started(e.h.tgid, e.h.tid, e.h.ts_ns, e.self_obj, single);
+        stack.push_back(Open{SpanKind::Wait, e.depth, e.h.ts_ns, e.code, e.self_type, e.self_obj, -1, 0, {}, single});
+        return;
     }
     if (!r->pipeline)
         return;
@@ -197,7 +227,8 @@ void Engine::on_entry(const lotus_py_entry& e)
             break;
         }
     }
-    stack.push_back(Open{SpanKind::Sample, e.depth, e.h.ts_ns, e.code, 0, index, ++sample_seq_, {}});
+    stack.push_back(Open{SpanKind::Sample, e.depth, e.h.ts_ns, e.code, 0, 0, index, ++sample_seq_, {}});
+    batches_.sample_started(e.h.tgid, e.h.tid, e.h.ts_ns, batch_idx, sample_seq_, index);
 }
 
 std::string Engine::op_name(uint32_t tgid, uint64_t code, uint64_t self_type)
@@ -222,6 +253,10 @@ void Engine::on_return(const lotus_py_return& r)
         return; // a frame we did not keep (not a sample or op)
     Open o = std::move(stack.back());
     stack.pop_back();
+    if (o.kind == SpanKind::Wait) {
+        batches_.next_finished(r.h.tgid, r.h.tid, o.start_ns, r.h.ts_ns, o.self_obj, o.single_process, r.ret_null);
+        return;
+    }
     Span s;
     s.kind = o.kind;
     s.name = o.kind == SpanKind::Sample ? "sample" : op_name(r.h.tgid, o.code, o.self_type);
@@ -239,6 +274,7 @@ void Engine::on_return(const lotus_py_return& r)
         return;
     }
     process(r.h.tgid).samples++;
+    batches_.sample_finished(r.h.tgid, r.h.tid, r.h.ts_ns);
     if (span_sink_) {
         for (const auto& op : o.ops)
             span_sink_(op);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lotus_abi.h"
+#include "batches.h"
 #include "rules.h"
 #include "spans.h"
 
@@ -25,8 +26,9 @@ struct EngineCounters {
 class Engine {
 public:
     using SpanSink = std::function<void(const Span&)>;
-    // Called for every newly described code object, so that capture can tell BPF its role.
-    using RoleSink = std::function<void(uint32_t tgid, uint64_t code, const CodeRole&)>;
+    // Called for every newly described code object, so that capture can tell BPF its role. The sink resolves
+    // role.capture_locals to role.capture_slots (it can read the target); the engine keeps the result.
+    using RoleSink = std::function<void(uint32_t tgid, uint64_t code, CodeRole&)>;
 
     Engine(const Rules& rules, SpanSink spans, RoleSink roles = {});
 
@@ -39,6 +41,7 @@ public:
 
     const std::map<uint32_t, ProcessInfo>& processes() const { return processes_; }
     const EngineCounters& counters() const { return counters_; }
+    const BatchTracker& batches() const { return batches_; }
     uint64_t samples() const { return sample_seq_; }
     bool pipeline_seen() const { return pipeline_seen_; }
 
@@ -49,9 +52,11 @@ private:
         uint64_t start_ns;
         uint64_t code;      // ops are named at their return, when the TYPE record of self has surely arrived
         uint64_t self_type;
+        uint64_t self_obj;  // next(): the iterator
         int64_t sample;
         uint64_t sample_id;
         std::vector<Span> ops; // a sample's finished ops, emitted with it so no op outlives an unfinished sample
+        bool single_process = false; // next() of a num_workers=0 iterator
     };
     struct ProcessState {
         std::unordered_map<uint64_t, CodeInfo> codes;
@@ -79,6 +84,7 @@ private:
     EngineCounters counters_;
     uint64_t sample_seq_ = 0;
     bool pipeline_seen_ = false;
+    BatchTracker batches_{span_sink_, processes_};
 };
 
 } // namespace lotus::model

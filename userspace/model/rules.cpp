@@ -13,10 +13,7 @@ bool ends_with(const std::string& s, const std::string& suffix)
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// torch.utils.data._utils.worker._worker_loop(dataset_kind, dataset, index_queue, data_queue, done_event,
-// auto_collation, collate_fn, drop_last, base_seed, init_fn, worker_id, ...): worker_id is argument 10 in
-// torch 1.x and 2.x alike.
-constexpr uint32_t kWorkerIdSlot = 10;
+bool in_file(const CodeInfo& code, const char* path_part) { return code.file.find(path_part) != std::string::npos; }
 
 } // namespace
 
@@ -43,10 +40,18 @@ CodeRole Rules::classify(const CodeInfo& code) const
     }
     // Everything else is not emitted for its own sake; ops are emitted because their caller is a pipeline.
     role.flags |= LOTUS_ROLE_SKIP;
-    if (code.name == "_worker_loop" && code.file.find("torch/utils/data/_utils/worker.py") != std::string::npos) {
+    if (code.name == "_worker_loop" && in_file(code, "torch/utils/data/_utils/worker.py")) {
+        // A DataLoader worker's main loop: which worker it is, and the index of the batch it is preparing.
         role.worker_loop = true;
         role.flags |= LOTUS_ROLE_CAPTURE;
-        role.capture_slot = kWorkerIdSlot;
+        role.capture_locals = {"worker_id", "idx"};
+    } else if (code.name == "Queue.put" && in_file(code, "multiprocessing/queues.py")) {
+        // A worker's data_queue.put((idx, data)): its `with self._notempty` enters Python from C.
+        role.queue_put = true;
+        role.flags |= LOTUS_ROLE_EMIT_CALLEES;
+    } else if (ends_with(code.name, "DataLoaderIter.__next__") && in_file(code, "torch/utils/data/dataloader.py")) {
+        role.loader_next = true;
+        role.flags &= ~LOTUS_ROLE_SKIP;
     }
     role.getitem = ends_with(code.name, ".__getitem__");
     return role;

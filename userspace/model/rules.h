@@ -16,10 +16,15 @@ struct CodeInfo {
 
 struct CodeRole {
     uint32_t flags = 0; // LOTUS_ROLE_* bits for the BPF side
-    uint32_t capture_slot = 0;
     bool pipeline = false;
     bool getitem = false;     // its localsplus[1] is a dataset index
-    bool worker_loop = false; // its capture is the DataLoader worker id
+    bool worker_loop = false; // torch's _worker_loop: its locals worker_id and idx are captured
+    bool queue_put = false;   // multiprocessing's Queue.put: its callees mark a worker handing a batch over
+    bool loader_next = false; // a DataLoader iterator's __next__: the training loop waiting for a batch
+    // Locals to capture when a frame of this code is walked past, by name; the role sink resolves them to
+    // slots (capture_slots, same order, LOTUS_NO_SLOT when absent) from the target's co_localsplusnames.
+    std::vector<std::string> capture_locals;
+    std::vector<uint8_t> capture_slots;
 };
 
 class Rules {

@@ -2,19 +2,35 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace lotus::model {
 
-enum class SpanKind { Sample, Op };
+enum class SpanKind {
+    Sample,   // one pipeline (Compose) call: one sample through its ops
+    Op,       // one op called by the pipeline
+    Batch,    // a batch prepared by a worker (or by the main process when num_workers=0)
+    Loader,   // a sample's loading (file read + decode): __getitem__ up to the pipeline call
+    Collate,  // a batch's collation: last sample's end to the batch's hand-over
+    Wait,     // the training loop blocked in next(iterator) for a batch
+    Consumed, // instant: the training loop got the batch
+};
+
+const char* category(SpanKind k);
 
 struct Span {
     SpanKind kind = SpanKind::Op;
-    std::string name;     // "sample" for samples; the op's class for ops
+    std::string name;     // "sample" for samples; the op's class for ops; e.g. "batch 3" for batches
     uint32_t pid = 0, tid = 0;
     uint64_t start_ns = 0, end_ns = 0; // CLOCK_MONOTONIC, from the events
-    int64_t sample = -1;  // dataset index when known
-    uint64_t sample_id = 0; // engine-wide number of the sample this span belongs to (1-based)
+    int64_t sample = -1;  // dataset index when known (samples, ops, loaders)
+    uint64_t sample_id = 0; // engine-wide number of the sample this span belongs to (1-based), 0: none
     uint32_t depth = 0;   // evaluation depth of the entry event, to trace a span back to its events
+    // Further args as already-encoded JSON values (batch, epoch, worker, path, delay_ms, out_of_order...).
+    std::vector<std::pair<std::string, std::string>> args;
+    uint64_t flow_out = 0; // nonzero: a flow arrow starts at this span...
+    uint64_t flow_in = 0;  // ...and ends at the span carrying the same id here
 };
 
 struct ProcessInfo {
@@ -23,6 +39,10 @@ struct ProcessInfo {
     bool root = false;
     int worker_id = -1;   // DataLoader worker id, when recovered
     uint64_t samples = 0; // completed sample spans
+    uint64_t batches = 0; // batches prepared
+    uint64_t busy_ns = 0; // time inside batch spans
+    uint64_t first_ns = 0, last_ns = 0; // first and last event seen from it
+    int epoch_base = 0;   // DataLoader epoch this worker was forked for
     bool exited = false;
     std::string label() const; // "main", "worker 0", "child"
 };

@@ -41,7 +41,9 @@ constexpr Row kRows[] = {
          .long_size = 16,
          .long_digits = 24,
          .long_tagged = 0,
-         ._pad = 0,
+         .code_localsplusnames = 96,
+         .tuple_size = 16,
+         .tuple_items = 24,
      }},
 };
 

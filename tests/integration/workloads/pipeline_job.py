@@ -64,6 +64,9 @@ def main():
     ap.add_argument("--timed-log")
     ap.add_argument("--hold")
     ap.add_argument("--ready")
+    ap.add_argument("--persistent", action="store_true")
+    ap.add_argument("--context", choices=["fork", "spawn", "forkserver"])
+    ap.add_argument("--wait-log", help="one line per batch: EPOCH INDEX NS spent in next(it)")
     args = ap.parse_args()
     SAMPLE_LOG, TIMED_LOG = args.sample_log, args.timed_log
     torch.manual_seed(0)
@@ -76,7 +79,12 @@ def main():
     ]
     tf = TimedCompose(ops) if TIMED_LOG else transforms.Compose(ops)
     ds = LoggedFolder(args.data, transform=tf)
-    loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers)
+    extra = {}
+    if args.workers and args.persistent:
+        extra["persistent_workers"] = True
+    if args.workers and args.context:
+        extra["multiprocessing_context"] = args.context
+    loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, **extra)
     print(f"pipeline_job: pid {os.getpid()}", flush=True)
     for epoch in range(args.epochs):
         it = iter(loader)
@@ -90,8 +98,17 @@ def main():
             while not os.path.exists(args.hold):
                 time.sleep(0.01)
         n = 0
-        for x, y in it:
+        waits = []
+        while True:
+            t0 = time.perf_counter_ns()
+            try:
+                x, y = next(it)
+            except StopIteration:
+                break
+            waits.append(time.perf_counter_ns() - t0)
             n += len(y)
+        if args.wait_log:
+            _append(args.wait_log, "".join(f"{epoch} {i} {w}\n" for i, w in enumerate(waits)))
         print(f"pipeline_job: epoch {epoch}: {n} samples", flush=True)
     return 0
 
