@@ -19,8 +19,13 @@ struct Fixture : ::testing::Test {
     model::Rules rules;
     std::vector<Span> spans;
     std::vector<std::tuple<uint32_t, uint64_t, uint32_t>> roles;
+    // The role sink resolves captured locals as the session would from co_localsplusnames.
     model::Engine engine{rules, [this](const Span& s) { spans.push_back(s); },
-                         [this](uint32_t t, uint64_t c, const model::CodeRole& r) { roles.emplace_back(t, c, r.flags); }};
+                         [this](uint32_t t, uint64_t c, model::CodeRole& r) {
+                             for (const auto& name : r.capture_locals)
+                                 r.capture_slots.push_back(name == "worker_id" ? 10 : 26);
+                             roles.emplace_back(t, c, r.flags);
+                         }};
     test::EventBuilder ev{engine};
 
     void describe(uint32_t tgid)
@@ -200,7 +205,7 @@ TEST_F(Fixture, WorkerIdComesFromWorkerLoopCaptureAndForkInheritsCodes)
     describe(P);
     ev.proc(LOTUS_EV_FORK, W, P);
     // The child was never described anything: it knows its parent's code objects.
-    ev.entry(W, W, 100, 0, COMPOSE, 0, {{GETITEM, 11}}, {{WORKER_LOOP, 3}});
+    ev.entry(W, W, 100, 0, COMPOSE, 0, {{GETITEM, 11}}, {{WORKER_LOOP, 10, 3}, {WORKER_LOOP, 26, 5}});
     ev.ret(W, W, 200, 0);
     ASSERT_EQ(spans.size(), 1u);
     const auto& w = engine.processes().at(W);

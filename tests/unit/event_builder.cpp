@@ -30,7 +30,7 @@ void EventBuilder::type(uint32_t tgid, uint64_t type, const std::string& name)
 
 void EventBuilder::entry(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t depth, uint64_t code,
                          uint64_t self_type, std::vector<std::pair<uint64_t, int64_t>> chain,
-                         std::vector<std::pair<uint64_t, int64_t>> captures)
+                         std::vector<std::tuple<uint64_t, uint8_t, int64_t>> captures)
 {
     lotus_py_entry e{};
     e.h = header(LOTUS_EV_PY_ENTRY, tgid, tid, ts);
@@ -43,8 +43,9 @@ void EventBuilder::entry(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t dept
         e.chain_len = static_cast<uint32_t>(i + 1);
     }
     for (size_t i = 0; i < captures.size() && i < LOTUS_MAX_CAPTURES; i++) {
-        e.capture_code[i] = captures[i].first;
-        e.capture_value[i] = captures[i].second;
+        e.capture_code[i] = std::get<0>(captures[i]);
+        e.capture_slot[i] = std::get<1>(captures[i]);
+        e.capture_value[i] = std::get<2>(captures[i]);
         e.capture_count = static_cast<uint32_t>(i + 1);
     }
     engine_.consume(&e, sizeof(e));

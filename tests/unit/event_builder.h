@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "lotus_abi.h"
@@ -17,7 +18,7 @@ public:
     // chain: caller code objects, innermost first, with their localsplus[1] ints.
     void entry(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t depth, uint64_t code, uint64_t self_type = 0,
                std::vector<std::pair<uint64_t, int64_t>> chain = {},
-               std::vector<std::pair<uint64_t, int64_t>> captures = {});
+               std::vector<std::tuple<uint64_t, uint8_t, int64_t>> captures = {});
     void ret(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t depth);
     void proc(uint32_t type, uint32_t tgid, uint32_t parent);
 

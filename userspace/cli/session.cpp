@@ -114,6 +114,8 @@ int run_session(const Options& opts)
             interp = target::find_interpreter(root);
         }
         exporter::check_writable(opts.output);
+        if (!opts.summary_json.empty())
+            exporter::check_writable(opts.summary_json);
         if (!opts.pid) {
             launcher = std::make_unique<target::Launcher>(opts.command);
             root = launcher->pid();
@@ -236,7 +238,14 @@ int run_session(const Options& opts)
             notes.push_back(fmt::format("{} span(s) were still open at the end or lost their return and are not in "
                                         "the trace.",
                                         c.incomplete + c.lost_returns));
-        summary.print(stdout, engine.processes(), notes);
+        auto batches = exporter::summarize_batches(engine.batches().stats(), engine.processes(), summary.rows());
+        const exporter::BatchSummary* bs = engine.batches().seen() || !engine.batches().stats().wait_ns.empty() ? &batches : nullptr;
+        summary.print(stdout, engine.processes(), bs, notes);
+        if (!opts.summary_json.empty()) {
+            exporter::OutputFile js(opts.summary_json);
+            js.write(summary.json(engine.processes(), bs, other));
+            js.close();
+        }
         fflush(stdout);
         return launcher ? launched_status : 0;
     } catch (const std::exception& e) {

@@ -11,6 +11,7 @@ struct Options {
     std::optional<int> pid;
     std::vector<std::string> command; // launch mode
     std::string output = "lotus-trace.json";
+    std::string summary_json; // also write the summary as JSON here
     double duration_s = 0; // 0: until Ctrl-C, SIGTERM or the target's exit
     std::vector<std::string> pipeline_classes;
     bool quiet = false; // no status line

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <fmt/format.h>
 #include <numeric>
+#include <set>
+
+#include "common/json.h"
 
 namespace lotus::exporter {
 
@@ -29,6 +32,58 @@ DurationStats stats_of(std::vector<uint64_t> d)
     s.p50_ms = percentile(d, 0.50) / 1e6;
     s.p95_ms = percentile(d, 0.95) / 1e6;
     s.p99_ms = percentile(d, 0.99) / 1e6;
+    s.p25_ms = percentile(d, 0.25) / 1e6;
+    s.p75_ms = percentile(d, 0.75) / 1e6;
+    s.min_ms = static_cast<double>(d.front()) / 1e6;
+    s.max_ms = static_cast<double>(d.back()) / 1e6;
+    double var = 0;
+    for (auto v : d)
+        var += (static_cast<double>(v) / 1e6 - s.mean_ms) * (static_cast<double>(v) / 1e6 - s.mean_ms);
+    s.std_ms = std::sqrt(var / static_cast<double>(d.size()));
+    return s;
+}
+
+BatchSummary summarize_batches(const model::BatchStats& b, const std::map<uint32_t, model::ProcessInfo>& processes,
+                               const std::vector<std::pair<std::string, DurationStats>>& op_rows)
+{
+    BatchSummary s;
+    s.prepare = stats_of(b.prepare_ns);
+    s.wait = stats_of(b.wait_ns);
+    s.delay = stats_of(b.delay_ns);
+    for (size_t i = 0; i < b.wait_ns.size(); i++) {
+        if (b.out_of_order[i])
+            s.out_of_order++;
+        if (b.wait_ns[i] <= 1'000'000)
+            s.wait_le_1ms++;
+        else if (b.wait_ns[i] <= 500'000'000)
+            s.wait_1_500ms++;
+        else
+            s.wait_gt_500ms++;
+    }
+    for (auto d : b.delay_ns)
+        s.delay_gt_500ms += d > 500'000'000;
+    double loop = static_cast<double>(b.loop_last_ns - b.loop_first_ns);
+    s.waiting_share = loop > 0 ? s.wait.total_ms * 1e6 / loop : 0;
+    std::set<int> ids; // worker ids, not processes: each epoch may fork new ones
+    for (const auto& [pid, p] : processes)
+        if (!p.root && p.batches > 0)
+            ids.insert(p.worker_id);
+    size_t workers = ids.size();
+    double per_sample = 0;
+    for (const auto& [name, st] : op_rows)
+        if (name == "sample")
+            per_sample = st.mean_ms;
+    double pct = s.waiting_share * 100;
+    if (s.wait.count == 0)
+        s.verdict = "No DataLoader batches were consumed while tracing.";
+    else if (pct >= 20)
+        s.verdict = fmt::format("The training loop waited for data {:.0f} % of the time: input-bound; the data "
+                                "pipeline is the bottleneck ({} worker(s) x {:.2f} ms/sample in the pipeline).",
+                                pct, workers, per_sample);
+    else
+        s.verdict = fmt::format("The training loop waited for data {:.0f} % of the time: not input-bound; the "
+                                "data pipeline keeps up.",
+                                pct);
     return s;
 }
 
@@ -39,6 +94,8 @@ void Summary::add(const model::Span& s)
         samples_.push_back(dur);
         return;
     }
+    if (s.kind != model::SpanKind::Op && s.kind != model::SpanKind::Loader && s.kind != model::SpanKind::Collate)
+        return; // batches and waits have their own section
     auto [it, fresh] = durations_.try_emplace(s.name);
     if (fresh)
         order_.push_back(s.name);
@@ -55,7 +112,14 @@ std::vector<std::pair<std::string, DurationStats>> Summary::rows() const
     return out;
 }
 
-void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& processes,
+static double share(uint64_t part, uint64_t whole) { return whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0; }
+
+static double busy_pct(const model::ProcessInfo& p)
+{
+    return p.last_ns > p.first_ns ? 100.0 * static_cast<double>(p.busy_ns) / static_cast<double>(p.last_ns - p.first_ns) : 0;
+}
+
+void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& processes, const BatchSummary* batches,
                     const std::vector<std::string>& notes) const
 {
     auto r = rows();
@@ -69,12 +133,74 @@ void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& pro
                        name == "sample" ? "sample (whole pipeline)" : name, s.count, s.mean_ms, s.p50_ms, s.p95_ms,
                        s.p99_ms, s.total_ms);
     }
-    fmt::print(out, "\n{:<14} {:>8} {:>8}\n", "process", "pid", "samples");
+    if (batches && (batches->prepare.count || batches->wait.count)) {
+        const auto& b = *batches;
+        fmt::print(out, "\nbatches prepared: {}   per batch ms: mean {:.2f}  std {:.2f} ({:.0f} %)  min {:.2f}  p25 {:.2f}  "
+                        "median {:.2f}  p75 {:.2f}  max {:.2f}  IQR {:.2f}  sum {:.1f}\n",
+                   b.prepare.count, b.prepare.mean_ms, b.prepare.std_ms,
+                   b.prepare.mean_ms > 0 ? 100 * b.prepare.std_ms / b.prepare.mean_ms : 0, b.prepare.min_ms,
+                   b.prepare.p25_ms, b.prepare.p50_ms, b.prepare.p75_ms, b.prepare.max_ms,
+                   b.prepare.p75_ms - b.prepare.p25_ms, b.prepare.total_ms);
+        fmt::print(out, "batches consumed: {}   wait ms: mean {:.2f}  p50 {:.2f}  p99 {:.2f}   out-of-order {:.0f} %  "
+                        "<=1 ms {:.0f} %  1-500 ms {:.0f} %  >500 ms {:.0f} %\n",
+                   b.wait.count, b.wait.mean_ms, b.wait.p50_ms, b.wait.p99_ms, share(b.out_of_order, b.wait.count),
+                   share(b.wait_le_1ms, b.wait.count), share(b.wait_1_500ms, b.wait.count),
+                   share(b.wait_gt_500ms, b.wait.count));
+        fmt::print(out, "ready-to-consumed delay ms: mean {:.2f}  p50 {:.2f}  p99 {:.2f}  >500 ms {:.0f} %\n",
+                   b.delay.mean_ms, b.delay.p50_ms, b.delay.p99_ms, share(b.delay_gt_500ms, b.delay.count));
+        fmt::print(out, "{}\n", b.verdict);
+    }
+    fmt::print(out, "\n{:<14} {:>8} {:>8} {:>8} {:>7} {:>7}\n", "process", "pid", "samples", "batches", "busy %",
+               "idle %");
     for (const auto& [pid, p] : processes)
         if (p.root || p.samples > 0 || p.worker_id >= 0)
-            fmt::print(out, "{:<14} {:>8} {:>8}\n", p.label(), pid, p.samples);
+            fmt::print(out, "{:<14} {:>8} {:>8} {:>8} {:>7.1f} {:>7.1f}\n", p.label(), pid, p.samples, p.batches,
+                       p.root ? 0.0 : busy_pct(p), p.root ? 0.0 : 100 - busy_pct(p));
     for (const auto& n : notes)
         fmt::print(out, "{}\n", n);
+}
+
+} // namespace lotus::exporter
+
+namespace lotus::exporter {
+
+static std::string stats_json(const DurationStats& s)
+{
+    return fmt::format("{{\"count\":{},\"mean_ms\":{:.4f},\"std_ms\":{:.4f},\"min_ms\":{:.4f},\"p25_ms\":{:.4f},"
+                       "\"p50_ms\":{:.4f},\"p75_ms\":{:.4f},\"p95_ms\":{:.4f},\"p99_ms\":{:.4f},\"max_ms\":{:.4f},"
+                       "\"total_ms\":{:.4f}}}",
+                       s.count, s.mean_ms, s.std_ms, s.min_ms, s.p25_ms, s.p50_ms, s.p75_ms, s.p95_ms, s.p99_ms,
+                       s.max_ms, s.total_ms);
+}
+
+std::string Summary::json(const std::map<uint32_t, model::ProcessInfo>& processes, const BatchSummary* batches,
+                          const std::map<std::string, std::string>& run) const
+{
+    std::string ops;
+    for (const auto& [name, st] : rows())
+        ops += fmt::format("{}{}:{}", ops.empty() ? "" : ",", json_string(name), stats_json(st));
+    std::string procs;
+    for (const auto& [pid, p] : processes)
+        if (p.root || p.samples > 0 || p.worker_id >= 0)
+            procs += fmt::format("{}{{\"pid\":{},\"label\":{},\"worker\":{},\"samples\":{},\"batches\":{},"
+                                 "\"busy_pct\":{:.2f}}}",
+                                 procs.empty() ? "" : ",", pid, json_string(p.label()), p.worker_id, p.samples,
+                                 p.batches, p.root ? 0.0 : busy_pct(p));
+    std::string b = "null";
+    if (batches) {
+        const auto& x = *batches;
+        b = fmt::format("{{\"prepare\":{},\"wait\":{},\"delay\":{},\"wait_share\":{{\"out_of_order\":{:.4f},"
+                        "\"le_1ms\":{:.4f},\"1ms_500ms\":{:.4f},\"gt_500ms\":{:.4f}}},\"delay_gt_500ms_share\":{:.4f},"
+                        "\"waiting_share\":{:.4f},\"verdict\":{}}}",
+                        stats_json(x.prepare), stats_json(x.wait), stats_json(x.delay),
+                        share(x.out_of_order, x.wait.count) / 100, share(x.wait_le_1ms, x.wait.count) / 100,
+                        share(x.wait_1_500ms, x.wait.count) / 100, share(x.wait_gt_500ms, x.wait.count) / 100,
+                        share(x.delay_gt_500ms, x.delay.count) / 100, x.waiting_share, json_string(x.verdict));
+    }
+    std::string r;
+    for (const auto& [k, v] : run)
+        r += fmt::format("{}{}:{}", r.empty() ? "" : ",", json_string(k), v);
+    return fmt::format("{{\"run\":{{{}}},\"ops\":{{{}}},\"batches\":{},\"processes\":[{}]}}\n", r, ops, b, procs);
 }
 
 } // namespace lotus::exporter

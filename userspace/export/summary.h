@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "model/batches.h"
 #include "model/spans.h"
 
 namespace lotus::exporter {
@@ -13,7 +14,19 @@ namespace lotus::exporter {
 struct DurationStats {
     uint64_t count = 0;
     double mean_ms = 0, p50_ms = 0, p95_ms = 0, p99_ms = 0, total_ms = 0;
+    double min_ms = 0, max_ms = 0, p25_ms = 0, p75_ms = 0, std_ms = 0;
 };
+
+// The DataLoader part of the summary (Lotus's batch analyses).
+struct BatchSummary {
+    DurationStats prepare, wait, delay;
+    uint64_t out_of_order = 0, wait_le_1ms = 0, wait_1_500ms = 0, wait_gt_500ms = 0, delay_gt_500ms = 0;
+    double waiting_share = 0; // of the training loop's time, first next() to last
+    std::string verdict;
+};
+
+BatchSummary summarize_batches(const model::BatchStats& b, const std::map<uint32_t, model::ProcessInfo>& processes,
+                               const std::vector<std::pair<std::string, DurationStats>>& op_rows);
 
 // Nearest-rank percentile of sorted values (q in [0, 1]).
 double percentile(const std::vector<uint64_t>& sorted, double q);
@@ -24,8 +37,11 @@ public:
     void add(const model::Span& s);
     // Op names in first-seen order with their stats; "sample" (a whole Compose call) last.
     std::vector<std::pair<std::string, DurationStats>> rows() const;
-    void print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& processes,
+    void print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& processes, const BatchSummary* batches,
                const std::vector<std::string>& notes) const;
+    // The same content as JSON (--summary-json); schema: schemas/summary.schema.json.
+    std::string json(const std::map<uint32_t, model::ProcessInfo>& processes, const BatchSummary* batches,
+                     const std::map<std::string, std::string>& run) const;
 
 private:
     std::vector<std::string> order_;

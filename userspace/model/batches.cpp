@@ -37,6 +37,7 @@ void BatchTracker::start_batch(uint32_t, Thread& t, uint64_t start, int64_t idx)
     t.boundary = start;
     t.samples = 0;
     t.last_sample_end = 0;
+    t.loaders.clear();
     seen_ = true;
 }
 
@@ -68,7 +69,7 @@ void BatchTracker::sample_started(uint32_t pid, uint32_t tid, uint64_t ts, int64
     l.sample_id = sample_id;
     if (t.path_ts >= t.boundary && !t.path.empty())
         l.args.emplace_back("path", exporter::json_string(t.path));
-    sink_(l);
+    t.loaders.push_back(std::move(l));
     t.samples++;
 }
 
@@ -107,6 +108,9 @@ void BatchTracker::finish_batch(uint32_t pid, uint32_t tid, Thread& t, uint64_t 
     auto& proc = processes_[pid];
     proc.batches++;
     proc.busy_ns += end - t.start;
+    for (const auto& l : t.loaders)
+        sink_(l);
+    t.loaders.clear();
     if (t.last_sample_end) {
         Span c;
         c.kind = SpanKind::Collate;

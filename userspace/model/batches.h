@@ -50,6 +50,7 @@ private:
         int64_t prev_idx = -1;
         int resets = 0;    // persistent workers: the batch index restarts at every epoch
         bool single = false; // a num_workers=0 batch, delimited by next()
+        std::vector<Span> loaders; // emitted with their batch: nothing outlives an unfinished batch
     };
     struct Ready {
         uint64_t ts;

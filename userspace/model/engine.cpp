@@ -1,5 +1,6 @@
 #include "engine.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace lotus::model {
@@ -58,6 +59,12 @@ void Engine::consume(const void* data, size_t len)
     if (!h) {
         counters_.malformed++;
         return;
+    }
+    if (h->type == LOTUS_EV_PY_ENTRY || h->type == LOTUS_EV_PY_RETURN || h->type == LOTUS_EV_WAIT_DONE) {
+        auto& p = process(h->tgid);
+        if (!p.first_ns)
+            p.first_ns = h->ts_ns;
+        p.last_ns = std::max<uint64_t>(p.last_ns, h->ts_ns);
     }
     switch (h->type) {
     case LOTUS_EV_PY_ENTRY:
