@@ -107,6 +107,8 @@ def main():
                 break
             waits.append(time.perf_counter_ns() - t0)
             n += len(y)
+            # Free this batch now: rebinding x to the next batch would free it inside the next timing.
+            del x, y
         if args.wait_log:
             _append(args.wait_log, "".join(f"{epoch} {i} {w}\n" for i, w in enumerate(waits)))
         print(f"pipeline_job: epoch {epoch}: {n} samples", flush=True)
