@@ -308,6 +308,7 @@ int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
     __u64 self_obj = read_ptr(frame + layout.frame_localsplus);
     __u64 self_type = read_ptr(self_obj + layout.object_type);
     e->self_obj = self_obj;
+    e->arg1_obj = read_ptr(frame + layout.frame_localsplus + 8);
     e->self_type = self_type;
     e->chain_len = 0;
     e->capture_count = 0;

@@ -44,6 +44,7 @@ struct lotus_py_entry {
     __u64 code;       /* its code object */
     __u64 self_obj;   /* localsplus[0] (self for methods): identifies e.g. a DataLoader iterator */
     __u64 self_type;  /* its type, 0 if unreadable */
+    __u64 arg1_obj;   /* localsplus[1]: e.g. the DataLoader given to an iterator's __init__ */
     __u32 depth;      /* evaluation depth of this thread since tracing began (0 = outermost seen) */
     __u32 chain_len;  /* valid entries in chain_code */
     __u64 chain_code[LOTUS_CHAIN_LEN];  /* code objects of the caller frames, innermost first */

@@ -112,6 +112,27 @@ class DataLoaderSemantics(BpfTestCase):
                 data, trace = self.trace_job(workers=workers, epochs=1)
                 self.check(data, trace, 1, workers)
 
+    def test_two_dataloaders_told_apart(self):
+        data, trace = self.trace_job("--val", epochs=2)
+        batches = Counter((b["args"]["loader"], b["args"]["epoch"], b["args"]["batch"]) for b in spans(trace, "batch"))
+        waits = Counter((w["args"]["loader"], w["args"]["epoch"], w["args"]["batch"]) for w in spans(trace, "wait"))
+        val_batches = IMAGES // (2 * BATCH)
+        expected = Counter({(0, e, b): 1 for e in range(2) for b in range(BATCHES)})
+        expected.update({(1, e, b): 1 for e in range(2) for b in range(val_batches)})
+        self.assertEqual(batches, expected)
+        self.assertEqual(waits, expected)
+        starts = {e["id"] for e in trace["traceEvents"] if e["ph"] == "s"}
+        self.assertEqual(starts, {e["id"] for e in trace["traceEvents"] if e["ph"] == "f"})
+        self.assertEqual(len(starts), sum(expected.values()))
+
+    def test_iterable_dataset_batches(self):
+        data, trace = self.trace_job("--iterable", epochs=2)
+        pairs = Counter((b["args"]["epoch"], b["args"]["batch"]) for b in spans(trace, "batch"))
+        self.assertEqual(sum(pairs.values()), len(spans(trace, "wait")))
+        # each worker yields half the items: batches of 32 until its share runs out, all handed over
+        self.assertEqual(len(spans(trace, "wait")), 2 * BATCHES)
+        self.assertEqual(set(pairs.values()), {1})
+
 
 if __name__ == "__main__":
     unittest.main()

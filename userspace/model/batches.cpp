@@ -17,10 +17,46 @@ BatchTracker::Thread& BatchTracker::thread(uint32_t pid, uint32_t tid)
     return threads_[static_cast<uint64_t>(pid) << 32 | tid];
 }
 
+void BatchTracker::new_epoch(Iterator& it)
+{
+    it.epoch = loader_epochs_[it.loader]++;
+    it.consumed = 0;
+    it.next_idx = 0;
+    it.ended = false;
+}
+
+void BatchTracker::iterator_created(uint32_t, uint64_t iterator, uint64_t loader)
+{
+    if (constructing_ == iterator)
+        return; // a subclass __init__ calling its base's
+    auto [id, fresh] = loader_ids_.try_emplace(loader, static_cast<int>(loader_ids_.size()));
+    Iterator& it = iterators_[iterator];
+    it.loader = id->second;
+    new_epoch(it);
+    constructing_ = iterator;
+}
+
+void BatchTracker::iterator_constructed(uint32_t, uint64_t iterator)
+{
+    if (constructing_ == iterator)
+        constructing_ = 0;
+}
+
 void BatchTracker::forked(uint32_t child)
 {
-    // Non-persistent workers are forked by iter(loader), just before that epoch's first next().
-    processes_[child].epoch_base = epochs_started_;
+    // Workers are forked (directly, or by a forkserver on the main process's request) while their iterator's
+    // __init__ runs; persistent workers then serve that loader's later epochs too.
+    auto it = iterators_.find(constructing_);
+    if (constructing_ && it != iterators_.end()) {
+        processes_[child].loader = it->second.loader;
+        processes_[child].epoch_base = it->second.epoch;
+    }
+}
+
+int BatchTracker::worker_loader(uint32_t pid) const
+{
+    auto it = processes_.find(pid);
+    return it == processes_.end() ? -1 : it->second.loader;
 }
 
 int BatchTracker::worker_epoch(uint32_t pid, const Thread& t) const
@@ -105,6 +141,7 @@ void BatchTracker::finish_batch(uint32_t pid, uint32_t tid, Thread& t, uint64_t 
 {
     t.in_batch = false;
     t.last_put = end;
+    t.last_put_idx = t.idx;
     auto& proc = processes_[pid];
     proc.batches++;
     proc.busy_ns += end - t.start;
@@ -119,7 +156,8 @@ void BatchTracker::finish_batch(uint32_t pid, uint32_t tid, Thread& t, uint64_t 
         c.tid = tid;
         c.start_ns = t.last_sample_end;
         c.end_ns = end;
-        c.args = {{"batch", std::to_string(t.idx)}, {"epoch", std::to_string(epoch)}};
+        c.args = {{"batch", std::to_string(t.idx)}, {"epoch", std::to_string(epoch)},
+                  {"loader", std::to_string(t.single ? t.loader : worker_loader(pid))}};
         sink_(c);
     }
     Span b;
@@ -129,13 +167,15 @@ void BatchTracker::finish_batch(uint32_t pid, uint32_t tid, Thread& t, uint64_t 
     b.tid = tid;
     b.start_ns = t.start;
     b.end_ns = end;
+    int loader = t.single ? t.loader : worker_loader(pid);
     b.args = {{"batch", std::to_string(t.idx)},
               {"epoch", std::to_string(epoch)},
+              {"loader", std::to_string(loader)},
               {"worker", std::to_string(proc.root ? -1 : proc.worker_id)},
               {"samples", std::to_string(t.samples)}};
     if (!t.single) {
         b.flow_out = next_flow_++;
-        ready_[epoch][t.idx] = Ready{end, b.flow_out};
+        ready_[{loader, epoch}][t.idx] = Ready{end, b.flow_out};
     }
     stats_.prepare_ns.push_back(end - t.start);
     sink_(b);
@@ -144,26 +184,46 @@ void BatchTracker::finish_batch(uint32_t pid, uint32_t tid, Thread& t, uint64_t 
 void BatchTracker::batch_put(uint32_t pid, uint32_t tid, uint64_t ts, int64_t idx)
 {
     Thread& t = thread(pid, tid);
-    if (!t.in_batch || t.single || idx < 0)
+    if (t.single || idx < 0)
         return;
+    if (!t.in_batch && idx == t.last_put_idx)
+        return; // another call into Python within the same put()
+    if (t.stop_pending) {
+        t.stop_pending = false;
+        t.in_batch = false;
+        t.loaders.clear();
+        t.last_put = ts;
+        t.last_put_idx = idx;
+        ready_[{worker_loader(pid), worker_epoch(pid, t)}][idx] = Ready{ts, 0, true};
+        return;
+    }
+    if (!t.in_batch) {
+        // No pipeline call marked this batch's samples (an IterableDataset, a dataset without Compose): the
+        // batch is still the worker's time from getting the indices to handing the data over.
+        uint64_t start = std::max(t.last_wait_done, t.last_put);
+        start_batch(pid, t, start && start <= ts ? start : ts, -1);
+    }
     if (t.idx < 0)
         adopt_index(t, idx);
     if (t.idx == idx)
         finish_batch(pid, tid, t, ts, worker_epoch(pid, t));
 }
 
+void BatchTracker::stop_marker(uint32_t pid, uint32_t tid) { thread(pid, tid).stop_pending = true; }
+
 void BatchTracker::next_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t iterator, bool single_process)
 {
-    auto& it = iterators_[iterator];
-    if (it.ended) {
-        it = Iterator{epochs_started_++, 0, false};
-    }
+    auto [found, fresh] = iterators_.try_emplace(iterator);
+    Iterator& it = found->second;
+    if (it.ended) // an iterator made before tracing began (loader unknown), or a persistent one's next pass
+        new_epoch(it);
     if (!stats_.loop_first_ns)
         stats_.loop_first_ns = ts;
     if (single_process) {
         Thread& t = thread(pid, tid);
         t.single = true;
-        start_batch(pid, t, ts, it.consumed);
+        t.loader = it.loader;
+        start_batch(pid, t, ts, it.next_idx);
     }
 }
 
@@ -182,7 +242,14 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
         t.single = false;
         return;
     }
-    int64_t n = it.consumed++;
+    it.consumed++;
+    // The batch next() returns: the next task index, past the end-of-data markers of exhausted
+    // IterableDataset workers (the main process skips those indices).
+    auto e = ready_.find({it.loader, it.epoch});
+    int64_t n = it.next_idx;
+    while (e != ready_.end() && e->second.count(n) && e->second[n].stop)
+        e->second.erase(n++);
+    it.next_idx = n + 1;
     Span w;
     w.kind = SpanKind::Wait;
     w.name = fmt::format("wait batch {}", n);
@@ -190,7 +257,7 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
     w.tid = tid;
     w.start_ns = start;
     w.end_ns = end;
-    w.args = {{"batch", std::to_string(n)}, {"epoch", std::to_string(it.epoch)}};
+    w.args = {{"batch", std::to_string(n)}, {"epoch", std::to_string(it.epoch)}, {"loader", std::to_string(it.loader)}};
     bool out_of_order = false;
     if (single_process) {
         if (t.in_batch)
@@ -198,7 +265,7 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
         t.single = false;
         w.args.emplace_back("delay_ms", "0");
         stats_.delay_ns.push_back(0);
-    } else if (auto e = ready_.find(it.epoch); e != ready_.end()) {
+    } else if (e != ready_.end()) {
         if (auto r = e->second.find(n); r != e->second.end()) {
             uint64_t delay = end > r->second.ts ? end - r->second.ts : 0;
             for (const auto& [m, other] : e->second)

@@ -26,12 +26,17 @@ public:
     BatchTracker(SpanSink& sink, std::map<uint32_t, ProcessInfo>& processes);
 
     void forked(uint32_t child);
+    // A DataLoader iterator's __init__(self=iterator, loader) began / returned: workers forked meanwhile are
+    // that iterator's, and a new epoch of that loader begins.
+    void iterator_created(uint32_t pid, uint64_t iterator, uint64_t loader);
+    void iterator_constructed(uint32_t pid, uint64_t iterator);
     void sample_started(uint32_t pid, uint32_t tid, uint64_t ts, int64_t batch_idx, uint64_t sample_id,
                         int64_t sample);
     void sample_finished(uint32_t pid, uint32_t tid, uint64_t ts);
     void opened(uint32_t pid, uint32_t tid, uint64_t ts, std::string path);
     void wait_done(uint32_t pid, uint32_t tid, uint64_t ts);
     void batch_put(uint32_t pid, uint32_t tid, uint64_t ts, int64_t idx);
+    void stop_marker(uint32_t pid, uint32_t tid); // the thread's next put is an end-of-data marker
     void next_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t iterator, bool single_process);
     void next_finished(uint32_t pid, uint32_t tid, uint64_t start, uint64_t end, uint64_t iterator,
                        bool single_process, bool raised);
@@ -48,17 +53,23 @@ private:
         std::string path;
         uint64_t path_ts = 0;
         int64_t prev_idx = -1;
+        int64_t last_put_idx = -1;
+        bool stop_pending = false;
         int resets = 0;    // persistent workers: the batch index restarts at every epoch
         bool single = false; // a num_workers=0 batch, delimited by next()
+        int loader = -1;     // for single-process batches: the iterator's loader
         std::vector<Span> loaders; // emitted with their batch: nothing outlives an unfinished batch
     };
     struct Ready {
         uint64_t ts;
         uint64_t flow;
+        bool stop = false; // an IterableDataset's end-of-data marker: an index the main process skips
     };
     struct Iterator {
+        int loader = -1;
         int epoch = -1;
-        int64_t consumed = 0;
+        int64_t consumed = 0; // batches returned by next() in this epoch
+        int64_t next_idx = 0; // task index of the next batch next() returns
         bool ended = true;
     };
 
@@ -67,13 +78,17 @@ private:
     static void adopt_index(Thread& t, int64_t idx);
     void finish_batch(uint32_t pid, uint32_t tid, Thread& t, uint64_t end, int epoch);
     int worker_epoch(uint32_t pid, const Thread& t) const;
+    int worker_loader(uint32_t pid) const;
+    void new_epoch(Iterator& it);
 
     SpanSink& sink_;
     std::map<uint32_t, ProcessInfo>& processes_;
     std::unordered_map<uint64_t, Thread> threads_; // key pid << 32 | tid
     std::unordered_map<uint64_t, Iterator> iterators_;
-    std::map<int, std::map<int64_t, Ready>> ready_; // epoch -> batch index -> hand-over
-    int epochs_started_ = 0;
+    std::map<std::pair<int, int>, std::map<int64_t, Ready>> ready_; // (loader, epoch) -> batch index -> hand-over
+    std::map<uint64_t, int> loader_ids_; // DataLoader object -> number
+    std::map<int, int> loader_epochs_;   // DataLoader number -> epochs begun
+    uint64_t constructing_ = 0;          // iterator whose __init__ is running (it forks the workers)
     uint64_t next_flow_ = 1;
     BatchStats stats_;
     bool seen_ = false;

@@ -184,10 +184,10 @@ void Engine::on_entry(const lotus_py_entry& e)
         counters_.unknown_code++;
         return;
     }
-    bool in_sample = !stack.empty() && stack.back().kind == SpanKind::Sample && stack.back().depth + 1 == e.depth;
+    bool in_sample = !stack.empty() && stack.back().kind == OpenKind::Sample && stack.back().depth + 1 == e.depth;
     if (in_sample) {
         const Open& sample = stack.back();
-        stack.push_back(Open{SpanKind::Op, e.depth, e.h.ts_ns, e.code, e.self_type, 0, sample.sample, sample.sample_id, {}});
+        stack.push_back(Open{OpenKind::Op, e.depth, e.h.ts_ns, e.code, e.self_type, 0, sample.sample, sample.sample_id, {}});
         return;
     }
     // Locals captured from the frames above: DataLoader worker id and batch index.
@@ -214,12 +214,26 @@ void Engine::on_entry(const lotus_py_entry& e)
             batches_.batch_put(e.h.tgid, e.h.tid, e.h.ts_ns, batch_idx);
         return;
     }
+    if (const CodeRole* c0 = chain_role(0); c0 && c0->worker_loop) {
+        // _worker_loop making _IterableDatasetStopIteration(worker_id) (a dataclass: its __init__ is
+        // generated code, recognised by the class of self): the worker's data ran out.
+        auto& st = state_[e.h.tgid];
+        auto type = st.types.find(e.self_type);
+        if (type != st.types.end() && type->second.find("_IterableDatasetStopIteration") != std::string::npos)
+            batches_.stop_marker(e.h.tgid, e.h.tid);
+        return;
+    }
+    if (r->iter_init) {
+        batches_.iterator_created(e.h.tgid, e.self_obj, e.arg1_obj);
+        stack.push_back(Open{OpenKind::IterInit, e.depth, e.h.ts_ns, e.code, 0, e.self_obj, -1, 0, {}});
+        return;
+    }
     if (r->loader_next) {
         auto& st = state_[e.h.tgid];
         auto type = st.types.find(e.self_type);
         bool single = type != st.types.end() && type->second.find("SingleProcess") != std::string::npos;
         batches_.next_started(e.h.tgid, e.h.tid, e.h.ts_ns, e.self_obj, single);
-        stack.push_back(Open{SpanKind::Wait, e.depth, e.h.ts_ns, e.code, e.self_type, e.self_obj, -1, 0, {}, single});
+        stack.push_back(Open{OpenKind::Next, e.depth, e.h.ts_ns, e.code, e.self_type, e.self_obj, -1, 0, {}, single});
         return;
     }
     if (!r->pipeline)
@@ -234,7 +248,7 @@ void Engine::on_entry(const lotus_py_entry& e)
             break;
         }
     }
-    stack.push_back(Open{SpanKind::Sample, e.depth, e.h.ts_ns, e.code, 0, 0, index, ++sample_seq_, {}});
+    stack.push_back(Open{OpenKind::Sample, e.depth, e.h.ts_ns, e.code, 0, 0, index, ++sample_seq_, {}});
     batches_.sample_started(e.h.tgid, e.h.tid, e.h.ts_ns, batch_idx, sample_seq_, index);
 }
 
@@ -260,13 +274,17 @@ void Engine::on_return(const lotus_py_return& r)
         return; // a frame we did not keep (not a sample or op)
     Open o = std::move(stack.back());
     stack.pop_back();
-    if (o.kind == SpanKind::Wait) {
+    if (o.kind == OpenKind::Next) {
         batches_.next_finished(r.h.tgid, r.h.tid, o.start_ns, r.h.ts_ns, o.self_obj, o.single_process, r.ret_null);
         return;
     }
+    if (o.kind == OpenKind::IterInit) {
+        batches_.iterator_constructed(r.h.tgid, o.self_obj);
+        return;
+    }
     Span s;
-    s.kind = o.kind;
-    s.name = o.kind == SpanKind::Sample ? "sample" : op_name(r.h.tgid, o.code, o.self_type);
+    s.kind = o.kind == OpenKind::Sample ? SpanKind::Sample : SpanKind::Op;
+    s.name = o.kind == OpenKind::Sample ? "sample" : op_name(r.h.tgid, o.code, o.self_type);
     s.pid = r.h.tgid;
     s.tid = r.h.tid;
     s.start_ns = o.start_ns;
@@ -276,7 +294,7 @@ void Engine::on_return(const lotus_py_return& r)
     s.depth = o.depth;
     if (s.kind == SpanKind::Op) {
         // Its sample is now on top (an op is opened only directly inside one).
-        if (!stack.empty() && stack.back().kind == SpanKind::Sample)
+        if (!stack.empty() && stack.back().kind == OpenKind::Sample)
             stack.back().ops.push_back(std::move(s));
         return;
     }

@@ -46,8 +46,9 @@ public:
     bool pipeline_seen() const { return pipeline_seen_; }
 
 private:
+    enum class OpenKind { Sample, Op, Next, IterInit };
     struct Open {
-        SpanKind kind;
+        OpenKind kind;
         uint32_t depth;
         uint64_t start_ns;
         uint64_t code;      // ops are named at their return, when the TYPE record of self has surely arrived

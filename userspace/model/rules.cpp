@@ -43,7 +43,8 @@ CodeRole Rules::classify(const CodeInfo& code) const
     if (code.name == "_worker_loop" && in_file(code, "torch/utils/data/_utils/worker.py")) {
         // A DataLoader worker's main loop: which worker it is, and the index of the batch it is preparing.
         role.worker_loop = true;
-        role.flags |= LOTUS_ROLE_CAPTURE;
+        // Its own calls into Python are few; one of them marks an IterableDataset worker's end of data.
+        role.flags |= LOTUS_ROLE_CAPTURE | LOTUS_ROLE_EMIT_CALLEES;
         role.capture_locals = {"worker_id", "idx"};
     } else if (code.name == "Queue.put" && in_file(code, "multiprocessing/queues.py")) {
         // A worker's data_queue.put((idx, data)): its `with self._notempty` enters Python from C.
@@ -51,6 +52,11 @@ CodeRole Rules::classify(const CodeInfo& code) const
         role.flags |= LOTUS_ROLE_EMIT_CALLEES;
     } else if (ends_with(code.name, "DataLoaderIter.__next__") && in_file(code, "torch/utils/data/dataloader.py")) {
         role.loader_next = true;
+        role.flags &= ~LOTUS_ROLE_SKIP;
+    } else if (ends_with(code.name, "DataLoaderIter.__init__") && in_file(code, "torch/utils/data/dataloader.py")) {
+        // _MultiProcessingDataLoaderIter.__init__ forks the workers; the base class's __init__ is inlined
+        // into it, so both names are kept and the engine treats nested ones as one.
+        role.iter_init = true;
         role.flags &= ~LOTUS_ROLE_SKIP;
     }
     role.getitem = ends_with(code.name, ".__getitem__");

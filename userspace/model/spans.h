@@ -43,6 +43,7 @@ struct ProcessInfo {
     uint64_t busy_ns = 0; // time inside batch spans
     uint64_t first_ns = 0, last_ns = 0; // first and last event seen from it
     int epoch_base = 0;   // DataLoader epoch this worker was forked for
+    int loader = -1;      // which DataLoader (numbered in order of first use) it works for; -1: unknown
     bool exited = false;
     std::string label() const; // "main", "worker 0", "child"
 };

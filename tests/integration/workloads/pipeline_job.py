@@ -53,6 +53,19 @@ class LoggedFolder(datasets.ImageFolder):
         return r
 
 
+class Numbers(torch.utils.data.IterableDataset):
+    """An IterableDataset, split between workers, with a plain function as its 'transform'."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        workers, wid = (info.num_workers, info.id) if info else (1, 0)
+        for i in range(wid, self.n, workers):
+            yield torch.full((3, 64, 64), float(i)), i % 4
+
+
 def main():
     global SAMPLE_LOG, TIMED_LOG
     ap = argparse.ArgumentParser()
@@ -67,6 +80,8 @@ def main():
     ap.add_argument("--persistent", action="store_true")
     ap.add_argument("--context", choices=["fork", "spawn", "forkserver"])
     ap.add_argument("--wait-log", help="one line per batch: EPOCH INDEX NS spent in next(it)")
+    ap.add_argument("--val", action="store_true", help="after each epoch, a pass over a second DataLoader")
+    ap.add_argument("--iterable", action="store_true", help="an IterableDataset without Compose instead")
     args = ap.parse_args()
     SAMPLE_LOG, TIMED_LOG = args.sample_log, args.timed_log
     torch.manual_seed(0)
@@ -85,6 +100,14 @@ def main():
     if args.workers and args.context:
         extra["multiprocessing_context"] = args.context
     loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, **extra)
+    if args.iterable:
+        ds = Numbers(len(ds))
+        loader = DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers, **extra)
+    val = None
+    if args.val:
+        val_ds = datasets.ImageFolder(args.data, transform=transforms.Compose([
+            transforms.Resize(128), transforms.CenterCrop(112), transforms.ToTensor()]))
+        val = DataLoader(val_ds, batch_size=2 * args.batch_size, num_workers=args.workers, **extra)
     print(f"pipeline_job: pid {os.getpid()}", flush=True)
     for epoch in range(args.epochs):
         it = iter(loader)
@@ -112,6 +135,9 @@ def main():
         if args.wait_log:
             _append(args.wait_log, "".join(f"{epoch} {i} {w}\n" for i, w in enumerate(waits)))
         print(f"pipeline_job: epoch {epoch}: {n} samples", flush=True)
+        if val is not None:
+            for x, y in val:
+                pass
     return 0
 
 
