@@ -72,6 +72,12 @@ class DataLoaderSemantics(BpfTestCase):
         self.assertIn("batches prepared", self.stdout)
         with open(self.summary) as f:
             summary = json.load(f)
+        import jsonschema
+        from harness import SOURCE
+        with open(os.path.join(SOURCE, "schemas", "summary.schema.json")) as f:
+            jsonschema.validate(summary, json.load(f))
+        with open(os.path.join(SOURCE, "schemas", "chrome-trace.schema.json")) as f:
+            jsonschema.validate(trace, json.load(f))
         self.assertEqual(summary["batches"]["prepare"]["count"], epochs * BATCHES)
         self.assertEqual(summary["batches"]["wait"]["count"], epochs * BATCHES)
         self.assertIn("waited for data", summary["batches"]["verdict"])
