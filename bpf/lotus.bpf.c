@@ -278,12 +278,11 @@ int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
             return 0;
     }
     __u32 depth = ts->depth;
+    if (depth >= 64)
+        return 0; /* the kernel installs no return probe this deep: this call never returns for us */
     ts->depth = depth + 1;
-    __u64 bit = depth < 64 ? 1ull << depth : 0;
-    if (bit)
-        ts->emitted &= ~bit;
-    else
-        return 0; /* the kernel installs no return probe this deep */
+    __u64 bit = 1ull << depth;
+    ts->emitted &= ~bit;
 
     __u64 frame = (__u64)frame_arg;
     __u64 code = frame_code(frame);

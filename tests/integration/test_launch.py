@@ -98,29 +98,6 @@ class LaunchMode(BpfTestCase):
             a, b = statistics.median(traced[op]), statistics.median(inproc[op])
             self.assertLessEqual(abs(a - b), 0.10 * b, "\n".join(report))
 
-    def test_shared_libpython_pure_python_pipeline(self):
-        """pyenv's CPython 3.11 (shared libpython, found through the exec of the interpreter) with a user
-        pipeline class: exact counts in the main process and in both worker processes."""
-        exe = "/root/.pyenv/versions/3.11.7/bin/python3.11"
-        if not os.access(exe, os.X_OK):
-            self.fail(f"{exe} is expected on these machines")
-        out = self.path("trace.json")
-        n = 200
-        r = run_lotus(["-q", "-o", out, "--pipeline", "Pipeline", "--", exe,
-                       os.path.join(os.path.dirname(WORKLOAD), "pure_pipeline.py"), str(n)])
-        self.assertEqual(r.returncode, 0, r.stderr)
-        trace = load_trace(out)
-        root = trace["otherData"]["target_pid"]
-        self.assertIn("libpython3.11", trace["otherData"]["interpreter"])
-        per_pid = Counter(s["pid"] for s in spans(trace, "sample"))
-        self.assertEqual(per_pid.pop(root), n)
-        self.assertEqual(sorted(per_pid.values()), [n // 2, n // 2])
-        ops = Counter(s["name"] for s in spans(trace, "op"))
-        self.assertEqual(ops, Counter({"Scale": 2 * n, "Shift": 2 * n}))
-        self.assertEqual(sorted(s["args"]["sample"] for s in spans(trace, "sample") if s["pid"] == root),
-                         list(range(n)))
-        assert_nested(self, trace)
-
 
 if __name__ == "__main__":
     unittest.main()

@@ -57,6 +57,14 @@ TEST(Layouts, OneRowPerSupportedVersion)
     ASSERT_TRUE(l);
     EXPECT_EQ(l->frame_code, 32);
     EXPECT_EQ(l->frame_localsplus, 72);
+    for (int minor : {10, 11, 12, 13}) {
+        auto row = layout_for({3, minor, 0});
+        ASSERT_TRUE(row) << minor;
+        // exactly one way to find the caller's frame per row
+        EXPECT_NE(row->tstate_cframe >= 0, row->tstate_current_frame >= 0) << minor;
+        EXPECT_EQ(row->long_tagged, minor >= 12 ? 1u : 0u) << minor;
+    }
+    EXPECT_FALSE(layout_for({3, 9, 18}));
     EXPECT_FALSE(layout_for({2, 7, 18}));
     EXPECT_FALSE(layout_for({3, 99, 0}));
     EXPECT_NE(supported_versions().find("3.11"), std::string::npos);

@@ -152,10 +152,15 @@ void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& pro
     }
     fmt::print(out, "\n{:<14} {:>8} {:>8} {:>8} {:>7} {:>7}\n", "process", "pid", "samples", "batches", "busy %",
                "idle %");
-    for (const auto& [pid, p] : processes)
-        if (p.root || p.samples > 0 || p.worker_id >= 0)
-            fmt::print(out, "{:<14} {:>8} {:>8} {:>8} {:>7.1f} {:>7.1f}\n", p.label(), pid, p.samples, p.batches,
-                       p.root ? 0.0 : busy_pct(p), p.root ? 0.0 : 100 - busy_pct(p));
+    for (const auto& [pid, p] : processes) {
+        if (!p.root && p.samples == 0 && p.worker_id < 0)
+            continue;
+        if (p.root || p.batches == 0) // busy/idle are about DataLoader workers
+                fmt::print(out, "{:<14} {:>8} {:>8} {:>8} {:>7} {:>7}\n", p.label(), pid, p.samples, p.batches, "-", "-");
+            else
+                fmt::print(out, "{:<14} {:>8} {:>8} {:>8} {:>7.1f} {:>7.1f}\n", p.label(), pid, p.samples, p.batches,
+                           busy_pct(p), 100 - busy_pct(p));
+    }
     for (const auto& n : notes)
         fmt::print(out, "{}\n", n);
 }

@@ -7,6 +7,11 @@ namespace lotus::model {
 
 namespace {
 
+bool ends_with(const std::string& s, const std::string& suffix)
+{
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 std::string decode(const char* buf, size_t cap, uint8_t kind)
 {
     if (kind == 0xff)
@@ -223,20 +228,25 @@ void Engine::on_entry(const lotus_py_entry& e)
             batches_.stop_marker(e.h.tgid, e.h.tid);
         return;
     }
+    auto self_type = [&]() -> std::string {
+        auto& st = state_[e.h.tgid];
+        auto t = st.types.find(e.self_type);
+        return t == st.types.end() ? std::string() : t->second;
+    };
+    if ((r->iter_init || r->loader_next) && !ends_with(self_type(), "DataLoaderIter"))
+        return; // e.g. DataLoader.__init__ where names carry no class (3.10)
     if (r->iter_init) {
         batches_.iterator_created(e.h.tgid, e.self_obj, e.arg1_obj);
         stack.push_back(Open{OpenKind::IterInit, e.depth, e.h.ts_ns, e.code, 0, e.self_obj, -1, 0, {}});
         return;
     }
     if (r->loader_next) {
-        auto& st = state_[e.h.tgid];
-        auto type = st.types.find(e.self_type);
-        bool single = type != st.types.end() && type->second.find("SingleProcess") != std::string::npos;
+        bool single = self_type().find("SingleProcess") != std::string::npos;
         batches_.next_started(e.h.tgid, e.h.tid, e.h.ts_ns, e.self_obj, single);
         stack.push_back(Open{OpenKind::Next, e.depth, e.h.ts_ns, e.code, e.self_type, e.self_obj, -1, 0, {}, single});
         return;
     }
-    if (!r->pipeline)
+    if (!r->pipeline || (r->pipeline_if_self && !rules_.pipeline_class(self_type())))
         return;
     pipeline_seen_ = true;
     int64_t index = -1;

@@ -17,6 +17,7 @@ struct CodeInfo {
 struct CodeRole {
     uint32_t flags = 0; // LOTUS_ROLE_* bits for the BPF side
     bool pipeline = false;
+    bool pipeline_if_self = false; // only when self is of a pipeline class (versions without qualified names)
     bool getitem = false;     // its localsplus[1] is a dataset index
     bool worker_loop = false; // torch's _worker_loop: its locals worker_id and idx are captured
     bool queue_put = false;   // multiprocessing's Queue.put: its callees mark a worker handing a batch over
@@ -36,6 +37,8 @@ public:
     // The op's display name: the class of `self` for methods (also through nn.Module's call wrappers), the
     // function's name otherwise.
     std::string op_name(const CodeInfo& code, const std::string* self_type) const;
+    // Whether a class (tp_name) plays Compose's role.
+    bool pipeline_class(const std::string& type_name) const;
 
 private:
     std::vector<std::string> pipeline_classes_;
