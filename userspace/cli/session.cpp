@@ -83,6 +83,21 @@ std::vector<uint8_t> resolve_locals(uint32_t tgid, uint64_t code, const std::vec
     return slots;
 }
 
+// The tracer's own peak resident memory (VmHWM), for the trace's metadata and the benchmark.
+long peak_rss_kb()
+{
+    FILE* f = fopen("/proc/self/status", "r");
+    if (!f)
+        return -1;
+    char line[256];
+    long kb = -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb;
+}
+
 // LOTUS_DEBUG_EVENTS=1: one line per record on stderr, to debug a reconstruction from its events.
 void dump_event(const void* data, size_t len)
 {
@@ -225,6 +240,7 @@ int run_session(const Options& opts)
             {"incomplete_spans", std::to_string(c.incomplete + c.lost_returns)},
             {"samples", std::to_string(engine.samples())},
             {"stop_reason", exporter::json_string(stop_reason)},
+            {"tracer_peak_rss_kb", std::to_string(peak_rss_kb())},
         };
         trace.finish(engine.processes(), other);
         out.close();

@@ -123,11 +123,29 @@ void Engine::on_code(const lotus_code_info& c)
     st.roles[c.code] = std::move(r);
 }
 
-const CodeRole* Engine::role(uint32_t tgid, uint64_t code)
+// A forked child is described its own code objects by BPF (roles are per process), but one whose CODE record
+// was lost can still be resolved through its parent: same memory image. Looked up, never copied.
+template <typename Map>
+auto Engine::find(uint32_t tgid, Map ProcessState::*table, uint64_t key) -> const typename Map::mapped_type*
 {
-    auto& st = state_[tgid];
-    auto it = st.roles.find(code);
-    return it == st.roles.end() ? nullptr : &it->second;
+    for (int hops = 0; hops < 8 && tgid; hops++) {
+        if (auto st = state_.find(tgid); st != state_.end()) {
+            auto& m = st->second.*table;
+            if (auto it = m.find(key); it != m.end())
+                return &it->second;
+        }
+        auto up = inherits_.find(tgid);
+        tgid = up == inherits_.end() ? 0 : up->second;
+    }
+    return nullptr;
+}
+
+const CodeRole* Engine::role(uint32_t tgid, uint64_t code) { return find(tgid, &ProcessState::roles, code); }
+
+std::string Engine::type_name(uint32_t tgid, uint64_t type)
+{
+    auto* t = find(tgid, &ProcessState::types, type);
+    return t ? *t : std::string();
 }
 
 void Engine::on_process(const lotus_proc_event& p)
@@ -138,14 +156,14 @@ void Engine::on_process(const lotus_proc_event& p)
         auto& info = process(pid);
         info.parent = p.parent_tgid;
         // A forked child shares its parent's memory image: same code objects at the same addresses.
-        if (auto it = state_.find(p.parent_tgid); it != state_.end())
-            state_[pid] = it->second;
+        inherits_[pid] = p.parent_tgid;
         batches_.forked(pid);
         break;
     }
     case LOTUS_EV_EXEC:
         // A new program image: nothing known about the old one's objects still holds.
         state_.erase(pid);
+        inherits_.erase(pid);
         break;
     case LOTUS_EV_EXIT:
         process(pid).exited = true;
@@ -222,17 +240,11 @@ void Engine::on_entry(const lotus_py_entry& e)
     if (const CodeRole* c0 = chain_role(0); c0 && c0->worker_loop) {
         // _worker_loop making _IterableDatasetStopIteration(worker_id) (a dataclass: its __init__ is
         // generated code, recognised by the class of self): the worker's data ran out.
-        auto& st = state_[e.h.tgid];
-        auto type = st.types.find(e.self_type);
-        if (type != st.types.end() && type->second.find("_IterableDatasetStopIteration") != std::string::npos)
+        if (type_name(e.h.tgid, e.self_type).find("_IterableDatasetStopIteration") != std::string::npos)
             batches_.stop_marker(e.h.tgid, e.h.tid);
         return;
     }
-    auto self_type = [&]() -> std::string {
-        auto& st = state_[e.h.tgid];
-        auto t = st.types.find(e.self_type);
-        return t == st.types.end() ? std::string() : t->second;
-    };
+    auto self_type = [&] { return type_name(e.h.tgid, e.self_type); };
     if ((r->iter_init || r->loader_next) && !ends_with(self_type(), "DataLoaderIter"))
         return; // e.g. DataLoader.__init__ where names carry no class (3.10)
     if (r->iter_init) {
@@ -264,9 +276,9 @@ void Engine::on_entry(const lotus_py_entry& e)
 
 std::string Engine::op_name(uint32_t tgid, uint64_t code, uint64_t self_type)
 {
-    auto& st = state_[tgid];
-    auto type = st.types.find(self_type);
-    return rules_.op_name(st.codes[code], type == st.types.end() ? nullptr : &type->second);
+    auto* c = find(tgid, &ProcessState::codes, code);
+    std::string type = type_name(tgid, self_type);
+    return rules_.op_name(c ? *c : CodeInfo{}, type.empty() ? nullptr : &type);
 }
 
 void Engine::on_return(const lotus_py_return& r)

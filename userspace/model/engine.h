@@ -71,7 +71,10 @@ private:
     void on_process(const lotus_proc_event& p);
     void close_thread(uint32_t tid);
     void discard(std::vector<Open>& stack); // pops the top span, whose end was lost
+    template <typename Map>
+    auto find(uint32_t tgid, Map ProcessState::*table, uint64_t key) -> const typename Map::mapped_type*;
     const CodeRole* role(uint32_t tgid, uint64_t code);
+    std::string type_name(uint32_t tgid, uint64_t type);
     std::string op_name(uint32_t tgid, uint64_t code, uint64_t self_type);
     ProcessInfo& process(uint32_t pid);
 
@@ -80,6 +83,7 @@ private:
     RoleSink role_sink_;
     std::map<uint32_t, ProcessInfo> processes_;
     std::unordered_map<uint32_t, ProcessState> state_;
+    std::unordered_map<uint32_t, uint32_t> inherits_; // fork child -> parent, until the child execs
     std::unordered_map<uint32_t, std::vector<Open>> stacks_; // per thread id
     std::unordered_map<uint32_t, uint32_t> thread_owner_;    // tid -> tgid
     EngineCounters counters_;

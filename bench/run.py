@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""lotus-bpf benchmark. Every figure is measured in this run; slowdowns are ratios of medians of interleaved
+repeats (untraced, traced, untraced, traced, ...), never absolute times compared across runs."""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+LOTUS = os.path.join(ROOT, "build", "lotus-bpf")
+PY = "/usr/bin/python3"
+TRAIN = os.path.join(ROOT, "examples", "train.py")
+PURE = os.path.join(ROOT, "tests", "integration", "workloads", "pure_pipeline.py")
+
+
+def epoch_seconds(output):
+    return sum(float(m) for m in re.findall(r"epoch \d+ done in ([0-9.]+) s", output))
+
+
+def run_train(data, epochs, traced, tmp):
+    cmd = [PY, TRAIN, data, "--epochs", str(epochs), "--workers", "2", "--batch-size", "32"]
+    if traced:
+        out = os.path.join(tmp, "t.json")
+        cmd = [LOTUS, "-q", "-o", out, "--summary-json", out + ".summary"] + ["--"] + cmd
+    r = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    info = {}
+    if traced:
+        with open(out) as f:
+            info = json.load(f)["otherData"]
+        info["trace_bytes"] = os.path.getsize(out)
+    return epoch_seconds(r.stdout), info
+
+
+def attach_latency(tmp):
+    """Start to 'probes live' when attaching to a process that has torch (libtorch_cpu) loaded."""
+    job = subprocess.Popen([PY, "-c", "import torch, time; print('ready', flush=True); time.sleep(60)"],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        job.stdout.readline()
+        t0 = time.monotonic()
+        tracer = subprocess.Popen([LOTUS, "-q", "-o", os.path.join(tmp, "a.json"), "--pid", str(job.pid)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        while "tracing PID" not in tracer.stderr.readline():
+            pass
+        latency = time.monotonic() - t0
+        tracer.terminate()
+        tracer.wait()
+        return latency
+    finally:
+        job.kill()
+        job.wait()
+
+
+def capacity(tmp, n):
+    """A synthetic load of pipeline calls (3 events each way per sample): events/s delivered and lost."""
+    out = os.path.join(tmp, "c.json")
+    t0 = time.monotonic()
+    subprocess.run([LOTUS, "-q", "-o", out, "--pipeline", "Pipeline", "--", PY, PURE, str(n)],
+                   capture_output=True, text=True, check=True)
+    wall = time.monotonic() - t0
+    with open(out) as f:
+        d = json.load(f)["otherData"]
+    return d["events"], d["lost_events"], wall
+
+
+def peak_rss_kb(tmp, data, epochs):
+    """The tracer's own VmHWM (in the trace's otherData) over a longer run."""
+    out = os.path.join(tmp, "r.json")
+    subprocess.run([LOTUS, "-q", "-o", out, "--", PY, TRAIN, data, "--epochs", str(epochs)],
+                   capture_output=True, text=True, check=True)
+    with open(out) as f:
+        return json.load(f)["otherData"]["tracer_peak_rss_kb"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--images", type=int, default=512)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench: needs root (BPF)")
+    data = os.path.join(tempfile.gettempdir(), f"lotus-bench-images-{args.images}")
+    subprocess.run([PY, os.path.join(ROOT, "examples", "make_dataset.py"), data, "--images", str(args.images)],
+                   check=True)
+    samples = args.images * args.epochs
+    with tempfile.TemporaryDirectory() as tmp:
+        run_train(data, 1, False, tmp)  # warm the page cache
+        untraced, traced, infos = [], [], []
+        for _ in range(args.repeats):
+            untraced.append(run_train(data, args.epochs, False, tmp)[0])
+            s, info = run_train(data, args.epochs, True, tmp)
+            traced.append(s)
+            infos.append(info)
+        u, t = statistics.median(untraced), statistics.median(traced)
+        events = statistics.median(i["events"] for i in infos)
+        lost = max(i["lost_events"] for i in infos)
+        latencies = [attach_latency(tmp) for _ in range(3)]
+        cap_events, cap_lost, cap_wall = capacity(tmp, 200000)
+        rss = peak_rss_kb(tmp, data, 10)
+
+    rows = [
+        ("example pipeline, samples/s untraced", f"{samples / u:.0f}", f"median of {args.repeats}"),
+        ("example pipeline, samples/s traced (default)", f"{samples / t:.0f}", f"ratio {t / u:.3f} (slowdown {100 * (t / u - 1):+.1f} %)"),
+        ("events per sample (default mode)", f"{events / samples:.1f}", f"{lost} lost"),
+        ("ring-buffer bytes per sample (upper bound)", f"{events / samples * 168:.0f}", "events x 168 B (largest record but CODE/OPEN)"),
+        ("attach latency, torch loaded (s)", f"{statistics.median(latencies):.3f}", f"median of 3: {', '.join(f'{x:.3f}' for x in latencies)}"),
+        ("capture: events delivered", f"{cap_events}", f"{cap_events / cap_wall:.0f}/s over the run, {cap_lost} lost"),
+        ("tracer peak RSS (MB), 10 epochs", f"{rss / 1024:.1f}", "VmHWM; 32 MB of it is the mapped ring buffer"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    print(f"{'measure'.ljust(width)}  {'value':>10}  note")
+    for name, value, note in rows:
+        print(f"{name.ljust(width)}  {value:>10}  {note}")
+
+
+if __name__ == "__main__":
+    main()
