@@ -98,6 +98,16 @@ class LaunchMode(BpfTestCase):
             a, b = statistics.median(traced[op]), statistics.median(inproc[op])
             self.assertLessEqual(abs(a - b), 0.10 * b, "\n".join(report))
 
+    def test_span_option_and_what_cannot_be_seen(self):
+        out = self.path("trace.json")
+        r = run_lotus(["-q", "-o", out, "--span", "Scale.__call__", "--span", "*/span_calls.py:helper", "--", PY,
+                       os.path.join(os.path.dirname(WORKLOAD), "span_calls.py")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        py = spans(load_trace(out), "py")
+        self.assertEqual(Counter(s["name"] for s in py), Counter({"Scale.__call__": 300}))
+        self.assertTrue(all(s["args"]["file"].endswith("span_calls.py:10") for s in py), py[0])
+        self.assertIn("--span '*/span_calls.py:helper' was never seen", r.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()

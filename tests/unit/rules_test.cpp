@@ -53,3 +53,13 @@ TEST(Rules, OpNames)
     EXPECT_EQ(r.op_name({"resize", "", 0}, &crop), "resize");
     EXPECT_EQ(r.op_name({"make.<locals>.f", "", 0}, &crop), "f");
 }
+
+TEST(Rules, SpanGlobsWithOptionalFile)
+{
+    Rules r({}, {"Scale.__call__", "*/mine.py:help*", "never_*"});
+    EXPECT_TRUE(r.classify({"Scale.__call__", "/a/b.py", 1}).span);
+    EXPECT_FALSE(r.classify({"Scale.__call__", "/a/b.py", 1}).flags & LOTUS_ROLE_SKIP);
+    EXPECT_TRUE(r.classify({"helper", "/x/mine.py", 1}).span);
+    EXPECT_FALSE(r.classify({"helper", "/x/other.py", 1}).span);
+    EXPECT_EQ(r.unmatched_spans(), std::vector<std::string>{"never_*"});
+}

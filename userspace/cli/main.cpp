@@ -18,6 +18,9 @@ int main(int argc, char** argv)
         ->check(CLI::NonNegativeNumber);
     app.add_option("--pipeline", opts.pipeline_classes,
                    "class name glob whose __call__ plays Compose's role (repeatable; Compose is built in)");
+    app.add_option("--span", opts.spans,
+                   "trace every call of these Python functions as spans: QUALNAME_GLOB or FILE_GLOB:QUALNAME_GLOB "
+                   "(repeatable)");
     app.add_option("--summary-json", opts.summary_json, "also write the summary as JSON to this file");
     app.add_flag("-q,--quiet", opts.quiet, "no live status line");
     app.add_option("command", opts.command, "launch mode: the command to run and trace (after --)");

@@ -138,7 +138,7 @@ int run_session(const Options& opts)
         }
 
         exporter::OutputFile out(opts.output);
-        model::Rules rules(opts.pipeline_classes);
+        model::Rules rules(opts.pipeline_classes, opts.spans);
         uint64_t t0 = monotonic_ns();
         exporter::ChromeTraceWriter trace(out, t0);
         exporter::Summary summary;
@@ -250,6 +250,11 @@ int run_session(const Options& opts)
                                     stats.lost, stop_reason, opts.output));
         if (stats.lost)
             notes.push_back("Spans that lost an event are left out, never guessed.");
+        for (const auto& s : rules.unmatched_spans())
+            notes.push_back(fmt::format("--span '{}' was never seen: no matching function entered the interpreter from "
+                                        "C. Functions called only from Python are inlined by CPython 3.11+ and "
+                                        "invisible to the default probes.",
+                                        s));
         if (c.incomplete + c.lost_returns)
             notes.push_back(fmt::format("{} span(s) were still open at the end or lost their return and are not in "
                                         "the trace.",

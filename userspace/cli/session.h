@@ -14,6 +14,7 @@ struct Options {
     std::string summary_json; // also write the summary as JSON here
     double duration_s = 0; // 0: until Ctrl-C, SIGTERM or the target's exit
     std::vector<std::string> pipeline_classes;
+    std::vector<std::string> spans; // --span
     bool quiet = false; // no status line
 };
 

@@ -94,7 +94,8 @@ void Summary::add(const model::Span& s)
         samples_.push_back(dur);
         return;
     }
-    if (s.kind != model::SpanKind::Op && s.kind != model::SpanKind::Loader && s.kind != model::SpanKind::Collate)
+    if (s.kind != model::SpanKind::Op && s.kind != model::SpanKind::Loader && s.kind != model::SpanKind::Collate &&
+        s.kind != model::SpanKind::Py)
         return; // batches and waits have their own section
     auto [it, fresh] = durations_.try_emplace(s.name);
     if (fresh)

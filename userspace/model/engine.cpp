@@ -1,5 +1,7 @@
 #include "engine.h"
 
+#include "common/json.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -207,6 +209,10 @@ void Engine::on_entry(const lotus_py_entry& e)
         counters_.unknown_code++;
         return;
     }
+    if (r->span) {
+        stack.push_back(Open{OpenKind::Py, e.depth, e.h.ts_ns, e.code, 0, 0, -1, 0, {}});
+        return;
+    }
     bool in_sample = !stack.empty() && stack.back().kind == OpenKind::Sample && stack.back().depth + 1 == e.depth;
     if (in_sample) {
         const Open& sample = stack.back();
@@ -302,6 +308,22 @@ void Engine::on_return(const lotus_py_return& r)
     }
     if (o.kind == OpenKind::IterInit) {
         batches_.iterator_constructed(r.h.tgid, o.self_obj);
+        return;
+    }
+    if (o.kind == OpenKind::Py) {
+        Span py;
+        py.kind = SpanKind::Py;
+        auto* c = find(r.h.tgid, &ProcessState::codes, o.code);
+        py.name = c ? c->name : "?";
+        py.pid = r.h.tgid;
+        py.tid = r.h.tid;
+        py.start_ns = o.start_ns;
+        py.end_ns = r.h.ts_ns;
+        py.depth = o.depth;
+        if (c)
+            py.args.emplace_back("file", exporter::json_string(c->file + ":" + std::to_string(c->firstlineno)));
+        if (span_sink_)
+            span_sink_(py);
         return;
     }
     Span s;

@@ -46,7 +46,7 @@ public:
     bool pipeline_seen() const { return pipeline_seen_; }
 
 private:
-    enum class OpenKind { Sample, Op, Next, IterInit };
+    enum class OpenKind { Sample, Op, Next, IterInit, Py };
     struct Open {
         OpenKind kind;
         uint32_t depth;

@@ -31,15 +31,37 @@ bool glob_match(const std::string& pattern, const std::string& text)
     return fnmatch(pattern.c_str(), text.c_str(), 0) == 0;
 }
 
-Rules::Rules(std::vector<std::string> pipeline_classes) : pipeline_classes_(std::move(pipeline_classes))
+Rules::Rules(std::vector<std::string> pipeline_classes, std::vector<std::string> spans)
+    : pipeline_classes_(std::move(pipeline_classes))
 {
     pipeline_classes_.insert(pipeline_classes_.begin(), "Compose");
+    for (auto& s : spans) {
+        auto colon = s.find(':');
+        spans_.push_back(colon == std::string::npos ? SpanRule{s, "*", s}
+                                                    : SpanRule{s, s.substr(0, colon), s.substr(colon + 1)});
+    }
+}
+
+std::vector<std::string> Rules::unmatched_spans() const
+{
+    std::vector<std::string> out;
+    for (const auto& r : spans_)
+        if (!r.matched)
+            out.push_back(r.text);
+    return out;
 }
 
 CodeRole Rules::classify(const CodeInfo& code) const
 {
     CodeRole role;
     role.flags = LOTUS_ROLE_CLASSIFIED;
+    for (const auto& r : spans_) {
+        if (glob_match(r.name_glob, code.name) && glob_match(r.file_glob, code.file)) {
+            r.matched = true;
+            role.span = true;
+            return role; // emitted: not SKIP
+        }
+    }
     for (const auto& cls : pipeline_classes_) {
         if (glob_match(cls + ".__call__", code.name)) {
             role.pipeline = true;

@@ -18,6 +18,7 @@ struct CodeRole {
     uint32_t flags = 0; // LOTUS_ROLE_* bits for the BPF side
     bool pipeline = false;
     bool pipeline_if_self = false; // only when self is of a pipeline class (versions without qualified names)
+    bool span = false;             // named by --span: every call is a span
     bool getitem = false;     // its localsplus[1] is a dataset index
     bool worker_loop = false; // torch's _worker_loop: its locals worker_id and idx are captured
     bool queue_put = false;   // multiprocessing's Queue.put: its callees mark a worker handing a batch over
@@ -32,16 +33,24 @@ struct CodeRole {
 class Rules {
 public:
     // pipeline_classes: extra class-name globs whose __call__ plays Compose's role.
-    explicit Rules(std::vector<std::string> pipeline_classes = {});
+    // spans: "QUALNAME_GLOB" or "FILE_GLOB:QUALNAME_GLOB": functions whose every call becomes a span.
+    explicit Rules(std::vector<std::string> pipeline_classes = {}, std::vector<std::string> spans = {});
     CodeRole classify(const CodeInfo& code) const;
     // The op's display name: the class of `self` for methods (also through nn.Module's call wrappers), the
     // function's name otherwise.
     std::string op_name(const CodeInfo& code, const std::string* self_type) const;
     // Whether a class (tp_name) plays Compose's role.
     bool pipeline_class(const std::string& type_name) const;
+    // --span patterns that matched no code object described so far (never seen entering the interpreter).
+    std::vector<std::string> unmatched_spans() const;
 
 private:
+    struct SpanRule {
+        std::string text, file_glob, name_glob;
+        mutable bool matched = false;
+    };
     std::vector<std::string> pipeline_classes_;
+    std::vector<SpanRule> spans_;
 };
 
 bool glob_match(const std::string& pattern, const std::string& text);

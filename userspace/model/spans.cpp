@@ -12,6 +12,7 @@ const char* category(SpanKind k)
     case SpanKind::Collate: return "collate";
     case SpanKind::Wait: return "wait";
     case SpanKind::Consumed: return "consumed";
+    case SpanKind::Py: return "py";
     }
     return "?";
 }

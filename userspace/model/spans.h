@@ -15,6 +15,7 @@ enum class SpanKind {
     Collate,  // a batch's collation: last sample's end to the batch's hand-over
     Wait,     // the training loop blocked in next(iterator) for a batch
     Consumed, // instant: the training loop got the batch
+    Py,       // a call of a function named by --span
 };
 
 const char* category(SpanKind k);
