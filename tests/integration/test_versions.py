@@ -42,6 +42,22 @@ class Versions(BpfTestCase):
                 assert_nested(self, trace)
                 self.assert_detached()
 
+    def test_all_calls_sees_functions_called_only_from_python(self):
+        work = os.path.join(os.path.dirname(WORKLOAD), "span_calls.py")
+        for name in ("3.10", "3.12", "3.13"):
+            with self.subTest(interpreter=name):
+                out = self.path(f"all-{name}.json")
+                r = run_lotus(["-q", "-o", out, "--all-calls", "--span", "helper", "--", INTERPRETERS[name], work])
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertEqual(Counter(s["name"] for s in spans(load_trace(out), "py")), Counter({"helper": 300}))
+                self.assertNotIn("never seen", r.stdout)
+        # 3.11 has no way to un-inline calls here: refused with one line, nothing left attached or running
+        r = run_lotus(["-q", "-o", self.path("x.json"), "--all-calls", "--", INTERPRETERS["3.11"], work])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn("not available for CPython 3.11", r.stderr)
+        self.assert_detached()
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -21,6 +21,9 @@ int main(int argc, char** argv)
     app.add_option("--span", opts.spans,
                    "trace every call of these Python functions as spans: QUALNAME_GLOB or FILE_GLOB:QUALNAME_GLOB "
                    "(repeatable)");
+    app.add_flag("--all-calls", opts.all_calls,
+                 "see every Python call, also those made from Python (launch mode; CPython 3.10, or 3.12+ through "
+                 "PYTHONPERFSUPPORT=1); costs a trap per call");
     app.add_option("--summary-json", opts.summary_json, "also write the summary as JSON to this file");
     app.add_flag("-q,--quiet", opts.quiet, "no live status line");
     app.add_option("command", opts.command, "launch mode: the command to run and trace (after --)");

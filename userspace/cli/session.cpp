@@ -125,6 +125,9 @@ int run_session(const Options& opts)
         target::Interpreter interp;
         int root = 0;
         if (opts.pid) {
+            if (opts.all_calls)
+                throw std::runtime_error("--all-calls needs launch mode (-- COMMAND): CPython must start with "
+                                         "PYTHONPERFSUPPORT=1");
             root = *opts.pid;
             interp = target::find_interpreter(root);
         }
@@ -132,9 +135,17 @@ int run_session(const Options& opts)
         if (!opts.summary_json.empty())
             exporter::check_writable(opts.summary_json);
         if (!opts.pid) {
-            launcher = std::make_unique<target::Launcher>(opts.command);
+            // --all-calls: 3.12+ started with PYTHONPERFSUPPORT=1 runs every Python call through a C
+            // trampoline into the evaluator (no inlining); 3.10 never inlines.
+            std::vector<std::string> env;
+            if (opts.all_calls)
+                env.push_back("PYTHONPERFSUPPORT=1");
+            launcher = std::make_unique<target::Launcher>(opts.command, env);
             root = launcher->pid();
             interp = launcher->interpreter();
+            if (opts.all_calls && interp.version.major == 3 && interp.version.minor == 11)
+                throw std::runtime_error("--all-calls is not available for CPython 3.11 (it inlines Python calls and "
+                                         "has no perf trampoline); use 3.10 or 3.12+");
         }
 
         exporter::OutputFile out(opts.output);

@@ -43,7 +43,7 @@ bool runnable(const std::string& cmd)
 
 } // namespace
 
-Launcher::Launcher(const std::vector<std::string>& argv)
+Launcher::Launcher(const std::vector<std::string>& argv, const std::vector<std::string>& env)
 {
     if (argv.empty())
         throw TargetError("no command to launch");
@@ -57,6 +57,8 @@ Launcher::Launcher(const std::vector<std::string>& argv)
         for (const auto& a : argv)
             args.push_back(const_cast<char*>(a.c_str()));
         args.push_back(nullptr);
+        for (const auto& kv : env)
+            putenv(const_cast<char*>(kv.c_str()));
         ptrace(PTRACE_TRACEME, 0, nullptr, nullptr);
         execvp(args[0], args.data());
         _exit(127); // the parent checked the command exists and reports

@@ -13,7 +13,8 @@ class Launcher {
 public:
     // Forks and execs argv; returns once the child has exec'd a CPython interpreter (following wrapper
     // scripts that exec one, such as pyenv shims) and is stopped. Throws TargetError (the child is killed).
-    explicit Launcher(const std::vector<std::string>& argv);
+    // env: extra NAME=VALUE settings for the command's environment.
+    explicit Launcher(const std::vector<std::string>& argv, const std::vector<std::string>& env = {});
     ~Launcher();
     pid_t pid() const { return pid_; }
     const Interpreter& interpreter() const { return interp_; }
