@@ -68,6 +68,21 @@ def capacity(tmp, n):
     return d["events"], d["lost_events"], wall
 
 
+PY312 = "/root/.pyenv/versions/3.12.1/bin/python3.12"
+
+
+def pure_wall(mode, n):
+    """Wall time of the pure-Python pipeline workload on CPython 3.12: untraced, default, or --all-calls."""
+    cmd = [PY312, PURE, str(n)]
+    if mode != "untraced":
+        extra = ["--all-calls"] if mode == "all-calls" else []
+        cmd = [LOTUS, "-q", "-o", "/tmp/lotus-bench-pure.json", "--pipeline",
+               "Pipeline"] + extra + ["--"] + cmd
+    t0 = time.monotonic()
+    subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return time.monotonic() - t0
+
+
 def peak_rss_kb(tmp, data, epochs):
     """The tracer's own VmHWM (in the trace's otherData) over a longer run."""
     out = os.path.join(tmp, "r.json")
@@ -107,6 +122,11 @@ def main():
         latencies = [attach_latency(tmp) for _ in range(3)]
         cap_events, cap_lost, cap_wall = capacity(tmp, 200000)
         rss = peak_rss_kb(tmp, data, 10)
+        pure = {"untraced": [], "default": [], "all-calls": []}
+        if os.access(PY312, os.X_OK):
+            for _ in range(args.repeats):
+                for mode in pure:
+                    pure[mode].append(pure_wall(mode, 100000))
 
     rows = [
         ("example pipeline, samples/s untraced", f"{samples / u:.0f}", f"median of {args.repeats}"),
@@ -117,6 +137,12 @@ def main():
         ("capture: events delivered", f"{cap_events}", f"{cap_events / cap_wall:.0f}/s over the run, {cap_lost} lost"),
         ("tracer peak RSS (MB), 10 epochs", f"{rss / 1024:.1f}", "VmHWM; 32 MB of it is the mapped ring buffer"),
     ]
+    if pure["untraced"]:
+        base = statistics.median(pure["untraced"])
+        for mode in ("default", "all-calls"):
+            m = statistics.median(pure[mode])
+            rows.append((f"pure-Python pipeline on 3.12, {mode}", f"{m / base:.2f}x",
+                         f"wall time ratio to untraced ({base:.2f} s), 100000 samples, median of {args.repeats}"))
     width = max(len(r[0]) for r in rows)
     print(f"{'measure'.ljust(width)}  {'value':>10}  note")
     for name, value, note in rows:

@@ -288,7 +288,8 @@ int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
     __u64 code = frame_code(frame);
     __u32 flags = role_of(tgid, code);
     __u64 caller = caller_frame((__u64)tstate);
-    __u32 cflags = caller ? role_of(tgid, frame_code(caller)) : 0;
+    __u64 caller_code = caller ? frame_code(caller) : 0;
+    __u32 cflags = caller ? role_of(tgid, caller_code) : 0;
 
     bool wanted = !(flags & LOTUS_ROLE_SKIP) || !(cflags & LOTUS_ROLE_CLASSIFIED) ||
                   (cflags & (LOTUS_ROLE_PIPELINE | LOTUS_ROLE_EMIT_CALLEES));
@@ -312,16 +313,21 @@ int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
     e->chain_len = 0;
     e->capture_count = 0;
 
+    /* Pipeline calls (and code not classified yet) describe 4 callers with their first argument (a sample's
+     * dataset index); the others, ops above all, only 2 callers without arguments: fewer reads per call. */
+    bool deep = !(flags & LOTUS_ROLE_CLASSIFIED) || (flags & LOTUS_ROLE_PIPELINE);
+    __u32 chain_max = deep ? LOTUS_CHAIN_LEN : 2;
     __u64 f = caller;
-    for (int i = 0; i < LOTUS_CHAIN_LEN; i++) {
+    for (int i = 0; i < LOTUS_CHAIN_LEN && i < chain_max; i++) {
         if (f && is_shim(f))
             f = read_ptr(f + layout.frame_previous);
         if (!f)
             break;
-        __u64 c = frame_code(f);
-        role_of(tgid, c);
+        __u64 c = i == 0 ? caller_code : frame_code(f);
+        if (i > 0)
+            role_of(tgid, c);
         e->chain_code[i] = c;
-        e->chain_arg1[i] = read_small_int(f, 1);
+        e->chain_arg1[i] = deep ? read_small_int(f, 1) : LOTUS_NO_VALUE;
         e->chain_len = i + 1;
         f = read_ptr(f + layout.frame_previous);
     }
