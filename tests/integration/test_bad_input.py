@@ -85,6 +85,15 @@ class BadInput(BpfTestCase):
         self.assert_refused(["--", "/no/such/program"], "cannot run")
         self.assert_refused(["--", "/bin/true"], "did not start a CPython interpreter")
 
+    def test_bad_rules_file(self):
+        bad = self.path("bad.json")
+        for content, needle in (("{not json", "not valid JSON"), ('{"spans": [1]}', "list of non-empty strings"),
+                                ('{"ops": []}', "unknown key")):
+            with open(bad, "w") as f:
+                f.write(content)
+            self.assert_refused(["--rules", bad, "--", PY, "-c", "pass"], needle)
+        self.assert_refused(["--rules", self.path("missing.json"), "--", PY, "-c", "pass"], "cannot read rules file")
+
     def test_usage_errors(self):
         self.assert_refused([], "--pid")
         self.assert_refused(["--pid", "1", "--", PY], "not both")

@@ -107,6 +107,14 @@ class LaunchMode(BpfTestCase):
         self.assertEqual(Counter(s["name"] for s in py), Counter({"Scale.__call__": 300}))
         self.assertTrue(all(s["args"]["file"].endswith("span_calls.py:10") for s in py), py[0])
         self.assertIn("--span '*/span_calls.py:helper' was never seen", r.stdout)
+        # the same through a rules file
+        rules = self.path("rules.json")
+        with open(rules, "w") as f:
+            json.dump({"spans": ["Scale.__call__"]}, f)
+        r = run_lotus(["-q", "-o", out, "--rules", rules, "--", PY,
+                       os.path.join(os.path.dirname(WORKLOAD), "span_calls.py")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(spans(load_trace(out), "py")), 300)
 
 
 if __name__ == "__main__":

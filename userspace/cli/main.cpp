@@ -21,6 +21,7 @@ int main(int argc, char** argv)
     app.add_option("--span", opts.spans,
                    "trace every call of these Python functions as spans: QUALNAME_GLOB or FILE_GLOB:QUALNAME_GLOB "
                    "(repeatable)");
+    app.add_option("--rules", opts.rules_file, "pipelines and spans from a JSON file (schemas/rules.schema.json)");
     app.add_flag("--all-calls", opts.all_calls,
                  "see every Python call, also those made from Python (launch mode; CPython 3.10, or 3.12+ through "
                  "PYTHONPERFSUPPORT=1); costs a trap per call");

@@ -1,5 +1,7 @@
 #include "session.h"
 
+#include "rules_file.h"
+
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -121,6 +123,13 @@ int run_session(const Options& opts)
 {
     try {
         capture::check_privileges();
+        std::vector<std::string> pipelines = opts.pipeline_classes, span_rules = opts.spans;
+        if (!opts.rules_file.empty()) {
+            auto file = load_rules_file(opts.rules_file);
+            pipelines.insert(pipelines.end(), file.pipelines.begin(), file.pipelines.end());
+            span_rules.insert(span_rules.end(), file.spans.begin(), file.spans.end());
+        }
+
         std::unique_ptr<target::Launcher> launcher;
         target::Interpreter interp;
         int root = 0;
@@ -149,7 +158,7 @@ int run_session(const Options& opts)
         }
 
         exporter::OutputFile out(opts.output);
-        model::Rules rules(opts.pipeline_classes, opts.spans);
+        model::Rules rules(pipelines, span_rules);
         uint64_t t0 = monotonic_ns();
         exporter::ChromeTraceWriter trace(out, t0);
         exporter::Summary summary;
