@@ -31,6 +31,7 @@ class Versions(BpfTestCase):
                 self.assertTrue(trace["otherData"]["python"].startswith(name.split("-")[0]), trace["otherData"])
                 if name != "3.11-static":
                     self.assertIn("libpython", trace["otherData"]["interpreter"])
+                self.assertEqual(trace["otherData"]["layout"], "_Py_DebugOffsets" if name == "3.13" else "table")
                 root = trace["otherData"]["target_pid"]
                 per_pid = Counter(s["pid"] for s in spans(trace, "sample"))
                 self.assertEqual(per_pid.pop(root, 0), n)

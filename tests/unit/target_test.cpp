@@ -91,3 +91,85 @@ TEST(Interpreter, NotPythonIsRefused)
     }
     EXPECT_THROW(find_interpreter(999999999), TargetError);
 }
+
+#include <cstring>
+
+#include "target/debug_offsets.h"
+
+namespace {
+
+// A _Py_DebugOffsets buffer as CPython 3.13 would lay it out, from a layout row.
+std::vector<uint8_t> crafted(const lotus_py_layout& l)
+{
+    std::vector<uint64_t> w(kDebugOffsetsBytes / 8, 0);
+    memcpy(w.data(), "xdebugpy", 8);
+    w[1] = 0x030D00F0;
+    size_t t = 3 + 3 + 13, f = t + 9, c = f + 6, o = c + 10, ty = o + 2, tu = ty + 4, lo = tu + 3 + 3 + 3 + 2,
+           u = lo + 3 + 3;
+    w[t] = 400, w[t + 4] = static_cast<uint64_t>(l.tstate_current_frame);
+    w[f] = 80, w[f + 1] = static_cast<uint64_t>(l.frame_previous), w[f + 2] = static_cast<uint64_t>(l.frame_code);
+    w[f + 4] = static_cast<uint64_t>(l.frame_localsplus), w[f + 5] = static_cast<uint64_t>(l.frame_owner);
+    w[c] = 200, w[c + 1] = static_cast<uint64_t>(l.code_filename), w[c + 3] = static_cast<uint64_t>(l.code_name);
+    w[c + 5] = static_cast<uint64_t>(l.code_firstlineno), w[c + 7] = static_cast<uint64_t>(l.code_localsplusnames);
+    w[o] = 16, w[o + 1] = 8;
+    w[ty] = 400, w[ty + 1] = 24, w[ty + 3] = 168;
+    w[tu] = 32, w[tu + 1] = 24, w[tu + 2] = 16;
+    w[lo] = 32, w[lo + 1] = 16, w[lo + 2] = 24;
+    w[u] = 40, w[u + 1] = 32, w[u + 2] = 16, w[u + 3] = 40;
+    std::vector<uint8_t> out(kDebugOffsetsBytes);
+    memcpy(out.data(), w.data(), out.size());
+    return out;
+}
+
+} // namespace
+
+TEST(DebugOffsets, ParsesAValidBuffer)
+{
+    auto row = *layout_for({3, 13, 0});
+    auto buf = crafted(row);
+    std::string why;
+    auto l = layout_from_debug_offsets(buf.data(), buf.size(), row, &why);
+    ASSERT_TRUE(l) << why;
+    EXPECT_EQ(l->tstate_current_frame, row.tstate_current_frame);
+    EXPECT_EQ(l->frame_code, row.frame_code);
+    EXPECT_EQ(l->frame_localsplus, row.frame_localsplus);
+    EXPECT_EQ(l->code_name, row.code_name);
+    EXPECT_EQ(l->unicode_ascii_data, row.unicode_ascii_data);
+    EXPECT_EQ(l->unicode_compact_data, row.unicode_compact_data);
+    EXPECT_EQ(l->long_digits, row.long_digits);
+}
+
+TEST(DebugOffsets, RejectsCorruptBuffersWithAReason)
+{
+    auto row = *layout_for({3, 13, 0});
+    std::string why;
+    auto bad_cookie = crafted(row);
+    bad_cookie[0] = 'y';
+    EXPECT_FALSE(layout_from_debug_offsets(bad_cookie.data(), bad_cookie.size(), row, &why));
+    EXPECT_NE(why.find("cookie"), std::string::npos);
+    auto short_buf = crafted(row);
+    EXPECT_FALSE(layout_from_debug_offsets(short_buf.data(), 100, row, &why));
+    auto old = crafted(row);
+    old[8 + 2] = 0x0B; // version 3.11
+    EXPECT_FALSE(layout_from_debug_offsets(old.data(), old.size(), row, &why));
+    auto insane = crafted(row);
+    uint64_t huge = 1ull << 40;
+    memcpy(insane.data() + (3 + 3 + 13 + 9) * 8, &huge, 8); // interpreter_frame.size
+    EXPECT_FALSE(layout_from_debug_offsets(insane.data(), insane.size(), row, &why));
+    EXPECT_NE(why.find("out of bounds"), std::string::npos);
+    auto ft = crafted(row);
+    ft[16] = 1;
+    EXPECT_FALSE(layout_from_debug_offsets(ft.data(), ft.size(), row, &why));
+    EXPECT_EQ(why, "free-threaded build");
+}
+
+TEST(DebugOffsets, RealCPython313AgreesWithTheTable)
+{
+    const char* lib = "/root/.pyenv/versions/3.13.0/lib/libpython3.13.so.1.0";
+    if (access(lib, R_OK) != 0)
+        GTEST_SKIP() << "no pyenv CPython 3.13 on this machine";
+    auto i = find_interpreter_in_executable("/root/.pyenv/versions/3.13.0/bin/python3.13", "");
+    EXPECT_EQ(i.layout_source, "_Py_DebugOffsets");
+    auto row = *layout_for({3, 13, 0});
+    EXPECT_EQ(0, memcmp(&i.layout, &row, sizeof(row)));
+}

@@ -255,6 +255,7 @@ int run_session(const Options& opts)
             {"target_pid", std::to_string(root)},
             {"python", exporter::json_string(interp.version.str())},
             {"interpreter", exporter::json_string(interp.target_path)},
+            {"layout", exporter::json_string(interp.layout_source)},
             {"events", std::to_string(stats.submitted)},
             {"lost_events", std::to_string(stats.lost)},
             {"incomplete_spans", std::to_string(c.incomplete + c.lost_returns)},

@@ -8,6 +8,7 @@
 #include <regex>
 #include <set>
 
+#include "debug_offsets.h"
 #include "elf_file.h"
 #include "proc_maps.h"
 
@@ -59,7 +60,21 @@ Interpreter describe(const ElfFile& elf, bool shared, const std::string& who)
     auto off = elf.file_offset(eval->value);
     if (!off)
         throw TargetError(fmt::format("{}: {} has no file offset for {}", who, elf.path(), kEvalSymbol));
-    return Interpreter{elf.path(), elf.path(), shared, *version, *off, *layout};
+    Interpreter interp{elf.path(), elf.path(), shared, *version, *off, *layout, "table"};
+    // 3.13+: the interpreter's own description of its structures (the table row supplies the rest, and is
+    // the fallback when the description is missing or fails validation).
+    if (version->major == 3 && version->minor >= 13) {
+        auto runtime = elf.symbol("_PyRuntime");
+        auto bytes = runtime ? elf.read(runtime->value, kDebugOffsetsBytes) : std::nullopt;
+        std::string why;
+        if (bytes) {
+            if (auto l = layout_from_debug_offsets(bytes->data(), bytes->size(), *layout, &why)) {
+                interp.layout = *l;
+                interp.layout_source = "_Py_DebugOffsets";
+            }
+        }
+    }
+    return interp;
 }
 
 } // namespace

@@ -20,6 +20,7 @@ struct Interpreter {
     PyVersion version;
     uint64_t eval_offset = 0; // file offset of _PyEval_EvalFrameDefault, for the uprobe
     lotus_py_layout layout{};
+    std::string layout_source = "table"; // or "_Py_DebugOffsets" (3.13+, read from the interpreter's file)
 };
 
 // From /proc/PID/maps. Throws TargetError.
