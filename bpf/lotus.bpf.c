@@ -201,6 +201,64 @@ __noinline int describe_type(__u32 tgid, __u64 type)
     return 1;
 }
 
+/* On-CPU time per traced thread: accumulated at each switch out, plus the running slice. */
+struct oncpu {
+    __u64 acc_ns;
+    __u64 in_ns; /* when it was last switched in; 0 while off CPU */
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, __u32);
+    __type(value, struct oncpu);
+} lotus_oncpu SEC(".maps");
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+    __u64 now = bpf_ktime_get_ns();
+    __u32 ptgid = BPF_CORE_READ(prev, tgid), ntgid = BPF_CORE_READ(next, tgid);
+    if (bpf_map_lookup_elem(&lotus_traced, &ptgid)) {
+        __u32 tid = BPF_CORE_READ(prev, pid);
+        struct oncpu *c = bpf_map_lookup_elem(&lotus_oncpu, &tid);
+        if (c && c->in_ns) {
+            c->acc_ns += now - c->in_ns;
+            c->in_ns = 0;
+        }
+    }
+    if (bpf_map_lookup_elem(&lotus_traced, &ntgid)) {
+        __u32 tid = BPF_CORE_READ(next, pid);
+        struct oncpu *c = bpf_map_lookup_elem(&lotus_oncpu, &tid);
+        if (c) {
+            c->in_ns = now;
+        } else {
+            struct oncpu fresh = {.acc_ns = 0, .in_ns = now};
+            bpf_map_update_elem(&lotus_oncpu, &tid, &fresh, BPF_ANY);
+        }
+    }
+    return 0;
+}
+
+/* Counters of the current (running) thread. */
+static __always_inline void read_counters(struct lotus_counters *out, __u32 tid)
+{
+    __u64 now = bpf_ktime_get_ns();
+    struct oncpu *c = bpf_map_lookup_elem(&lotus_oncpu, &tid);
+    if (!c) {
+        /* First sight since tracing began: it is running now. */
+        struct oncpu fresh = {.acc_ns = 0, .in_ns = now};
+        bpf_map_update_elem(&lotus_oncpu, &tid, &fresh, BPF_ANY);
+        c = bpf_map_lookup_elem(&lotus_oncpu, &tid);
+    }
+    out->cpu_ns = c ? c->acc_ns + (c->in_ns ? now - c->in_ns : 0) : 0;
+    struct task_struct *t = bpf_get_current_task_btf();
+    out->min_flt = t->min_flt;
+    out->maj_flt = t->maj_flt;
+    out->nvcsw = t->nvcsw;
+    out->nivcsw = t->nivcsw;
+}
+
 /* localsplus[slot] of a frame if it is a Python int that fits 60 bits, else LOTUS_NO_VALUE. */
 __noinline __s64 read_small_int(__u64 frame, __u32 slot)
 {
@@ -302,6 +360,7 @@ int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
     if (!e)
         return 0;
     fill_header(&e->h, LOTUS_EV_PY_ENTRY);
+    read_counters(&e->counters, tid);
     e->frame = frame;
     e->code = code;
     e->depth = depth;
@@ -385,6 +444,7 @@ int BPF_KRETPROBE(py_return)
     fill_header(&e->h, LOTUS_EV_PY_RETURN);
     e->depth = depth;
     e->ret_null = PT_REGS_RC(ctx) == 0;
+    read_counters(&e->counters, tid);
     bpf_ringbuf_submit(e, submit_flags());
     return 0;
 }
@@ -503,6 +563,7 @@ int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
         return 0;
     bpf_map_delete_elem(&lotus_threads, &tid);
     bpf_map_delete_elem(&wait_start, &tid);
+    bpf_map_delete_elem(&lotus_oncpu, &tid);
     if (!group_dead)
         return 0;
     bpf_map_delete_elem(&lotus_traced, &tgid);

@@ -31,6 +31,16 @@ struct lotus_event_header {
     __u64 ts_ns; /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
 };
 
+/* Exact per-thread software counters at a probe: on-CPU time (accumulated at every context switch of a traced
+ * thread) and the kernel's own per-task fault and context-switch counts. Op spans carry their deltas. */
+struct lotus_counters {
+    __u64 cpu_ns;
+    __u64 min_flt;
+    __u64 maj_flt;
+    __u64 nvcsw;  /* voluntary context switches (blocking) */
+    __u64 nivcsw; /* involuntary ones (preempted) */
+};
+
 #define LOTUS_CHAIN_LEN 4      /* caller frames described in every entry event */
 #define LOTUS_WALK_MAX 24      /* frames walked looking for capture roles */
 #define LOTUS_MAX_CAPTURES 4   /* captured locals per entry event */
@@ -53,12 +63,14 @@ struct lotus_py_entry {
     __s64 capture_value[LOTUS_MAX_CAPTURES];
     __u8 capture_slot[LOTUS_MAX_CAPTURES];  /* which local of that frame */
     __u32 capture_count;
+    struct lotus_counters counters;
 };
 
 struct lotus_py_return {
     struct lotus_event_header h;
     __u32 depth;    /* equals the depth of the matching entry */
     __u32 ret_null; /* 1: the frame returned NULL (an exception, e.g. StopIteration, left it) */
+    struct lotus_counters counters;
 };
 
 struct lotus_wait_done {

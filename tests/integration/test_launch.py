@@ -116,6 +116,26 @@ class LaunchMode(BpfTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(len(spans(load_trace(out), "py")), 300)
 
+    def test_per_op_software_counters(self):
+        """On-CPU time, blocking and page faults per op, from the kernel's per-thread accounting."""
+        out = self.path("trace.json")
+        r = run_lotus(["-q", "-o", out, "--pipeline", "Pipeline", "--", PY,
+                       os.path.join(os.path.dirname(WORKLOAD), "counters_pipeline.py")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        ops = spans(load_trace(out), "op")
+        sleepy = [s for s in ops if s["name"] == "Sleepy"]
+        busy = [s for s in ops if s["name"] == "Busy"]
+        self.assertEqual((len(sleepy), len(busy)), (40, 40))
+        for s in ops:
+            self.assertLessEqual(s["args"]["cpu_ms"], s["dur"] / 1000 + 0.01, s)
+        # sleeping: off CPU, and it blocked
+        self.assertLess(sum(s["args"]["cpu_ms"] for s in sleepy), 0.2 * sum(s["dur"] for s in sleepy) / 1000)
+        self.assertTrue(all(s["args"]["voluntary_cs"] >= 1 for s in sleepy))
+        # spinning: on CPU nearly all the time (the machine is shared: allow preemption), and faulting pages in
+        self.assertGreater(sum(s["args"]["cpu_ms"] for s in busy), 0.8 * sum(s["dur"] for s in busy) / 1000)
+        self.assertGreater(min(s["args"]["minor_faults"] for s in busy), 100)
+        self.assertIn("cpu %", r.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()

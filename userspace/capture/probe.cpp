@@ -88,6 +88,7 @@ void Probe::attach_process_tracking()
     attach(skel_->progs.on_exit, skel_->links.on_exit, "sched_process_exit");
     attach(skel_->progs.on_sys_enter, skel_->links.on_sys_enter, "sys_enter");
     attach(skel_->progs.on_sys_exit, skel_->links.on_sys_exit, "sys_exit");
+    attach(skel_->progs.on_switch, skel_->links.on_switch, "sched_switch");
 }
 
 void Probe::trace_process(uint32_t tgid, uint32_t root_tgid)

@@ -40,6 +40,13 @@ void ChromeTraceWriter::span(const model::Span& s)
         add("sample_id", std::to_string(s.sample_id));
     for (const auto& [k, v] : s.args)
         add(k, v);
+    if (s.has_counters) {
+        add("cpu_ms", fmt::format("{:.4f}", static_cast<double>(s.counters.cpu_ns) / 1e6));
+        add("minor_faults", std::to_string(s.counters.minor_faults));
+        add("major_faults", std::to_string(s.counters.major_faults));
+        add("voluntary_cs", std::to_string(s.counters.voluntary_cs));
+        add("involuntary_cs", std::to_string(s.counters.involuntary_cs));
+    }
     const char* cat = model::category(s.kind);
     if (s.kind == model::SpanKind::Consumed) {
         event(fmt::format("{{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"{}\",\"name\":{},\"pid\":{},\"tid\":{},\"ts\":{:.3f},"

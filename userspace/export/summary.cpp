@@ -90,6 +90,13 @@ BatchSummary summarize_batches(const model::BatchStats& b, const std::map<uint32
 void Summary::add(const model::Span& s)
 {
     uint64_t dur = s.end_ns > s.start_ns ? s.end_ns - s.start_ns : 0;
+    if (s.has_counters) {
+        auto& c = counters_[s.kind == model::SpanKind::Sample ? std::string("sample") : s.name];
+        c.cpu_ns += s.counters.cpu_ns;
+        c.wall_ns += dur;
+        c.minor_faults += s.counters.minor_faults;
+        c.count++;
+    }
     if (s.kind == model::SpanKind::Sample) {
         samples_.push_back(dur);
         return;
@@ -110,6 +117,14 @@ std::vector<std::pair<std::string, DurationStats>> Summary::rows() const
         out.emplace_back(name, stats_of(durations_.at(name)));
     if (!samples_.empty())
         out.emplace_back("sample", stats_of(samples_));
+    for (auto& [name, st] : out) {
+        auto c = counters_.find(name);
+        if (c == counters_.end() || !c->second.count)
+            continue;
+        st.cpu_ms = static_cast<double>(c->second.cpu_ns) / 1e6 / static_cast<double>(c->second.count);
+        st.on_cpu_pct = c->second.wall_ns ? 100.0 * static_cast<double>(c->second.cpu_ns) / static_cast<double>(c->second.wall_ns) : 0;
+        st.minor_faults = static_cast<double>(c->second.minor_faults) / static_cast<double>(c->second.count);
+    }
     return out;
 }
 
@@ -127,12 +142,16 @@ void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& pro
     if (r.empty()) {
         fmt::print(out, "No pipeline was seen: no Compose-like call ran in the traced processes.\n");
     } else {
-        fmt::print(out, "{:<28} {:>8} {:>10} {:>10} {:>10} {:>10} {:>12}\n", "op", "count", "mean ms", "p50 ms",
-                   "p95 ms", "p99 ms", "total ms");
-        for (const auto& [name, s] : r)
-            fmt::print(out, "{:<28} {:>8} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.1f}\n",
+        fmt::print(out, "{:<28} {:>8} {:>10} {:>10} {:>10} {:>10} {:>12} {:>8} {:>6} {:>7}\n", "op", "count", "mean ms",
+                   "p50 ms", "p95 ms", "p99 ms", "total ms", "cpu ms", "cpu %", "faults");
+        for (const auto& [name, s] : r) {
+            std::string cpu = s.cpu_ms < 0 ? "-" : fmt::format("{:.3f}", s.cpu_ms);
+            std::string pct = s.on_cpu_pct < 0 ? "-" : fmt::format("{:.0f}", s.on_cpu_pct);
+            std::string flt = s.minor_faults < 0 ? "-" : fmt::format("{:.1f}", s.minor_faults);
+            fmt::print(out, "{:<28} {:>8} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.1f} {:>8} {:>6} {:>7}\n",
                        name == "sample" ? "sample (whole pipeline)" : name, s.count, s.mean_ms, s.p50_ms, s.p95_ms,
-                       s.p99_ms, s.total_ms);
+                       s.p99_ms, s.total_ms, cpu, pct, flt);
+        }
     }
     if (batches && (batches->prepare.count || batches->wait.count)) {
         const auto& b = *batches;
@@ -174,9 +193,12 @@ static std::string stats_json(const DurationStats& s)
 {
     return fmt::format("{{\"count\":{},\"mean_ms\":{:.4f},\"std_ms\":{:.4f},\"min_ms\":{:.4f},\"p25_ms\":{:.4f},"
                        "\"p50_ms\":{:.4f},\"p75_ms\":{:.4f},\"p95_ms\":{:.4f},\"p99_ms\":{:.4f},\"max_ms\":{:.4f},"
-                       "\"total_ms\":{:.4f}}}",
+                       "\"total_ms\":{:.4f}{}}}",
                        s.count, s.mean_ms, s.std_ms, s.min_ms, s.p25_ms, s.p50_ms, s.p75_ms, s.p95_ms, s.p99_ms,
-                       s.max_ms, s.total_ms);
+                       s.max_ms, s.total_ms,
+                       s.cpu_ms < 0 ? std::string()
+                                    : fmt::format(",\"cpu_ms\":{:.4f},\"on_cpu_pct\":{:.2f},\"minor_faults\":{:.2f}",
+                                                  s.cpu_ms, s.on_cpu_pct, s.minor_faults));
 }
 
 std::string Summary::json(const std::map<uint32_t, model::ProcessInfo>& processes, const BatchSummary* batches,

@@ -13,6 +13,9 @@ namespace lotus::exporter {
 
 struct DurationStats {
     uint64_t count = 0;
+    double cpu_ms = -1;       // mean on-CPU time per span, -1 when not measured
+    double on_cpu_pct = -1;   // on-CPU time over wall time
+    double minor_faults = -1; // mean per span
     double mean_ms = 0, p50_ms = 0, p95_ms = 0, p99_ms = 0, total_ms = 0;
     double min_ms = 0, max_ms = 0, p25_ms = 0, p75_ms = 0, std_ms = 0;
 };
@@ -44,7 +47,11 @@ public:
                      const std::map<std::string, std::string>& run) const;
 
 private:
+    struct CounterSums {
+        uint64_t cpu_ns = 0, wall_ns = 0, minor_faults = 0, count = 0;
+    };
     std::vector<std::string> order_;
+    std::map<std::string, CounterSums> counters_;
     std::map<std::string, std::vector<uint64_t>> durations_;
     std::vector<uint64_t> samples_;
 };

@@ -217,6 +217,7 @@ void Engine::on_entry(const lotus_py_entry& e)
     if (in_sample) {
         const Open& sample = stack.back();
         stack.push_back(Open{OpenKind::Op, e.depth, e.h.ts_ns, e.code, e.self_type, 0, sample.sample, sample.sample_id, {}});
+        stack.back().counters = e.counters;
         return;
     }
     // Locals captured from the frames above: DataLoader worker id and batch index.
@@ -277,6 +278,7 @@ void Engine::on_entry(const lotus_py_entry& e)
         }
     }
     stack.push_back(Open{OpenKind::Sample, e.depth, e.h.ts_ns, e.code, 0, 0, index, ++sample_seq_, {}});
+    stack.back().counters = e.counters;
     batches_.sample_started(e.h.tgid, e.h.tid, e.h.ts_ns, batch_idx, sample_seq_, index);
 }
 
@@ -336,6 +338,11 @@ void Engine::on_return(const lotus_py_return& r)
     s.sample = o.sample;
     s.sample_id = o.sample_id;
     s.depth = o.depth;
+    auto delta = [](uint64_t a, uint64_t b) { return b > a ? b - a : 0; };
+    s.has_counters = true;
+    s.counters = Counters{delta(o.counters.cpu_ns, r.counters.cpu_ns), delta(o.counters.min_flt, r.counters.min_flt),
+                          delta(o.counters.maj_flt, r.counters.maj_flt), delta(o.counters.nvcsw, r.counters.nvcsw),
+                          delta(o.counters.nivcsw, r.counters.nivcsw)};
     if (s.kind == SpanKind::Op) {
         // Its sample is now on top (an op is opened only directly inside one).
         if (!stack.empty() && stack.back().kind == OpenKind::Sample)

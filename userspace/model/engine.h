@@ -58,6 +58,7 @@ private:
         uint64_t sample_id;
         std::vector<Span> ops; // a sample's finished ops, emitted with it so no op outlives an unfinished sample
         bool single_process = false; // next() of a num_workers=0 iterator
+        lotus_counters counters{};   // at entry
     };
     struct ProcessState {
         std::unordered_map<uint64_t, CodeInfo> codes;

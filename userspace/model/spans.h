@@ -20,6 +20,11 @@ enum class SpanKind {
 
 const char* category(SpanKind k);
 
+// Per-thread software counters over a span (exact: kernel per-task counts and on-CPU time).
+struct Counters {
+    uint64_t cpu_ns = 0, minor_faults = 0, major_faults = 0, voluntary_cs = 0, involuntary_cs = 0;
+};
+
 struct Span {
     SpanKind kind = SpanKind::Op;
     std::string name;     // "sample" for samples; the op's class for ops; e.g. "batch 3" for batches
@@ -32,6 +37,8 @@ struct Span {
     std::vector<std::pair<std::string, std::string>> args;
     uint64_t flow_out = 0; // nonzero: a flow arrow starts at this span...
     uint64_t flow_in = 0;  // ...and ends at the span carrying the same id here
+    bool has_counters = false; // ops and samples
+    Counters counters;
 };
 
 struct ProcessInfo {
