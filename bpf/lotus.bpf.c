@@ -372,9 +372,11 @@ int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
     e->chain_len = 0;
     e->capture_count = 0;
 
-    /* Pipeline calls (and code not classified yet) describe 4 callers with their first argument (a sample's
-     * dataset index); the others, ops above all, only 2 callers without arguments: fewer reads per call. */
-    bool deep = !(flags & LOTUS_ROLE_CLASSIFIED) || (flags & LOTUS_ROLE_PIPELINE);
+    /* Pipeline calls, callees of EMIT_CALLEES code (a __getitem__'s transforms) and code not classified yet
+     * describe 4 callers with their first argument (a sample's dataset index); the others, ops above all, only
+     * 2 callers without arguments: fewer reads per call. */
+    bool deep = !(flags & LOTUS_ROLE_CLASSIFIED) || (flags & LOTUS_ROLE_PIPELINE) ||
+                !(cflags & LOTUS_ROLE_CLASSIFIED) || (cflags & LOTUS_ROLE_EMIT_CALLEES);
     __u32 chain_max = deep ? LOTUS_CHAIN_LEN : 2;
     __u64 f = caller;
     for (int i = 0; i < LOTUS_CHAIN_LEN && i < chain_max; i++) {

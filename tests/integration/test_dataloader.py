@@ -139,6 +139,22 @@ class DataLoaderSemantics(BpfTestCase):
         self.assertEqual(len(spans(trace, "wait")), 2 * BATCHES)
         self.assertEqual(set(pairs.values()), {1})
 
+    def test_own_map_style_dataset_without_compose(self):
+        data, trace = self.trace_job("--own-dataset", epochs=1)
+        pairs = Counter((b["args"]["epoch"], b["args"]["batch"]) for b in spans(trace, "batch"))
+        self.assertEqual(pairs, Counter({(0, b): 1 for b in range(BATCHES)}))
+        samples = spans(trace, "sample")
+        self.assertEqual(sorted(s["args"]["sample"] for s in samples), list(range(IMAGES)))
+        self.assertTrue(all(s["args"].get("implicit") for s in samples))
+        self.assertEqual(Counter(s["name"] for s in spans(trace, "op")),
+                         Counter({"OwnCrop": IMAGES, "OwnToTensor": IMAGES}))
+        paths = sorted(os.path.join(d, f) for d, _, files in os.walk(data) for f in files if f.endswith(".jpg"))
+        loaders = spans(trace, "loader")
+        self.assertEqual(len(loaders), IMAGES)
+        for l in loaders:
+            self.assertEqual(l["args"]["path"], paths[l["args"]["sample"]])
+        assert_nested(self, trace)
+
 
 if __name__ == "__main__":
     unittest.main()

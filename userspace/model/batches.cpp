@@ -103,8 +103,13 @@ void BatchTracker::sample_started(uint32_t pid, uint32_t tid, uint64_t ts, int64
     l.end_ns = ts;
     l.sample = sample;
     l.sample_id = sample_id;
-    if (t.path_ts >= t.boundary && !t.path.empty())
-        l.args.emplace_back("path", exporter::json_string(t.path));
+    // The sample's own file: the first one opened while it was loading (lazy imports may open more).
+    for (const auto& [when, path] : t.opens) {
+        if (when >= l.start_ns && when <= ts && !path.empty()) {
+            l.args.emplace_back("path", exporter::json_string(path));
+            break;
+        }
+    }
     t.loaders.push_back(std::move(l));
     t.samples++;
 }
@@ -127,12 +132,9 @@ void BatchTracker::sample_finished(uint32_t pid, uint32_t tid, uint64_t ts)
 void BatchTracker::opened(uint32_t pid, uint32_t tid, uint64_t ts, std::string path)
 {
     Thread& t = thread(pid, tid);
-    // The sample's own file is the first opened after its loading began (lazy imports may follow).
-    uint64_t since = std::max({t.boundary, t.last_put, t.last_wait_done});
-    if (t.path_ts >= since && !t.path.empty())
-        return;
-    t.path = std::move(path);
-    t.path_ts = ts;
+    t.opens.emplace_back(ts, std::move(path));
+    if (t.opens.size() > 1024) // lazy imports during a first sample open hundreds of files
+        t.opens.pop_front();
 }
 
 void BatchTracker::wait_done(uint32_t pid, uint32_t tid, uint64_t ts) { thread(pid, tid).last_wait_done = ts; }
@@ -148,6 +150,7 @@ void BatchTracker::finish_batch(uint32_t pid, uint32_t tid, Thread& t, uint64_t 
     for (const auto& l : t.loaders)
         sink_(l);
     t.loaders.clear();
+    t.opens.clear(); // later samples open their files after the hand-over
     if (t.last_sample_end) {
         Span c;
         c.kind = SpanKind::Collate;

@@ -2,6 +2,7 @@
 // the training loop's waits for them, hand-over delays, out-of-order arrivals and epochs.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <string>
@@ -50,8 +51,7 @@ private:
         int64_t idx = -1;
         uint64_t start = 0, boundary = 0, last_sample_end = 0, last_put = 0, last_wait_done = 0;
         uint64_t samples = 0;
-        std::string path;
-        uint64_t path_ts = 0;
+        std::deque<std::pair<uint64_t, std::string>> opens; // recent openat paths with their times
         int64_t prev_idx = -1;
         int64_t last_put_idx = -1;
         bool stop_pending = false;

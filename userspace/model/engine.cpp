@@ -171,6 +171,7 @@ void Engine::on_process(const lotus_proc_event& p)
         process(pid).exited = true;
         for (auto it = thread_owner_.begin(); it != thread_owner_.end();) {
             if (it->second == pid) {
+                close_implicit(it->first);
                 close_thread(it->first);
                 it = thread_owner_.erase(it);
             } else {
@@ -240,8 +241,10 @@ void Engine::on_entry(const lotus_py_entry& e)
     };
     if (const CodeRole* c0 = chain_role(0); c0 && c0->queue_put) {
         // data_queue.put((idx, data)) called by _worker_loop: the worker hands the batch over.
-        if (const CodeRole* c1 = chain_role(1); c1 && c1->worker_loop)
+        if (const CodeRole* c1 = chain_role(1); c1 && c1->worker_loop) {
+            close_implicit(e.h.tid);
             batches_.batch_put(e.h.tgid, e.h.tid, e.h.ts_ns, batch_idx);
+        }
         return;
     }
     if (const CodeRole* c0 = chain_role(0); c0 && c0->worker_loop) {
@@ -249,6 +252,23 @@ void Engine::on_entry(const lotus_py_entry& e)
         // generated code, recognised by the class of self): the worker's data ran out.
         if (type_name(e.h.tgid, e.self_type).find("_IterableDatasetStopIteration") != std::string::npos)
             batches_.stop_marker(e.h.tgid, e.h.tid);
+        return;
+    }
+    auto from_fetcher = [&] { // a dataset's __getitem__ called by a DataLoader fetcher, not any __getitem__
+        for (uint32_t i = 1; i < LOTUS_CHAIN_LEN; i++)
+            if (const CodeRole* ci = chain_role(i); ci && ci->fetcher)
+                return true;
+        return false;
+    };
+    if (const CodeRole* c0 = chain_role(0); c0 && c0->getitem && !r->pipeline && !r->internal && from_fetcher()) {
+        auto& imp = implicit_[e.h.tid];
+        int64_t index = e.chain_arg1[0] == LOTUS_NO_VALUE ? -1 : e.chain_arg1[0];
+        if (!imp.open || imp.index != index) {
+            close_implicit(e.h.tid);
+            imp = Implicit{true, e.h.tgid, index, batch_idx, ++sample_seq_, e.h.ts_ns, e.h.ts_ns, {}};
+        }
+        stack.push_back(Open{OpenKind::Op, e.depth, e.h.ts_ns, e.code, e.self_type, 0, index, imp.sample_id, {}});
+        stack.back().counters = e.counters;
         return;
     }
     auto self_type = [&] { return type_name(e.h.tgid, e.self_type); };
@@ -277,6 +297,10 @@ void Engine::on_entry(const lotus_py_entry& e)
             break;
         }
     }
+    // Calls __getitem__ made before its pipeline call (the loader's, while the interpreter had not specialised
+    // them yet) are not an implicit sample: this is the sample.
+    if (auto imp = implicit_.find(e.h.tid); imp != implicit_.end())
+        imp->second = Implicit{};
     stack.push_back(Open{OpenKind::Sample, e.depth, e.h.ts_ns, e.code, 0, 0, index, ++sample_seq_, {}});
     stack.back().counters = e.counters;
     batches_.sample_started(e.h.tgid, e.h.tid, e.h.ts_ns, batch_idx, sample_seq_, index);
@@ -305,6 +329,7 @@ void Engine::on_return(const lotus_py_return& r)
     Open o = std::move(stack.back());
     stack.pop_back();
     if (o.kind == OpenKind::Next) {
+        close_implicit(r.h.tid);
         batches_.next_finished(r.h.tgid, r.h.tid, o.start_ns, r.h.ts_ns, o.self_obj, o.single_process, r.ret_null);
         return;
     }
@@ -344,15 +369,49 @@ void Engine::on_return(const lotus_py_return& r)
                           delta(o.counters.maj_flt, r.counters.maj_flt), delta(o.counters.nvcsw, r.counters.nvcsw),
                           delta(o.counters.nivcsw, r.counters.nivcsw)};
     if (s.kind == SpanKind::Op) {
-        // Its sample is now on top (an op is opened only directly inside one).
-        if (!stack.empty() && stack.back().kind == OpenKind::Sample)
+        // Its sample is now on top (an op is opened only directly inside one), or it is implicit.
+        if (!stack.empty() && stack.back().kind == OpenKind::Sample && stack.back().sample_id == s.sample_id) {
             stack.back().ops.push_back(std::move(s));
+        } else if (auto imp = implicit_.find(r.h.tid); imp != implicit_.end() && imp->second.open &&
+                   imp->second.sample_id == s.sample_id) {
+            imp->second.end_ns = s.end_ns;
+            imp->second.ops.push_back(std::move(s));
+        }
         return;
     }
     process(r.h.tgid).samples++;
     batches_.sample_finished(r.h.tgid, r.h.tid, r.h.ts_ns);
     if (span_sink_) {
         for (const auto& op : o.ops)
+            span_sink_(op);
+        span_sink_(s);
+    }
+}
+
+void Engine::close_implicit(uint32_t tid)
+{
+    auto it = implicit_.find(tid);
+    if (it == implicit_.end() || !it->second.open)
+        return;
+    Implicit imp = std::move(it->second);
+    it->second = Implicit{};
+    if (imp.ops.empty())
+        return;
+    batches_.sample_started(imp.pid, tid, imp.start_ns, imp.batch_idx, imp.sample_id, imp.index);
+    Span s;
+    s.kind = SpanKind::Sample;
+    s.name = "sample";
+    s.pid = imp.pid;
+    s.tid = tid;
+    s.start_ns = imp.start_ns;
+    s.end_ns = imp.end_ns;
+    s.sample = imp.index;
+    s.sample_id = imp.sample_id;
+    s.args.emplace_back("implicit", "true");
+    process(imp.pid).samples++;
+    batches_.sample_finished(imp.pid, tid, imp.end_ns);
+    if (span_sink_) {
+        for (const auto& op : imp.ops)
             span_sink_(op);
         span_sink_(s);
     }
@@ -366,6 +425,13 @@ void Engine::discard(std::vector<Open>& stack)
 
 void Engine::finish()
 {
+    // Implicit samples are complete once their calls returned: the next sample, a hand-over or the end closes them.
+    std::vector<uint32_t> open;
+    for (auto& [tid, imp] : implicit_)
+        if (imp.open)
+            open.push_back(tid);
+    for (auto tid : open)
+        close_implicit(tid);
     for (auto& [tid, stack] : stacks_) {
         while (!stack.empty()) {
             counters_.incomplete++;

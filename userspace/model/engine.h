@@ -71,6 +71,17 @@ private:
     void on_code(const lotus_code_info& c);
     void on_process(const lotus_proc_event& p);
     void close_thread(uint32_t tid);
+    // A dataset without a pipeline call: the Python calls its __getitem__ makes (its own transforms) are the
+    // ops of an implicit sample, which spans the first call's start to the last call's end.
+    struct Implicit {
+        bool open = false;
+        uint32_t pid = 0;
+        int64_t index = -1;
+        int64_t batch_idx = -1;
+        uint64_t sample_id = 0, start_ns = 0, end_ns = 0;
+        std::vector<Span> ops;
+    };
+    void close_implicit(uint32_t tid);
     void discard(std::vector<Open>& stack); // pops the top span, whose end was lost
     template <typename Map>
     auto find(uint32_t tgid, Map ProcessState::*table, uint64_t key) -> const typename Map::mapped_type*;
@@ -87,6 +98,7 @@ private:
     std::unordered_map<uint32_t, uint32_t> inherits_; // fork child -> parent, until the child execs
     std::unordered_map<uint32_t, std::vector<Open>> stacks_; // per thread id
     std::unordered_map<uint32_t, uint32_t> thread_owner_;    // tid -> tgid
+    std::unordered_map<uint32_t, Implicit> implicit_;        // per thread id
     EngineCounters counters_;
     uint64_t sample_seq_ = 0;
     bool pipeline_seen_ = false;

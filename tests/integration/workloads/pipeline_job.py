@@ -53,6 +53,34 @@ class LoggedFolder(datasets.ImageFolder):
         return r
 
 
+class OwnCrop:
+    def __call__(self, img):
+        return img.crop((0, 0, 112, 112))
+
+
+class OwnToTensor:
+    def __call__(self, img):
+        import numpy as np
+        return torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1).float() / 255
+
+
+class OwnFolder(torch.utils.data.Dataset):
+    """Not torchvision's: its own file list, decoding and transform classes, called directly."""
+
+    def __init__(self, root):
+        self.paths = sorted(os.path.join(d, f) for d, _, files in os.walk(root) for f in files if f.endswith(".jpg"))
+        self.crop, self.to_tensor = OwnCrop(), OwnToTensor()
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        from PIL import Image
+        with open(self.paths[i], "rb") as f:
+            img = Image.open(f).convert("RGB")
+        return self.to_tensor(self.crop(img)), 0
+
+
 class Numbers(torch.utils.data.IterableDataset):
     """An IterableDataset, split between workers, with a plain function as its 'transform'."""
 
@@ -82,6 +110,8 @@ def main():
     ap.add_argument("--wait-log", help="one line per batch: EPOCH INDEX NS spent in next(it)")
     ap.add_argument("--val", action="store_true", help="after each epoch, a pass over a second DataLoader")
     ap.add_argument("--iterable", action="store_true", help="an IterableDataset without Compose instead")
+    ap.add_argument("--own-dataset", action="store_true",
+                    help="a map-style dataset of its own (own __getitem__ and transform classes, no Compose)")
     args = ap.parse_args()
     SAMPLE_LOG, TIMED_LOG = args.sample_log, args.timed_log
     torch.manual_seed(0)
@@ -100,6 +130,9 @@ def main():
     if args.workers and args.context:
         extra["multiprocessing_context"] = args.context
     loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, **extra)
+    if args.own_dataset:
+        ds = OwnFolder(args.data)
+        loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, **extra)
     if args.iterable:
         ds = Numbers(len(ds))
         loader = DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers, **extra)
