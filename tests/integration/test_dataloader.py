@@ -139,6 +139,22 @@ class DataLoaderSemantics(BpfTestCase):
         self.assertEqual(len(spans(trace, "wait")), 2 * BATCHES)
         self.assertEqual(set(pairs.values()), {1})
 
+    def test_coarse_and_window_trace(self):
+        data = dataset(IMAGES)
+        out = self.path("coarse.json")
+        r = run_lotus(["-q", "-o", out, "--coarse", "--", PY, WORKLOAD, data, "--batch-size", str(BATCH)])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        trace = load_trace(out)
+        self.assertEqual({e["cat"] for e in trace["traceEvents"] if e["ph"] in "Xi"}, {"batch", "wait", "consumed"})
+        self.assertEqual(len(spans(trace, "batch")), BATCHES)
+        self.assertIn("RandomResizedCrop", r.stdout)  # the summary still covers everything
+        out = self.path("window.json")
+        r = run_lotus(["-q", "-o", out, "--window", "0:0.000001", "--", PY, WORKLOAD, data])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(spans(load_trace(out)), [])
+        r = run_lotus(["-q", "-o", out, "--window", "5", "--", PY, "-c", "pass"])
+        self.assertEqual(r.returncode, 2)
+
     def test_own_map_style_dataset_without_compose(self):
         data, trace = self.trace_job("--own-dataset", epochs=1)
         pairs = Counter((b["args"]["epoch"], b["args"]["batch"]) for b in spans(trace, "batch"))

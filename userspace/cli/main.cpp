@@ -26,6 +26,10 @@ int main(int argc, char** argv)
                  "see every Python call, also those made from Python (launch mode; CPython 3.10, or 3.12+ through "
                  "PYTHONPERFSUPPORT=1); costs a trap per call");
     app.add_option("--summary-json", opts.summary_json, "also write the summary as JSON to this file");
+    app.add_flag("--coarse", opts.coarse, "trace file: only batches, waits and their arrows (the summary keeps all)");
+    std::string window;
+    app.add_option("--window", window, "trace file: only spans starting in START:END seconds after tracing began "
+                                       "(END may be empty)");
     app.add_flag("-q,--quiet", opts.quiet, "no live status line");
     app.add_option("command", opts.command, "launch mode: the command to run and trace (after --)");
     app.positionals_at_end();
@@ -35,6 +39,19 @@ int main(int argc, char** argv)
             throw CLI::ValidationError("give either --pid or a command, not both");
         if (!pid_opt->count() && opts.command.empty())
             throw CLI::ValidationError("give --pid PID or -- COMMAND");
+        if (!window.empty()) {
+            auto colon = window.find(':');
+            char* end = nullptr;
+            std::string a = window.substr(0, colon), b = colon == std::string::npos ? "" : window.substr(colon + 1);
+            opts.window_start_s = a.empty() ? 0 : strtod(a.c_str(), &end);
+            bool bad = colon == std::string::npos || (!a.empty() && *end);
+            if (!b.empty()) {
+                opts.window_end_s = strtod(b.c_str(), &end);
+                bad |= *end || opts.window_end_s <= opts.window_start_s;
+            }
+            if (bad || opts.window_start_s < 0)
+                throw CLI::ValidationError("--window wants START:END in seconds, e.g. 10:20 or 5:");
+        }
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
     } catch (const CLI::CallForVersion& e) {

@@ -85,6 +85,16 @@ std::vector<uint8_t> resolve_locals(uint32_t tgid, uint64_t code, const std::vec
     return slots;
 }
 
+// --coarse keeps batches, waits and their arrows; --window keeps spans that start inside it.
+bool in_trace(const model::Span& s, const Options& opts, uint64_t t0)
+{
+    using K = model::SpanKind;
+    if (opts.coarse && s.kind != K::Batch && s.kind != K::Wait && s.kind != K::Consumed)
+        return false;
+    double start_s = s.start_ns > t0 ? static_cast<double>(s.start_ns - t0) / 1e9 : 0;
+    return start_s >= opts.window_start_s && (opts.window_end_s <= 0 || start_s < opts.window_end_s);
+}
+
 // The tracer's own peak resident memory (VmHWM), for the trace's metadata and the benchmark.
 long peak_rss_kb()
 {
@@ -167,8 +177,9 @@ int run_session(const Options& opts)
         model::Engine engine(
             rules,
             [&](const model::Span& s) {
-                trace.span(s);
-                summary.add(s);
+                summary.add(s); // the summary always covers everything
+                if (in_trace(s, opts, t0))
+                    trace.span(s);
             },
             [&](uint32_t tgid, uint64_t code, model::CodeRole& r) {
                 if (!r.capture_locals.empty())

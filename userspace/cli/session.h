@@ -18,6 +18,8 @@ struct Options {
     std::string rules_file;         // --rules: more pipelines and spans from a JSON file
     bool all_calls = false;         // see every Python call (launch mode, CPython 3.12+ via PYTHONPERFSUPPORT)
     bool quiet = false; // no status line
+    bool coarse = false;  // trace file: batches, waits and flows only
+    double window_start_s = 0, window_end_s = 0; // trace file: spans starting in [start, end) s; end 0 = open
 };
 
 // Returns the process exit code. Errors are printed as one line on stderr.
