@@ -26,6 +26,8 @@ int main(int argc, char** argv)
                  "see every Python call, also those made from Python (launch mode; CPython 3.10, or 3.12+ through "
                  "PYTHONPERFSUPPORT=1); costs a trap per call");
     app.add_option("--summary-json", opts.summary_json, "also write the summary as JSON to this file");
+    app.add_option("--record", opts.record, "also write the raw event stream to this record file");
+    app.add_option("--replay", opts.replay, "reconstruct from a record file (no tracing, no root needed)");
     app.add_flag("--coarse", opts.coarse, "trace file: only batches, waits and their arrows (the summary keeps all)");
     std::string window;
     app.add_option("--window", window, "trace file: only spans starting in START:END seconds after tracing began "
@@ -37,8 +39,10 @@ int main(int argc, char** argv)
         app.parse(argc, argv);
         if (pid_opt->count() && !opts.command.empty())
             throw CLI::ValidationError("give either --pid or a command, not both");
-        if (!pid_opt->count() && opts.command.empty())
-            throw CLI::ValidationError("give --pid PID or -- COMMAND");
+        if (!opts.replay.empty() && (pid_opt->count() || !opts.command.empty() || !opts.record.empty()))
+            throw CLI::ValidationError("--replay reads a record file: no --pid, command or --record with it");
+        if (!pid_opt->count() && opts.command.empty() && opts.replay.empty())
+            throw CLI::ValidationError("give --pid PID or -- COMMAND (or --replay FILE)");
         if (!window.empty()) {
             auto colon = window.find(':');
             char* end = nullptr;

@@ -2,6 +2,8 @@
 
 #include "rules_file.h"
 
+#include <nlohmann/json.hpp>
+
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 
 #include "capture/probe.h"
 #include "export/chrome_trace.h"
+#include "export/record_file.h"
 #include "common/json.h"
 #include "export/summary.h"
 #include "model/engine.h"
@@ -129,16 +132,141 @@ void dump_event(const void* data, size_t len)
 
 } // namespace
 
+// Writes the trace's end and prints the summary (live and replayed runs alike).
+void report(const Options& opts, exporter::OutputFile& out, exporter::ChromeTraceWriter& trace,
+            exporter::Summary& summary, model::Engine& engine, const model::Rules& rules,
+            std::map<std::string, std::string> other, uint64_t lost)
+{
+    engine.finish();
+    const auto& c = engine.counters();
+    other["incomplete_spans"] = std::to_string(c.incomplete + c.lost_returns);
+    other["samples"] = std::to_string(engine.samples());
+    trace.finish(engine.processes(), other);
+    out.close();
+
+    std::vector<std::string> notes;
+    notes.push_back(fmt::format("\n{} events, {} lost (ring buffer full); stopped: {}; trace: {}", other["events"], lost,
+                                other["stop_reason"].substr(1, other["stop_reason"].size() - 2), opts.output));
+    if (lost)
+        notes.push_back("Spans that lost an event are left out, never guessed.");
+    for (const auto& s : rules.unmatched_spans())
+        notes.push_back(fmt::format("--span '{}' was never seen: no matching function entered the interpreter from "
+                                    "C. Functions called only from Python are inlined by CPython 3.11+ and "
+                                    "invisible to the default probes.",
+                                    s));
+    if (c.incomplete + c.lost_returns)
+        notes.push_back(fmt::format("{} span(s) were still open at the end or lost their return and are not in "
+                                    "the trace.",
+                                    c.incomplete + c.lost_returns));
+    auto batches = exporter::summarize_batches(engine.batches().stats(), engine.processes(), summary.rows());
+    const exporter::BatchSummary* bs =
+        engine.batches().seen() || !engine.batches().stats().wait_ns.empty() ? &batches : nullptr;
+    summary.print(stdout, engine.processes(), bs, notes);
+    if (!opts.summary_json.empty()) {
+        exporter::OutputFile js(opts.summary_json);
+        js.write(summary.json(engine.processes(), bs, other));
+        js.close();
+    }
+    fflush(stdout);
+}
+
+std::pair<std::vector<std::string>, std::vector<std::string>> rule_lists(const Options& opts)
+{
+    std::vector<std::string> pipelines = opts.pipeline_classes, spans = opts.spans;
+    if (!opts.rules_file.empty()) {
+        auto file = load_rules_file(opts.rules_file);
+        pipelines.insert(pipelines.end(), file.pipelines.begin(), file.pipelines.end());
+        spans.insert(spans.end(), file.spans.begin(), file.spans.end());
+    }
+    return {pipelines, spans};
+}
+
+int replay_into(const Options& opts, exporter::RecordReader& in);
+
+int replay(const Options& opts)
+{
+    exporter::RecordReader in(opts.replay);
+    try {
+        return replay_into(opts, in);
+    } catch (const exporter::RecordError&) {
+        unlink(opts.output.c_str()); // no half-written trace from a corrupt record file
+        throw;
+    }
+}
+
+int replay_into(const Options& opts, exporter::RecordReader& in)
+{
+    auto [pipelines, span_rules] = rule_lists(opts);
+    exporter::check_writable(opts.output);
+    if (!opts.summary_json.empty())
+        exporter::check_writable(opts.summary_json);
+    exporter::OutputFile out(opts.output);
+    model::Rules rules(pipelines, span_rules);
+    uint64_t t0 = in.header().t0_ns;
+    exporter::ChromeTraceWriter trace(out, t0);
+    exporter::Summary summary;
+    std::vector<uint8_t> slots; // the capture slots recorded right after the CODE record being consumed
+    model::Engine engine(
+        rules,
+        [&](const model::Span& s) {
+            summary.add(s);
+            if (in_trace(s, opts, t0))
+                trace.span(s);
+        },
+        [&](uint32_t, uint64_t, model::CodeRole& r) {
+            if (!r.capture_locals.empty())
+                r.capture_slots.assign(slots.begin(), slots.begin() + std::min(slots.size(), r.capture_locals.size()));
+        });
+    std::vector<uint8_t> rec, next;
+    bool have_next = in.next(next);
+    uint64_t events = 0;
+    while (have_next) {
+        rec.swap(next);
+        have_next = in.next(next);
+        auto* h = reinterpret_cast<const lotus_event_header*>(rec.data());
+        if (h->type == exporter::kRecordProcess && rec.size() >= sizeof(exporter::RecordProcess)) {
+            auto* p = reinterpret_cast<const exporter::RecordProcess*>(rec.data());
+            engine.add_process(p->pid, p->parent, p->root != 0);
+            continue;
+        }
+        if (h->type == exporter::kRecordSlots)
+            continue; // consumed with the CODE record before it
+        slots.clear();
+        if (h->type == LOTUS_EV_CODE && have_next && next.size() >= sizeof(exporter::RecordSlots) &&
+            reinterpret_cast<const lotus_event_header*>(next.data())->type == exporter::kRecordSlots) {
+            auto* sl = reinterpret_cast<const exporter::RecordSlots*>(next.data());
+            slots.assign(sl->slots, sl->slots + sizeof(sl->slots));
+        }
+        events++;
+        engine.consume(rec.data(), rec.size());
+    }
+    auto meta = nlohmann::json::parse(in.header().meta_json, nullptr, false);
+    auto str = [&](const char* k) {
+        return exporter::json_string(meta.is_object() && meta.contains(k) && meta[k].is_string() ? meta[k].get<std::string>()
+                                                                                                : std::string("?"));
+    };
+    std::map<std::string, std::string> other{
+        {"tool", "\"lotus-bpf " LOTUS_VERSION "\""},
+        {"target_pid", std::to_string(in.header().root_pid)},
+        {"python", str("python")},
+        {"interpreter", str("interpreter")},
+        {"layout", str("layout")},
+        {"events", std::to_string(events)},
+        {"lost_events", meta.is_object() && meta.contains("lost_events") ? meta["lost_events"].dump() : "0"},
+        {"stop_reason", exporter::json_string("replayed " + opts.replay)},
+        {"tracer_peak_rss_kb", std::to_string(peak_rss_kb())},
+    };
+    report(opts, out, trace, summary, engine, rules, other, 0);
+    return 0;
+}
+
 int run_session(const Options& opts)
 {
     try {
+        if (!opts.replay.empty())
+            return replay(opts);
         capture::check_privileges();
-        std::vector<std::string> pipelines = opts.pipeline_classes, span_rules = opts.spans;
-        if (!opts.rules_file.empty()) {
-            auto file = load_rules_file(opts.rules_file);
-            pipelines.insert(pipelines.end(), file.pipelines.begin(), file.pipelines.end());
-            span_rules.insert(span_rules.end(), file.spans.begin(), file.spans.end());
-        }
+        auto [pipelines, span_rules] = rule_lists(opts);
 
         std::unique_ptr<target::Launcher> launcher;
         target::Interpreter interp;
@@ -170,6 +298,13 @@ int run_session(const Options& opts)
         exporter::OutputFile out(opts.output);
         model::Rules rules(pipelines, span_rules);
         uint64_t t0 = monotonic_ns();
+        std::unique_ptr<exporter::RecordWriter> recorder;
+        if (!opts.record.empty()) {
+            nlohmann::json meta{{"python", interp.version.str()}, {"interpreter", interp.target_path},
+                                {"layout", interp.layout_source}};
+            recorder = std::make_unique<exporter::RecordWriter>(
+                opts.record, exporter::RecordHeader{t0, static_cast<uint32_t>(root), meta.dump()});
+        }
         exporter::ChromeTraceWriter trace(out, t0);
         exporter::Summary summary;
         std::unique_ptr<capture::Probe> probe;
@@ -182,8 +317,15 @@ int run_session(const Options& opts)
                     trace.span(s);
             },
             [&](uint32_t tgid, uint64_t code, model::CodeRole& r) {
-                if (!r.capture_locals.empty())
+                if (!r.capture_locals.empty()) {
                     r.capture_slots = resolve_locals(tgid, code, r.capture_locals, interp.layout, engine_parents);
+                    if (recorder) { // they came from the target's memory: the record file must keep them
+                        exporter::RecordSlots rs{exporter::kRecordSlots, tgid, 0, 0, 0, code, {}};
+                        memset(rs.slots, LOTUS_NO_SLOT, sizeof(rs.slots));
+                        memcpy(rs.slots, r.capture_slots.data(), std::min(r.capture_slots.size(), sizeof(rs.slots)));
+                        recorder->write(&rs, sizeof(rs));
+                    }
+                }
                 probe->set_role(tgid, code, r.flags, r.capture_slots);
             });
         const bool debug_events = getenv("LOTUS_DEBUG_EVENTS") != nullptr;
@@ -195,20 +337,28 @@ int run_session(const Options& opts)
                 dump_event(data, len);
             if (len >= sizeof(lotus_proc_event) && h->type == LOTUS_EV_FORK)
                 engine_parents[h->tgid] = static_cast<const lotus_proc_event*>(data)->parent_tgid;
+            if (recorder)
+                recorder->write(data, len);
             engine.consume(data, len);
         });
 
         install_signal_handlers();
         probe->attach_process_tracking();
         probe->trace_process(static_cast<uint32_t>(root), static_cast<uint32_t>(root));
-        engine.add_process(static_cast<uint32_t>(root), 0, true);
+        auto known = [&](uint32_t pid, uint32_t parent, bool is_root) {
+            engine.add_process(pid, parent, is_root);
+            if (recorder) {
+                exporter::RecordProcess rp{exporter::kRecordProcess, pid, 0, 0, 0, parent, is_root};
+                recorder->write(&rp, sizeof(rp));
+            }
+        };
+        known(static_cast<uint32_t>(root), 0, true);
         size_t initial = 1;
         if (opts.pid) {
             // Processes alive now (DataLoader workers already running); later ones join through fork.
             for (int d : target::descendants(root)) {
                 probe->trace_process(static_cast<uint32_t>(d), static_cast<uint32_t>(root));
-                engine.add_process(static_cast<uint32_t>(d), static_cast<uint32_t>(target::parent_pid(d).value_or(0)),
-                                   false);
+                known(static_cast<uint32_t>(d), static_cast<uint32_t>(target::parent_pid(d).value_or(0)), false);
                 initial++;
             }
         }
@@ -256,11 +406,9 @@ int run_session(const Options& opts)
         }
         auto stats = probe->stats();
         probe->close();
-        engine.finish();
         if (tty)
             fmt::print(stderr, "\r\033[K");
 
-        const auto& c = engine.counters();
         std::map<std::string, std::string> other{
             {"tool", "\"lotus-bpf " LOTUS_VERSION "\""},
             {"target_pid", std::to_string(root)},
@@ -269,37 +417,12 @@ int run_session(const Options& opts)
             {"layout", exporter::json_string(interp.layout_source)},
             {"events", std::to_string(stats.submitted)},
             {"lost_events", std::to_string(stats.lost)},
-            {"incomplete_spans", std::to_string(c.incomplete + c.lost_returns)},
-            {"samples", std::to_string(engine.samples())},
             {"stop_reason", exporter::json_string(stop_reason)},
             {"tracer_peak_rss_kb", std::to_string(peak_rss_kb())},
         };
-        trace.finish(engine.processes(), other);
-        out.close();
-
-        std::vector<std::string> notes;
-        notes.push_back(fmt::format("\n{} events, {} lost (ring buffer full); stopped: {}; trace: {}", stats.submitted,
-                                    stats.lost, stop_reason, opts.output));
-        if (stats.lost)
-            notes.push_back("Spans that lost an event are left out, never guessed.");
-        for (const auto& s : rules.unmatched_spans())
-            notes.push_back(fmt::format("--span '{}' was never seen: no matching function entered the interpreter from "
-                                        "C. Functions called only from Python are inlined by CPython 3.11+ and "
-                                        "invisible to the default probes.",
-                                        s));
-        if (c.incomplete + c.lost_returns)
-            notes.push_back(fmt::format("{} span(s) were still open at the end or lost their return and are not in "
-                                        "the trace.",
-                                        c.incomplete + c.lost_returns));
-        auto batches = exporter::summarize_batches(engine.batches().stats(), engine.processes(), summary.rows());
-        const exporter::BatchSummary* bs = engine.batches().seen() || !engine.batches().stats().wait_ns.empty() ? &batches : nullptr;
-        summary.print(stdout, engine.processes(), bs, notes);
-        if (!opts.summary_json.empty()) {
-            exporter::OutputFile js(opts.summary_json);
-            js.write(summary.json(engine.processes(), bs, other));
-            js.close();
-        }
-        fflush(stdout);
+        if (recorder)
+            recorder->close();
+        report(opts, out, trace, summary, engine, rules, other, stats.lost);
         return launcher ? launched_status : 0;
     } catch (const std::exception& e) {
         fmt::print(stderr, "lotus-bpf: {}\n", e.what());

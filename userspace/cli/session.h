@@ -15,6 +15,8 @@ struct Options {
     double duration_s = 0; // 0: until Ctrl-C, SIGTERM or the target's exit
     std::vector<std::string> pipeline_classes;
     std::vector<std::string> spans; // --span
+    std::string record;     // --record: also write the raw event stream here
+    std::string replay;     // --replay: reconstruct from a record file instead of tracing
     std::string rules_file;         // --rules: more pipelines and spans from a JSON file
     bool all_calls = false;         // see every Python call (launch mode, CPython 3.12+ via PYTHONPERFSUPPORT)
     bool quiet = false; // no status line

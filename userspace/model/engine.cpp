@@ -16,8 +16,8 @@ bool ends_with(const std::string& s, const std::string& suffix)
 
 std::string decode(const char* buf, size_t cap, uint8_t kind)
 {
-    if (kind == 0xff)
-        return "?";
+    if (kind != 0 && kind != 1 && kind != 2 && kind != 4)
+        return "?"; // unreadable (0xff), or a corrupt record
     if (kind == 0)
         return std::string(buf, strnlen(buf, cap));
     // Non-ASCII compact str: keep the code points below 256, mark the others.

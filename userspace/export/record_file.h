@@ -1,0 +1,70 @@
+// The record file (--record FILE, --replay FILE): the raw event stream of a run, replayable offline through
+// the same engine. Format: docs/record-format.md.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace lotus::exporter {
+
+// User-space records, after the kernel's (types 1..99 are lotus_abi.h's).
+enum : uint32_t {
+    kRecordSlots = 100,   // resolved capture slots of a code object (they came from the target's memory)
+    kRecordProcess = 101, // a process known at attach time
+};
+
+// Like the kernel's, they start with a lotus_event_header (type, tgid, tid, cpu, ts_ns).
+struct RecordSlots {
+    uint32_t type, tgid, tid, cpu;
+    uint64_t ts_ns;
+    uint64_t code;
+    uint8_t slots[8];
+};
+
+struct RecordProcess {
+    uint32_t type, pid, tid, cpu;
+    uint64_t ts_ns;
+    uint32_t parent, root;
+};
+
+struct RecordHeader {
+    uint64_t t0_ns = 0;
+    uint32_t root_pid = 0;
+    std::string meta_json; // python version, interpreter, layout source
+};
+
+struct RecordError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+class RecordWriter {
+public:
+    RecordWriter(const std::string& path, const RecordHeader& header); // throws std::runtime_error
+    ~RecordWriter();
+    void write(const void* data, size_t len);
+    void close(); // throws on a write error
+
+private:
+    std::string path_;
+    FILE* f_ = nullptr;
+    bool failed_ = false;
+};
+
+class RecordReader {
+public:
+    explicit RecordReader(const std::string& path); // throws RecordError: unreadable, not a record file
+    ~RecordReader();
+    const RecordHeader& header() const { return header_; }
+    // The next record, or false at a clean end; throws RecordError when the file is truncated or corrupt.
+    bool next(std::vector<uint8_t>& record);
+
+private:
+    std::string path_;
+    FILE* f_ = nullptr;
+    RecordHeader header_;
+    uint64_t offset_ = 0;
+};
+
+} // namespace lotus::exporter
