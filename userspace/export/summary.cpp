@@ -170,16 +170,36 @@ void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& pro
                    b.delay.mean_ms, b.delay.p50_ms, b.delay.p99_ms, share(b.delay_gt_500ms, b.delay.count));
         fmt::print(out, "{}\n", b.verdict);
     }
-    fmt::print(out, "\n{:<14} {:>8} {:>8} {:>8} {:>7} {:>7}\n", "process", "pid", "samples", "batches", "busy %",
-               "idle %");
+    // One row per role: a DataLoader worker id stands for every process that played it (non-persistent
+    // workers are new processes each epoch); the JSON summary keeps one entry per process.
+    struct Row {
+        std::string pids;
+        size_t processes = 0;
+        uint64_t samples = 0, batches = 0, busy_ns = 0, seen_ns = 0;
+    };
+    std::map<std::pair<int, std::string>, Row> rows;
     for (const auto& [pid, p] : processes) {
         if (!p.root && p.samples == 0 && p.worker_id < 0)
             continue;
-        if (p.root || p.batches == 0) // busy/idle are about DataLoader workers
-                fmt::print(out, "{:<14} {:>8} {:>8} {:>8} {:>7} {:>7}\n", p.label(), pid, p.samples, p.batches, "-", "-");
-            else
-                fmt::print(out, "{:<14} {:>8} {:>8} {:>8} {:>7.1f} {:>7.1f}\n", p.label(), pid, p.samples, p.batches,
-                           busy_pct(p), 100 - busy_pct(p));
+        auto& r = rows[{p.root ? -2 : p.worker_id < 0 ? 1 << 30 : p.worker_id, p.label()}];
+        r.pids += (r.pids.empty() ? "" : ",") + std::to_string(pid);
+        r.processes++;
+        r.samples += p.samples;
+        r.batches += p.batches;
+        r.busy_ns += p.busy_ns;
+        r.seen_ns += p.last_ns > p.first_ns ? p.last_ns - p.first_ns : 0;
+    }
+    fmt::print(out, "\n{:<14} {:>10} {:>8} {:>8} {:>7} {:>7}  pids\n", "process", "processes", "samples", "batches",
+               "busy %", "idle %");
+    for (const auto& [key, r] : rows) {
+        std::string pids = r.pids.size() > 40 ? r.pids.substr(0, 37) + "..." : r.pids;
+        if (r.batches == 0 || r.seen_ns == 0) // busy/idle are about DataLoader workers
+            fmt::print(out, "{:<14} {:>10} {:>8} {:>8} {:>7} {:>7}  {}\n", key.second, r.processes, r.samples,
+                       r.batches, "-", "-", pids);
+        else
+            fmt::print(out, "{:<14} {:>10} {:>8} {:>8} {:>7.1f} {:>7.1f}  {}\n", key.second, r.processes, r.samples,
+                       r.batches, 100.0 * static_cast<double>(r.busy_ns) / static_cast<double>(r.seen_ns),
+                       100.0 - 100.0 * static_cast<double>(r.busy_ns) / static_cast<double>(r.seen_ns), pids);
     }
     for (const auto& n : notes)
         fmt::print(out, "{}\n", n);
