@@ -68,6 +68,7 @@ int BatchTracker::worker_epoch(uint32_t pid, const Thread& t) const
 void BatchTracker::start_batch(uint32_t, Thread& t, uint64_t start, int64_t idx)
 {
     t.in_batch = true;
+    t.partial = false;
     t.idx = idx;
     t.start = start;
     t.boundary = start;
@@ -89,11 +90,15 @@ void BatchTracker::sample_started(uint32_t pid, uint32_t tid, uint64_t ts, int64
         // A worker's batch starts where it stopped waiting for the batch's indices.
         uint64_t start = std::max(t.last_wait_done, t.last_put);
         start_batch(pid, t, start && start <= ts ? start : ts, -1);
+        t.partial = !(start && start <= ts); // began before tracing did: its start is unknown
     }
     if (t.in_batch && t.idx < 0 && batch_idx >= 0)
         adopt_index(t, batch_idx);
     if (!t.in_batch)
         return;
+    t.samples++;
+    if (t.partial && t.samples == 1)
+        return; // its loading began before tracing did
     Span l;
     l.kind = SpanKind::Loader;
     l.name = "loader";
@@ -111,7 +116,6 @@ void BatchTracker::sample_started(uint32_t pid, uint32_t tid, uint64_t ts, int64
         }
     }
     t.loaders.push_back(std::move(l));
-    t.samples++;
 }
 
 void BatchTracker::adopt_index(Thread& t, int64_t idx)
@@ -144,6 +148,15 @@ void BatchTracker::finish_batch(uint32_t pid, uint32_t tid, Thread& t, uint64_t 
     t.in_batch = false;
     t.last_put = end;
     t.last_put_idx = t.idx;
+    if (t.partial) {
+        // Begun before tracing: its samples are reported, the batch itself (start unknown) is not invented.
+        t.partial = false;
+        for (const auto& l : t.loaders)
+            sink_(l);
+        t.loaders.clear();
+        t.opens.clear();
+        return;
+    }
     auto& proc = processes_[pid];
     proc.batches++;
     proc.busy_ns += end - t.start;
@@ -205,6 +218,7 @@ void BatchTracker::batch_put(uint32_t pid, uint32_t tid, uint64_t ts, int64_t id
         // batch is still the worker's time from getting the indices to handing the data over.
         uint64_t start = std::max(t.last_wait_done, t.last_put);
         start_batch(pid, t, start && start <= ts ? start : ts, -1);
+        t.partial = !(start && start <= ts); // began before tracing did: its start is unknown
     }
     if (t.idx < 0)
         adopt_index(t, idx);

@@ -57,6 +57,7 @@ private:
         bool stop_pending = false;
         int resets = 0;    // persistent workers: the batch index restarts at every epoch
         bool single = false; // a num_workers=0 batch, delimited by next()
+        bool partial = false; // began before tracing did
         int loader = -1;     // for single-process batches: the iterator's loader
         std::vector<Span> loaders; // emitted with their batch: nothing outlives an unfinished batch
     };
