@@ -49,7 +49,7 @@ class AttachMode(BpfTestCase):
         pids = {int(pid) for pid, i, ts in after}
         self.assertEqual({s["pid"] for s in samples}, pids)
         names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
-        self.assertEqual(sorted(names[p].split(" (")[0] for p in pids), ["worker 0", "worker 1"])
+        self.assertEqual(sorted(names[p] for p in pids), ["worker 0", "worker 1"])
         assert_nested(self, trace)
         self.assertIn("worker 0", stdout)
         self.assert_detached()

@@ -37,7 +37,7 @@ class LaunchMode(BpfTestCase):
                   if e["ph"] == "M" and e["name"] == "process_name"}
         worker_pids = {s["pid"] for s in samples}
         self.assertEqual(len(worker_pids), 2)
-        self.assertEqual(sorted(pnames[p].split(" (")[0] for p in worker_pids), ["worker 0", "worker 1"])
+        self.assertEqual(sorted(pnames[p] for p in worker_pids), ["worker 0", "worker 1"])
         self.assertIn("main", " ".join(pnames.values()))
         self.assertEqual(trace["otherData"]["lost_events"], 0)
         # summary table on stdout

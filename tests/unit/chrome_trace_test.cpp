@@ -77,7 +77,7 @@ TEST(ChromeTrace, ValidJsonWithRelativeMicroseconds)
     bool named = false;
     for (const auto& e : ev)
         if (e["ph"] == "M" && e["name"] == "process_name")
-            named = e["args"]["name"] == "worker 1 (pid 7)";
+            named = e["args"]["name"] == "worker 1";
     EXPECT_TRUE(named);
     EXPECT_EQ(doc["otherData"]["lost_events"], 0);
 }

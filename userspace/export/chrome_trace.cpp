@@ -74,7 +74,7 @@ void ChromeTraceWriter::finish(const std::map<uint32_t, model::ProcessInfo>& pro
 {
     for (const auto& [pid, p] : processes) {
         event(fmt::format("{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{},\"tid\":0,\"args\":{{\"name\":{}}}}}",
-                          pid, json_string(fmt::format("{} (pid {})", p.label(), pid))));
+                          pid, json_string(p.label())));
         int sort = p.root ? -1 : (p.worker_id >= 0 ? p.worker_id : 1000);
         event(fmt::format(
             "{{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{},\"tid\":0,\"args\":{{\"sort_index\":{}}}}}",
