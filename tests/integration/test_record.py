@@ -27,6 +27,8 @@ class RecordReplay(BpfTestCase):
         a, b = load_trace(live), load_trace(replayed)
         self.assertEqual(len(spans(b, "sample")), 64)
         self.assertEqual(events(a), events(b))
+        for key in ("events", "lost_events", "samples", "python", "interpreter"):
+            self.assertEqual(a["otherData"][key], b["otherData"][key], key)
         self.assertIn("RandomResizedCrop", r.stdout)
 
     def test_corrupt_and_truncated_files(self):

@@ -219,7 +219,7 @@ int replay_into(const Options& opts, exporter::RecordReader& in)
         });
     std::vector<uint8_t> rec, next;
     bool have_next = in.next(next);
-    uint64_t events = 0;
+    uint64_t events = 0, captured = 0, lost = 0;
     while (have_next) {
         rec.swap(next);
         have_next = in.next(next);
@@ -231,6 +231,12 @@ int replay_into(const Options& opts, exporter::RecordReader& in)
         }
         if (h->type == exporter::kRecordSlots)
             continue; // consumed with the CODE record before it
+        if (h->type == exporter::kRecordEnd && rec.size() >= sizeof(exporter::RecordEnd)) {
+            auto* end = reinterpret_cast<const exporter::RecordEnd*>(rec.data());
+            captured = end->submitted;
+            lost = end->lost;
+            continue;
+        }
         slots.clear();
         if (h->type == LOTUS_EV_CODE && have_next && next.size() >= sizeof(exporter::RecordSlots) &&
             reinterpret_cast<const lotus_event_header*>(next.data())->type == exporter::kRecordSlots) {
@@ -251,12 +257,12 @@ int replay_into(const Options& opts, exporter::RecordReader& in)
         {"python", str("python")},
         {"interpreter", str("interpreter")},
         {"layout", str("layout")},
-        {"events", std::to_string(events)},
-        {"lost_events", meta.is_object() && meta.contains("lost_events") ? meta["lost_events"].dump() : "0"},
+        {"events", std::to_string(captured ? captured : events)},
+        {"lost_events", std::to_string(lost)},
         {"stop_reason", exporter::json_string("replayed " + opts.replay)},
         {"tracer_peak_rss_kb", std::to_string(peak_rss_kb())},
     };
-    report(opts, out, trace, summary, engine, rules, other, 0);
+    report(opts, out, trace, summary, engine, rules, other, lost);
     return 0;
 }
 
@@ -420,8 +426,12 @@ int run_session(const Options& opts)
             {"stop_reason", exporter::json_string(stop_reason)},
             {"tracer_peak_rss_kb", std::to_string(peak_rss_kb())},
         };
-        if (recorder)
+        if (recorder) {
+            exporter::RecordEnd end{exporter::kRecordEnd, static_cast<uint32_t>(root), 0, 0, monotonic_ns(),
+                                    stats.submitted, stats.lost};
+            recorder->write(&end, sizeof(end));
             recorder->close();
+        }
         report(opts, out, trace, summary, engine, rules, other, stats.lost);
         return launcher ? launched_status : 0;
     } catch (const std::exception& e) {

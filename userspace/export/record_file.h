@@ -13,6 +13,7 @@ namespace lotus::exporter {
 enum : uint32_t {
     kRecordSlots = 100,   // resolved capture slots of a code object (they came from the target's memory)
     kRecordProcess = 101, // a process known at attach time
+    kRecordEnd = 102,     // the capture's own counts, written when tracing stopped
 };
 
 // Like the kernel's, they start with a lotus_event_header (type, tgid, tid, cpu, ts_ns).
@@ -27,6 +28,12 @@ struct RecordProcess {
     uint32_t type, pid, tid, cpu;
     uint64_t ts_ns;
     uint32_t parent, root;
+};
+
+struct RecordEnd {
+    uint32_t type, pid, tid, cpu;
+    uint64_t ts_ns;
+    uint64_t submitted, lost; // records the BPF programs wrote / could not write (ring buffer full)
 };
 
 struct RecordHeader {
