@@ -2,6 +2,7 @@
 import os
 import signal
 import subprocess
+import threading
 import time
 import unittest
 
@@ -12,9 +13,12 @@ from harness import (PY, WORKLOAD, BpfTestCase, assert_nested, dataset, load_tra
 class Lifecycle(BpfTestCase):
     def long_job(self):
         job = subprocess.Popen([PY, WORKLOAD, dataset(64), "--workers", "2", "--epochs", "1000"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.addCleanup(lambda: (job.poll() is None and job.kill(), job.wait()))
-        time.sleep(3)  # imports done, workers running
+        # Imports done (it prints its pid after them), then a first epoch: workers are running.
+        while "epoch 0" not in job.stdout.readline():
+            self.assertIsNone(job.poll(), "the job ended early")
+        threading.Thread(target=lambda: job.stdout.read(), daemon=True).start()  # keep its pipe drained
         return job
 
     def stop_with(self, sig):
