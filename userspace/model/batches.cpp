@@ -99,13 +99,7 @@ void BatchTracker::sample_started(uint32_t pid, uint32_t tid, uint64_t ts, int64
     t.samples++;
     if (t.partial && t.samples == 1)
         return; // its loading began before tracing did
-    Span l;
-    l.kind = SpanKind::Loader;
-    l.name = "loader";
-    l.pid = pid;
-    l.tid = tid;
-    l.start_ns = t.boundary;
-    l.end_ns = ts;
+    Span l = Span::make(SpanKind::Loader, "loader", pid, tid, t.boundary, ts);
     l.sample = sample;
     l.sample_id = sample_id;
     // The sample's own file: the first one opened while it was loading (lazy imports may open more).
@@ -143,6 +137,14 @@ void BatchTracker::opened(uint32_t pid, uint32_t tid, uint64_t ts, std::string p
 
 void BatchTracker::wait_done(uint32_t pid, uint32_t tid, uint64_t ts) { thread(pid, tid).last_wait_done = ts; }
 
+void BatchTracker::flush_loaders(Thread& t)
+{
+    for (const auto& l : t.loaders)
+        sink_(l);
+    t.loaders.clear();
+    t.opens.clear(); // later samples open their files after the hand-over
+}
+
 void BatchTracker::finish_batch(uint32_t pid, uint32_t tid, Thread& t, uint64_t end, int epoch)
 {
     t.in_batch = false;
@@ -151,39 +153,20 @@ void BatchTracker::finish_batch(uint32_t pid, uint32_t tid, Thread& t, uint64_t 
     if (t.partial) {
         // Begun before tracing: its samples are reported, the batch itself (start unknown) is not invented.
         t.partial = false;
-        for (const auto& l : t.loaders)
-            sink_(l);
-        t.loaders.clear();
-        t.opens.clear();
+        flush_loaders(t);
         return;
     }
+    int loader = t.single ? t.loader : worker_loader(pid);
     auto& proc = processes_[pid];
     proc.batches++;
     proc.busy_ns += end - t.start;
-    for (const auto& l : t.loaders)
-        sink_(l);
-    t.loaders.clear();
-    t.opens.clear(); // later samples open their files after the hand-over
+    flush_loaders(t);
     if (t.last_sample_end) {
-        Span c;
-        c.kind = SpanKind::Collate;
-        c.name = "collate";
-        c.pid = pid;
-        c.tid = tid;
-        c.start_ns = t.last_sample_end;
-        c.end_ns = end;
-        c.args = {{"batch", std::to_string(t.idx)}, {"epoch", std::to_string(epoch)},
-                  {"loader", std::to_string(t.single ? t.loader : worker_loader(pid))}};
+        Span c = Span::make(SpanKind::Collate, "collate", pid, tid, t.last_sample_end, end);
+        c.args = {{"batch", std::to_string(t.idx)}, {"epoch", std::to_string(epoch)}, {"loader", std::to_string(loader)}};
         sink_(c);
     }
-    Span b;
-    b.kind = SpanKind::Batch;
-    b.name = fmt::format("batch {}", t.idx);
-    b.pid = pid;
-    b.tid = tid;
-    b.start_ns = t.start;
-    b.end_ns = end;
-    int loader = t.single ? t.loader : worker_loader(pid);
+    Span b = Span::make(SpanKind::Batch, fmt::format("batch {}", t.idx), pid, tid, t.start, end);
     b.args = {{"batch", std::to_string(t.idx)},
               {"epoch", std::to_string(epoch)},
               {"loader", std::to_string(loader)},
@@ -267,13 +250,7 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
     while (e != ready_.end() && e->second.count(n) && e->second[n].stop)
         e->second.erase(n++);
     it.next_idx = n + 1;
-    Span w;
-    w.kind = SpanKind::Wait;
-    w.name = fmt::format("wait batch {}", n);
-    w.pid = pid;
-    w.tid = tid;
-    w.start_ns = start;
-    w.end_ns = end;
+    Span w = Span::make(SpanKind::Wait, fmt::format("wait batch {}", n), pid, tid, start, end);
     w.args = {{"batch", std::to_string(n)}, {"epoch", std::to_string(it.epoch)}, {"loader", std::to_string(it.loader)}};
     bool out_of_order = false;
     if (single_process) {
@@ -297,12 +274,7 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
     stats_.wait_ns.push_back(end - start);
     stats_.out_of_order.push_back(out_of_order);
     sink_(w);
-    Span c;
-    c.kind = SpanKind::Consumed;
-    c.name = fmt::format("consumed batch {}", n);
-    c.pid = pid;
-    c.tid = tid;
-    c.start_ns = c.end_ns = end;
+    Span c = Span::make(SpanKind::Consumed, fmt::format("consumed batch {}", n), pid, tid, end, end);
     c.args = w.args;
     sink_(c);
 }

@@ -77,6 +77,7 @@ private:
     Thread& thread(uint32_t pid, uint32_t tid);
     void start_batch(uint32_t pid, Thread& t, uint64_t start, int64_t idx);
     static void adopt_index(Thread& t, int64_t idx);
+    void flush_loaders(Thread& t);
     void finish_batch(uint32_t pid, uint32_t tid, Thread& t, uint64_t end, int epoch);
     int worker_epoch(uint32_t pid, const Thread& t) const;
     int worker_loader(uint32_t pid) const;

@@ -338,14 +338,8 @@ void Engine::on_return(const lotus_py_return& r)
         return;
     }
     if (o.kind == OpenKind::Py) {
-        Span py;
-        py.kind = SpanKind::Py;
         auto* c = find(r.h.tgid, &ProcessState::codes, o.code);
-        py.name = c ? c->name : "?";
-        py.pid = r.h.tgid;
-        py.tid = r.h.tid;
-        py.start_ns = o.start_ns;
-        py.end_ns = r.h.ts_ns;
+        Span py = Span::make(SpanKind::Py, c ? c->name : "?", r.h.tgid, r.h.tid, o.start_ns, r.h.ts_ns);
         py.depth = o.depth;
         if (c)
             py.args.emplace_back("file", exporter::json_string(c->file + ":" + std::to_string(c->firstlineno)));
@@ -353,13 +347,10 @@ void Engine::on_return(const lotus_py_return& r)
             span_sink_(py);
         return;
     }
-    Span s;
-    s.kind = o.kind == OpenKind::Sample ? SpanKind::Sample : SpanKind::Op;
-    s.name = o.kind == OpenKind::Sample ? "sample" : op_name(r.h.tgid, o.code, o.self_type);
-    s.pid = r.h.tgid;
-    s.tid = r.h.tid;
-    s.start_ns = o.start_ns;
-    s.end_ns = r.h.ts_ns;
+    Span s = o.kind == OpenKind::Sample
+                 ? Span::make(SpanKind::Sample, "sample", r.h.tgid, r.h.tid, o.start_ns, r.h.ts_ns)
+                 : Span::make(SpanKind::Op, op_name(r.h.tgid, o.code, o.self_type), r.h.tgid, r.h.tid, o.start_ns,
+                              r.h.ts_ns);
     s.sample = o.sample;
     s.sample_id = o.sample_id;
     s.depth = o.depth;
@@ -398,13 +389,7 @@ void Engine::close_implicit(uint32_t tid)
     if (imp.ops.empty())
         return;
     batches_.sample_started(imp.pid, tid, imp.start_ns, imp.batch_idx, imp.sample_id, imp.index);
-    Span s;
-    s.kind = SpanKind::Sample;
-    s.name = "sample";
-    s.pid = imp.pid;
-    s.tid = tid;
-    s.start_ns = imp.start_ns;
-    s.end_ns = imp.end_ns;
+    Span s = Span::make(SpanKind::Sample, "sample", imp.pid, tid, imp.start_ns, imp.end_ns);
     s.sample = imp.index;
     s.sample_id = imp.sample_id;
     s.args.emplace_back("implicit", "true");

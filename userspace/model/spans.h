@@ -39,6 +39,18 @@ struct Span {
     uint64_t flow_in = 0;  // ...and ends at the span carrying the same id here
     bool has_counters = false; // ops and samples
     Counters counters;
+
+    static Span make(SpanKind kind, std::string name, uint32_t pid, uint32_t tid, uint64_t start_ns, uint64_t end_ns)
+    {
+        Span s;
+        s.kind = kind;
+        s.name = std::move(name);
+        s.pid = pid;
+        s.tid = tid;
+        s.start_ns = start_ns;
+        s.end_ns = end_ns;
+        return s;
+    }
 };
 
 struct ProcessInfo {
