@@ -24,6 +24,13 @@ struct {
     __type(value, struct lotus_traced_proc);
 } lotus_traced SEC(".maps");
 
+/* Opens of shared libraries, copied here too: user space reads this ring before the busy main one, so that
+ * a library a worker dlopens gets its --native probes before its functions run. */
+struct {
+    __uint(type, BPF_MAP_TYPE_RINGBUF);
+    __uint(max_entries, 64 << 10);
+} lib_opens SEC(".maps");
+
 struct {
     __uint(type, BPF_MAP_TYPE_LRU_HASH);
     __uint(max_entries, 262144);
@@ -201,10 +208,25 @@ __noinline int describe_type(__u32 tgid, __u64 type)
     return 1;
 }
 
-/* On-CPU time per traced thread: accumulated at each switch out, plus the running slice. */
+/* Perf-event counters (--counters): per-CPU events, entry k * nr_cpus + cpu of lotus_perf. A thread's
+ * share is what they count while it is on a CPU: read at its every switch in and out, like perf stat's
+ * --bpf-counters, so preemption and migration do not pollute it. */
+const volatile __u32 nr_perf = 0;
+const volatile __u32 nr_cpus = 1;
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+    __uint(key_size, sizeof(__u32));
+    __uint(value_size, sizeof(__u32));
+    __uint(max_entries, 1); /* set by user space: LOTUS_MAX_PERF * nr_cpus */
+} lotus_perf SEC(".maps");
+
+/* On-CPU time and perf counters per traced thread: accumulated at each switch out, plus the running slice. */
 struct oncpu {
     __u64 acc_ns;
     __u64 in_ns; /* when it was last switched in; 0 while off CPU */
+    __u64 perf_acc[LOTUS_MAX_PERF];
+    struct bpf_perf_event_value perf_in[LOTUS_MAX_PERF]; /* readings at switch in */
 };
 
 struct {
@@ -213,6 +235,27 @@ struct {
     __type(key, __u32);
     __type(value, struct oncpu);
 } lotus_oncpu SEC(".maps");
+
+/* The counter's count since the reading `in`, scaled up when the event was multiplexed. */
+static __always_inline __u64 perf_since(__u32 k, const struct bpf_perf_event_value *in)
+{
+    struct bpf_perf_event_value now = {};
+    __u64 idx = (__u64)k * nr_cpus + bpf_get_smp_processor_id();
+    if (bpf_perf_event_read_value(&lotus_perf, idx, &now, sizeof(now)) || now.counter < in->counter)
+        return 0;
+    __u64 d = now.counter - in->counter;
+    __u64 run = now.running - in->running, en = now.enabled - in->enabled;
+    return run && en > run ? d * en / run : d;
+}
+
+static __always_inline void perf_mark(struct oncpu *c)
+{
+    for (__u32 k = 0; k < LOTUS_MAX_PERF && k < nr_perf; k++) {
+        __u64 idx = (__u64)k * nr_cpus + bpf_get_smp_processor_id();
+        if (bpf_perf_event_read_value(&lotus_perf, idx, &c->perf_in[k], sizeof(c->perf_in[k])))
+            __builtin_memset(&c->perf_in[k], 0, sizeof(c->perf_in[k]));
+    }
+}
 
 SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
@@ -225,16 +268,21 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
         if (c && c->in_ns) {
             c->acc_ns += now - c->in_ns;
             c->in_ns = 0;
+            for (__u32 k = 0; k < LOTUS_MAX_PERF && k < nr_perf; k++)
+                c->perf_acc[k] += perf_since(k, &c->perf_in[k]);
         }
     }
     if (bpf_map_lookup_elem(&lotus_traced, &ntgid)) {
         __u32 tid = BPF_CORE_READ(next, pid);
         struct oncpu *c = bpf_map_lookup_elem(&lotus_oncpu, &tid);
+        if (!c) {
+            struct oncpu fresh = {};
+            bpf_map_update_elem(&lotus_oncpu, &tid, &fresh, BPF_ANY);
+            c = bpf_map_lookup_elem(&lotus_oncpu, &tid);
+        }
         if (c) {
             c->in_ns = now;
-        } else {
-            struct oncpu fresh = {.acc_ns = 0, .in_ns = now};
-            bpf_map_update_elem(&lotus_oncpu, &tid, &fresh, BPF_ANY);
+            perf_mark(c);
         }
     }
     return 0;
@@ -247,11 +295,17 @@ static __always_inline void read_counters(struct lotus_counters *out, __u32 tid)
     struct oncpu *c = bpf_map_lookup_elem(&lotus_oncpu, &tid);
     if (!c) {
         /* First sight since tracing began: it is running now. */
-        struct oncpu fresh = {.acc_ns = 0, .in_ns = now};
+        struct oncpu fresh = {.in_ns = now};
         bpf_map_update_elem(&lotus_oncpu, &tid, &fresh, BPF_ANY);
         c = bpf_map_lookup_elem(&lotus_oncpu, &tid);
+        if (c)
+            perf_mark(c);
     }
     out->cpu_ns = c ? c->acc_ns + (c->in_ns ? now - c->in_ns : 0) : 0;
+    for (__u32 k = 0; k < LOTUS_MAX_PERF; k++)
+        out->perf[k] = 0;
+    for (__u32 k = 0; c && k < LOTUS_MAX_PERF && k < nr_perf; k++)
+        out->perf[k] = c->perf_acc[k] + (c->in_ns ? perf_since(k, &c->perf_in[k]) : 0);
     struct task_struct *t = bpf_get_current_task_btf();
     out->min_flt = t->min_flt;
     out->maj_flt = t->maj_flt;
@@ -451,6 +505,53 @@ int BPF_KRETPROBE(py_return)
     return 0;
 }
 
+/* Native functions (--native): one entry and one return probe per chosen function, its number in the
+ * attach cookie. Attached system-wide on the library file like the evaluator's probes. */
+static __always_inline int native_event(void *ctx, __u32 type)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tgid = id >> 32;
+    if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
+        return 0;
+    struct lotus_native *e = reserve(sizeof(*e));
+    if (!e)
+        return 0;
+    fill_header(&e->h, type);
+    e->func = (__u32)bpf_get_attach_cookie(ctx);
+    e->_pad = 0;
+    bpf_ringbuf_submit(e, submit_flags());
+    return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(native_entry) { return native_event(ctx, LOTUS_EV_NATIVE_ENTRY); }
+
+SEC("uretprobe")
+int BPF_KRETPROBE(native_return) { return native_event(ctx, LOTUS_EV_NATIVE_RETURN); }
+
+/* Sampling map: a per-CPU sampling event (cycles, or cpu-clock without a PMU) interrupts whatever runs; for
+ * a traced thread, record its user stack. User space attributes it to the op open on that thread then. */
+SEC("perf_event")
+int on_sample(struct bpf_perf_event_data *ctx)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tgid = id >> 32;
+    if (!tgid || !bpf_map_lookup_elem(&lotus_traced, &tgid))
+        return 0;
+    struct lotus_sample *e = reserve(sizeof(*e));
+    if (!e)
+        return 0;
+    fill_header(&e->h, LOTUS_EV_SAMPLE);
+    /* Kernel text lives in the upper half of the address space (a full 8-byte context read: the verifier
+     * refuses narrower ones of regs). */
+    __u64 ip = ctx->regs.ip;
+    e->in_kernel = ip >= 0xffff800000000000ull;
+    long n = bpf_get_stack(ctx, e->ip, sizeof(e->ip), BPF_F_USER_STACK);
+    e->nr_ips = n > 0 ? (__u64)n / 8 : 0;
+    bpf_ringbuf_submit(e, submit_flags());
+    return 0;
+}
+
 /* Blocking waits of traced threads: a DataLoader worker waiting for its next batch's indices polls its
  * index queue; the wait's end is where the batch's work starts. */
 struct {
@@ -481,8 +582,15 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long nr)
             return 0;
         fill_header(&e->h, LOTUS_EV_OPEN);
         const char *path = (const char *)BPF_CORE_READ(regs, si);
-        if (bpf_probe_read_user_str(e->path, sizeof(e->path), path) < 0)
+        long n = bpf_probe_read_user_str(e->path, sizeof(e->path), path);
+        if (n < 0)
             e->path[0] = 0;
+        for (int i = 0; i + 3 < LOTUS_PATH_LEN && i + 3 < n; i++) {
+            if (e->path[i] == '.' && e->path[i + 1] == 's' && e->path[i + 2] == 'o') {
+                bpf_ringbuf_output(&lib_opens, e, sizeof(*e), BPF_RB_FORCE_WAKEUP);
+                break;
+            }
+        }
         bpf_ringbuf_submit(e, submit_flags());
         return 0;
     }

@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define LOTUS_ABI_VERSION 1
+#define LOTUS_ABI_VERSION 2
 
 enum lotus_event_type {
     LOTUS_EV_PY_ENTRY = 1,  /* _PyEval_EvalFrameDefault entered (a C->Python transition) */
@@ -21,6 +21,9 @@ enum lotus_event_type {
     LOTUS_EV_EXEC = 7,      /* a traced process called exec */
     LOTUS_EV_WAIT_DONE = 8, /* a traced thread returned from a blocking wait (poll, select, epoll_wait) */
     LOTUS_EV_OPEN = 9,      /* a traced thread called openat: the path */
+    LOTUS_EV_NATIVE_ENTRY = 10,  /* a probed native function was entered (uprobe, cookie = its number) */
+    LOTUS_EV_NATIVE_RETURN = 11, /* ... and returned */
+    LOTUS_EV_SAMPLE = 12,        /* a perf-event sample of a traced thread: its user stack */
 };
 
 struct lotus_event_header {
@@ -33,12 +36,16 @@ struct lotus_event_header {
 
 /* Exact per-thread software counters at a probe: on-CPU time (accumulated at every context switch of a traced
  * thread) and the kernel's own per-task fault and context-switch counts. Op spans carry their deltas. */
+#define LOTUS_MAX_PERF 4 /* perf-event counters (--counters) per thread */
 struct lotus_counters {
     __u64 cpu_ns;
     __u64 min_flt;
     __u64 maj_flt;
     __u64 nvcsw;  /* voluntary context switches (blocking) */
     __u64 nivcsw; /* involuntary ones (preempted) */
+    /* Perf-event counters of this thread since tracing began: per-CPU events read at every switch of the
+     * thread and accumulated (scaled by enabled/running when multiplexed). 0 when not configured. */
+    __u64 perf[LOTUS_MAX_PERF];
 };
 
 #define LOTUS_CHAIN_LEN 4      /* caller frames described in every entry event */
@@ -85,6 +92,21 @@ struct lotus_wait_done {
 struct lotus_open {
     struct lotus_event_header h;
     char path[LOTUS_PATH_LEN];
+};
+
+/* Native function probes: func is the number user space gave the attach point (its bpf_cookie). */
+struct lotus_native {
+    struct lotus_event_header h;
+    __u32 func;
+    __u32 _pad;
+};
+
+#define LOTUS_STACK_DEPTH 8
+struct lotus_sample {
+    struct lotus_event_header h;
+    __u32 nr_ips;    /* valid entries in ip */
+    __u32 in_kernel; /* 1: the sample hit kernel code; ip[0] is where user space entered it */
+    __u64 ip[LOTUS_STACK_DEPTH]; /* user-space stack, leaf first (callers where frame pointers allow) */
 };
 
 #define LOTUS_NAME_LEN 128

@@ -6,6 +6,7 @@ pkgs=(
   libbpf-dev bpftool libelf-dev zlib1g-dev libfmt-dev libcli11-dev
   libgtest-dev nlohmann-json3-dev python3-jsonschema
   python3 python3-torch python3-torchvision python3-pil python3-numpy
+  libc6-dbg  # detached symbols of libc: names memcpy & co. in the native map
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lotus.skel.h"
+#include "lotus_abi.h"
 
 namespace lotus::capture {
 
@@ -37,22 +38,49 @@ static int quiet_libbpf(enum libbpf_print_level, const char* fmt, va_list ap)
     return 0;
 }
 
-Probe::Probe(const target::Interpreter& interp, Sink sink) : interp_(interp), sink_(std::move(sink))
+Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<CounterSpec>& counters)
+    : interp_(interp), sink_(std::move(sink))
 {
     libbpf_set_print(quiet_libbpf);
     skel_ = lotus_bpf__open();
     if (!skel_)
         throw CaptureError(fmt::format("cannot open the BPF programs: {}", strerror(errno)));
     skel_->rodata->layout = interp.layout;
+    int ncpu = libbpf_num_possible_cpus();
+    if (ncpu <= 0 || counters.size() > LOTUS_MAX_PERF) {
+        close();
+        throw CaptureError("cannot count the CPUs, or too many counters");
+    }
+    skel_->rodata->nr_perf = static_cast<uint32_t>(counters.size());
+    skel_->rodata->nr_cpus = static_cast<uint32_t>(ncpu);
+    bpf_map__set_max_entries(skel_->maps.lotus_perf, static_cast<uint32_t>(LOTUS_MAX_PERF * ncpu));
     if (int err = lotus_bpf__load(skel_)) {
         close();
         throw CaptureError(fmt::format("cannot load the BPF programs: {} (set LOTUS_BPF_DEBUG=1 for the log)",
                                        strerror(-err)));
     }
     rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.events), on_record, this, nullptr);
-    if (!rb_) {
+    lib_rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.lib_opens), on_library, this, nullptr);
+    if (!rb_ || !lib_rb_) {
         close();
         throw CaptureError(fmt::format("cannot open the ring buffer: {}", strerror(errno)));
+    }
+    try {
+        for (size_t k = 0; k < counters.size(); k++) {
+            auto fds = open_per_cpu(counters[k]);
+            for (size_t cpu = 0; cpu < fds.size(); cpu++) {
+                if (fds[cpu] < 0)
+                    continue;
+                perf_fds_.push_back(fds[cpu]);
+                uint32_t idx = static_cast<uint32_t>(k * ncpu + cpu);
+                if (bpf_map_update_elem(bpf_map__fd(skel_->maps.lotus_perf), &idx, &fds[cpu], BPF_ANY))
+                    throw CaptureError(fmt::format("cannot hand counter {} to BPF: {}", counters[k].name,
+                                                   strerror(errno)));
+            }
+        }
+    } catch (...) {
+        close();
+        throw;
     }
 }
 
@@ -60,9 +88,19 @@ Probe::~Probe() { close(); }
 
 void Probe::close()
 {
+    for (auto* l : links_)
+        bpf_link__destroy(l);
+    links_.clear();
+    for (int fd : perf_fds_)
+        ::close(fd);
+    perf_fds_.clear();
     if (rb_) {
         ring_buffer__free(rb_);
         rb_ = nullptr;
+    }
+    if (lib_rb_) {
+        ring_buffer__free(lib_rb_);
+        lib_rb_ = nullptr;
     }
     if (skel_) {
         lotus_bpf__destroy(skel_); // destroys every link: uprobes and tracepoints are gone after this
@@ -72,7 +110,21 @@ void Probe::close()
 
 int Probe::on_record(void* ctx, void* data, size_t len)
 {
-    static_cast<Probe*>(ctx)->sink_(data, len);
+    auto* self = static_cast<Probe*>(ctx);
+    // A long backlog in the main ring must not delay a library's probes: look at the side ring often.
+    if (++self->since_lib_check_ >= 64) {
+        self->since_lib_check_ = 0;
+        ring_buffer__consume(self->lib_rb_);
+    }
+    self->sink_(data, len);
+    return 0;
+}
+
+int Probe::on_library(void* ctx, void* data, size_t len)
+{
+    auto* self = static_cast<Probe*>(ctx);
+    if (self->lib_sink_)
+        self->lib_sink_(data, len);
     return 0;
 }
 
@@ -120,9 +172,43 @@ void Probe::attach_python()
         throw CaptureError(fmt::format("cannot attach a uretprobe to {}: {}", interp_.object_path, strerror(errno)));
 }
 
+void Probe::attach_sampling(const CounterSpec& event, uint64_t freq)
+{
+    auto fds = open_per_cpu(event, freq);
+    for (int fd : fds) {
+        if (fd < 0)
+            continue;
+        perf_fds_.push_back(fd);
+        bpf_link* l = bpf_program__attach_perf_event(skel_->progs.on_sample, fd);
+        if (!l)
+            throw CaptureError(fmt::format("cannot attach the sampling program: {}", strerror(errno)));
+        links_.push_back(l);
+    }
+}
+
+bool Probe::attach_native(const std::string& path, uint64_t offset, uint32_t cookie)
+{
+    LIBBPF_OPTS(bpf_uprobe_opts, entry_opts, .bpf_cookie = cookie, .retprobe = false);
+    bpf_link* in = bpf_program__attach_uprobe_opts(skel_->progs.native_entry, -1, path.c_str(), offset, &entry_opts);
+    if (!in)
+        return false;
+    LIBBPF_OPTS(bpf_uprobe_opts, ret_opts, .bpf_cookie = cookie, .retprobe = true);
+    bpf_link* out = bpf_program__attach_uprobe_opts(skel_->progs.native_return, -1, path.c_str(), offset, &ret_opts);
+    if (!out) {
+        int err = errno;
+        bpf_link__destroy(in);
+        errno = err;
+        return false;
+    }
+    links_.push_back(in);
+    links_.push_back(out);
+    return true;
+}
+
 int Probe::poll(int timeout_ms)
 {
     // BPF wakes us only once a batch has accumulated; after the timeout, consume what is there anyway.
+    ring_buffer__consume(lib_rb_);
     int n = ring_buffer__poll(rb_, timeout_ms);
     if (n < 0 && n != -EINTR)
         throw CaptureError(fmt::format("ring buffer poll failed: {}", strerror(-n)));

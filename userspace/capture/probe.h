@@ -7,10 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "perf_events.h"
 #include "target/interpreter.h"
 
 struct lotus_bpf;
 struct ring_buffer;
+struct bpf_link;
 
 namespace lotus::capture {
 
@@ -30,8 +32,9 @@ class Probe {
 public:
     using Sink = std::function<void(const void* data, size_t len)>;
 
-    // Opens and loads the programs for this interpreter's layout. Throws CaptureError.
-    Probe(const target::Interpreter& interp, Sink sink);
+    // Opens and loads the programs for this interpreter's layout; counters (at most LOTUS_MAX_PERF, all
+    // available: see choose_counters) are read at every probe. Throws CaptureError.
+    Probe(const target::Interpreter& interp, Sink sink, const std::vector<CounterSpec>& counters = {});
     ~Probe();
     Probe(const Probe&) = delete;
     Probe& operator=(const Probe&) = delete;
@@ -43,6 +46,13 @@ public:
     bool is_traced(uint32_t tgid) const;
     // Entry and return uprobes on the evaluator, for every process mapping it (filtered in BPF).
     void attach_python();
+    // Opens of shared libraries by traced threads, delivered ahead of the main stream (they are in it too).
+    void set_library_sink(Sink sink) { lib_sink_ = std::move(sink); }
+    // Samples every traced thread's user stack at freq Hz (per-CPU sampling event, filtered in BPF).
+    void attach_sampling(const CounterSpec& event, uint64_t freq);
+    // Entry and return probes on a native function at a file offset; its events carry `cookie`.
+    // Returns false (errno set) when the kernel refused the probe.
+    bool attach_native(const std::string& path, uint64_t offset, uint32_t cookie);
     // Delivers pending records to the sink. Returns the number delivered, or throws on error.
     int poll(int timeout_ms);
     void set_role(uint32_t tgid, uint64_t code, uint32_t flags, const std::vector<uint8_t>& capture_slots);
@@ -54,10 +64,16 @@ public:
 
 private:
     static int on_record(void* ctx, void* data, size_t len);
+    static int on_library(void* ctx, void* data, size_t len);
     target::Interpreter interp_;
     Sink sink_;
     lotus_bpf* skel_ = nullptr;
     ring_buffer* rb_ = nullptr;
+    ring_buffer* lib_rb_ = nullptr;
+    Sink lib_sink_;
+    uint32_t since_lib_check_ = 0;
+    std::vector<int> perf_fds_;        // counters and sampling events
+    std::vector<bpf_link*> links_;     // sampling and native probes (the skeleton holds the others)
 };
 
 } // namespace lotus::capture

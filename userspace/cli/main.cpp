@@ -32,6 +32,18 @@ int main(int argc, char** argv)
     std::string window;
     app.add_option("--window", window, "trace file: only spans starting in START:END seconds after tracing began "
                                        "(END may be empty)");
+    app.add_flag("--native-map", opts.native_map,
+                 "sample every traced thread (perf event) and map each op's time to native functions; probe the "
+                 "built-in native set (JPEG decode, Pillow, torch ops) as spans");
+    app.add_option("--native", opts.native,
+                   "also probe these native functions as spans: 'LIBGLOB:SYMBOLGLOB' (repeatable; implies "
+                   "--native-map)");
+    app.add_option("--sample-freq", opts.sample_freq, "native map sampling frequency in Hz (0: no sampling)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 100000));
+    app.add_option("--counters", opts.counters,
+                   "perf-event counters per op: 'default' (cycles,instructions,cache-misses,branch-misses) or a "
+                   "comma list; software events (task-clock,page-faults,context-switches) where no PMU counts them");
     app.add_flag("-q,--quiet", opts.quiet, "no live status line");
     app.add_option("command", opts.command, "launch mode: the command to run and trace (after --)");
     app.positionals_at_end();

@@ -13,7 +13,9 @@
 #include <fmt/format.h>
 #include <memory>
 
+#include "capture/perf_events.h"
 #include "capture/probe.h"
+#include "native_capture.h"
 #include "export/chrome_trace.h"
 #include "export/record_file.h"
 #include "common/json.h"
@@ -139,6 +141,11 @@ void report(const Options& opts, exporter::OutputFile& out, exporter::ChromeTrac
 {
     engine.finish();
     const auto& c = engine.counters();
+    summary.set_native_map(engine.native_map().table());
+    if (engine.counters().samples)
+        other["native_map"] = summary.native_map_json();
+    if (!summary.counter_rows().empty())
+        other["counters"] = summary.counters_json();
     other["incomplete_spans"] = std::to_string(c.incomplete + c.lost_returns);
     other["samples"] = std::to_string(engine.samples());
     trace.finish(engine.processes(), other);
@@ -205,6 +212,15 @@ int replay_into(const Options& opts, exporter::RecordReader& in)
     uint64_t t0 = in.header().t0_ns;
     exporter::ChromeTraceWriter trace(out, t0);
     exporter::Summary summary;
+    auto meta = nlohmann::json::parse(in.header().meta_json, nullptr, false);
+    if (meta.is_object() && meta.contains("counters") && meta["counters"].is_array()) {
+        std::vector<std::string> names;
+        for (const auto& n : meta["counters"])
+            if (n.is_string())
+                names.push_back(n.get<std::string>());
+        trace.set_counter_names(names);
+        summary.set_counter_names(names);
+    }
     std::vector<uint8_t> slots; // the capture slots recorded right after the CODE record being consumed
     model::Engine engine(
         rules,
@@ -246,7 +262,6 @@ int replay_into(const Options& opts, exporter::RecordReader& in)
         events++;
         engine.consume(rec.data(), rec.size());
     }
-    auto meta = nlohmann::json::parse(in.header().meta_json, nullptr, false);
     auto str = [&](const char* k) {
         return exporter::json_string(meta.is_object() && meta.contains(k) && meta[k].is_string() ? meta[k].get<std::string>()
                                                                                                 : std::string("?"));
@@ -273,6 +288,24 @@ int run_session(const Options& opts)
             return replay(opts);
         capture::check_privileges();
         auto [pipelines, span_rules] = rule_lists(opts);
+        std::vector<capture::CounterSpec> counters;
+        if (!opts.counters.empty()) {
+            auto choice = capture::choose_counters(
+                capture::parse_counters(opts.counters == "default" ? capture::default_counters() : opts.counters));
+            if (!choice.note.empty())
+                fmt::print(stderr, "lotus-bpf: {}\n", choice.note);
+            counters = choice.counters;
+        }
+        std::vector<std::string> counter_names;
+        for (const auto& c : counters)
+            counter_names.push_back(c.name);
+        std::vector<target::NativeSpec> native_specs;
+        if (opts.native_map || !opts.native.empty()) {
+            native_specs = target::default_native_specs();
+            for (const auto& n : opts.native)
+                native_specs.push_back(target::parse_native_spec(n));
+        }
+
 
         std::unique_ptr<target::Launcher> launcher;
         target::Interpreter interp;
@@ -307,13 +340,16 @@ int run_session(const Options& opts)
         std::unique_ptr<exporter::RecordWriter> recorder;
         if (!opts.record.empty()) {
             nlohmann::json meta{{"python", interp.version.str()}, {"interpreter", interp.target_path},
-                                {"layout", interp.layout_source}};
+                                {"layout", interp.layout_source}, {"counters", counter_names}};
             recorder = std::make_unique<exporter::RecordWriter>(
                 opts.record, exporter::RecordHeader{t0, static_cast<uint32_t>(root), meta.dump()});
         }
         exporter::ChromeTraceWriter trace(out, t0);
         exporter::Summary summary;
+        trace.set_counter_names(counter_names);
+        summary.set_counter_names(counter_names);
         std::unique_ptr<capture::Probe> probe;
+        std::unique_ptr<NativeCapture> native;
         std::map<uint32_t, uint32_t> engine_parents; // pid -> parent, to read a dead fork child's memory
         model::Engine engine(
             rules,
@@ -343,10 +379,20 @@ int run_session(const Options& opts)
                 dump_event(data, len);
             if (len >= sizeof(lotus_proc_event) && h->type == LOTUS_EV_FORK)
                 engine_parents[h->tgid] = static_cast<const lotus_proc_event*>(data)->parent_tgid;
+            if (native)
+                native->on_event(data, len); // symbol records go first: the sample's names
             if (recorder)
                 recorder->write(data, len);
             engine.consume(data, len);
-        });
+        }, counters);
+        if (!native_specs.empty() || opts.native_map) {
+            native = std::make_unique<NativeCapture>(*probe, native_specs, [&](const void* data, size_t len) {
+                if (recorder)
+                    recorder->write(data, len);
+                engine.consume(data, len);
+            });
+            probe->set_library_sink([&](const void* data, size_t len) { native->on_library_open(data, len); });
+        }
 
         install_signal_handlers();
         probe->attach_process_tracking();
@@ -367,6 +413,14 @@ int run_session(const Options& opts)
                 known(static_cast<uint32_t>(d), static_cast<uint32_t>(target::parent_pid(d).value_or(0)), false);
                 initial++;
             }
+        }
+        if (native) {
+            // Libraries mapped now; the ones opened later are probed when their openat is seen.
+            native->scan_process(static_cast<uint32_t>(root));
+            for (int d : target::descendants(root))
+                native->scan_process(static_cast<uint32_t>(d));
+            if (opts.sample_freq)
+                probe->attach_sampling(capture::sampling_event(), opts.sample_freq);
         }
         probe->attach_python();
         if (launcher)
@@ -426,6 +480,11 @@ int run_session(const Options& opts)
             {"stop_reason", exporter::json_string(stop_reason)},
             {"tracer_peak_rss_kb", std::to_string(peak_rss_kb())},
         };
+        if (native) {
+            other["native_functions_probed"] = std::to_string(native->functions());
+            other["native_attach_s"] = fmt::format("{:.3f}", native->attach_seconds());
+            other["sampling_event"] = exporter::json_string(opts.sample_freq ? capture::sampling_event().name : "none");
+        }
         if (recorder) {
             exporter::RecordEnd end{exporter::kRecordEnd, static_cast<uint32_t>(root), 0, 0, monotonic_ns(),
                                     stats.submitted, stats.lost};

@@ -20,6 +20,10 @@ struct Options {
     std::string rules_file;         // --rules: more pipelines and spans from a JSON file
     bool all_calls = false;         // see every Python call (launch mode, CPython 3.12+ via PYTHONPERFSUPPORT)
     bool quiet = false; // no status line
+    bool native_map = false;          // sampling map + built-in native function probes
+    std::vector<std::string> native;  // --native LIBGLOB:SYMBOLGLOB
+    unsigned sample_freq = 999;       // Hz, for the native map
+    std::string counters;             // --counters: "default" or a list; empty: none
     bool coarse = false;  // trace file: batches, waits and flows only
     double window_start_s = 0, window_end_s = 0; // trace file: spans starting in [start, end) s; end 0 = open
 };

@@ -46,6 +46,8 @@ void ChromeTraceWriter::span(const model::Span& s)
         add("major_faults", std::to_string(s.counters.major_faults));
         add("voluntary_cs", std::to_string(s.counters.voluntary_cs));
         add("involuntary_cs", std::to_string(s.counters.involuntary_cs));
+        for (size_t k = 0; k < counter_names_.size() && k < model::kMaxPerfCounters; k++)
+            add(counter_names_[k], std::to_string(s.counters.perf[k]));
     }
     const char* cat = model::category(s.kind);
     if (s.kind == model::SpanKind::Consumed) {
@@ -57,6 +59,14 @@ void ChromeTraceWriter::span(const model::Span& s)
     event(fmt::format("{{\"ph\":\"X\",\"cat\":\"{}\",\"name\":{},\"pid\":{},\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},"
                       "\"args\":{{{}}}}}",
                       cat, json_string(s.name), s.pid, s.tid, us(start), us(dur), args));
+    // Counter tracks: each op's counter deltas, as a step at its start on a per-process track.
+    if (s.kind == model::SpanKind::Op && s.has_counters && !counter_names_.empty()) {
+        std::string values;
+        for (size_t k = 0; k < counter_names_.size() && k < model::kMaxPerfCounters; k++)
+            values += fmt::format("{}{}:{}", values.empty() ? "" : ",", json_string(counter_names_[k]), s.counters.perf[k]);
+        event(fmt::format("{{\"ph\":\"C\",\"name\":\"op counters\",\"pid\":{},\"ts\":{:.3f},\"args\":{{{}}}}}", s.pid,
+                          us(start), values));
+    }
     // Flow arrows: from the end of the worker's batch span to the end of the wait that consumed it, placed
     // 1 ns inside each span so that viewers bind them to it.
     uint64_t inside_end = start + dur - (dur > 0 ? 1 : 0);

@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "model/spans.h"
 #include "output_file.h"
@@ -16,6 +17,8 @@ class ChromeTraceWriter {
 public:
     // t0_ns: CLOCK_MONOTONIC time of the start of tracing; ts values are microseconds after it.
     ChromeTraceWriter(OutputFile& out, uint64_t t0_ns);
+    // Names of the perf-event counters in Span::counters.perf (--counters), in order.
+    void set_counter_names(std::vector<std::string> names) { counter_names_ = std::move(names); }
     void span(const model::Span& s);
     // Writes process/thread metadata and otherData (key -> already-encoded JSON value), closes the document.
     void finish(const std::map<uint32_t, model::ProcessInfo>& processes,
@@ -28,6 +31,7 @@ private:
     bool first_ = true;
     std::set<std::pair<uint32_t, uint32_t>> threads_;
     std::string buf_;
+    std::vector<std::string> counter_names_;
 };
 
 } // namespace lotus::exporter

@@ -7,14 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "model/user_records.h"
+
 namespace lotus::exporter {
 
-// User-space records, after the kernel's (types 1..99 are lotus_abi.h's).
-enum : uint32_t {
-    kRecordSlots = 100,   // resolved capture slots of a code object (they came from the target's memory)
-    kRecordProcess = 101, // a process known at attach time
-    kRecordEnd = 102,     // the capture's own counts, written when tracing stopped
-};
+// User-space records, after the kernel's (types 1..99 are lotus_abi.h's): model/user_records.h.
+using model::kRecordSlots;
+using model::kRecordProcess;
+using model::kRecordEnd;
 
 // Like the kernel's, they start with a lotus_event_header (type, tgid, tid, cpu, ts_ns).
 struct RecordSlots {

@@ -95,6 +95,8 @@ void Summary::add(const model::Span& s)
         c.cpu_ns += s.counters.cpu_ns;
         c.wall_ns += dur;
         c.minor_faults += s.counters.minor_faults;
+        for (unsigned k = 0; k < model::kMaxPerfCounters; k++)
+            c.perf[k] += s.counters.perf[k];
         c.count++;
     }
     if (s.kind == model::SpanKind::Sample) {
@@ -201,6 +203,8 @@ void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& pro
                        r.batches, 100.0 * static_cast<double>(r.busy_ns) / static_cast<double>(r.seen_ns),
                        100.0 - 100.0 * static_cast<double>(r.busy_ns) / static_cast<double>(r.seen_ns), pids);
     }
+    print_counters(out);
+    print_native_map(out);
     for (const auto& n : notes)
         fmt::print(out, "{}\n", n);
 }
@@ -248,7 +252,9 @@ std::string Summary::json(const std::map<uint32_t, model::ProcessInfo>& processe
     std::string r;
     for (const auto& [k, v] : run)
         r += fmt::format("{}{}:{}", r.empty() ? "" : ",", json_string(k), v);
-    return fmt::format("{{\"run\":{{{}}},\"ops\":{{{}}},\"batches\":{},\"processes\":[{}]}}\n", r, ops, b, procs);
+    return fmt::format("{{\"run\":{{{}}},\"ops\":{{{}}},\"batches\":{},\"processes\":[{}],\"counters\":{},"
+                       "\"native_map\":{}}}\n",
+                       r, ops, b, procs, counters_json(), native_map_json());
 }
 
 } // namespace lotus::exporter

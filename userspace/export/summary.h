@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/batches.h"
+#include "model/native_map.h"
 #include "model/spans.h"
 
 namespace lotus::exporter {
@@ -35,9 +36,23 @@ BatchSummary summarize_batches(const model::BatchStats& b, const std::map<uint32
 double percentile(const std::vector<uint64_t>& sorted, double q);
 DurationStats stats_of(std::vector<uint64_t> durations_ns);
 
+// Per-op means of the perf-event counters (--counters).
+struct CounterRow {
+    std::string op;
+    uint64_t count = 0;
+    std::vector<double> mean;  // per counter name, in order
+    double ipc = -1;           // instructions / cycles when both are counted
+    double on_cpu_pct = -1;    // on-CPU time over wall time
+};
+
 class Summary {
 public:
     void add(const model::Span& s);
+    void set_counter_names(std::vector<std::string> names) { counter_names_ = std::move(names); }
+    void set_native_map(std::vector<model::OpNativeMap> map) { native_map_ = std::move(map); }
+    std::vector<CounterRow> counter_rows() const;
+    std::string counters_json() const;   // also the trace's otherData
+    std::string native_map_json() const;
     // Op names in first-seen order with their stats; "sample" (a whole Compose call) last.
     std::vector<std::pair<std::string, DurationStats>> rows() const;
     void print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& processes, const BatchSummary* batches,
@@ -49,7 +64,12 @@ public:
 private:
     struct CounterSums {
         uint64_t cpu_ns = 0, wall_ns = 0, minor_faults = 0, count = 0;
+        uint64_t perf[model::kMaxPerfCounters] = {};
     };
+    void print_counters(FILE* out) const;
+    void print_native_map(FILE* out) const;
+    std::vector<std::string> counter_names_;
+    std::vector<model::OpNativeMap> native_map_;
     std::vector<std::string> order_;
     std::map<std::string, CounterSums> counters_;
     std::map<std::string, std::vector<uint64_t>> durations_;

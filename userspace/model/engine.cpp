@@ -41,7 +41,13 @@ const T* as(const void* data, size_t len)
 } // namespace
 
 Engine::Engine(const Rules& rules, SpanSink spans, RoleSink roles)
-    : rules_(rules), span_sink_(std::move(spans)), role_sink_(std::move(roles))
+    : rules_(rules),
+      span_sink_([this, sink = std::move(spans)](const Span& s) {
+          native_map_.span(s);
+          if (sink)
+              sink(s);
+      }),
+      role_sink_(std::move(roles))
 {
 }
 
@@ -103,6 +109,29 @@ void Engine::consume(const void* data, size_t len)
         if (auto* o = as<lotus_open>(data, len))
             return batches_.opened(o->h.tgid, o->h.tid, o->h.ts_ns, decode(o->path, sizeof(o->path), 0));
         break;
+    case LOTUS_EV_NATIVE_ENTRY:
+    case LOTUS_EV_NATIVE_RETURN:
+        if (auto* n = as<lotus_native>(data, len))
+            return on_native(*n);
+        break;
+    case LOTUS_EV_SAMPLE:
+        if (auto* smp = as<lotus_sample>(data, len))
+            return on_sample(*smp);
+        break;
+    case kRecordNativeFunc:
+        if (auto* f = as<RecordNativeFunc>(data, len)) {
+            native_funcs_[f->func] = {decode(f->name, sizeof(f->name), 0), decode(f->library, sizeof(f->library), 0)};
+            return;
+        }
+        break;
+    case kRecordSymbol:
+        if (auto* r = as<RecordSymbol>(data, len))
+            return on_symbol(*r);
+        break;
+    case kRecordSlots:
+    case kRecordProcess:
+    case kRecordEnd:
+        return; // the session's
     case LOTUS_EV_FORK:
     case LOTUS_EV_EXIT:
     case LOTUS_EV_EXEC:
@@ -185,6 +214,7 @@ void Engine::on_process(const lotus_proc_event& p)
 
 void Engine::close_thread(uint32_t tid)
 {
+    natives_.erase(tid);
     auto it = stacks_.find(tid);
     if (it == stacks_.end())
         return;
@@ -358,7 +388,10 @@ void Engine::on_return(const lotus_py_return& r)
     s.has_counters = true;
     s.counters = Counters{delta(o.counters.cpu_ns, r.counters.cpu_ns), delta(o.counters.min_flt, r.counters.min_flt),
                           delta(o.counters.maj_flt, r.counters.maj_flt), delta(o.counters.nvcsw, r.counters.nvcsw),
-                          delta(o.counters.nivcsw, r.counters.nivcsw)};
+                          delta(o.counters.nivcsw, r.counters.nivcsw), {}};
+    static_assert(kMaxPerfCounters == LOTUS_MAX_PERF);
+    for (unsigned k = 0; k < kMaxPerfCounters; k++)
+        s.counters.perf[k] = delta(o.counters.perf[k], r.counters.perf[k]);
     if (s.kind == SpanKind::Op) {
         // Its sample is now on top (an op is opened only directly inside one), or it is implicit.
         if (!stack.empty() && stack.back().kind == OpenKind::Sample && stack.back().sample_id == s.sample_id) {
@@ -377,6 +410,62 @@ void Engine::on_return(const lotus_py_return& r)
             span_sink_(op);
         span_sink_(s);
     }
+}
+
+void Engine::on_native(const lotus_native& n)
+{
+    auto& stack = natives_[n.h.tid];
+    if (n.h.type == LOTUS_EV_NATIVE_ENTRY) {
+        thread_owner_[n.h.tid] = n.h.tgid;
+        stack.push_back({n.func, n.h.ts_ns});
+        return;
+    }
+    // The innermost open call of this function; calls above it lost their returns.
+    auto it = std::find_if(stack.rbegin(), stack.rend(), [&](const OpenNative& o) { return o.func == n.func; });
+    if (it == stack.rend()) {
+        counters_.native_unmatched++;
+        return;
+    }
+    OpenNative o = *it;
+    stack.erase(std::prev(it.base()), stack.end());
+    auto f = native_funcs_.find(o.func);
+    Span s = Span::make(SpanKind::Native, f != native_funcs_.end() ? f->second.name : "native#" + std::to_string(o.func),
+                        n.h.tgid, n.h.tid, o.start_ns, n.h.ts_ns);
+    if (f != native_funcs_.end())
+        s.args.emplace_back("library", exporter::json_string(f->second.library));
+    counters_.native_calls++;
+    span_sink_(s);
+}
+
+void Engine::on_symbol(const RecordSymbol& r)
+{
+    state_[r.tgid].symbols[r.ip] = {decode(r.name, sizeof(r.name), 0), decode(r.library, sizeof(r.library), 0)};
+}
+
+void Engine::on_sample(const lotus_sample& smp)
+{
+    counters_.samples++;
+    uint32_t n = std::min<uint32_t>(smp.nr_ips, LOTUS_STACK_DEPTH);
+    auto sym = [&](uint32_t i) { return n > i ? find(smp.h.tgid, &ProcessState::symbols, smp.ip[i]) : nullptr; };
+    std::string function, library;
+    const auto* leaf = sym(0);
+    if (leaf && !leaf->first.empty()) {
+        function = leaf->first, library = leaf->second;
+    } else if (auto st = natives_.find(smp.h.tid); st != natives_.end() && !st->second.empty()) {
+        // Code without a symbol (a hidden or static function) inside a probed call: that call's time.
+        auto f = native_funcs_.find(st->second.back().func);
+        if (f != native_funcs_.end())
+            function = f->second.name, library = f->second.library;
+    }
+    for (uint32_t i = 1; function.empty() && i < n; i++) // else the nearest caller with a name
+        if (const auto* c = sym(i); c && !c->first.empty())
+            function = c->first, library = c->second;
+    bool named = !function.empty();
+    if (!named) {
+        function = "[unknown]";
+        library = leaf && !leaf->second.empty() ? leaf->second : (n ? "[anonymous]" : "[no user stack]");
+    }
+    native_map_.sample(smp.h.tid, smp.h.ts_ns, function, library, named, smp.in_kernel != 0);
 }
 
 void Engine::close_implicit(uint32_t tid)
@@ -424,6 +513,7 @@ void Engine::finish()
         }
     }
     stacks_.clear();
+    native_map_.finish();
 }
 
 } // namespace lotus::model

@@ -9,8 +9,10 @@
 
 #include "lotus_abi.h"
 #include "batches.h"
+#include "native_map.h"
 #include "rules.h"
 #include "spans.h"
+#include "user_records.h"
 
 namespace lotus::model {
 
@@ -21,6 +23,9 @@ struct EngineCounters {
     uint64_t lost_returns = 0;    // open spans closed by a shallower event: their return never arrived
     uint64_t incomplete = 0;      // spans still open when their thread or the stream ended
     uint64_t unknown_code = 0;    // entries whose code object was never described
+    uint64_t native_calls = 0;    // native function spans emitted
+    uint64_t native_unmatched = 0; // native returns without their entry (lost, or entered before attach)
+    uint64_t samples = 0;         // perf-event samples
 };
 
 class Engine {
@@ -43,6 +48,7 @@ public:
     const EngineCounters& counters() const { return counters_; }
     const BatchTracker& batches() const { return batches_; }
     uint64_t samples() const { return sample_seq_; }
+    const NativeMap& native_map() const { return native_map_; }
     bool pipeline_seen() const { return pipeline_seen_; }
 
 private:
@@ -64,12 +70,23 @@ private:
         std::unordered_map<uint64_t, CodeInfo> codes;
         std::unordered_map<uint64_t, CodeRole> roles;
         std::unordered_map<uint64_t, std::string> types;
+        std::unordered_map<uint64_t, std::pair<std::string, std::string>> symbols; // ip -> function, library
+    };
+    struct OpenNative {
+        uint32_t func;
+        uint64_t start_ns;
+    };
+    struct NativeFunc {
+        std::string name, library;
     };
 
     void on_entry(const lotus_py_entry& e);
     void on_return(const lotus_py_return& r);
     void on_code(const lotus_code_info& c);
     void on_process(const lotus_proc_event& p);
+    void on_native(const lotus_native& n);
+    void on_sample(const lotus_sample& s);
+    void on_symbol(const RecordSymbol& r);
     void close_thread(uint32_t tid);
     // A dataset without a pipeline call: the Python calls its __getitem__ makes (its own transforms) are the
     // ops of an implicit sample, which spans the first call's start to the last call's end.
@@ -91,6 +108,7 @@ private:
     ProcessInfo& process(uint32_t pid);
 
     const Rules& rules_;
+    NativeMap native_map_;
     SpanSink span_sink_;
     RoleSink role_sink_;
     std::map<uint32_t, ProcessInfo> processes_;
@@ -99,6 +117,8 @@ private:
     std::unordered_map<uint32_t, std::vector<Open>> stacks_; // per thread id
     std::unordered_map<uint32_t, uint32_t> thread_owner_;    // tid -> tgid
     std::unordered_map<uint32_t, Implicit> implicit_;        // per thread id
+    std::unordered_map<uint32_t, std::vector<OpenNative>> natives_; // per thread id
+    std::unordered_map<uint32_t, NativeFunc> native_funcs_;  // by func number (RecordNativeFunc)
     EngineCounters counters_;
     uint64_t sample_seq_ = 0;
     bool pipeline_seen_ = false;

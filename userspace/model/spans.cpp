@@ -11,6 +11,7 @@ const char* category(SpanKind k)
     case SpanKind::Loader: return "loader";
     case SpanKind::Collate: return "collate";
     case SpanKind::Wait: return "wait";
+    case SpanKind::Native: return "native";
     case SpanKind::Consumed: return "consumed";
     case SpanKind::Py: return "py";
     }

@@ -16,13 +16,17 @@ enum class SpanKind {
     Wait,     // the training loop blocked in next(iterator) for a batch
     Consumed, // instant: the training loop got the batch
     Py,       // a call of a function named by --span
+    Native,   // a call of a probed native function (--native)
 };
 
 const char* category(SpanKind k);
 
-// Per-thread software counters over a span (exact: kernel per-task counts and on-CPU time).
+// Per-thread counters over a span (exact: kernel per-task counts and on-CPU time), and the perf-event
+// counters chosen with --counters (named by the session, in that order).
+constexpr unsigned kMaxPerfCounters = 4;
 struct Counters {
     uint64_t cpu_ns = 0, minor_faults = 0, major_faults = 0, voluntary_cs = 0, involuntary_cs = 0;
+    uint64_t perf[kMaxPerfCounters] = {};
 };
 
 struct Span {

@@ -125,6 +125,23 @@ std::optional<uint64_t> ElfFile::file_offset(uint64_t vaddr) const
     return std::nullopt;
 }
 
+std::vector<std::pair<std::string, ElfSymbol>> ElfFile::functions() const
+{
+    std::vector<std::pair<std::string, ElfSymbol>> out;
+    for (const auto& [name, sym] : impl_->symbols)
+        if (sym.function)
+            out.emplace_back(name, sym);
+    return out;
+}
+
+std::optional<uint64_t> ElfFile::vaddr_of(uint64_t off) const
+{
+    for (const auto& ph : impl_->loads)
+        if (off >= ph.p_offset && off < ph.p_offset + ph.p_filesz)
+            return off - ph.p_offset + ph.p_vaddr;
+    return std::nullopt;
+}
+
 std::optional<std::vector<uint8_t>> ElfFile::read(uint64_t vaddr, size_t len) const
 {
     auto off = file_offset(vaddr);
@@ -158,6 +175,34 @@ std::optional<std::pair<uint64_t, uint64_t>> ElfFile::section(const std::string&
             return std::make_pair(uint64_t(sh.sh_offset), uint64_t(sh.sh_size));
     }
     return std::nullopt;
+}
+
+} // namespace lotus::target
+
+namespace lotus::target {
+
+std::string ElfFile::build_id() const
+{
+    auto sec = section(".note.gnu.build-id");
+    if (!sec || sec->second < 16 || sec->second > 256)
+        return "";
+    std::vector<uint8_t> note(sec->second);
+    if (pread(impl_->fd, note.data(), note.size(), static_cast<off_t>(sec->first)) != static_cast<ssize_t>(note.size()))
+        return "";
+    uint32_t namesz, descsz, type;
+    memcpy(&namesz, note.data(), 4);
+    memcpy(&descsz, note.data() + 4, 4);
+    memcpy(&type, note.data() + 8, 4);
+    size_t desc = 12 + ((namesz + 3) & ~3u);
+    if (type != NT_GNU_BUILD_ID || desc + descsz > note.size())
+        return "";
+    static const char* hex = "0123456789abcdef";
+    std::string out;
+    for (size_t i = 0; i < descsz; i++) {
+        out += hex[note[desc + i] >> 4];
+        out += hex[note[desc + i] & 15];
+    }
+    return out;
 }
 
 } // namespace lotus::target

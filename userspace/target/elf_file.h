@@ -25,12 +25,18 @@ public:
     const std::string& path() const { return path_; }
     // Looks in .dynsym, then .symtab.
     std::optional<ElfSymbol> symbol(const std::string& name) const;
+    // Every defined function symbol (name, symbol), in no particular order.
+    std::vector<std::pair<std::string, ElfSymbol>> functions() const;
     // File offset of a virtual address, through the PT_LOAD segments; what a uprobe wants.
     std::optional<uint64_t> file_offset(uint64_t vaddr) const;
+    // ...and back: the virtual address a file offset is loaded at (for a sampled address in a mapping).
+    std::optional<uint64_t> vaddr_of(uint64_t file_offset) const;
     // Bytes stored in the file at a virtual address (for constants such as Py_Version).
     std::optional<std::vector<uint8_t>> read(uint64_t vaddr, size_t len) const;
     std::vector<std::string> needed() const;  // DT_NEEDED
     std::vector<std::string> runpath() const; // DT_RUNPATH, else DT_RPATH, split on ':'
+    // The GNU build ID in hex (what /usr/lib/debug/.build-id/ files are named by), or "".
+    std::string build_id() const;
     // The first section of this name: (file offset, size).
     std::optional<std::pair<uint64_t, uint64_t>> section(const std::string& name) const;
 

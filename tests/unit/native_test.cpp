@@ -1,0 +1,257 @@
+// Native attribution without BPF: the sampling map's claims, the engine's native spans and sample naming
+// from symbol records, and the parsing of --native / --counters and C++ names.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "capture/perf_events.h"
+#include "event_builder.h"
+#include "model/engine.h"
+#include "model/native_map.h"
+#include "target/native_functions.h"
+#include "target/symbolizer.h"
+
+using namespace lotus;
+using model::Span;
+using model::SpanKind;
+
+namespace {
+
+Span span(SpanKind k, const std::string& name, uint32_t tid, uint64_t start, uint64_t end)
+{
+    return Span::make(k, name, 1, tid, start, end);
+}
+
+const model::OpNativeMap* row(const std::vector<model::OpNativeMap>& t, const std::string& op)
+{
+    for (const auto& r : t)
+        if (r.op == op)
+            return &r;
+    return nullptr;
+}
+
+} // namespace
+
+TEST(NativeMap, OpsClaimTheirSamplesOverTheSampleAroundThemInAnyOrder)
+{
+    model::NativeMap m;
+    m.sample(7, 100, "ImagingResample", "_imaging.so", true, false);
+    m.sample(7, 150, "memcpy", "libc.so.6", true, true);
+    m.sample(7, 250, "_PyEval_EvalFrameDefault", "python3.11", true, false); // between ops
+    m.sample(7, 400, "[unknown]", "python3.11", false, false);               // outside every span
+    m.sample(8, 120, "other_thread", "x.so", true, false);                    // another thread: never claimed
+    m.span(span(SpanKind::Sample, "sample", 7, 50, 300)); // the sample arrives first here
+    m.span(span(SpanKind::Op, "RandomResizedCrop", 7, 90, 200));
+    m.finish();
+    auto t = m.table();
+    const auto* crop = row(t, "RandomResizedCrop");
+    ASSERT_NE(crop, nullptr);
+    EXPECT_EQ(crop->samples, 2u);
+    EXPECT_EQ(crop->in_kernel, 1u);
+    ASSERT_EQ(crop->functions.size(), 2u);
+    const auto* between = row(t, "Sample (between ops)");
+    ASSERT_NE(between, nullptr);
+    EXPECT_EQ(between->samples, 1u);
+    EXPECT_EQ(between->functions[0].function, "_PyEval_EvalFrameDefault");
+    const auto* outside = row(t, "(outside any span)");
+    ASSERT_NE(outside, nullptr);
+    EXPECT_EQ(outside->samples, 2u);
+    EXPECT_EQ(outside->named, 1u);
+    EXPECT_EQ(m.total(), 5u);
+}
+
+TEST(NativeMap, SettlesSamplesOnceTheyAreOlderThanTheHorizon)
+{
+    model::NativeMap m(1000);
+    m.sample(7, 100, "f", "l", true, false);
+    m.span(span(SpanKind::Loader, "loader", 7, 50, 150));
+    EXPECT_EQ(m.total(), 0u); // could still be claimed
+    m.span(span(SpanKind::Op, "X", 7, 5000, 6000));
+    EXPECT_EQ(m.total(), 1u); // settled, memory freed
+    auto t = m.table();
+    ASSERT_EQ(t.size(), 1u);
+    EXPECT_EQ(t[0].op, "Loader");
+}
+
+namespace {
+
+void symbol(model::Engine& e, uint32_t tgid, uint64_t ip, const char* name, const char* lib)
+{
+    model::RecordSymbol r{};
+    r.type = model::kRecordSymbol;
+    r.tgid = tgid;
+    r.ip = ip;
+    strncpy(r.name, name, sizeof(r.name) - 1);
+    strncpy(r.library, lib, sizeof(r.library) - 1);
+    e.consume(&r, sizeof(r));
+}
+
+void native_func(model::Engine& e, uint32_t func, const char* name, const char* lib)
+{
+    model::RecordNativeFunc r{};
+    r.type = model::kRecordNativeFunc;
+    r.func = func;
+    strncpy(r.name, name, sizeof(r.name) - 1);
+    strncpy(r.library, lib, sizeof(r.library) - 1);
+    e.consume(&r, sizeof(r));
+}
+
+void native(model::Engine& e, uint32_t type, uint32_t tid, uint64_t ts, uint32_t func)
+{
+    lotus_native n{};
+    n.h = {type, 1, tid, 0, ts};
+    n.func = func;
+    e.consume(&n, sizeof(n));
+}
+
+void sample(model::Engine& e, uint32_t tid, uint64_t ts, std::vector<uint64_t> ips)
+{
+    lotus_sample s{};
+    s.h = {LOTUS_EV_SAMPLE, 1, tid, 0, ts};
+    s.nr_ips = static_cast<uint32_t>(ips.size());
+    for (size_t i = 0; i < ips.size(); i++)
+        s.ip[i] = ips[i];
+    e.consume(&s, sizeof(s));
+}
+
+} // namespace
+
+TEST(EngineNative, NativeCallsBecomeSpansAndNameTheSamplesTheyHold)
+{
+    model::Rules rules;
+    std::vector<Span> spans;
+    model::Engine e(rules, [&](const Span& s) { spans.push_back(s); });
+    native_func(e, 0, "at::_ops::copy_::call", "libtorch_cpu.so");
+    native_func(e, 1, "ImagingResample", "_imaging.so");
+    symbol(e, 1, 0x100, "", "libtorch_cpu.so");           // a hidden kernel: no symbol
+    symbol(e, 1, 0x200, "ImagingResampleHorizontal_8bpc", "_imaging.so");
+    symbol(e, 1, 0x300, "", "python3.11");
+    symbol(e, 1, 0x310, "PyObject_Call", "python3.11");
+    native(e, LOTUS_EV_NATIVE_ENTRY, 5, 1000, 0);
+    sample(e, 5, 1100, {0x100});          // unnamed leaf inside copy_: the open call names it
+    native(e, LOTUS_EV_NATIVE_RETURN, 5, 1200, 0);
+    native(e, LOTUS_EV_NATIVE_ENTRY, 5, 1300, 1);
+    sample(e, 5, 1400, {0x200, 0x300});   // named leaf
+    native(e, LOTUS_EV_NATIVE_RETURN, 5, 1500, 1);
+    sample(e, 5, 1600, {0x300, 0x310});   // unnamed leaf, no open call: nearest named caller
+    sample(e, 5, 1700, {0x300});          // nothing: [unknown] in its library
+    native(e, LOTUS_EV_NATIVE_RETURN, 5, 1800, 1); // a return without entry: counted, no span
+    e.finish();
+    ASSERT_EQ(spans.size(), 2u);
+    EXPECT_EQ(spans[0].kind, SpanKind::Native);
+    EXPECT_EQ(spans[0].name, "at::_ops::copy_::call");
+    EXPECT_EQ(spans[0].start_ns, 1000u);
+    EXPECT_EQ(spans[0].end_ns, 1200u);
+    EXPECT_EQ(spans[1].name, "ImagingResample");
+    EXPECT_EQ(e.counters().native_unmatched, 1u);
+    EXPECT_EQ(e.counters().samples, 4u);
+    auto t = e.native_map().table();
+    ASSERT_EQ(t.size(), 1u); // no op spans here: all outside
+    EXPECT_EQ(t[0].samples, 4u);
+    EXPECT_EQ(t[0].named, 3u);
+    std::map<std::string, std::string> fns;
+    for (const auto& f : t[0].functions)
+        fns[f.function] = f.library;
+    EXPECT_EQ(fns["at::_ops::copy_::call"], "libtorch_cpu.so");
+    EXPECT_EQ(fns["ImagingResampleHorizontal_8bpc"], "_imaging.so");
+    EXPECT_EQ(fns["PyObject_Call"], "python3.11");
+    EXPECT_EQ(fns["[unknown]"], "python3.11");
+}
+
+TEST(EngineNative, PerfCounterDeltasReachTheOpSpans)
+{
+    model::Rules rules;
+    std::vector<Span> spans;
+    model::Engine e(rules, [&](const Span& s) { spans.push_back(s); });
+    test::EventBuilder ev{e};
+    ev.code(1, 0x10, "Compose.__call__", "/x/torchvision/transforms/transforms.py");
+    ev.code(1, 0x20, "ToTensor.__call__");
+    ev.entry(1, 1, 100, 0, 0x10);
+    lotus_py_entry in{};
+    in.h = {LOTUS_EV_PY_ENTRY, 1, 1, 0, 110};
+    in.code = 0x20;
+    in.depth = 1;
+    in.chain_len = 1;
+    in.chain_code[0] = 0x10;
+    in.counters.perf[0] = 1000;
+    in.counters.perf[2] = 5;
+    e.consume(&in, sizeof(in));
+    lotus_py_return out{};
+    out.h = {LOTUS_EV_PY_RETURN, 1, 1, 0, 150};
+    out.depth = 1;
+    out.counters.perf[0] = 4000;
+    out.counters.perf[2] = 9;
+    e.consume(&out, sizeof(out));
+    ev.ret(1, 1, 200, 0);
+    ASSERT_EQ(spans.size(), 2u);
+    EXPECT_EQ(spans[0].kind, SpanKind::Op);
+    EXPECT_EQ(spans[0].counters.perf[0], 3000u);
+    EXPECT_EQ(spans[0].counters.perf[1], 0u);
+    EXPECT_EQ(spans[0].counters.perf[2], 4u);
+}
+
+TEST(NativeSpecs, ParseLibraryAndCxxSymbolGlobs)
+{
+    auto s = target::parse_native_spec("libtorch_cpu.so*:at::native::*copy*");
+    EXPECT_EQ(s.library, "libtorch_cpu.so*");
+    EXPECT_EQ(s.symbol, "at::native::*copy*");
+    s = target::parse_native_spec("libjpeg*:jpeg_read_*");
+    EXPECT_EQ(s.library, "libjpeg*");
+    EXPECT_EQ(s.symbol, "jpeg_read_*");
+    EXPECT_THROW(target::parse_native_spec("nocolon"), std::invalid_argument);
+    EXPECT_THROW(target::parse_native_spec(":sym"), std::invalid_argument);
+    EXPECT_THROW(target::parse_native_spec("lib:"), std::invalid_argument);
+    auto d = target::default_native_specs();
+    EXPECT_TRUE(target::library_wanted(d, "/usr/lib/x86_64-linux-gnu/libjpeg.so.62.3.0"));
+    EXPECT_TRUE(target::library_wanted(d, "/x/PIL/_imaging.cpython-311-x86_64-linux-gnu.so"));
+    EXPECT_TRUE(target::library_wanted(d, "/x/torch/lib/libtorch_cpu.so"));
+    EXPECT_FALSE(target::library_wanted(d, "/usr/lib/x86_64-linux-gnu/libc.so.6"));
+}
+
+TEST(NativeSpecs, ResolvesFunctionsOfARealLibraryByGlob)
+{
+    // libc is on every machine: its exported memcpy family, with file offsets a uprobe can use.
+    auto fns = target::resolve_native({{"libc.so*", "memcpy*"}}, "/lib/x86_64-linux-gnu/libc.so.6");
+    ASSERT_FALSE(fns.empty());
+    for (const auto& f : fns) {
+        EXPECT_EQ(f.name.rfind("memcpy", 0), 0u) << f.name;
+        EXPECT_GT(f.offset, 0u);
+        EXPECT_EQ(f.library, "libc.so.6");
+    }
+    EXPECT_TRUE(target::resolve_native({{"libc.so*", "no_such_function_xyz"}}, "/lib/x86_64-linux-gnu/libc.so.6").empty());
+    EXPECT_TRUE(target::resolve_native({{"libjpeg*", "*"}}, "/lib/x86_64-linux-gnu/libc.so.6").empty());
+}
+
+TEST(Symbols, DemangleDropsParametersButKeepsAnonymousNamespaces)
+{
+    EXPECT_EQ(target::demangle("_ZN2at4_ops5copy_4callERNS_6TensorERKS2_b"), "at::_ops::copy_::call");
+    EXPECT_EQ(target::demangle("_ZN2at4_ops5copy_4callERNS_6TensorERKS2_b", true),
+              "at::_ops::copy_::call(at::Tensor&, at::Tensor const&, bool)");
+    EXPECT_EQ(target::demangle("_ZN12_GLOBAL__N_13fooEv"), "(anonymous namespace)::foo");
+    EXPECT_EQ(target::demangle("ImagingResample"), "ImagingResample");
+    EXPECT_EQ(target::demangle("_Znot_valid"), "_Znot_valid");
+}
+
+TEST(Symbols, FunctionTableFindsAFunctionByFileOffset)
+{
+    target::FunctionTable t("/lib/x86_64-linux-gnu/libc.so.6");
+    auto fns = target::resolve_native({{"libc.so*", "getpid"}}, "/lib/x86_64-linux-gnu/libc.so.6");
+    ASSERT_EQ(fns.size(), 1u);
+    const std::string* name = t.find_offset(fns[0].offset + 1);
+    ASSERT_NE(name, nullptr);
+    EXPECT_TRUE(*name == "getpid" || *name == "__getpid") << *name;
+}
+
+TEST(Counters, ParseNamesAndRefuseUnknownOnes)
+{
+    auto c = capture::parse_counters(capture::default_counters());
+    ASSERT_EQ(c.size(), 4u);
+    EXPECT_EQ(c[0].name, "cycles");
+    EXPECT_TRUE(c[0].hardware);
+    auto sw = capture::parse_counters(capture::software_counters());
+    ASSERT_EQ(sw.size(), 3u);
+    EXPECT_FALSE(sw[0].hardware);
+    EXPECT_THROW(capture::parse_counters("cycles,bogus"), std::invalid_argument);
+    EXPECT_THROW(capture::parse_counters(""), std::invalid_argument);
+    EXPECT_THROW(capture::parse_counters("cycles,instructions,branches,cache-misses,task-clock"), std::invalid_argument);
+}

@@ -1,0 +1,37 @@
+// Perf events lotus-bpf opens itself: the counters read at op boundaries (--counters) and the sampling event
+// of the native map. Names are perf's; what the machine lacks is reported, never faked.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lotus::capture {
+
+struct CounterSpec {
+    std::string name; // perf's name: "cycles", "task-clock"...
+    uint32_t type = 0; // PERF_TYPE_*
+    uint64_t config = 0;
+    bool hardware = false;
+};
+
+// Known counter names, for --counters. Throws std::invalid_argument naming the unknown one.
+std::vector<CounterSpec> parse_counters(const std::string& list);
+const char* default_counters();  // cycles,instructions,cache-misses,branch-misses
+const char* software_counters(); // task-clock,page-faults,context-switches
+
+// Whether this machine can count it (opens it on CPU 0 for a moment).
+bool counter_available(const CounterSpec& c);
+
+struct CounterChoice {
+    std::vector<CounterSpec> counters; // at most LOTUS_MAX_PERF, all available
+    std::string note; // non-empty: what was replaced and why (said once on stderr)
+};
+// The requested counters this machine has; the software set when none of them is there.
+CounterChoice choose_counters(const std::vector<CounterSpec>& wanted);
+
+// One event per possible CPU (pid -1). Returns the fds indexed by CPU (-1: CPU offline), or throws CaptureError. Sampling events use freq Hz.
+std::vector<int> open_per_cpu(const CounterSpec& c, uint64_t sample_freq = 0);
+// cycles where a PMU counts them, else cpu-clock.
+CounterSpec sampling_event();
+
+} // namespace lotus::capture

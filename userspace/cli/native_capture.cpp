@@ -1,0 +1,124 @@
+#include "native_capture.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <cstring>
+
+#include "lotus_abi.h"
+#include "model/user_records.h"
+#include "target/proc_maps.h"
+
+namespace lotus::cli {
+
+namespace {
+
+double now_s()
+{
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+template <size_t N>
+void copy_str(char (&dst)[N], const std::string& src)
+{
+    size_t n = std::min(src.size(), N - 1);
+    memcpy(dst, src.data(), n);
+    dst[n] = 0;
+}
+
+} // namespace
+
+NativeCapture::NativeCapture(capture::Probe& probe, std::vector<target::NativeSpec> specs, Emit emit)
+    : probe_(probe), specs_(std::move(specs)), emit_(std::move(emit))
+{
+}
+
+void NativeCapture::attach_library(const std::string& opened)
+{
+    // Once per file, however it was named (maps show the real path, dlopen often opens a symlink).
+    char real[PATH_MAX];
+    std::string path = realpath(opened.c_str(), real) ? std::string(real) : opened;
+    if (specs_.empty() || !libraries_.insert(path).second || !target::library_wanted(specs_, path))
+        return;
+    double t = now_s();
+    std::vector<target::NativeFunction> fns;
+    try {
+        fns = target::resolve_native(specs_, path);
+    } catch (const std::exception&) {
+        return; // not an ELF file after all: nothing to probe
+    }
+    for (const auto& f : fns) {
+        uint32_t id = functions_ + refused_;
+        if (!probe_.attach_native(f.path, f.offset, id)) {
+            refused_++;
+            continue;
+        }
+        functions_++;
+        model::RecordNativeFunc rec{};
+        rec.type = model::kRecordNativeFunc;
+        rec.func = id;
+        copy_str(rec.name, f.name);
+        copy_str(rec.library, f.library);
+        emit_(&rec, sizeof(rec));
+    }
+    attach_s_ += now_s() - t;
+}
+
+void NativeCapture::scan_process(uint32_t pid)
+{
+    std::vector<target::Mapping> maps;
+    try {
+        maps = target::read_maps(static_cast<int>(pid));
+    } catch (const std::exception&) {
+        return;
+    }
+    for (const auto& m : maps)
+        if (!m.path.empty() && m.path[0] == '/' && m.perms.find('x') != std::string::npos)
+            attach_library(m.path);
+}
+
+void NativeCapture::on_library_open(const void* data, size_t len)
+{
+    if (len < sizeof(lotus_open) || specs_.empty())
+        return;
+    // A library about to be loaded (dlopen opens it first): probe it by file, before it is mapped.
+    auto* o = static_cast<const lotus_open*>(data);
+    std::string path(o->path, strnlen(o->path, sizeof(o->path)));
+    struct stat st;
+    if (!path.empty() && path[0] == '/' && path.find(".so") != std::string::npos &&
+        target::library_wanted(specs_, path) && stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+        attach_library(path);
+}
+
+void NativeCapture::on_event(const void* data, size_t len)
+{
+    auto* h = static_cast<const lotus_event_header*>(data);
+    if (len < sizeof(*h))
+        return;
+    if (h->type == LOTUS_EV_FORK && len >= sizeof(lotus_proc_event)) {
+        symbolizer_.set_parent(h->tgid, static_cast<const lotus_proc_event*>(data)->parent_tgid);
+    } else if (h->type == LOTUS_EV_OPEN) {
+        on_library_open(data, len);
+    } else if (h->type == LOTUS_EV_SAMPLE && len >= sizeof(lotus_sample)) {
+        auto* s = static_cast<const lotus_sample*>(data);
+        for (uint32_t i = 0; i < s->nr_ips && i < LOTUS_STACK_DEPTH; i++) {
+            if (!resolved_.insert({h->tgid, s->ip[i]}).second)
+                continue;
+            auto f = symbolizer_.resolve(h->tgid, s->ip[i]);
+            model::RecordSymbol rec{};
+            rec.type = model::kRecordSymbol;
+            rec.tgid = h->tgid;
+            rec.ts_ns = h->ts_ns;
+            rec.ip = s->ip[i];
+            copy_str(rec.name, f.function);
+            copy_str(rec.library, f.library);
+            emit_(&rec, sizeof(rec));
+        }
+    }
+}
+
+} // namespace lotus::cli

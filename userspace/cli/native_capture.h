@@ -1,0 +1,46 @@
+// The native side of a live session (--native-map, --native): puts entry/return probes on the chosen native
+// functions of the libraries the traced processes map (now, and when they open one later), and turns sampled
+// addresses into symbol records for the engine and the record file, while the processes still exist.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "capture/probe.h"
+#include "target/native_functions.h"
+#include "target/symbolizer.h"
+
+namespace lotus::cli {
+
+class NativeCapture {
+public:
+    using Emit = std::function<void(const void* data, size_t len)>; // a user record into the stream
+    NativeCapture(capture::Probe& probe, std::vector<target::NativeSpec> specs, Emit emit);
+
+    // Probes the wanted functions of every library the process maps now.
+    void scan_process(uint32_t pid);
+    // Sees every kernel record before the engine: opens of wanted libraries, forks, samples.
+    void on_event(const void* data, size_t len);
+    // A library open seen ahead of the stream (Probe::set_library_sink).
+    void on_library_open(const void* data, size_t len);
+
+    size_t functions() const { return functions_; }
+    size_t refused() const { return refused_; }
+    double attach_seconds() const { return attach_s_; }
+
+private:
+    void attach_library(const std::string& path);
+    capture::Probe& probe_;
+    std::vector<target::NativeSpec> specs_;
+    Emit emit_;
+    target::Symbolizer symbolizer_;
+    std::set<std::string> libraries_; // already resolved (attached or found empty)
+    std::set<std::pair<uint32_t, uint64_t>> resolved_; // (pid, ip): symbol records already written
+    uint32_t functions_ = 0, refused_ = 0;
+    double attach_s_ = 0;
+};
+
+} // namespace lotus::cli

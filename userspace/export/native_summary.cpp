@@ -1,0 +1,111 @@
+// The summary's perf-counter table and native map (Summary members kept apart from the op statistics).
+#include "summary.h"
+
+#include <fmt/format.h>
+
+#include "common/json.h"
+
+namespace lotus::exporter {
+
+std::vector<CounterRow> Summary::counter_rows() const
+{
+    std::vector<CounterRow> out;
+    if (counter_names_.empty())
+        return out;
+    int cycles = -1, instructions = -1;
+    for (size_t k = 0; k < counter_names_.size(); k++) {
+        if (counter_names_[k] == "cycles")
+            cycles = static_cast<int>(k);
+        if (counter_names_[k] == "instructions")
+            instructions = static_cast<int>(k);
+    }
+    std::vector<std::string> names = order_;
+    if (counters_.count("sample"))
+        names.push_back("sample");
+    for (const auto& name : names) {
+        auto it = counters_.find(name);
+        if (it == counters_.end() || !it->second.count)
+            continue;
+        const auto& c = it->second;
+        CounterRow row{name, c.count, {}, -1, -1};
+        for (size_t k = 0; k < counter_names_.size() && k < model::kMaxPerfCounters; k++)
+            row.mean.push_back(static_cast<double>(c.perf[k]) / static_cast<double>(c.count));
+        if (cycles >= 0 && instructions >= 0 && c.perf[cycles])
+            row.ipc = static_cast<double>(c.perf[instructions]) / static_cast<double>(c.perf[cycles]);
+        if (c.wall_ns)
+            row.on_cpu_pct = 100.0 * static_cast<double>(c.cpu_ns) / static_cast<double>(c.wall_ns);
+        out.push_back(std::move(row));
+    }
+    return out;
+}
+
+void Summary::print_counters(FILE* out) const
+{
+    auto rows = counter_rows();
+    if (rows.empty())
+        return;
+    std::string head = fmt::format("\n{:<28} {:>8}", "counters per op (mean)", "count");
+    for (const auto& n : counter_names_)
+        head += fmt::format(" {:>16}", n);
+    head += fmt::format(" {:>6} {:>6}", "IPC", "cpu %");
+    fmt::print(out, "{}\n", head);
+    for (const auto& r : rows) {
+        std::string line = fmt::format("{:<28} {:>8}", r.op == "sample" ? "sample (whole pipeline)" : r.op, r.count);
+        for (double m : r.mean)
+            line += fmt::format(" {:>16.1f}", m);
+        line += fmt::format(" {:>6} {:>6}", r.ipc < 0 ? "-" : fmt::format("{:.2f}", r.ipc),
+                            r.on_cpu_pct < 0 ? "-" : fmt::format("{:.0f}", r.on_cpu_pct));
+        fmt::print(out, "{}\n", line);
+    }
+}
+
+void Summary::print_native_map(FILE* out) const
+{
+    if (native_map_.empty())
+        return;
+    fmt::print(out, "\nnative map: where each op's sampled time ran (share of the op's samples)\n");
+    for (const auto& op : native_map_) {
+        double n = static_cast<double>(op.samples);
+        fmt::print(out, "  {}: {} samples, {:.0f} % named, {:.0f} % in the kernel\n", op.op, op.samples,
+                   100.0 * static_cast<double>(op.named) / n, 100.0 * static_cast<double>(op.in_kernel) / n);
+        size_t shown = 0;
+        for (const auto& f : op.functions) {
+            if (shown++ == 6)
+                break;
+            fmt::print(out, "    {:>5.1f} %  {:<56} {}\n", 100.0 * static_cast<double>(f.samples) / n,
+                       f.function.size() > 56 ? f.function.substr(0, 53) + "..." : f.function, f.library);
+        }
+    }
+}
+
+std::string Summary::counters_json() const
+{
+    std::string names, rows;
+    for (const auto& n : counter_names_)
+        names += fmt::format("{}{}", names.empty() ? "" : ",", json_string(n));
+    for (const auto& r : counter_rows()) {
+        std::string mean;
+        for (size_t k = 0; k < r.mean.size(); k++)
+            mean += fmt::format("{}{}:{:.3f}", mean.empty() ? "" : ",", json_string(counter_names_[k]), r.mean[k]);
+        rows += fmt::format("{}{}:{{\"count\":{},\"mean\":{{{}}},\"ipc\":{},\"on_cpu_pct\":{:.2f}}}",
+                            rows.empty() ? "" : ",", json_string(r.op), r.count, mean,
+                            r.ipc < 0 ? "null" : fmt::format("{:.4f}", r.ipc), r.on_cpu_pct);
+    }
+    return fmt::format("{{\"names\":[{}],\"ops\":{{{}}}}}", names, rows);
+}
+
+std::string Summary::native_map_json() const
+{
+    std::string ops;
+    for (const auto& op : native_map_) {
+        std::string fns;
+        for (const auto& f : op.functions)
+            fns += fmt::format("{}{{\"function\":{},\"library\":{},\"samples\":{}}}", fns.empty() ? "" : ",",
+                               json_string(f.function), json_string(f.library), f.samples);
+        ops += fmt::format("{}{{\"op\":{},\"samples\":{},\"named\":{},\"in_kernel\":{},\"functions\":[{}]}}",
+                           ops.empty() ? "" : ",", json_string(op.op), op.samples, op.named, op.in_kernel, fns);
+    }
+    return "[" + ops + "]";
+}
+
+} // namespace lotus::exporter

@@ -1,0 +1,108 @@
+#include "native_map.h"
+
+#include <algorithm>
+
+namespace lotus::model {
+
+namespace {
+
+// Which spans claim the samples inside them, and under what name. Op-like spans (2) win over the sample or
+// batch around them (1), whatever order they are emitted in.
+std::pair<int, std::string> claim_of(const Span& s)
+{
+    switch (s.kind) {
+    case SpanKind::Op:
+    case SpanKind::Py:
+        return {2, s.name};
+    case SpanKind::Loader:
+        return {2, "Loader"};
+    case SpanKind::Collate:
+        return {2, "Collate"};
+    case SpanKind::Wait:
+        return {2, "Wait"};
+    case SpanKind::Sample:
+        return {1, "Sample (between ops)"};
+    case SpanKind::Batch:
+        return {1, "Batch (outside samples)"};
+    default:
+        return {0, ""};
+    }
+}
+
+} // namespace
+
+void NativeMap::sample(uint32_t tid, uint64_t ts_ns, const std::string& function, const std::string& library,
+                       bool named, bool in_kernel)
+{
+    auto key = std::make_pair(function, library);
+    auto [it, fresh] = fn_ids_.try_emplace(key, static_cast<uint32_t>(fns_.size()));
+    if (fresh)
+        fns_.push_back(key);
+    auto& q = pending_[tid];
+    Pending p{ts_ns, it->second, named, in_kernel, 0, {}};
+    // Samples of one thread arrive in time order; keep the queue sorted if one does not.
+    auto pos = q.end();
+    while (pos != q.begin() && std::prev(pos)->ts > ts_ns)
+        --pos;
+    q.insert(pos, std::move(p));
+}
+
+void NativeMap::span(const Span& s)
+{
+    auto [priority, owner] = claim_of(s);
+    if (!priority)
+        return;
+    auto it = pending_.find(s.tid);
+    if (it == pending_.end())
+        return;
+    auto& q = it->second;
+    auto first = std::lower_bound(q.begin(), q.end(), s.start_ns, [](const Pending& p, uint64_t t) { return p.ts < t; });
+    for (auto p = first; p != q.end() && p->ts <= s.end_ns; ++p) {
+        if (p->priority < priority) {
+            p->priority = static_cast<uint8_t>(priority);
+            p->owner = owner;
+        }
+    }
+    if (s.end_ns > horizon_ns_)
+        settle(q, s.end_ns - horizon_ns_);
+}
+
+void NativeMap::settle(std::deque<Pending>& q, uint64_t before_ns)
+{
+    while (!q.empty() && q.front().ts < before_ns) {
+        const Pending& p = q.front();
+        auto& a = agg_[p.priority ? p.owner : "(outside any span)"];
+        a.samples++;
+        a.named += p.named;
+        a.kernel += p.kernel;
+        a.by_fn[p.fn]++;
+        total_++;
+        q.pop_front();
+    }
+}
+
+void NativeMap::finish()
+{
+    for (auto& [tid, q] : pending_)
+        settle(q, UINT64_MAX);
+}
+
+std::vector<OpNativeMap> NativeMap::table() const
+{
+    std::vector<OpNativeMap> out;
+    for (const auto& [op, a] : agg_) {
+        OpNativeMap m{op, a.samples, a.named, a.kernel, {}};
+        for (const auto& [fn, n] : a.by_fn)
+            m.functions.push_back({fns_[fn].first, fns_[fn].second, n});
+        std::sort(m.functions.begin(), m.functions.end(), [](const NativeHit& x, const NativeHit& y) {
+            return x.samples != y.samples ? x.samples > y.samples : x.function < y.function;
+        });
+        out.push_back(std::move(m));
+    }
+    std::sort(out.begin(), out.end(), [](const OpNativeMap& x, const OpNativeMap& y) {
+        return x.samples != y.samples ? x.samples > y.samples : x.op < y.op;
+    });
+    return out;
+}
+
+} // namespace lotus::model

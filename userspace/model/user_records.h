@@ -1,0 +1,35 @@
+// Records user space adds to the event stream (live, and in record files), numbered after the kernel's
+// (1..99, lotus_abi.h). Like those, they start with a lotus_event_header. The engine reads the ones that
+// carry knowledge only user space has (symbol names); the rest are the session's and the record file's.
+#pragma once
+#include <cstdint>
+
+namespace lotus::model {
+
+enum : uint32_t {
+    kRecordSlots = 100,      // resolved capture slots of a code object (they came from the target's memory)
+    kRecordProcess = 101,    // a process known at attach time
+    kRecordEnd = 102,        // the capture's own counts, written when tracing stopped
+    kRecordNativeFunc = 103, // a probed native function: the name its events' func number stands for
+    kRecordSymbol = 104,     // the function and library at a sampled address of a process
+};
+
+constexpr unsigned kSymbolNameLen = 160, kLibraryNameLen = 64;
+
+struct RecordNativeFunc {
+    uint32_t type, tgid, tid, cpu;
+    uint64_t ts_ns;
+    uint32_t func, _pad;
+    char name[kSymbolNameLen];
+    char library[kLibraryNameLen];
+};
+
+struct RecordSymbol {
+    uint32_t type, tgid, tid, cpu; // tgid: the process the address belongs to
+    uint64_t ts_ns;
+    uint64_t ip;
+    char name[kSymbolNameLen];      // empty: no symbol covers it
+    char library[kLibraryNameLen];  // empty: in no file mapping
+};
+
+} // namespace lotus::model

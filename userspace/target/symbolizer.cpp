@@ -1,0 +1,166 @@
+#include "symbolizer.h"
+
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+#include <time.h>
+
+#include "elf_file.h"
+
+namespace lotus::target {
+
+namespace {
+uint64_t monotonic_ms()
+{
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+}
+} // namespace
+
+std::string demangle(const std::string& name, bool with_params)
+{
+    if (name.rfind("_Z", 0) != 0)
+        return name;
+    int status = 0;
+    char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
+    if (status != 0 || !d)
+        return name;
+    std::string out(d);
+    free(d);
+    if (with_params)
+        return out;
+    // Cut at the parameter list: the first '(' outside template arguments that does not open
+    // "(anonymous namespace)".
+    int angle = 0;
+    for (size_t i = 0; i < out.size(); i++) {
+        char c = out[i];
+        if (c == '<')
+            angle++;
+        else if (c == '>')
+            angle--;
+        else if (c == '(' && angle == 0 && out.compare(i, 21, "(anonymous namespace)") != 0)
+            return out.substr(0, i);
+        else if (c == '(' && angle == 0)
+            i += 20;
+    }
+    return out;
+}
+
+FunctionTable::FunctionTable(const std::string& path) : elf_(std::make_unique<ElfFile>(path))
+{
+    auto add = [&](const ElfFile& f) {
+        for (auto& [name, sym] : f.functions()) {
+            if (!sym.size)
+                continue;
+            names_.push_back(demangle(name));
+            entries_.push_back({sym.value, sym.value + sym.size, static_cast<uint32_t>(names_.size() - 1)});
+        }
+    };
+    add(*elf_);
+    // A stripped file's static functions, from its detached debug file where one is installed (as perf and
+    // gdb look for it: e.g. libc6-dbg). Same addresses; duplicates are harmless to the lookup.
+    std::string id = elf_->build_id();
+    if (id.size() > 2) {
+        std::string debug = "/usr/lib/debug/.build-id/" + id.substr(0, 2) + "/" + id.substr(2) + ".debug";
+        try {
+            add(ElfFile(debug));
+        } catch (const std::exception&) {
+        }
+    }
+    std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) { return a.start < b.start; });
+}
+
+FunctionTable::~FunctionTable() = default;
+
+const std::string* FunctionTable::find_offset(uint64_t file_offset) const
+{
+    auto v = elf_->vaddr_of(file_offset);
+    return v ? find(*v) : nullptr;
+}
+
+const std::string* FunctionTable::find(uint64_t vaddr) const
+{
+    auto it = std::upper_bound(entries_.begin(), entries_.end(), vaddr,
+                               [](uint64_t v, const Entry& e) { return v < e.start; });
+    // Symbols may overlap (aliases): look back over the few that start at or before vaddr.
+    for (int back = 0; back < 4 && it != entries_.begin(); back++) {
+        --it;
+        if (vaddr >= it->start && vaddr < it->end)
+            return &names_[it->name];
+    }
+    return nullptr;
+}
+
+} // namespace lotus::target
+
+namespace lotus::target {
+
+const std::vector<Mapping>* Symbolizer::maps(uint32_t pid, bool refresh)
+{
+    auto it = maps_.find(pid);
+    if (it != maps_.end() && !refresh)
+        return &it->second.maps;
+    // A miss re-reads the maps (a library dlopened since), at most every 100 ms per process: samples of JIT
+    // code or garbage caller addresses must not turn into a /proc read each.
+    uint64_t now = monotonic_ms();
+    if (it != maps_.end() && now - it->second.read_ms < 100)
+        return &it->second.maps;
+    try {
+        auto m = read_maps(static_cast<int>(pid));
+        auto& entry = maps_[pid];
+        entry.maps = std::move(m);
+        entry.read_ms = now;
+        return &entry.maps;
+    } catch (const std::exception&) {
+        return it != maps_.end() ? &it->second.maps : nullptr; // gone: what was read before still holds
+    }
+}
+
+const FunctionTable* Symbolizer::table(const std::string& path)
+{
+    auto it = files_.find(path);
+    if (it != files_.end())
+        return it->second.get();
+    std::unique_ptr<FunctionTable> t;
+    try {
+        t = std::make_unique<FunctionTable>(path);
+    } catch (const std::exception&) {
+    }
+    return (files_[path] = std::move(t)).get();
+}
+
+NativeFrame Symbolizer::resolve(uint32_t pid, uint64_t ip)
+{
+    // This process's maps (re-read on a miss), then its ancestors' (a fork child that already exited).
+    uint32_t p = pid;
+    for (int hop = 0; hop < 8 && p; hop++) {
+        for (bool refresh : {false, true}) {
+            const auto* m = maps(p, refresh);
+            if (!m)
+                break;
+            for (const auto& map : *m) {
+                if (ip < map.start || ip >= map.end)
+                    continue;
+                NativeFrame f;
+                if (map.path.empty() || map.path[0] != '/')
+                    return f; // anonymous memory (JIT code), the stack, [vdso]...
+                auto slash = map.path.rfind('/');
+                f.library = map.path.substr(slash + 1);
+                if (const auto* t = table(map.path))
+                    if (const auto* name = t->find_offset(ip - map.start + map.offset))
+                        f.function = *name;
+                return f;
+            }
+            if (hop > 0)
+                break;
+        }
+        auto up = parents_.find(p);
+        p = up == parents_.end() ? 0 : up->second;
+    }
+    return {};
+}
+
+} // namespace lotus::target

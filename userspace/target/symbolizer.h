@@ -1,0 +1,65 @@
+// Native addresses of a process to function names: its /proc/PID/maps, then the mapped file's ELF symbols
+// (.dynsym and .symtab), demangled. What a sampled instruction pointer or a probed function is called.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "proc_maps.h"
+
+namespace lotus::target {
+
+// "at::_ops::copy_::call(at::Tensor&, ...)" -> "at::_ops::copy_::call"; C names are returned unchanged.
+std::string demangle(const std::string& name, bool with_params = false);
+
+class ElfFile;
+
+// One file's functions, sorted by address (file virtual addresses).
+class FunctionTable {
+public:
+    explicit FunctionTable(const std::string& path); // throws std::runtime_error
+    ~FunctionTable();
+    // The function whose [start, start + size) holds vaddr, or nullptr.
+    const std::string* find(uint64_t vaddr) const;
+    // The function at a file offset (what a mapping of the file shows), or nullptr.
+    const std::string* find_offset(uint64_t file_offset) const;
+
+private:
+    std::unique_ptr<ElfFile> elf_;
+    struct Entry {
+        uint64_t start, end;
+        uint32_t name;
+    };
+    std::vector<Entry> entries_;
+    std::vector<std::string> names_;
+};
+
+struct NativeFrame {
+    std::string function; // demangled without parameters; empty when unknown
+    std::string library;  // basename of the mapped file, "" when the address is in no file mapping
+};
+
+class Symbolizer {
+public:
+    // A process's maps are read on first use and again when an address falls outside them (dlopen).
+    NativeFrame resolve(uint32_t pid, uint64_t ip);
+    // A forked child has its parent's mappings: used once the child itself is gone.
+    void set_parent(uint32_t pid, uint32_t parent) { parents_[pid] = parent; }
+    size_t files_loaded() const { return files_.size(); }
+
+private:
+    const std::vector<Mapping>* maps(uint32_t pid, bool refresh);
+    const FunctionTable* table(const std::string& path);
+    struct Maps {
+        std::vector<Mapping> maps;
+        uint64_t read_ms = 0;
+    };
+    std::unordered_map<uint32_t, Maps> maps_;
+    std::unordered_map<uint32_t, uint32_t> parents_;
+    std::map<std::string, std::unique_ptr<FunctionTable>> files_; // null: unreadable
+};
+
+} // namespace lotus::target
