@@ -22,11 +22,14 @@ def epoch_seconds(output):
     return sum(float(m) for m in re.findall(r"epoch \d+ done in ([0-9.]+) s", output))
 
 
-def run_train(data, epochs, traced, tmp):
+NATIVE = ["--native-map", "--counters", "default"]  # native map + counters: the issue-4 mode
+
+
+def run_train(data, epochs, traced, tmp, extra=()):
     cmd = [PY, TRAIN, data, "--epochs", str(epochs), "--workers", "2", "--batch-size", "32"]
     if traced:
         out = os.path.join(tmp, "t.json")
-        cmd = [LOTUS, "-q", "-o", out, "--summary-json", out + ".summary"] + ["--"] + cmd
+        cmd = [LOTUS, "-q", "-o", out, "--summary-json", out + ".summary", *extra] + ["--"] + cmd
     r = subprocess.run(cmd, capture_output=True, text=True, check=True)
     info = {}
     if traced:
@@ -36,14 +39,14 @@ def run_train(data, epochs, traced, tmp):
     return epoch_seconds(r.stdout), info
 
 
-def attach_latency(tmp):
+def attach_latency(tmp, extra=()):
     """Start to 'probes live' when attaching to a process that has torch (libtorch_cpu) loaded."""
     job = subprocess.Popen([PY, "-c", "import torch, time; print('ready', flush=True); time.sleep(60)"],
                            stdout=subprocess.PIPE, text=True)
     try:
         job.stdout.readline()
         t0 = time.monotonic()
-        tracer = subprocess.Popen([LOTUS, "-q", "-o", os.path.join(tmp, "a.json"), "--pid", str(job.pid)],
+        tracer = subprocess.Popen([LOTUS, "-q", "-o", os.path.join(tmp, "a.json"), "--pid", str(job.pid), *extra],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         while "tracing PID" not in tracer.stderr.readline():
             pass
@@ -106,13 +109,14 @@ def main():
     samples = args.images * args.epochs
     with tempfile.TemporaryDirectory() as tmp:
         run_train(data, 1, False, tmp)  # warm the page cache
-        untraced, traced, infos = [], [], []
+        untraced, traced, native, infos = [], [], [], []
         for _ in range(args.repeats):
             untraced.append(run_train(data, args.epochs, False, tmp)[0])
             s, info = run_train(data, args.epochs, True, tmp)
             traced.append(s)
             infos.append(info)
-        u, t = statistics.median(untraced), statistics.median(traced)
+            native.append(run_train(data, args.epochs, True, tmp, NATIVE)[0])
+        u, t, nt = statistics.median(untraced), statistics.median(traced), statistics.median(native)
         events = statistics.median(i["events"] for i in infos)
         lost = max(i["lost_events"] for i in infos)
         # Marginal records per sample: two more epochs, minus the fixed cost of startup (imports describe
@@ -120,6 +124,7 @@ def main():
         more = run_train(data, args.epochs + 2, True, tmp)[1]["events"]
         per_sample = (more - events) / (2 * args.images)
         latencies = [attach_latency(tmp) for _ in range(3)]
+        native_latencies = [attach_latency(tmp, ["--native-map"]) for _ in range(3)]
         cap_events, cap_lost, cap_wall = capacity(tmp, 200000)
         rss = peak_rss_kb(tmp, data, 10)
         pure = {"untraced": [], "default": [], "all-calls": []}
@@ -131,9 +136,12 @@ def main():
     rows = [
         ("example pipeline, samples/s untraced", f"{samples / u:.0f}", f"median of {args.repeats}"),
         ("example pipeline, samples/s traced (default)", f"{samples / t:.0f}", f"ratio {t / u:.3f} (slowdown {100 * (t / u - 1):+.1f} %)"),
+        ("samples/s traced, --native-map --counters", f"{samples / nt:.0f}", f"ratio {nt / u:.3f} (slowdown {100 * (nt / u - 1):+.1f} %)"),
         ("records per sample, steady state", f"{per_sample:.1f}", f"marginal over 2 more epochs; {lost} lost; "
          f"all records incl. startup: {events / samples:.1f}/sample"),
         ("attach latency, torch loaded (s)", f"{statistics.median(latencies):.3f}", f"median of 3: {', '.join(f'{x:.3f}' for x in latencies)}"),
+        ("attach latency, torch loaded, --native-map (s)", f"{statistics.median(native_latencies):.3f}",
+         f"median of 3 (libjpeg, _imaging, libtorch_cpu resolved and probed)"),
         ("capture: events delivered", f"{cap_events}", f"{cap_events / cap_wall:.0f}/s over the run, {cap_lost} lost"),
         ("tracer peak RSS (MB), 10 epochs", f"{rss / 1024:.1f}", "VmHWM; 32 MB of it is the mapped ring buffer"),
     ]
