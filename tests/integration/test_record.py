@@ -31,6 +31,30 @@ class RecordReplay(BpfTestCase):
             self.assertEqual(a["otherData"][key], b["otherData"][key], key)
         self.assertIn("RandomResizedCrop", r.stdout)
 
+    def test_record_export_report_subcommands(self):
+        # perf-style: record writes only the event stream (with the rules it ran with); export and report
+        # reconstruct it without them being repeated.
+        rec, out, summ = self.path("run.lbt"), self.path("t.json.gz"), self.path("s.json")
+        pure = os.path.join(os.path.dirname(WORKLOAD), "pure_pipeline.py")
+        r = run_lotus(["record", "-q", "-o", rec, "--pipeline", "Pipeline", "--", PY, pure, "40"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "")
+        self.assertIn(f"to {rec}", r.stderr)
+        self.assertTrue(os.path.getsize(rec) > 0)
+        r = run_lotus(["export", rec, "-o", out, "--summary-json", summ])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        trace = load_trace(out)
+        self.assertEqual(len(spans(trace, "sample")), 80)  # 40 in the main process, 40 in the workers
+        with open(summ) as f:
+            self.assertEqual(json.load(f)["ops"]["Scale"]["count"], 80)
+        r = run_lotus(["report", rec])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"Scale\s+80\s")
+        for bad in (["export", self.path("missing.lbt")], ["report", out], ["record", "-o", rec]):
+            r = run_lotus(bad)
+            self.assertNotEqual(r.returncode, 0, bad)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+
     def test_corrupt_and_truncated_files(self):
         rec = self.path("run.lbt")
         r = run_lotus(["-q", "-o", self.path("l.json"), "--record", rec, "--pipeline", "Pipeline", "--", PY,

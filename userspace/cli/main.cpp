@@ -1,72 +1,153 @@
 // lotus-bpf: trace the data-preprocessing pipeline of a running PyTorch job from outside the process.
+// One step: lotus-bpf --pid PID (or -- CMD) traces, writes the Chrome trace and prints the summary.
+// Like perf: `record` keeps the raw event stream, `export` and `report` reconstruct it offline.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "session.h"
 
+namespace {
+
+struct Parsed {
+    lotus::cli::Options opts;
+    int pid = 0;
+    std::string window;
+};
+
+// What decides which spans exist: the engine's rules (used live and on replay).
+void add_rule_options(CLI::App* app, Parsed& p)
+{
+    app->add_option("--pipeline", p.opts.pipeline_classes,
+                    "class name glob whose __call__ plays Compose's role (repeatable; Compose is built in)");
+    app->add_option("--span", p.opts.spans,
+                    "trace every call of these Python functions as spans: QUALNAME_GLOB or FILE_GLOB:QUALNAME_GLOB "
+                    "(repeatable)");
+    app->add_option("--rules", p.opts.rules_file, "pipelines and spans from a JSON file (schemas/rules.schema.json)");
+}
+
+// How to capture: target, duration, probes.
+CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
+{
+    auto* pid_opt = app->add_option("-p,--pid", p.pid, "attach to this running Python process and its children");
+    app->add_option("-d,--duration", p.opts.duration_s, "stop after this many seconds (default: until Ctrl-C, "
+                                                        "SIGTERM or the target exits)")
+        ->check(CLI::NonNegativeNumber);
+    add_rule_options(app, p);
+    app->add_flag("--all-calls", p.opts.all_calls,
+                  "see every Python call, also those made from Python (launch mode; CPython 3.10, or 3.12+ through "
+                  "PYTHONPERFSUPPORT=1); costs a trap per call");
+    app->add_flag("--native-map", p.opts.native_map,
+                  "sample every traced thread (perf event) and map each op's time to native functions; probe the "
+                  "built-in native set (JPEG decode, Pillow, torch ops) as spans");
+    app->add_option("--native", p.opts.native,
+                    "also probe these native functions as spans: 'LIBGLOB:SYMBOLGLOB' (repeatable; implies "
+                    "--native-map)");
+    app->add_option("--sample-freq", p.opts.sample_freq, "native map sampling frequency in Hz (0: no sampling)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 100000));
+    app->add_option("--counters", p.opts.counters,
+                    "perf-event counters per op: 'default' (cycles,instructions,cache-misses,branch-misses) or a "
+                    "comma list; software events (task-clock,page-faults,context-switches) where no PMU counts them");
+    app->add_flag("-q,--quiet", p.opts.quiet, "no live status line");
+    app->add_option("command", p.opts.command, "launch mode: the command to run and trace (after --)");
+    app->positionals_at_end();
+    return pid_opt;
+}
+
+void add_trace_file_options(CLI::App* app, Parsed& p)
+{
+    app->add_flag("--coarse", p.opts.coarse, "trace file: only batches, waits and their arrows (the summary keeps all)");
+    app->add_option("--window", p.window, "trace file: only spans starting in START:END seconds after tracing began "
+                                          "(END may be empty)");
+}
+
+void parse_window(Parsed& p)
+{
+    if (p.window.empty())
+        return;
+    auto& o = p.opts;
+    auto colon = p.window.find(':');
+    char* end = nullptr;
+    std::string a = p.window.substr(0, colon), b = colon == std::string::npos ? "" : p.window.substr(colon + 1);
+    o.window_start_s = a.empty() ? 0 : strtod(a.c_str(), &end);
+    bool bad = colon == std::string::npos || (!a.empty() && *end);
+    if (!b.empty()) {
+        o.window_end_s = strtod(b.c_str(), &end);
+        bad |= *end || o.window_end_s <= o.window_start_s;
+    }
+    if (bad || o.window_start_s < 0)
+        throw CLI::ValidationError("--window wants START:END in seconds, e.g. 10:20 or 5:");
+}
+
+} // namespace
+
 int main(int argc, char** argv)
 {
     CLI::App app{"lotus-bpf: per-op spans of a PyTorch DataLoader pipeline, traced with eBPF, zero code change"};
     app.set_version_flag("--version", "lotus-bpf " LOTUS_VERSION);
-    lotus::cli::Options opts;
-    int pid = 0;
-    auto* pid_opt = app.add_option("-p,--pid", pid, "attach to this running Python process and its children");
-    app.add_option("-o,--output", opts.output, "Chrome trace JSON to write (.json.gz: gzip)")
-        ->capture_default_str();
-    app.add_option("-d,--duration", opts.duration_s, "stop after this many seconds (default: until Ctrl-C, "
-                                                     "SIGTERM or the target exits)")
-        ->check(CLI::NonNegativeNumber);
-    app.add_option("--pipeline", opts.pipeline_classes,
-                   "class name glob whose __call__ plays Compose's role (repeatable; Compose is built in)");
-    app.add_option("--span", opts.spans,
-                   "trace every call of these Python functions as spans: QUALNAME_GLOB or FILE_GLOB:QUALNAME_GLOB "
-                   "(repeatable)");
-    app.add_option("--rules", opts.rules_file, "pipelines and spans from a JSON file (schemas/rules.schema.json)");
-    app.add_flag("--all-calls", opts.all_calls,
-                 "see every Python call, also those made from Python (launch mode; CPython 3.10, or 3.12+ through "
-                 "PYTHONPERFSUPPORT=1); costs a trap per call");
+    Parsed p;
+    auto& opts = p.opts;
+
+    // The one-step path: trace, write the Chrome trace, print the summary.
+    auto* pid_opt = add_capture_options(&app, p);
+    app.add_option("-o,--output", opts.output, "Chrome trace JSON to write (.json.gz: gzip)")->capture_default_str();
     app.add_option("--summary-json", opts.summary_json, "also write the summary as JSON to this file");
     app.add_option("--record", opts.record, "also write the raw event stream to this record file");
     app.add_option("--replay", opts.replay, "reconstruct from a record file (no tracing, no root needed)");
-    app.add_flag("--coarse", opts.coarse, "trace file: only batches, waits and their arrows (the summary keeps all)");
-    std::string window;
-    app.add_option("--window", window, "trace file: only spans starting in START:END seconds after tracing began "
-                                       "(END may be empty)");
-    app.add_flag("--native-map", opts.native_map,
-                 "sample every traced thread (perf event) and map each op's time to native functions; probe the "
-                 "built-in native set (JPEG decode, Pillow, torch ops) as spans");
-    app.add_option("--native", opts.native,
-                   "also probe these native functions as spans: 'LIBGLOB:SYMBOLGLOB' (repeatable; implies "
-                   "--native-map)");
-    app.add_option("--sample-freq", opts.sample_freq, "native map sampling frequency in Hz (0: no sampling)")
-        ->capture_default_str()
-        ->check(CLI::Range(0, 100000));
-    app.add_option("--counters", opts.counters,
-                   "perf-event counters per op: 'default' (cycles,instructions,cache-misses,branch-misses) or a "
-                   "comma list; software events (task-clock,page-faults,context-switches) where no PMU counts them");
-    app.add_flag("-q,--quiet", opts.quiet, "no live status line");
-    app.add_option("command", opts.command, "launch mode: the command to run and trace (after --)");
-    app.positionals_at_end();
+    add_trace_file_options(&app, p);
+
+    Parsed rp; // record
+    auto* record = app.add_subcommand("record", "trace and write only the raw event stream (a record file)");
+    auto* rec_pid = add_capture_options(record, rp);
+    rp.opts.record = "lotus.lbt";
+    record->add_option("-o,--output", rp.opts.record, "record file to write")->capture_default_str();
+
+    Parsed ep; // export
+    auto* exp = app.add_subcommand("export", "reconstruct a record file into a Chrome trace (no root needed)");
+    exp->add_option("file", ep.opts.replay, "record file")->required();
+    exp->add_option("-o,--output", ep.opts.output, "Chrome trace JSON to write (.json.gz: gzip)")->capture_default_str();
+    exp->add_option("--summary-json", ep.opts.summary_json, "also write the summary as JSON to this file");
+    add_rule_options(exp, ep);
+    add_trace_file_options(exp, ep);
+
+    Parsed sp; // report
+    auto* rep = app.add_subcommand("report", "print the summary of a record file (no root needed)");
+    rep->add_option("file", sp.opts.replay, "record file")->required();
+    rep->add_option("--summary-json", sp.opts.summary_json, "also write the summary as JSON to this file");
+    add_rule_options(rep, sp);
+    app.require_subcommand(0, 1);
+
+    Parsed* chosen = &p;
     try {
         app.parse(argc, argv);
-        if (pid_opt->count() && !opts.command.empty())
-            throw CLI::ValidationError("give either --pid or a command, not both");
-        if (!opts.replay.empty() && (pid_opt->count() || !opts.command.empty() || !opts.record.empty()))
-            throw CLI::ValidationError("--replay reads a record file: no --pid, command or --record with it");
-        if (!pid_opt->count() && opts.command.empty() && opts.replay.empty())
-            throw CLI::ValidationError("give --pid PID or -- COMMAND (or --replay FILE)");
-        if (!window.empty()) {
-            auto colon = window.find(':');
-            char* end = nullptr;
-            std::string a = window.substr(0, colon), b = colon == std::string::npos ? "" : window.substr(colon + 1);
-            opts.window_start_s = a.empty() ? 0 : strtod(a.c_str(), &end);
-            bool bad = colon == std::string::npos || (!a.empty() && *end);
-            if (!b.empty()) {
-                opts.window_end_s = strtod(b.c_str(), &end);
-                bad |= *end || opts.window_end_s <= opts.window_start_s;
-            }
-            if (bad || opts.window_start_s < 0)
-                throw CLI::ValidationError("--window wants START:END in seconds, e.g. 10:20 or 5:");
+        if (record->parsed()) {
+            chosen = &rp;
+            rp.opts.output.clear();
+            rp.opts.print_summary = false;
+            if (rec_pid->count())
+                rp.opts.pid = rp.pid;
+            if (rec_pid->count() && !rp.opts.command.empty())
+                throw CLI::ValidationError("give either --pid or a command, not both");
+            if (!rec_pid->count() && rp.opts.command.empty())
+                throw CLI::ValidationError("record: give --pid PID or -- COMMAND");
+        } else if (exp->parsed()) {
+            chosen = &ep;
+            ep.opts.print_summary = false;
+            parse_window(ep);
+        } else if (rep->parsed()) {
+            chosen = &sp;
+            sp.opts.output.clear();
+        } else {
+            if (pid_opt->count() && !opts.command.empty())
+                throw CLI::ValidationError("give either --pid or a command, not both");
+            if (!opts.replay.empty() && (pid_opt->count() || !opts.command.empty() || !opts.record.empty()))
+                throw CLI::ValidationError("--replay reads a record file: no --pid, command or --record with it");
+            if (!pid_opt->count() && opts.command.empty() && opts.replay.empty())
+                throw CLI::ValidationError("give --pid PID or -- COMMAND (or --replay FILE, or a subcommand: "
+                                           "record, export, report)");
+            if (pid_opt->count())
+                opts.pid = p.pid;
+            parse_window(p);
         }
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
@@ -76,7 +157,5 @@ int main(int argc, char** argv)
         fmt::print(stderr, "lotus-bpf: {}\n", e.what());
         return 2;
     }
-    if (pid_opt->count())
-        opts.pid = pid;
-    return lotus::cli::run_session(opts);
+    return lotus::cli::run_session(chosen->opts);
 }

@@ -134,6 +134,9 @@ void dump_event(const void* data, size_t len)
 
 } // namespace
 
+// No trace file wanted: the writer still runs (same code path), into /dev/null.
+std::string trace_path(const Options& opts) { return opts.output.empty() ? "/dev/null" : opts.output; }
+
 // Writes the trace's end and prints the summary (live and replayed runs alike).
 void report(const Options& opts, exporter::OutputFile& out, exporter::ChromeTraceWriter& trace,
             exporter::Summary& summary, model::Engine& engine, const model::Rules& rules,
@@ -151,9 +154,22 @@ void report(const Options& opts, exporter::OutputFile& out, exporter::ChromeTrac
     trace.finish(engine.processes(), other);
     out.close();
 
+    if (!opts.print_summary) {
+        if (!opts.record.empty())
+            fmt::print(stderr, "lotus-bpf: wrote {} events ({} lost) to {}\n", other["events"], lost, opts.record);
+        else
+            fmt::print(stderr, "lotus-bpf: wrote {}\n", opts.output);
+        if (!opts.summary_json.empty()) {
+            exporter::OutputFile js(opts.summary_json);
+            js.write(summary.json(engine.processes(), nullptr, other));
+            js.close();
+        }
+        return;
+    }
     std::vector<std::string> notes;
     notes.push_back(fmt::format("\n{} events, {} lost (ring buffer full); stopped: {}; trace: {}", other["events"], lost,
-                                other["stop_reason"].substr(1, other["stop_reason"].size() - 2), opts.output));
+                                other["stop_reason"].substr(1, other["stop_reason"].size() - 2),
+                                opts.output.empty() ? "none" : opts.output));
     if (lost)
         notes.push_back("Spans that lost an event are left out, never guessed.");
     for (const auto& s : rules.unmatched_spans())
@@ -196,7 +212,8 @@ int replay(const Options& opts)
     try {
         return replay_into(opts, in);
     } catch (const exporter::RecordError&) {
-        unlink(opts.output.c_str()); // no half-written trace from a corrupt record file
+        if (!opts.output.empty())
+            unlink(opts.output.c_str()); // no half-written trace from a corrupt record file
         throw;
     }
 }
@@ -204,23 +221,30 @@ int replay(const Options& opts)
 int replay_into(const Options& opts, exporter::RecordReader& in)
 {
     auto [pipelines, span_rules] = rule_lists(opts);
-    exporter::check_writable(opts.output);
+    auto meta = nlohmann::json::parse(in.header().meta_json, nullptr, false);
+    auto strings = [&](const char* key) {
+        std::vector<std::string> out;
+        if (meta.is_object() && meta.contains(key) && meta[key].is_array())
+            for (const auto& n : meta[key])
+                if (n.is_string())
+                    out.push_back(n.get<std::string>());
+        return out;
+    };
+    // The rules the capture ran with (they decided what BPF emitted), plus any given now.
+    for (auto& p : strings("pipelines"))
+        pipelines.push_back(p);
+    for (auto& sp : strings("spans"))
+        span_rules.push_back(sp);
+    exporter::check_writable(trace_path(opts));
     if (!opts.summary_json.empty())
         exporter::check_writable(opts.summary_json);
-    exporter::OutputFile out(opts.output);
+    exporter::OutputFile out(trace_path(opts));
     model::Rules rules(pipelines, span_rules);
     uint64_t t0 = in.header().t0_ns;
     exporter::ChromeTraceWriter trace(out, t0);
     exporter::Summary summary;
-    auto meta = nlohmann::json::parse(in.header().meta_json, nullptr, false);
-    if (meta.is_object() && meta.contains("counters") && meta["counters"].is_array()) {
-        std::vector<std::string> names;
-        for (const auto& n : meta["counters"])
-            if (n.is_string())
-                names.push_back(n.get<std::string>());
-        trace.set_counter_names(names);
-        summary.set_counter_names(names);
-    }
+    trace.set_counter_names(strings("counters"));
+    summary.set_counter_names(strings("counters"));
     std::vector<uint8_t> slots; // the capture slots recorded right after the CODE record being consumed
     model::Engine engine(
         rules,
@@ -317,9 +341,11 @@ int run_session(const Options& opts)
             root = *opts.pid;
             interp = target::find_interpreter(root);
         }
-        exporter::check_writable(opts.output);
+        exporter::check_writable(trace_path(opts));
         if (!opts.summary_json.empty())
             exporter::check_writable(opts.summary_json);
+        if (!opts.record.empty())
+            exporter::check_writable(opts.record);
         if (!opts.pid) {
             // --all-calls: 3.12+ started with PYTHONPERFSUPPORT=1 runs every Python call through a C
             // trampoline into the evaluator (no inlining); 3.10 never inlines.
@@ -334,13 +360,14 @@ int run_session(const Options& opts)
                                          "has no perf trampoline); use 3.10 or 3.12+");
         }
 
-        exporter::OutputFile out(opts.output);
+        exporter::OutputFile out(trace_path(opts));
         model::Rules rules(pipelines, span_rules);
         uint64_t t0 = monotonic_ns();
         std::unique_ptr<exporter::RecordWriter> recorder;
         if (!opts.record.empty()) {
             nlohmann::json meta{{"python", interp.version.str()}, {"interpreter", interp.target_path},
-                                {"layout", interp.layout_source}, {"counters", counter_names}};
+                                {"layout", interp.layout_source}, {"counters", counter_names},
+                                {"pipelines", pipelines}, {"spans", span_rules}};
             recorder = std::make_unique<exporter::RecordWriter>(
                 opts.record, exporter::RecordHeader{t0, static_cast<uint32_t>(root), meta.dump()});
         }

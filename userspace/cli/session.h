@@ -10,7 +10,8 @@ namespace lotus::cli {
 struct Options {
     std::optional<int> pid;
     std::vector<std::string> command; // launch mode
-    std::string output = "lotus-trace.json";
+    std::string output = "lotus-trace.json"; // empty: no trace file (the record and report subcommands)
+    bool print_summary = true;                // false: the record and export subcommands
     std::string summary_json; // also write the summary as JSON here
     double duration_s = 0; // 0: until Ctrl-C, SIGTERM or the target's exit
     std::vector<std::string> pipeline_classes;
