@@ -2,7 +2,7 @@
 # Installs the Debian packages lotus-bpf needs to build, test and run its example. Idempotent.
 set -euo pipefail
 pkgs=(
-  build-essential cmake pkg-config clang llvm
+  build-essential cmake pkg-config clang llvm libclang-rt-14-dev
   libbpf-dev bpftool libelf-dev zlib1g-dev libfmt-dev libcli11-dev
   libgtest-dev nlohmann-json3-dev python3-jsonschema
   python3 python3-torch python3-torchvision python3-pil python3-numpy

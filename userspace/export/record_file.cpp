@@ -63,6 +63,19 @@ RecordReader::RecordReader(const std::string& path) : path_(path)
     f_ = fopen(path.c_str(), "rb");
     if (!f_)
         throw RecordError(fmt::format("cannot read {}: {}", path, strerror(errno)));
+    read_header();
+}
+
+RecordReader::RecordReader(FILE* f, const std::string& name) : path_(name), f_(f)
+{
+    if (!f_)
+        throw RecordError(fmt::format("cannot read {}", name));
+    read_header();
+}
+
+void RecordReader::read_header()
+{
+    const std::string& path = path_;
     char magic[8];
     uint32_t version = 0, abi = 0, meta = 0;
     if (fread(magic, 1, 8, f_) != 8 || memcmp(magic, kMagic, 8) != 0)

@@ -62,12 +62,14 @@ private:
 class RecordReader {
 public:
     explicit RecordReader(const std::string& path); // throws RecordError: unreadable, not a record file
+    RecordReader(FILE* f, const std::string& name);  // takes the stream (e.g. fmemopen'd: the fuzzer)
     ~RecordReader();
     const RecordHeader& header() const { return header_; }
     // The next record, or false at a clean end; throws RecordError when the file is truncated or corrupt.
     bool next(std::vector<uint8_t>& record);
 
 private:
+    void read_header();
     std::string path_;
     FILE* f_ = nullptr;
     RecordHeader header_;
