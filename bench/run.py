@@ -25,8 +25,11 @@ def epoch_seconds(output):
 NATIVE = ["--native-map", "--counters", "default"]  # native map + counters: the issue-4 mode
 
 
-def run_train(data, epochs, traced, tmp, extra=()):
-    cmd = [PY, TRAIN, data, "--epochs", str(epochs), "--workers", "2", "--batch-size", "32"]
+PROFILED = os.path.join(ROOT, "bench", "profiled_train.py")
+
+
+def run_train(data, epochs, traced, tmp, extra=(), script=TRAIN):
+    cmd = [PY, script, data, "--epochs", str(epochs), "--workers", "2", "--batch-size", "32"]
     if traced:
         out = os.path.join(tmp, "t.json")
         cmd = [LOTUS, "-q", "-o", out, "--summary-json", out + ".summary", *extra] + ["--"] + cmd
@@ -87,12 +90,17 @@ def pure_wall(mode, n):
 
 
 def peak_rss_kb(tmp, data, epochs):
-    """The tracer's own VmHWM (in the trace's otherData) over a longer run."""
-    out = os.path.join(tmp, "r.json")
-    subprocess.run([LOTUS, "-q", "-o", out, "--", PY, TRAIN, data, "--epochs", str(epochs)],
+    """The tracer's own VmHWM (in the trace's otherData) over a longer run, which is also recorded; then the
+    export throughput of that record file (record -> Chrome JSON, events/s) and its size."""
+    out, rec = os.path.join(tmp, "r.json"), os.path.join(tmp, "r.lbt")
+    subprocess.run([LOTUS, "-q", "-o", out, "--record", rec, "--", PY, TRAIN, data, "--epochs", str(epochs)],
                    capture_output=True, text=True, check=True)
     with open(out) as f:
-        return json.load(f)["otherData"]["tracer_peak_rss_kb"]
+        other = json.load(f)["otherData"]
+    t0 = time.monotonic()
+    subprocess.run([LOTUS, "export", rec, "-o", os.path.join(tmp, "e.json")], capture_output=True, check=True)
+    export_s = time.monotonic() - t0
+    return other["tracer_peak_rss_kb"], other["events"] / export_s, os.path.getsize(rec)
 
 
 def main():
@@ -109,14 +117,16 @@ def main():
     samples = args.images * args.epochs
     with tempfile.TemporaryDirectory() as tmp:
         run_train(data, 1, False, tmp)  # warm the page cache
-        untraced, traced, native, infos = [], [], [], []
+        untraced, traced, native, profiled, infos = [], [], [], [], []
         for _ in range(args.repeats):
             untraced.append(run_train(data, args.epochs, False, tmp)[0])
             s, info = run_train(data, args.epochs, True, tmp)
             traced.append(s)
             infos.append(info)
             native.append(run_train(data, args.epochs, True, tmp, NATIVE)[0])
+            profiled.append(run_train(data, args.epochs, False, tmp, script=PROFILED)[0])
         u, t, nt = statistics.median(untraced), statistics.median(traced), statistics.median(native)
+        pt = statistics.median(profiled)
         events = statistics.median(i["events"] for i in infos)
         lost = max(i["lost_events"] for i in infos)
         # Marginal records per sample: two more epochs, minus the fixed cost of startup (imports describe
@@ -126,7 +136,7 @@ def main():
         latencies = [attach_latency(tmp) for _ in range(3)]
         native_latencies = [attach_latency(tmp, ["--native-map"]) for _ in range(3)]
         cap_events, cap_lost, cap_wall = capacity(tmp, 200000)
-        rss = peak_rss_kb(tmp, data, 10)
+        rss, export_rate, record_bytes = peak_rss_kb(tmp, data, 10)
         pure = {"untraced": [], "default": [], "all-calls": []}
         if os.access(PY312, os.X_OK):
             for _ in range(args.repeats):
@@ -137,6 +147,8 @@ def main():
         ("example pipeline, samples/s untraced", f"{samples / u:.0f}", f"median of {args.repeats}"),
         ("example pipeline, samples/s traced (default)", f"{samples / t:.0f}", f"ratio {t / u:.3f} (slowdown {100 * (t / u - 1):+.1f} %)"),
         ("samples/s traced, --native-map --counters", f"{samples / nt:.0f}", f"ratio {nt / u:.3f} (slowdown {100 * (nt / u - 1):+.1f} %)"),
+        ("samples/s under torch.profiler (CPU)", f"{samples / pt:.0f}", f"ratio {pt / u:.3f} (slowdown {100 * (pt / u - 1):+.1f} %), "
+         "bench/profiled_train.py: main process only"),
         ("records per sample, steady state", f"{per_sample:.1f}", f"marginal over 2 more epochs; {lost} lost; "
          f"all records incl. startup: {events / samples:.1f}/sample"),
         ("attach latency, torch loaded (s)", f"{statistics.median(latencies):.3f}", f"median of 3: {', '.join(f'{x:.3f}' for x in latencies)}"),
@@ -144,6 +156,9 @@ def main():
          f"median of 3 (libjpeg, _imaging, libtorch_cpu resolved and probed)"),
         ("capture: events delivered", f"{cap_events}", f"{cap_events / cap_wall:.0f}/s over the run, {cap_lost} lost"),
         ("tracer peak RSS (MB), 10 epochs", f"{rss / 1024:.1f}", "VmHWM; 32 MB of it is the mapped ring buffer"),
+        ("record file bytes per sample, 10 epochs", f"{record_bytes / (10 * args.images):.0f}",
+         f"{record_bytes / 1e6:.1f} MB incl. startup (code objects of every import)"),
+        ("export throughput (events/s)", f"{export_rate:.0f}", "lotus-bpf export: record file -> Chrome JSON"),
     ]
     if pure["untraced"]:
         base = statistics.median(pure["untraced"])

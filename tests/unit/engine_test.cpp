@@ -248,6 +248,21 @@ TEST_F(Fixture, MalformedRecordsAreCountedNotTrusted)
     EXPECT_TRUE(spans.empty());
 }
 
+TEST_F(Fixture, NamesFromDamagedRecordsStayValidUtf8)
+{
+    describe(P);
+    // An op class whose name bytes were damaged: a stray continuation byte, a truncated sequence, an overlong
+    // form; valid multi-byte characters are kept.
+    ev.type(P, 0x99, std::string("Crop\x84X\xc3") + "\xc3\xa9" + "\xe0\x80\x80");
+    ev.entry(P, P, 10, 0, COMPOSE, 0, {{GETITEM, 1}});
+    ev.entry(P, P, 11, 1, CALL_IMPL, 0x99, {{COMPOSE, LOTUS_NO_VALUE}});
+    ev.ret(P, P, 12, 1);
+    ev.ret(P, P, 13, 0);
+    auto ops = of(SpanKind::Op);
+    ASSERT_EQ(ops.size(), 1u);
+    EXPECT_EQ(ops[0].name, "Crop?X?\xc3\xa9???");
+}
+
 TEST_F(Fixture, ManySamplesAcrossTwoWorkers)
 {
     describe(P);
