@@ -75,11 +75,12 @@ def capacity(tmp, n):
 
 
 PY312 = "/root/.pyenv/versions/3.12.1/bin/python3.12"
+PY311 = "/root/.pyenv/versions/3.11.7/bin/python3.11"
 
 
-def pure_wall(mode, n):
-    """Wall time of the pure-Python pipeline workload on CPython 3.12: untraced, default, or --all-calls."""
-    cmd = [PY312, PURE, str(n)]
+def pure_wall(mode, n, py=PY312):
+    """Wall time of the pure-Python pipeline workload: untraced, default, or --all-calls."""
+    cmd = [py, PURE, str(n)]
     if mode != "untraced":
         extra = ["--all-calls"] if mode == "all-calls" else []
         cmd = [LOTUS, "-q", "-o", "/tmp/lotus-bench-pure.json", "--pipeline",
@@ -138,10 +139,15 @@ def main():
         cap_events, cap_lost, cap_wall = capacity(tmp, 200000)
         rss, export_rate, record_bytes = peak_rss_kb(tmp, data, 10)
         pure = {"untraced": [], "default": [], "all-calls": []}
+        pure311 = {"untraced": [], "all-calls": []}
         if os.access(PY312, os.X_OK):
             for _ in range(args.repeats):
                 for mode in pure:
                     pure[mode].append(pure_wall(mode, 100000))
+        if os.access(PY311, os.X_OK):
+            for _ in range(args.repeats):
+                for mode in pure311:
+                    pure311[mode].append(pure_wall(mode, 100000, PY311))
 
     rows = [
         ("example pipeline, samples/s untraced", f"{samples / u:.0f}", f"median of {args.repeats}"),
@@ -166,6 +172,11 @@ def main():
             m = statistics.median(pure[mode])
             rows.append((f"pure-Python pipeline on 3.12, {mode}", f"{m / base:.2f}x",
                          f"wall time ratio to untraced ({base:.2f} s), 100000 samples, median of {args.repeats}"))
+    if pure311["untraced"]:
+        base = statistics.median(pure311["untraced"])
+        m = statistics.median(pure311["all-calls"])
+        rows.append(("pure-Python pipeline on 3.11, all-calls", f"{m / base:.2f}x",
+                     f"RESUME/RETURN_VALUE handler probes; untraced {base:.2f} s, median of {args.repeats}"))
     width = max(len(r[0]) for r in rows)
     print(f"{'measure'.ljust(width)}  {'value':>10}  note")
     for name, value, note in rows:

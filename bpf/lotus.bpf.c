@@ -373,33 +373,72 @@ static __always_inline __u64 caller_frame(__u64 tstate)
     return f;
 }
 
-SEC("uprobe")
-int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
+/* --all-calls on 3.11 (inline_calls = 1): Python-to-Python calls run inside one evaluator call, so probes on
+ * the RESUME and RETURN_VALUE handlers see them; depths then follow frames, not C calls. frames[d] is the
+ * frame at depth d; c_mask marks the depths entered from C, whose return the uretprobe reports. An inlined
+ * frame unwound by an exception never reaches RETURN_VALUE: the next event finds its caller's depth again. */
+const volatile __u32 inline_calls = 0;
+
+struct thread_frames {
+    __u64 frame[64];
+    __u64 c_mask;
+    __u64 tstate;
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, __u32);
+    __type(value, struct thread_frames);
+} lotus_frames SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct thread_frames);
+} frames_zero SEC(".maps");
+
+static __always_inline struct thread_frames *frames_of(__u32 tid)
 {
-    __u64 id = bpf_get_current_pid_tgid();
-    __u32 tgid = id >> 32, tid = (__u32)id;
-    if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
+    struct thread_frames *tf = bpf_map_lookup_elem(&lotus_frames, &tid);
+    if (tf)
+        return tf;
+    __u32 zero = 0;
+    struct thread_frames *z = bpf_map_lookup_elem(&frames_zero, &zero);
+    if (!z)
         return 0;
+    bpf_map_update_elem(&lotus_frames, &tid, z, BPF_NOEXIST);
+    return bpf_map_lookup_elem(&lotus_frames, &tid);
+}
 
-    struct thread_state *ts = bpf_map_lookup_elem(&lotus_threads, &tid);
-    if (!ts) {
-        struct thread_state fresh = {};
-        bpf_map_update_elem(&lotus_threads, &tid, &fresh, BPF_ANY);
-        ts = bpf_map_lookup_elem(&lotus_threads, &tid);
-        if (!ts)
-            return 0;
+/* The depth just above frame `f` (0 when it is not among the frames we track). */
+static __always_inline __u32 depth_above(struct thread_frames *tf, __u32 depth, __u64 f)
+{
+    for (int i = 63; i >= 0; i--) {
+        if ((__u32)i < depth && tf->frame[i & 63] == f)
+            return i + 1;
     }
-    __u32 depth = ts->depth;
-    if (depth >= 64)
-        return 0; /* the kernel installs no return probe this deep: this call never returns for us */
-    ts->depth = depth + 1;
-    __u64 bit = 1ull << depth;
-    ts->emitted &= ~bit;
+    return 0;
+}
 
-    __u64 frame = (__u64)frame_arg;
+static __always_inline struct thread_state *thread_of(__u32 tid)
+{
+    struct thread_state *ts = bpf_map_lookup_elem(&lotus_threads, &tid);
+    if (ts)
+        return ts;
+    struct thread_state fresh = {};
+    bpf_map_update_elem(&lotus_threads, &tid, &fresh, BPF_ANY);
+    return bpf_map_lookup_elem(&lotus_threads, &tid);
+}
+
+/* Describes the frame just entered at `depth` (called by `caller`) if the rules want it; marks it emitted. */
+static __always_inline int emit_entry(__u32 tgid, __u32 tid, struct thread_state *ts, __u32 depth, __u64 frame,
+                                      __u64 caller)
+{
+    __u64 bit = 1ull << (depth & 63);
     __u64 code = frame_code(frame);
     __u32 flags = role_of(tgid, code);
-    __u64 caller = caller_frame((__u64)tstate);
     __u64 caller_code = caller ? frame_code(caller) : 0;
     __u32 cflags = caller ? role_of(tgid, caller_code) : 0;
 
@@ -478,6 +517,69 @@ int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
     return 0;
 }
 
+SEC("uprobe")
+int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tgid = id >> 32, tid = (__u32)id;
+    if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
+        return 0;
+    struct thread_state *ts = thread_of(tid);
+    if (!ts)
+        return 0;
+    __u64 caller = caller_frame((__u64)tstate);
+    __u32 depth = ts->depth;
+    struct thread_frames *tf = 0;
+    if (inline_calls) {
+        tf = frames_of(tid);
+        if (!tf)
+            return 0;
+        tf->tstate = (__u64)tstate;
+        /* Resynchronise on the caller: inlined frames above it that an exception unwound are gone. */
+        __u32 d = caller ? depth_above(tf, depth, caller) : 0;
+        if (d)
+            depth = d;
+    }
+    if (depth >= 64)
+        return 0; /* the kernel installs no return probe this deep: this call never returns for us */
+    ts->depth = depth + 1;
+    ts->emitted &= ~(~0ull << depth);
+    if (tf) {
+        tf->frame[depth & 63] = (__u64)frame_arg;
+        tf->c_mask = (tf->c_mask & ~(~0ull << depth)) | (1ull << depth);
+    }
+    return emit_entry(tgid, tid, ts, depth, (__u64)frame_arg, caller);
+}
+
+/* Highest set bit of a nonzero mask. */
+static __always_inline __u32 top_bit(__u64 m)
+{
+    __u32 n = 0;
+    if (m >> 32) { n += 32; m >>= 32; }
+    if (m >> 16) { n += 16; m >>= 16; }
+    if (m >> 8) { n += 8; m >>= 8; }
+    if (m >> 4) { n += 4; m >>= 4; }
+    if (m >> 2) { n += 2; m >>= 2; }
+    if (m >> 1) { n += 1; }
+    return n;
+}
+
+static __always_inline int emit_return(struct thread_state *ts, __u32 depth, __u64 rc)
+{
+    if (depth >= 64 || !(ts->emitted & (1ull << depth)))
+        return 0;
+    ts->emitted &= ~(1ull << depth);
+    struct lotus_py_return *e = reserve(sizeof(*e));
+    if (!e)
+        return 0;
+    fill_header(&e->h, LOTUS_EV_PY_RETURN);
+    e->depth = depth;
+    e->ret_null = rc == 0;
+    read_counters(&e->counters, (__u32)bpf_get_current_pid_tgid());
+    bpf_ringbuf_submit(e, submit_flags());
+    return 0;
+}
+
 SEC("uretprobe")
 int BPF_KRETPROBE(py_return)
 {
@@ -490,19 +592,69 @@ int BPF_KRETPROBE(py_return)
     if (!ts || ts->depth == 0)
         return 0;
     __u32 depth = ts->depth - 1;
+    if (inline_calls) {
+        /* The innermost frame entered from C returns, whatever inlined frames were left above it. */
+        struct thread_frames *tf = bpf_map_lookup_elem(&lotus_frames, &tid);
+        if (!tf || !tf->c_mask)
+            return 0;
+        depth = top_bit(tf->c_mask);
+        tf->c_mask &= ~(1ull << depth);
+    }
     ts->depth = depth;
-    if (depth >= 64 || !(ts->emitted & (1ull << depth)))
+    return emit_return(ts, depth, PT_REGS_RC(ctx));
+}
+
+/* --all-calls (3.11): the RESUME / RESUME_QUICK handlers, run first by every frame; inlined calls only (frames
+ * entered from C have is_entry set and are the uprobe above's). cframe->current_frame is the new frame here. */
+SEC("uprobe")
+int BPF_KPROBE(py_resume)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tgid = id >> 32, tid = (__u32)id;
+    if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
         return 0;
-    ts->emitted &= ~(1ull << depth);
-    struct lotus_py_return *e = reserve(sizeof(*e));
-    if (!e)
+    struct thread_frames *tf = bpf_map_lookup_elem(&lotus_frames, &tid);
+    struct thread_state *ts = bpf_map_lookup_elem(&lotus_threads, &tid);
+    if (!tf || !ts || !tf->tstate)
         return 0;
-    fill_header(&e->h, LOTUS_EV_PY_RETURN);
-    e->depth = depth;
-    e->ret_null = PT_REGS_RC(ctx) == 0;
-    read_counters(&e->counters, tid);
-    bpf_ringbuf_submit(e, submit_flags());
-    return 0;
+    __u64 frame = caller_frame(tf->tstate);
+    __u8 is_entry = 1;
+    if (!frame || bpf_probe_read_user(&is_entry, 1, (void *)(frame + layout.frame_is_entry)) || is_entry)
+        return 0;
+    __u64 caller = read_ptr(frame + layout.frame_previous);
+    __u32 depth = caller ? depth_above(tf, ts->depth, caller) : 0;
+    if (!depth)
+        depth = ts->depth; /* a caller entered before tracing began: this frame is the innermost */
+    if (depth >= 64)
+        return 0;
+    ts->depth = depth + 1;
+    ts->emitted &= ~(~0ull << depth);
+    tf->frame[depth & 63] = frame;
+    tf->c_mask &= ~(~0ull << depth);
+    return emit_entry(tgid, tid, ts, depth, frame, caller);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(py_retval)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tgid = id >> 32, tid = (__u32)id;
+    if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
+        return 0;
+    struct thread_frames *tf = bpf_map_lookup_elem(&lotus_frames, &tid);
+    struct thread_state *ts = bpf_map_lookup_elem(&lotus_threads, &tid);
+    if (!tf || !ts || !tf->tstate)
+        return 0;
+    __u64 frame = caller_frame(tf->tstate);
+    __u8 is_entry = 1;
+    if (!frame || bpf_probe_read_user(&is_entry, 1, (void *)(frame + layout.frame_is_entry)) || is_entry)
+        return 0; /* a frame entered from C returns through the uretprobe */
+    __u32 d = depth_above(tf, ts->depth, frame);
+    if (!d)
+        return 0;
+    ts->depth = d - 1;
+    tf->c_mask &= ~(~0ull << (d - 1));
+    return emit_return(ts, d - 1, 1);
 }
 
 /* Native functions (--native): one entry and one return probe per chosen function, its number in the

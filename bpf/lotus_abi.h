@@ -196,6 +196,7 @@ struct lotus_py_layout {
     __s32 code_localsplusnames;   /* tuple of local names (user space reads it to find a local's slot) */
     __s32 tuple_size;             /* PyVarObject.ob_size of a tuple */
     __s32 tuple_items;            /* PyTupleObject.ob_item */
+    __s32 frame_is_entry;         /* _PyInterpreterFrame.is_entry (3.11: --all-calls on inlined frames); -1 */
 };
 
 #endif /* LOTUS_ABI_H */

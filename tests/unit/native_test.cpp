@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <unistd.h>
 
 #include "capture/perf_events.h"
 #include "event_builder.h"
@@ -254,4 +255,28 @@ TEST(Counters, ParseNamesAndRefuseUnknownOnes)
     EXPECT_THROW(capture::parse_counters("cycles,bogus"), std::invalid_argument);
     EXPECT_THROW(capture::parse_counters(""), std::invalid_argument);
     EXPECT_THROW(capture::parse_counters("cycles,instructions,branches,cache-misses,task-clock"), std::invalid_argument);
+}
+
+#include "target/elf_file.h"
+#include "target/opcode_handlers.h"
+
+TEST(OpcodeHandlers, FoundBySymbolInAnInterpreterWithSymbolsRefusedInAStrippedOne)
+{
+    const char* lib = "/root/.pyenv/versions/3.11.7/lib/libpython3.11.so.1.0";
+    if (access(lib, R_OK) != 0)
+        GTEST_SKIP() << "no pyenv CPython 3.11.7 here";
+    target::ElfFile elf(lib);
+    auto h = target::find_opcode_handlers(elf, {151, 150, 83});
+    ASSERT_TRUE(h.has_value());
+    ASSERT_EQ(h->size(), 3u);
+    auto eval = elf.symbol("_PyEval_EvalFrameDefault");
+    ASSERT_TRUE(eval.has_value());
+    auto lo = elf.file_offset(eval->value);
+    ASSERT_TRUE(lo.has_value());
+    for (uint64_t off : *h) {
+        EXPECT_GT(off, *lo); // a label inside the evaluator, not its entry
+        EXPECT_LT(off, *lo + eval->size);
+    }
+    EXPECT_NE((*h)[0], (*h)[2]);
+    EXPECT_FALSE(target::find_opcode_handlers(target::ElfFile("/usr/bin/python3.11"), {151, 150, 83}).has_value());
 }

@@ -38,7 +38,8 @@ static int quiet_libbpf(enum libbpf_print_level, const char* fmt, va_list ap)
     return 0;
 }
 
-Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<CounterSpec>& counters)
+Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<CounterSpec>& counters,
+             bool inline_calls)
     : interp_(interp), sink_(std::move(sink))
 {
     libbpf_set_print(quiet_libbpf);
@@ -53,6 +54,7 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     }
     skel_->rodata->nr_perf = static_cast<uint32_t>(counters.size());
     skel_->rodata->nr_cpus = static_cast<uint32_t>(ncpu);
+    skel_->rodata->inline_calls = inline_calls ? 1 : 0;
     bpf_map__set_max_entries(skel_->maps.lotus_perf, static_cast<uint32_t>(LOTUS_MAX_PERF * ncpu));
     if (int err = lotus_bpf__load(skel_)) {
         close();
@@ -170,6 +172,21 @@ void Probe::attach_python()
                                                              interp_.eval_offset, &ret_opts);
     if (!skel_->links.py_return)
         throw CaptureError(fmt::format("cannot attach a uretprobe to {}: {}", interp_.object_path, strerror(errno)));
+}
+
+void Probe::attach_inline_calls(const std::vector<uint64_t>& resume_offsets, uint64_t return_offset)
+{
+    auto attach = [&](bpf_program* prog, uint64_t off) {
+        LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = false);
+        bpf_link* l = bpf_program__attach_uprobe_opts(prog, -1, interp_.object_path.c_str(), off, &opts);
+        if (!l)
+            throw CaptureError(fmt::format("cannot probe the interpreter's opcode handler at {:#x} of {}: {}", off,
+                                           interp_.object_path, strerror(errno)));
+        links_.push_back(l);
+    };
+    for (uint64_t off : resume_offsets)
+        attach(skel_->progs.py_resume, off);
+    attach(skel_->progs.py_retval, return_offset);
 }
 
 void Probe::attach_sampling(const CounterSpec& event, uint64_t freq)

@@ -34,7 +34,9 @@ public:
 
     // Opens and loads the programs for this interpreter's layout; counters (at most LOTUS_MAX_PERF, all
     // available: see choose_counters) are read at every probe. Throws CaptureError.
-    Probe(const target::Interpreter& interp, Sink sink, const std::vector<CounterSpec>& counters = {});
+    // inline_calls: --all-calls where calls are inlined (3.11): attach_inline_calls follows.
+    Probe(const target::Interpreter& interp, Sink sink, const std::vector<CounterSpec>& counters = {},
+          bool inline_calls = false);
     ~Probe();
     Probe(const Probe&) = delete;
     Probe& operator=(const Probe&) = delete;
@@ -48,6 +50,8 @@ public:
     void attach_python();
     // Opens of shared libraries by traced threads, delivered ahead of the main stream (they are in it too).
     void set_library_sink(Sink sink) { lib_sink_ = std::move(sink); }
+    // Probes on the evaluator's RESUME handlers and its RETURN_VALUE handler (file offsets): inlined calls.
+    void attach_inline_calls(const std::vector<uint64_t>& resume_offsets, uint64_t return_offset);
     // Samples every traced thread's user stack at freq Hz (per-CPU sampling event, filtered in BPF).
     void attach_sampling(const CounterSpec& event, uint64_t freq);
     // Entry and return probes on a native function at a file offset; its events carry `cookie`.

@@ -21,7 +21,10 @@
 #include "common/json.h"
 #include "export/summary.h"
 #include "model/engine.h"
+#include "target/elf_file.h"
 #include "target/interpreter.h"
+#include "target/opcode_handlers.h"
+#include "target/cpython_layouts.h"
 #include "target/launcher.h"
 #include "target/proc_maps.h"
 #include "target/remote_memory.h"
@@ -335,11 +338,11 @@ int run_session(const Options& opts)
         target::Interpreter interp;
         int root = 0;
         if (opts.pid) {
-            if (opts.all_calls)
-                throw std::runtime_error("--all-calls needs launch mode (-- COMMAND): CPython must start with "
-                                         "PYTHONPERFSUPPORT=1");
             root = *opts.pid;
             interp = target::find_interpreter(root);
+            if (opts.all_calls && interp.version.minor >= 12)
+                throw std::runtime_error("--all-calls on CPython 3.12+ needs launch mode (-- COMMAND): CPython must "
+                                         "start with PYTHONPERFSUPPORT=1");
         }
         exporter::check_writable(trace_path(opts));
         if (!opts.summary_json.empty())
@@ -355,9 +358,19 @@ int run_session(const Options& opts)
             launcher = std::make_unique<target::Launcher>(opts.command, env);
             root = launcher->pid();
             interp = launcher->interpreter();
-            if (opts.all_calls && interp.version.major == 3 && interp.version.minor == 11)
-                throw std::runtime_error("--all-calls is not available for CPython 3.11 (it inlines Python calls and "
-                                         "has no perf trampoline); use 3.10 or 3.12+");
+        }
+        // --all-calls where calls are inlined and there is no trampoline (3.11): probes on the evaluator's
+        // RESUME and RETURN_VALUE handlers, found in its computed-goto table.
+        std::optional<std::vector<uint64_t>> handlers;
+        if (auto ops = target::inline_call_opcodes(interp.version); opts.all_calls && !ops.resume.empty()) {
+            auto wanted = ops.resume;
+            wanted.push_back(ops.return_value);
+            handlers = target::find_opcode_handlers(target::ElfFile(interp.object_path), wanted);
+            if (!handlers)
+                throw std::runtime_error(fmt::format("--all-calls: no opcode_targets symbol in {} (a stripped CPython "
+                                                     "{}): cannot see inlined calls; use an interpreter with its "
+                                                     "symbols (e.g. pyenv)",
+                                                     interp.object_path, interp.version.str()));
         }
 
         exporter::OutputFile out(trace_path(opts));
@@ -411,7 +424,7 @@ int run_session(const Options& opts)
             if (recorder)
                 recorder->write(data, len);
             engine.consume(data, len);
-        }, counters);
+        }, counters, handlers.has_value());
         if (!native_specs.empty() || opts.native_map) {
             native = std::make_unique<NativeCapture>(*probe, native_specs, [&](const void* data, size_t len) {
                 if (recorder)
@@ -450,6 +463,10 @@ int run_session(const Options& opts)
                 probe->attach_sampling(capture::sampling_event(), opts.sample_freq);
         }
         probe->attach_python();
+        if (handlers) {
+            std::vector<uint64_t> resume(handlers->begin(), handlers->end() - 1);
+            probe->attach_inline_calls(resume, handlers->back());
+        }
         if (launcher)
             launcher->release();
         fmt::print(stderr, "lotus-bpf: tracing PID {} (CPython {}, {}) and {} descendant(s); Ctrl-C to stop\n",

@@ -25,7 +25,7 @@ constexpr Row kRows[] = {
         .unicode_state = 32, .unicode_length = 16, .unicode_ascii_data = 48, .unicode_compact_data = 72,
         .unicode_kind_shift = 2, .unicode_ascii_bit = 6,
         .long_size = 16, .long_digits = 24, .long_tagged = 0,
-        .code_localsplusnames = 72 /* co_varnames */, .tuple_size = 16, .tuple_items = 24}},
+        .code_localsplusnames = 72 /* co_varnames */, .tuple_size = 16, .tuple_items = 24, .frame_is_entry = -1}},
     // 3.11: _PyInterpreterFrame; tstate->cframe->current_frame.
     {3, 11, lotus_py_layout{
         .tstate_cframe = 56, .cframe_current_frame = 8, .tstate_current_frame = -1,
@@ -36,7 +36,7 @@ constexpr Row kRows[] = {
         .unicode_state = 32, .unicode_length = 16, .unicode_ascii_data = 48, .unicode_compact_data = 72,
         .unicode_kind_shift = 2, .unicode_ascii_bit = 6,
         .long_size = 16, .long_digits = 24, .long_tagged = 0,
-        .code_localsplusnames = 96, .tuple_size = 16, .tuple_items = 24}},
+        .code_localsplusnames = 96, .tuple_size = 16, .tuple_items = 24, .frame_is_entry = 68}},
     // 3.12: f_code first, C-stack shim frames (owner 3), str without wstr, tagged ints (lv_tag).
     {3, 12, lotus_py_layout{
         .tstate_cframe = 56, .cframe_current_frame = 0, .tstate_current_frame = -1,
@@ -47,7 +47,7 @@ constexpr Row kRows[] = {
         .unicode_state = 32, .unicode_length = 16, .unicode_ascii_data = 40, .unicode_compact_data = 56,
         .unicode_kind_shift = 2, .unicode_ascii_bit = 6,
         .long_size = 16, .long_digits = 24, .long_tagged = 1,
-        .code_localsplusnames = 96, .tuple_size = 16, .tuple_items = 24}},
+        .code_localsplusnames = 96, .tuple_size = 16, .tuple_items = 24, .frame_is_entry = -1}},
     // 3.13: no _PyCFrame: tstate->current_frame; f_executable (a code object for Python frames).
     {3, 13, lotus_py_layout{
         .tstate_cframe = -1, .cframe_current_frame = -1, .tstate_current_frame = 72,
@@ -58,7 +58,7 @@ constexpr Row kRows[] = {
         .unicode_state = 32, .unicode_length = 16, .unicode_ascii_data = 40, .unicode_compact_data = 56,
         .unicode_kind_shift = 2, .unicode_ascii_bit = 6,
         .long_size = 16, .long_digits = 24, .long_tagged = 1,
-        .code_localsplusnames = 96, .tuple_size = 16, .tuple_items = 24}},
+        .code_localsplusnames = 96, .tuple_size = 16, .tuple_items = 24, .frame_is_entry = -1}},
 };
 
 } // namespace
@@ -71,6 +71,14 @@ std::optional<lotus_py_layout> layout_for(const PyVersion& v)
         if (r.major == v.major && r.minor == v.minor)
             return r.layout;
     return std::nullopt;
+}
+
+InlineCallOpcodes inline_call_opcodes(const PyVersion& v)
+{
+    // Include/opcode.h of 3.11: RESUME 151, RESUME_QUICK 150, RETURN_VALUE 83.
+    if (v.major == 3 && v.minor == 11)
+        return {{151, 150}, 83};
+    return {};
 }
 
 std::string supported_versions()

@@ -2,6 +2,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "lotus_abi.h"
 
@@ -14,6 +15,13 @@ struct PyVersion {
 
 // The layout for a version, or nullopt when that version is not supported.
 std::optional<lotus_py_layout> layout_for(const PyVersion& v);
+// Opcodes whose handlers --all-calls probes where calls are inlined and no trampoline exists (3.11): the
+// instructions every frame starts with, and the one a normal return runs. Empty for other versions.
+struct InlineCallOpcodes {
+    std::vector<int> resume; // RESUME and its quickened form
+    int return_value = -1;
+};
+InlineCallOpcodes inline_call_opcodes(const PyVersion& v);
 // "3.11" style list of supported versions, for error messages.
 std::string supported_versions();
 

@@ -206,3 +206,4 @@ std::string ElfFile::build_id() const
 }
 
 } // namespace lotus::target
+
