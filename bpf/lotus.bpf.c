@@ -415,11 +415,25 @@ static __always_inline struct thread_frames *frames_of(__u32 tid)
 /* The depth just above frame `f` (0 when it is not among the frames we track). */
 static __always_inline __u32 depth_above(struct thread_frames *tf, __u32 depth, __u64 f)
 {
+    /* Nearly always the innermost frame (a call) or the one below it (a return at the same level). */
+    if (depth > 0 && depth <= 64 && tf->frame[(depth - 1) & 63] == f)
+        return depth;
+    if (depth > 1 && depth <= 64 && tf->frame[(depth - 2) & 63] == f)
+        return depth - 1;
     for (int i = 63; i >= 0; i--) {
         if ((__u32)i < depth && tf->frame[i & 63] == f)
             return i + 1;
     }
     return 0;
+}
+
+/* frame[d] = f, with the index masked where the verifier sees it (the compiler drops a plain "& 63" it can
+ * prove redundant, and the verifier then loses the bound). */
+static __always_inline void set_frame(struct thread_frames *tf, __u32 d, __u64 f)
+{
+    __u64 idx = d;
+    asm volatile("%0 &= 63" : "+r"(idx));
+    tf->frame[idx] = f;
 }
 
 static __always_inline struct thread_state *thread_of(__u32 tid)
@@ -545,7 +559,7 @@ int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
     ts->depth = depth + 1;
     ts->emitted &= ~(~0ull << depth);
     if (tf) {
-        tf->frame[depth & 63] = (__u64)frame_arg;
+        set_frame(tf, depth, (__u64)frame_arg);
         tf->c_mask = (tf->c_mask & ~(~0ull << depth)) | (1ull << depth);
     }
     return emit_entry(tgid, tid, ts, depth, (__u64)frame_arg, caller);
@@ -629,7 +643,7 @@ int BPF_KPROBE(py_resume)
         return 0;
     ts->depth = depth + 1;
     ts->emitted &= ~(~0ull << depth);
-    tf->frame[depth & 63] = frame;
+    set_frame(tf, depth, frame);
     tf->c_mask &= ~(~0ull << depth);
     return emit_entry(tgid, tid, ts, depth, frame, caller);
 }
