@@ -4,24 +4,34 @@
 
 namespace lotus::exporter {
 
+namespace {
+bool plain(unsigned char c) { return c >= 0x20 && c < 0x7f && c != '"' && c != '\\'; }
+} // namespace
+
 std::string json_string(std::string_view s)
 {
     std::string out;
     out.reserve(s.size() + 2);
     out += '"';
-    for (unsigned char c : s) {
+    size_t i = 0;
+    while (i < s.size()) {
+        // Runs of characters that need no escaping are copied at once (names and paths nearly always are).
+        size_t j = i;
+        while (j < s.size() && plain(static_cast<unsigned char>(s[j])))
+            j++;
+        out.append(s.data() + i, j - i);
+        if (j == s.size())
+            break;
+        auto c = static_cast<unsigned char>(s[j]);
         switch (c) {
         case '"': out += "\\\""; break;
         case '\\': out += "\\\\"; break;
         case '\n': out += "\\n"; break;
         case '\t': out += "\\t"; break;
         case '\r': out += "\\r"; break;
-        default:
-            if (c < 0x20 || c >= 0x7f)
-                out += fmt::format("\\u{:04x}", c); // bytes from the target are not trusted to be UTF-8
-            else
-                out += static_cast<char>(c);
+        default: out += fmt::format("\\u{:04x}", c); // bytes from the target are not trusted to be UTF-8
         }
+        i = j + 1;
     }
     out += '"';
     return out;

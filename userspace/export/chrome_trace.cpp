@@ -11,12 +11,15 @@ ChromeTraceWriter::ChromeTraceWriter(OutputFile& out, uint64_t t0_ns) : out_(out
     out_.write("{\"traceEvents\":[\n");
 }
 
+// Appends one event (an empty one: already appended, just flush when due).
 void ChromeTraceWriter::event(const std::string& json)
 {
-    if (!first_)
-        buf_ += ",\n";
-    first_ = false;
-    buf_ += json;
+    if (!json.empty()) {
+        if (!first_)
+            buf_ += ",\n";
+        first_ = false;
+        buf_ += json;
+    }
     if (buf_.size() > (1 << 16)) {
         out_.write(buf_);
         buf_.clear();
@@ -30,24 +33,40 @@ void ChromeTraceWriter::span(const model::Span& s)
     threads_.emplace(s.pid, s.tid);
     uint64_t start = s.start_ns > t0_ns_ ? s.start_ns - t0_ns_ : 0;
     uint64_t dur = s.end_ns > s.start_ns ? s.end_ns - s.start_ns : 0;
+    // Built in place (this is the export's inner loop): keys known here are plain ASCII, written as they are.
     std::string args;
-    auto add = [&](const std::string& k, const std::string& v) {
-        args += fmt::format("{}{}:{}", args.empty() ? "" : ",", json_string(k), v);
+    args.reserve(256);
+    auto out = std::back_inserter(args);
+    auto key = [&](std::string_view k) {
+        if (!args.empty())
+            args += ',';
+        args += '"';
+        args.append(k);
+        args += "\":";
     };
     if (s.sample >= 0)
-        add("sample", std::to_string(s.sample));
+        key("sample"), fmt::format_to(out, "{}", s.sample);
     if (s.sample_id)
-        add("sample_id", std::to_string(s.sample_id));
-    for (const auto& [k, v] : s.args)
-        add(k, v);
+        key("sample_id"), fmt::format_to(out, "{}", s.sample_id);
+    for (const auto& [k, v] : s.args) {
+        if (!args.empty())
+            args += ',';
+        args += json_string(k);
+        args += ':';
+        args += v;
+    }
     if (s.has_counters) {
-        add("cpu_ms", fmt::format("{:.4f}", static_cast<double>(s.counters.cpu_ns) / 1e6));
-        add("minor_faults", std::to_string(s.counters.minor_faults));
-        add("major_faults", std::to_string(s.counters.major_faults));
-        add("voluntary_cs", std::to_string(s.counters.voluntary_cs));
-        add("involuntary_cs", std::to_string(s.counters.involuntary_cs));
-        for (size_t k = 0; k < counter_names_.size() && k < model::kMaxPerfCounters; k++)
-            add(counter_names_[k], std::to_string(s.counters.perf[k]));
+        key("cpu_ms"), fmt::format_to(out, "{:.4f}", static_cast<double>(s.counters.cpu_ns) / 1e6);
+        key("minor_faults"), fmt::format_to(out, "{}", s.counters.minor_faults);
+        key("major_faults"), fmt::format_to(out, "{}", s.counters.major_faults);
+        key("voluntary_cs"), fmt::format_to(out, "{}", s.counters.voluntary_cs);
+        key("involuntary_cs"), fmt::format_to(out, "{}", s.counters.involuntary_cs);
+        for (size_t k = 0; k < counter_names_.size() && k < model::kMaxPerfCounters; k++) {
+            if (!args.empty())
+                args += ',';
+            args += json_string(counter_names_[k]);
+            fmt::format_to(out, ":{}", s.counters.perf[k]);
+        }
     }
     const char* cat = model::category(s.kind);
     if (s.kind == model::SpanKind::Consumed) {
@@ -56,9 +75,14 @@ void ChromeTraceWriter::span(const model::Span& s)
                           cat, json_string(s.name), s.pid, s.tid, us(start), args));
         return;
     }
-    event(fmt::format("{{\"ph\":\"X\",\"cat\":\"{}\",\"name\":{},\"pid\":{},\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},"
-                      "\"args\":{{{}}}}}",
-                      cat, json_string(s.name), s.pid, s.tid, us(start), us(dur), args));
+    if (!first_)
+        buf_ += ",\n";
+    first_ = false;
+    fmt::format_to(std::back_inserter(buf_),
+                   "{{\"ph\":\"X\",\"cat\":\"{}\",\"name\":{},\"pid\":{},\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},"
+                   "\"args\":{{{}}}}}",
+                   cat, json_string(s.name), s.pid, s.tid, us(start), us(dur), args);
+    event("");
     // Counter tracks: each op's counter deltas, as a step at its start on a per-process track.
     if (s.kind == model::SpanKind::Op && s.has_counters && !counter_names_.empty()) {
         std::string values;
