@@ -39,7 +39,7 @@ static int quiet_libbpf(enum libbpf_print_level, const char* fmt, va_list ap)
 }
 
 Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<CounterSpec>& counters,
-             bool inline_calls)
+             ProbeFeatures features)
     : interp_(interp), sink_(std::move(sink))
 {
     libbpf_set_print(quiet_libbpf);
@@ -54,7 +54,12 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     }
     skel_->rodata->nr_perf = static_cast<uint32_t>(counters.size());
     skel_->rodata->nr_cpus = static_cast<uint32_t>(ncpu);
-    skel_->rodata->inline_calls = inline_calls ? 1 : 0;
+    skel_->rodata->inline_calls = features.inline_calls ? 1 : 0;
+    bpf_program__set_autoload(skel_->progs.py_resume, features.inline_calls);
+    bpf_program__set_autoload(skel_->progs.py_retval, features.inline_calls);
+    bpf_program__set_autoload(skel_->progs.native_entry, features.native);
+    bpf_program__set_autoload(skel_->progs.native_return, features.native);
+    bpf_program__set_autoload(skel_->progs.on_sample, features.sampling);
     bpf_map__set_max_entries(skel_->maps.lotus_perf, static_cast<uint32_t>(LOTUS_MAX_PERF * ncpu));
     if (int err = lotus_bpf__load(skel_)) {
         close();

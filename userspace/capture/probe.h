@@ -28,15 +28,21 @@ struct CaptureStats {
 // Throws CaptureError unless this process may load BPF and open perf events (root, or CAP_BPF+CAP_PERFMON).
 void check_privileges();
 
+// Programs that only some runs attach are loaded (and verified: most of the attach time) only then.
+struct ProbeFeatures {
+    bool inline_calls = false; // --all-calls where calls are inlined (3.11): attach_inline_calls follows
+    bool native = false;       // attach_native may follow
+    bool sampling = false;     // attach_sampling may follow
+};
+
 class Probe {
 public:
     using Sink = std::function<void(const void* data, size_t len)>;
 
     // Opens and loads the programs for this interpreter's layout; counters (at most LOTUS_MAX_PERF, all
     // available: see choose_counters) are read at every probe. Throws CaptureError.
-    // inline_calls: --all-calls where calls are inlined (3.11): attach_inline_calls follows.
     Probe(const target::Interpreter& interp, Sink sink, const std::vector<CounterSpec>& counters = {},
-          bool inline_calls = false);
+          ProbeFeatures features = {});
     ~Probe();
     Probe(const Probe&) = delete;
     Probe& operator=(const Probe&) = delete;

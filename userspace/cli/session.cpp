@@ -424,7 +424,8 @@ int run_session(const Options& opts)
             if (recorder)
                 recorder->write(data, len);
             engine.consume(data, len);
-        }, counters, handlers.has_value());
+        }, counters, capture::ProbeFeatures{handlers.has_value(), !native_specs.empty(),
+                                               !native_specs.empty() && opts.sample_freq > 0});
         if (!native_specs.empty() || opts.native_map) {
             native = std::make_unique<NativeCapture>(*probe, native_specs, [&](const void* data, size_t len) {
                 if (recorder)
