@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the bundled example: installs, builds, makes a small deterministic JPEG ImageFolder, starts
 # examples/train.py (RandomResizedCrop/RandomHorizontalFlip/ToTensor/Normalize, 2 DataLoader workers, batch
-# 32), attaches to it by PID once it runs, prints the summary and writes the trace (default lotus-trace.json).
+# 32), attaches to it by PID once it runs with the native map and counters on, prints the summary and writes
+# the trace (default lotus-trace.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-lotus-trace.json}"
@@ -15,7 +16,9 @@ trap 'kill $job 2>/dev/null || true; rm -f "$log"' EXIT
 # Attach once the job runs (it prints its pid after importing torch); the tracer follows the DataLoader
 # workers it forks at every epoch and stops when the job exits.
 until grep -q "train.py: pid" "$log"; do sleep 0.1; done
-./build/lotus-bpf --pid "$job" -o "$out"
+# --native-map: which native functions (libjpeg, Pillow, libtorch) each op ran; --counters: per-op counters
+# (software events on machines without a PMU).
+./build/lotus-bpf --pid "$job" -o "$out" --native-map --counters default
 wait "$job"
 trap - EXIT
 echo "Open $out in https://ui.perfetto.dev or chrome://tracing."

@@ -105,10 +105,16 @@ void NativeCapture::on_event(const void* data, size_t len)
         on_library_open(data, len);
     } else if (h->type == LOTUS_EV_SAMPLE && len >= sizeof(lotus_sample)) {
         auto* s = static_cast<const lotus_sample*>(data);
+        // Callers are only looked at when the leaf has no name (the engine's rule); without frame pointers
+        // they are mostly noise, and each new one would cost a lookup and a record.
         for (uint32_t i = 0; i < s->nr_ips && i < LOTUS_STACK_DEPTH; i++) {
+            if (i == 1 && leaf_named_.count({h->tgid, s->ip[0]}))
+                break;
             if (!resolved_.insert({h->tgid, s->ip[i]}).second)
                 continue;
             auto f = symbolizer_.resolve(h->tgid, s->ip[i]);
+            if (i == 0 && !f.function.empty())
+                leaf_named_.insert({h->tgid, s->ip[0]});
             model::RecordSymbol rec{};
             rec.type = model::kRecordSymbol;
             rec.tgid = h->tgid;

@@ -38,7 +38,8 @@ private:
     Emit emit_;
     target::Symbolizer symbolizer_;
     std::set<std::string> libraries_; // already resolved (attached or found empty)
-    std::set<std::pair<uint32_t, uint64_t>> resolved_; // (pid, ip): symbol records already written
+    std::set<std::pair<uint32_t, uint64_t>> resolved_;   // (pid, ip): symbol records already written
+    std::set<std::pair<uint32_t, uint64_t>> leaf_named_; // ... of which these have a function name
     uint32_t functions_ = 0, refused_ = 0;
     double attach_s_ = 0;
 };
