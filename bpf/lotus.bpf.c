@@ -618,22 +618,42 @@ int BPF_KRETPROBE(py_return)
     return emit_return(ts, depth, PT_REGS_RC(ctx));
 }
 
+/* The frame an opcode handler runs for, when it is an inlined one of a traced thread whose state we know
+ * (frames entered from C have is_entry set: the evaluator's own probes cover them); else 0. */
+struct inlined {
+    __u32 tgid, tid;
+    struct thread_frames *tf;
+    struct thread_state *ts;
+};
+
+static __always_inline __u64 inlined_frame(struct inlined *in)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    in->tgid = id >> 32;
+    in->tid = (__u32)id;
+    if (!bpf_map_lookup_elem(&lotus_traced, &in->tgid))
+        return 0;
+    in->tf = bpf_map_lookup_elem(&lotus_frames, &in->tid);
+    in->ts = bpf_map_lookup_elem(&lotus_threads, &in->tid);
+    if (!in->tf || !in->ts || !in->tf->tstate)
+        return 0;
+    __u64 frame = caller_frame(in->tf->tstate);
+    __u8 is_entry = 1;
+    if (!frame || bpf_probe_read_user(&is_entry, 1, (void *)(frame + layout.frame_is_entry)) || is_entry)
+        return 0;
+    return frame;
+}
+
 /* --all-calls (3.11): the RESUME / RESUME_QUICK handlers, run first by every frame; inlined calls only (frames
  * entered from C have is_entry set and are the uprobe above's). cframe->current_frame is the new frame here. */
 SEC("uprobe")
 int BPF_KPROBE(py_resume)
 {
-    __u64 id = bpf_get_current_pid_tgid();
-    __u32 tgid = id >> 32, tid = (__u32)id;
-    if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
-        return 0;
-    struct thread_frames *tf = bpf_map_lookup_elem(&lotus_frames, &tid);
-    struct thread_state *ts = bpf_map_lookup_elem(&lotus_threads, &tid);
-    if (!tf || !ts || !tf->tstate)
-        return 0;
-    __u64 frame = caller_frame(tf->tstate);
-    __u8 is_entry = 1;
-    if (!frame || bpf_probe_read_user(&is_entry, 1, (void *)(frame + layout.frame_is_entry)) || is_entry)
+    struct inlined in = {};
+    __u64 frame = inlined_frame(&in);
+    struct thread_frames *tf = in.tf;
+    struct thread_state *ts = in.ts;
+    if (!frame || !tf || !ts)
         return 0;
     __u64 caller = read_ptr(frame + layout.frame_previous);
     __u32 depth = caller ? depth_above(tf, ts->depth, caller) : 0;
@@ -645,24 +665,18 @@ int BPF_KPROBE(py_resume)
     ts->emitted &= ~(~0ull << depth);
     set_frame(tf, depth, frame);
     tf->c_mask &= ~(~0ull << depth);
-    return emit_entry(tgid, tid, ts, depth, frame, caller);
+    return emit_entry(in.tgid, in.tid, ts, depth, frame, caller);
 }
 
 SEC("uprobe")
 int BPF_KPROBE(py_retval)
 {
-    __u64 id = bpf_get_current_pid_tgid();
-    __u32 tgid = id >> 32, tid = (__u32)id;
-    if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
-        return 0;
-    struct thread_frames *tf = bpf_map_lookup_elem(&lotus_frames, &tid);
-    struct thread_state *ts = bpf_map_lookup_elem(&lotus_threads, &tid);
-    if (!tf || !ts || !tf->tstate)
-        return 0;
-    __u64 frame = caller_frame(tf->tstate);
-    __u8 is_entry = 1;
-    if (!frame || bpf_probe_read_user(&is_entry, 1, (void *)(frame + layout.frame_is_entry)) || is_entry)
-        return 0; /* a frame entered from C returns through the uretprobe */
+    struct inlined in = {};
+    __u64 frame = inlined_frame(&in);
+    struct thread_frames *tf = in.tf;
+    struct thread_state *ts = in.ts;
+    if (!frame || !tf || !ts)
+        return 0; /* not inlined: a frame entered from C returns through the uretprobe */
     __u32 d = depth_above(tf, ts->depth, frame);
     if (!d)
         return 0;

@@ -1,7 +1,5 @@
 #include "session.h"
 
-#include "rules_file.h"
-
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
@@ -16,6 +14,7 @@
 #include "capture/perf_events.h"
 #include "capture/probe.h"
 #include "native_capture.h"
+#include "report.h"
 #include "export/chrome_trace.h"
 #include "export/record_file.h"
 #include "common/json.h"
@@ -93,31 +92,6 @@ std::vector<uint8_t> resolve_locals(uint32_t tgid, uint64_t code, const std::vec
     return slots;
 }
 
-// --coarse keeps batches, waits and their arrows; --window keeps spans that start inside it.
-bool in_trace(const model::Span& s, const Options& opts, uint64_t t0)
-{
-    using K = model::SpanKind;
-    if (opts.coarse && s.kind != K::Batch && s.kind != K::Wait && s.kind != K::Consumed)
-        return false;
-    double start_s = s.start_ns > t0 ? static_cast<double>(s.start_ns - t0) / 1e9 : 0;
-    return start_s >= opts.window_start_s && (opts.window_end_s <= 0 || start_s < opts.window_end_s);
-}
-
-// The tracer's own peak resident memory (VmHWM), for the trace's metadata and the benchmark.
-long peak_rss_kb()
-{
-    FILE* f = fopen("/proc/self/status", "r");
-    if (!f)
-        return -1;
-    char line[256];
-    long kb = -1;
-    while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
-            break;
-    fclose(f);
-    return kb;
-}
-
 // LOTUS_DEBUG_EVENTS=1: one line per record on stderr, to debug a reconstruction from its events.
 void dump_event(const void* data, size_t len)
 {
@@ -136,177 +110,6 @@ void dump_event(const void* data, size_t len)
 }
 
 } // namespace
-
-// No trace file wanted: the writer still runs (same code path), into /dev/null.
-std::string trace_path(const Options& opts) { return opts.output.empty() ? "/dev/null" : opts.output; }
-
-// Writes the trace's end and prints the summary (live and replayed runs alike).
-void report(const Options& opts, exporter::OutputFile& out, exporter::ChromeTraceWriter& trace,
-            exporter::Summary& summary, model::Engine& engine, const model::Rules& rules,
-            std::map<std::string, std::string> other, uint64_t lost)
-{
-    engine.finish();
-    const auto& c = engine.counters();
-    summary.set_native_map(engine.native_map().table());
-    if (engine.counters().samples)
-        other["native_map"] = summary.native_map_json();
-    if (!summary.counter_rows().empty())
-        other["counters"] = summary.counters_json();
-    other["incomplete_spans"] = std::to_string(c.incomplete + c.lost_returns);
-    other["samples"] = std::to_string(engine.samples());
-    trace.finish(engine.processes(), other);
-    out.close();
-
-    if (!opts.print_summary) {
-        if (!opts.record.empty())
-            fmt::print(stderr, "lotus-bpf: wrote {} events ({} lost) to {}\n", other["events"], lost, opts.record);
-        else
-            fmt::print(stderr, "lotus-bpf: wrote {}\n", opts.output);
-        if (!opts.summary_json.empty()) {
-            exporter::OutputFile js(opts.summary_json);
-            js.write(summary.json(engine.processes(), nullptr, other));
-            js.close();
-        }
-        return;
-    }
-    std::vector<std::string> notes;
-    notes.push_back(fmt::format("\n{} events, {} lost (ring buffer full); stopped: {}; trace: {}", other["events"], lost,
-                                other["stop_reason"].substr(1, other["stop_reason"].size() - 2),
-                                opts.output.empty() ? "none" : opts.output));
-    if (lost)
-        notes.push_back("Spans that lost an event are left out, never guessed.");
-    for (const auto& s : rules.unmatched_spans())
-        notes.push_back(fmt::format("--span '{}' was never seen: no matching function entered the interpreter from "
-                                    "C. Functions called only from Python are inlined by CPython 3.11+ and "
-                                    "invisible to the default probes.",
-                                    s));
-    if (c.incomplete + c.lost_returns)
-        notes.push_back(fmt::format("{} span(s) were still open at the end or lost their return and are not in "
-                                    "the trace.",
-                                    c.incomplete + c.lost_returns));
-    auto batches = exporter::summarize_batches(engine.batches().stats(), engine.processes(), summary.rows());
-    const exporter::BatchSummary* bs =
-        engine.batches().seen() || !engine.batches().stats().wait_ns.empty() ? &batches : nullptr;
-    summary.print(stdout, engine.processes(), bs, notes);
-    if (!opts.summary_json.empty()) {
-        exporter::OutputFile js(opts.summary_json);
-        js.write(summary.json(engine.processes(), bs, other));
-        js.close();
-    }
-    fflush(stdout);
-}
-
-std::pair<std::vector<std::string>, std::vector<std::string>> rule_lists(const Options& opts)
-{
-    std::vector<std::string> pipelines = opts.pipeline_classes, spans = opts.spans;
-    if (!opts.rules_file.empty()) {
-        auto file = load_rules_file(opts.rules_file);
-        pipelines.insert(pipelines.end(), file.pipelines.begin(), file.pipelines.end());
-        spans.insert(spans.end(), file.spans.begin(), file.spans.end());
-    }
-    return {pipelines, spans};
-}
-
-int replay_into(const Options& opts, exporter::RecordReader& in);
-
-int replay(const Options& opts)
-{
-    exporter::RecordReader in(opts.replay);
-    try {
-        return replay_into(opts, in);
-    } catch (const exporter::RecordError&) {
-        if (!opts.output.empty())
-            unlink(opts.output.c_str()); // no half-written trace from a corrupt record file
-        throw;
-    }
-}
-
-int replay_into(const Options& opts, exporter::RecordReader& in)
-{
-    auto [pipelines, span_rules] = rule_lists(opts);
-    auto meta = nlohmann::json::parse(in.header().meta_json, nullptr, false);
-    auto strings = [&](const char* key) {
-        std::vector<std::string> out;
-        if (meta.is_object() && meta.contains(key) && meta[key].is_array())
-            for (const auto& n : meta[key])
-                if (n.is_string())
-                    out.push_back(n.get<std::string>());
-        return out;
-    };
-    // The rules the capture ran with (they decided what BPF emitted), plus any given now.
-    for (auto& p : strings("pipelines"))
-        pipelines.push_back(p);
-    for (auto& sp : strings("spans"))
-        span_rules.push_back(sp);
-    exporter::check_writable(trace_path(opts));
-    if (!opts.summary_json.empty())
-        exporter::check_writable(opts.summary_json);
-    exporter::OutputFile out(trace_path(opts));
-    model::Rules rules(pipelines, span_rules);
-    uint64_t t0 = in.header().t0_ns;
-    exporter::ChromeTraceWriter trace(out, t0);
-    exporter::Summary summary;
-    trace.set_counter_names(strings("counters"));
-    summary.set_counter_names(strings("counters"));
-    std::vector<uint8_t> slots; // the capture slots recorded right after the CODE record being consumed
-    model::Engine engine(
-        rules,
-        [&](const model::Span& s) {
-            summary.add(s);
-            if (in_trace(s, opts, t0))
-                trace.span(s);
-        },
-        [&](uint32_t, uint64_t, model::CodeRole& r) {
-            if (!r.capture_locals.empty())
-                r.capture_slots.assign(slots.begin(), slots.begin() + std::min(slots.size(), r.capture_locals.size()));
-        });
-    std::vector<uint8_t> rec, next;
-    bool have_next = in.next(next);
-    uint64_t events = 0, captured = 0, lost = 0;
-    while (have_next) {
-        rec.swap(next);
-        have_next = in.next(next);
-        auto* h = reinterpret_cast<const lotus_event_header*>(rec.data());
-        if (h->type == exporter::kRecordProcess && rec.size() >= sizeof(exporter::RecordProcess)) {
-            auto* p = reinterpret_cast<const exporter::RecordProcess*>(rec.data());
-            engine.add_process(p->pid, p->parent, p->root != 0);
-            continue;
-        }
-        if (h->type == exporter::kRecordSlots)
-            continue; // consumed with the CODE record before it
-        if (h->type == exporter::kRecordEnd && rec.size() >= sizeof(exporter::RecordEnd)) {
-            auto* end = reinterpret_cast<const exporter::RecordEnd*>(rec.data());
-            captured = end->submitted;
-            lost = end->lost;
-            continue;
-        }
-        slots.clear();
-        if (h->type == LOTUS_EV_CODE && have_next && next.size() >= sizeof(exporter::RecordSlots) &&
-            reinterpret_cast<const lotus_event_header*>(next.data())->type == exporter::kRecordSlots) {
-            auto* sl = reinterpret_cast<const exporter::RecordSlots*>(next.data());
-            slots.assign(sl->slots, sl->slots + sizeof(sl->slots));
-        }
-        events++;
-        engine.consume(rec.data(), rec.size());
-    }
-    auto str = [&](const char* k) {
-        return exporter::json_string(meta.is_object() && meta.contains(k) && meta[k].is_string() ? meta[k].get<std::string>()
-                                                                                                : std::string("?"));
-    };
-    std::map<std::string, std::string> other{
-        {"tool", "\"lotus-bpf " LOTUS_VERSION "\""},
-        {"target_pid", std::to_string(in.header().root_pid)},
-        {"python", str("python")},
-        {"interpreter", str("interpreter")},
-        {"layout", str("layout")},
-        {"events", std::to_string(captured ? captured : events)},
-        {"lost_events", std::to_string(lost)},
-        {"stop_reason", exporter::json_string("replayed " + opts.replay)},
-        {"tracer_peak_rss_kb", std::to_string(peak_rss_kb())},
-    };
-    report(opts, out, trace, summary, engine, rules, other, lost);
-    return 0;
-}
 
 int run_session(const Options& opts)
 {
