@@ -166,17 +166,20 @@ bool Probe::is_traced(uint32_t tgid) const
 void Probe::attach_python()
 {
     // pid -1: every process mapping the interpreter gets the breakpoint, so that forked workers are seen;
-    // BPF drops the events of processes outside the traced set.
-    LIBBPF_OPTS(bpf_uprobe_opts, entry_opts, .retprobe = false);
-    skel_->links.py_entry = bpf_program__attach_uprobe_opts(skel_->progs.py_entry, -1, interp_.object_path.c_str(),
-                                                            interp_.eval_offset, &entry_opts);
-    if (!skel_->links.py_entry)
-        throw CaptureError(fmt::format("cannot attach a uprobe to {}: {}", interp_.object_path, strerror(errno)));
+    // BPF drops the events of processes outside the traced set. The return probe goes first: the kernel hooks
+    // a call's return when the call begins, so a call whose entry is seen must begin with the return probe in
+    // place (returns without a seen entry are ignored in BPF). The other order loses the return of a call
+    // that begins between the two attachments, which left every later span of that thread nested in it.
     LIBBPF_OPTS(bpf_uprobe_opts, ret_opts, .retprobe = true);
     skel_->links.py_return = bpf_program__attach_uprobe_opts(skel_->progs.py_return, -1, interp_.object_path.c_str(),
                                                              interp_.eval_offset, &ret_opts);
     if (!skel_->links.py_return)
         throw CaptureError(fmt::format("cannot attach a uretprobe to {}: {}", interp_.object_path, strerror(errno)));
+    LIBBPF_OPTS(bpf_uprobe_opts, entry_opts, .retprobe = false);
+    skel_->links.py_entry = bpf_program__attach_uprobe_opts(skel_->progs.py_entry, -1, interp_.object_path.c_str(),
+                                                            interp_.eval_offset, &entry_opts);
+    if (!skel_->links.py_entry)
+        throw CaptureError(fmt::format("cannot attach a uprobe to {}: {}", interp_.object_path, strerror(errno)));
 }
 
 void Probe::attach_inline_calls(const std::vector<uint64_t>& resume_offsets, uint64_t return_offset)
@@ -210,20 +213,21 @@ void Probe::attach_sampling(const CounterSpec& event, uint64_t freq)
 
 bool Probe::attach_native(const std::string& path, uint64_t offset, uint32_t cookie)
 {
-    LIBBPF_OPTS(bpf_uprobe_opts, entry_opts, .bpf_cookie = cookie, .retprobe = false);
-    bpf_link* in = bpf_program__attach_uprobe_opts(skel_->progs.native_entry, -1, path.c_str(), offset, &entry_opts);
-    if (!in)
-        return false;
+    // Return probe first, as for the interpreter (attach_python).
     LIBBPF_OPTS(bpf_uprobe_opts, ret_opts, .bpf_cookie = cookie, .retprobe = true);
     bpf_link* out = bpf_program__attach_uprobe_opts(skel_->progs.native_return, -1, path.c_str(), offset, &ret_opts);
-    if (!out) {
+    if (!out)
+        return false;
+    LIBBPF_OPTS(bpf_uprobe_opts, entry_opts, .bpf_cookie = cookie, .retprobe = false);
+    bpf_link* in = bpf_program__attach_uprobe_opts(skel_->progs.native_entry, -1, path.c_str(), offset, &entry_opts);
+    if (!in) {
         int err = errno;
-        bpf_link__destroy(in);
+        bpf_link__destroy(out);
         errno = err;
         return false;
     }
-    links_.push_back(in);
     links_.push_back(out);
+    links_.push_back(in);
     return true;
 }
 
