@@ -117,7 +117,13 @@ static __always_inline __u64 read_ptr(__u64 addr)
 
 static __always_inline __u64 frame_code(__u64 frame)
 {
-    return read_ptr(frame + layout.frame_code) & ~layout.code_tag_mask;
+    return read_ptr(frame + layout.frame_code) & ~layout.stackref_tag_mask;
+}
+
+/* localsplus[slot] of a frame: the object, without the tag bits of a _PyStackRef (3.14+). */
+static __always_inline __u64 frame_local(__u64 frame, __u64 slot)
+{
+    return read_ptr(frame + layout.frame_localsplus + slot * 8) & ~layout.stackref_tag_mask;
 }
 
 /* Reads a Python str into buf. Returns the kind byte of lotus_code_info. */
@@ -316,7 +322,7 @@ static __always_inline void read_counters(struct lotus_counters *out, __u32 tid)
 /* localsplus[slot] of a frame if it is a Python int that fits 60 bits, else LOTUS_NO_VALUE. */
 __noinline __s64 read_small_int(__u64 frame, __u32 slot)
 {
-    __u64 obj = read_ptr(frame + layout.frame_localsplus + (__u64)(slot & 63) * 8);
+    __u64 obj = frame_local(frame, slot & 63);
     __u64 type = read_ptr(obj + layout.object_type);
     __u64 flags = 0;
     if (!type || bpf_probe_read_user(&flags, sizeof(flags), (void *)(type + layout.type_flags)))
@@ -471,10 +477,10 @@ static __always_inline int emit_entry(__u32 tgid, __u32 tid, struct thread_state
     e->frame = frame;
     e->code = code;
     e->depth = depth;
-    __u64 self_obj = read_ptr(frame + layout.frame_localsplus);
+    __u64 self_obj = frame_local(frame, 0);
     __u64 self_type = read_ptr(self_obj + layout.object_type);
     e->self_obj = self_obj;
-    e->arg1_obj = read_ptr(frame + layout.frame_localsplus + 8);
+    e->arg1_obj = frame_local(frame, 1);
     e->self_type = self_type;
     e->chain_len = 0;
     e->capture_count = 0;

@@ -177,7 +177,7 @@ struct lotus_py_layout {
     __s32 frame_owner;            /* owner byte */
     __s32 frame_localsplus;
     __s32 owner_cstack;           /* owner value of C-stack shim frames to skip; -1 if none */
-    __u64 code_tag_mask;          /* bits to clear from f_executable (tagged _PyStackRef in 3.14) */
+    __u64 stackref_tag_mask;      /* tag bits to clear from _PyStackRef values: f_executable, localsplus (3.14+) */
     __s32 code_name;              /* co_qualname, or co_name where there is none */
     __s32 code_filename;
     __s32 code_firstlineno;

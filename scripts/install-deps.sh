@@ -7,6 +7,7 @@ pkgs=(
   libgtest-dev nlohmann-json3-dev python3-jsonschema
   python3 python3-torch python3-torchvision python3-pil python3-numpy
   libc6-dbg  # detached symbols of libc: names memcpy & co. in the native map
+  curl xz-utils patchelf  # scripts/install-python3.14.sh (Debian unstable's CPython 3.14 for the version tests)
 )
 missing=()
 for p in "${pkgs[@]}"; do

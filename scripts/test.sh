@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
+bash scripts/install-python3.14.sh >/dev/null  # Debian's CPython 3.14 for the version tests (into /opt/lotus-bpf)
 cd build
 ctest --output-on-failure "$@"

@@ -1,6 +1,6 @@
 """Every supported CPython: a pure-Python pipeline (a user's Compose-like class of transform classes, run in the
 main process and in two multiprocessing workers) gives exact span counts on each interpreter, static
-(Debian's /usr/bin/python3.11) or shared libpython (pyenv)."""
+(Debian's /usr/bin/python3.11 and Debian unstable's python3.14) or shared libpython (pyenv)."""
 import os
 import subprocess
 import unittest
@@ -15,6 +15,8 @@ INTERPRETERS = {
     "3.11-static": "/usr/bin/python3.11",
     "3.12": "/root/.pyenv/versions/3.12.1/bin/python3.12",
     "3.13": "/root/.pyenv/versions/3.13.0/bin/python3.13",
+    # Debian's own 3.14, unpacked with its glibc by scripts/install-python3.14.sh (called by scripts/test.sh)
+    "3.14-static": "/opt/lotus-bpf/python3.14/usr/bin/python3.14",
 }
 
 
@@ -30,9 +32,10 @@ class Versions(BpfTestCase):
                 self.assertEqual(r.returncode, 0, r.stderr)
                 trace = load_trace(out)
                 self.assertTrue(trace["otherData"]["python"].startswith(name.split("-")[0]), trace["otherData"])
-                if name != "3.11-static":
+                if not name.endswith("-static"):
                     self.assertIn("libpython", trace["otherData"]["interpreter"])
-                self.assertEqual(trace["otherData"]["layout"], "_Py_DebugOffsets" if name == "3.13" else "table")
+                self.assertEqual(trace["otherData"]["layout"],
+                                 "_Py_DebugOffsets" if name in ("3.13", "3.14-static") else "table")
                 root = trace["otherData"]["target_pid"]
                 per_pid = Counter(s["pid"] for s in spans(trace, "sample"))
                 self.assertEqual(per_pid.pop(root, 0), n)
@@ -46,7 +49,7 @@ class Versions(BpfTestCase):
 
     def test_all_calls_sees_functions_called_only_from_python(self):
         work = os.path.join(os.path.dirname(WORKLOAD), "span_calls.py")
-        for name in ("3.10", "3.11", "3.12", "3.13"):
+        for name in ("3.10", "3.11", "3.12", "3.13", "3.14-static"):
             with self.subTest(interpreter=name):
                 out = self.path(f"all-{name}.json")
                 r = run_lotus(["-q", "-o", out, "--all-calls", "--span", "helper", "--", INTERPRETERS[name], work])
@@ -95,6 +98,29 @@ class Versions(BpfTestCase):
         finally:
             job.kill()
             job.wait()
+
+    def test_attach_to_a_running_3_14(self):
+        # --pid on Debian's 3.14 (tagged f_executable, layout from its _Py_DebugOffsets): every sample seen
+        # while attached has both ops; at most one sample is cut at each end of the window.
+        job = subprocess.Popen([INTERPRETERS["3.14-static"], PURE, "--loop", "30"], stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(job.stdout.readline().strip(), "ready")
+            out = self.path("attach-3.14.json")
+            r = run_lotus(["-q", "-o", out, "--pipeline", "Pipeline", "--pid", str(job.pid), "-d", "2"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("CPython 3.14", r.stderr)
+            trace = load_trace(out)
+            samples = len(spans(trace, "sample"))
+            ops = Counter(s["name"] for s in spans(trace, "op"))
+            self.assertGreater(samples, 1000, r.stdout + r.stderr)
+            self.assertLessEqual(abs(ops["Scale"] - samples), 1)
+            self.assertLessEqual(abs(ops["Shift"] - samples), 1)
+            assert_nested(self, trace)
+            self.assert_detached()
+        finally:
+            job.kill()
+            job.wait()
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -98,25 +98,26 @@ TEST(Interpreter, NotPythonIsRefused)
 
 namespace {
 
-// A _Py_DebugOffsets buffer as CPython 3.13 would lay it out, from a layout row.
-std::vector<uint8_t> crafted(const lotus_py_layout& l)
+// A _Py_DebugOffsets buffer as CPython 3.<minor> would lay it out, from a layout row.
+std::vector<uint8_t> crafted(const lotus_py_layout& l, int minor = 13)
 {
-    std::vector<uint64_t> w(kDebugOffsetsBytes / 8, 0);
+    const DebugOffsetsGroups* g = debug_offsets_groups(minor);
+    std::vector<uint64_t> w(g->end, 0);
     memcpy(w.data(), "xdebugpy", 8);
-    w[1] = 0x030D00F0;
-    size_t t = 3 + 3 + 13, f = t + 9, c = f + 6, o = c + 10, ty = o + 2, tu = ty + 4, lo = tu + 3 + 3 + 3 + 2,
-           u = lo + 3 + 3;
+    w[1] = 0x030000F0 | uint64_t(minor) << 16;
+    size_t t = g->thread_state, f = g->interpreter_frame, c = g->code_object, o = g->pyobject, ty = g->type_object,
+           tu = g->tuple_object, lo = g->long_object, u = g->unicode_object;
     w[t] = 400, w[t + 4] = static_cast<uint64_t>(l.tstate_current_frame);
-    w[f] = 80, w[f + 1] = static_cast<uint64_t>(l.frame_previous), w[f + 2] = static_cast<uint64_t>(l.frame_code);
+    w[f] = 88, w[f + 1] = static_cast<uint64_t>(l.frame_previous), w[f + 2] = static_cast<uint64_t>(l.frame_code);
     w[f + 4] = static_cast<uint64_t>(l.frame_localsplus), w[f + 5] = static_cast<uint64_t>(l.frame_owner);
     w[c] = 200, w[c + 1] = static_cast<uint64_t>(l.code_filename), w[c + 3] = static_cast<uint64_t>(l.code_name);
     w[c + 5] = static_cast<uint64_t>(l.code_firstlineno), w[c + 7] = static_cast<uint64_t>(l.code_localsplusnames);
     w[o] = 16, w[o + 1] = 8;
     w[ty] = 400, w[ty + 1] = 24, w[ty + 3] = 168;
-    w[tu] = 32, w[tu + 1] = 24, w[tu + 2] = 16;
+    w[tu] = 40, w[tu + 1] = static_cast<uint64_t>(l.tuple_items), w[tu + 2] = 16;
     w[lo] = 32, w[lo + 1] = 16, w[lo + 2] = 24;
     w[u] = 40, w[u + 1] = 32, w[u + 2] = 16, w[u + 3] = 40;
-    std::vector<uint8_t> out(kDebugOffsetsBytes);
+    std::vector<uint8_t> out(w.size() * 8);
     memcpy(out.data(), w.data(), out.size());
     return out;
 }
@@ -139,6 +140,28 @@ TEST(DebugOffsets, ParsesAValidBuffer)
     EXPECT_EQ(l->long_digits, row.long_digits);
 }
 
+TEST(DebugOffsets, EachKnownVersionHasItsOwnGroupPositions)
+{
+    for (int minor : {13, 14}) {
+        auto row = *layout_for({3, minor, 0});
+        auto buf = crafted(row, minor);
+        std::string why;
+        auto l = layout_from_debug_offsets(buf.data(), buf.size(), row, &why);
+        ASSERT_TRUE(l) << minor << ": " << why;
+        EXPECT_EQ(0, memcmp(&*l, &row, sizeof(row))) << minor;
+    }
+    // 3.14's buffer read with 3.13's positions would be garbage: the version decides, not the length
+    auto row14 = *layout_for({3, 14, 0});
+    EXPECT_EQ(row14.tuple_items, 32);
+    EXPECT_EQ(row14.stackref_tag_mask, 3u);
+    // a version whose structure is not known is refused with a reason (the caller falls back to a row, if any)
+    auto future = crafted(row14, 14);
+    future[8 + 2] = 15;
+    std::string why;
+    EXPECT_FALSE(layout_from_debug_offsets(future.data(), future.size(), row14, &why));
+    EXPECT_EQ(why, "no known _Py_DebugOffsets layout for 3.15");
+}
+
 TEST(DebugOffsets, RejectsCorruptBuffersWithAReason)
 {
     auto row = *layout_for({3, 13, 0});
@@ -154,7 +177,7 @@ TEST(DebugOffsets, RejectsCorruptBuffersWithAReason)
     EXPECT_FALSE(layout_from_debug_offsets(old.data(), old.size(), row, &why));
     auto insane = crafted(row);
     uint64_t huge = 1ull << 40;
-    memcpy(insane.data() + (3 + 3 + 13 + 9) * 8, &huge, 8); // interpreter_frame.size
+    memcpy(insane.data() + debug_offsets_groups(13)->interpreter_frame * 8, &huge, 8);
     EXPECT_FALSE(layout_from_debug_offsets(insane.data(), insane.size(), row, &why));
     EXPECT_NE(why.find("out of bounds"), std::string::npos);
     auto ft = crafted(row);
@@ -171,5 +194,18 @@ TEST(DebugOffsets, RealCPython313AgreesWithTheTable)
     auto i = find_interpreter_in_executable("/root/.pyenv/versions/3.13.0/bin/python3.13", "");
     EXPECT_EQ(i.layout_source, "_Py_DebugOffsets");
     auto row = *layout_for({3, 13, 0});
+    EXPECT_EQ(0, memcmp(&i.layout, &row, sizeof(row)));
+}
+
+TEST(DebugOffsets, RealCPython314AgreesWithTheTable)
+{
+    // Debian's own 3.14 (static, stripped), installed by scripts/install-python3.14.sh for the version tests
+    const char* exe = "/opt/lotus-bpf/python3.14/usr/bin/python3.14";
+    if (access(exe, R_OK) != 0)
+        GTEST_SKIP() << "no CPython 3.14 installed (scripts/install-python3.14.sh)";
+    auto i = find_interpreter_in_executable(exe, "");
+    EXPECT_EQ(i.layout_source, "_Py_DebugOffsets");
+    EXPECT_EQ(i.version.minor, 14);
+    auto row = *layout_for({3, 14, 0});
     EXPECT_EQ(0, memcmp(&i.layout, &row, sizeof(row)));
 }

@@ -19,7 +19,7 @@ constexpr Row kRows[] = {
     {3, 10, lotus_py_layout{
         .tstate_cframe = -1, .cframe_current_frame = -1, .tstate_current_frame = 24,
         .frame_code = 32, .frame_previous = 24, .frame_owner = -1, .frame_localsplus = 352,
-        .owner_cstack = -1, .code_tag_mask = 0,
+        .owner_cstack = -1, .stackref_tag_mask = 0,
         .code_name = 112 /* co_name */, .code_filename = 104, .code_firstlineno = 40,
         .object_type = 8, .type_name = 24, .type_flags = 168,
         .unicode_state = 32, .unicode_length = 16, .unicode_ascii_data = 48, .unicode_compact_data = 72,
@@ -30,7 +30,7 @@ constexpr Row kRows[] = {
     {3, 11, lotus_py_layout{
         .tstate_cframe = 56, .cframe_current_frame = 8, .tstate_current_frame = -1,
         .frame_code = 32, .frame_previous = 48, .frame_owner = 69, .frame_localsplus = 72,
-        .owner_cstack = -1, .code_tag_mask = 0,
+        .owner_cstack = -1, .stackref_tag_mask = 0,
         .code_name = 128 /* co_qualname */, .code_filename = 112, .code_firstlineno = 72,
         .object_type = 8, .type_name = 24, .type_flags = 168,
         .unicode_state = 32, .unicode_length = 16, .unicode_ascii_data = 48, .unicode_compact_data = 72,
@@ -41,7 +41,7 @@ constexpr Row kRows[] = {
     {3, 12, lotus_py_layout{
         .tstate_cframe = 56, .cframe_current_frame = 0, .tstate_current_frame = -1,
         .frame_code = 0, .frame_previous = 8, .frame_owner = 70, .frame_localsplus = 72,
-        .owner_cstack = 3, .code_tag_mask = 0,
+        .owner_cstack = 3, .stackref_tag_mask = 0,
         .code_name = 128, .code_filename = 112, .code_firstlineno = 68,
         .object_type = 8, .type_name = 24, .type_flags = 168,
         .unicode_state = 32, .unicode_length = 16, .unicode_ascii_data = 40, .unicode_compact_data = 56,
@@ -52,13 +52,25 @@ constexpr Row kRows[] = {
     {3, 13, lotus_py_layout{
         .tstate_cframe = -1, .cframe_current_frame = -1, .tstate_current_frame = 72,
         .frame_code = 0, .frame_previous = 8, .frame_owner = 70, .frame_localsplus = 72,
-        .owner_cstack = 3, .code_tag_mask = 0,
+        .owner_cstack = 3, .stackref_tag_mask = 0,
         .code_name = 128, .code_filename = 112, .code_firstlineno = 68,
         .object_type = 8, .type_name = 24, .type_flags = 168,
         .unicode_state = 32, .unicode_length = 16, .unicode_ascii_data = 40, .unicode_compact_data = 56,
         .unicode_kind_shift = 2, .unicode_ascii_bit = 6,
         .long_size = 16, .long_digits = 24, .long_tagged = 1,
         .code_localsplusnames = 96, .tuple_size = 16, .tuple_items = 24, .frame_is_entry = -1}},
+    // 3.14: f_executable is a tagged _PyStackRef (low bit; cleared with the low two), frame fields after it
+    // moved (stackpointer), tuples cache their hash (ob_item 32). Values from 3.14.10's _Py_DebugOffsets.
+    {3, 14, lotus_py_layout{
+        .tstate_cframe = -1, .cframe_current_frame = -1, .tstate_current_frame = 72,
+        .frame_code = 0, .frame_previous = 8, .frame_owner = 74, .frame_localsplus = 80,
+        .owner_cstack = 3, .stackref_tag_mask = 3,
+        .code_name = 128, .code_filename = 112, .code_firstlineno = 68,
+        .object_type = 8, .type_name = 24, .type_flags = 168,
+        .unicode_state = 32, .unicode_length = 16, .unicode_ascii_data = 40, .unicode_compact_data = 56,
+        .unicode_kind_shift = 2, .unicode_ascii_bit = 6,
+        .long_size = 16, .long_digits = 24, .long_tagged = 1,
+        .code_localsplusnames = 96, .tuple_size = 16, .tuple_items = 32, .frame_is_entry = -1}},
 };
 
 } // namespace

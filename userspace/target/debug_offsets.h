@@ -10,8 +10,18 @@
 
 namespace lotus::target {
 
-// Bytes of _Py_DebugOffsets that are read (3.13 layout, up to and including unicode_object).
-constexpr size_t kDebugOffsetsBytes = 8 * (3 + 3 + 13 + 9 + 6 + 10 + 2 + 4 + 3 + 3 + 3 + 2 + 3 + 3 + 4);
+// Where each group of _Py_DebugOffsets that lotus-bpf reads starts, in u64 words, for one CPython minor
+// version: the structure grows groups and fields between versions (3.14 added set_object, frame
+// stackpointer/tlbc_index, code co_tlbc, interpreter threads_main and generation counters).
+struct DebugOffsetsGroups {
+    int minor;
+    size_t thread_state, interpreter_frame, code_object, pyobject, type_object, tuple_object, long_object,
+        unicode_object, end;
+};
+// The groups of a minor version, or nullptr when its layout is not known.
+const DebugOffsetsGroups* debug_offsets_groups(int minor);
+// Bytes to read from the target: enough for every known version (a shorter buffer is checked per version).
+constexpr size_t kDebugOffsetsBytes = 8 * 81;
 
 // The layout described by a _Py_DebugOffsets buffer. `base` supplies what the structure does not hold
 // (owner value of C-stack frames, str state bits, int tagging). Returns nullopt, with the reason in *why,

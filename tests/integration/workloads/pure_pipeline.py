@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A pure-Python pipeline (no torch): a Compose-like class of transform classes, run N times in the main
 process and N/2 times in each of two multiprocessing worker processes. Imports before it free code objects whose
-addresses get reused, which a tracer must not confuse with the new ones."""
+addresses get reused, which a tracer must not confuse with the new ones. --loop SECONDS: print 'ready', then run the
+pipeline in the main process for that long (attach tests)."""
 import multiprocessing as mp
 import sys
 
@@ -40,6 +41,16 @@ def work(r):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--loop":
+        import time
+        d = Items()
+        print("ready", flush=True)
+        end = time.time() + float(sys.argv[2])
+        while time.time() < end:
+            for i in range(100):
+                d[i]
+            time.sleep(0.001)
+        sys.exit(0)
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 100
     d = Items()
     for i in range(n):

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs Debian's own CPython 3.14 (from Debian unstable, the only Debian suite that has it) into
+# /opt/lotus-bpf/python3.14 for the version tests, without touching the system: the packages are unpacked there,
+# with unstable's glibc (3.14 needs glibc >= 2.42; this machine has 2.36), and the interpreter's ELF loader path
+# is pointed at that glibc (patchelf) so that it runs as an ordinary process whose executable is python3.14.
+# Idempotent; prints the interpreter's path.
+set -euo pipefail
+dest=${LOTUS_PY314_DIR:-/opt/lotus-bpf/python3.14}
+exe="$dest/usr/bin/python3.14"
+if [ -x "$exe" ] && "$exe" -c 'import multiprocessing' 2>/dev/null; then echo "$exe"; exit 0; fi
+command -v patchelf >/dev/null || { echo "install-python3.14: patchelf missing (scripts/install-deps.sh)" >&2; exit 1; }
+mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+curl -fsS --retry 3 "$mirror/dists/sid/main/binary-amd64/Packages.xz" | xz -d >"$work/Packages"
+# Pool path of a package's current version in unstable.
+filename() {
+  awk -v p="$1" '$0 == "Package: " p {found = 1} found && /^Filename: / {print $2; exit} /^$/ {found = 0}' "$work/Packages"
+}
+rm -rf "$dest.new"
+mkdir -p "$dest.new"
+for p in python3.14-minimal libpython3.14-minimal libpython3.14-stdlib libc6; do
+  f=$(filename "$p")
+  [ -n "$f" ] || { echo "install-python3.14: $p is not in Debian unstable's index" >&2; exit 1; }
+  curl -fsS --retry 3 -o "$work/$p.deb" "$mirror/$f"
+  dpkg-deb -x "$work/$p.deb" "$dest.new"
+done
+libdir='$ORIGIN/../lib/x86_64-linux-gnu'
+patchelf --set-interpreter "$dest/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" --force-rpath --set-rpath "$libdir" \
+  "$dest.new/usr/bin/python3.14"
+rm -rf "$dest"
+mv "$dest.new" "$dest"
+"$exe" -c 'import multiprocessing, sys; assert sys.version_info[:2] == (3, 14)'
+echo "$exe"
