@@ -3,11 +3,17 @@
 # /opt/lotus-bpf/python3.14 for the version tests, without touching the system: the packages are unpacked there,
 # with unstable's glibc (3.14 needs glibc >= 2.42; this machine has 2.36), and the interpreter's ELF loader path
 # is pointed at that glibc (patchelf) so that it runs as an ordinary process whose executable is python3.14.
-# Idempotent; prints the interpreter's path.
+# Debian's python3.14 is a static interpreter; for the shared-libpython case, python3.14-shared is a two-line
+# launcher linked against Debian's libpython3.14.so (what an --enable-shared build or an embedding program is).
+# Idempotent; prints the static interpreter's path.
 set -euo pipefail
 dest=${LOTUS_PY314_DIR:-/opt/lotus-bpf/python3.14}
 exe="$dest/usr/bin/python3.14"
-if [ -x "$exe" ] && "$exe" -c 'import multiprocessing' 2>/dev/null; then echo "$exe"; exit 0; fi
+shared="$dest/usr/bin/python3.14-shared"
+if [ -x "$exe" ] && "$exe" -c 'import multiprocessing' 2>/dev/null && "$shared" -c '' 2>/dev/null; then
+  echo "$exe"
+  exit 0
+fi
 command -v patchelf >/dev/null || { echo "install-python3.14: patchelf missing (scripts/install-deps.sh)" >&2; exit 1; }
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 work=$(mktemp -d)
@@ -19,7 +25,7 @@ filename() {
 }
 rm -rf "$dest.new"
 mkdir -p "$dest.new"
-for p in python3.14-minimal libpython3.14-minimal libpython3.14-stdlib libc6; do
+for p in python3.14-minimal libpython3.14-minimal libpython3.14-stdlib libpython3.14 libc6 libexpat1; do
   f=$(filename "$p")
   [ -n "$f" ] || { echo "install-python3.14: $p is not in Debian unstable's index" >&2; exit 1; }
   curl -fsS --retry 3 -o "$work/$p.deb" "$mirror/$f"
@@ -28,7 +34,16 @@ done
 libdir='$ORIGIN/../lib/x86_64-linux-gnu'
 patchelf --set-interpreter "$dest/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" --force-rpath --set-rpath "$libdir" \
   "$dest.new/usr/bin/python3.14"
+printf 'int Py_BytesMain(int, char **);\nint main(int argc, char **argv) { return Py_BytesMain(argc, argv); }\n' \
+  >"$work/launcher.c"
+# --allow-shlib-undefined: libpython needs symbols of unstable's glibc, which it finds at run time
+gcc -O1 -o "$dest.new/usr/bin/python3.14-shared" "$work/launcher.c" \
+  "$dest.new/usr/lib/x86_64-linux-gnu/libpython3.14.so.1.0" -Wl,--allow-shlib-undefined \
+  -Wl,--dynamic-linker="$dest/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" -Wl,--disable-new-dtags \
+  -Wl,-rpath,"$libdir"
 rm -rf "$dest"
 mv "$dest.new" "$dest"
-"$exe" -c 'import multiprocessing, sys; assert sys.version_info[:2] == (3, 14)'
+for e in "$exe" "$shared"; do
+  "$e" -c 'import multiprocessing, sys; assert sys.version_info[:2] == (3, 14)'
+done
 echo "$exe"
