@@ -1,40 +1,95 @@
 // libFuzzer target: any bytes as a record file, through the reader, the engine and the exporters, as
-// `lotus-bpf export/report` would run them. Must never crash, hang or leak; RecordError is the expected way
-// out for bad input.
+// `lotus-bpf export/report` would run them. Must never crash, hang or leak; RecordError (CodecError for the
+// streams) is the expected way out for bad input. The first byte picks what the rest is:
+//   0: a record file;
+//   1: one block's inflated streams (u32 records, then per stream u32 size + bytes), so that mutations reach
+//      the block decoder behind zlib's checksums.
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <vector>
+
+#include "export/record_codec.h"
 
 #include "export/chrome_trace.h"
 #include "export/record_file.h"
 #include "export/summary.h"
 #include "model/engine.h"
 
+namespace {
+
+// Runs records through the engine and every exporter.
+template <typename Next> void reconstruct(uint64_t t0_ns, Next next)
+{
+    lotus::model::Rules rules({"Pipeline"}, {"*work*"});
+    lotus::exporter::OutputFile out("/dev/null");
+    lotus::exporter::ChromeTraceWriter trace(out, t0_ns);
+    trace.set_counter_names({"task-clock", "page-faults"});
+    lotus::exporter::Summary summary;
+    summary.set_counter_names({"task-clock", "page-faults"});
+    lotus::model::Engine engine(rules, [&](const lotus::model::Span& s) {
+        summary.add(s);
+        trace.span(s);
+    });
+    std::vector<uint8_t> rec;
+    while (next(rec))
+        engine.consume(rec.data(), rec.size());
+    engine.finish();
+    summary.set_native_map(engine.native_map().table());
+    trace.finish(engine.processes(), {});
+    summary.json(engine.processes(), nullptr, {});
+    out.close();
+}
+
+void streams(const uint8_t* data, size_t size)
+{
+    auto u32 = [&](uint32_t& v) {
+        if (size < 4)
+            return false;
+        memcpy(&v, data, 4);
+        data += 4, size -= 4;
+        return true;
+    };
+    uint32_t n = 0;
+    if (!u32(n) || n > lotus::exporter::kMaxBlockRecords)
+        return;
+    lotus::exporter::Streams s;
+    for (auto& st : s) {
+        uint32_t len = 0;
+        if (!u32(len) || len > size)
+            return;
+        st.assign(reinterpret_cast<const char*>(data), len);
+        data += len, size -= len;
+    }
+    try {
+        auto recs = lotus::exporter::decode_streams(s, n);
+        size_t i = 0;
+        reconstruct(0, [&](std::vector<uint8_t>& rec) {
+            if (i == recs.size())
+                return false;
+            rec = recs[i++];
+            return true;
+        });
+    } catch (const lotus::exporter::CodecError&) {
+    }
+}
+
+} // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
 {
-    FILE* f = fmemopen(const_cast<uint8_t*>(data), size, "rb");
+    if (size < 1)
+        return 0;
+    if (data[0] == 1) {
+        streams(data + 1, size - 1);
+        return 0;
+    }
+    FILE* f = fmemopen(const_cast<uint8_t*>(data + 1), size - 1, "rb");
     if (!f)
         return 0;
     try {
         lotus::exporter::RecordReader in(f, "fuzz-input");
-        lotus::model::Rules rules({"Pipeline"}, {"*work*"});
-        lotus::exporter::OutputFile out("/dev/null");
-        lotus::exporter::ChromeTraceWriter trace(out, in.header().t0_ns);
-        trace.set_counter_names({"task-clock", "page-faults"});
-        lotus::exporter::Summary summary;
-        summary.set_counter_names({"task-clock", "page-faults"});
-        lotus::model::Engine engine(rules, [&](const lotus::model::Span& s) {
-            summary.add(s);
-            trace.span(s);
-        });
-        std::vector<uint8_t> rec;
-        while (in.next(rec))
-            engine.consume(rec.data(), rec.size());
-        engine.finish();
-        summary.set_native_map(engine.native_map().table());
-        trace.finish(engine.processes(), {});
-        summary.json(engine.processes(), nullptr, {});
-        out.close();
+        reconstruct(in.header().t0_ns, [&](std::vector<uint8_t>& rec) { return in.next(rec); });
     } catch (const lotus::exporter::RecordError&) {
     }
     return 0;

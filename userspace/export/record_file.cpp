@@ -1,8 +1,10 @@
 #include "record_file.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fmt/format.h>
+#include <zlib.h>
 
 #include "lotus_abi.h"
 
@@ -11,9 +13,15 @@ namespace lotus::exporter {
 namespace {
 
 constexpr char kMagic[8] = {'L', 'O', 'T', 'U', 'S', 'L', 'B', 'T'};
-constexpr uint32_t kFormatVersion = 1;
+// 1: records as captured, each after its u32 length. 2: blocks of compactly encoded records (record_codec.h).
+constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kLegacyVersion = 1;
 constexpr uint32_t kMaxRecord = 1 << 16;
 constexpr uint32_t kMaxMeta = 1 << 20;
+// The writer cuts a block at this many records or bytes: bounded memory, and little lost if the tracer dies.
+constexpr size_t kBlockRecords = 16384;
+constexpr size_t kBlockBytes = 4 << 20;
+constexpr int kDeflateLevel = 6;
 
 } // namespace
 
@@ -44,14 +52,24 @@ void RecordWriter::write(const void* data, size_t len)
 {
     if (!f_ || failed_ || len == 0 || len > kMaxRecord)
         return;
-    uint32_t l = static_cast<uint32_t>(len);
-    failed_ = fwrite(&l, 4, 1, f_) != 1 || fwrite(data, 1, len, f_) != len;
+    block_.add(static_cast<const uint8_t*>(data), len);
+    if (block_.records() >= kBlockRecords || block_.raw_bytes() >= kBlockBytes)
+        flush();
+}
+
+void RecordWriter::flush()
+{
+    if (!f_ || failed_ || block_.records() == 0)
+        return;
+    std::string b = block_.finish(kDeflateLevel);
+    failed_ = fwrite(b.data(), 1, b.size(), f_) != b.size() || fflush(f_) != 0;
 }
 
 void RecordWriter::close()
 {
     if (!f_)
         return;
+    flush();
     bool err = fclose(f_) != 0 || failed_;
     f_ = nullptr;
     if (err)
@@ -63,14 +81,27 @@ RecordReader::RecordReader(const std::string& path) : path_(path)
     f_ = fopen(path.c_str(), "rb");
     if (!f_)
         throw RecordError(fmt::format("cannot read {}: {}", path, strerror(errno)));
-    read_header();
+    read_header_or_close();
 }
 
 RecordReader::RecordReader(FILE* f, const std::string& name) : path_(name), f_(f)
 {
     if (!f_)
         throw RecordError(fmt::format("cannot read {}", name));
-    read_header();
+    read_header_or_close();
+}
+
+// A constructor that throws runs no destructor: the stream is closed here (glibc keeps every open FILE on a
+// list, so a leaked one is not even reported as a leak).
+void RecordReader::read_header_or_close()
+{
+    try {
+        read_header();
+    } catch (...) {
+        fclose(f_);
+        f_ = nullptr;
+        throw;
+    }
 }
 
 void RecordReader::read_header()
@@ -83,7 +114,7 @@ void RecordReader::read_header()
     if (fread(&version, 4, 1, f_) != 1 || fread(&abi, 4, 1, f_) != 1 || fread(&header_.t0_ns, 8, 1, f_) != 1 ||
         fread(&header_.root_pid, 4, 1, f_) != 1 || fread(&meta, 4, 1, f_) != 1)
         throw RecordError(fmt::format("{}: truncated header", path));
-    if (version != kFormatVersion || abi != LOTUS_ABI_VERSION)
+    if ((version != kFormatVersion && version != kLegacyVersion) || abi != LOTUS_ABI_VERSION)
         throw RecordError(fmt::format("{}: record format {} / event ABI {} (this lotus-bpf reads {} / {})", path,
                                       version, abi, kFormatVersion, LOTUS_ABI_VERSION));
     if (meta > kMaxMeta)
@@ -91,7 +122,8 @@ void RecordReader::read_header()
     header_.meta_json.resize(meta);
     if (meta && fread(header_.meta_json.data(), 1, meta, f_) != meta)
         throw RecordError(fmt::format("{}: truncated header", path));
-    offset_ = 28 + meta;
+    offset_ = 32 + meta;
+    legacy_ = version == kLegacyVersion;
 }
 
 RecordReader::~RecordReader()
@@ -101,6 +133,73 @@ RecordReader::~RecordReader()
 }
 
 bool RecordReader::next(std::vector<uint8_t>& record)
+{
+    if (legacy_)
+        return next_legacy(record);
+    while (next_in_block_ >= block_.size()) {
+        if (!read_block())
+            return false;
+    }
+    record = std::move(block_[next_in_block_++]);
+    return true;
+}
+
+bool RecordReader::read_block()
+{
+    block_.clear();
+    next_in_block_ = 0;
+    uint32_t head[2];
+    size_t n = fread(head, 1, sizeof(head), f_);
+    if (n == 0 && feof(f_))
+        return false;
+    if (n != sizeof(head))
+        throw RecordError(fmt::format("{}: truncated at byte {}", path_, offset_));
+    uint32_t records = head[0];
+    if (head[1] != kStreamCount || records > kMaxBlockRecords)
+        throw RecordError(fmt::format("{}: corrupt block at byte {}", path_, offset_));
+    uint32_t sizes[kStreamCount][2];
+    if (fread(sizes, 1, sizeof(sizes), f_) != sizeof(sizes))
+        throw RecordError(fmt::format("{}: truncated at byte {}", path_, offset_));
+    // Deflate expands at most ~1032:1, and a block's streams are smaller than its records: sizes beyond that
+    // are damage, refused before anything is allocated for them.
+    uint64_t raw_total = 0;
+    for (const auto& sz : sizes) {
+        raw_total += sz[0];
+        if (sz[0] > uint64_t(sz[1]) * 1032 + 64)
+            throw RecordError(fmt::format("{}: corrupt block at byte {}", path_, offset_));
+    }
+    if (raw_total > kMaxBlockBytes)
+        throw RecordError(fmt::format("{}: corrupt block at byte {}", path_, offset_));
+    Streams streams;
+    uint64_t at = offset_ + sizeof(head) + sizeof(sizes);
+    for (size_t i = 0; i < kStreamCount; i++) {
+        uint32_t raw = sizes[i][0], packed = sizes[i][1];
+        std::string in;
+        // read in pieces: a damaged size must fail at the end of the file, not allocate what it claims
+        for (char buf[65536]; in.size() < packed;) {
+            size_t want = std::min<size_t>(sizeof(buf), packed - in.size());
+            if (fread(buf, 1, want, f_) != want)
+                throw RecordError(fmt::format("{}: truncated at byte {}", path_, at + in.size()));
+            in.append(buf, want);
+        }
+        streams[i].resize(raw);
+        uLongf out_len = raw;
+        if (uncompress(reinterpret_cast<Bytef*>(streams[i].data()), &out_len,
+                       reinterpret_cast<const Bytef*>(in.data()), packed) != Z_OK ||
+            out_len != raw)
+            throw RecordError(fmt::format("{}: corrupt block at byte {}", path_, offset_));
+        at += packed;
+    }
+    try {
+        block_ = decode_streams(streams, records);
+    } catch (const CodecError& e) {
+        throw RecordError(fmt::format("{}: corrupt block at byte {} ({})", path_, offset_, e.what()));
+    }
+    offset_ = at;
+    return true;
+}
+
+bool RecordReader::next_legacy(std::vector<uint8_t>& record)
 {
     uint32_t len = 0;
     size_t n = fread(&len, 1, 4, f_);

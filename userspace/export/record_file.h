@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "export/record_codec.h"
 #include "model/user_records.h"
 
 namespace lotus::exporter {
@@ -51,12 +52,14 @@ public:
     RecordWriter(const std::string& path, const RecordHeader& header); // throws std::runtime_error
     ~RecordWriter();
     void write(const void* data, size_t len);
+    void flush(); // writes the records buffered so far as a block
     void close(); // throws on a write error
 
 private:
     std::string path_;
     FILE* f_ = nullptr;
     bool failed_ = false;
+    BlockEncoder block_;
 };
 
 class RecordReader {
@@ -70,10 +73,16 @@ public:
 
 private:
     void read_header();
+    void read_header_or_close();
+    bool read_block();
+    bool next_legacy(std::vector<uint8_t>& record);
     std::string path_;
     FILE* f_ = nullptr;
     RecordHeader header_;
     uint64_t offset_ = 0;
+    bool legacy_ = false;                   // format 1
+    std::vector<std::vector<uint8_t>> block_; // format 2: the decoded block being read
+    size_t next_in_block_ = 0;
 };
 
 } // namespace lotus::exporter

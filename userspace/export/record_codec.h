@@ -1,0 +1,73 @@
+// The compact encoding of record-file blocks (format 2, docs/record-format.md): lossless, byte-exact. Each
+// record's fields are predicted from what came before in the block (its thread's previous timestamp and
+// counters, the previous entry of the same code object, the previous return at the same depth, an identical
+// earlier record body), the residuals written as varints into separate streams by kind of field, and each
+// stream deflated. A block stands alone: its predictors start empty.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace lotus::exporter {
+
+enum Stream : size_t {
+    kStreamType,     // record type, then (types that may repeat) 0 or 1 + index of the identical earlier body
+    kStreamWho,      // index in a most-recently-used list of (tgid, tid), or 255 then both as varints
+    kStreamCpu,
+    kStreamTs,       // ts - the thread's previous ts in the block (else the block's previous record's)
+    kStreamLen,
+    kStreamKey,      // the field that picks a record's context (entry: code, return: depth), delta per thread
+    kStreamCounters, // lotus_counters of entries and returns, delta per thread (on-CPU ns: minus the ts delta)
+    kStreamEntry,    // other fields of entries, delta from the previous entry of the same code in the process
+    kStreamReturn,   // of returns, from the previous return of the thread at that depth
+    kStreamOther,    // of other records, from the thread's previous record of that type
+    kStreamTail,     // bytes past the last whole 8-byte word, as they are
+    kStreamCount
+};
+using Streams = std::array<std::string, kStreamCount>;
+
+// A block holds at most this many records, and records of at most this many bytes in all (the writer cuts
+// blocks well before; the reader refuses more).
+constexpr uint32_t kMaxBlockRecords = 1 << 16;
+constexpr size_t kMaxBlockBytes = 8 << 20;
+
+// Shared by the encoder and the decoder: what the block has seen so far.
+struct CodecState {
+    std::vector<std::pair<uint32_t, uint32_t>> who;         // (tgid, tid), most recent first
+    std::unordered_map<uint32_t, uint64_t> last_ts;         // per tid
+    uint64_t block_last_ts = 0;
+    std::unordered_map<uint64_t, uint64_t> last_key;        // per (type, tid)
+    std::unordered_map<uint32_t, std::vector<uint64_t>> last_counters; // per tid: 9 words + the ts they had
+    std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::vector<uint64_t>> context; // previous body words
+    std::unordered_map<std::string, uint32_t> body_index;   // encoder: body -> index
+    std::vector<std::string> bodies;                        // decoder: index -> body
+};
+
+class BlockEncoder {
+public:
+    void add(const uint8_t* rec, size_t len); // rec starts with a lotus_event_header; 24 <= len <= 65536
+    size_t records() const { return records_; }
+    size_t raw_bytes() const { return raw_bytes_; }
+    // The block as written to the file (counts, stream sizes, deflated streams); resets the encoder.
+    std::string finish(int level);
+
+private:
+    Streams s_;
+    CodecState st_;
+    size_t records_ = 0, raw_bytes_ = 0;
+};
+
+struct CodecError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// Decodes n records from a block's inflated streams; throws CodecError when they do not hold exactly that.
+std::vector<std::vector<uint8_t>> decode_streams(const Streams& s, uint32_t n);
+
+} // namespace lotus::exporter
