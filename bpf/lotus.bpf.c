@@ -51,6 +51,8 @@ struct thread_state {
     __u32 depth;
     __u32 _pad;
     __u64 emitted;
+    __u64 lost; /* entries lost to a full ring buffer: their returns count as lost too, so that the lost count
+                 * is every record the trace misses */
 };
 
 struct {
@@ -533,6 +535,7 @@ static __always_inline int emit_entry(__u32 tgid, __u32 tid, struct thread_state
         ts->emitted |= bit;
     } else {
         count(0);
+        ts->lost |= bit;
     }
     return 0;
 }
@@ -564,6 +567,7 @@ int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
         return 0; /* the kernel installs no return probe this deep: this call never returns for us */
     ts->depth = depth + 1;
     ts->emitted &= ~(~0ull << depth);
+    ts->lost &= ~(~0ull << depth);
     if (tf) {
         set_frame(tf, depth, (__u64)frame_arg);
         tf->c_mask = (tf->c_mask & ~(~0ull << depth)) | (1ull << depth);
@@ -586,7 +590,14 @@ static __always_inline __u32 top_bit(__u64 m)
 
 static __always_inline int emit_return(struct thread_state *ts, __u32 depth, __u64 rc)
 {
-    if (depth >= 64 || !(ts->emitted & (1ull << depth)))
+    if (depth >= 64)
+        return 0;
+    if (ts->lost & (1ull << depth)) {
+        ts->lost &= ~(1ull << depth);
+        count(0);
+        return 0;
+    }
+    if (!(ts->emitted & (1ull << depth)))
         return 0;
     ts->emitted &= ~(1ull << depth);
     struct lotus_py_return *e = reserve(sizeof(*e));
@@ -669,6 +680,7 @@ int BPF_KPROBE(py_resume)
         return 0;
     ts->depth = depth + 1;
     ts->emitted &= ~(~0ull << depth);
+    ts->lost &= ~(~0ull << depth);
     set_frame(tf, depth, frame);
     tf->c_mask &= ~(~0ull << depth);
     return emit_entry(in.tgid, in.tid, ts, depth, frame, caller);

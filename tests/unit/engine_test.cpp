@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "event_builder.h"
+#include "model/batches.h"
 #include "model/engine.h"
 
 using namespace lotus;
@@ -277,4 +278,18 @@ TEST_F(Fixture, ManySamplesAcrossTwoWorkers)
     EXPECT_EQ(engine.processes().at(W).samples, 50u);
     EXPECT_EQ(engine.processes().at(W + 1).samples, 50u);
     EXPECT_EQ(engine.counters().lost_returns, 0u);
+}
+
+TEST_F(Fixture, LoadersOfAChildThatNeverHandsOverABatchDoNotPileUp)
+{
+    // A multiprocessing child (not a DataLoader worker) running a pipeline in a loop: no batch ever ends, so
+    // its loader spans would wait for one forever; they go out in groups of kMaxPendingLoaders instead.
+    describe(P);
+    ev.proc(LOTUS_EV_FORK, W, P);
+    constexpr size_t kMax = model::BatchTracker::kMaxPendingLoaders;
+    for (size_t i = 0; i < 2 * kMax + 100; i++)
+        sample(W, W, 1000 + i * 1000, 7, int64_t(i));
+    // the first sample's loading began before its (implicit) batch: it has no loader span
+    EXPECT_EQ(of(SpanKind::Loader).size(), 2 * kMax);
+    EXPECT_EQ(of(SpanKind::Sample).size(), 2 * kMax + 100);
 }

@@ -110,6 +110,10 @@ void BatchTracker::sample_started(uint32_t pid, uint32_t tid, uint64_t ts, int64
         }
     }
     t.loaders.push_back(std::move(l));
+    // Bounded memory: this many samples without a batch hand-over is not a DataLoader batch being prepared
+    // (e.g. a multiprocessing child running a pipeline in a loop): its loaders go out now.
+    if (t.loaders.size() >= kMaxPendingLoaders)
+        flush_loaders(t);
 }
 
 void BatchTracker::adopt_index(Thread& t, int64_t idx)

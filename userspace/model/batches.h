@@ -24,6 +24,8 @@ struct BatchStats {
 class BatchTracker {
 public:
     using SpanSink = std::function<void(const Span&)>;
+    // Loader spans a thread may hold for a batch not handed over yet (DataLoader batches are far smaller).
+    static constexpr size_t kMaxPendingLoaders = 4096;
     BatchTracker(SpanSink& sink, std::map<uint32_t, ProcessInfo>& processes);
 
     void forked(uint32_t child);
@@ -59,7 +61,8 @@ private:
         bool single = false; // a num_workers=0 batch, delimited by next()
         bool partial = false; // began before tracing did
         int loader = -1;     // for single-process batches: the iterator's loader
-        std::vector<Span> loaders; // emitted with their batch: nothing outlives an unfinished batch
+        std::vector<Span> loaders; // emitted with their batch (nothing outlives an unfinished batch), or when
+                                   // kMaxPendingLoaders pile up without one
     };
     struct Ready {
         uint64_t ts;

@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Capacity load: K processes (forked) each run a Compose-like pipeline of two ops in a tight loop for S seconds,
+so that every call enters the interpreter from C (6 traced events per pipeline call). Prints the calls made.
+Usage: flood.py K SECONDS"""
+import os
+import sys
+import time
+
+
+class Scale:
+    def __call__(self, x):
+        return x * 2
+
+
+class Shift:
+    def __call__(self, x):
+        return x + 1
+
+
+class Pipeline:
+    def __init__(self, ops):
+        self.ops = ops
+
+    def __call__(self, x):
+        for op in self.ops:
+            x = op(x)
+        return x
+
+
+def spin(seconds, w):
+    p, n, end = Pipeline([Scale(), Shift()]), 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        for i in range(1000):
+            p(i)
+        n += 1000
+    os.write(w, f"{n}\n".encode())
+
+
+if __name__ == "__main__":
+    k, seconds = int(sys.argv[1]), float(sys.argv[2])
+    r, w = os.pipe()
+    pids = []
+    for _ in range(k):
+        pid = os.fork()
+        if pid == 0:
+            spin(seconds, w)
+            os._exit(0)
+        pids.append(pid)
+    for pid in pids:
+        os.waitpid(pid, 0)
+    os.close(w)
+    print(sum(int(x) for x in os.read(r, 1 << 16).split()))
