@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -62,20 +63,37 @@ def attach_latency(tmp, extra=()):
         job.wait()
 
 
-def capacity(tmp, n):
-    """A synthetic load of pipeline calls (3 events each way per sample): events/s delivered and lost. It is
-    recorded too, and exported: the export throughput (record -> Chrome JSON, events/s) on millions of events."""
-    out, rec = os.path.join(tmp, "c.json"), os.path.join(tmp, "c.lbt")
+FLOOD = os.path.join(ROOT, "bench", "flood.py")
+
+
+def flood(tmp, k, seconds, stall=None):
+    """Capture capacity: k processes calling a two-op pipeline in a tight loop (6 records per call). Returns
+    (records delivered, lost, pipeline calls made, seconds). stall=(at, length): the tracer is stopped (SIGSTOP)
+    for `length` s after `at` s, as a consumer that falls behind: the ring buffer fills and records are lost."""
+    out, rec = os.path.join(tmp, "f.json"), os.path.join(tmp, "f.lbt")
     t0 = time.monotonic()
-    subprocess.run([LOTUS, "-q", "-o", out, "--record", rec, "--pipeline", "Pipeline", "--", PY, PURE, str(n)],
-                   capture_output=True, text=True, check=True)
+    tracer = subprocess.Popen([LOTUS, "-q", "-o", out, "--record", rec, "--pipeline", "Pipeline", "--", PY, FLOOD,
+                               str(k), str(seconds)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    if stall:
+        time.sleep(stall[0])
+        tracer.send_signal(signal.SIGSTOP)
+        time.sleep(stall[1])
+        tracer.send_signal(signal.SIGCONT)
+    calls = int(tracer.communicate()[0].split()[0])
     wall = time.monotonic() - t0
     with open(out) as f:
         d = json.load(f)["otherData"]
+    return d["events"], d["lost_events"], calls, wall
+
+
+def export_rate(tmp):
+    """Export throughput on the last flood's record file (record -> Chrome JSON), events/s."""
+    rec = os.path.join(tmp, "f.lbt")
     t0 = time.monotonic()
-    subprocess.run([LOTUS, "export", rec, "-o", os.path.join(tmp, "ce.json")], capture_output=True, check=True)
-    export_rate = d["events"] / (time.monotonic() - t0)
-    return d["events"], d["lost_events"], wall, export_rate
+    r = subprocess.run([LOTUS, "export", rec, "-o", os.path.join(tmp, "fe.json")], capture_output=True, check=True)
+    took = time.monotonic() - t0
+    with open(os.path.join(tmp, "f.json")) as f:
+        return json.load(f)["otherData"]["events"] / took
 
 
 PY312 = "/root/.pyenv/versions/3.12.1/bin/python3.12"
@@ -133,11 +151,17 @@ def main():
         lost = max(i["lost_events"] for i in infos)
         # Marginal records per sample: two more epochs, minus the fixed cost of startup (imports describe
         # thousands of code objects once).
-        more = run_train(data, args.epochs + 2, True, tmp)[1]["events"]
+        rec = os.path.join(tmp, "m.lbt")
+        run_train(data, args.epochs, True, tmp, ["--record", rec])
+        base_bytes = os.path.getsize(rec)
+        more = run_train(data, args.epochs + 2, True, tmp, ["--record", rec])[1]["events"]
         per_sample = (more - events) / (2 * args.images)
+        bytes_per_sample = (os.path.getsize(rec) - base_bytes) / (2 * args.images)
         latencies = [attach_latency(tmp) for _ in range(3)]
         native_latencies = [attach_latency(tmp, ["--native-map"]) for _ in range(3)]
-        cap_events, cap_lost, cap_wall, export_rate = capacity(tmp, 200000)
+        cap = flood(tmp, 2, 4)
+        export_eps = export_rate(tmp)
+        stalled = flood(tmp, 2, 4, stall=(1.5, 1.0))
         rss, record_bytes = peak_rss_kb(tmp, data, 10)
         pure = {"untraced": [], "default": [], "all-calls": []}
         pure311 = {"untraced": [], "all-calls": []}
@@ -161,11 +185,17 @@ def main():
         ("attach latency, torch loaded (s)", f"{statistics.median(latencies):.3f}", f"median of 3: {', '.join(f'{x:.3f}' for x in latencies)}"),
         ("attach latency, torch loaded, --native-map (s)", f"{statistics.median(native_latencies):.3f}",
          f"median of 3 (libjpeg, _imaging, libtorch_cpu resolved and probed)"),
-        ("capture: events delivered", f"{cap_events}", f"{cap_events / cap_wall:.0f}/s over the run, {cap_lost} lost"),
+        ("capture: records/s delivered, 0 lost", f"{cap[0] / cap[3]:.0f}",
+         f"bench/flood.py, 2 processes x 4 s: {cap[0]} delivered, {cap[1]} lost, {cap[2]} pipeline calls; the probes "
+         f"slow the 2 cores' producers before the consumer falls behind"),
+        ("capture: consumer stalled 1 s, records lost", f"{stalled[1]}",
+         f"{stalled[0]} delivered; delivered + lost - 6 x calls = {stalled[0] + stalled[1] - 6 * stalled[2]} "
+         f"(without the stall: {cap[0] + cap[1] - 6 * cap[2]}: startup records)"),
         ("tracer peak RSS (MB), 10 epochs", f"{rss / 1024:.1f}", "VmHWM; 32 MB of it is the mapped ring buffer"),
+        ("record file bytes per sample, steady state", f"{bytes_per_sample:.0f}", "marginal over 2 more epochs"),
         ("record file bytes per sample, 10 epochs", f"{record_bytes / (10 * args.images):.0f}",
          f"{record_bytes / 1e6:.1f} MB incl. startup (code objects of every import)"),
-        ("export throughput (events/s)", f"{export_rate:.0f}", f"lotus-bpf export of the capture run's record file ({cap_events} events) -> Chrome JSON"),
+        ("export throughput (events/s)", f"{export_eps:.0f}", f"lotus-bpf export of the flood's record file ({cap[0]} events) -> Chrome JSON"),
     ]
     if pure["untraced"]:
         base = statistics.median(pure["untraced"])

@@ -67,7 +67,7 @@ void streams(const uint8_t* data, size_t size)
         reconstruct(0, [&](std::vector<uint8_t>& rec) {
             if (i == recs.size())
                 return false;
-            rec = recs[i++];
+            rec = recs.record(i++);
             return true;
         });
     } catch (const lotus::exporter::CodecError&) {

@@ -99,7 +99,11 @@ std::vector<std::vector<uint8_t>> round_trip(const std::vector<std::vector<uint8
     EXPECT_EQ(at, block.size());
     if (streams)
         *streams = s;
-    return decode_streams(s, head[0]);
+    auto decoded = decode_streams(s, head[0]);
+    std::vector<std::vector<uint8_t>> out;
+    for (size_t i = 0; i < decoded.size(); i++)
+        out.push_back(decoded.record(i));
+    return out;
 }
 
 std::string temp_path()

@@ -12,6 +12,12 @@ std::string json_string(std::string_view s)
 {
     std::string out;
     out.reserve(s.size() + 2);
+    append_json_string(out, s);
+    return out;
+}
+
+void append_json_string(std::string& out, std::string_view s)
+{
     out += '"';
     size_t i = 0;
     while (i < s.size()) {
@@ -34,7 +40,6 @@ std::string json_string(std::string_view s)
         i = j + 1;
     }
     out += '"';
-    return out;
 }
 
 } // namespace lotus::exporter

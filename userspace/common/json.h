@@ -7,5 +7,7 @@ namespace lotus::exporter { // shared by the model's span args and the exporters
 
 // A JSON string literal, quotes included.
 std::string json_string(std::string_view s);
+// The same, appended to `out` (the exporters' inner loops).
+void append_json_string(std::string& out, std::string_view s);
 
 } // namespace lotus::exporter

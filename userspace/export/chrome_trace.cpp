@@ -28,15 +28,44 @@ void ChromeTraceWriter::event(const std::string& json)
 
 static double us(uint64_t ns) { return static_cast<double>(ns) / 1000.0; }
 
+// The export's inner loop writes numbers without format strings: integers as they are, nanoseconds as
+// microseconds with 3 decimals and CPU time as milliseconds with 4, exactly as "{:.3f}" / "{:.4f}" print them.
+static void put_uint(std::string& b, uint64_t v)
+{
+    fmt::format_int f(v);
+    b.append(f.data(), f.size());
+}
+
+static void put_int(std::string& b, int64_t v)
+{
+    fmt::format_int f(v);
+    b.append(f.data(), f.size());
+}
+
+static void put_fixed(std::string& b, uint64_t units, uint64_t per, int decimals)
+{
+    put_uint(b, units / per);
+    b += '.';
+    char frac[8];
+    uint64_t r = units % per;
+    for (int i = decimals - 1; i >= 0; i--, r /= 10)
+        frac[i] = static_cast<char>('0' + r % 10);
+    b.append(frac, static_cast<size_t>(decimals));
+}
+
+static void put_us(std::string& b, uint64_t ns) { put_fixed(b, ns, 1000, 3); }
+
 void ChromeTraceWriter::span(const model::Span& s)
 {
-    threads_.emplace(s.pid, s.tid);
+    if (s.pid != last_thread_.first || s.tid != last_thread_.second) { // runs of one thread's spans are common
+        last_thread_ = {s.pid, s.tid};
+        threads_.emplace(s.pid, s.tid);
+    }
     uint64_t start = s.start_ns > t0_ns_ ? s.start_ns - t0_ns_ : 0;
     uint64_t dur = s.end_ns > s.start_ns ? s.end_ns - s.start_ns : 0;
     // Built in place (this is the export's inner loop): keys known here are plain ASCII, written as they are.
-    std::string args;
-    args.reserve(256);
-    auto out = std::back_inserter(args);
+    std::string& args = args_;
+    args.clear();
     auto key = [&](std::string_view k) {
         if (!args.empty())
             args += ',';
@@ -45,27 +74,28 @@ void ChromeTraceWriter::span(const model::Span& s)
         args += "\":";
     };
     if (s.sample >= 0)
-        key("sample"), fmt::format_to(out, "{}", s.sample);
+        key("sample"), put_int(args, s.sample);
     if (s.sample_id)
-        key("sample_id"), fmt::format_to(out, "{}", s.sample_id);
+        key("sample_id"), put_uint(args, s.sample_id);
     for (const auto& [k, v] : s.args) {
         if (!args.empty())
             args += ',';
-        args += json_string(k);
+        append_json_string(args, k);
         args += ':';
         args += v;
     }
     if (s.has_counters) {
-        key("cpu_ms"), fmt::format_to(out, "{:.4f}", static_cast<double>(s.counters.cpu_ns) / 1e6);
-        key("minor_faults"), fmt::format_to(out, "{}", s.counters.minor_faults);
-        key("major_faults"), fmt::format_to(out, "{}", s.counters.major_faults);
-        key("voluntary_cs"), fmt::format_to(out, "{}", s.counters.voluntary_cs);
-        key("involuntary_cs"), fmt::format_to(out, "{}", s.counters.involuntary_cs);
+        key("cpu_ms"), put_fixed(args, (s.counters.cpu_ns + 50) / 100, 10000, 4);
+        key("minor_faults"), put_uint(args, s.counters.minor_faults);
+        key("major_faults"), put_uint(args, s.counters.major_faults);
+        key("voluntary_cs"), put_uint(args, s.counters.voluntary_cs);
+        key("involuntary_cs"), put_uint(args, s.counters.involuntary_cs);
         for (size_t k = 0; k < counter_names_.size() && k < model::kMaxPerfCounters; k++) {
             if (!args.empty())
                 args += ',';
-            args += json_string(counter_names_[k]);
-            fmt::format_to(out, ":{}", s.counters.perf[k]);
+            append_json_string(args, counter_names_[k]);
+            args += ':';
+            put_uint(args, s.counters.perf[k]);
         }
     }
     const char* cat = model::category(s.kind);
@@ -78,10 +108,21 @@ void ChromeTraceWriter::span(const model::Span& s)
     if (!first_)
         buf_ += ",\n";
     first_ = false;
-    fmt::format_to(std::back_inserter(buf_),
-                   "{{\"ph\":\"X\",\"cat\":\"{}\",\"name\":{},\"pid\":{},\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},"
-                   "\"args\":{{{}}}}}",
-                   cat, json_string(s.name), s.pid, s.tid, us(start), us(dur), args);
+    buf_ += "{\"ph\":\"X\",\"cat\":\"";
+    buf_ += cat;
+    buf_ += "\",\"name\":";
+    append_json_string(buf_, s.name);
+    buf_ += ",\"pid\":";
+    put_uint(buf_, s.pid);
+    buf_ += ",\"tid\":";
+    put_uint(buf_, s.tid);
+    buf_ += ",\"ts\":";
+    put_us(buf_, start);
+    buf_ += ",\"dur\":";
+    put_us(buf_, dur);
+    buf_ += ",\"args\":{";
+    buf_ += args;
+    buf_ += "}}";
     event("");
     // Counter tracks: each op's counter deltas, as a step at its start on a per-process track.
     if (s.kind == model::SpanKind::Op && s.has_counters && !counter_names_.empty()) {

@@ -30,7 +30,9 @@ private:
     uint64_t t0_ns_;
     bool first_ = true;
     std::set<std::pair<uint32_t, uint32_t>> threads_;
+    std::pair<uint32_t, uint32_t> last_thread_{0, 0};
     std::string buf_;
+    std::string args_; // a span's args, reused
     std::vector<std::string> counter_names_;
 };
 

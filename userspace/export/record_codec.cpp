@@ -87,15 +87,16 @@ uint64_t thread_key(uint32_t type, uint32_t tid) { return uint64_t(type) << 32 |
 // The most-recently-used (tgid, tid) list: index of the pair, moved to the front.
 int who_index(CodecState& st, uint32_t tgid, uint32_t tid)
 {
-    for (size_t i = 0; i < st.who.size(); i++)
-        if (st.who[i] == std::pair{tgid, tid}) {
-            st.who.erase(st.who.begin() + static_cast<long>(i));
-            st.who.insert(st.who.begin(), {tgid, tid});
+    auto& w = st.who;
+    for (size_t i = 0; i < w.size(); i++)
+        if (w[i].first == tgid && w[i].second == tid) {
+            std::rotate(w.begin(), w.begin() + static_cast<long>(i), w.begin() + static_cast<long>(i) + 1);
             return static_cast<int>(i);
         }
-    st.who.insert(st.who.begin(), {tgid, tid});
-    if (st.who.size() > kMaxWho)
-        st.who.pop_back();
+    if (w.size() < kMaxWho)
+        w.emplace_back();
+    std::rotate(w.begin(), w.end() - 1, w.end());
+    w[0] = {tgid, tid};
     return -1;
 }
 
@@ -105,8 +106,8 @@ uint64_t predicted_ts(const CodecState& st, uint32_t tid)
     return it != st.last_ts.end() ? it->second : st.block_last_ts;
 }
 
-std::tuple<uint32_t, uint32_t, uint64_t> context_of(uint32_t type, uint32_t tgid, uint32_t tid, size_t len,
-                                                     const Shape& shape, uint64_t key)
+CodecState::ContextKey context_of(uint32_t type, uint32_t tgid, uint32_t tid, size_t len, const Shape& shape,
+                                  uint64_t key)
 {
     if (shape.key < 0)
         return {type, tid, len};
@@ -210,15 +211,16 @@ std::string BlockEncoder::finish(int level)
     return out;
 }
 
-std::vector<std::vector<uint8_t>> decode_streams(const Streams& s, uint32_t n)
+DecodedBlock decode_streams(const Streams& s, uint32_t n)
 {
     std::array<Cursor, kStreamCount> c;
     for (size_t i = 0; i < kStreamCount; i++)
         c[i].s = &s[i];
     CodecState st;
-    std::vector<std::vector<uint8_t>> out;
-    out.reserve(std::min<uint32_t>(n, kMaxBlockRecords));
+    DecodedBlock out;
+    out.ends.reserve(std::min<uint32_t>(n, kMaxBlockRecords));
     size_t total = 0;
+    std::vector<uint64_t> w;
     for (uint32_t r = 0; r < n; r++) {
         lotus_event_header h{};
         uint64_t type = c[kStreamType].get();
@@ -246,21 +248,23 @@ std::vector<std::vector<uint8_t>> decode_streams(const Streams& s, uint32_t n)
             throw CodecError(fmt::format("bad record length {}", len));
         if ((total += len) > kMaxBlockBytes)
             throw CodecError("a block decodes to more than a block may hold");
-        std::vector<uint8_t> rec(len);
-        memcpy(rec.data(), &h, kHeader);
+        size_t at = out.bytes.size();
+        out.bytes.resize(at + len);
+        uint8_t* rec = out.bytes.data() + at;
+        memcpy(rec, &h, kHeader);
         if (may_repeat(h.type)) {
             uint64_t ref = c[kStreamType].get();
             if (ref) {
                 if (ref > st.bodies.size() || st.bodies[ref - 1].size() != len - kHeader)
                     throw CodecError("bad reference to an earlier record");
-                memcpy(rec.data() + kHeader, st.bodies[ref - 1].data(), len - kHeader);
-                out.push_back(std::move(rec));
+                memcpy(rec + kHeader, st.bodies[ref - 1].data(), len - kHeader);
+                out.ends.push_back(static_cast<uint32_t>(at + len));
                 continue;
             }
         }
         Shape shape = shape_of(h.type, len);
         size_t nw = (len - kHeader) / 8;
-        std::vector<uint64_t> w(nw, 0);
+        w.assign(nw, 0);
         uint64_t key = 0;
         if (shape.key >= 0) {
             uint64_t& last = st.last_key[thread_key(h.type, h.tid)];
@@ -290,18 +294,18 @@ std::vector<std::vector<uint8_t>> decode_streams(const Streams& s, uint32_t n)
             }
             lc[kCounterWords] = h.ts_ns;
         }
-        for (size_t j = 0; j < nw; j++)
-            memcpy(rec.data() + kHeader + j * 8, &w[j], 8);
-        prev = std::move(w);
+        if (nw) // (w.data() may be null: memcpy must not see it even for 0 bytes)
+            memcpy(rec + kHeader, w.data(), nw * 8);
+        prev.swap(w);
         size_t tail = (len - kHeader) % 8;
         auto& ts = c[kStreamTail];
         if (ts.pos + tail > s[kStreamTail].size())
             throw CodecError("a stream ends early");
-        memcpy(rec.data() + kHeader + nw * 8, s[kStreamTail].data() + ts.pos, tail);
+        memcpy(rec + kHeader + nw * 8, s[kStreamTail].data() + ts.pos, tail);
         ts.pos += tail;
         if (may_repeat(h.type))
-            st.bodies.emplace_back(reinterpret_cast<const char*>(rec.data()) + kHeader, len - kHeader);
-        out.push_back(std::move(rec));
+            st.bodies.emplace_back(reinterpret_cast<const char*>(rec) + kHeader, len - kHeader);
+        out.ends.push_back(static_cast<uint32_t>(at + len));
     }
     for (size_t i = 0; i < kStreamCount; i++)
         if (c[i].pos != s[i].size())

@@ -7,7 +7,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -44,7 +43,18 @@ struct CodecState {
     uint64_t block_last_ts = 0;
     std::unordered_map<uint64_t, uint64_t> last_key;        // per (type, tid)
     std::unordered_map<uint32_t, std::vector<uint64_t>> last_counters; // per tid: 9 words + the ts they had
-    std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::vector<uint64_t>> context; // previous body words
+    struct ContextKey {
+        uint32_t type, id;
+        uint64_t key;
+        bool operator==(const ContextKey&) const = default;
+    };
+    struct ContextHash {
+        size_t operator()(const ContextKey& k) const
+        {
+            return std::hash<uint64_t>()(k.key * 0x9e3779b97f4a7c15ull ^ (uint64_t(k.type) << 32 | k.id));
+        }
+    };
+    std::unordered_map<ContextKey, std::vector<uint64_t>, ContextHash> context; // previous body words
     std::unordered_map<std::string, uint32_t> body_index;   // encoder: body -> index
     std::vector<std::string> bodies;                        // decoder: index -> body
 };
@@ -67,7 +77,19 @@ struct CodecError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// A decoded block: its records back to back (one allocation per block, not per record).
+struct DecodedBlock {
+    std::vector<uint8_t> bytes;
+    std::vector<uint32_t> ends; // end offset of each record in bytes
+    size_t size() const { return ends.size(); }
+    std::vector<uint8_t> record(size_t i) const
+    {
+        uint32_t b = i ? ends[i - 1] : 0;
+        return {bytes.begin() + b, bytes.begin() + ends[i]};
+    }
+};
+
 // Decodes n records from a block's inflated streams; throws CodecError when they do not hold exactly that.
-std::vector<std::vector<uint8_t>> decode_streams(const Streams& s, uint32_t n);
+DecodedBlock decode_streams(const Streams& s, uint32_t n);
 
 } // namespace lotus::exporter

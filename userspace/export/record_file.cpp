@@ -128,6 +128,7 @@ void RecordReader::read_header()
 
 RecordReader::~RecordReader()
 {
+    stop_prefetch();
     if (f_)
         fclose(f_);
 }
@@ -137,17 +138,82 @@ bool RecordReader::next(std::vector<uint8_t>& record)
     if (legacy_)
         return next_legacy(record);
     while (next_in_block_ >= block_.size()) {
-        if (!read_block())
+        if (!take_block())
             return false;
     }
-    record = std::move(block_[next_in_block_++]);
+    size_t i = next_in_block_++;
+    uint32_t b = i ? block_.ends[i - 1] : 0;
+    record.assign(block_.bytes.begin() + b, block_.bytes.begin() + block_.ends[i]);
     return true;
 }
 
-bool RecordReader::read_block()
+// Blocks are read and decoded on a thread of their own, one or two ahead of the caller: inflating and decoding
+// are a sixth of an export's work, and the engine and the JSON writer keep the calling thread busy.
+void RecordReader::start_prefetch()
 {
-    block_.clear();
+    prefetch_ = std::thread([this] {
+        for (;;) {
+            Prefetched item;
+            try {
+                item.more = read_block(item.records);
+            } catch (...) {
+                item.error = std::current_exception();
+                item.more = false;
+            }
+            std::unique_lock lock(mu_);
+            cv_.wait(lock, [&] { return stop_ || queue_.size() < 2; });
+            if (stop_)
+                return;
+            bool last = !item.more;
+            queue_.push_back(std::move(item));
+            cv_.notify_all();
+            if (last)
+                return;
+        }
+    });
+}
+
+void RecordReader::stop_prefetch()
+{
+    if (!prefetch_.joinable())
+        return;
+    {
+        std::lock_guard lock(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    prefetch_.join();
+}
+
+bool RecordReader::take_block()
+{
+    if (done_)
+        return false;
+    if (!prefetch_.joinable())
+        start_prefetch();
+    Prefetched item;
+    {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return !queue_.empty(); });
+        item = std::move(queue_.front());
+        queue_.pop_front();
+    }
+    cv_.notify_all();
+    if (item.error) {
+        done_ = true;
+        std::rethrow_exception(item.error);
+    }
+    if (!item.more) {
+        done_ = true;
+        return false;
+    }
+    block_ = std::move(item.records);
     next_in_block_ = 0;
+    return true;
+}
+
+bool RecordReader::read_block(DecodedBlock& out)
+{
     uint32_t head[2];
     size_t n = fread(head, 1, sizeof(head), f_);
     if (n == 0 && feof(f_))
@@ -191,7 +257,7 @@ bool RecordReader::read_block()
         at += packed;
     }
     try {
-        block_ = decode_streams(streams, records);
+        out = decode_streams(streams, records);
     } catch (const CodecError& e) {
         throw RecordError(fmt::format("{}: corrupt block at byte {} ({})", path_, offset_, e.what()));
     }

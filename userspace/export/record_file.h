@@ -1,10 +1,15 @@
 // The record file (--record FILE, --replay FILE): the raw event stream of a run, replayable offline through
 // the same engine. Format: docs/record-format.md.
 #pragma once
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
+#include <exception>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "export/record_codec.h"
@@ -74,15 +79,30 @@ public:
 private:
     void read_header();
     void read_header_or_close();
-    bool read_block();
+    bool read_block(DecodedBlock& out); // false at the end
     bool next_legacy(std::vector<uint8_t>& record);
+    void start_prefetch();
+    void stop_prefetch();
+    bool take_block();
     std::string path_;
     FILE* f_ = nullptr;
     RecordHeader header_;
     uint64_t offset_ = 0;
     bool legacy_ = false;                   // format 1
-    std::vector<std::vector<uint8_t>> block_; // format 2: the decoded block being read
+    DecodedBlock block_; // format 2: the decoded block being read
     size_t next_in_block_ = 0;
+    // The prefetching thread and what it hands over (blocks, the end, or the error that stopped it).
+    struct Prefetched {
+        DecodedBlock records;
+        bool more = true;
+        std::exception_ptr error;
+    };
+    std::thread prefetch_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Prefetched> queue_;
+    bool stop_ = false;
+    bool done_ = false;
 };
 
 } // namespace lotus::exporter
