@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "export/summary.h"
 
 using namespace lotus;
@@ -53,4 +55,44 @@ TEST(Summary, SaysWhenNoPipelineWasSeen)
     sum.print(f, {}, nullptr, {});
     fclose(f);
     EXPECT_NE(std::string(buf).find("No pipeline was seen"), std::string::npos);
+}
+
+TEST(DurationSeries, ExactUpToItsLimitThenWithinABucketInBoundedMemory)
+{
+    exporter::DurationSeries d;
+    std::vector<uint64_t> all;
+    uint64_t x = 12345;
+    for (size_t i = 0; i < exporter::DurationSeries::kExactLimit; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        uint64_t v = 1000 + (x >> 40) % 5'000'000; // 1 us .. 5 ms
+        d.add(v);
+        all.push_back(v);
+    }
+    std::sort(all.begin(), all.end());
+    EXPECT_TRUE(d.exact());
+    EXPECT_EQ(d.percentile(0.5), exporter::percentile(all, 0.5));
+    EXPECT_EQ(d.percentile(0.99), exporter::percentile(all, 0.99));
+    for (int i = 0; i < 3; i++) { // three times as many again, from the same distribution
+        for (size_t j = 0; j < exporter::DurationSeries::kExactLimit; j++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            uint64_t v = 1000 + (x >> 40) % 5'000'000;
+            d.add(v);
+            all.push_back(v);
+        }
+    }
+    std::sort(all.begin(), all.end());
+    EXPECT_FALSE(d.exact());
+    EXPECT_EQ(d.count(), all.size());
+    EXPECT_EQ(d.min_ns(), all.front());
+    EXPECT_EQ(d.max_ns(), all.back());
+    for (double q : {0.25, 0.5, 0.95, 0.99}) {
+        double want = exporter::percentile(all, q), got = d.percentile(q);
+        EXPECT_NEAR(got, want, want / exporter::DurationSeries::kSubBuckets) << q;
+    }
+    auto s = exporter::stats_of(d);
+    double mean = 0;
+    for (auto v : all)
+        mean += double(v);
+    mean /= double(all.size());
+    EXPECT_NEAR(s.mean_ms, mean / 1e6, 1e-9);
 }

@@ -19,28 +19,33 @@ double percentile(const std::vector<uint64_t>& sorted, double q)
     return static_cast<double>(sorted[rank - 1]);
 }
 
-DurationStats stats_of(std::vector<uint64_t> d)
+DurationStats stats_of(const DurationSeries& d)
 {
     DurationStats s;
-    if (d.empty())
+    if (!d.count())
         return s;
-    std::sort(d.begin(), d.end());
-    double total = std::accumulate(d.begin(), d.end(), 0.0);
-    s.count = d.size();
-    s.total_ms = total / 1e6;
-    s.mean_ms = total / static_cast<double>(d.size()) / 1e6;
-    s.p50_ms = percentile(d, 0.50) / 1e6;
-    s.p95_ms = percentile(d, 0.95) / 1e6;
-    s.p99_ms = percentile(d, 0.99) / 1e6;
-    s.p25_ms = percentile(d, 0.25) / 1e6;
-    s.p75_ms = percentile(d, 0.75) / 1e6;
-    s.min_ms = static_cast<double>(d.front()) / 1e6;
-    s.max_ms = static_cast<double>(d.back()) / 1e6;
-    double var = 0;
-    for (auto v : d)
-        var += (static_cast<double>(v) / 1e6 - s.mean_ms) * (static_cast<double>(v) / 1e6 - s.mean_ms);
-    s.std_ms = std::sqrt(var / static_cast<double>(d.size()));
+    double n = static_cast<double>(d.count());
+    s.count = d.count();
+    s.total_ms = d.total_ns() / 1e6;
+    s.mean_ms = d.total_ns() / n / 1e6;
+    s.p50_ms = d.percentile(0.50) / 1e6;
+    s.p95_ms = d.percentile(0.95) / 1e6;
+    s.p99_ms = d.percentile(0.99) / 1e6;
+    s.p25_ms = d.percentile(0.25) / 1e6;
+    s.p75_ms = d.percentile(0.75) / 1e6;
+    s.min_ms = static_cast<double>(d.min_ns()) / 1e6;
+    s.max_ms = static_cast<double>(d.max_ns()) / 1e6;
+    double mean_ns = d.total_ns() / n;
+    s.std_ms = std::sqrt(std::max(0.0, d.sum_squares_ns() / n - mean_ns * mean_ns)) / 1e6;
     return s;
+}
+
+DurationStats stats_of(const std::vector<uint64_t>& durations_ns)
+{
+    DurationSeries d;
+    for (uint64_t v : durations_ns)
+        d.add(v);
+    return stats_of(d);
 }
 
 BatchSummary summarize_batches(const model::BatchStats& b, const std::map<uint32_t, model::ProcessInfo>& processes,
@@ -100,7 +105,7 @@ void Summary::add(const model::Span& s)
         c.count++;
     }
     if (s.kind == model::SpanKind::Sample) {
-        samples_.push_back(dur);
+        samples_.add(dur);
         return;
     }
     if (s.kind != model::SpanKind::Op && s.kind != model::SpanKind::Loader && s.kind != model::SpanKind::Collate &&
@@ -109,7 +114,7 @@ void Summary::add(const model::Span& s)
     auto [it, fresh] = durations_.try_emplace(s.name);
     if (fresh)
         order_.push_back(s.name);
-    it->second.push_back(dur);
+    it->second.add(dur);
 }
 
 std::vector<std::pair<std::string, DurationStats>> Summary::rows() const
@@ -117,7 +122,7 @@ std::vector<std::pair<std::string, DurationStats>> Summary::rows() const
     std::vector<std::pair<std::string, DurationStats>> out;
     for (const auto& name : order_)
         out.emplace_back(name, stats_of(durations_.at(name)));
-    if (!samples_.empty())
+    if (samples_.count())
         out.emplace_back("sample", stats_of(samples_));
     for (auto& [name, st] : out) {
         auto c = counters_.find(name);

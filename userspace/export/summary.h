@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "export/duration_series.h"
 #include "model/batches.h"
 #include "model/native_map.h"
 #include "model/spans.h"
@@ -34,7 +35,8 @@ BatchSummary summarize_batches(const model::BatchStats& b, const std::map<uint32
 
 // Nearest-rank percentile of sorted values (q in [0, 1]).
 double percentile(const std::vector<uint64_t>& sorted, double q);
-DurationStats stats_of(std::vector<uint64_t> durations_ns);
+DurationStats stats_of(const DurationSeries& durations);
+DurationStats stats_of(const std::vector<uint64_t>& durations_ns);
 
 // Per-op means of the perf-event counters (--counters).
 struct CounterRow {
@@ -72,8 +74,8 @@ private:
     std::vector<model::OpNativeMap> native_map_;
     std::vector<std::string> order_;
     std::map<std::string, CounterSums> counters_;
-    std::map<std::string, std::vector<uint64_t>> durations_;
-    std::vector<uint64_t> samples_;
+    std::map<std::string, DurationSeries> durations_; // bounded: see duration_series.h
+    DurationSeries samples_;
 };
 
 } // namespace lotus::exporter
