@@ -83,7 +83,7 @@ def flood(tmp, k, seconds, stall=None):
     wall = time.monotonic() - t0
     with open(out) as f:
         d = json.load(f)["otherData"]
-    return d["events"], d["lost_events"], calls, wall
+    return d["events"], d["lost_events"], calls, wall, d["tracer_cpu_ms"] / 1000
 
 
 def export_rate(tmp):
@@ -188,6 +188,8 @@ def main():
         ("capture: records/s delivered, 0 lost", f"{cap[0] / cap[3]:.0f}",
          f"bench/flood.py, 2 processes x 4 s: {cap[0]} delivered, {cap[1]} lost, {cap[2]} pipeline calls; the probes "
          f"slow the 2 cores' producers before the consumer falls behind"),
+        ("capture: records per tracer CPU second", f"{cap[0] / cap[4]:.0f}",
+         f"the same run: the tracer used {cap[4]:.2f} s of CPU (ring buffer, engine, trace and record writing)"),
         ("capture: consumer stalled 1 s, records lost", f"{stalled[1]}",
          f"{stalled[0]} delivered; delivered + lost - 6 x calls = {stalled[0] + stalled[1] - 6 * stalled[2]} "
          f"(without the stall: {cap[0] + cap[1] - 6 * cap[2]}: startup records)"),

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -25,6 +26,15 @@ bool in_trace(const model::Span& s, const Options& opts, uint64_t t0)
 }
 
 // The tracer's own peak resident memory (VmHWM), for the trace's metadata and the benchmark.
+// The tracer's own CPU time so far (user + system, all its threads), for the trace's metadata and the benchmark.
+long cpu_ms()
+{
+    rusage ru{};
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return -1;
+    return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000L + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000L;
+}
+
 long peak_rss_kb()
 {
     FILE* f = fopen("/proc/self/status", "r");
@@ -205,6 +215,7 @@ static int replay_into(const Options& opts, exporter::RecordReader& in)
         {"lost_events", std::to_string(lost)},
         {"stop_reason", exporter::json_string("replayed " + opts.replay)},
         {"tracer_peak_rss_kb", std::to_string(peak_rss_kb())},
+        {"tracer_cpu_ms", std::to_string(cpu_ms())},
     };
     report(opts, out, trace, summary, engine, rules, other, lost);
     return 0;

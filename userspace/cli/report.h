@@ -19,6 +19,7 @@ namespace lotus::cli {
 bool in_trace(const model::Span& s, const Options& opts, uint64_t t0);
 // The tracer's own peak resident memory (VmHWM) in kB, -1 if unknown.
 long peak_rss_kb();
+long cpu_ms(); // the tracer's own CPU time (user + system)
 // The trace file to write: /dev/null when none is wanted (the writer still runs, same code path).
 std::string trace_path(const Options& opts);
 // Writes the trace's end and prints the summary (live and replayed runs alike).

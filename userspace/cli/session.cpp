@@ -327,6 +327,7 @@ int run_session(const Options& opts)
             {"lost_events", std::to_string(stats.lost)},
             {"stop_reason", exporter::json_string(stop_reason)},
             {"tracer_peak_rss_kb", std::to_string(peak_rss_kb())},
+            {"tracer_cpu_ms", std::to_string(cpu_ms())},
         };
         if (native) {
             other["native_functions_probed"] = std::to_string(native->functions());
