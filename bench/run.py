@@ -68,7 +68,7 @@ FLOOD = os.path.join(ROOT, "bench", "flood.py")
 
 def flood(tmp, k, seconds, stall=None):
     """Capture capacity: k processes calling a two-op pipeline in a tight loop (6 records per call). Returns
-    (records delivered, lost, pipeline calls made, seconds). stall=(at, length): the tracer is stopped (SIGSTOP)
+    (records delivered, lost, pipeline calls made, wall seconds, tracer CPU seconds). stall=(at, length): the tracer is stopped (SIGSTOP)
     for `length` s after `at` s, as a consumer that falls behind: the ring buffer fills and records are lost."""
     out, rec = os.path.join(tmp, "f.json"), os.path.join(tmp, "f.lbt")
     t0 = time.monotonic()
@@ -185,7 +185,7 @@ def main():
         ("attach latency, torch loaded (s)", f"{statistics.median(latencies):.3f}", f"median of 3: {', '.join(f'{x:.3f}' for x in latencies)}"),
         ("attach latency, torch loaded, --native-map (s)", f"{statistics.median(native_latencies):.3f}",
          f"median of 3 (libjpeg, _imaging, libtorch_cpu resolved and probed)"),
-        ("capture: records/s delivered, 0 lost", f"{cap[0] / cap[3]:.0f}",
+        ("capture: records/s delivered, 0 lost", f"{cap[0] / 4:.0f}",
          f"bench/flood.py, 2 processes x 4 s: {cap[0]} delivered, {cap[1]} lost, {cap[2]} pipeline calls; the probes "
          f"slow the 2 cores' producers before the consumer falls behind"),
         ("capture: records per tracer CPU second", f"{cap[0] / cap[4]:.0f}",
