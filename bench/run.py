@@ -83,7 +83,7 @@ def flood(tmp, k, seconds, stall=None):
     wall = time.monotonic() - t0
     with open(out) as f:
         d = json.load(f)["otherData"]
-    return d["events"], d["lost_events"], calls, wall, d["tracer_cpu_ms"] / 1000
+    return d["events"], d["lost_events"], calls, wall, d["tracer_cpu_ms"] / 1000, d["events_delivered"]
 
 
 def export_rate(tmp):
@@ -191,8 +191,9 @@ def main():
         ("capture: records per tracer CPU second", f"{cap[0] / cap[4]:.0f}",
          f"the same run: the tracer used {cap[4]:.2f} s of CPU (ring buffer, engine, trace and record writing)"),
         ("capture: consumer stalled 1 s, records lost", f"{stalled[1]}",
-         f"{stalled[0]} delivered; delivered + lost - 6 x calls = {stalled[0] + stalled[1] - 6 * stalled[2]} "
-         f"(without the stall: {cap[0] + cap[1] - 6 * cap[2]}: startup records)"),
+         f"{stalled[0]} written by BPF, {stalled[5]} read by the tracer; written + lost - 6 x calls = "
+         f"{stalled[0] + stalled[1] - 6 * stalled[2]} (without the stall: {cap[0] + cap[1] - 6 * cap[2]}: "
+         f"startup records)"),
         ("tracer peak RSS (MB), 10 epochs", f"{rss / 1024:.1f}", "VmHWM; 32 MB of it is the mapped ring buffer"),
         ("record file bytes per sample, steady state", f"{bytes_per_sample:.0f}", "marginal over 2 more epochs"),
         ("record file bytes per sample, 10 epochs", f"{record_bytes / (10 * args.images):.0f}",

@@ -92,6 +92,14 @@ static __always_inline __u64 submit_flags(void)
     return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
+static __always_inline void uncount_submitted(void)
+{
+    __u32 idx = 1;
+    __u64 *c = bpf_map_lookup_elem(&lotus_counters, &idx);
+    if (c)
+        __sync_fetch_and_sub(c, 1); /* per-CPU values may wrap; their sum, which user space reads, does not */
+}
+
 static __always_inline void *reserve(__u64 size)
 {
     void *e = bpf_ringbuf_reserve(&events, size, 0);
@@ -208,6 +216,7 @@ __noinline int describe_type(__u32 tgid, __u64 type)
     e->type = type;
     if (bpf_probe_read_user_str(e->name, sizeof(e->name), (void *)name) <= 1) {
         bpf_ringbuf_discard(e, 0);
+        uncount_submitted(); /* the count is of records delivered */
         return 0;
     }
     __u8 one = 1;

@@ -40,6 +40,8 @@ class LaunchMode(BpfTestCase):
         self.assertEqual(sorted(pnames[p] for p in worker_pids), ["worker 0", "worker 1"])
         self.assertIn("main", " ".join(pnames.values()))
         self.assertEqual(trace["otherData"]["lost_events"], 0)
+        # every record BPF wrote reached the engine (the count excludes discarded reservations)
+        self.assertEqual(trace["otherData"]["events_delivered"], trace["otherData"]["events"])
         # summary table on stdout
         for op in OPS:
             self.assertIn(op, r.stdout)

@@ -45,6 +45,8 @@ class Versions(BpfTestCase):
                 self.assertEqual(sorted(s["args"]["sample"] for s in spans(trace, "sample") if s["pid"] == root),
                                  list(range(n)))
                 self.assertEqual(trace["otherData"]["lost_events"], 0)
+                # every record BPF wrote reached the engine (the count excludes discarded reservations)
+                self.assertEqual(trace["otherData"]["events_delivered"], trace["otherData"]["events"])
                 assert_nested(self, trace)
                 self.assert_detached()
 

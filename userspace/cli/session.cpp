@@ -214,7 +214,9 @@ int run_session(const Options& opts)
                 probe->set_role(tgid, code, r.flags, r.capture_slots);
             });
         const bool debug_events = getenv("LOTUS_DEBUG_EVENTS") != nullptr;
+        uint64_t delivered = 0; // records read from the ring buffer: equals BPF's submitted count once drained
         probe = std::make_unique<capture::Probe>(interp, [&](const void* data, size_t len) {
+            delivered++;
             auto* h = static_cast<const lotus_event_header*>(data);
             if (len >= sizeof(*h) && h->type == LOTUS_EV_EXEC)
                 probe->forget_roles(h->tgid);
@@ -324,6 +326,7 @@ int run_session(const Options& opts)
             {"interpreter", exporter::json_string(interp.target_path)},
             {"layout", exporter::json_string(interp.layout_source)},
             {"events", std::to_string(stats.submitted)},
+            {"events_delivered", std::to_string(delivered)},
             {"lost_events", std::to_string(stats.lost)},
             {"stop_reason", exporter::json_string(stop_reason)},
             {"tracer_peak_rss_kb", std::to_string(peak_rss_kb())},
