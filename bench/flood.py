@@ -6,32 +6,16 @@ import os
 import sys
 import time
 
-
-class Scale:
-    def __call__(self, x):
-        return x * 2
-
-
-class Shift:
-    def __call__(self, x):
-        return x + 1
-
-
-class Pipeline:
-    def __init__(self, ops):
-        self.ops = ops
-
-    def __call__(self, x):
-        for op in self.ops:
-            x = op(x)
-        return x
+# the same Compose-like class and ops as the integration tests' pure-Python pipeline
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "integration", "workloads"))
+from pure_pipeline import Pipeline, Scale, Shift  # noqa: E402
 
 
 def spin(seconds, w):
     p, n, end = Pipeline([Scale(), Shift()]), 0, time.monotonic() + seconds
     while time.monotonic() < end:
         for i in range(1000):
-            p(i)
+            p((i,))
         n += 1000
     os.write(w, f"{n}\n".encode())
 

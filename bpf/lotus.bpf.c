@@ -516,10 +516,13 @@ static __always_inline int emit_entry(__u32 tgid, __u32 tid, struct thread_state
         e->chain_len = i + 1;
         f = read_ptr(f + layout.frame_previous);
     }
-    /* Pipelines, callees of EMIT_CALLEES code and code not classified yet look further up for locals such
-     * as a DataLoader worker's id and batch index. */
+    /* Pipelines, callees of EMIT_CALLEES code and code not classified yet, or called by code not classified
+     * yet, look further up for locals such as a DataLoader worker's id and batch index. (A spawned worker's
+     * first Queue.put is seen first as the caller of an already classified Condition.__enter__: without the
+     * walk there, that batch's hand-over had no index and the batch was lost.) */
     f = caller;
-    if (!(flags & LOTUS_ROLE_CLASSIFIED) || (flags & LOTUS_ROLE_PIPELINE) || (cflags & LOTUS_ROLE_EMIT_CALLEES)) {
+    if (!(flags & LOTUS_ROLE_CLASSIFIED) || (flags & LOTUS_ROLE_PIPELINE) || !(cflags & LOTUS_ROLE_CLASSIFIED) ||
+        (cflags & LOTUS_ROLE_EMIT_CALLEES)) {
         for (int i = 0; i < LOTUS_WALK_MAX && f; i++) {
             __u64 c = frame_code(f);
             if (i >= LOTUS_CHAIN_LEN)

@@ -293,3 +293,38 @@ TEST_F(Fixture, LoadersOfAChildThatNeverHandsOverABatchDoNotPileUp)
     EXPECT_EQ(of(SpanKind::Loader).size(), 2 * kMax);
     EXPECT_EQ(of(SpanKind::Sample).size(), 2 * kMax + 100);
 }
+
+TEST_F(Fixture, AWorkersPutWithoutACapturedIndexHandsOverTheBatchInProgress)
+{
+    // A spawned worker's first Queue.put can be seen before the walk that captures _worker_loop's `idx` knows
+    // to run: the put still ends the batch being prepared (it used to be dropped, losing that batch).
+    constexpr uint64_t QUEUE_PUT = 0x8000, COND_ENTER = 0x9000;
+    engine.add_process(P, 0, true);
+    describe(P);
+    ev.code(P, QUEUE_PUT, "Queue.put", "/usr/lib/python3.11/multiprocessing/queues.py");
+    ev.code(P, COND_ENTER, "Condition.__enter__", "/usr/lib/python3.11/threading.py");
+    ev.proc(LOTUS_EV_FORK, W, P);
+    lotus_wait_done w{};
+    w.h = {LOTUS_EV_WAIT_DONE, W, W, 0, 900};
+    w.ret = 1;
+    engine.consume(&w, sizeof(w)); // the batch's indices arrived
+    for (int i = 0; i < 2; i++) {
+        ev.entry(W, W, 1000 + i * 200, 5, COMPOSE, 0, {{GETITEM, 40 + i}}, {{WORKER_LOOP, 10, 1}, {WORKER_LOOP, 26, 7}});
+        ev.ret(W, W, 1100 + i * 200, 5);
+    }
+    ev.entry(W, W, 2000, 3, COND_ENTER, 0, {{QUEUE_PUT, LOTUS_NO_VALUE}, {WORKER_LOOP, LOTUS_NO_VALUE}}); // no captures
+    ev.ret(W, W, 2010, 3);
+    auto batches = of(SpanKind::Batch);
+    ASSERT_EQ(batches.size(), 1u);
+    EXPECT_EQ(batches[0].start_ns, 900u);
+    EXPECT_EQ(batches[0].end_ns, 2000u);
+    auto arg = [&](const std::string& k) {
+        for (const auto& [key, v] : batches[0].args)
+            if (key == k)
+                return v;
+        return std::string();
+    };
+    EXPECT_EQ(arg("batch"), "7");
+    EXPECT_EQ(arg("samples"), "2");
+    EXPECT_EQ(arg("worker"), "1");
+}

@@ -115,6 +115,23 @@ CodecState::ContextKey context_of(uint32_t type, uint32_t tgid, uint32_t tid, si
     return {type, type == LOTUS_EV_PY_ENTRY ? tgid : tid, key};
 }
 
+// The previous words of a record's context (zeros the first time), sized for this record.
+std::vector<uint64_t>& previous_words(CodecState& st, const lotus_event_header& h, size_t len, const Shape& shape,
+                                      uint64_t key, size_t nw)
+{
+    auto& prev = st.context[context_of(h.type, h.tgid, h.tid, len, shape, key)];
+    if (prev.size() != nw)
+        prev.assign(nw, 0);
+    return prev;
+}
+
+// Words coded against the context: all but the key and the counters.
+bool context_word(const Shape& shape, size_t j)
+{
+    bool counter = shape.counters >= 0 && j >= size_t(shape.counters) && j < size_t(shape.counters) + kCounterWords;
+    return int(j) != shape.key && !counter;
+}
+
 } // namespace
 
 void BlockEncoder::add(const uint8_t* rec, size_t len)
@@ -157,15 +174,10 @@ void BlockEncoder::add(const uint8_t* rec, size_t len)
         put(s_[kStreamKey], zigzag(key - last));
         last = key;
     }
-    auto& prev = st_.context[context_of(h.type, h.tgid, h.tid, len, shape, key)];
-    if (prev.size() != nw)
-        prev.assign(nw, 0);
-    for (size_t j = 0; j < nw; j++) {
-        bool counter = shape.counters >= 0 && j >= size_t(shape.counters) && j < size_t(shape.counters) + kCounterWords;
-        if (int(j) == shape.key || counter)
-            continue;
-        put(s_[shape.stream], zigzag(w[j] - prev[j]));
-    }
+    auto& prev = previous_words(st_, h, len, shape, key, nw);
+    for (size_t j = 0; j < nw; j++)
+        if (context_word(shape, j))
+            put(s_[shape.stream], zigzag(w[j] - prev[j]));
     if (shape.counters >= 0) {
         auto& lc = st_.last_counters[h.tid];
         if (lc.empty())
@@ -272,15 +284,10 @@ DecodedBlock decode_streams(const Streams& s, uint32_t n)
             last = key;
             w[size_t(shape.key)] = key;
         }
-        auto& prev = st.context[context_of(h.type, h.tgid, h.tid, len, shape, key)];
-        if (prev.size() != nw)
-            prev.assign(nw, 0);
-        for (size_t j = 0; j < nw; j++) {
-            bool counter = shape.counters >= 0 && j >= size_t(shape.counters) && j < size_t(shape.counters) + kCounterWords;
-            if (int(j) == shape.key || counter)
-                continue;
-            w[j] = prev[j] + unzigzag(c[shape.stream].get());
-        }
+        auto& prev = previous_words(st, h, len, shape, key, nw);
+        for (size_t j = 0; j < nw; j++)
+            if (context_word(shape, j))
+                w[j] = prev[j] + unzigzag(c[shape.stream].get());
         if (shape.counters >= 0) {
             auto& lc = st.last_counters[h.tid];
             if (lc.empty())

@@ -187,6 +187,9 @@ void BatchTracker::finish_batch(uint32_t pid, uint32_t tid, Thread& t, uint64_t 
 void BatchTracker::batch_put(uint32_t pid, uint32_t tid, uint64_t ts, int64_t idx)
 {
     Thread& t = thread(pid, tid);
+    // A put whose index was not captured (the walk did not reach _worker_loop) hands over the batch in progress.
+    if (idx < 0 && t.in_batch && !t.stop_pending)
+        idx = t.idx;
     if (t.single || idx < 0)
         return;
     if (!t.in_batch && idx == t.last_put_idx)
