@@ -164,7 +164,8 @@ void BlockEncoder::add(const uint8_t* rec, size_t len)
     Shape shape = shape_of(h.type, len);
     size_t nw = (len - kHeader) / 8;
     const uint8_t* body = rec + kHeader;
-    std::vector<uint64_t> w(nw);
+    std::vector<uint64_t>& w = words_; // reused: this runs for every record of a live capture
+    w.resize(nw);
     for (size_t j = 0; j < nw; j++)
         w[j] = word(body + j * 8);
     uint64_t key = 0;
@@ -191,7 +192,7 @@ void BlockEncoder::add(const uint8_t* rec, size_t len)
         }
         lc[kCounterWords] = h.ts_ns;
     }
-    prev = std::move(w);
+    prev.swap(w);
     s_[kStreamTail].append(reinterpret_cast<const char*>(body) + nw * 8, (len - kHeader) % 8);
 }
 

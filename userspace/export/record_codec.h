@@ -70,6 +70,7 @@ public:
 private:
     Streams s_;
     CodecState st_;
+    std::vector<uint64_t> words_; // the record being encoded, as 8-byte words
     size_t records_ = 0, raw_bytes_ = 0;
 };
 
@@ -82,11 +83,9 @@ struct DecodedBlock {
     std::vector<uint8_t> bytes;
     std::vector<uint32_t> ends; // end offset of each record in bytes
     size_t size() const { return ends.size(); }
-    std::vector<uint8_t> record(size_t i) const
-    {
-        uint32_t b = i ? ends[i - 1] : 0;
-        return {bytes.begin() + b, bytes.begin() + ends[i]};
-    }
+    const uint8_t* begin(size_t i) const { return bytes.data() + (i ? ends[i - 1] : 0); }
+    const uint8_t* end(size_t i) const { return bytes.data() + ends[i]; }
+    std::vector<uint8_t> record(size_t i) const { return {begin(i), end(i)}; }
 };
 
 // Decodes n records from a block's inflated streams; throws CodecError when they do not hold exactly that.

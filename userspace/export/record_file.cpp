@@ -142,8 +142,7 @@ bool RecordReader::next(std::vector<uint8_t>& record)
             return false;
     }
     size_t i = next_in_block_++;
-    uint32_t b = i ? block_.ends[i - 1] : 0;
-    record.assign(block_.bytes.begin() + b, block_.bytes.begin() + block_.ends[i]);
+    record.assign(block_.begin(i), block_.end(i));
     return true;
 }
 
