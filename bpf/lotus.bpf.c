@@ -53,6 +53,8 @@ struct thread_state {
     __u64 emitted;
     __u64 lost; /* entries lost to a full ring buffer: their returns count as lost too, so that the lost count
                  * is every record the trace misses */
+    __u64 capture_frame; /* the frame whose locals the last walk reported, and its code */
+    __u64 capture_code;
 };
 
 struct {
@@ -159,6 +161,63 @@ static __noinline __u8 read_unicode(__u64 obj, char *buf, __u32 size)
     return kind;
 }
 
+/* Classified roles looked up recently on this CPU: a small direct-mapped copy of lotus_roles. Nearly every
+ * call into the evaluator asks for two roles; in the large LRU hash each lookup missed the caches (most of
+ * what a skipped call cost). User space classifies a code object once (a new object at a reused address has
+ * another fingerprint), so a classified role never changes; role_gen, bumped when user space forgets a
+ * process's roles (exec), invalidates every copy. `check` catches an entry torn by a program that preempted
+ * another one filling the same slot. */
+#define ROLE_CACHE_SLOTS 1024
+struct role_slot {
+    __u64 code;
+    __u64 fingerprint;
+    __u32 tgid;
+    __u32 gen;
+    __u32 flags;
+    __s32 capture_slots; /* as capture_slots_of returns them */
+    __u64 check;
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, ROLE_CACHE_SLOTS);
+    __type(key, __u32);
+    __type(value, struct role_slot);
+} role_cache SEC(".maps");
+
+volatile __u32 role_gen = 0;
+
+static __always_inline __u64 role_slot_check(const struct role_slot *c)
+{
+    return (c->code ^ (c->fingerprint * 0x9e3779b97f4a7c15ull) ^ ((__u64)c->tgid << 32 | c->gen) ^
+            ((__u64)(__u32)c->capture_slots << 32 | c->flags)) * 0xff51afd7ed558ccdull;
+}
+
+static __always_inline struct role_slot *role_slot_of(__u32 tgid, __u64 code)
+{
+    __u32 idx = (__u32)((code >> 4) ^ (code >> 14) ^ tgid) & (ROLE_CACHE_SLOTS - 1);
+    return bpf_map_lookup_elem(&role_cache, &idx);
+}
+
+static __always_inline bool role_slot_valid(const struct role_slot *c, __u32 tgid, __u64 code, __u32 gen)
+{
+    return c->code == code && c->tgid == tgid && c->gen == gen && c->check == role_slot_check(c);
+}
+
+/* co_qualname ^ co_filename << 1: one read when the two are near each other (always so far). */
+static __always_inline __u64 code_fingerprint(__u64 code)
+{
+    __u64 lo = layout.code_name < layout.code_filename ? layout.code_name : layout.code_filename;
+    __u64 hi = layout.code_name < layout.code_filename ? layout.code_filename : layout.code_name;
+    if (hi - lo > 16)
+        return read_ptr(code + layout.code_name) ^ (read_ptr(code + layout.code_filename) << 1);
+    __u64 w[3] = {};
+    if (code)
+        bpf_probe_read_user(w, sizeof(w), (void *)(code + lo));
+    __u64 at_hi = hi - lo == 8 ? w[1] : w[2];
+    return layout.code_name == lo ? w[0] ^ (at_hi << 1) : at_hi ^ (w[0] << 1);
+}
+
 /* Role flags of a code object in this process. On first sight: remember it and describe it to user space.
  * Global (not static) so the verifier checks it once, not at every call site. */
 __noinline __u32 role_of(__u32 tgid, __u64 code)
@@ -166,10 +225,25 @@ __noinline __u32 role_of(__u32 tgid, __u64 code)
     struct lotus_role_key key = {.tgid = tgid, .ptr = code};
     if (!code)
         return 0;
-    __u64 fp = read_ptr(code + layout.code_name) ^ (read_ptr(code + layout.code_filename) << 1);
+    __u32 gen = role_gen; /* before the lookup: a role changed after this read makes the copy stale at once */
+    __u64 fp = code_fingerprint(code);
+    struct role_slot *c = role_slot_of(tgid, code);
+    if (c && role_slot_valid(c, tgid, code, gen) && c->fingerprint == fp)
+        return c->flags;
     struct lotus_role *r = bpf_map_lookup_elem(&lotus_roles, &key);
-    if (r && r->fingerprint == fp)
-        return r->flags;
+    if (r && r->fingerprint == fp) {
+        __u32 flags = r->flags;
+        if (c && (flags & LOTUS_ROLE_CLASSIFIED)) {
+            c->code = code;
+            c->fingerprint = fp;
+            c->tgid = tgid;
+            c->gen = gen;
+            c->flags = flags;
+            c->capture_slots = flags & LOTUS_ROLE_CAPTURE ? r->capture_slot[0] | (r->capture_slot[1] << 8) : -1;
+            c->check = role_slot_check(c);
+        }
+        return flags;
+    }
     struct lotus_role fresh = {.fingerprint = fp};
     bpf_map_update_elem(&lotus_roles, &key, &fresh, BPF_ANY);
     struct lotus_code_info *e = reserve(sizeof(*e));
@@ -191,9 +265,13 @@ __noinline __u32 role_of(__u32 tgid, __u64 code)
     return 0;
 }
 
-/* The locals a code object's role asks for, packed (slot0 | slot1 << 8), or -1 for none. */
+/* The locals a code object's role asks for, packed (slot0 | slot1 << 8), or -1 for none. (Its fingerprint was
+ * checked by the role_of just before.) */
 __noinline __s32 capture_slots_of(__u32 tgid, __u64 code)
 {
+    struct role_slot *c = role_slot_of(tgid, code);
+    if (c && role_slot_valid(c, tgid, code, role_gen))
+        return c->capture_slots;
     struct lotus_role_key key = {.tgid = tgid, .ptr = code};
     struct lotus_role *r = bpf_map_lookup_elem(&lotus_roles, &key);
     if (!r || !(r->flags & LOTUS_ROLE_CAPTURE))
@@ -463,7 +541,27 @@ static __always_inline struct thread_state *thread_of(__u32 tid)
     return bpf_map_lookup_elem(&lotus_threads, &tid);
 }
 
-/* Describes the frame just entered at `depth` (called by `caller`) if the rules want it; marks it emitted. */
+/* Reports the locals `slots` (packed as capture_slots_of returns them) of frame f running code c. Returns
+ * how many it added. */
+static __always_inline __u32 capture_locals(struct lotus_py_entry *e, __u64 c, __u64 f, __s32 slots)
+{
+    __u32 added = 0;
+    for (int k = 0; k < LOTUS_SLOTS_PER_ROLE; k++) {
+        __u32 slot = (slots >> (8 * k)) & 0xff;
+        __u32 n = e->capture_count;
+        if (slot == LOTUS_NO_SLOT || n >= LOTUS_MAX_CAPTURES)
+            continue;
+        e->capture_code[n & 3] = c;
+        e->capture_slot[n & 3] = slot;
+        e->capture_value[n & 3] = read_small_int(f, slot);
+        e->capture_count = n + 1;
+        added++;
+    }
+    return added;
+}
+
+/* Describes the frame just entered at `depth` (called by `caller`) if the rules want it; marks it emitted (or
+ * lost). Returns 1 when the call's return matters: its entry was emitted or lost. */
 static __always_inline int emit_entry(__u32 tgid, __u32 tid, struct thread_state *ts, __u32 depth, __u64 frame,
                                       __u64 caller)
 {
@@ -509,10 +607,11 @@ static __always_inline int emit_entry(__u32 tgid, __u32 tid, struct thread_state
         if (!f)
             break;
         __u64 c = i == 0 ? caller_code : frame_code(f);
-        if (i > 0)
-            role_of(tgid, c);
+        __u32 role = i == 0 ? cflags : role_of(tgid, c);
         e->chain_code[i] = c;
-        e->chain_arg1[i] = deep ? read_small_int(f, 1) : LOTUS_NO_VALUE;
+        /* Only a __getitem__'s first argument is wanted (or one that may turn out to be a __getitem__'s). */
+        bool arg1 = deep && (!(role & LOTUS_ROLE_CLASSIFIED) || (role & LOTUS_ROLE_ARG1));
+        e->chain_arg1[i] = arg1 ? read_small_int(f, 1) : LOTUS_NO_VALUE;
         e->chain_len = i + 1;
         f = read_ptr(f + layout.frame_previous);
     }
@@ -520,23 +619,25 @@ static __always_inline int emit_entry(__u32 tgid, __u32 tid, struct thread_state
      * yet, look further up for locals such as a DataLoader worker's id and batch index. (A spawned worker's
      * first Queue.put is seen first as the caller of an already classified Condition.__enter__: without the
      * walk there, that batch's hand-over had no index and the batch was lost.) */
-    f = caller;
-    if (!(flags & LOTUS_ROLE_CLASSIFIED) || (flags & LOTUS_ROLE_PIPELINE) || !(cflags & LOTUS_ROLE_CLASSIFIED) ||
-        (cflags & LOTUS_ROLE_EMIT_CALLEES)) {
+    /* The frame found last time (a worker's _worker_loop, there for the worker's life) is read directly while
+     * it still runs the same code: a walk costs ~10 us of reads and lookups. */
+    __u64 cf = ts->capture_frame;
+    __s32 cslots = -1;
+    if (deep && cf && frame_code(cf) == ts->capture_code)
+        cslots = capture_slots_of(tgid, ts->capture_code);
+    if (cslots >= 0) {
+        capture_locals(e, ts->capture_code, cf, cslots);
+    } else if (deep) {
+        ts->capture_frame = 0;
+        f = caller;
         for (int i = 0; i < LOTUS_WALK_MAX && f; i++) {
             __u64 c = frame_code(f);
             if (i >= LOTUS_CHAIN_LEN)
                 role_of(tgid, c);
             __s32 slots = capture_slots_of(tgid, c);
-            for (int k = 0; k < LOTUS_SLOTS_PER_ROLE && slots >= 0; k++) {
-                __u32 slot = (slots >> (8 * k)) & 0xff;
-                __u32 n = e->capture_count;
-                if (slot == LOTUS_NO_SLOT || n >= LOTUS_MAX_CAPTURES)
-                    continue;
-                e->capture_code[n & 3] = c;
-                e->capture_slot[n & 3] = slot;
-                e->capture_value[n & 3] = read_small_int(f, slot);
-                e->capture_count = n + 1;
+            if (slots >= 0 && capture_locals(e, c, f, slots) && !ts->capture_frame) {
+                ts->capture_frame = f;
+                ts->capture_code = c;
             }
             f = read_ptr(f + layout.frame_previous);
         }
@@ -549,19 +650,23 @@ static __always_inline int emit_entry(__u32 tgid, __u32 tid, struct thread_state
         count(0);
         ts->lost |= bit;
     }
-    return 0;
+    return 1;
 }
 
-SEC("uprobe")
-int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
+/* Entry into the evaluator. `session`: attached as a uprobe session (Linux 6.13+), where the return is seen
+ * only if this returns 0; then depths count only the calls whose return is wanted (those emitted or lost;
+ * all of them for --all-calls), and a skipped call costs no return probe: about half of its cost. Otherwise
+ * (a plain uprobe and uretprobe pair) every call returns through py_return and is counted. Returns the
+ * session's verdict: 0 to see the return, 1 not to. */
+static __always_inline int enter(void *tstate, void *frame_arg, bool session)
 {
     __u64 id = bpf_get_current_pid_tgid();
     __u32 tgid = id >> 32, tid = (__u32)id;
     if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
-        return 0;
+        return 1;
     struct thread_state *ts = thread_of(tid);
     if (!ts)
-        return 0;
+        return 1;
     __u64 caller = caller_frame((__u64)tstate);
     __u32 depth = ts->depth;
     struct thread_frames *tf = 0;
@@ -576,15 +681,24 @@ int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
             depth = d;
     }
     if (depth >= 64)
-        return 0; /* the kernel installs no return probe this deep: this call never returns for us */
-    ts->depth = depth + 1;
+        return 1; /* the kernel installs no return probe this deep: this call never returns for us */
     ts->emitted &= ~(~0ull << depth);
     ts->lost &= ~(~0ull << depth);
     if (tf) {
         set_frame(tf, depth, (__u64)frame_arg);
         tf->c_mask = (tf->c_mask & ~(~0ull << depth)) | (1ull << depth);
     }
-    return emit_entry(tgid, tid, ts, depth, (__u64)frame_arg, caller);
+    if (!emit_entry(tgid, tid, ts, depth, (__u64)frame_arg, caller) && session && !inline_calls)
+        return 1;
+    ts->depth = depth + 1;
+    return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
+{
+    enter(tstate, frame_arg, false);
+    return 0;
 }
 
 /* Highest set bit of a nonzero mask. */
@@ -623,8 +737,7 @@ static __always_inline int emit_return(struct thread_state *ts, __u32 depth, __u
     return 0;
 }
 
-SEC("uretprobe")
-int BPF_KRETPROBE(py_return)
+static __always_inline int leave(struct pt_regs *ctx)
 {
     __u64 id = bpf_get_current_pid_tgid();
     __u32 tgid = id >> 32, tid = (__u32)id;
@@ -645,6 +758,24 @@ int BPF_KRETPROBE(py_return)
     }
     ts->depth = depth;
     return emit_return(ts, depth, PT_REGS_RC(ctx));
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(py_return)
+{
+    return leave(ctx);
+}
+
+/* The evaluator's entry and return as one uprobe session (user space sets its attach type and attaches it
+ * when the kernel has sessions; it is not loaded otherwise). */
+extern bool bpf_session_is_return(void) __ksym __weak;
+
+SEC("uprobe")
+int BPF_KPROBE(py_call, void *tstate, void *frame_arg)
+{
+    if (bpf_session_is_return())
+        return leave(ctx);
+    return enter(tstate, frame_arg, true);
 }
 
 /* The frame an opcode handler runs for, when it is an inlined one of a traced thread whose state we know
@@ -695,7 +826,8 @@ int BPF_KPROBE(py_resume)
     ts->lost &= ~(~0ull << depth);
     set_frame(tf, depth, frame);
     tf->c_mask &= ~(~0ull << depth);
-    return emit_entry(in.tgid, in.tid, ts, depth, frame, caller);
+    emit_entry(in.tgid, in.tid, ts, depth, frame, caller);
+    return 0;
 }
 
 SEC("uprobe")

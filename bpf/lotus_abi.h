@@ -62,10 +62,11 @@ struct lotus_py_entry {
     __u64 self_obj;   /* localsplus[0] (self for methods): identifies e.g. a DataLoader iterator */
     __u64 self_type;  /* its type, 0 if unreadable */
     __u64 arg1_obj;   /* localsplus[1]: e.g. the DataLoader given to an iterator's __init__ */
-    __u32 depth;      /* evaluation depth of this thread since tracing began (0 = outermost seen) */
+    __u32 depth;      /* nesting depth among this thread's seen evaluator calls (0 = outermost seen) */
     __u32 chain_len;  /* valid entries in chain_code */
     __u64 chain_code[LOTUS_CHAIN_LEN];  /* code objects of the caller frames, innermost first */
-    __s64 chain_arg1[LOTUS_CHAIN_LEN];  /* their localsplus[1] if it is an int, else LOTUS_NO_VALUE */
+    __s64 chain_arg1[LOTUS_CHAIN_LEN];  /* their localsplus[1] if an int and their role is ARG1 or not known
+                                         * yet, else LOTUS_NO_VALUE */
     __u64 capture_code[LOTUS_MAX_CAPTURES]; /* frames further up whose role asked for a local */
     __s64 capture_value[LOTUS_MAX_CAPTURES];
     __u8 capture_slot[LOTUS_MAX_CAPTURES];  /* which local of that frame */
@@ -144,6 +145,7 @@ struct lotus_proc_event {
 #define LOTUS_ROLE_PIPELINE (1u << 2) /* Compose-like: its direct callees are ops, walk for captures */
 #define LOTUS_ROLE_CAPTURE (1u << 3)  /* when walked past, report localsplus[capture_slot[i]] */
 #define LOTUS_ROLE_EMIT_CALLEES (1u << 4) /* emit the entries it calls (e.g. Queue.put's __enter__) */
+#define LOTUS_ROLE_ARG1 (1u << 5)         /* its localsplus[1] (a __getitem__'s index) is wanted in chains */
 
 struct lotus_role_key {
     __u32 tgid;

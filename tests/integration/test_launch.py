@@ -16,12 +16,28 @@ import os
 from harness import SOURCE
 
 
+def kernel_has_uprobe_sessions():
+    release = tuple(int(x) for x in os.uname().release.split(".")[:2])
+    return release >= (6, 13)
+
+
 class LaunchMode(BpfTestCase):
     def test_bundled_example_every_op_once_per_sample(self):
+        trace = self.check_bundled_example({})
+        expected = "uprobe session" if kernel_has_uprobe_sessions() else "uprobe + uretprobe"
+        self.assertEqual(trace["otherData"]["evaluator_probe"], expected)
+
+    def test_bundled_example_with_entry_and_return_probes(self):
+        # What kernels without uprobe sessions (before 6.13) run: every call's return is probed.
+        trace = self.check_bundled_example({"LOTUS_NO_UPROBE_SESSION": "1"})
+        self.assertEqual(trace["otherData"]["evaluator_probe"], "uprobe + uretprobe")
+
+    def check_bundled_example(self, env):
         n = 96
         data = dataset(n)
         out = self.path("trace.json")
-        r = run_lotus(["-q", "-o", out, "--", PY, EXAMPLE, data, "--epochs", "1", "--workers", "2"])
+        r = run_lotus(["-q", "-o", out, "--", PY, EXAMPLE, data, "--epochs", "1", "--workers", "2"],
+                      env={**os.environ, **env})
         self.assertEqual(r.returncode, 0, r.stderr)
         trace = load_trace(out)
         names = Counter(s["name"] for s in spans(trace, "op"))
@@ -47,6 +63,7 @@ class LaunchMode(BpfTestCase):
             self.assertIn(op, r.stdout)
         self.assertIn("worker 1", r.stdout)
         self.assert_detached()
+        return trace
 
     def test_trace_matches_schema_and_gzip(self):
         data = dataset(64)

@@ -36,9 +36,12 @@ TEST(Rules, WorkerLoopCapturesWorkerId)
 TEST(Rules, GetitemAndOthers)
 {
     Rules r;
-    EXPECT_TRUE(r.classify({"DatasetFolder.__getitem__", "f.py", 1}).getitem);
+    auto getitem = r.classify({"DatasetFolder.__getitem__", "f.py", 1});
+    EXPECT_TRUE(getitem.getitem);
+    EXPECT_TRUE(getitem.flags & LOTUS_ROLE_ARG1); // BPF reads the index argument of these frames only
     auto other = r.classify({"Module._call_impl", "f.py", 1});
     EXPECT_TRUE(other.flags & LOTUS_ROLE_SKIP);
+    EXPECT_FALSE(other.flags & LOTUS_ROLE_ARG1);
     EXPECT_TRUE(other.flags & LOTUS_ROLE_CLASSIFIED);
 }
 

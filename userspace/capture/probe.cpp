@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <cerrno>
 #include <cstring>
@@ -38,6 +39,28 @@ static int quiet_libbpf(enum libbpf_print_level, const char* fmt, va_list ap)
     return 0;
 }
 
+// The attach type of uprobe sessions (Linux 6.13+) as this kernel numbers it, or -1 when it has none (or
+// LOTUS_NO_UPROBE_SESSION is set: the entry and return pair, for comparison). libbpf 1.1 predates sessions.
+static int uprobe_session_attach_type()
+{
+    if (const char* off = getenv("LOTUS_NO_UPROBE_SESSION"); off && *off && strcmp(off, "0") != 0)
+        return -1;
+    btf* vmlinux = btf__load_vmlinux_btf();
+    if (!vmlinux)
+        return -1;
+    int value = -1;
+    int id = btf__find_by_name_kind(vmlinux, "bpf_attach_type", BTF_KIND_ENUM);
+    if (id > 0 && btf__find_by_name_kind(vmlinux, "bpf_session_is_return", BTF_KIND_FUNC) > 0) {
+        const btf_type* t = btf__type_by_id(vmlinux, id);
+        const struct btf_enum* e = btf_enum(t);
+        for (int i = 0; i < btf_vlen(t); i++, e++)
+            if (strcmp(btf__name_by_offset(vmlinux, e->name_off), "BPF_TRACE_UPROBE_SESSION") == 0)
+                value = e->val;
+    }
+    btf__free(vmlinux);
+    return value;
+}
+
 Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<CounterSpec>& counters,
              ProbeFeatures features)
     : interp_(interp), sink_(std::move(sink))
@@ -55,6 +78,13 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     skel_->rodata->nr_perf = static_cast<uint32_t>(counters.size());
     skel_->rodata->nr_cpus = static_cast<uint32_t>(ncpu);
     skel_->rodata->inline_calls = features.inline_calls ? 1 : 0;
+    session_type_ = uprobe_session_attach_type();
+    bool session = session_type_ >= 0;
+    bpf_program__set_autoload(skel_->progs.py_call, session);
+    bpf_program__set_autoload(skel_->progs.py_entry, !session);
+    bpf_program__set_autoload(skel_->progs.py_return, !session);
+    if (session)
+        bpf_program__set_expected_attach_type(skel_->progs.py_call, static_cast<bpf_attach_type>(session_type_));
     bpf_program__set_autoload(skel_->progs.py_resume, features.inline_calls);
     bpf_program__set_autoload(skel_->progs.py_retval, features.inline_calls);
     bpf_program__set_autoload(skel_->progs.native_entry, features.native);
@@ -95,6 +125,10 @@ Probe::~Probe() { close(); }
 
 void Probe::close()
 {
+    if (session_link_ >= 0) {
+        ::close(session_link_);
+        session_link_ = -1;
+    }
     for (auto* l : links_)
         bpf_link__destroy(l);
     links_.clear();
@@ -163,8 +197,31 @@ bool Probe::is_traced(uint32_t tgid) const
     return bpf_map_lookup_elem(bpf_map__fd(skel_->maps.lotus_traced), &tgid, &v) == 0;
 }
 
+// BPF_LINK_CREATE's attributes for a uprobe_multi link, as the kernel lays them out (the uapi header of
+// this distribution predates them).
+struct UprobeMultiLinkAttr {
+    uint32_t prog_fd, target_fd, attach_type, flags;
+    uint64_t path, offsets, ref_ctr_offsets, cookies;
+    uint32_t cnt, multi_flags, pid, pad;
+};
+
 void Probe::attach_python()
 {
+    if (session_type_ >= 0) {
+        // One probe for entry and return: the kernel hooks the return only of calls whose entry asks for it.
+        uint64_t offset = interp_.eval_offset;
+        UprobeMultiLinkAttr attr{};
+        attr.prog_fd = static_cast<uint32_t>(bpf_program__fd(skel_->progs.py_call));
+        attr.attach_type = static_cast<uint32_t>(session_type_);
+        attr.path = reinterpret_cast<uint64_t>(interp_.object_path.c_str());
+        attr.offsets = reinterpret_cast<uint64_t>(&offset);
+        attr.cnt = 1; // pid 0: every process mapping the file, filtered in BPF as below
+        session_link_ = static_cast<int>(syscall(SYS_bpf, BPF_LINK_CREATE, &attr, sizeof(attr)));
+        if (session_link_ < 0)
+            throw CaptureError(fmt::format("cannot attach a uprobe session to {}: {}", interp_.object_path,
+                                           strerror(errno)));
+        return;
+    }
     // pid -1: every process mapping the interpreter gets the breakpoint, so that forked workers are seen;
     // BPF drops the events of processes outside the traced set. The return probe goes first: the kernel hooks
     // a call's return when the call begins, so a call whose entry is seen must begin with the return probe in
@@ -274,6 +331,8 @@ void Probe::forget_roles(uint32_t tgid)
         for (const auto& k : doomed)
             bpf_map_delete_elem(fd, &k);
     }
+    // BPF's per-CPU copies of classified roles are valid only for the generation they were read in.
+    __atomic_add_fetch(&skel_->bss->role_gen, 1, __ATOMIC_SEQ_CST);
 }
 
 CaptureStats Probe::stats() const

@@ -52,7 +52,8 @@ public:
     // Add a process to the traced set; its future children join by themselves.
     void trace_process(uint32_t tgid, uint32_t root_tgid);
     bool is_traced(uint32_t tgid) const;
-    // Entry and return uprobes on the evaluator, for every process mapping it (filtered in BPF).
+    // Entry and return uprobes on the evaluator, for every process mapping it (filtered in BPF): one uprobe
+    // session where the kernel has them (returns hooked only for calls that produced an entry), else a pair.
     void attach_python();
     // Opens of shared libraries by traced threads, delivered ahead of the main stream (they are in it too).
     void set_library_sink(Sink sink) { lib_sink_ = std::move(sink); }
@@ -65,10 +66,13 @@ public:
     bool attach_native(const std::string& path, uint64_t offset, uint32_t cookie);
     // Delivers pending records to the sink. Returns the number delivered, or throws on error.
     int poll(int timeout_ms);
+    // A code object's role, set once: BPF keeps per-CPU copies of classified roles (forget_roles drops them).
     void set_role(uint32_t tgid, uint64_t code, uint32_t flags, const std::vector<uint8_t>& capture_slots);
     // Forget every role of a process (after exec its addresses mean something else).
     void forget_roles(uint32_t tgid);
     CaptureStats stats() const;
+    // How the evaluator is probed: "uprobe session" or "uprobe + uretprobe" (kernels before 6.13).
+    const char* evaluator_probe() const { return session_type_ >= 0 ? "uprobe session" : "uprobe + uretprobe"; }
     // Detach and unload now (also done by the destructor).
     void close();
 
@@ -84,6 +88,8 @@ private:
     uint32_t since_lib_check_ = 0;
     std::vector<int> perf_fds_;        // counters and sampling events
     std::vector<bpf_link*> links_;     // sampling and native probes (the skeleton holds the others)
+    int session_type_ = -1;            // the kernel's BPF_TRACE_UPROBE_SESSION, -1 without sessions
+    int session_link_ = -1;            // the evaluator's uprobe session link, when there is one
 };
 
 } // namespace lotus::capture

@@ -315,6 +315,7 @@ int run_session(const Options& opts)
         while (probe->poll(0) > 0) {
         }
         auto stats = probe->stats();
+        const std::string evaluator_probe = probe->evaluator_probe();
         probe->close();
         if (tty)
             fmt::print(stderr, "\r\033[K");
@@ -325,6 +326,7 @@ int run_session(const Options& opts)
             {"python", exporter::json_string(interp.version.str())},
             {"interpreter", exporter::json_string(interp.target_path)},
             {"layout", exporter::json_string(interp.layout_source)},
+            {"evaluator_probe", exporter::json_string(evaluator_probe)},
             {"events", std::to_string(stats.submitted)},
             {"events_delivered", std::to_string(delivered)},
             {"lost_events", std::to_string(stats.lost)},

@@ -102,8 +102,8 @@ CodeRole Rules::classify(const CodeInfo& code) const
     role.internal = code.file.rfind("<frozen ", 0) == 0;
     role.fetcher = in_file(code, "torch/utils/data/_utils/fetch.py") && code.name.find("fetch") != std::string::npos;
     role.getitem = method_is(code, "", "__getitem__");
-    if (role.getitem) // its direct calls into Python make up a sample when no pipeline call does
-        role.flags |= LOTUS_ROLE_EMIT_CALLEES;
+    if (role.getitem) // its direct calls into Python make up a sample when no pipeline call does; its index
+        role.flags |= LOTUS_ROLE_EMIT_CALLEES | LOTUS_ROLE_ARG1;
     return role;
 }
 
