@@ -29,12 +29,12 @@ NATIVE = ["--native-map", "--counters", "default"]  # native map + counters: the
 PROFILED = os.path.join(ROOT, "bench", "profiled_train.py")
 
 
-def run_train(data, epochs, traced, tmp, extra=(), script=TRAIN):
+def run_train(data, epochs, traced, tmp, extra=(), script=TRAIN, env=None):
     cmd = [PY, script, data, "--epochs", str(epochs), "--workers", "2", "--batch-size", "32"]
     if traced:
         out = os.path.join(tmp, "t.json")
         cmd = [LOTUS, "-q", "-o", out, "--summary-json", out + ".summary", *extra] + ["--"] + cmd
-    r = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, **(env or {})})
     info = {}
     if traced:
         with open(out) as f:
@@ -137,16 +137,18 @@ def main():
     samples = args.images * args.epochs
     with tempfile.TemporaryDirectory() as tmp:
         run_train(data, 1, False, tmp)  # warm the page cache
-        untraced, traced, native, profiled, infos = [], [], [], [], []
+        untraced, traced, native, profiled, infos, pair = [], [], [], [], [], []
         for _ in range(args.repeats):
             untraced.append(run_train(data, args.epochs, False, tmp)[0])
             s, info = run_train(data, args.epochs, True, tmp)
             traced.append(s)
             infos.append(info)
             native.append(run_train(data, args.epochs, True, tmp, NATIVE)[0])
+            pair.append(run_train(data, args.epochs, True, tmp, env={"LOTUS_NO_UPROBE_SESSION": "1"})[0])
             profiled.append(run_train(data, args.epochs, False, tmp, script=PROFILED)[0])
         u, t, nt = statistics.median(untraced), statistics.median(traced), statistics.median(native)
         pt = statistics.median(profiled)
+        pr = statistics.median(pair)
         events = statistics.median(i["events"] for i in infos)
         lost = max(i["lost_events"] for i in infos)
         # Marginal records per sample: two more epochs, minus the fixed cost of startup (imports describe
@@ -177,6 +179,8 @@ def main():
     rows = [
         ("example pipeline, samples/s untraced", f"{samples / u:.0f}", f"median of {args.repeats}"),
         ("example pipeline, samples/s traced (default)", f"{samples / t:.0f}", f"ratio {t / u:.3f} (slowdown {100 * (t / u - 1):+.1f} %)"),
+        ("samples/s traced, uprobe + uretprobe", f"{samples / pr:.0f}", f"ratio {pr / u:.3f} (slowdown {100 * (pr / u - 1):+.1f} %), "
+         "default mode as kernels before 6.13 run it (LOTUS_NO_UPROBE_SESSION=1)"),
         ("samples/s traced, --native-map --counters", f"{samples / nt:.0f}", f"ratio {nt / u:.3f} (slowdown {100 * (nt / u - 1):+.1f} %)"),
         ("samples/s under torch.profiler (CPU)", f"{samples / pt:.0f}", f"ratio {pt / u:.3f} (slowdown {100 * (pt / u - 1):+.1f} %), "
          "bench/profiled_train.py: main process only"),
