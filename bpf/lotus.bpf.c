@@ -265,8 +265,8 @@ __noinline __u32 role_of(__u32 tgid, __u64 code)
     return 0;
 }
 
-/* The locals a code object's role asks for, packed (slot0 | slot1 << 8), or -1 for none. (Its fingerprint was
- * checked by the role_of just before.) */
+/* The locals a code object's role asks for, packed (slot0 | slot1 << 8), or -1 for none. Callers know the
+ * object is the one described: role_of checked its fingerprint just before, or a live frame still runs it. */
 __noinline __s32 capture_slots_of(__u32 tgid, __u64 code)
 {
     struct role_slot *c = role_slot_of(tgid, code);
