@@ -164,15 +164,13 @@ static __noinline __u8 read_unicode(__u64 obj, char *buf, __u32 size)
 /* Classified roles looked up recently on this CPU: a small direct-mapped copy of lotus_roles. Nearly every
  * call into the evaluator asks for two roles; in the large LRU hash each lookup missed the caches (most of
  * what a skipped call cost). User space classifies a code object once (a new object at a reused address has
- * another fingerprint), so a classified role never changes; role_gen, bumped when user space forgets a
- * process's roles (exec), invalidates every copy. `check` catches an entry torn by a program that preempted
- * another one filling the same slot. */
+ * another fingerprint) and a role space is never reused (exec starts a new one), so a classified role never
+ * changes. `check` catches an entry torn by a program that preempted another one filling the same slot. */
 #define ROLE_CACHE_SLOTS 1024
 struct role_slot {
     __u64 code;
     __u64 fingerprint;
-    __u32 tgid;
-    __u32 gen;
+    __u32 space;
     __u32 flags;
     __s32 capture_slots; /* as capture_slots_of returns them */
     __u64 check;
@@ -185,23 +183,26 @@ struct {
     __type(value, struct role_slot);
 } role_cache SEC(".maps");
 
-volatile __u32 role_gen = 0;
+/* Role spaces begun by exec: LOTUS_SPACE_EXEC_BASE + n. */
+volatile __u32 space_seq = 0;
 
 static __always_inline __u64 role_slot_check(const struct role_slot *c)
 {
-    return (c->code ^ (c->fingerprint * 0x9e3779b97f4a7c15ull) ^ ((__u64)c->tgid << 32 | c->gen) ^
+    return (c->code ^ (c->fingerprint * 0x9e3779b97f4a7c15ull) ^ c->space ^
             ((__u64)(__u32)c->capture_slots << 32 | c->flags)) * 0xff51afd7ed558ccdull;
 }
 
-static __always_inline struct role_slot *role_slot_of(__u32 tgid, __u64 code)
+static __always_inline struct role_slot *role_slot_of(__u32 space, __u64 code)
 {
-    __u32 idx = (__u32)((code >> 4) ^ (code >> 14) ^ tgid) & (ROLE_CACHE_SLOTS - 1);
+    __u32 idx = (__u32)((code >> 4) ^ (code >> 14) ^ space) & (ROLE_CACHE_SLOTS - 1);
     return bpf_map_lookup_elem(&role_cache, &idx);
 }
 
-static __always_inline bool role_slot_valid(const struct role_slot *c, __u32 tgid, __u64 code, __u32 gen)
+/* The slot holds the role of this code object (fingerprint fp) for process tgid of role space `space`. */
+static __always_inline bool role_slot_holds(const struct role_slot *c, __u32 space, __u32 tgid, __u64 code, __u64 fp)
 {
-    return c->code == code && c->tgid == tgid && c->gen == gen && c->check == role_slot_check(c);
+    return c->code == code && c->fingerprint == fp && (c->space == space || c->space == (tgid | LOTUS_SPACE_OWN)) &&
+           c->check == role_slot_check(c);
 }
 
 /* co_qualname ^ co_filename << 1: one read when the two are near each other (always so far). */
@@ -218,33 +219,49 @@ static __always_inline __u64 code_fingerprint(__u64 code)
     return layout.code_name == lo ? w[0] ^ (at_hi << 1) : at_hi ^ (w[0] << 1);
 }
 
-/* Role flags of a code object in this process. On first sight: remember it and describe it to user space.
- * Global (not static) so the verifier checks it once, not at every call site. */
-__noinline __u32 role_of(__u32 tgid, __u64 code)
+/* The role entry of a code object (fingerprint fp) for process tgid: its space's (*key), or, when that is
+ * another object at the address which another process described, the process's own (key->space becomes
+ * tgid | LOTUS_SPACE_OWN). Either may be missing or hold another fingerprint: the caller checks. */
+static __always_inline struct lotus_role *find_role(struct lotus_role_key *key, __u32 tgid, __u64 fp)
 {
-    struct lotus_role_key key = {.tgid = tgid, .ptr = code};
+    struct lotus_role *r = bpf_map_lookup_elem(&lotus_roles, key);
+    if (!r || r->fingerprint == fp || r->describer == tgid)
+        return r;
+    key->space = tgid | LOTUS_SPACE_OWN;
+    return bpf_map_lookup_elem(&lotus_roles, key);
+}
+
+static __always_inline __s32 packed_slots(const struct lotus_role *r)
+{
+    return r->flags & LOTUS_ROLE_CAPTURE ? r->capture_slot[0] | (r->capture_slot[1] << 8) : -1;
+}
+
+/* Role flags of a code object for process tgid of role space `space`. On first sight: remember it and describe
+ * it to user space. Global (not static) so the verifier checks it once, not at every call site. */
+__noinline __u32 role_of(__u32 space, __u32 tgid, __u64 code)
+{
     if (!code)
         return 0;
-    __u32 gen = role_gen; /* before the lookup: a role changed after this read makes the copy stale at once */
     __u64 fp = code_fingerprint(code);
-    struct role_slot *c = role_slot_of(tgid, code);
-    if (c && role_slot_valid(c, tgid, code, gen) && c->fingerprint == fp)
+    struct role_slot *c = role_slot_of(space, code);
+    if (c && role_slot_holds(c, space, tgid, code, fp))
         return c->flags;
-    struct lotus_role *r = bpf_map_lookup_elem(&lotus_roles, &key);
+    struct lotus_role_key key = {.space = space, .ptr = code};
+    struct lotus_role *r = find_role(&key, tgid, fp);
     if (r && r->fingerprint == fp) {
         __u32 flags = r->flags;
         if (c && (flags & LOTUS_ROLE_CLASSIFIED)) {
             c->code = code;
             c->fingerprint = fp;
-            c->tgid = tgid;
-            c->gen = gen;
+            c->space = key.space;
             c->flags = flags;
-            c->capture_slots = flags & LOTUS_ROLE_CAPTURE ? r->capture_slot[0] | (r->capture_slot[1] << 8) : -1;
+            c->capture_slots = packed_slots(r);
             c->check = role_slot_check(c);
         }
         return flags;
     }
-    struct lotus_role fresh = {.fingerprint = fp};
+    /* New to the space (or to this process, or this process's object at the address changed). */
+    struct lotus_role fresh = {.fingerprint = fp, .describer = tgid};
     bpf_map_update_elem(&lotus_roles, &key, &fresh, BPF_ANY);
     struct lotus_code_info *e = reserve(sizeof(*e));
     if (!e) {
@@ -256,6 +273,8 @@ __noinline __u32 role_of(__u32 tgid, __u64 code)
     e->code = code;
     e->firstlineno = 0;
     bpf_probe_read_user(&e->firstlineno, sizeof(e->firstlineno), (void *)(code + layout.code_firstlineno));
+    e->own_space = key.space != space;
+    e->_pad = 0;
     e->name[0] = 0;
     e->file[0] = 0;
     e->name_kind = read_unicode(read_ptr(code + layout.code_name), e->name, sizeof(e->name));
@@ -265,23 +284,21 @@ __noinline __u32 role_of(__u32 tgid, __u64 code)
     return 0;
 }
 
-/* The locals a code object's role asks for, packed (slot0 | slot1 << 8), or -1 for none. Callers know the
- * object is the one described: role_of checked its fingerprint just before, or a live frame still runs it. */
-__noinline __s32 capture_slots_of(__u32 tgid, __u64 code)
+/* The locals a code object's role asks for, packed (slot0 | slot1 << 8), or -1 for none. */
+__noinline __s32 capture_slots_of(__u32 space, __u32 tgid, __u64 code)
 {
-    struct role_slot *c = role_slot_of(tgid, code);
-    if (c && role_slot_valid(c, tgid, code, role_gen))
+    __u64 fp = code_fingerprint(code);
+    struct role_slot *c = role_slot_of(space, code);
+    if (c && role_slot_holds(c, space, tgid, code, fp))
         return c->capture_slots;
-    struct lotus_role_key key = {.tgid = tgid, .ptr = code};
-    struct lotus_role *r = bpf_map_lookup_elem(&lotus_roles, &key);
-    if (!r || !(r->flags & LOTUS_ROLE_CAPTURE))
-        return -1;
-    return r->capture_slot[0] | (r->capture_slot[1] << 8);
+    struct lotus_role_key key = {.space = space, .ptr = code};
+    struct lotus_role *r = find_role(&key, tgid, fp);
+    return r && r->fingerprint == fp ? packed_slots(r) : -1;
 }
 
-__noinline int describe_type(__u32 tgid, __u64 type)
+__noinline int describe_type(__u32 space, __u64 type)
 {
-    struct lotus_role_key key = {.tgid = tgid, .ptr = type};
+    struct lotus_role_key key = {.space = space, .ptr = type};
     if (!type || bpf_map_lookup_elem(&lotus_types, &key))
         return 0;
     __u64 name = read_ptr(type + layout.type_name);
@@ -562,14 +579,14 @@ static __always_inline __u32 capture_locals(struct lotus_py_entry *e, __u64 c, _
 
 /* Describes the frame just entered at `depth` (called by `caller`) if the rules want it; marks it emitted (or
  * lost). Returns 1 when the call's return matters: its entry was emitted or lost. */
-static __always_inline int emit_entry(__u32 tgid, __u32 tid, struct thread_state *ts, __u32 depth, __u64 frame,
-                                      __u64 caller)
+static __always_inline int emit_entry(__u32 space, __u32 tgid, __u32 tid, struct thread_state *ts, __u32 depth,
+                                      __u64 frame, __u64 caller)
 {
     __u64 bit = 1ull << (depth & 63);
     __u64 code = frame_code(frame);
-    __u32 flags = role_of(tgid, code);
+    __u32 flags = role_of(space, tgid, code);
     __u64 caller_code = caller ? frame_code(caller) : 0;
-    __u32 cflags = caller ? role_of(tgid, caller_code) : 0;
+    __u32 cflags = caller ? role_of(space, tgid, caller_code) : 0;
 
     bool wanted = !(flags & LOTUS_ROLE_SKIP) || !(cflags & LOTUS_ROLE_CLASSIFIED) ||
                   (cflags & (LOTUS_ROLE_PIPELINE | LOTUS_ROLE_EMIT_CALLEES));
@@ -607,7 +624,7 @@ static __always_inline int emit_entry(__u32 tgid, __u32 tid, struct thread_state
         if (!f)
             break;
         __u64 c = i == 0 ? caller_code : frame_code(f);
-        __u32 role = i == 0 ? cflags : role_of(tgid, c);
+        __u32 role = i == 0 ? cflags : role_of(space, tgid, c);
         e->chain_code[i] = c;
         /* Only a __getitem__'s first argument is wanted (or one that may turn out to be a __getitem__'s). */
         bool arg1 = deep && (!(role & LOTUS_ROLE_CLASSIFIED) || (role & LOTUS_ROLE_ARG1));
@@ -624,7 +641,7 @@ static __always_inline int emit_entry(__u32 tgid, __u32 tid, struct thread_state
     __u64 cf = ts->capture_frame;
     __s32 cslots = -1;
     if (deep && cf && frame_code(cf) == ts->capture_code)
-        cslots = capture_slots_of(tgid, ts->capture_code);
+        cslots = capture_slots_of(space, tgid, ts->capture_code);
     if (cslots >= 0) {
         capture_locals(e, ts->capture_code, cf, cslots);
     } else if (deep) {
@@ -633,8 +650,8 @@ static __always_inline int emit_entry(__u32 tgid, __u32 tid, struct thread_state
         for (int i = 0; i < LOTUS_WALK_MAX && f; i++) {
             __u64 c = frame_code(f);
             if (i >= LOTUS_CHAIN_LEN)
-                role_of(tgid, c);
-            __s32 slots = capture_slots_of(tgid, c);
+                role_of(space, tgid, c);
+            __s32 slots = capture_slots_of(space, tgid, c);
             if (slots >= 0 && capture_locals(e, c, f, slots) && !ts->capture_frame) {
                 ts->capture_frame = f;
                 ts->capture_code = c;
@@ -642,7 +659,7 @@ static __always_inline int emit_entry(__u32 tgid, __u32 tid, struct thread_state
             f = read_ptr(f + layout.frame_previous);
         }
     }
-    describe_type(tgid, self_type); /* before the entry, so user space can name the op when it sees it */
+    describe_type(space, self_type); /* before the entry, so user space can name the op when it sees it */
     if (bpf_ringbuf_output(&events, e, sizeof(*e), submit_flags()) == 0) {
         count(1);
         ts->emitted |= bit;
@@ -662,8 +679,10 @@ static __always_inline int enter(void *tstate, void *frame_arg, bool session)
 {
     __u64 id = bpf_get_current_pid_tgid();
     __u32 tgid = id >> 32, tid = (__u32)id;
-    if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
+    struct lotus_traced_proc *proc = bpf_map_lookup_elem(&lotus_traced, &tgid);
+    if (!proc)
         return 1;
+    __u32 space = proc->space;
     struct thread_state *ts = thread_of(tid);
     if (!ts)
         return 1;
@@ -688,7 +707,7 @@ static __always_inline int enter(void *tstate, void *frame_arg, bool session)
         set_frame(tf, depth, (__u64)frame_arg);
         tf->c_mask = (tf->c_mask & ~(~0ull << depth)) | (1ull << depth);
     }
-    if (!emit_entry(tgid, tid, ts, depth, (__u64)frame_arg, caller) && session && !inline_calls)
+    if (!emit_entry(space, tgid, tid, ts, depth, (__u64)frame_arg, caller) && session && !inline_calls)
         return 1;
     ts->depth = depth + 1;
     return 0;
@@ -781,7 +800,7 @@ int BPF_KPROBE(py_call, void *tstate, void *frame_arg)
 /* The frame an opcode handler runs for, when it is an inlined one of a traced thread whose state we know
  * (frames entered from C have is_entry set: the evaluator's own probes cover them); else 0. */
 struct inlined {
-    __u32 tgid, tid;
+    __u32 tgid, tid, space;
     struct thread_frames *tf;
     struct thread_state *ts;
 };
@@ -791,8 +810,10 @@ static __always_inline __u64 inlined_frame(struct inlined *in)
     __u64 id = bpf_get_current_pid_tgid();
     in->tgid = id >> 32;
     in->tid = (__u32)id;
-    if (!bpf_map_lookup_elem(&lotus_traced, &in->tgid))
+    struct lotus_traced_proc *proc = bpf_map_lookup_elem(&lotus_traced, &in->tgid);
+    if (!proc)
         return 0;
+    in->space = proc->space;
     in->tf = bpf_map_lookup_elem(&lotus_frames, &in->tid);
     in->ts = bpf_map_lookup_elem(&lotus_threads, &in->tid);
     if (!in->tf || !in->ts || !in->tf->tstate)
@@ -826,7 +847,7 @@ int BPF_KPROBE(py_resume)
     ts->lost &= ~(~0ull << depth);
     set_frame(tf, depth, frame);
     tf->c_mask &= ~(~0ull << depth);
-    emit_entry(in.tgid, in.tid, ts, depth, frame, caller);
+    emit_entry(in.space, in.tgid, in.tid, ts, depth, frame, caller);
     return 0;
 }
 
@@ -976,7 +997,7 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
     struct lotus_traced_proc *p = bpf_map_lookup_elem(&lotus_traced, &ptgid);
     if (!p)
         return 0;
-    struct lotus_traced_proc c = *p;
+    struct lotus_traced_proc c = *p; /* same memory image: the parent's role space */
     bpf_map_update_elem(&lotus_traced, &ctgid, &c, BPF_ANY);
     struct lotus_proc_event *e = reserve(sizeof(*e));
     if (!e)
@@ -985,7 +1006,7 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
     e->h.tgid = ctgid;
     e->h.tid = BPF_CORE_READ(child, pid);
     e->parent_tgid = ptgid;
-    e->_pad = 0;
+    e->space = c.space;
     bpf_ringbuf_submit(e, submit_flags());
     return 0;
 }
@@ -994,14 +1015,18 @@ SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *task, pid_t old_pid, struct linux_binprm *bprm)
 {
     __u32 tgid = BPF_CORE_READ(task, tgid);
-    if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
+    struct lotus_traced_proc *p = bpf_map_lookup_elem(&lotus_traced, &tgid);
+    if (!p)
         return 0;
+    /* A new image: none of the old space's objects are there. (A lost EXEC record would leave user space
+     * unaware of the new space: it then sets no roles there, and code keeps being emitted as unclassified.) */
+    p->space = LOTUS_SPACE_EXEC_BASE + __sync_fetch_and_add(&space_seq, 1);
     struct lotus_proc_event *e = reserve(sizeof(*e));
     if (!e)
         return 0;
     fill_header(&e->h, LOTUS_EV_EXEC);
     e->parent_tgid = 0;
-    e->_pad = 0;
+    e->space = p->space;
     bpf_ringbuf_submit(e, submit_flags());
     return 0;
 }
@@ -1025,7 +1050,7 @@ int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
     fill_header(&e->h, LOTUS_EV_EXIT);
     e->h.tgid = tgid;
     e->parent_tgid = BPF_CORE_READ(task, exit_code);
-    e->_pad = 0;
+    e->space = 0;
     bpf_ringbuf_submit(e, submit_flags());
     return 0;
 }

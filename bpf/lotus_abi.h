@@ -9,13 +9,13 @@
 #include <linux/types.h>
 #endif
 
-#define LOTUS_ABI_VERSION 2
+#define LOTUS_ABI_VERSION 3
 
 enum lotus_event_type {
     LOTUS_EV_PY_ENTRY = 1,  /* _PyEval_EvalFrameDefault entered (a C->Python transition) */
     LOTUS_EV_PY_RETURN = 2, /* ... and returned; only for entries that were emitted */
-    LOTUS_EV_CODE = 3,      /* first sight of a code object in a process: its names */
-    LOTUS_EV_TYPE = 4,      /* first sight of a type object in a process: its tp_name */
+    LOTUS_EV_CODE = 3,      /* first sight of a code object in a role space: its names */
+    LOTUS_EV_TYPE = 4,      /* first sight of a type object in a role space: its tp_name */
     LOTUS_EV_FORK = 5,      /* a traced process forked a new process, which is now traced */
     LOTUS_EV_EXIT = 6,      /* a traced process (its thread-group leader) exited */
     LOTUS_EV_EXEC = 7,      /* a traced process called exec */
@@ -120,7 +120,8 @@ struct lotus_code_info {
     __s32 firstlineno;
     __u8 name_kind;
     __u8 file_kind;
-    __u16 _pad;
+    __u8 own_space; /* 1: described in the process's own space (tgid | LOTUS_SPACE_OWN), see lotus_role_key */
+    __u8 _pad;
     char name[LOTUS_NAME_LEN]; /* co_qualname (co_name before 3.11) */
     char file[LOTUS_FILE_LEN]; /* co_filename */
 };
@@ -134,7 +135,7 @@ struct lotus_type_info {
 struct lotus_proc_event {
     struct lotus_event_header h; /* h.tgid: the process the event is about */
     __u32 parent_tgid;           /* FORK: the parent; EXIT: exit code; EXEC: 0 */
-    __u32 _pad;
+    __u32 space;                 /* FORK, EXEC: the process's role space from now on (0 in ABI 2 files) */
 };
 
 /* Roles user space assigns to code objects (map lotus_roles); BPF inserts LOTUS_ROLE_UNCLASSIFIED on first
@@ -147,8 +148,17 @@ struct lotus_proc_event {
 #define LOTUS_ROLE_EMIT_CALLEES (1u << 4) /* emit the entries it calls (e.g. Queue.put's __enter__) */
 #define LOTUS_ROLE_ARG1 (1u << 5)         /* its localsplus[1] (a __getitem__'s index) is wanted in chains */
 
+/* Roles and type descriptions are kept per role space: the processes that share one memory image. A forked
+ * child joins its parent's space (same objects at the same addresses, so it need not describe them again);
+ * exec starts a new one. Processes known when tracing begins have space = their pid; spaces begun by exec are
+ * numbered from LOTUS_SPACE_EXEC_BASE (above any pid: PID_MAX_LIMIT is 1 << 22). Where two processes of a
+ * space made different code objects at one address after a fork (fingerprints differ), the one that did not
+ * describe the space's keeps its own under space tgid | LOTUS_SPACE_OWN (and its CODE record says so). */
+#define LOTUS_SPACE_EXEC_BASE (1u << 22)
+#define LOTUS_SPACE_OWN (1u << 31)
+
 struct lotus_role_key {
-    __u32 tgid;
+    __u32 space;
     __u32 _pad;
     __u64 ptr;
 };
@@ -157,15 +167,16 @@ struct lotus_role_key {
  * (module bodies after import), so a known address whose fingerprint changed is a new code object. */
 struct lotus_role {
     __u32 flags;
-    __u8 capture_slot[LOTUS_SLOTS_PER_ROLE]; /* LOTUS_NO_SLOT when unused */
-    __u16 _pad;
+    __u32 describer; /* the process (tgid) whose CODE record described it */
     __u64 fingerprint;
+    __u8 capture_slot[LOTUS_SLOTS_PER_ROLE]; /* LOTUS_NO_SLOT when unused */
+    __u8 _pad[6];
 };
 
 /* Per-process state of a traced process (map lotus_traced, key tgid). */
 struct lotus_traced_proc {
     __u32 root_tgid;
-    __u32 _pad;
+    __u32 space; /* its role space */
 };
 
 /* Where CPython keeps what the programs read. One row per interpreter version, filled by user space from

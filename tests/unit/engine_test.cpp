@@ -19,13 +19,13 @@ constexpr uint64_t T_CROP = 0x10, T_TOTENSOR = 0x20;
 struct Fixture : ::testing::Test {
     model::Rules rules;
     std::vector<Span> spans;
-    std::vector<std::tuple<uint32_t, uint64_t, uint32_t>> roles;
+    std::vector<std::tuple<uint32_t, uint64_t, uint32_t, uint32_t>> roles; // tgid, code, flags, space
     // The role sink resolves captured locals as the session would from co_localsplusnames.
     model::Engine engine{rules, [this](const Span& s) { spans.push_back(s); },
-                         [this](uint32_t t, uint64_t c, model::CodeRole& r) {
+                         [this](uint32_t t, uint32_t space, uint64_t c, model::CodeRole& r) {
                              for (const auto& name : r.capture_locals)
                                  r.capture_slots.push_back(name == "worker_id" ? 10 : 26);
-                             roles.emplace_back(t, c, r.flags);
+                             roles.emplace_back(t, c, r.flags, space);
                          }};
     test::EventBuilder ev{engine};
 
@@ -96,7 +96,7 @@ TEST_F(Fixture, RolesAreReportedForEveryDescribedCode)
     describe(P);
     ASSERT_EQ(roles.size(), 6u);
     auto flags_of = [&](uint64_t code) {
-        for (auto& [t, c, f] : roles)
+        for (auto& [t, c, f, space] : roles)
             if (c == code)
                 return f;
         return 0u;
@@ -225,6 +225,49 @@ TEST_F(Fixture, ExecForgetsTheOldImage)
     ev.entry(P, P, 100, 0, COMPOSE, 0, {{GETITEM, 1}});
     ev.ret(P, P, 110, 0);
     EXPECT_TRUE(spans.empty());
+}
+
+TEST_F(Fixture, ForkedSiblingsShareWhatEitherWasDescribed)
+{
+    // BPF describes a code object once per role space: the second worker of an epoch is told nothing of code
+    // its sibling (or parent) already ran, before or after the fork.
+    engine.add_process(P, 0, true);
+    ev.proc(LOTUS_EV_FORK, W, P, P);
+    ev.proc(LOTUS_EV_FORK, W + 1, P, P);
+    describe(W);
+    sample(W + 1, W + 1, 1000, 7, 3);
+    EXPECT_EQ(of(SpanKind::Sample).size(), 1u);
+    ASSERT_EQ(of(SpanKind::Op).size(), 2u);
+    EXPECT_EQ(of(SpanKind::Op)[0].name, "RandomResizedCrop");
+    EXPECT_EQ(engine.counters().unknown_code, 0u);
+    for (auto& [t, c, f, space] : roles)
+        EXPECT_EQ(space, P); // roles are set in the space, for all its processes
+    // W + 1 made another object at COMPOSE's address: described as its own, it names W + 1's calls only.
+    ev.code(W + 1, COMPOSE, "helper", "y.py", true);
+    EXPECT_EQ(std::get<3>(roles.back()), (W + 1) | LOTUS_SPACE_OWN);
+    sample(W + 1, W + 1, 2000, 7, 4);
+    sample(W, W, 3000, 7, 5);
+    ASSERT_EQ(of(SpanKind::Sample).size(), 2u);
+    EXPECT_EQ(of(SpanKind::Sample)[1].pid, W);
+}
+
+TEST_F(Fixture, ExecStartsTheSpaceItsLaterChildrenShare)
+{
+    describe(P);
+    constexpr uint32_t kSpace = LOTUS_SPACE_EXEC_BASE + 4;
+    ev.proc(LOTUS_EV_FORK, W, P, P);
+    ev.proc(LOTUS_EV_EXEC, W, 0, kSpace); // e.g. a spawned worker: a new interpreter
+    ev.proc(LOTUS_EV_FORK, W + 1, W, kSpace);
+    sample(W + 1, W + 1, 1000, 7, 3);
+    EXPECT_TRUE(of(SpanKind::Sample).empty()); // the parent's objects are not the new image's
+    roles.clear();
+    describe(W);
+    ASSERT_FALSE(roles.empty());
+    EXPECT_EQ(std::get<3>(roles[0]), kSpace);
+    sample(W + 1, W + 1, 2000, 7, 3);
+    EXPECT_EQ(of(SpanKind::Sample).size(), 1u);
+    sample(P, P, 3000, 7, 3); // the old space lives on in P
+    EXPECT_EQ(of(SpanKind::Sample).size(), 2u);
 }
 
 TEST_F(Fixture, ExitClosesOpenSpansOfThatProcess)

@@ -9,11 +9,12 @@ static lotus_event_header header(uint32_t type, uint32_t tgid, uint32_t tid, uin
     return lotus_event_header{type, tgid, tid, 0, ts};
 }
 
-void EventBuilder::code(uint32_t tgid, uint64_t code, const std::string& name, const std::string& file)
+void EventBuilder::code(uint32_t tgid, uint64_t code, const std::string& name, const std::string& file, bool own)
 {
     lotus_code_info c{};
     c.h = header(LOTUS_EV_CODE, tgid, tgid, 0);
     c.code = code;
+    c.own_space = own;
     strncpy(c.name, name.c_str(), sizeof(c.name) - 1);
     strncpy(c.file, file.c_str(), sizeof(c.file) - 1);
     engine_.consume(&c, sizeof(c));
@@ -59,11 +60,12 @@ void EventBuilder::ret(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t depth)
     engine_.consume(&r, sizeof(r));
 }
 
-void EventBuilder::proc(uint32_t type, uint32_t tgid, uint32_t parent)
+void EventBuilder::proc(uint32_t type, uint32_t tgid, uint32_t parent, uint32_t space)
 {
     lotus_proc_event p{};
     p.h = header(type, tgid, tgid, 0);
     p.parent_tgid = parent;
+    p.space = space;
     engine_.consume(&p, sizeof(p));
 }
 

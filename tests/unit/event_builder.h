@@ -13,14 +13,17 @@ namespace lotus::test {
 class EventBuilder {
 public:
     explicit EventBuilder(model::Engine& engine) : engine_(engine) {}
-    void code(uint32_t tgid, uint64_t code, const std::string& name, const std::string& file = "x.py");
+    // own: described in the process's own space (lotus_abi.h), not its role space's.
+    void code(uint32_t tgid, uint64_t code, const std::string& name, const std::string& file = "x.py",
+              bool own = false);
     void type(uint32_t tgid, uint64_t type, const std::string& name);
     // chain: caller code objects, innermost first, with their localsplus[1] ints.
     void entry(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t depth, uint64_t code, uint64_t self_type = 0,
                std::vector<std::pair<uint64_t, int64_t>> chain = {},
                std::vector<std::tuple<uint64_t, uint8_t, int64_t>> captures = {});
     void ret(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t depth);
-    void proc(uint32_t type, uint32_t tgid, uint32_t parent);
+    // FORK/EXEC: space is the role space BPF names (0: none, as in ABI 2 files).
+    void proc(uint32_t type, uint32_t tgid, uint32_t parent, uint32_t space = 0);
 
 private:
     model::Engine& engine_;

@@ -191,3 +191,32 @@ TEST(RecordFile, WritesBlocksAndReadsThemBack)
     }
     unlink(path.c_str());
 }
+
+TEST(RecordFile, ReadsTheEventAbisItKnows)
+{
+    std::string path = temp_path();
+    {
+        RecordWriter w(path, RecordHeader{1, 42, "{}"});
+        w.close();
+    }
+    FILE* f = fopen(path.c_str(), "rb");
+    std::string all;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof(buf), f)) > 0;)
+        all.append(buf, n);
+    fclose(f);
+    unlink(path.c_str());
+    // ABI 2 records are laid out as ABI 3's (FORK/EXEC name no role space there); others are refused.
+    for (uint32_t abi : {2u, uint32_t(LOTUS_ABI_VERSION), 1u, uint32_t(LOTUS_ABI_VERSION + 1)}) {
+        memcpy(all.data() + 12, &abi, 4);
+        FILE* m = fmemopen(all.data(), all.size(), "rb");
+        bool known = abi == 2 || abi == LOTUS_ABI_VERSION;
+        if (known) {
+            RecordReader r(m, "abi");
+            std::vector<uint8_t> rec;
+            EXPECT_FALSE(r.next(rec)) << abi;
+        } else {
+            EXPECT_THROW(RecordReader(m, "abi"), RecordError) << abi;
+        }
+    }
+}

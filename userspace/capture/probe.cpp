@@ -186,7 +186,7 @@ void Probe::attach_process_tracking()
 
 void Probe::trace_process(uint32_t tgid, uint32_t root_tgid)
 {
-    lotus_traced_proc v{root_tgid, 0};
+    lotus_traced_proc v{root_tgid, tgid};
     if (bpf_map_update_elem(bpf_map__fd(skel_->maps.lotus_traced), &tgid, &v, BPF_ANY))
         throw CaptureError(fmt::format("cannot add process {} to the traced set: {}", tgid, strerror(errno)));
 }
@@ -301,9 +301,9 @@ int Probe::poll(int timeout_ms)
     return (n > 0 ? n : 0) + m;
 }
 
-void Probe::set_role(uint32_t tgid, uint64_t code, uint32_t flags, const std::vector<uint8_t>& capture_slots)
+void Probe::set_role(uint32_t space, uint64_t code, uint32_t flags, const std::vector<uint8_t>& capture_slots)
 {
-    lotus_role_key key{tgid, 0, code};
+    lotus_role_key key{space, 0, code};
     lotus_role role{};
     int fd = bpf_map__fd(skel_->maps.lotus_roles);
     // Keep BPF's fingerprint. If the address was reused meanwhile, the new object's CODE record follows in
@@ -314,25 +314,6 @@ void Probe::set_role(uint32_t tgid, uint64_t code, uint32_t flags, const std::ve
     for (size_t i = 0; i < LOTUS_SLOTS_PER_ROLE; i++)
         role.capture_slot[i] = i < capture_slots.size() ? capture_slots[i] : LOTUS_NO_SLOT;
     bpf_map_update_elem(fd, &key, &role, BPF_EXIST);
-}
-
-void Probe::forget_roles(uint32_t tgid)
-{
-    for (int fd : {bpf_map__fd(skel_->maps.lotus_roles), bpf_map__fd(skel_->maps.lotus_types)}) {
-        std::vector<lotus_role_key> doomed;
-        lotus_role_key key{}, next{};
-        const void* prev = nullptr;
-        while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-            if (next.tgid == tgid)
-                doomed.push_back(next);
-            key = next;
-            prev = &key;
-        }
-        for (const auto& k : doomed)
-            bpf_map_delete_elem(fd, &k);
-    }
-    // BPF's per-CPU copies of classified roles are valid only for the generation they were read in.
-    __atomic_add_fetch(&skel_->bss->role_gen, 1, __ATOMIC_SEQ_CST);
 }
 
 CaptureStats Probe::stats() const

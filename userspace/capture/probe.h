@@ -49,7 +49,8 @@ public:
 
     // Follow new processes (fork/exec/exit tracepoints). Call before trace_process so no fork is missed.
     void attach_process_tracking();
-    // Add a process to the traced set; its future children join by themselves.
+    // Add a process to the traced set, in role space `tgid` (lotus_abi.h); its future children join by
+    // themselves, in its space.
     void trace_process(uint32_t tgid, uint32_t root_tgid);
     bool is_traced(uint32_t tgid) const;
     // Entry and return uprobes on the evaluator, for every process mapping it (filtered in BPF): one uprobe
@@ -66,10 +67,8 @@ public:
     bool attach_native(const std::string& path, uint64_t offset, uint32_t cookie);
     // Delivers pending records to the sink. Returns the number delivered, or throws on error.
     int poll(int timeout_ms);
-    // A code object's role, set once: BPF keeps per-CPU copies of classified roles (forget_roles drops them).
-    void set_role(uint32_t tgid, uint64_t code, uint32_t flags, const std::vector<uint8_t>& capture_slots);
-    // Forget every role of a process (after exec its addresses mean something else).
-    void forget_roles(uint32_t tgid);
+    // A code object's role in a role space, set once: BPF keeps per-CPU copies of classified roles.
+    void set_role(uint32_t space, uint64_t code, uint32_t flags, const std::vector<uint8_t>& capture_slots);
     CaptureStats stats() const;
     // How the evaluator is probed: "uprobe session" or "uprobe + uretprobe" (kernels before 6.13).
     const char* evaluator_probe() const { return session_type_ >= 0 ? "uprobe session" : "uprobe + uretprobe"; }

@@ -168,7 +168,7 @@ static int replay_into(const Options& opts, exporter::RecordReader& in)
             if (in_trace(s, opts, t0))
                 trace.span(s);
         },
-        [&](uint32_t, uint64_t, model::CodeRole& r) {
+        [&](uint32_t, uint32_t, uint64_t, model::CodeRole& r) {
             if (!r.capture_locals.empty())
                 r.capture_slots.assign(slots.begin(), slots.begin() + std::min(slots.size(), r.capture_locals.size()));
         });

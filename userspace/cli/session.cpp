@@ -201,7 +201,7 @@ int run_session(const Options& opts)
                 if (in_trace(s, opts, t0))
                     trace.span(s);
             },
-            [&](uint32_t tgid, uint64_t code, model::CodeRole& r) {
+            [&](uint32_t tgid, uint32_t space, uint64_t code, model::CodeRole& r) {
                 if (!r.capture_locals.empty()) {
                     r.capture_slots = resolve_locals(tgid, code, r.capture_locals, interp.layout, engine_parents);
                     if (recorder) { // they came from the target's memory: the record file must keep them
@@ -211,15 +211,13 @@ int run_session(const Options& opts)
                         recorder->write(&rs, sizeof(rs));
                     }
                 }
-                probe->set_role(tgid, code, r.flags, r.capture_slots);
+                probe->set_role(space, code, r.flags, r.capture_slots);
             });
         const bool debug_events = getenv("LOTUS_DEBUG_EVENTS") != nullptr;
         uint64_t delivered = 0; // records read from the ring buffer: equals BPF's submitted count once drained
         probe = std::make_unique<capture::Probe>(interp, [&](const void* data, size_t len) {
             delivered++;
             auto* h = static_cast<const lotus_event_header*>(data);
-            if (len >= sizeof(*h) && h->type == LOTUS_EV_EXEC)
-                probe->forget_roles(h->tgid);
             if (debug_events)
                 dump_event(data, len);
             if (len >= sizeof(lotus_proc_event) && h->type == LOTUS_EV_FORK)

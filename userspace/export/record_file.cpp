@@ -16,6 +16,9 @@ constexpr char kMagic[8] = {'L', 'O', 'T', 'U', 'S', 'L', 'B', 'T'};
 // 1: records as captured, each after its u32 length. 2: blocks of compactly encoded records (record_codec.h).
 constexpr uint32_t kFormatVersion = 2;
 constexpr uint32_t kLegacyVersion = 1;
+// ABI 2 records are laid out as ABI 3's; their FORK and EXEC records name no role space (0), which the engine
+// then derives from the process tree.
+constexpr uint32_t kOldestAbi = 2;
 constexpr uint32_t kMaxRecord = 1 << 16;
 constexpr uint32_t kMaxMeta = 1 << 20;
 // The writer cuts a block at this many records or bytes: bounded memory, and little lost if the tracer dies.
@@ -114,9 +117,9 @@ void RecordReader::read_header()
     if (fread(&version, 4, 1, f_) != 1 || fread(&abi, 4, 1, f_) != 1 || fread(&header_.t0_ns, 8, 1, f_) != 1 ||
         fread(&header_.root_pid, 4, 1, f_) != 1 || fread(&meta, 4, 1, f_) != 1)
         throw RecordError(fmt::format("{}: truncated header", path));
-    if ((version != kFormatVersion && version != kLegacyVersion) || abi != LOTUS_ABI_VERSION)
-        throw RecordError(fmt::format("{}: record format {} / event ABI {} (this lotus-bpf reads {} / {})", path,
-                                      version, abi, kFormatVersion, LOTUS_ABI_VERSION));
+    if ((version != kFormatVersion && version != kLegacyVersion) || abi < kOldestAbi || abi > LOTUS_ABI_VERSION)
+        throw RecordError(fmt::format("{}: record format {} / event ABI {} (this lotus-bpf reads {} / {}-{})", path,
+                                      version, abi, kFormatVersion, kOldestAbi, LOTUS_ABI_VERSION));
     if (meta > kMaxMeta)
         throw RecordError(fmt::format("{}: corrupt header (metadata of {} bytes)", path, meta));
     header_.meta_json.resize(meta);

@@ -122,7 +122,7 @@ void Engine::consume(const void* data, size_t len)
         break;
     case LOTUS_EV_TYPE:
         if (auto* t = as<lotus_type_info>(data, len)) {
-            state_[t->h.tgid].types[t->type] = decode(t->name, sizeof(t->name), 0);
+            spaces_.add_type(t->h.tgid, t->type, decode(t->name, sizeof(t->name), 0));
             return;
         }
         break;
@@ -175,35 +175,27 @@ void Engine::on_code(const lotus_code_info& c)
     CodeInfo info{decode(c.name, sizeof(c.name), c.name_kind), decode(c.file, sizeof(c.file), c.file_kind),
                   c.firstlineno};
     CodeRole r = rules_.classify(info);
+    bool own = c.own_space != 0;
     if (role_sink_)
-        role_sink_(c.h.tgid, c.code, r);
-    auto& st = state_[c.h.tgid];
-    st.codes[c.code] = std::move(info);
-    st.roles[c.code] = std::move(r);
+        role_sink_(c.h.tgid, own ? c.h.tgid | LOTUS_SPACE_OWN : spaces_.space_of(c.h.tgid), c.code, r);
+    spaces_.add_code(c.h.tgid, c.code, CodeDesc{std::move(info), std::move(r)}, own);
 }
 
-// A forked child is described its own code objects by BPF (roles are per process), but one whose CODE record
-// was lost can still be resolved through its parent: same memory image. Looked up, never copied.
-template <typename Map>
-auto Engine::find(uint32_t tgid, Map ProcessState::*table, uint64_t key) -> const typename Map::mapped_type*
+const CodeInfo* Engine::code_info(uint32_t tgid, uint64_t code)
 {
-    for (int hops = 0; hops < 8 && tgid; hops++) {
-        if (auto st = state_.find(tgid); st != state_.end()) {
-            auto& m = st->second.*table;
-            if (auto it = m.find(key); it != m.end())
-                return &it->second;
-        }
-        auto up = inherits_.find(tgid);
-        tgid = up == inherits_.end() ? 0 : up->second;
-    }
-    return nullptr;
+    auto* d = spaces_.code(tgid, code);
+    return d ? &d->info : nullptr;
 }
 
-const CodeRole* Engine::role(uint32_t tgid, uint64_t code) { return find(tgid, &ProcessState::roles, code); }
+const CodeRole* Engine::role(uint32_t tgid, uint64_t code)
+{
+    auto* d = spaces_.code(tgid, code);
+    return d ? &d->role : nullptr;
+}
 
 std::string Engine::type_name(uint32_t tgid, uint64_t type)
 {
-    auto* t = find(tgid, &ProcessState::types, type);
+    auto* t = spaces_.type(tgid, type);
     return t ? *t : std::string();
 }
 
@@ -214,15 +206,15 @@ void Engine::on_process(const lotus_proc_event& p)
     case LOTUS_EV_FORK: {
         auto& info = process(pid);
         info.parent = p.parent_tgid;
-        // A forked child shares its parent's memory image: same code objects at the same addresses.
-        inherits_[pid] = p.parent_tgid;
+        spaces_.forked(pid, p.parent_tgid, p.space); // same memory image: same objects at the same addresses
+
         batches_.forked(pid);
         break;
     }
     case LOTUS_EV_EXEC:
-        // A new program image: nothing known about the old one's objects still holds.
-        state_.erase(pid);
-        inherits_.erase(pid);
+        // A new program image: nothing known about the old one's objects holds for it.
+        spaces_.execed(pid, p.space);
+        symbols_.erase(pid);
         break;
     case LOTUS_EV_EXIT:
         process(pid).exited = true;
@@ -235,7 +227,8 @@ void Engine::on_process(const lotus_proc_event& p)
                 ++it;
             }
         }
-        state_.erase(pid);
+        spaces_.exited(pid);
+        symbols_.erase(pid);
         break;
     }
 }
@@ -366,7 +359,7 @@ void Engine::on_entry(const lotus_py_entry& e)
 
 std::string Engine::op_name(uint32_t tgid, uint64_t code, uint64_t self_type)
 {
-    auto* c = find(tgid, &ProcessState::codes, code);
+    auto* c = code_info(tgid, code);
     std::string type = type_name(tgid, self_type);
     return rules_.op_name(c ? *c : CodeInfo{}, type.empty() ? nullptr : &type);
 }
@@ -396,7 +389,7 @@ void Engine::on_return(const lotus_py_return& r)
         return;
     }
     if (o.kind == OpenKind::Py) {
-        auto* c = find(r.h.tgid, &ProcessState::codes, o.code);
+        auto* c = code_info(r.h.tgid, o.code);
         Span py = Span::make(SpanKind::Py, c ? c->name : "?", r.h.tgid, r.h.tid, o.start_ns, r.h.ts_ns);
         py.depth = o.depth;
         if (c)
@@ -467,14 +460,20 @@ void Engine::on_native(const lotus_native& n)
 
 void Engine::on_symbol(const RecordSymbol& r)
 {
-    state_[r.tgid].symbols[r.ip] = {decode(r.name, sizeof(r.name), 0), decode(r.library, sizeof(r.library), 0)};
+    symbols_[r.tgid][r.ip] = {decode(r.name, sizeof(r.name), 0), decode(r.library, sizeof(r.library), 0)};
 }
 
 void Engine::on_sample(const lotus_sample& smp)
 {
     counters_.samples++;
     uint32_t n = std::min<uint32_t>(smp.nr_ips, LOTUS_STACK_DEPTH);
-    auto sym = [&](uint32_t i) { return n > i ? find(smp.h.tgid, &ProcessState::symbols, smp.ip[i]) : nullptr; };
+    auto syms = symbols_.find(smp.h.tgid);
+    auto sym = [&](uint32_t i) -> const std::pair<std::string, std::string>* {
+        if (n <= i || syms == symbols_.end())
+            return nullptr;
+        auto it = syms->second.find(smp.ip[i]);
+        return it == syms->second.end() ? nullptr : &it->second;
+    };
     std::string function, library;
     const auto* leaf = sym(0);
     if (leaf && !leaf->first.empty()) {

@@ -10,6 +10,7 @@
 #include "lotus_abi.h"
 #include "batches.h"
 #include "native_map.h"
+#include "role_spaces.h"
 #include "rules.h"
 #include "spans.h"
 #include "user_records.h"
@@ -31,9 +32,10 @@ struct EngineCounters {
 class Engine {
 public:
     using SpanSink = std::function<void(const Span&)>;
-    // Called for every newly described code object, so that capture can tell BPF its role. The sink resolves
-    // role.capture_locals to role.capture_slots (it can read the target); the engine keeps the result.
-    using RoleSink = std::function<void(uint32_t tgid, uint64_t code, CodeRole&)>;
+    // Called for every newly described code object, so that capture can tell BPF its role under the key
+    // space (lotus_abi.h: a role space, or tgid | LOTUS_SPACE_OWN) it was described in. The sink resolves role.capture_locals to role.capture_slots (it can
+    // read the target's memory: tgid's); the engine keeps the result.
+    using RoleSink = std::function<void(uint32_t tgid, uint32_t space, uint64_t code, CodeRole&)>;
 
     Engine(const Rules& rules, SpanSink spans, RoleSink roles = {});
 
@@ -66,12 +68,7 @@ private:
         bool single_process = false; // next() of a num_workers=0 iterator
         lotus_counters counters{};   // at entry
     };
-    struct ProcessState {
-        std::unordered_map<uint64_t, CodeInfo> codes;
-        std::unordered_map<uint64_t, CodeRole> roles;
-        std::unordered_map<uint64_t, std::string> types;
-        std::unordered_map<uint64_t, std::pair<std::string, std::string>> symbols; // ip -> function, library
-    };
+    using Symbols = std::unordered_map<uint64_t, std::pair<std::string, std::string>>; // ip -> function, library
     struct OpenNative {
         uint32_t func;
         uint64_t start_ns;
@@ -100,8 +97,7 @@ private:
     };
     void close_implicit(uint32_t tid);
     void discard(std::vector<Open>& stack); // pops the top span, whose end was lost
-    template <typename Map>
-    auto find(uint32_t tgid, Map ProcessState::*table, uint64_t key) -> const typename Map::mapped_type*;
+    const CodeInfo* code_info(uint32_t tgid, uint64_t code);
     const CodeRole* role(uint32_t tgid, uint64_t code);
     std::string type_name(uint32_t tgid, uint64_t type);
     std::string op_name(uint32_t tgid, uint64_t code, uint64_t self_type);
@@ -112,8 +108,8 @@ private:
     SpanSink span_sink_;
     RoleSink role_sink_;
     std::map<uint32_t, ProcessInfo> processes_;
-    std::unordered_map<uint32_t, ProcessState> state_;
-    std::unordered_map<uint32_t, uint32_t> inherits_; // fork child -> parent, until the child execs
+    RoleSpaces spaces_;                             // code objects and types
+    std::unordered_map<uint32_t, Symbols> symbols_; // per process
     std::unordered_map<uint32_t, std::vector<Open>> stacks_; // per thread id
     std::unordered_map<uint32_t, uint32_t> thread_owner_;    // tid -> tgid
     std::unordered_map<uint32_t, Implicit> implicit_;        // per thread id

@@ -23,9 +23,9 @@ struct CodeRole {
     bool worker_loop = false; // torch's _worker_loop: its locals worker_id and idx are captured
     bool queue_put = false;   // multiprocessing's Queue.put: its callees mark a worker handing a batch over
     bool loader_next = false; // a DataLoader iterator's __next__: the training loop waiting for a batch
-    bool iter_init = false;
+    bool iter_init = false;   // a DataLoader iterator's __init__(self, loader): a new epoch of that loader
     bool internal = false;    // the import machinery: never an op of an implicit sample
-    bool fetcher = false;     // torch's dataset fetchers (and their list comprehensions): a batch being built   // a DataLoader iterator's __init__(self, loader): a new epoch of that loader
+    bool fetcher = false;     // torch's dataset fetchers (and their list comprehensions): a batch being built
     // Locals to capture when a frame of this code is walked past, by name; the role sink resolves them to
     // slots (capture_slots, same order, LOTUS_NO_SLOT when absent) from the target's co_localsplusnames.
     std::vector<std::string> capture_locals;

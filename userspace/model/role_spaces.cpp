@@ -1,0 +1,81 @@
+#include "role_spaces.h"
+
+namespace lotus::model {
+
+uint32_t RoleSpaces::space_of(uint32_t tgid) const
+{
+    auto it = space_of_.find(tgid);
+    return it == space_of_.end() ? tgid : it->second;
+}
+
+void RoleSpaces::join(uint32_t pid, uint32_t space)
+{
+    if (space_of_.count(pid) || space != pid) // (else its implicit membership of its own space is counted now)
+        leave(pid);
+    space_of_[pid] = space;
+    spaces_[space].members++;
+}
+
+void RoleSpaces::leave(uint32_t pid)
+{
+    own_.erase(pid);
+    auto it = space_of_.find(pid);
+    // A process that never joined a space is the only member of its own: whoever forks from it makes it join.
+    bool implicit = it == space_of_.end();
+    uint32_t space = implicit ? pid : it->second;
+    if (!implicit)
+        space_of_.erase(it);
+    auto sp = spaces_.find(space);
+    if (sp != spaces_.end() && (implicit ? sp->second.members == 0 : --sp->second.members == 0))
+        spaces_.erase(sp);
+}
+
+void RoleSpaces::forked(uint32_t child, uint32_t parent, uint32_t space)
+{
+    if (!space_of_.count(parent)) // its space now has two members: count them
+        join(parent, parent);
+    join(child, space ? space : space_of(parent));
+}
+
+void RoleSpaces::execed(uint32_t pid, uint32_t space) { join(pid, space ? space : next_unnumbered_--); }
+
+void RoleSpaces::exited(uint32_t pid) { leave(pid); }
+
+void RoleSpaces::add_code(uint32_t tgid, uint64_t code, CodeDesc d, bool own)
+{
+    if (own) {
+        own_[tgid][code] = std::move(d);
+        return;
+    }
+    spaces_[space_of(tgid)].codes[code] = std::move(d);
+    if (auto mine = own_.find(tgid); mine != own_.end()) // the space's description is this process's now
+        mine->second.erase(code);
+}
+
+void RoleSpaces::add_type(uint32_t tgid, uint64_t type, std::string name)
+{
+    spaces_[space_of(tgid)].types[type] = std::move(name);
+}
+
+const CodeDesc* RoleSpaces::code(uint32_t tgid, uint64_t code) const
+{
+    if (auto mine = own_.find(tgid); mine != own_.end())
+        if (auto it = mine->second.find(code); it != mine->second.end())
+            return &it->second;
+    auto sp = spaces_.find(space_of(tgid));
+    if (sp == spaces_.end())
+        return nullptr;
+    auto it = sp->second.codes.find(code);
+    return it == sp->second.codes.end() ? nullptr : &it->second;
+}
+
+const std::string* RoleSpaces::type(uint32_t tgid, uint64_t type) const
+{
+    auto sp = spaces_.find(space_of(tgid));
+    if (sp == spaces_.end())
+        return nullptr;
+    auto it = sp->second.types.find(type);
+    return it == sp->second.types.end() ? nullptr : &it->second;
+}
+
+} // namespace lotus::model

@@ -1,0 +1,47 @@
+// What the engine knows of code objects and types, per role space (lotus_abi.h): a process and the children
+// it forked share a memory image, so BPF describes an object once for all of them; exec starts a new space.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+
+#include "rules.h"
+
+namespace lotus::model {
+
+struct CodeDesc {
+    CodeInfo info;
+    CodeRole role;
+};
+
+class RoleSpaces {
+public:
+    // A process never seen joining a space is in its own, numbered by its pid (as BPF numbers those).
+    uint32_t space_of(uint32_t tgid) const;
+    void forked(uint32_t child, uint32_t parent, uint32_t space); // space 0 (ABI 2 files): the parent's
+    void execed(uint32_t pid, uint32_t space);                    // space 0 (ABI 2 files): a new one
+    void exited(uint32_t pid);                                    // a space no process is in is forgotten
+
+    // own: described for tgid alone (its object differs from the one its space has at that address).
+    void add_code(uint32_t tgid, uint64_t code, CodeDesc d, bool own);
+    void add_type(uint32_t tgid, uint64_t type, std::string name);
+    const CodeDesc* code(uint32_t tgid, uint64_t code) const;
+    const std::string* type(uint32_t tgid, uint64_t type) const;
+    size_t spaces() const { return spaces_.size(); }
+
+private:
+    struct Space {
+        std::unordered_map<uint64_t, CodeDesc> codes;
+        std::unordered_map<uint64_t, std::string> types;
+        uint32_t members = 0;
+    };
+    void join(uint32_t pid, uint32_t space);
+    void leave(uint32_t pid);
+
+    std::unordered_map<uint32_t, uint32_t> space_of_; // pid -> space, for processes that joined one
+    std::unordered_map<uint32_t, Space> spaces_;
+    std::unordered_map<uint32_t, std::unordered_map<uint64_t, CodeDesc>> own_; // per process, looked up first
+    uint32_t next_unnumbered_ = 0xffffffff; // spaces of EXEC records that name none (counting down)
+};
+
+} // namespace lotus::model
