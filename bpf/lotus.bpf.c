@@ -400,10 +400,11 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
     return 0;
 }
 
-/* Counters of the current (running) thread. */
-static __always_inline void read_counters(struct lotus_counters *out, __u32 tid)
+/* Counters of the current (running) thread. now: the record's own timestamp, so that for a thread that ran
+ * all along cpu_ns - ts is exactly what it was at its previous record (the record file codes the change of
+ * that difference, 0 when it ran throughout). */
+static __always_inline void read_counters(struct lotus_counters *out, __u32 tid, __u64 now)
 {
-    __u64 now = bpf_ktime_get_ns();
     struct oncpu *c = bpf_map_lookup_elem(&lotus_oncpu, &tid);
     if (!c) {
         /* First sight since tracing began: it is running now. */
@@ -599,14 +600,14 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, __u32 tid, struct
     if (!e)
         return 0;
     fill_header(&e->h, LOTUS_EV_PY_ENTRY);
-    read_counters(&e->counters, tid);
+    read_counters(&e->counters, tid, e->h.ts_ns);
     e->frame = frame;
     e->code = code;
     e->depth = depth;
     __u64 self_obj = frame_local(frame, 0);
     __u64 self_type = read_ptr(self_obj + layout.object_type);
     e->self_obj = self_obj;
-    e->arg1_obj = frame_local(frame, 1);
+    e->arg1_obj = !(flags & LOTUS_ROLE_CLASSIFIED) || (flags & LOTUS_ROLE_OBJ1) ? frame_local(frame, 1) : 0;
     e->self_type = self_type;
     e->chain_len = 0;
     e->capture_count = 0;
@@ -751,7 +752,7 @@ static __always_inline int emit_return(struct thread_state *ts, __u32 depth, __u
     fill_header(&e->h, LOTUS_EV_PY_RETURN);
     e->depth = depth;
     e->ret_null = rc == 0;
-    read_counters(&e->counters, (__u32)bpf_get_current_pid_tgid());
+    read_counters(&e->counters, (__u32)bpf_get_current_pid_tgid(), e->h.ts_ns);
     bpf_ringbuf_submit(e, submit_flags());
     return 0;
 }

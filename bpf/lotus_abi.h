@@ -61,7 +61,8 @@ struct lotus_py_entry {
     __u64 code;       /* its code object */
     __u64 self_obj;   /* localsplus[0] (self for methods): identifies e.g. a DataLoader iterator */
     __u64 self_type;  /* its type, 0 if unreadable */
-    __u64 arg1_obj;   /* localsplus[1]: e.g. the DataLoader given to an iterator's __init__ */
+    __u64 arg1_obj;   /* localsplus[1] if the role is OBJ1 or not known yet, else 0: the DataLoader given to an
+                       * iterator's __init__ (an op's image is not wanted: it only cost record bytes) */
     __u32 depth;      /* nesting depth among this thread's seen evaluator calls (0 = outermost seen) */
     __u32 chain_len;  /* valid entries in chain_code */
     __u64 chain_code[LOTUS_CHAIN_LEN];  /* code objects of the caller frames, innermost first */
@@ -147,6 +148,7 @@ struct lotus_proc_event {
 #define LOTUS_ROLE_CAPTURE (1u << 3)  /* when walked past, report localsplus[capture_slot[i]] */
 #define LOTUS_ROLE_EMIT_CALLEES (1u << 4) /* emit the entries it calls (e.g. Queue.put's __enter__) */
 #define LOTUS_ROLE_ARG1 (1u << 5)         /* its localsplus[1] (a __getitem__'s index) is wanted in chains */
+#define LOTUS_ROLE_OBJ1 (1u << 6)         /* its entry's arg1_obj is wanted (a DataLoader iterator's __init__) */
 
 /* Roles and type descriptions are kept per role space: the processes that share one memory image. A forked
  * child joins its parent's space (same objects at the same addresses, so it need not describe them again);

@@ -42,7 +42,11 @@ TEST(Rules, GetitemAndOthers)
     auto other = r.classify({"Module._call_impl", "f.py", 1});
     EXPECT_TRUE(other.flags & LOTUS_ROLE_SKIP);
     EXPECT_FALSE(other.flags & LOTUS_ROLE_ARG1);
+    EXPECT_FALSE(other.flags & LOTUS_ROLE_OBJ1);
     EXPECT_TRUE(other.flags & LOTUS_ROLE_CLASSIFIED);
+    auto init = r.classify({"_MultiProcessingDataLoaderIter.__init__", "/x/torch/utils/data/dataloader.py", 1});
+    EXPECT_TRUE(init.iter_init);
+    EXPECT_TRUE(init.flags & LOTUS_ROLE_OBJ1); // BPF reads the DataLoader argument of these entries only
 }
 
 TEST(Rules, OpNames)

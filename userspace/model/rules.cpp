@@ -98,6 +98,7 @@ CodeRole Rules::classify(const CodeInfo& code) const
         // into it, so both names are kept and the engine treats nested ones as one.
         role.iter_init = true;
         role.flags &= ~LOTUS_ROLE_SKIP;
+        role.flags |= LOTUS_ROLE_OBJ1; // the DataLoader it iterates
     }
     role.internal = code.file.rfind("<frozen ", 0) == 0;
     role.fetcher = in_file(code, "torch/utils/data/_utils/fetch.py") && code.name.find("fetch") != std::string::npos;
