@@ -23,7 +23,8 @@ def epoch_seconds(output):
     return sum(float(m) for m in re.findall(r"epoch \d+ done in ([0-9.]+) s", output))
 
 
-NATIVE = ["--native-map", "--counters", "default"]  # native map + counters: the issue-4 mode
+NATIVE = ["--native-map", "--counters", "default"]
+MORE_EPOCHS = 4  # steady-state records and bytes per sample: the growth over this many more epochs  # native map + counters: the issue-4 mode
 
 
 PROFILED = os.path.join(ROOT, "bench", "profiled_train.py")
@@ -151,14 +152,14 @@ def main():
         pr = statistics.median(pair)
         events = statistics.median(i["events"] for i in infos)
         lost = max(i["lost_events"] for i in infos)
-        # Marginal records per sample: two more epochs, minus the fixed cost of startup (imports describe
-        # thousands of code objects once).
+        # Marginal records and bytes per sample: the growth over more epochs, without the fixed cost of startup
+        # (imports describe thousands of code objects once; it varies by a few KB run to run).
         rec = os.path.join(tmp, "m.lbt")
         run_train(data, args.epochs, True, tmp, ["--record", rec])
         base_bytes = os.path.getsize(rec)
-        more = run_train(data, args.epochs + 2, True, tmp, ["--record", rec])[1]["events"]
-        per_sample = (more - events) / (2 * args.images)
-        bytes_per_sample = (os.path.getsize(rec) - base_bytes) / (2 * args.images)
+        more = run_train(data, args.epochs + MORE_EPOCHS, True, tmp, ["--record", rec])[1]["events"]
+        per_sample = (more - events) / (MORE_EPOCHS * args.images)
+        bytes_per_sample = (os.path.getsize(rec) - base_bytes) / (MORE_EPOCHS * args.images)
         latencies = [attach_latency(tmp) for _ in range(3)]
         native_latencies = [attach_latency(tmp, ["--native-map"]) for _ in range(3)]
         cap = flood(tmp, 2, 4)
@@ -184,7 +185,7 @@ def main():
         ("samples/s traced, --native-map --counters", f"{samples / nt:.0f}", f"ratio {nt / u:.3f} (slowdown {100 * (nt / u - 1):+.1f} %)"),
         ("samples/s under torch.profiler (CPU)", f"{samples / pt:.0f}", f"ratio {pt / u:.3f} (slowdown {100 * (pt / u - 1):+.1f} %), "
          "bench/profiled_train.py: main process only"),
-        ("records per sample, steady state", f"{per_sample:.1f}", f"marginal over 2 more epochs; {lost} lost; "
+        ("records per sample, steady state", f"{per_sample:.1f}", f"marginal over {MORE_EPOCHS} more epochs; {lost} lost; "
          f"all records incl. startup: {events / samples:.1f}/sample"),
         ("attach latency, torch loaded (s)", f"{statistics.median(latencies):.3f}", f"median of 3: {', '.join(f'{x:.3f}' for x in latencies)}"),
         ("attach latency, torch loaded, --native-map (s)", f"{statistics.median(native_latencies):.3f}",
@@ -199,7 +200,7 @@ def main():
          f"{stalled[0] + stalled[1] - 6 * stalled[2]} (without the stall: {cap[0] + cap[1] - 6 * cap[2]}: "
          f"startup records)"),
         ("tracer peak RSS (MB), 10 epochs", f"{rss / 1024:.1f}", "VmHWM; 32 MB of it is the mapped ring buffer"),
-        ("record file bytes per sample, steady state", f"{bytes_per_sample:.0f}", "marginal over 2 more epochs"),
+        ("record file bytes per sample, steady state", f"{bytes_per_sample:.0f}", f"marginal over {MORE_EPOCHS} more epochs"),
         ("record file bytes per sample, 10 epochs", f"{record_bytes / (10 * args.images):.0f}",
          f"{record_bytes / 1e6:.1f} MB incl. startup (code objects of every import)"),
         ("export throughput (events/s)", f"{export_eps:.0f}", f"lotus-bpf export of the flood's record file ({cap[0]} events) -> Chrome JSON"),

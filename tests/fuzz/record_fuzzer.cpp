@@ -43,6 +43,7 @@ template <typename Next> void reconstruct(uint64_t t0_ns, Next next)
 
 void streams(const uint8_t* data, size_t size)
 {
+    uint32_t format = size % 2 ? 2 : lotus::exporter::kBlockFormat; // both block formats a file may hold
     auto u32 = [&](uint32_t& v) {
         if (size < 4)
             return false;
@@ -62,7 +63,7 @@ void streams(const uint8_t* data, size_t size)
         data += len, size -= len;
     }
     try {
-        auto recs = lotus::exporter::decode_streams(s, n);
+        auto recs = lotus::exporter::decode_streams(s, n, format);
         size_t i = 0;
         reconstruct(0, [&](std::vector<uint8_t>& rec) {
             if (i == recs.size())

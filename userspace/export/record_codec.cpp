@@ -22,17 +22,30 @@ struct Shape {
     int key = -1;      // body word index of the key, or -1
     int counters = -1; // body word index of lotus_counters, or -1
     Stream stream = kStreamOther;
+    int self = -1;     // body word index of self_obj (format 3 entries), or -1
 };
 
-Shape shape_of(uint32_t type, size_t len)
+Shape shape_of(uint32_t type, size_t len, uint32_t format)
 {
     if (type == LOTUS_EV_PY_ENTRY && len == sizeof(lotus_py_entry))
         return {int(offsetof(lotus_py_entry, code) - kHeader) / 8,
-                int(offsetof(lotus_py_entry, counters) - kHeader) / 8, kStreamEntry};
+                int(offsetof(lotus_py_entry, counters) - kHeader) / 8, kStreamEntry,
+                format >= 3 ? int(offsetof(lotus_py_entry, self_obj) - kHeader) / 8 : -1};
     if (type == LOTUS_EV_PY_RETURN && len == sizeof(lotus_py_return))
         return {int(offsetof(lotus_py_return, depth) - kHeader) / 8,
                 int(offsetof(lotus_py_return, counters) - kHeader) / 8, kStreamReturn};
     return {};
+}
+
+// Entries of one code object alternate between a few selves (Module._call_impl runs every nn.Module op):
+// format 3 predicts an entry from the previous one with the same self, kept in most-recently-used order.
+uint64_t with_self(uint64_t key, uint64_t self) { return key ^ (self * 0x9e3779b97f4a7c15ull); }
+
+void touch_self(std::array<uint64_t, 4>& mru, size_t found, uint64_t self) // found: its index, or 4
+{
+    for (size_t k = std::min<size_t>(found, 3); k > 0; k--)
+        mru[k] = mru[k - 1];
+    mru[0] = self;
 }
 
 // Entries and returns are predicted field by field; identical bodies recur among the other records (code
@@ -125,11 +138,32 @@ std::vector<uint64_t>& previous_words(CodecState& st, const lotus_event_header& 
     return prev;
 }
 
-// Words coded against the context: all but the key and the counters.
+// Words coded against the context: all but the key, self and the counters.
 bool context_word(const Shape& shape, size_t j)
 {
     bool counter = shape.counters >= 0 && j >= size_t(shape.counters) && j < size_t(shape.counters) + kCounterWords;
-    return int(j) != shape.key && !counter;
+    return int(j) != shape.key && int(j) != shape.self && !counter;
+}
+
+// Format 3's CPU and length: 0 when as predicted, else the value + 1.
+template <typename Map, typename K>
+uint64_t predicted_code(Map& last, K k, uint64_t v)
+{
+    auto [it, fresh] = last.try_emplace(k, v);
+    bool hit = !fresh && it->second == v;
+    it->second = v;
+    return hit ? 0 : v + 1;
+}
+
+template <typename Map, typename K>
+uint64_t predicted_value(Map& last, K k, uint64_t code, const char* what)
+{
+    auto it = last.find(k);
+    if (code == 0 && it == last.end())
+        throw CodecError(fmt::format("bad {} reference", what));
+    uint64_t v = code == 0 ? it->second : code - 1;
+    last[k] = static_cast<typename Map::mapped_type>(v);
+    return v;
 }
 
 } // namespace
@@ -149,11 +183,11 @@ void BlockEncoder::add(const uint8_t* rec, size_t len)
         put(s_[kStreamWho], h.tgid);
         put(s_[kStreamWho], h.tid);
     }
-    put(s_[kStreamCpu], h.cpu);
+    put(s_[kStreamCpu], format_ >= 3 ? predicted_code(st_.last_cpu, h.tid, h.cpu) : h.cpu);
     put(s_[kStreamTs], zigzag(h.ts_ns - predicted_ts(st_, h.tid)));
     st_.last_ts[h.tid] = h.ts_ns;
     st_.block_last_ts = h.ts_ns;
-    put(s_[kStreamLen], len);
+    put(s_[kStreamLen], format_ >= 3 ? predicted_code(st_.last_len, h.type, len) : len);
     if (may_repeat(h.type)) {
         std::string body(reinterpret_cast<const char*>(rec) + kHeader, len - kHeader);
         auto [it, fresh] = st_.body_index.try_emplace(std::move(body), static_cast<uint32_t>(st_.body_index.size()));
@@ -161,7 +195,7 @@ void BlockEncoder::add(const uint8_t* rec, size_t len)
         if (!fresh)
             return;
     }
-    Shape shape = shape_of(h.type, len);
+    Shape shape = shape_of(h.type, len, format_);
     size_t nw = (len - kHeader) / 8;
     const uint8_t* body = rec + kHeader;
     std::vector<uint64_t>& w = words_; // reused: this runs for every record of a live capture
@@ -175,7 +209,18 @@ void BlockEncoder::add(const uint8_t* rec, size_t len)
         put(s_[kStreamKey], zigzag(key - last));
         last = key;
     }
-    auto& prev = previous_words(st_, h, len, shape, key, nw);
+    uint64_t context = key;
+    if (shape.self >= 0) {
+        uint64_t self = w[size_t(shape.self)];
+        auto& mru = st_.selves[{h.type, h.tgid, key}];
+        size_t i = static_cast<size_t>(std::find(mru.begin(), mru.end(), self) - mru.begin());
+        put(s_[kStreamKey], i);
+        if (i == mru.size())
+            put(s_[kStreamKey], zigzag(self - mru[0]));
+        touch_self(mru, i, self);
+        context = with_self(key, self);
+    }
+    auto& prev = previous_words(st_, h, len, shape, context, nw);
     for (size_t j = 0; j < nw; j++)
         if (context_word(shape, j))
             put(s_[shape.stream], zigzag(w[j] - prev[j]));
@@ -220,12 +265,14 @@ std::string BlockEncoder::finish(int level)
     }
     for (const auto& p : packed)
         out += p;
-    *this = BlockEncoder();
+    *this = BlockEncoder(format_);
     return out;
 }
 
-DecodedBlock decode_streams(const Streams& s, uint32_t n)
+DecodedBlock decode_streams(const Streams& s, uint32_t n, uint32_t format)
 {
+    if (format != 2 && format != 3)
+        throw CodecError(fmt::format("unknown block format {}", format));
     std::array<Cursor, kStreamCount> c;
     for (size_t i = 0; i < kStreamCount; i++)
         c[i].s = &s[i];
@@ -252,11 +299,18 @@ DecodedBlock decode_streams(const Streams& s, uint32_t n)
             std::tie(h.tgid, h.tid) = st.who[wi];
         }
         who_index(st, h.tgid, h.tid);
-        h.cpu = static_cast<uint32_t>(c[kStreamCpu].get());
+        uint64_t cpu = c[kStreamCpu].get();
+        if (format >= 3)
+            cpu = predicted_value(st.last_cpu, h.tid, cpu, "CPU");
+        if (cpu > UINT32_MAX)
+            throw CodecError("bad CPU");
+        h.cpu = static_cast<uint32_t>(cpu);
         h.ts_ns = predicted_ts(st, h.tid) + unzigzag(c[kStreamTs].get());
         st.last_ts[h.tid] = h.ts_ns;
         st.block_last_ts = h.ts_ns;
         uint64_t len = c[kStreamLen].get();
+        if (format >= 3)
+            len = predicted_value(st.last_len, h.type, len, "length");
         if (len < kHeader || len > 65536)
             throw CodecError(fmt::format("bad record length {}", len));
         if ((total += len) > kMaxBlockBytes)
@@ -275,7 +329,7 @@ DecodedBlock decode_streams(const Streams& s, uint32_t n)
                 continue;
             }
         }
-        Shape shape = shape_of(h.type, len);
+        Shape shape = shape_of(h.type, len, format);
         size_t nw = (len - kHeader) / 8;
         w.assign(nw, 0);
         uint64_t key = 0;
@@ -285,7 +339,18 @@ DecodedBlock decode_streams(const Streams& s, uint32_t n)
             last = key;
             w[size_t(shape.key)] = key;
         }
-        auto& prev = previous_words(st, h, len, shape, key, nw);
+        uint64_t context = key;
+        if (shape.self >= 0) {
+            auto& mru = st.selves[{h.type, h.tgid, key}];
+            uint64_t i = c[kStreamKey].get();
+            if (i > mru.size())
+                throw CodecError("bad reference to an earlier self");
+            uint64_t self = i < mru.size() ? mru[i] : mru[0] + unzigzag(c[kStreamKey].get());
+            touch_self(mru, static_cast<size_t>(i), self);
+            w[size_t(shape.self)] = self;
+            context = with_self(key, self);
+        }
+        auto& prev = previous_words(st, h, len, shape, context, nw);
         for (size_t j = 0; j < nw; j++)
             if (context_word(shape, j))
                 w[j] = prev[j] + unzigzag(c[shape.stream].get());

@@ -1,8 +1,8 @@
-// The compact encoding of record-file blocks (format 2, docs/record-format.md): lossless, byte-exact. Each
-// record's fields are predicted from what came before in the block (its thread's previous timestamp and
-// counters, the previous entry of the same code object, the previous return at the same depth, an identical
-// earlier record body), the residuals written as varints into separate streams by kind of field, and each
-// stream deflated. A block stands alone: its predictors start empty.
+// The compact encoding of record-file blocks (formats 2 and 3, docs/record-format.md): lossless, byte-exact.
+// Each record's fields are predicted from what came before in the block (its thread's previous timestamp,
+// CPU and counters, the previous entry of the same code object with the same self, the previous return at the
+// same depth, an identical earlier record body), the residuals written as varints into separate streams by
+// kind of field, and each stream deflated. A block stands alone: its predictors start empty.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -15,15 +15,20 @@
 
 namespace lotus::exporter {
 
+constexpr uint32_t kBlockFormat = 3; // what BlockEncoder writes; decode_streams also reads format 2
+
 enum Stream : size_t {
     kStreamType,     // record type, then (types that may repeat) 0 or 1 + index of the identical earlier body
     kStreamWho,      // index in a most-recently-used list of (tgid, tid), or 255 then both as varints
-    kStreamCpu,
+    kStreamCpu,      // format 3: 0 when the thread's previous CPU, else CPU + 1
     kStreamTs,       // ts - the thread's previous ts in the block (else the block's previous record's)
-    kStreamLen,
-    kStreamKey,      // the field that picks a record's context (entry: code, return: depth), delta per thread
+    kStreamLen,      // format 3: 0 when the previous record of the type had this length, else length + 1
+    kStreamKey,      // the field that picks a record's context (entry: code, return: depth), delta per thread;
+                     // format 3 entries: then self_obj, as its index among the last 4 of that code in the
+                     // process, or 4 and its difference from the last one
     kStreamCounters, // lotus_counters of entries and returns, delta per thread (on-CPU ns: minus the ts delta)
-    kStreamEntry,    // other fields of entries, delta from the previous entry of the same code in the process
+    kStreamEntry,    // other fields of entries, delta from the previous entry of the same code (and, format 3,
+                     // self) in the process
     kStreamReturn,   // of returns, from the previous return of the thread at that depth
     kStreamOther,    // of other records, from the thread's previous record of that type
     kStreamTail,     // bytes past the last whole 8-byte word, as they are
@@ -43,6 +48,8 @@ struct CodecState {
     uint64_t block_last_ts = 0;
     std::unordered_map<uint64_t, uint64_t> last_key;        // per (type, tid)
     std::unordered_map<uint32_t, std::vector<uint64_t>> last_counters; // per tid: 9 words + the ts they had
+    std::unordered_map<uint32_t, uint32_t> last_cpu;        // per tid (format 3)
+    std::unordered_map<uint32_t, uint64_t> last_len;        // per type (format 3)
     struct ContextKey {
         uint32_t type, id;
         uint64_t key;
@@ -55,12 +62,14 @@ struct CodecState {
         }
     };
     std::unordered_map<ContextKey, std::vector<uint64_t>, ContextHash> context; // previous body words
+    std::unordered_map<ContextKey, std::array<uint64_t, 4>, ContextHash> selves; // format 3: per code, MRU first
     std::unordered_map<std::string, uint32_t> body_index;   // encoder: body -> index
     std::vector<std::string> bodies;                        // decoder: index -> body
 };
 
 class BlockEncoder {
 public:
+    explicit BlockEncoder(uint32_t format = kBlockFormat) : format_(format) {} // 2: for tests of old files
     void add(const uint8_t* rec, size_t len); // rec starts with a lotus_event_header; 24 <= len <= 65536
     size_t records() const { return records_; }
     size_t raw_bytes() const { return raw_bytes_; }
@@ -72,6 +81,7 @@ private:
     CodecState st_;
     std::vector<uint64_t> words_; // the record being encoded, as 8-byte words
     size_t records_ = 0, raw_bytes_ = 0;
+    uint32_t format_;
 };
 
 struct CodecError : std::runtime_error {
@@ -88,7 +98,8 @@ struct DecodedBlock {
     std::vector<uint8_t> record(size_t i) const { return {begin(i), end(i)}; }
 };
 
-// Decodes n records from a block's inflated streams; throws CodecError when they do not hold exactly that.
-DecodedBlock decode_streams(const Streams& s, uint32_t n);
+// Decodes n records from a block's inflated streams (of a file of that format); throws CodecError when they
+// do not hold exactly that.
+DecodedBlock decode_streams(const Streams& s, uint32_t n, uint32_t format = kBlockFormat);
 
 } // namespace lotus::exporter

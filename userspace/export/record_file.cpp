@@ -14,7 +14,8 @@ namespace {
 
 constexpr char kMagic[8] = {'L', 'O', 'T', 'U', 'S', 'L', 'B', 'T'};
 // 1: records as captured, each after its u32 length. 2: blocks of compactly encoded records (record_codec.h).
-constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kFormatVersion = kBlockFormat;
+constexpr uint32_t kOldBlockFormat = 2; // still read
 constexpr uint32_t kLegacyVersion = 1;
 // ABI 2 records are laid out as ABI 3's; their FORK and EXEC records name no role space (0), which the engine
 // then derives from the process tree.
@@ -117,9 +118,10 @@ void RecordReader::read_header()
     if (fread(&version, 4, 1, f_) != 1 || fread(&abi, 4, 1, f_) != 1 || fread(&header_.t0_ns, 8, 1, f_) != 1 ||
         fread(&header_.root_pid, 4, 1, f_) != 1 || fread(&meta, 4, 1, f_) != 1)
         throw RecordError(fmt::format("{}: truncated header", path));
-    if ((version != kFormatVersion && version != kLegacyVersion) || abi < kOldestAbi || abi > LOTUS_ABI_VERSION)
-        throw RecordError(fmt::format("{}: record format {} / event ABI {} (this lotus-bpf reads {} / {}-{})", path,
-                                      version, abi, kFormatVersion, kOldestAbi, LOTUS_ABI_VERSION));
+    if ((version != kFormatVersion && version != kOldBlockFormat && version != kLegacyVersion) || abi < kOldestAbi ||
+        abi > LOTUS_ABI_VERSION)
+        throw RecordError(fmt::format("{}: record format {} / event ABI {} (this lotus-bpf reads {}-{} / {}-{})", path,
+                                      version, abi, kLegacyVersion, kFormatVersion, kOldestAbi, LOTUS_ABI_VERSION));
     if (meta > kMaxMeta)
         throw RecordError(fmt::format("{}: corrupt header (metadata of {} bytes)", path, meta));
     header_.meta_json.resize(meta);
@@ -127,6 +129,7 @@ void RecordReader::read_header()
         throw RecordError(fmt::format("{}: truncated header", path));
     offset_ = 32 + meta;
     legacy_ = version == kLegacyVersion;
+    format_ = version;
 }
 
 RecordReader::~RecordReader()
@@ -259,7 +262,7 @@ bool RecordReader::read_block(DecodedBlock& out)
         at += packed;
     }
     try {
-        out = decode_streams(streams, records);
+        out = decode_streams(streams, records, format_);
     } catch (const CodecError& e) {
         throw RecordError(fmt::format("{}: corrupt block at byte {} ({})", path_, offset_, e.what()));
     }

@@ -89,6 +89,7 @@ private:
     RecordHeader header_;
     uint64_t offset_ = 0;
     bool legacy_ = false;                   // format 1
+    uint32_t format_ = 0;
     DecodedBlock block_; // format 2: the decoded block being read
     size_t next_in_block_ = 0;
     // The prefetching thread and what it hands over (blocks, the end, or the error that stopped it).
