@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include <cstring>
+#include <string_view>
 
 #include "lotus_abi.h"
 #include "model/user_records.h"
@@ -101,7 +102,12 @@ void NativeCapture::on_event(const void* data, size_t len)
         return;
     if (h->type == LOTUS_EV_FORK && len >= sizeof(lotus_proc_event)) {
         symbolizer_.set_parent(h->tgid, static_cast<const lotus_proc_event*>(data)->parent_tgid);
-    } else if (h->type == LOTUS_EV_OPEN) {
+    } else if (h->type == LOTUS_EV_EXEC) {
+        symbolizer_.execed(h->tgid);
+    } else if (h->type == LOTUS_EV_OPEN && len >= sizeof(lotus_open)) {
+        auto* o = static_cast<const lotus_open*>(data);
+        if (std::string_view(o->path, strnlen(o->path, sizeof(o->path))).find(".so") != std::string_view::npos)
+            symbolizer_.library_opened(h->tgid);
         on_library_open(data, len);
     } else if (h->type == LOTUS_EV_SAMPLE && len >= sizeof(lotus_sample)) {
         auto* s = static_cast<const lotus_sample*>(data);

@@ -103,10 +103,11 @@ const std::vector<Mapping>* Symbolizer::maps(uint32_t pid, bool refresh)
     auto it = maps_.find(pid);
     if (it != maps_.end() && !refresh)
         return &it->second.maps;
-    // A miss re-reads the maps (a library dlopened since), at most every 100 ms per process: samples of JIT
-    // code or garbage caller addresses must not turn into a /proc read each.
+    // A miss re-reads the maps only for a while after the process opened a library, at most every 100 ms:
+    // garbage caller addresses (stacks without frame pointers) miss all the time, and a torch process's maps
+    // are thousands of lines (re-reading them 10 times a second was most of the tracer's sampling cost).
     uint64_t now = monotonic_ms();
-    if (it != maps_.end() && now - it->second.read_ms < 100)
+    if (it != maps_.end() && (now >= it->second.reread_until_ms || now - it->second.read_ms < 100))
         return &it->second.maps;
     try {
         auto m = read_maps(static_cast<int>(pid));
@@ -130,6 +131,12 @@ const FunctionTable* Symbolizer::table(const std::string& path)
     } catch (const std::exception&) {
     }
     return (files_[path] = std::move(t)).get();
+}
+
+void Symbolizer::library_opened(uint32_t pid)
+{
+    if (auto it = maps_.find(pid); it != maps_.end())
+        it->second.reread_until_ms = monotonic_ms() + 2000;
 }
 
 NativeFrame Symbolizer::resolve(uint32_t pid, uint64_t ip)

@@ -44,8 +44,12 @@ struct NativeFrame {
 
 class Symbolizer {
 public:
-    // A process's maps are read on first use and again when an address falls outside them (dlopen).
+    // A process's maps are read on first use, and again when an address falls outside them shortly after
+    // the process opened a library (dlopen maps it right after).
     NativeFrame resolve(uint32_t pid, uint64_t ip);
+    // The process opened a shared library (it may map it now), or exec'd (everything changed).
+    void library_opened(uint32_t pid);
+    void execed(uint32_t pid) { maps_.erase(pid); }
     // A forked child has its parent's mappings: used once the child itself is gone.
     void set_parent(uint32_t pid, uint32_t parent) { parents_[pid] = parent; }
     size_t files_loaded() const { return files_.size(); }
@@ -56,6 +60,7 @@ private:
     struct Maps {
         std::vector<Mapping> maps;
         uint64_t read_ms = 0;
+        uint64_t reread_until_ms = 0; // a miss re-reads the maps until then (a library was opened)
     };
     std::unordered_map<uint32_t, Maps> maps_;
     std::unordered_map<uint32_t, uint32_t> parents_;
