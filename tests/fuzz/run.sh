@@ -10,13 +10,13 @@ us="$src/userspace"
 srcs=("$us/export/record_file.cpp" "$us/export/record_codec.cpp" "$us/export/duration_series.cpp"
       "$us/export/chrome_trace.cpp" "$us/export/summary.cpp"
       "$us/export/native_summary.cpp" "$us/export/output_file.cpp" "$us/model/engine.cpp" "$us/model/batches.cpp"
-      "$us/model/rules.cpp" "$us/model/spans.cpp" "$us/model/native_map.cpp" "$us/common/json.cpp")
+      "$us/model/role_spaces.cpp" "$us/model/rules.cpp" "$us/model/spans.cpp" "$us/model/native_map.cpp" "$us/common/json.cpp")
 clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$us" -I"$src/bpf" "$src/tests/fuzz/record_fuzzer.cpp" "${srcs[@]}" -lfmt -lz -o "$work/record_fuzzer"
 # Seeds: a real recording of the pure-Python pipeline (main process and two workers), as a file and as its
 # first block's inflated streams.
 seed="$work/seed.lbt"
-if [ ! -s "$seed" ]; then
+if [ ! -s "$seed" ] || [ "$build/lotus-bpf" -nt "$seed" ]; then  # (the tracer may write another format now)
   "$build/lotus-bpf" record -q -o "$seed" --pipeline Pipeline --span '*work*' -- /usr/bin/python3 \
     "$src/tests/integration/workloads/pure_pipeline.py" 6 >/dev/null
 fi
