@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include "lotus_abi.h"
+#include "model/user_records.h"
 
 namespace lotus::exporter {
 
@@ -51,6 +52,15 @@ void touch_self(std::array<uint64_t, 4>& mru, size_t found, uint64_t self) // fo
 // Entries and returns are predicted field by field; identical bodies recur among the other records (code
 // objects described again by each new worker, files opened again every epoch).
 bool may_repeat(uint32_t type) { return type != LOTUS_EV_PY_ENTRY && type != LOTUS_EV_PY_RETURN; }
+
+// Format 3 keeps records that are mostly text (paths, names) as they are, in the tail stream: deflate finds
+// what they share with earlier ones (a dataset's directory, a module's file) wherever it is, where the
+// difference of 8-byte words from the previous record turned a changed file name into large numbers.
+bool raw_body(uint32_t type, uint32_t format)
+{
+    return format >= 3 && (type == LOTUS_EV_OPEN || type == LOTUS_EV_CODE || type == LOTUS_EV_TYPE ||
+                           type == model::kRecordNativeFunc || type == model::kRecordSymbol);
+}
 
 uint64_t zigzag(uint64_t delta) { return (delta << 1) ^ (0 - (delta >> 63)); }
 uint64_t unzigzag(uint64_t v) { return (v >> 1) ^ (0 - (v & 1)); }
@@ -195,6 +205,14 @@ void BlockEncoder::add(const uint8_t* rec, size_t len)
         if (!fresh)
             return;
     }
+    if (raw_body(h.type, format_)) { // without its trailing zeros (the rest of a fixed-size path buffer)
+        size_t n = len - kHeader;
+        while (n && rec[kHeader + n - 1] == 0)
+            n--;
+        put(s_[kStreamOther], n);
+        s_[kStreamTail].append(reinterpret_cast<const char*>(rec) + kHeader, n);
+        return;
+    }
     Shape shape = shape_of(h.type, len, format_);
     size_t nw = (len - kHeader) / 8;
     const uint8_t* body = rec + kHeader;
@@ -328,6 +346,18 @@ DecodedBlock decode_streams(const Streams& s, uint32_t n, uint32_t format)
                 out.ends.push_back(static_cast<uint32_t>(at + len));
                 continue;
             }
+        }
+        if (raw_body(h.type, format)) {
+            auto& tc = c[kStreamTail];
+            uint64_t n = c[kStreamOther].get();
+            if (n > len - kHeader || tc.pos + n > s[kStreamTail].size())
+                throw CodecError("bad text record");
+            memcpy(rec + kHeader, s[kStreamTail].data() + tc.pos, n);
+            memset(rec + kHeader + n, 0, len - kHeader - n);
+            tc.pos += n;
+            st.bodies.emplace_back(reinterpret_cast<const char*>(rec) + kHeader, len - kHeader); // (may repeat)
+            out.ends.push_back(static_cast<uint32_t>(at + len));
+            continue;
         }
         Shape shape = shape_of(h.type, len, format);
         size_t nw = (len - kHeader) / 8;
