@@ -44,21 +44,24 @@ def run_train(data, epochs, traced, tmp, extra=(), script=TRAIN, env=None):
     return epoch_seconds(r.stdout), info
 
 
-def attach_latency(tmp, extra=()):
-    """Start to 'probes live' when attaching to a process that has torch (libtorch_cpu) loaded."""
+def attach_latency(tmp, extra=(), env=None):
+    """Start to 'probes live' when attaching to a process that has torch (libtorch_cpu) loaded, and SIGTERM to
+    the tracer's exit (drain, detach every probe, write the trace)."""
     job = subprocess.Popen([PY, "-c", "import torch, time; print('ready', flush=True); time.sleep(60)"],
                            stdout=subprocess.PIPE, text=True)
     try:
         job.stdout.readline()
         t0 = time.monotonic()
         tracer = subprocess.Popen([LOTUS, "-q", "-o", os.path.join(tmp, "a.json"), "--pid", str(job.pid), *extra],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, **(env or {})})
         while "tracing PID" not in tracer.stderr.readline():
             pass
         latency = time.monotonic() - t0
+        t1 = time.monotonic()
         tracer.terminate()
         tracer.wait()
-        return latency
+        return latency, time.monotonic() - t1
     finally:
         job.kill()
         job.wait()
@@ -160,8 +163,10 @@ def main():
         more = run_train(data, args.epochs + MORE_EPOCHS, True, tmp, ["--record", rec])[1]["events"]
         per_sample = (more - events) / (MORE_EPOCHS * args.images)
         bytes_per_sample = (os.path.getsize(rec) - base_bytes) / (MORE_EPOCHS * args.images)
-        latencies = [attach_latency(tmp) for _ in range(3)]
-        native_latencies = [attach_latency(tmp, ["--native-map"]) for _ in range(3)]
+        latencies, stops = zip(*[attach_latency(tmp) for _ in range(3)])
+        native_latencies, native_stops = zip(*[attach_latency(tmp, ["--native-map"]) for _ in range(3)])
+        _, event_stops = zip(*[attach_latency(tmp, ["--native-map"], {"LOTUS_NO_UPROBE_MULTI": "1"})
+                               for _ in range(3)])
         cap = flood(tmp, 2, 4)
         export_eps = export_rate(tmp)
         stalled = flood(tmp, 2, 4, stall=(1.5, 1.0))
@@ -190,6 +195,10 @@ def main():
         ("attach latency, torch loaded (s)", f"{statistics.median(latencies):.3f}", f"median of 3: {', '.join(f'{x:.3f}' for x in latencies)}"),
         ("attach latency, torch loaded, --native-map (s)", f"{statistics.median(native_latencies):.3f}",
          f"median of 3 (libjpeg, _imaging, libtorch_cpu resolved and probed)"),
+        ("stop latency, SIGTERM -> exit (s)", f"{statistics.median(stops):.3f}", "median of 3, the same runs"),
+        ("stop latency, --native-map (s)", f"{statistics.median(native_stops):.3f}",
+         f"median of 3; {statistics.median(event_stops):.3f} s with a perf-event uprobe per function "
+         f"(LOTUS_NO_UPROBE_MULTI=1, as kernels before 6.6)"),
         ("capture: records/s delivered, 0 lost", f"{cap[0] / 4:.0f}",
          f"bench/flood.py, 2 processes x 4 s: {cap[0]} delivered, {cap[1]} lost, {cap[2]} pipeline calls; the probes "
          f"slow the 2 cores' producers before the consumer falls behind"),

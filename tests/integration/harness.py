@@ -81,6 +81,11 @@ def spans(trace, cat=None, name=None):
             and (name is None or e["name"] == name)]
 
 
+def kernel_at_least(major, minor):
+    release = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
+    return release >= (major, minor)
+
+
 def run_lotus(args, timeout=300, **kw):
     return subprocess.run([LOTUS] + args, capture_output=True, text=True, timeout=timeout, **kw)
 

@@ -13,12 +13,11 @@ except ImportError:  # installed by scripts/install-deps.sh
     jsonschema = None
 import json
 import os
-from harness import SOURCE
+from harness import SOURCE, kernel_at_least
 
 
 def kernel_has_uprobe_sessions():
-    release = tuple(int(x) for x in os.uname().release.split(".")[:2])
-    return release >= (6, 13)
+    return kernel_at_least(6, 13)
 
 
 class LaunchMode(BpfTestCase):

@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fmt/format.h>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "lotus.skel.h"
@@ -39,22 +41,24 @@ static int quiet_libbpf(enum libbpf_print_level, const char* fmt, va_list ap)
     return 0;
 }
 
-// The attach type of uprobe sessions (Linux 6.13+) as this kernel numbers it, or -1 when it has none (or
-// LOTUS_NO_UPROBE_SESSION is set: the entry and return pair, for comparison). libbpf 1.1 predates sessions.
-static int uprobe_session_attach_type()
+// The number this kernel gives attach type `name` (enum bpf_attach_type in its BTF), or -1 when it has none
+// (or the environment variable `off` is set, to run as such a kernel does). libbpf 1.1 predates both
+// BPF_TRACE_UPROBE_MULTI (Linux 6.6) and BPF_TRACE_UPROBE_SESSION (6.13); a session also needs the
+// bpf_session_is_return kfunc.
+static int kernel_attach_type(const char* name, const char* off, const char* kfunc = nullptr)
 {
-    if (const char* off = getenv("LOTUS_NO_UPROBE_SESSION"); off && *off && strcmp(off, "0") != 0)
+    if (const char* v = getenv(off); v && *v && strcmp(v, "0") != 0)
         return -1;
     btf* vmlinux = btf__load_vmlinux_btf();
     if (!vmlinux)
         return -1;
     int value = -1;
     int id = btf__find_by_name_kind(vmlinux, "bpf_attach_type", BTF_KIND_ENUM);
-    if (id > 0 && btf__find_by_name_kind(vmlinux, "bpf_session_is_return", BTF_KIND_FUNC) > 0) {
+    if (id > 0 && (!kfunc || btf__find_by_name_kind(vmlinux, kfunc, BTF_KIND_FUNC) > 0)) {
         const btf_type* t = btf__type_by_id(vmlinux, id);
         const struct btf_enum* e = btf_enum(t);
         for (int i = 0; i < btf_vlen(t); i++, e++)
-            if (strcmp(btf__name_by_offset(vmlinux, e->name_off), "BPF_TRACE_UPROBE_SESSION") == 0)
+            if (strcmp(btf__name_by_offset(vmlinux, e->name_off), name) == 0)
                 value = e->val;
     }
     btf__free(vmlinux);
@@ -78,13 +82,22 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     skel_->rodata->nr_perf = static_cast<uint32_t>(counters.size());
     skel_->rodata->nr_cpus = static_cast<uint32_t>(ncpu);
     skel_->rodata->inline_calls = features.inline_calls ? 1 : 0;
-    session_type_ = uprobe_session_attach_type();
+    // LOTUS_NO_UPROBE_SESSION: the evaluator as kernels before 6.13 probe it; LOTUS_NO_UPROBE_MULTI: every
+    // probe as kernels before 6.6 make it (one perf event each).
+    multi_type_ = kernel_attach_type("BPF_TRACE_UPROBE_MULTI", "LOTUS_NO_UPROBE_MULTI");
+    session_type_ = multi_type_ < 0 ? -1
+                                    : kernel_attach_type("BPF_TRACE_UPROBE_SESSION", "LOTUS_NO_UPROBE_SESSION",
+                                                         "bpf_session_is_return");
     bool session = session_type_ >= 0;
     bpf_program__set_autoload(skel_->progs.py_call, session);
     bpf_program__set_autoload(skel_->progs.py_entry, !session);
     bpf_program__set_autoload(skel_->progs.py_return, !session);
     if (session)
         bpf_program__set_expected_attach_type(skel_->progs.py_call, static_cast<bpf_attach_type>(session_type_));
+    if (multi_type_ >= 0)
+        for (bpf_program* prog : {skel_->progs.py_entry, skel_->progs.py_return, skel_->progs.py_resume,
+                                  skel_->progs.py_retval, skel_->progs.native_entry, skel_->progs.native_return})
+            bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(multi_type_));
     bpf_program__set_autoload(skel_->progs.py_resume, features.inline_calls);
     bpf_program__set_autoload(skel_->progs.py_retval, features.inline_calls);
     bpf_program__set_autoload(skel_->progs.native_entry, features.native);
@@ -123,12 +136,30 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
 
 Probe::~Probe() { close(); }
 
+// Detaching uprobes waits for RCU grace periods (~0.1 s each here). A perf-event uprobe is detached under a
+// global mutex, one after another: the 40 of the native map took 3.5 s. A uprobe_multi link waits once for
+// all its probes, and waits from several threads share grace periods.
+static void close_in_parallel(const std::vector<int>& fds)
+{
+    std::vector<std::thread> threads;
+    for (int fd : fds)
+        try {
+            threads.emplace_back([fd] { ::close(fd); });
+        } catch (const std::system_error&) {
+            ::close(fd); // no thread to spare: this one waits here
+        }
+    for (auto& t : threads)
+        t.join();
+}
+
 void Probe::close()
 {
     if (session_link_ >= 0) {
         ::close(session_link_);
         session_link_ = -1;
     }
+    close_in_parallel(multi_links_);
+    multi_links_.clear();
     for (auto* l : links_)
         bpf_link__destroy(l);
     links_.clear();
@@ -204,49 +235,102 @@ struct UprobeMultiLinkAttr {
     uint64_t path, offsets, ref_ctr_offsets, cookies;
     uint32_t cnt, multi_flags, pid, pad;
 };
+constexpr uint32_t kUprobeMultiReturn = 1; // BPF_F_UPROBE_MULTI_RETURN
+
+int Probe::multi_link(bpf_program* prog, int attach_type, const std::string& path,
+                      const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies, bool ret)
+{
+    UprobeMultiLinkAttr attr{};
+    attr.prog_fd = static_cast<uint32_t>(bpf_program__fd(prog));
+    attr.attach_type = static_cast<uint32_t>(attach_type);
+    attr.path = reinterpret_cast<uint64_t>(path.c_str());
+    attr.offsets = reinterpret_cast<uint64_t>(offsets.data());
+    attr.cookies = cookies.empty() ? 0 : reinterpret_cast<uint64_t>(cookies.data());
+    attr.cnt = static_cast<uint32_t>(offsets.size());
+    attr.multi_flags = ret ? kUprobeMultiReturn : 0;
+    // pid 0: every process mapping the file, so that forked workers are seen; BPF drops the events of
+    // processes outside the traced set.
+    return static_cast<int>(syscall(SYS_bpf, BPF_LINK_CREATE, &attr, sizeof(attr)));
+}
+
+bool Probe::attach_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
+                        const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies)
+{
+    // The return probe goes first: the kernel hooks a call's return when the call begins, so a call whose
+    // entry is seen must begin with the return probe in place (returns without a seen entry are ignored in
+    // BPF). The other order loses the return of a call that begins between the two attachments, which left
+    // every later span of that thread nested in it.
+    if (multi_type_ >= 0) {
+        int out = multi_link(ret, multi_type_, path, offsets, cookies, true);
+        if (out < 0)
+            return false;
+        int in = multi_link(entry, multi_type_, path, offsets, cookies, false);
+        if (in < 0) {
+            int err = errno;
+            ::close(out);
+            errno = err;
+            return false;
+        }
+        multi_links_.push_back(out);
+        multi_links_.push_back(in);
+        return true;
+    }
+    if (offsets.size() != 1)
+        return false;
+    uint64_t cookie = cookies.empty() ? 0 : cookies[0];
+    LIBBPF_OPTS(bpf_uprobe_opts, ret_opts, .bpf_cookie = cookie, .retprobe = true);
+    bpf_link* out = bpf_program__attach_uprobe_opts(ret, -1, path.c_str(), offsets[0], &ret_opts);
+    if (!out)
+        return false;
+    LIBBPF_OPTS(bpf_uprobe_opts, entry_opts, .bpf_cookie = cookie, .retprobe = false);
+    bpf_link* in = bpf_program__attach_uprobe_opts(entry, -1, path.c_str(), offsets[0], &entry_opts);
+    if (!in) {
+        int err = errno;
+        bpf_link__destroy(out);
+        errno = err;
+        return false;
+    }
+    links_.push_back(out);
+    links_.push_back(in);
+    return true;
+}
 
 void Probe::attach_python()
 {
     if (session_type_ >= 0) {
         // One probe for entry and return: the kernel hooks the return only of calls whose entry asks for it.
-        uint64_t offset = interp_.eval_offset;
-        UprobeMultiLinkAttr attr{};
-        attr.prog_fd = static_cast<uint32_t>(bpf_program__fd(skel_->progs.py_call));
-        attr.attach_type = static_cast<uint32_t>(session_type_);
-        attr.path = reinterpret_cast<uint64_t>(interp_.object_path.c_str());
-        attr.offsets = reinterpret_cast<uint64_t>(&offset);
-        attr.cnt = 1; // pid 0: every process mapping the file, filtered in BPF as below
-        session_link_ = static_cast<int>(syscall(SYS_bpf, BPF_LINK_CREATE, &attr, sizeof(attr)));
+        session_link_ = multi_link(skel_->progs.py_call, session_type_, interp_.object_path, {interp_.eval_offset});
         if (session_link_ < 0)
             throw CaptureError(fmt::format("cannot attach a uprobe session to {}: {}", interp_.object_path,
                                            strerror(errno)));
         return;
     }
-    // pid -1: every process mapping the interpreter gets the breakpoint, so that forked workers are seen;
-    // BPF drops the events of processes outside the traced set. The return probe goes first: the kernel hooks
-    // a call's return when the call begins, so a call whose entry is seen must begin with the return probe in
-    // place (returns without a seen entry are ignored in BPF). The other order loses the return of a call
-    // that begins between the two attachments, which left every later span of that thread nested in it.
-    LIBBPF_OPTS(bpf_uprobe_opts, ret_opts, .retprobe = true);
-    skel_->links.py_return = bpf_program__attach_uprobe_opts(skel_->progs.py_return, -1, interp_.object_path.c_str(),
-                                                             interp_.eval_offset, &ret_opts);
-    if (!skel_->links.py_return)
-        throw CaptureError(fmt::format("cannot attach a uretprobe to {}: {}", interp_.object_path, strerror(errno)));
-    LIBBPF_OPTS(bpf_uprobe_opts, entry_opts, .retprobe = false);
-    skel_->links.py_entry = bpf_program__attach_uprobe_opts(skel_->progs.py_entry, -1, interp_.object_path.c_str(),
-                                                            interp_.eval_offset, &entry_opts);
-    if (!skel_->links.py_entry)
-        throw CaptureError(fmt::format("cannot attach a uprobe to {}: {}", interp_.object_path, strerror(errno)));
+    if (!attach_pair(skel_->progs.py_entry, skel_->progs.py_return, interp_.object_path, {interp_.eval_offset}, {}))
+        throw CaptureError(fmt::format("cannot attach a uprobe and a uretprobe to {}: {}", interp_.object_path,
+                                       strerror(errno)));
 }
 
 void Probe::attach_inline_calls(const std::vector<uint64_t>& resume_offsets, uint64_t return_offset)
 {
+    auto refused = [&](uint64_t off) {
+        return CaptureError(fmt::format("cannot probe the interpreter's opcode handler at {:#x} of {}: {}", off,
+                                        interp_.object_path, strerror(errno)));
+    };
+    if (multi_type_ >= 0) {
+        for (auto [prog, offsets] : {std::pair{skel_->progs.py_resume, resume_offsets},
+                                     std::pair{skel_->progs.py_retval, std::vector<uint64_t>{return_offset}}}) {
+            int fd = multi_link(prog, multi_type_, interp_.object_path, offsets);
+            if (fd < 0)
+                throw refused(offsets[0]);
+            multi_links_.push_back(fd);
+        }
+        return;
+    }
     auto attach = [&](bpf_program* prog, uint64_t off) {
         LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = false);
         bpf_link* l = bpf_program__attach_uprobe_opts(prog, -1, interp_.object_path.c_str(), off, &opts);
         if (!l)
-            throw CaptureError(fmt::format("cannot probe the interpreter's opcode handler at {:#x} of {}: {}", off,
-                                           interp_.object_path, strerror(errno)));
+            throw refused(off);
         links_.push_back(l);
     };
     for (uint64_t off : resume_offsets)
@@ -268,24 +352,24 @@ void Probe::attach_sampling(const CounterSpec& event, uint64_t freq)
     }
 }
 
-bool Probe::attach_native(const std::string& path, uint64_t offset, uint32_t cookie)
+std::vector<bool> Probe::attach_native(const std::string& path, const std::vector<uint64_t>& offsets,
+                                       const std::vector<uint32_t>& cookies)
 {
-    // Return probe first, as for the interpreter (attach_python).
-    LIBBPF_OPTS(bpf_uprobe_opts, ret_opts, .bpf_cookie = cookie, .retprobe = true);
-    bpf_link* out = bpf_program__attach_uprobe_opts(skel_->progs.native_return, -1, path.c_str(), offset, &ret_opts);
-    if (!out)
-        return false;
-    LIBBPF_OPTS(bpf_uprobe_opts, entry_opts, .bpf_cookie = cookie, .retprobe = false);
-    bpf_link* in = bpf_program__attach_uprobe_opts(skel_->progs.native_entry, -1, path.c_str(), offset, &entry_opts);
-    if (!in) {
-        int err = errno;
-        bpf_link__destroy(out);
-        errno = err;
-        return false;
+    std::vector<uint64_t> c(cookies.begin(), cookies.end());
+    std::vector<bool> ok(offsets.size(), false);
+    if (offsets.empty())
+        return ok;
+    // One link for the whole library where the kernel takes all its offsets; else one function at a time,
+    // so that one it refuses does not cost the others.
+    if (multi_type_ >= 0 && attach_pair(skel_->progs.native_entry, skel_->progs.native_return, path, offsets, c)) {
+        native_links_ += 2;
+        return std::vector<bool>(offsets.size(), true);
     }
-    links_.push_back(out);
-    links_.push_back(in);
-    return true;
+    for (size_t i = 0; i < offsets.size(); i++) {
+        ok[i] = attach_pair(skel_->progs.native_entry, skel_->progs.native_return, path, {offsets[i]}, {c[i]});
+        native_links_ += ok[i] ? 2 : 0;
+    }
+    return ok;
 }
 
 int Probe::poll(int timeout_ms)

@@ -11,6 +11,7 @@
 #include "target/interpreter.h"
 
 struct lotus_bpf;
+struct bpf_program;
 struct ring_buffer;
 struct bpf_link;
 
@@ -62,9 +63,12 @@ public:
     void attach_inline_calls(const std::vector<uint64_t>& resume_offsets, uint64_t return_offset);
     // Samples every traced thread's user stack at freq Hz (per-CPU sampling event, filtered in BPF).
     void attach_sampling(const CounterSpec& event, uint64_t freq);
-    // Entry and return probes on a native function at a file offset; its events carry `cookie`.
-    // Returns false (errno set) when the kernel refused the probe.
-    bool attach_native(const std::string& path, uint64_t offset, uint32_t cookie);
+    // Entry and return probes on native functions of one file (offsets in it); function i's events carry
+    // cookies[i]. Says per function whether the kernel took its probes (errno set by the last refusal).
+    std::vector<bool> attach_native(const std::string& path, const std::vector<uint64_t>& offsets,
+                                    const std::vector<uint32_t>& cookies);
+    // Kernel links those probes took: 2 per library with uprobe_multi links, else 2 per function.
+    size_t native_links() const { return native_links_; }
     // Delivers pending records to the sink. Returns the number delivered, or throws on error.
     int poll(int timeout_ms);
     // A code object's role in a role space, set once: BPF keeps per-CPU copies of classified roles.
@@ -86,7 +90,19 @@ private:
     Sink lib_sink_;
     uint32_t since_lib_check_ = 0;
     std::vector<int> perf_fds_;        // counters and sampling events
-    std::vector<bpf_link*> links_;     // sampling and native probes (the skeleton holds the others)
+    std::vector<bpf_link*> links_;     // sampling, and probes without uprobe_multi (the skeleton holds the others)
+    // A uprobe_multi link (pid 0: every process mapping the file) of `prog` on offsets of `path`; its fd, or
+    // -1 with errno set.
+    static int multi_link(bpf_program* prog, int attach_type, const std::string& path,
+                          const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies = {},
+                          bool ret = false);
+    // Entry and return probes on `offsets` (one uprobe_multi link each; without them, one offset as two perf
+    // event probes). False, errno set, if the kernel refused.
+    bool attach_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
+                     const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies);
+    std::vector<int> multi_links_;     // uprobe_multi links: native functions, opcode handlers
+    size_t native_links_ = 0;
+    int multi_type_ = -1;              // the kernel's BPF_TRACE_UPROBE_MULTI, -1 without uprobe_multi links
     int session_type_ = -1;            // the kernel's BPF_TRACE_UPROBE_SESSION, -1 without sessions
     int session_link_ = -1;            // the evaluator's uprobe session link, when there is one
 };

@@ -52,18 +52,24 @@ void NativeCapture::attach_library(const std::string& opened)
     } catch (const std::exception&) {
         return; // not an ELF file after all: nothing to probe
     }
+    std::vector<uint64_t> offsets;
+    std::vector<uint32_t> ids;
     for (const auto& f : fns) {
-        uint32_t id = functions_ + refused_;
-        if (!probe_.attach_native(f.path, f.offset, id)) {
+        offsets.push_back(f.offset);
+        ids.push_back(functions_ + refused_ + static_cast<uint32_t>(ids.size()));
+    }
+    auto ok = probe_.attach_native(path, offsets, ids);
+    for (size_t i = 0; i < fns.size(); i++) {
+        if (!ok[i]) {
             refused_++;
             continue;
         }
         functions_++;
         model::RecordNativeFunc rec{};
         rec.type = model::kRecordNativeFunc;
-        rec.func = id;
-        copy_str(rec.name, f.name);
-        copy_str(rec.library, f.library);
+        rec.func = ids[i];
+        copy_str(rec.name, fns[i].name);
+        copy_str(rec.library, fns[i].library);
         emit_(&rec, sizeof(rec));
     }
     attach_s_ += now_s() - t;

@@ -314,6 +314,7 @@ int run_session(const Options& opts)
         }
         auto stats = probe->stats();
         const std::string evaluator_probe = probe->evaluator_probe();
+        const size_t native_links = probe->native_links();
         probe->close();
         if (tty)
             fmt::print(stderr, "\r\033[K");
@@ -335,6 +336,7 @@ int run_session(const Options& opts)
         if (native) {
             other["native_functions_probed"] = std::to_string(native->functions());
             other["native_attach_s"] = fmt::format("{:.3f}", native->attach_seconds());
+            other["native_probe_links"] = std::to_string(native_links);
             other["sampling_event"] = exporter::json_string(opts.sample_freq ? capture::sampling_event().name : "none");
         }
         if (recorder) {
