@@ -45,25 +45,6 @@ struct {
     __type(value, __u8);
 } lotus_types SEC(".maps");
 
-/* Per-thread evaluation depth and which of the 64 innermost entries were emitted, so that exactly the
- * emitted entries get a return event. The kernel keeps at most 64 pending uretprobes per task. */
-struct thread_state {
-    __u32 depth;
-    __u32 _pad;
-    __u64 emitted;
-    __u64 lost; /* entries lost to a full ring buffer: their returns count as lost too, so that the lost count
-                 * is every record the trace misses */
-    __u64 capture_frame; /* the frame whose locals the last walk reported, and its code */
-    __u64 capture_code;
-};
-
-struct {
-    __uint(type, BPF_MAP_TYPE_LRU_HASH);
-    __uint(max_entries, 65536);
-    __type(key, __u32);
-    __type(value, struct thread_state);
-} lotus_threads SEC(".maps");
-
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
     __uint(max_entries, 1);
@@ -341,12 +322,30 @@ struct oncpu {
     struct bpf_perf_event_value perf_in[LOTUS_MAX_PERF]; /* readings at switch in */
 };
 
+/* Per traced thread, in task-local storage: found from the task in a few loads (a hash lookup by tid missed
+ * the caches at every call) and freed with the task. Exists only for threads of traced processes, so its
+ * presence is the "traced" test of the hot paths; exec deletes it (a new image, a new role space). */
+struct thread_state {
+    __u32 space; /* its process's role space */
+    __u32 depth; /* evaluation depth, and which of the 64 innermost entries were emitted, so that exactly the
+                  * emitted entries get a return event (the kernel keeps at most 64 pending uretprobes) */
+    __u64 emitted;
+    __u64 lost; /* entries lost to a full ring buffer: their returns count as lost too, so that the lost count
+                 * is every record the trace misses */
+    __u64 capture_frame; /* the frame whose locals the last walk reported, its code and its role's slots */
+    __u64 capture_code;
+    __s32 capture_slots;
+    __u32 _pad;
+    __u64 int_types[2]; /* static types with Py_TPFLAGS_LONG_SUBCLASS met (int, bool): see int_value */
+    struct oncpu cpu;
+};
+
 struct {
-    __uint(type, BPF_MAP_TYPE_LRU_HASH);
-    __uint(max_entries, 65536);
-    __type(key, __u32);
-    __type(value, struct oncpu);
-} lotus_oncpu SEC(".maps");
+    __uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
+    __type(key, int);
+    __type(value, struct thread_state);
+} lotus_threads SEC(".maps");
 
 /* The counter's count since the reading `in`, scaled up when the event was multiplexed. */
 static __always_inline __u64 perf_since(__u32 k, const struct bpf_perf_event_value *in)
@@ -369,55 +368,58 @@ static __always_inline void perf_mark(struct oncpu *c)
     }
 }
 
+/* A traced thread's state (created on its first probe hit, see traced_thread) accounts from then on. */
 SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
     __u64 now = bpf_ktime_get_ns();
-    __u32 ptgid = BPF_CORE_READ(prev, tgid), ntgid = BPF_CORE_READ(next, tgid);
-    if (bpf_map_lookup_elem(&lotus_traced, &ptgid)) {
-        __u32 tid = BPF_CORE_READ(prev, pid);
-        struct oncpu *c = bpf_map_lookup_elem(&lotus_oncpu, &tid);
-        if (c && c->in_ns) {
-            c->acc_ns += now - c->in_ns;
-            c->in_ns = 0;
-            for (__u32 k = 0; k < LOTUS_MAX_PERF && k < nr_perf; k++)
-                c->perf_acc[k] += perf_since(k, &c->perf_in[k]);
-        }
+    struct thread_state *ts = bpf_task_storage_get(&lotus_threads, prev, 0, 0);
+    if (ts && ts->cpu.in_ns) {
+        struct oncpu *c = &ts->cpu;
+        c->acc_ns += now - c->in_ns;
+        c->in_ns = 0;
+        for (__u32 k = 0; k < LOTUS_MAX_PERF && k < nr_perf; k++)
+            c->perf_acc[k] += perf_since(k, &c->perf_in[k]);
     }
-    if (bpf_map_lookup_elem(&lotus_traced, &ntgid)) {
-        __u32 tid = BPF_CORE_READ(next, pid);
-        struct oncpu *c = bpf_map_lookup_elem(&lotus_oncpu, &tid);
-        if (!c) {
-            struct oncpu fresh = {};
-            bpf_map_update_elem(&lotus_oncpu, &tid, &fresh, BPF_ANY);
-            c = bpf_map_lookup_elem(&lotus_oncpu, &tid);
-        }
-        if (c) {
-            c->in_ns = now;
-            perf_mark(c);
-        }
+    ts = bpf_task_storage_get(&lotus_threads, next, 0, 0);
+    if (ts) {
+        ts->cpu.in_ns = now;
+        perf_mark(&ts->cpu);
     }
     return 0;
+}
+
+/* The current thread's state if its process is traced, else 0. First sight since tracing began: it is
+ * running now, so its on-CPU accounting starts now. */
+static __always_inline struct thread_state *traced_thread(void)
+{
+    struct task_struct *t = bpf_get_current_task_btf();
+    struct thread_state *ts = bpf_task_storage_get(&lotus_threads, t, 0, 0);
+    if (ts)
+        return ts;
+    __u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct lotus_traced_proc *proc = bpf_map_lookup_elem(&lotus_traced, &tgid);
+    if (!proc)
+        return 0;
+    ts = bpf_task_storage_get(&lotus_threads, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+    if (!ts)
+        return 0;
+    ts->space = proc->space;
+    ts->cpu.in_ns = bpf_ktime_get_ns();
+    perf_mark(&ts->cpu);
+    return ts;
 }
 
 /* Counters of the current (running) thread. now: the record's own timestamp, so that for a thread that ran
  * all along cpu_ns - ts is exactly what it was at its previous record (the record file codes the change of
  * that difference, 0 when it ran throughout). */
-static __always_inline void read_counters(struct lotus_counters *out, __u32 tid, __u64 now)
+static __always_inline void read_counters(struct lotus_counters *out, struct thread_state *ts, __u64 now)
 {
-    struct oncpu *c = bpf_map_lookup_elem(&lotus_oncpu, &tid);
-    if (!c) {
-        /* First sight since tracing began: it is running now. */
-        struct oncpu fresh = {.in_ns = now};
-        bpf_map_update_elem(&lotus_oncpu, &tid, &fresh, BPF_ANY);
-        c = bpf_map_lookup_elem(&lotus_oncpu, &tid);
-        if (c)
-            perf_mark(c);
-    }
-    out->cpu_ns = c ? c->acc_ns + (c->in_ns ? now - c->in_ns : 0) : 0;
+    struct oncpu *c = &ts->cpu;
+    out->cpu_ns = c->acc_ns + (c->in_ns && now > c->in_ns ? now - c->in_ns : 0);
     for (__u32 k = 0; k < LOTUS_MAX_PERF; k++)
         out->perf[k] = 0;
-    for (__u32 k = 0; c && k < LOTUS_MAX_PERF && k < nr_perf; k++)
+    for (__u32 k = 0; k < LOTUS_MAX_PERF && k < nr_perf; k++)
         out->perf[k] = c->perf_acc[k] + (c->in_ns ? perf_since(k, &c->perf_in[k]) : 0);
     struct task_struct *t = bpf_get_current_task_btf();
     out->min_flt = t->min_flt;
@@ -426,20 +428,35 @@ static __always_inline void read_counters(struct lotus_counters *out, __u32 tid,
     out->nivcsw = t->nivcsw;
 }
 
-/* localsplus[slot] of a frame if it is a Python int that fits 60 bits, else LOTUS_NO_VALUE. */
-__noinline __s64 read_small_int(__u64 frame, __u32 slot)
+/* The value of a Python int object if it fits 60 bits, else LOTUS_NO_VALUE. Its type, size and digits are
+ * read at once; the type's flags only the first time the thread meets that type (int and bool: static types,
+ * never freed, so remembering them is safe; a heap subclass of int is checked every time). */
+#define INT_HEAD_MAX 32
+#define Py_TPFLAGS_HEAPTYPE (1ul << 9)
+#define Py_TPFLAGS_LONG_SUBCLASS (1ul << 24)
+
+static __noinline __s64 int_value(struct thread_state *ts, __u64 obj)
 {
-    __u64 obj = frame_local(frame, slot & 63);
-    __u64 type = read_ptr(obj + layout.object_type);
-    __u64 flags = 0;
-    if (!type || bpf_probe_read_user(&flags, sizeof(flags), (void *)(type + layout.type_flags)))
+    __s32 n = layout.long_digits + 8 - layout.object_type;
+    __u8 buf[INT_HEAD_MAX];
+    if (!obj || n <= 0 || n > INT_HEAD_MAX || bpf_probe_read_user(buf, n, (void *)(obj + layout.object_type)))
         return LOTUS_NO_VALUE;
-    if (!(flags & (1ul << 24))) /* Py_TPFLAGS_LONG_SUBCLASS */
+    __u64 type = *(__u64 *)buf;
+    if (!type)
         return LOTUS_NO_VALUE;
-    __s64 size = 0;
-    __u32 digits[2] = {};
-    if (bpf_probe_read_user(&size, sizeof(size), (void *)(obj + layout.long_size)))
-        return LOTUS_NO_VALUE;
+    if (type != ts->int_types[0] && type != ts->int_types[1]) {
+        __u64 flags = 0;
+        if (bpf_probe_read_user(&flags, sizeof(flags), (void *)(type + layout.type_flags)) ||
+            !(flags & Py_TPFLAGS_LONG_SUBCLASS))
+            return LOTUS_NO_VALUE;
+        if (!(flags & Py_TPFLAGS_HEAPTYPE))
+            ts->int_types[ts->int_types[0] ? 1 : 0] = type;
+    }
+    /* Offsets into buf, computed apart (the verifier refuses subtracting from a stack pointer). */
+    __u64 size_at = layout.long_size - layout.object_type, digits_at = layout.long_digits - layout.object_type;
+    asm volatile("" : "+r"(size_at), "+r"(digits_at));
+    __s64 size = *(__s64 *)(buf + size_at);
+    __u32 *digits = (__u32 *)(buf + digits_at);
     __s64 ndigits, sign = 1;
     if (layout.long_tagged) {
         ndigits = (__u64)size >> 3;
@@ -455,34 +472,80 @@ __noinline __s64 read_small_int(__u64 frame, __u32 slot)
         return 0;
     if (ndigits > 2)
         return LOTUS_NO_VALUE;
-    if (bpf_probe_read_user(digits, sizeof(__u32) * 2, (void *)(obj + layout.long_digits)))
-        return LOTUS_NO_VALUE;
     __s64 v = digits[0] & 0x3fffffff;
     if (ndigits == 2)
         v |= (__s64)(digits[1] & 0x3fffffff) << 30;
     return sign * v;
 }
 
-static __always_inline bool is_shim(__u64 frame)
+/* localsplus[slot] of a frame if it is a Python int that fits 60 bits, else LOTUS_NO_VALUE. */
+static __always_inline __s64 read_small_int(struct thread_state *ts, __u64 frame, __u32 slot)
 {
-    if (layout.owner_cstack < 0)
+    return int_value(ts, frame_local(frame, slot & 63));
+}
+
+/* What the walks read of a frame: its code, the frame below, whether it is a C-stack shim and its first two
+ * locals (self, and a __getitem__'s index). On 3.11+ they lie in its first 88-96 bytes, so one read gets them
+ * all (each read costs ~80 ns here: most of what a call the rules skip costs). */
+#define FRAME_HEAD_MAX 96
+struct frame_head {
+    __u64 code;
+    __u64 previous;
+    __u64 shim;
+    __u64 local[2];
+    __u64 has_locals; /* local[] was read (else read them with frame_local) */
+};
+
+static __noinline bool read_head(__u64 frame, struct frame_head *h)
+{
+    /* The layout is read-only data, so the verifier knows n, with_locals and the offsets as constants. */
+    __s32 n = layout.frame_code + 8;
+    if (layout.frame_previous + 8 > n)
+        n = layout.frame_previous + 8;
+    if (layout.frame_owner + 1 > n)
+        n = layout.frame_owner + 1;
+    __s32 with_locals = layout.frame_localsplus + 16;
+    __u8 buf[FRAME_HEAD_MAX];
+    h->code = h->previous = h->shim = h->has_locals = 0;
+    h->local[0] = h->local[1] = 0;
+    if (!frame || n <= 0 || n > FRAME_HEAD_MAX)
         return false;
-    __u8 owner = 0;
-    bpf_probe_read_user(&owner, 1, (void *)(frame + layout.frame_owner));
-    return owner == (__u8)layout.owner_cstack;
+    /* The locals may lie past a small frame's end: where that read fails, the head alone is read. */
+    if (with_locals >= n && with_locals <= FRAME_HEAD_MAX && !bpf_probe_read_user(buf, with_locals, (void *)frame)) {
+        h->local[0] = *(__u64 *)(buf + layout.frame_localsplus) & ~layout.stackref_tag_mask;
+        h->local[1] = *(__u64 *)(buf + layout.frame_localsplus + 8) & ~layout.stackref_tag_mask;
+        h->has_locals = 1;
+    } else if (bpf_probe_read_user(buf, n, (void *)frame)) {
+        return false;
+    }
+    h->code = *(__u64 *)(buf + layout.frame_code) & ~layout.stackref_tag_mask;
+    h->previous = *(__u64 *)(buf + layout.frame_previous);
+    if (layout.owner_cstack >= 0 && layout.frame_owner >= 0)
+        h->shim = buf[layout.frame_owner] == (__u8)layout.owner_cstack;
+    return true;
+}
+
+static __always_inline __u64 head_local(const struct frame_head *h, __u64 frame, __u32 slot)
+{
+    return h->has_locals ? h->local[slot & 1] : frame_local(frame, slot);
 }
 
 /* The frame that called into the evaluator: the thread's current frame at entry (the new frame's own
- * `previous` is only linked inside the function). */
-static __always_inline __u64 caller_frame(__u64 tstate)
+ * `previous` is only linked inside the function), past a C-stack shim; its head in *h. */
+static __always_inline __u64 caller_frame(__u64 tstate, struct frame_head *h)
 {
     __u64 f;
     if (layout.tstate_cframe >= 0)
         f = read_ptr(read_ptr(tstate + layout.tstate_cframe) + layout.cframe_current_frame);
     else
         f = read_ptr(tstate + layout.tstate_current_frame);
-    if (f && is_shim(f))
-        f = read_ptr(f + layout.frame_previous);
+    if (!read_head(f, h))
+        return 0;
+    if (h->shim) {
+        f = h->previous;
+        if (!read_head(f, h))
+            return 0;
+    }
     return f;
 }
 
@@ -549,19 +612,10 @@ static __always_inline void set_frame(struct thread_frames *tf, __u32 d, __u64 f
     tf->frame[idx] = f;
 }
 
-static __always_inline struct thread_state *thread_of(__u32 tid)
-{
-    struct thread_state *ts = bpf_map_lookup_elem(&lotus_threads, &tid);
-    if (ts)
-        return ts;
-    struct thread_state fresh = {};
-    bpf_map_update_elem(&lotus_threads, &tid, &fresh, BPF_ANY);
-    return bpf_map_lookup_elem(&lotus_threads, &tid);
-}
-
 /* Reports the locals `slots` (packed as capture_slots_of returns them) of frame f running code c. Returns
  * how many it added. */
-static __always_inline __u32 capture_locals(struct lotus_py_entry *e, __u64 c, __u64 f, __s32 slots)
+static __always_inline __u32 capture_locals(struct thread_state *ts, struct lotus_py_entry *e, __u64 c, __u64 f,
+                                            __s32 slots)
 {
     __u32 added = 0;
     for (int k = 0; k < LOTUS_SLOTS_PER_ROLE; k++) {
@@ -571,22 +625,24 @@ static __always_inline __u32 capture_locals(struct lotus_py_entry *e, __u64 c, _
             continue;
         e->capture_code[n & 3] = c;
         e->capture_slot[n & 3] = slot;
-        e->capture_value[n & 3] = read_small_int(f, slot);
+        e->capture_value[n & 3] = read_small_int(ts, f, slot);
         e->capture_count = n + 1;
         added++;
     }
     return added;
 }
 
-/* Describes the frame just entered at `depth` (called by `caller`) if the rules want it; marks it emitted (or
- * lost). Returns 1 when the call's return matters: its entry was emitted or lost. */
-static __always_inline int emit_entry(__u32 space, __u32 tgid, __u32 tid, struct thread_state *ts, __u32 depth,
-                                      __u64 frame, __u64 caller)
+/* Describes the frame just entered at `depth` (called by `caller`, whose head is *ch) if the rules want it;
+ * marks it emitted (or lost). Returns 1 when the call's return matters: its entry was emitted or lost. */
+static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_state *ts, __u32 depth,
+                                      __u64 frame, __u64 caller, const struct frame_head *ch)
 {
     __u64 bit = 1ull << (depth & 63);
-    __u64 code = frame_code(frame);
+    struct frame_head fh; /* its `previous` is not linked yet */
+    read_head(frame, &fh);
+    __u64 code = fh.code;
     __u32 flags = role_of(space, tgid, code);
-    __u64 caller_code = caller ? frame_code(caller) : 0;
+    __u64 caller_code = caller ? ch->code : 0;
     __u32 cflags = caller ? role_of(space, tgid, caller_code) : 0;
 
     bool wanted = !(flags & LOTUS_ROLE_SKIP) || !(cflags & LOTUS_ROLE_CLASSIFIED) ||
@@ -600,14 +656,14 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, __u32 tid, struct
     if (!e)
         return 0;
     fill_header(&e->h, LOTUS_EV_PY_ENTRY);
-    read_counters(&e->counters, tid, e->h.ts_ns);
+    read_counters(&e->counters, ts, e->h.ts_ns);
     e->frame = frame;
     e->code = code;
     e->depth = depth;
-    __u64 self_obj = frame_local(frame, 0);
+    __u64 self_obj = head_local(&fh, frame, 0);
     __u64 self_type = read_ptr(self_obj + layout.object_type);
     e->self_obj = self_obj;
-    e->arg1_obj = !(flags & LOTUS_ROLE_CLASSIFIED) || (flags & LOTUS_ROLE_OBJ1) ? frame_local(frame, 1) : 0;
+    e->arg1_obj = !(flags & LOTUS_ROLE_CLASSIFIED) || (flags & LOTUS_ROLE_OBJ1) ? head_local(&fh, frame, 1) : 0;
     e->self_type = self_type;
     e->chain_len = 0;
     e->capture_count = 0;
@@ -619,19 +675,22 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, __u32 tid, struct
                 !(cflags & LOTUS_ROLE_CLASSIFIED) || (cflags & LOTUS_ROLE_EMIT_CALLEES);
     __u32 chain_max = deep ? LOTUS_CHAIN_LEN : 2;
     __u64 f = caller;
+    struct frame_head h = *ch;
     for (int i = 0; i < LOTUS_CHAIN_LEN && i < chain_max; i++) {
-        if (f && is_shim(f))
-            f = read_ptr(f + layout.frame_previous);
+        if (i > 0 && read_head(f, &h) && h.shim) {
+            f = h.previous;
+            read_head(f, &h);
+        }
         if (!f)
             break;
-        __u64 c = i == 0 ? caller_code : frame_code(f);
+        __u64 c = h.code;
         __u32 role = i == 0 ? cflags : role_of(space, tgid, c);
         e->chain_code[i] = c;
         /* Only a __getitem__'s first argument is wanted (or one that may turn out to be a __getitem__'s). */
         bool arg1 = deep && (!(role & LOTUS_ROLE_CLASSIFIED) || (role & LOTUS_ROLE_ARG1));
-        e->chain_arg1[i] = arg1 ? read_small_int(f, 1) : LOTUS_NO_VALUE;
+        e->chain_arg1[i] = arg1 ? int_value(ts, head_local(&h, f, 1)) : LOTUS_NO_VALUE;
         e->chain_len = i + 1;
-        f = read_ptr(f + layout.frame_previous);
+        f = h.previous;
     }
     /* Pipelines, callees of EMIT_CALLEES code and code not classified yet, or called by code not classified
      * yet, look further up for locals such as a DataLoader worker's id and batch index. (A spawned worker's
@@ -642,22 +701,24 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, __u32 tid, struct
     __u64 cf = ts->capture_frame;
     __s32 cslots = -1;
     if (deep && cf && frame_code(cf) == ts->capture_code)
-        cslots = capture_slots_of(space, tgid, ts->capture_code);
+        cslots = ts->capture_slots; /* the frame holds its code object: still the one classified */
     if (cslots >= 0) {
-        capture_locals(e, ts->capture_code, cf, cslots);
+        capture_locals(ts, e, ts->capture_code, cf, cslots);
     } else if (deep) {
         ts->capture_frame = 0;
         f = caller;
         for (int i = 0; i < LOTUS_WALK_MAX && f; i++) {
-            __u64 c = frame_code(f);
+            read_head(f, &h);
+            __u64 c = h.code;
             if (i >= LOTUS_CHAIN_LEN)
                 role_of(space, tgid, c);
             __s32 slots = capture_slots_of(space, tgid, c);
-            if (slots >= 0 && capture_locals(e, c, f, slots) && !ts->capture_frame) {
+            if (slots >= 0 && capture_locals(ts, e, c, f, slots) && !ts->capture_frame) {
                 ts->capture_frame = f;
                 ts->capture_code = c;
+                ts->capture_slots = slots;
             }
-            f = read_ptr(f + layout.frame_previous);
+            f = h.previous;
         }
     }
     describe_type(space, self_type); /* before the entry, so user space can name the op when it sees it */
@@ -678,16 +739,14 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, __u32 tid, struct
  * session's verdict: 0 to see the return, 1 not to. */
 static __always_inline int enter(void *tstate, void *frame_arg, bool session)
 {
-    __u64 id = bpf_get_current_pid_tgid();
-    __u32 tgid = id >> 32, tid = (__u32)id;
-    struct lotus_traced_proc *proc = bpf_map_lookup_elem(&lotus_traced, &tgid);
-    if (!proc)
-        return 1;
-    __u32 space = proc->space;
-    struct thread_state *ts = thread_of(tid);
+    struct thread_state *ts = traced_thread();
     if (!ts)
         return 1;
-    __u64 caller = caller_frame((__u64)tstate);
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tgid = id >> 32, tid = (__u32)id;
+    __u32 space = ts->space;
+    struct frame_head ch;
+    __u64 caller = caller_frame((__u64)tstate, &ch);
     __u32 depth = ts->depth;
     struct thread_frames *tf = 0;
     if (inline_calls) {
@@ -708,7 +767,7 @@ static __always_inline int enter(void *tstate, void *frame_arg, bool session)
         set_frame(tf, depth, (__u64)frame_arg);
         tf->c_mask = (tf->c_mask & ~(~0ull << depth)) | (1ull << depth);
     }
-    if (!emit_entry(space, tgid, tid, ts, depth, (__u64)frame_arg, caller) && session && !inline_calls)
+    if (!emit_entry(space, tgid, ts, depth, (__u64)frame_arg, caller, &ch) && session && !inline_calls)
         return 1;
     ts->depth = depth + 1;
     return 0;
@@ -752,24 +811,21 @@ static __always_inline int emit_return(struct thread_state *ts, __u32 depth, __u
     fill_header(&e->h, LOTUS_EV_PY_RETURN);
     e->depth = depth;
     e->ret_null = rc == 0;
-    read_counters(&e->counters, (__u32)bpf_get_current_pid_tgid(), e->h.ts_ns);
+    read_counters(&e->counters, ts, e->h.ts_ns);
     bpf_ringbuf_submit(e, submit_flags());
     return 0;
 }
 
 static __always_inline int leave(struct pt_regs *ctx)
 {
-    __u64 id = bpf_get_current_pid_tgid();
-    __u32 tgid = id >> 32, tid = (__u32)id;
-    if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
-        return 0;
-    struct thread_state *ts = bpf_map_lookup_elem(&lotus_threads, &tid);
+    struct thread_state *ts = bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0);
     /* depth 0: a frame entered before tracing began (or inherited across fork) returns */
     if (!ts || ts->depth == 0)
         return 0;
     __u32 depth = ts->depth - 1;
     if (inline_calls) {
         /* The innermost frame entered from C returns, whatever inlined frames were left above it. */
+        __u32 tid = (__u32)bpf_get_current_pid_tgid();
         struct thread_frames *tf = bpf_map_lookup_elem(&lotus_frames, &tid);
         if (!tf || !tf->c_mask)
             return 0;
@@ -806,20 +862,19 @@ struct inlined {
     struct thread_state *ts;
 };
 
-static __always_inline __u64 inlined_frame(struct inlined *in)
+static __always_inline __u64 inlined_frame(struct inlined *in, struct frame_head *h)
 {
     __u64 id = bpf_get_current_pid_tgid();
     in->tgid = id >> 32;
     in->tid = (__u32)id;
-    struct lotus_traced_proc *proc = bpf_map_lookup_elem(&lotus_traced, &in->tgid);
-    if (!proc)
+    in->ts = bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0);
+    if (!in->ts)
         return 0;
-    in->space = proc->space;
+    in->space = in->ts->space;
     in->tf = bpf_map_lookup_elem(&lotus_frames, &in->tid);
-    in->ts = bpf_map_lookup_elem(&lotus_threads, &in->tid);
     if (!in->tf || !in->ts || !in->tf->tstate)
         return 0;
-    __u64 frame = caller_frame(in->tf->tstate);
+    __u64 frame = caller_frame(in->tf->tstate, h);
     __u8 is_entry = 1;
     if (!frame || bpf_probe_read_user(&is_entry, 1, (void *)(frame + layout.frame_is_entry)) || is_entry)
         return 0;
@@ -832,12 +887,14 @@ SEC("uprobe")
 int BPF_KPROBE(py_resume)
 {
     struct inlined in = {};
-    __u64 frame = inlined_frame(&in);
+    struct frame_head h, ch;
+    __u64 frame = inlined_frame(&in, &h);
     struct thread_frames *tf = in.tf;
     struct thread_state *ts = in.ts;
     if (!frame || !tf || !ts)
         return 0;
-    __u64 caller = read_ptr(frame + layout.frame_previous);
+    __u64 caller = h.previous;
+    read_head(caller, &ch);
     __u32 depth = caller ? depth_above(tf, ts->depth, caller) : 0;
     if (!depth)
         depth = ts->depth; /* a caller entered before tracing began: this frame is the innermost */
@@ -848,7 +905,7 @@ int BPF_KPROBE(py_resume)
     ts->lost &= ~(~0ull << depth);
     set_frame(tf, depth, frame);
     tf->c_mask &= ~(~0ull << depth);
-    emit_entry(in.space, in.tgid, in.tid, ts, depth, frame, caller);
+    emit_entry(in.space, in.tgid, ts, depth, frame, caller, &ch);
     return 0;
 }
 
@@ -856,7 +913,8 @@ SEC("uprobe")
 int BPF_KPROBE(py_retval)
 {
     struct inlined in = {};
-    __u64 frame = inlined_frame(&in);
+    struct frame_head h;
+    __u64 frame = inlined_frame(&in, &h);
     struct thread_frames *tf = in.tf;
     struct thread_state *ts = in.ts;
     if (!frame || !tf || !ts)
@@ -1022,6 +1080,7 @@ int BPF_PROG(on_exec, struct task_struct *task, pid_t old_pid, struct linux_binp
     /* A new image: none of the old space's objects are there. (A lost EXEC record would leave user space
      * unaware of the new space: it then sets no roles there, and code keeps being emitted as unclassified.) */
     p->space = LOTUS_SPACE_EXEC_BASE + __sync_fetch_and_add(&space_seq, 1);
+    bpf_task_storage_delete(&lotus_threads, task); /* its next call starts afresh in the new space */
     struct lotus_proc_event *e = reserve(sizeof(*e));
     if (!e)
         return 0;
@@ -1039,9 +1098,7 @@ int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
     __u32 tid = BPF_CORE_READ(task, pid);
     if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
         return 0;
-    bpf_map_delete_elem(&lotus_threads, &tid);
     bpf_map_delete_elem(&wait_start, &tid);
-    bpf_map_delete_elem(&lotus_oncpu, &tid);
     if (!group_dead)
         return 0;
     bpf_map_delete_elem(&lotus_traced, &tgid);
