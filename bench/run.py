@@ -44,6 +44,59 @@ def run_train(data, epochs, traced, tmp, extra=(), script=TRAIN, env=None):
     return epoch_seconds(r.stdout), info
 
 
+LOTUS_PROGS = {"py_call", "py_entry", "py_return", "on_switch", "on_sys_enter", "on_sys_exit", "native_entry",
+               "native_return", "on_sample", "on_fork", "on_exec", "on_exit"}
+
+
+def prog_stats():
+    """The kernel's run count and run time of every loaded BPF program (needs kernel.bpf_stats_enabled=1)."""
+    out = subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True, check=True).stdout
+    return {p["id"]: (p.get("name", ""), p.get("run_cnt", 0), p.get("run_time_ns", 0)) for p in json.loads(out)}
+
+
+def bpf_cost(data, images, extra=()):
+    """BPF time per sample in steady state, from the kernel's own accounting (bpf_stats) of the tracer's programs
+    over epochs 2 and 3 of a 3-epoch run: {program: (runs per sample, ns per run)}. It counts only the programs'
+    own time, so a change to them shows here when the slowdown ratio is lost in noise; it still drifts by ~10 %
+    with the machine's load (cache misses), so compare builds side by side."""
+    stats = "/proc/sys/kernel/bpf_stats_enabled"
+    with open(stats) as f:
+        was = f.read().strip()
+    with open(stats, "w") as f:
+        f.write("1")
+    try:
+        cmd = [LOTUS, "-q", "-o", os.devnull, *extra, "--", PY, TRAIN, data, "--epochs", "3", "--workers", "2",
+               "--batch-size", "32"]
+        job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        snaps = []
+        for line in job.stdout:
+            if re.search(r"epoch \d+ done", line):
+                snaps.append(prog_stats())
+        if job.wait() != 0 or len(snaps) < 3:
+            raise RuntimeError(f"bench: traced run for BPF accounting failed ({' '.join(cmd)})")
+    finally:
+        with open(stats, "w") as f:
+            f.write(was)
+    a, b = snaps[0], snaps[2]
+    cost = {}
+    for pid, (name, cnt, ns) in b.items():
+        if name in LOTUS_PROGS and pid in a and cnt > a[pid][1]:
+            runs, took = cnt - a[pid][1], ns - a[pid][2]
+            n0, r0 = cost.get(name, (0, 0))
+            cost[name] = (n0 + runs, r0 + took)
+    return {name: (runs / (2 * images), took / runs) for name, (runs, took) in cost.items()}
+
+
+def cost_total(costs):
+    """Median over runs of the BPF microseconds per sample."""
+    return statistics.median(sum(runs * ns for runs, ns in c.values()) / 1000 for c in costs)
+
+
+def cost_note(cost):
+    top = sorted(cost.items(), key=lambda kv: -kv[1][0] * kv[1][1])[:3]
+    return "; ".join(f"{name} {runs:.1f} runs x {ns:.0f} ns" for name, (runs, ns) in top)
+
+
 def attach_latency(tmp, extra=(), env=None):
     """Start to 'probes live' when attaching to a process that has torch (libtorch_cpu) loaded, and SIGTERM to
     the tracer's exit (drain, detach every probe, write the trace)."""
@@ -171,6 +224,8 @@ def main():
         export_eps = export_rate(tmp)
         stalled = flood(tmp, 2, 4, stall=(1.5, 1.0))
         rss, record_bytes = peak_rss_kb(tmp, data, 10)
+        costs = [bpf_cost(data, args.images) for _ in range(3)]
+        native_costs = [bpf_cost(data, args.images, NATIVE) for _ in range(3)]
         pure = {"untraced": [], "default": [], "all-calls": []}
         pure311 = {"untraced": [], "all-calls": []}
         if os.access(PY312, os.X_OK):
@@ -190,6 +245,10 @@ def main():
         ("samples/s traced, --native-map --counters", f"{samples / nt:.0f}", f"ratio {nt / u:.3f} (slowdown {100 * (nt / u - 1):+.1f} %)"),
         ("samples/s under torch.profiler (CPU)", f"{samples / pt:.0f}", f"ratio {pt / u:.3f} (slowdown {100 * (pt / u - 1):+.1f} %), "
          "bench/profiled_train.py: main process only"),
+        ("BPF time per sample, default (us)", f"{cost_total(costs):.1f}",
+         f"kernel bpf_stats, epochs 2-3, median of 3; {cost_note(costs[1])}"),
+        ("BPF time per sample, --native-map --counters (us)", f"{cost_total(native_costs):.1f}",
+         f"the same; {cost_note(native_costs[1])}"),
         ("records per sample, steady state", f"{per_sample:.1f}", f"marginal over {MORE_EPOCHS} more epochs; {lost} lost; "
          f"all records incl. startup: {events / samples:.1f}/sample"),
         ("attach latency, torch loaded (s)", f"{statistics.median(latencies):.3f}", f"median of 3: {', '.join(f'{x:.3f}' for x in latencies)}"),

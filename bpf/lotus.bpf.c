@@ -1003,7 +1003,7 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long nr)
         if (!e)
             return 0;
         fill_header(&e->h, LOTUS_EV_OPEN);
-        const char *path = (const char *)BPF_CORE_READ(regs, si);
+        const char *path = (const char *)regs->si;
         long n = bpf_probe_read_user_str(e->path, sizeof(e->path), path);
         if (n < 0)
             e->path[0] = 0;
@@ -1024,13 +1024,15 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long nr)
 SEC("tp_btf/sys_exit")
 int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 {
+    /* Every syscall exit of every process comes here (and each probed return's uretprobe syscall): the number
+     * first, a direct load from the trusted regs, before any lookup. */
+    long nr = regs->orig_ax;
+    if (!is_wait_syscall(nr))
+        return 0;
     __u64 id = bpf_get_current_pid_tgid();
     __u32 tid = (__u32)id;
     __u64 *start = bpf_map_lookup_elem(&wait_start, &tid);
     if (!start)
-        return 0;
-    long nr = BPF_CORE_READ(regs, orig_ax);
-    if (!is_wait_syscall(nr))
         return 0;
     __u64 enter = *start;
     bpf_map_delete_elem(&wait_start, &tid);
