@@ -11,6 +11,7 @@
 char LICENSE[] SEC("license") = "GPL";
 
 const volatile struct lotus_py_layout layout = {};
+const volatile __u32 inline_calls = 0; /* --all-calls on 3.11: see struct thread_frames */
 
 struct {
     __uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -496,32 +497,89 @@ struct frame_head {
     __u64 has_locals; /* local[] was read (else read them with frame_local) */
 };
 
-static __noinline bool read_head(__u64 frame, struct frame_head *h)
+/* Bytes of a frame's head without its locals, and with them (0 where they lie beyond FRAME_HEAD_MAX: 3.10).
+ * The layout is read-only data, so the verifier knows both, and the offsets in parse_head, as constants. */
+static __always_inline __s32 head_len(void)
 {
-    /* The layout is read-only data, so the verifier knows n, with_locals and the offsets as constants. */
     __s32 n = layout.frame_code + 8;
     if (layout.frame_previous + 8 > n)
         n = layout.frame_previous + 8;
     if (layout.frame_owner + 1 > n)
         n = layout.frame_owner + 1;
-    __s32 with_locals = layout.frame_localsplus + 16;
+    return n > 0 && n <= FRAME_HEAD_MAX ? n : 0;
+}
+
+static __always_inline __s32 head_len_with_locals(void)
+{
+    __s32 n = layout.frame_localsplus + 16;
+    return n >= head_len() && n <= FRAME_HEAD_MAX ? n : 0;
+}
+
+static __always_inline void parse_head(const __u8 *buf, bool with_locals, struct frame_head *h)
+{
+    h->code = *(__u64 *)(buf + layout.frame_code) & ~layout.stackref_tag_mask;
+    h->previous = *(__u64 *)(buf + layout.frame_previous);
+    h->shim = 0;
+    if (layout.owner_cstack >= 0 && layout.frame_owner >= 0)
+        h->shim = buf[layout.frame_owner] == (__u8)layout.owner_cstack;
+    h->has_locals = with_locals;
+    h->local[0] = h->local[1] = 0;
+    if (with_locals) {
+        h->local[0] = *(__u64 *)(buf + layout.frame_localsplus) & ~layout.stackref_tag_mask;
+        h->local[1] = *(__u64 *)(buf + layout.frame_localsplus + 8) & ~layout.stackref_tag_mask;
+    }
+}
+
+static __noinline bool read_head(__u64 frame, struct frame_head *h)
+{
+    __s32 n = head_len(), nl = head_len_with_locals();
     __u8 buf[FRAME_HEAD_MAX];
     h->code = h->previous = h->shim = h->has_locals = 0;
     h->local[0] = h->local[1] = 0;
-    if (!frame || n <= 0 || n > FRAME_HEAD_MAX)
+    if (!frame || !n)
         return false;
     /* The locals may lie past a small frame's end: where that read fails, the head alone is read. */
-    if (with_locals >= n && with_locals <= FRAME_HEAD_MAX && !bpf_probe_read_user(buf, with_locals, (void *)frame)) {
-        h->local[0] = *(__u64 *)(buf + layout.frame_localsplus) & ~layout.stackref_tag_mask;
-        h->local[1] = *(__u64 *)(buf + layout.frame_localsplus + 8) & ~layout.stackref_tag_mask;
-        h->has_locals = 1;
-    } else if (bpf_probe_read_user(buf, n, (void *)frame)) {
-        return false;
+    if (nl && !bpf_probe_read_user(buf, nl, (void *)frame)) {
+        parse_head(buf, true, h);
+        return true;
     }
-    h->code = *(__u64 *)(buf + layout.frame_code) & ~layout.stackref_tag_mask;
-    h->previous = *(__u64 *)(buf + layout.frame_previous);
-    if (layout.owner_cstack >= 0 && layout.frame_owner >= 0)
-        h->shim = buf[layout.frame_owner] == (__u8)layout.owner_cstack;
+    if (bpf_probe_read_user(buf, n, (void *)frame))
+        return false;
+    parse_head(buf, false, h);
+    return true;
+}
+
+/* The caller's frame and the new one in one read, where the new frame lies just above its caller's on the
+ * thread's frame stack, as it nearly always does (within 256 bytes for 85 % of the calls in the example, 512
+ * for 92 %): per-CPU room for it. */
+#define SPAN_MAX 512
+struct span {
+    __u8 b[SPAN_MAX + FRAME_HEAD_MAX];
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct span);
+} span_scratch SEC(".maps");
+
+/* Heads of frame `caller` and of `frame`, which lies above it; false where that is not one read. */
+static __noinline bool read_span(__u64 caller, __u64 frame, struct frame_head *ch, struct frame_head *fh)
+{
+    __s32 nl = head_len_with_locals();
+    __u64 gap = frame - caller;
+    __u32 zero = 0;
+    struct span *sp = bpf_map_lookup_elem(&span_scratch, &zero);
+    if (!sp || !caller || !nl || frame <= caller || gap > SPAN_MAX)
+        return false;
+    if (bpf_probe_read_user(sp->b, gap + nl, (void *)caller))
+        return false;
+    parse_head(sp->b, true, ch);
+    asm volatile("%0 &= 1023" : "+r"(gap)); /* bound it where the verifier sees it: gap <= SPAN_MAX above */
+    if (gap > SPAN_MAX)
+        return false;
+    parse_head(sp->b + gap, true, fh);
     return true;
 }
 
@@ -531,15 +589,19 @@ static __always_inline __u64 head_local(const struct frame_head *h, __u64 frame,
 }
 
 /* The frame that called into the evaluator: the thread's current frame at entry (the new frame's own
- * `previous` is only linked inside the function), past a C-stack shim; its head in *h. */
-static __always_inline __u64 caller_frame(__u64 tstate, struct frame_head *h)
+ * `previous` is only linked inside the function), past a C-stack shim; its head in *h. `frame`: the new frame,
+ * whose head goes to *fh (read with the caller's where they are adjacent); 0 to leave *fh alone. */
+static __always_inline __u64 caller_frame(__u64 tstate, struct frame_head *h, __u64 frame, struct frame_head *fh)
 {
     __u64 f;
     if (layout.tstate_cframe >= 0)
         f = read_ptr(read_ptr(tstate + layout.tstate_cframe) + layout.cframe_current_frame);
     else
         f = read_ptr(tstate + layout.tstate_current_frame);
-    if (!read_head(f, h))
+    bool both = frame && read_span(f, frame, h, fh);
+    if (!both && frame)
+        read_head(frame, fh);
+    if (!both && !read_head(f, h))
         return 0;
     if (h->shim) {
         f = h->previous;
@@ -553,7 +615,6 @@ static __always_inline __u64 caller_frame(__u64 tstate, struct frame_head *h)
  * the RESUME and RETURN_VALUE handlers see them; depths then follow frames, not C calls. frames[d] is the
  * frame at depth d; c_mask marks the depths entered from C, whose return the uretprobe reports. An inlined
  * frame unwound by an exception never reaches RETURN_VALUE: the next event finds its caller's depth again. */
-const volatile __u32 inline_calls = 0;
 
 struct thread_frames {
     __u64 frame[64];
@@ -635,11 +696,11 @@ static __always_inline __u32 capture_locals(struct thread_state *ts, struct lotu
 /* Describes the frame just entered at `depth` (called by `caller`, whose head is *ch) if the rules want it;
  * marks it emitted (or lost). Returns 1 when the call's return matters: its entry was emitted or lost. */
 static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_state *ts, __u32 depth,
-                                      __u64 frame, __u64 caller, const struct frame_head *ch)
+                                      __u64 frame, const struct frame_head *fhp, __u64 caller,
+                                      const struct frame_head *ch)
 {
     __u64 bit = 1ull << (depth & 63);
-    struct frame_head fh; /* its `previous` is not linked yet */
-    read_head(frame, &fh);
+    struct frame_head fh = *fhp; /* its `previous` is not linked yet */
     __u64 code = fh.code;
     __u32 flags = role_of(space, tgid, code);
     __u64 caller_code = caller ? ch->code : 0;
@@ -745,8 +806,10 @@ static __always_inline int enter(void *tstate, void *frame_arg, bool session)
     __u64 id = bpf_get_current_pid_tgid();
     __u32 tgid = id >> 32, tid = (__u32)id;
     __u32 space = ts->space;
-    struct frame_head ch;
-    __u64 caller = caller_frame((__u64)tstate, &ch);
+    /* --all-calls reads the new frame's head after the depth bookkeeping below: read before, its outcomes
+     * multiplied the verifier's paths through that (past its limit of 1 M instructions). */
+    struct frame_head ch, fh;
+    __u64 caller = caller_frame((__u64)tstate, &ch, inline_calls ? 0 : (__u64)frame_arg, &fh);
     __u32 depth = ts->depth;
     struct thread_frames *tf = 0;
     if (inline_calls) {
@@ -767,7 +830,9 @@ static __always_inline int enter(void *tstate, void *frame_arg, bool session)
         set_frame(tf, depth, (__u64)frame_arg);
         tf->c_mask = (tf->c_mask & ~(~0ull << depth)) | (1ull << depth);
     }
-    if (!emit_entry(space, tgid, ts, depth, (__u64)frame_arg, caller, &ch) && session && !inline_calls)
+    if (inline_calls)
+        read_head((__u64)frame_arg, &fh);
+    if (!emit_entry(space, tgid, ts, depth, (__u64)frame_arg, &fh, caller, &ch) && session && !inline_calls)
         return 1;
     ts->depth = depth + 1;
     return 0;
@@ -874,7 +939,8 @@ static __always_inline __u64 inlined_frame(struct inlined *in, struct frame_head
     in->tf = bpf_map_lookup_elem(&lotus_frames, &in->tid);
     if (!in->tf || !in->ts || !in->tf->tstate)
         return 0;
-    __u64 frame = caller_frame(in->tf->tstate, h);
+    struct frame_head unused;
+    __u64 frame = caller_frame(in->tf->tstate, h, 0, &unused);
     __u8 is_entry = 1;
     if (!frame || bpf_probe_read_user(&is_entry, 1, (void *)(frame + layout.frame_is_entry)) || is_entry)
         return 0;
@@ -888,7 +954,7 @@ int BPF_KPROBE(py_resume)
 {
     struct inlined in = {};
     struct frame_head h, ch;
-    __u64 frame = inlined_frame(&in, &h);
+    __u64 frame = inlined_frame(&in, &h); /* its head: the current frame is the new one here */
     struct thread_frames *tf = in.tf;
     struct thread_state *ts = in.ts;
     if (!frame || !tf || !ts)
@@ -905,7 +971,7 @@ int BPF_KPROBE(py_resume)
     ts->lost &= ~(~0ull << depth);
     set_frame(tf, depth, frame);
     tf->c_mask &= ~(~0ull << depth);
-    emit_entry(in.space, in.tgid, ts, depth, frame, caller, &ch);
+    emit_entry(in.space, in.tgid, ts, depth, frame, &h, caller, &ch);
     return 0;
 }
 
