@@ -534,19 +534,17 @@ static __noinline bool read_head(__u64 frame, struct frame_head *h)
 {
     __s32 n = head_len(), nl = head_len_with_locals();
     __u8 buf[FRAME_HEAD_MAX];
-    h->code = h->previous = h->shim = h->has_locals = 0;
-    h->local[0] = h->local[1] = 0;
-    if (!frame || !n)
-        return false;
     /* The locals may lie past a small frame's end: where that read fails, the head alone is read. */
-    if (nl && !bpf_probe_read_user(buf, nl, (void *)frame)) {
+    if (frame && nl && !bpf_probe_read_user(buf, nl, (void *)frame)) {
         parse_head(buf, true, h);
         return true;
     }
-    if (bpf_probe_read_user(buf, n, (void *)frame))
-        return false;
-    parse_head(buf, false, h);
-    return true;
+    if (frame && n && !bpf_probe_read_user(buf, n, (void *)frame)) {
+        parse_head(buf, false, h);
+        return true;
+    }
+    __builtin_memset(h, 0, sizeof(*h));
+    return false;
 }
 
 /* The caller's frame and the new one in one read, where the new frame lies just above its caller's on the
@@ -700,8 +698,7 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
                                       const struct frame_head *ch)
 {
     __u64 bit = 1ull << (depth & 63);
-    struct frame_head fh = *fhp; /* its `previous` is not linked yet */
-    __u64 code = fh.code;
+    __u64 code = fhp->code; /* the new frame's `previous` is not linked yet */
     __u32 flags = role_of(space, tgid, code);
     __u64 caller_code = caller ? ch->code : 0;
     __u32 cflags = caller ? role_of(space, tgid, caller_code) : 0;
@@ -721,10 +718,10 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
     e->frame = frame;
     e->code = code;
     e->depth = depth;
-    __u64 self_obj = head_local(&fh, frame, 0);
+    __u64 self_obj = head_local(fhp, frame, 0);
     __u64 self_type = read_ptr(self_obj + layout.object_type);
     e->self_obj = self_obj;
-    e->arg1_obj = !(flags & LOTUS_ROLE_CLASSIFIED) || (flags & LOTUS_ROLE_OBJ1) ? head_local(&fh, frame, 1) : 0;
+    e->arg1_obj = !(flags & LOTUS_ROLE_CLASSIFIED) || (flags & LOTUS_ROLE_OBJ1) ? head_local(fhp, frame, 1) : 0;
     e->self_type = self_type;
     e->chain_len = 0;
     e->capture_count = 0;
