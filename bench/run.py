@@ -12,6 +12,8 @@ import sys
 import tempfile
 import time
 
+import floor
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 LOTUS = os.path.join(ROOT, "build", "lotus-bpf")
 PY = "/usr/bin/python3"
@@ -21,6 +23,11 @@ PURE = os.path.join(ROOT, "tests", "integration", "workloads", "pure_pipeline.py
 
 def epoch_seconds(output):
     return sum(float(m) for m in re.findall(r"epoch \d+ done in ([0-9.]+) s", output))
+
+
+def epoch_cpu(output):
+    """CPU seconds of the epochs: the training process's and its (reaped) DataLoader workers'."""
+    return sum(float(m) for m in re.findall(r"epoch \d+ done in [0-9.]+ s, cpu ([0-9.]+) s", output))
 
 
 NATIVE = ["--native-map", "--counters", "default"]
@@ -36,10 +43,10 @@ def run_train(data, epochs, traced, tmp, extra=(), script=TRAIN, env=None):
         out = os.path.join(tmp, "t.json")
         cmd = [LOTUS, "-q", "-o", out, "--summary-json", out + ".summary", *extra] + ["--"] + cmd
     r = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, **(env or {})})
-    info = {}
+    info = {"cpu_s": epoch_cpu(r.stdout)}
     if traced:
         with open(out) as f:
-            info = json.load(f)["otherData"]
+            info.update(json.load(f)["otherData"])
         info["trace_bytes"] = os.path.getsize(out)
     return epoch_seconds(r.stdout), info
 
@@ -194,9 +201,11 @@ def main():
     samples = args.images * args.epochs
     with tempfile.TemporaryDirectory() as tmp:
         run_train(data, 1, False, tmp)  # warm the page cache
-        untraced, traced, native, profiled, infos, pair = [], [], [], [], [], []
+        untraced, traced, native, profiled, infos, pair, cpu = [], [], [], [], [], [], []
         for _ in range(args.repeats):
-            untraced.append(run_train(data, args.epochs, False, tmp)[0])
+            s, info = run_train(data, args.epochs, False, tmp)
+            untraced.append(s)
+            cpu.append(info["cpu_s"] / samples)
             s, info = run_train(data, args.epochs, True, tmp)
             traced.append(s)
             infos.append(info)
@@ -226,6 +235,9 @@ def main():
         rss, record_bytes = peak_rss_kb(tmp, data, 10)
         costs = [bpf_cost(data, args.images) for _ in range(3)]
         native_costs = [bpf_cost(data, args.images, NATIVE) for _ in range(3)]
+        entries = floor.entries_per_sample(PY, [PY, TRAIN, data, "--epochs", "3", "--workers", "2", "--batch-size",
+                                                "32"], args.images)
+        per_call = floor.call_costs(PY, LOTUS, args.repeats)
         pure = {"untraced": [], "default": [], "all-calls": []}
         pure311 = {"untraced": [], "all-calls": []}
         if os.access(PY312, os.X_OK):
@@ -249,6 +261,15 @@ def main():
          f"kernel bpf_stats, epochs 2-3, median of 3; {cost_note(costs[1])}"),
         ("BPF time per sample, --native-map --counters (us)", f"{cost_total(native_costs):.1f}",
          f"the same; {cost_note(native_costs[1])}"),
+        ("kernel uprobe trap per C->Python call (ns)", f"{per_call['bare']:.0f}",
+         f"bench/calls.py: a bare uprobe on the evaluator (tracefs event, no BPF), over untraced, median of "
+         f"{args.repeats}; traced (default mode, a call the rules skip): {per_call['traced']:.0f} ns"),
+        ("evaluator entries per sample", f"{entries:.1f}", "the bare uprobe's hits over epochs 2-3 of the example "
+         "(main process and workers)"),
+        ("default-mode floor: the traps alone (%)", f"{100 * entries * per_call['bare'] / 1e9 / statistics.median(cpu):.1f}",
+         f"{entries:.1f} x {per_call['bare']:.0f} ns = {entries * per_call['bare'] / 1000:.0f} us per sample against "
+         f"{1000 * statistics.median(cpu):.2f} ms of CPU per sample untraced (the example's processes, median of "
+         f"{args.repeats}): what any tracer pays that probes the evaluator's entry, before its BPF runs"),
         ("records per sample, steady state", f"{per_sample:.1f}", f"marginal over {MORE_EPOCHS} more epochs; {lost} lost; "
          f"all records incl. startup: {events / samples:.1f}/sample"),
         ("attach latency, torch loaded (s)", f"{statistics.median(latencies):.3f}", f"median of 3: {', '.join(f'{x:.3f}' for x in latencies)}"),

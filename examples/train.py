@@ -8,6 +8,7 @@ before consuming batches, so a tracer can attach to workers that are already ali
 --log FILE: append one line per consumed batch ("batch EPOCH INDEX N") for tests."""
 import argparse
 import os
+import resource
 import sys
 import time
 
@@ -15,6 +16,12 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 from torchvision import datasets, transforms
+
+
+def cpu_seconds():
+    """CPU time of this process and its reaped children (the epoch's DataLoader workers, joined at its end)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def main():
@@ -46,6 +53,7 @@ def main():
     log = open(args.log, "a") if args.log else None
     print(f"train.py: pid {os.getpid()}, {len(ds)} images, {args.workers} workers", flush=True)
     for epoch in range(args.epochs):
+        c0 = cpu_seconds()
         it = iter(loader)
         if args.hold and epoch == 0:
             print("train.py: workers started, holding", flush=True)
@@ -61,7 +69,8 @@ def main():
             if log:
                 log.write(f"batch {epoch} {i} {len(y)}\n")
                 log.flush()
-        print(f"train.py: epoch {epoch} done in {time.perf_counter() - t0:.2f} s", flush=True)
+        print(f"train.py: epoch {epoch} done in {time.perf_counter() - t0:.2f} s, cpu {cpu_seconds() - c0:.2f} s",
+              flush=True)
     return 0
 
 
