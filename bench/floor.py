@@ -55,7 +55,11 @@ class BareUprobe:
         self.path, self.offset = evaluator_location(python)
 
     def __enter__(self):
-        os.makedirs(INSTANCE, exist_ok=True)
+        if not os.path.isdir(os.path.join(TRACEFS, "instances")):
+            raise RuntimeError(f"bench: no tracefs at {TRACEFS} (mount -t tracefs nodev {TRACEFS})")
+        if os.path.isdir(INSTANCE):  # left by a bench run that was killed
+            self._remove()
+        os.makedirs(INSTANCE)
         _write(os.path.join(TRACEFS, "uprobe_events"), f"p:{GROUP}/{EVENT} {self.path}:{self.offset:#x}\n")
         _write(os.path.join(INSTANCE, "tracing_on"), "0\n")
         _write(os.path.join(INSTANCE, "events", GROUP, EVENT, "enable"), "1\n")
@@ -70,8 +74,14 @@ class BareUprobe:
         return 0
 
     def __exit__(self, *exc):
-        _write(os.path.join(INSTANCE, "events", GROUP, EVENT, "enable"), "0\n")
-        _write(os.path.join(TRACEFS, "uprobe_events"), f"-:{GROUP}/{EVENT}\n")
+        self._remove()
+
+    @staticmethod
+    def _remove():
+        enable = os.path.join(INSTANCE, "events", GROUP, EVENT, "enable")
+        if os.path.exists(enable):
+            _write(enable, "0\n")
+            _write(os.path.join(TRACEFS, "uprobe_events"), f"-:{GROUP}/{EVENT}\n")
         os.rmdir(INSTANCE)
 
 
