@@ -94,6 +94,12 @@ def bpf_cost(data, images, extra=()):
     return {name: (runs / (2 * images), took / runs) for name, (runs, took) in cost.items()}
 
 
+def pairs(xs, base):
+    """The spread of the repeats' own ratios (each run over the untraced run just before it): the noise."""
+    r = sorted(x / b for x, b in zip(xs, base))
+    return f"pairs {r[0]:.3f}-{r[-1]:.3f}"
+
+
 def cost_total(costs):
     """Median over runs of the BPF microseconds per sample."""
     return statistics.median(sum(runs * ns for runs, ns in c.values()) / 1000 for c in costs)
@@ -201,11 +207,13 @@ def main():
     samples = args.images * args.epochs
     with tempfile.TemporaryDirectory() as tmp:
         run_train(data, 1, False, tmp)  # warm the page cache
-        untraced, traced, native, profiled, infos, pair, cpu = [], [], [], [], [], [], []
+        untraced, traced, native, profiled, infos, pair, cpu, bare = [], [], [], [], [], [], [], []
         for _ in range(args.repeats):
             s, info = run_train(data, args.epochs, False, tmp)
             untraced.append(s)
             cpu.append(info["cpu_s"] / samples)
+            with floor.BareUprobe(PY):
+                bare.append(run_train(data, args.epochs, False, tmp)[0])
             s, info = run_train(data, args.epochs, True, tmp)
             traced.append(s)
             infos.append(info)
@@ -251,10 +259,12 @@ def main():
 
     rows = [
         ("example pipeline, samples/s untraced", f"{samples / u:.0f}", f"median of {args.repeats}"),
-        ("example pipeline, samples/s traced (default)", f"{samples / t:.0f}", f"ratio {t / u:.3f} (slowdown {100 * (t / u - 1):+.1f} %)"),
+        ("example pipeline, samples/s traced (default)", f"{samples / t:.0f}", f"ratio {t / u:.3f} (slowdown {100 * (t / u - 1):+.1f} %, {pairs(traced, untraced)}); "
+         f"CPU per sample ratio {statistics.median(i['cpu_s'] for i in infos) / samples / statistics.median(cpu):.3f} "
+         f"(the traced processes' CPU, the tracer's not in it)"),
         ("samples/s traced, uprobe + uretprobe", f"{samples / pr:.0f}", f"ratio {pr / u:.3f} (slowdown {100 * (pr / u - 1):+.1f} %), "
          "default mode as kernels 6.6-6.12 run it (LOTUS_NO_UPROBE_SESSION=1: two uprobe_multi links)"),
-        ("samples/s traced, --native-map --counters", f"{samples / nt:.0f}", f"ratio {nt / u:.3f} (slowdown {100 * (nt / u - 1):+.1f} %)"),
+        ("samples/s traced, --native-map --counters", f"{samples / nt:.0f}", f"ratio {nt / u:.3f} (slowdown {100 * (nt / u - 1):+.1f} %, {pairs(native, untraced)})"),
         ("samples/s under torch.profiler (CPU)", f"{samples / pt:.0f}", f"ratio {pt / u:.3f} (slowdown {100 * (pt / u - 1):+.1f} %), "
          "bench/profiled_train.py: main process only"),
         ("BPF time per sample, default (us)", f"{cost_total(costs):.1f}",
@@ -270,6 +280,10 @@ def main():
          f"{entries:.1f} x {per_call['bare']:.0f} ns = {entries * per_call['bare'] / 1000:.0f} us per sample against "
          f"{1000 * statistics.median(cpu):.2f} ms of CPU per sample untraced (the example's processes, median of "
          f"{args.repeats}): what any tracer pays that probes the evaluator's entry, before its BPF runs"),
+        ("samples/s with a bare evaluator uprobe", f"{samples / statistics.median(bare):.0f}",
+         f"ratio {statistics.median(bare) / u:.3f} (slowdown {100 * (statistics.median(bare) / u - 1):+.1f} %, "
+         f"{pairs(bare, untraced)}), no "
+         f"tracer: the floor above, measured on the example (within the ratios' noise)"),
         ("records per sample, steady state", f"{per_sample:.1f}", f"marginal over {MORE_EPOCHS} more epochs; {lost} lost; "
          f"all records incl. startup: {events / samples:.1f}/sample"),
         ("attach latency, torch loaded (s)", f"{statistics.median(latencies):.3f}", f"median of 3: {', '.join(f'{x:.3f}' for x in latencies)}"),
