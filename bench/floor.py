@@ -1,10 +1,11 @@
 """What any tracer pays that sees Python calls with a uprobe on the evaluator's entry, whatever its BPF does: the
 kernel's trap per call, measured with a bare uprobe (a tracefs event in a trace instance that is switched off,
-so the handler writes nothing; no BPF at all), and how many calls per sample trap."""
+so the handler writes nothing; no BPF at all). Its hits count the calls (bench/run.py: per sample)."""
+import contextlib
 import os
 import re
+import statistics
 import subprocess
-import time
 
 TRACEFS = "/sys/kernel/tracing"
 GROUP, EVENT = "lotus_bench", "evalf"
@@ -85,16 +86,6 @@ class BareUprobe:
         os.rmdir(INSTANCE)
 
 
-def entries_per_sample(python, cmd, images):
-    """Evaluator entries per sample over epochs 2 and 3 of a 3-epoch run of `cmd` (the example, untraced)."""
-    with BareUprobe(python) as probe:
-        job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        snaps = [probe.hits() for line in job.stdout if re.search(r"epoch \d+ done", line)]
-        if job.wait() != 0 or len(snaps) < 3:
-            raise RuntimeError(f"bench: run with a bare uprobe failed ({' '.join(cmd)})")
-    return (snaps[2] - snaps[0]) / (2 * images)
-
-
 CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calls.py")
 
 
@@ -103,10 +94,7 @@ def call_seconds(python, n, mode, lotus):
     cmd = [python, CALLS, str(n)]
     if mode == "traced":
         cmd = [lotus, "-q", "-o", os.devnull, "--"] + cmd
-    if mode == "bare":
-        with BareUprobe(python):
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    else:
+    with BareUprobe(python) if mode == "bare" else contextlib.nullcontext():
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return float(re.search(r"seconds ([0-9.]+)", out).group(1))
 
@@ -118,5 +106,5 @@ def call_costs(python, lotus, repeats, n=1_000_000):
     for _ in range(repeats):
         for mode in runs:
             runs[mode].append(call_seconds(python, n, mode, lotus))
-    med = {mode: sorted(v)[len(v) // 2] for mode, v in runs.items()}
+    med = {mode: statistics.median(v) for mode, v in runs.items()}
     return {mode: (med[mode] - med["untraced"]) * 1e9 / n for mode in ("bare", "traced")}

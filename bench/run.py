@@ -30,15 +30,28 @@ def epoch_cpu(output):
     return sum(float(m) for m in re.findall(r"epoch \d+ done in [0-9.]+ s, cpu ([0-9.]+) s", output))
 
 
-NATIVE = ["--native-map", "--counters", "default"]
-MORE_EPOCHS = 4  # steady-state records and bytes per sample: the growth over this many more epochs  # native map + counters: the issue-4 mode
+NATIVE = ["--native-map", "--counters", "default"]  # native map + counters: the issue-4 mode
+MORE_EPOCHS = 4  # steady-state records and bytes per sample: the growth over this many more epochs
 
 
 PROFILED = os.path.join(ROOT, "bench", "profiled_train.py")
 
 
+def train_cmd(data, epochs, script=TRAIN):
+    return [PY, script, data, "--epochs", str(epochs), "--workers", "2", "--batch-size", "32"]
+
+
+def epoch_snapshots(cmd, snap, what):
+    """Runs cmd (the example, maybe traced), calling snap() as each epoch ends; the 3 or more results."""
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    snaps = [snap() for line in job.stdout if re.search(r"epoch \d+ done", line)]
+    if job.wait() != 0 or len(snaps) < 3:
+        raise RuntimeError(f"bench: {what} failed ({' '.join(cmd)})")
+    return snaps
+
+
 def run_train(data, epochs, traced, tmp, extra=(), script=TRAIN, env=None):
-    cmd = [PY, script, data, "--epochs", str(epochs), "--workers", "2", "--batch-size", "32"]
+    cmd = train_cmd(data, epochs, script)
     if traced:
         out = os.path.join(tmp, "t.json")
         cmd = [LOTUS, "-q", "-o", out, "--summary-json", out + ".summary", *extra] + ["--"] + cmd
@@ -72,15 +85,8 @@ def bpf_cost(data, images, extra=()):
     with open(stats, "w") as f:
         f.write("1")
     try:
-        cmd = [LOTUS, "-q", "-o", os.devnull, *extra, "--", PY, TRAIN, data, "--epochs", "3", "--workers", "2",
-               "--batch-size", "32"]
-        job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        snaps = []
-        for line in job.stdout:
-            if re.search(r"epoch \d+ done", line):
-                snaps.append(prog_stats())
-        if job.wait() != 0 or len(snaps) < 3:
-            raise RuntimeError(f"bench: traced run for BPF accounting failed ({' '.join(cmd)})")
+        snaps = epoch_snapshots([LOTUS, "-q", "-o", os.devnull, *extra, "--", *train_cmd(data, 3)], prog_stats,
+                                "traced run for BPF accounting")
     finally:
         with open(stats, "w") as f:
             f.write(was)
@@ -243,8 +249,9 @@ def main():
         rss, record_bytes = peak_rss_kb(tmp, data, 10)
         costs = [bpf_cost(data, args.images) for _ in range(3)]
         native_costs = [bpf_cost(data, args.images, NATIVE) for _ in range(3)]
-        entries = floor.entries_per_sample(PY, [PY, TRAIN, data, "--epochs", "3", "--workers", "2", "--batch-size",
-                                                "32"], args.images)
+        with floor.BareUprobe(PY) as probe:  # evaluator entries per sample over epochs 2-3
+            hits = epoch_snapshots(train_cmd(data, 3), probe.hits, "run under a bare uprobe")
+        entries = (hits[2] - hits[0]) / (2 * args.images)
         per_call = floor.call_costs(PY, LOTUS, args.repeats)
         pure = {"untraced": [], "default": [], "all-calls": []}
         pure311 = {"untraced": [], "all-calls": []}
