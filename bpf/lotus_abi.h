@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define LOTUS_ABI_VERSION 3
+#define LOTUS_ABI_VERSION 4
 
 enum lotus_event_type {
     LOTUS_EV_PY_ENTRY = 1,  /* _PyEval_EvalFrameDefault entered (a C->Python transition) */
@@ -19,11 +19,14 @@ enum lotus_event_type {
     LOTUS_EV_FORK = 5,      /* a traced process forked a new process, which is now traced */
     LOTUS_EV_EXIT = 6,      /* a traced process (its thread-group leader) exited */
     LOTUS_EV_EXEC = 7,      /* a traced process called exec */
-    LOTUS_EV_WAIT_DONE = 8, /* a traced thread returned from a blocking wait (poll, select, epoll_wait) */
+    /* 8 was WAIT_DONE (ABI 3 and before: the end of a blocking wait) */
     LOTUS_EV_OPEN = 9,      /* a traced thread called openat: the path */
     LOTUS_EV_NATIVE_ENTRY = 10,  /* a probed native function was entered (uprobe, cookie = its number) */
     LOTUS_EV_NATIVE_RETURN = 11, /* ... and returned */
     LOTUS_EV_SAMPLE = 12,        /* a perf-event sample of a traced thread: its user stack */
+    LOTUS_EV_MSG = 13,           /* a traced thread read or wrote a pickled multiprocessing message */
+    LOTUS_EV_GETPPID = 14,       /* a traced process's main thread called getppid (header only): a DataLoader
+                                  * worker's loop does, once per task, right after it handed a batch over */
 };
 
 struct lotus_event_header {
@@ -80,14 +83,25 @@ struct lotus_py_return {
     __u32 depth;    /* equals the depth of the matching entry */
     __u32 ret_null; /* 1: the frame returned NULL (an exception, e.g. StopIteration, left it) */
     struct lotus_counters counters;
+    __u64 ret_obj;  /* the object returned (e.g. the iterator DataLoader.__iter__ made); ABI 4 */
 };
 
-struct lotus_wait_done {
+/* A read or write of a traced thread whose bytes are a pickle with protocol 4+ framing (\x80 proto \x95): how
+ * multiprocessing queues carry objects (a DataLoader's tasks and batches among them). The pickle's first bytes
+ * are kept; what they mean is the model's business (model/messages.h). */
+#define LOTUS_MSG_BYTES 64
+#define LOTUS_MSG_IN 0  /* read(): received, the pickle from the buffer's start */
+#define LOTUS_MSG_OUT 1 /* write(): sent, the pickle after multiprocessing's 4-byte length header if any */
+struct lotus_msg {
     struct lotus_event_header h;
-    __u64 enter_ts_ns; /* when the wait began */
-    __s64 ret;         /* the syscall's return value (0: timed out) */
-    __u32 nr;          /* syscall number */
+    __u64 file;     /* the fd's inode number: both ends of one pipe name the same */
+    __u32 fd;
+    __u32 len;      /* bytes read or written */
+    __u16 mode;     /* the inode's type bits (S_IFIFO for a pipe, S_IFSOCK for a socket) */
+    __u8 dir;       /* LOTUS_MSG_IN or LOTUS_MSG_OUT */
+    __u8 nbytes;    /* valid bytes in data */
     __u32 _pad;
+    __u8 data[LOTUS_MSG_BYTES];
 };
 
 #define LOTUS_PATH_LEN 256
@@ -127,10 +141,13 @@ struct lotus_code_info {
     char file[LOTUS_FILE_LEN]; /* co_filename */
 };
 
+#define LOTUS_BASES 3
+#define LOTUS_BASE_LEN 48
 struct lotus_type_info {
     struct lotus_event_header h;
     __u64 type;
     char name[LOTUS_NAME_LEN]; /* tp_name */
+    char bases[LOTUS_BASES][LOTUS_BASE_LEN]; /* tp_name of tp_base, its tp_base... ("" past object); ABI 4 */
 };
 
 struct lotus_proc_event {
@@ -149,6 +166,17 @@ struct lotus_proc_event {
 #define LOTUS_ROLE_EMIT_CALLEES (1u << 4) /* emit the entries it calls (e.g. Queue.put's __enter__) */
 #define LOTUS_ROLE_ARG1 (1u << 5)         /* its localsplus[1] (a __getitem__'s index) is wanted in chains */
 #define LOTUS_ROLE_OBJ1 (1u << 6)         /* its entry's arg1_obj is wanted (a DataLoader iterator's __init__) */
+#define LOTUS_ROLE_SELF_PIPELINE (1u << 7) /* a call of an object (__call__, forward, nn.Module's call wrappers):
+                                            * a pipeline (its callees are ops) when self's type is a pipeline
+                                            * class (lotus_types), else skipped like SKIP */
+#define LOTUS_ROLE_WALK (1u << 8)          /* its entries look up the stack for CAPTURE locals (a rank's id) */
+
+/* What user space says of a type (map lotus_types, key: role space and type address). BPF inserts DESCRIBED
+ * when it sends the TYPE record; user space adds the rest. */
+#define LOTUS_TYPE_DESCRIBED (1u << 0)
+#define LOTUS_TYPE_CLASSIFIED (1u << 1)
+#define LOTUS_TYPE_PIPELINE (1u << 2) /* Compose-like or a container transform: the calls it makes are ops */
+#define LOTUS_TYPE_CELL (1u << 3)     /* a cell: a frame's local that a nested scope captured; follow ob_ref */
 
 /* Roles and type descriptions are kept per role space: the processes that share one memory image. A forked
  * child joins its parent's space (same objects at the same addresses, so it need not describe them again);
@@ -212,6 +240,13 @@ struct lotus_py_layout {
     __s32 tuple_size;             /* PyVarObject.ob_size of a tuple */
     __s32 tuple_items;            /* PyTupleObject.ob_item */
     __s32 frame_is_entry;         /* _PyInterpreterFrame.is_entry (3.11: --all-calls on inlined frames); -1 */
+    /* 3.10 moves an argument captured by a nested scope into a cell before the frame runs (localsplus[0] is
+     * then NULL; the cell is at localsplus[co_nlocals + i] for the i with co_cell2arg[i] == 0). -1 elsewhere. */
+    __s32 code_nlocals;           /* co_nlocals */
+    __s32 code_cellvars;          /* co_cellvars (a tuple) */
+    __s32 code_cell2arg;          /* co_cell2arg (Py_ssize_t *, NULL when no argument is a cell) */
+    __s32 cell_ref;               /* PyCellObject.ob_ref */
+    __s32 type_base;              /* PyTypeObject.tp_base */
 };
 
 #endif /* LOTUS_ABI_H */

@@ -14,19 +14,21 @@ namespace {
 constexpr uint32_t P = 100, W = 101;
 constexpr uint64_t COMPOSE = 0x1000, GETITEM = 0x2000, CALL_IMPL = 0x3000, TOTENSOR_CALL = 0x4000,
                    WORKER_LOOP = 0x5000, FORWARD = 0x6000, UNDESCRIBED = 0x7000;
-constexpr uint64_t T_CROP = 0x10, T_TOTENSOR = 0x20;
+constexpr uint64_t T_CROP = 0x10, T_TOTENSOR = 0x20, T_COMPOSE = 0x30;
 
 struct Fixture : ::testing::Test {
     model::Rules rules;
     std::vector<Span> spans;
     std::vector<std::tuple<uint32_t, uint64_t, uint32_t, uint32_t>> roles; // tgid, code, flags, space
+    std::map<uint64_t, uint32_t> type_flags;                               // type -> LOTUS_TYPE_* told to BPF
     // The role sink resolves captured locals as the session would from co_localsplusnames.
     model::Engine engine{rules, [this](const Span& s) { spans.push_back(s); },
                          [this](uint32_t t, uint32_t space, uint64_t c, model::CodeRole& r) {
                              for (const auto& name : r.capture_locals)
                                  r.capture_slots.push_back(name == "worker_id" ? 10 : 26);
                              roles.emplace_back(t, c, r.flags, space);
-                         }};
+                         },
+                         [this](uint32_t, uint64_t type, uint32_t flags) { type_flags[type] = flags; }};
     test::EventBuilder ev{engine};
 
     void describe(uint32_t tgid)
@@ -39,11 +41,12 @@ struct Fixture : ::testing::Test {
         ev.code(tgid, WORKER_LOOP, "_worker_loop", "/usr/lib/python3/dist-packages/torch/utils/data/_utils/worker.py");
         ev.type(tgid, T_CROP, "RandomResizedCrop");
         ev.type(tgid, T_TOTENSOR, "ToTensor");
+        ev.type(tgid, T_COMPOSE, "Compose");
     }
     // One sample: Compose at depth d with two ops, timestamps from t.
     void sample(uint32_t tgid, uint32_t tid, uint64_t t, uint32_t d, int64_t index)
     {
-        ev.entry(tgid, tid, t, d, COMPOSE, 0, {{GETITEM, index}});
+        ev.entry(tgid, tid, t, d, COMPOSE, T_COMPOSE, {{GETITEM, index}});
         ev.entry(tgid, tid, t + 10, d + 1, CALL_IMPL, T_CROP, {{COMPOSE, LOTUS_NO_VALUE}});
         ev.entry(tgid, tid, t + 12, d + 2, FORWARD, T_CROP, {{CALL_IMPL, LOTUS_NO_VALUE}});
         ev.ret(tgid, tid, t + 50, d + 2);
@@ -101,18 +104,24 @@ TEST_F(Fixture, RolesAreReportedForEveryDescribedCode)
                 return f;
         return 0u;
     };
-    EXPECT_TRUE(flags_of(COMPOSE) & LOTUS_ROLE_PIPELINE);
-    EXPECT_FALSE(flags_of(COMPOSE) & LOTUS_ROLE_SKIP);
+    // A call of an object: BPF emits it (and the calls it makes) when self's class is a pipeline class.
+    EXPECT_TRUE(flags_of(COMPOSE) & LOTUS_ROLE_SELF_PIPELINE);
+    EXPECT_TRUE(flags_of(CALL_IMPL) & LOTUS_ROLE_SELF_PIPELINE);
     EXPECT_TRUE(flags_of(CALL_IMPL) & LOTUS_ROLE_SKIP);
+    EXPECT_FALSE(flags_of(GETITEM) & LOTUS_ROLE_SELF_PIPELINE);
     EXPECT_TRUE(flags_of(WORKER_LOOP) & LOTUS_ROLE_CAPTURE);
+    EXPECT_TRUE(type_flags.at(T_COMPOSE) & LOTUS_TYPE_PIPELINE);
+    EXPECT_TRUE(type_flags.at(T_COMPOSE) & LOTUS_TYPE_CLASSIFIED);
+    EXPECT_FALSE(type_flags.at(T_CROP) & LOTUS_TYPE_PIPELINE);
+    EXPECT_TRUE(type_flags.at(T_CROP) & LOTUS_TYPE_CLASSIFIED);
 }
 
 TEST_F(Fixture, InterleavedThreadsKeepTheirOwnStacks)
 {
     describe(P);
     constexpr uint32_t T2 = 555;
-    ev.entry(P, P, 100, 0, COMPOSE, 0, {{GETITEM, 1}});
-    ev.entry(P, T2, 105, 0, COMPOSE, 0, {{GETITEM, 2}});
+    ev.entry(P, P, 100, 0, COMPOSE, T_COMPOSE, {{GETITEM, 1}});
+    ev.entry(P, T2, 105, 0, COMPOSE, T_COMPOSE, {{GETITEM, 2}});
     ev.entry(P, P, 110, 1, TOTENSOR_CALL, T_TOTENSOR);
     ev.entry(P, T2, 115, 1, CALL_IMPL, T_CROP);
     ev.ret(P, P, 120, 1);
@@ -134,7 +143,7 @@ TEST_F(Fixture, InterleavedThreadsKeepTheirOwnStacks)
 TEST_F(Fixture, MissingReturnIsNeverInventedAndCounted)
 {
     describe(P);
-    ev.entry(P, P, 100, 5, COMPOSE, 0, {{GETITEM, 7}});
+    ev.entry(P, P, 100, 5, COMPOSE, T_COMPOSE, {{GETITEM, 7}});
     ev.entry(P, P, 110, 6, TOTENSOR_CALL, T_TOTENSOR);
     // the op's return was lost: the sample's return arrives
     ev.ret(P, P, 200, 5);
@@ -142,8 +151,8 @@ TEST_F(Fixture, MissingReturnIsNeverInventedAndCounted)
     EXPECT_EQ(spans[0].kind, SpanKind::Sample);
     EXPECT_EQ(engine.counters().lost_returns, 1u);
     // next sample at the same depth while the previous one never returned
-    ev.entry(P, P, 300, 5, COMPOSE, 0, {{GETITEM, 8}});
-    ev.entry(P, P, 400, 5, COMPOSE, 0, {{GETITEM, 9}});
+    ev.entry(P, P, 300, 5, COMPOSE, T_COMPOSE, {{GETITEM, 8}});
+    ev.entry(P, P, 400, 5, COMPOSE, T_COMPOSE, {{GETITEM, 9}});
     ev.ret(P, P, 500, 5);
     ASSERT_EQ(of(SpanKind::Sample).size(), 2u);
     EXPECT_EQ(of(SpanKind::Sample)[1].sample, 9);
@@ -163,7 +172,7 @@ TEST_F(Fixture, DroppedPipelineEntryLeavesItsOpsOut)
 TEST_F(Fixture, FinishedOpsOfAnUnfinishedSampleAreNotEmitted)
 {
     describe(P);
-    ev.entry(P, P, 100, 0, COMPOSE, 0, {{GETITEM, 1}});
+    ev.entry(P, P, 100, 0, COMPOSE, T_COMPOSE, {{GETITEM, 1}});
     ev.entry(P, P, 110, 1, TOTENSOR_CALL, T_TOTENSOR);
     ev.ret(P, P, 120, 1);
     EXPECT_TRUE(spans.empty());
@@ -175,7 +184,7 @@ TEST_F(Fixture, FinishedOpsOfAnUnfinishedSampleAreNotEmitted)
 TEST_F(Fixture, OpenSpansAtTheEndAreIncompleteNotEmitted)
 {
     describe(P);
-    ev.entry(P, P, 100, 0, COMPOSE, 0, {{GETITEM, 1}});
+    ev.entry(P, P, 100, 0, COMPOSE, T_COMPOSE, {{GETITEM, 1}});
     ev.entry(P, P, 110, 1, TOTENSOR_CALL, T_TOTENSOR);
     engine.finish();
     EXPECT_TRUE(spans.empty());
@@ -194,7 +203,7 @@ TEST_F(Fixture, UndescribedCodeIsSkipped)
 TEST_F(Fixture, IndexIsUnknownWhenNoGetitemInChain)
 {
     describe(P);
-    ev.entry(P, P, 100, 0, COMPOSE, 0, {{CALL_IMPL, 3}});
+    ev.entry(P, P, 100, 0, COMPOSE, T_COMPOSE, {{CALL_IMPL, 3}});
     ev.ret(P, P, 110, 0);
     ASSERT_EQ(spans.size(), 1u);
     EXPECT_EQ(spans[0].sample, -1);
@@ -206,14 +215,14 @@ TEST_F(Fixture, WorkerIdComesFromWorkerLoopCaptureAndForkInheritsCodes)
     describe(P);
     ev.proc(LOTUS_EV_FORK, W, P);
     // The child was never described anything: it knows its parent's code objects.
-    ev.entry(W, W, 100, 0, COMPOSE, 0, {{GETITEM, 11}}, {{WORKER_LOOP, 10, 3}, {WORKER_LOOP, 26, 5}});
+    ev.entry(W, W, 100, 0, COMPOSE, T_COMPOSE, {{GETITEM, 11}}, {{WORKER_LOOP, 10, 3}});
     ev.ret(W, W, 200, 0);
     ASSERT_EQ(spans.size(), 1u);
     const auto& w = engine.processes().at(W);
     EXPECT_EQ(w.parent, P);
     EXPECT_EQ(w.worker_id, 3);
-    EXPECT_EQ(w.label(), "worker 3");
-    EXPECT_EQ(engine.processes().at(P).label(), "main");
+    EXPECT_EQ(model::process_label(engine.processes(), W), "worker 3");
+    EXPECT_EQ(model::process_label(engine.processes(), P), "main");
     ev.proc(LOTUS_EV_EXIT, W, 0);
     EXPECT_TRUE(engine.processes().at(W).exited);
 }
@@ -222,7 +231,7 @@ TEST_F(Fixture, ExecForgetsTheOldImage)
 {
     describe(P);
     ev.proc(LOTUS_EV_EXEC, P, 0);
-    ev.entry(P, P, 100, 0, COMPOSE, 0, {{GETITEM, 1}});
+    ev.entry(P, P, 100, 0, COMPOSE, T_COMPOSE, {{GETITEM, 1}});
     ev.ret(P, P, 110, 0);
     EXPECT_TRUE(spans.empty());
 }
@@ -273,7 +282,7 @@ TEST_F(Fixture, ExecStartsTheSpaceItsLaterChildrenShare)
 TEST_F(Fixture, ExitClosesOpenSpansOfThatProcess)
 {
     describe(P);
-    ev.entry(P, P, 100, 0, COMPOSE, 0, {{GETITEM, 1}});
+    ev.entry(P, P, 100, 0, COMPOSE, T_COMPOSE, {{GETITEM, 1}});
     ev.proc(LOTUS_EV_EXIT, P, 0);
     EXPECT_EQ(engine.counters().incomplete, 1u);
     engine.finish();
@@ -298,7 +307,7 @@ TEST_F(Fixture, NamesFromDamagedRecordsStayValidUtf8)
     // An op class whose name bytes were damaged: a stray continuation byte, a truncated sequence, an overlong
     // form; valid multi-byte characters are kept.
     ev.type(P, 0x99, std::string("Crop\x84X\xc3") + "\xc3\xa9" + "\xe0\x80\x80");
-    ev.entry(P, P, 10, 0, COMPOSE, 0, {{GETITEM, 1}});
+    ev.entry(P, P, 10, 0, COMPOSE, T_COMPOSE, {{GETITEM, 1}});
     ev.entry(P, P, 11, 1, CALL_IMPL, 0x99, {{COMPOSE, LOTUS_NO_VALUE}});
     ev.ret(P, P, 12, 1);
     ev.ret(P, P, 13, 0);
@@ -337,37 +346,111 @@ TEST_F(Fixture, LoadersOfAChildThatNeverHandsOverABatchDoNotPileUp)
     EXPECT_EQ(of(SpanKind::Sample).size(), 2 * kMax + 100);
 }
 
-TEST_F(Fixture, AWorkersPutWithoutACapturedIndexHandsOverTheBatchInProgress)
+TEST_F(Fixture, PipelineByObjectWhateverItsCodeObject)
 {
-    // A spawned worker's first Queue.put can be seen before the walk that captures _worker_loop's `idx` knows
-    // to run: the put still ends the batch being prepared (it used to be dropped, losing that batch).
-    constexpr uint64_t QUEUE_PUT = 0x8000, COND_ENTER = 0x9000;
-    engine.add_process(P, 0, true);
+    // transforms v2: Compose is an nn.Module. Its call enters Module._wrapped_call_impl, _call_impl and
+    // Compose.forward with the same self; the calls forward makes are the ops.
+    constexpr uint64_t WRAPPED = 0xa000, V2_FORWARD = 0xb000, COMPOSE_OBJ = 0xc0, CROP_OBJ = 0xc1;
     describe(P);
-    ev.code(P, QUEUE_PUT, "Queue.put", "/usr/lib/python3.11/multiprocessing/queues.py");
-    ev.code(P, COND_ENTER, "Condition.__enter__", "/usr/lib/python3.11/threading.py");
-    ev.proc(LOTUS_EV_FORK, W, P);
-    lotus_wait_done w{};
-    w.h = {LOTUS_EV_WAIT_DONE, W, W, 0, 900};
-    w.ret = 1;
-    engine.consume(&w, sizeof(w)); // the batch's indices arrived
-    for (int i = 0; i < 2; i++) {
-        ev.entry(W, W, 1000 + i * 200, 5, COMPOSE, 0, {{GETITEM, 40 + i}}, {{WORKER_LOOP, 10, 1}, {WORKER_LOOP, 26, 7}});
-        ev.ret(W, W, 1100 + i * 200, 5);
-    }
-    ev.entry(W, W, 2000, 3, COND_ENTER, 0, {{QUEUE_PUT, LOTUS_NO_VALUE}, {WORKER_LOOP, LOTUS_NO_VALUE}}); // no captures
-    ev.ret(W, W, 2010, 3);
-    auto batches = of(SpanKind::Batch);
-    ASSERT_EQ(batches.size(), 1u);
-    EXPECT_EQ(batches[0].start_ns, 900u);
-    EXPECT_EQ(batches[0].end_ns, 2000u);
-    auto arg = [&](const std::string& k) {
-        for (const auto& [key, v] : batches[0].args)
-            if (key == k)
-                return v;
-        return std::string();
-    };
-    EXPECT_EQ(arg("batch"), "7");
-    EXPECT_EQ(arg("samples"), "2");
-    EXPECT_EQ(arg("worker"), "1");
+    ev.code(P, WRAPPED, "Module._wrapped_call_impl");
+    ev.code(P, V2_FORWARD, "Compose.forward", "/x/torchvision/transforms/v2/_container.py");
+    ev.entry(P, P, 100, 4, WRAPPED, T_COMPOSE, {{GETITEM, 9}}, {}, COMPOSE_OBJ);
+    ev.entry(P, P, 101, 5, CALL_IMPL, T_COMPOSE, {{WRAPPED, LOTUS_NO_VALUE}}, {}, COMPOSE_OBJ);
+    ev.entry(P, P, 102, 6, V2_FORWARD, T_COMPOSE, {{CALL_IMPL, LOTUS_NO_VALUE}}, {}, COMPOSE_OBJ);
+    ev.entry(P, P, 110, 7, WRAPPED, T_CROP, {{V2_FORWARD, LOTUS_NO_VALUE}}, {}, CROP_OBJ);
+    ev.entry(P, P, 111, 8, CALL_IMPL, T_CROP, {{WRAPPED, LOTUS_NO_VALUE}}, {}, CROP_OBJ); // the op's own frames
+    ev.ret(P, P, 119, 8);
+    ev.ret(P, P, 120, 7);
+    ev.entry(P, P, 130, 7, TOTENSOR_CALL, T_TOTENSOR, {{V2_FORWARD, LOTUS_NO_VALUE}});
+    ev.ret(P, P, 140, 7);
+    ev.ret(P, P, 150, 6);
+    ev.ret(P, P, 151, 5);
+    ev.ret(P, P, 152, 4);
+    auto samples = of(SpanKind::Sample);
+    ASSERT_EQ(samples.size(), 1u);
+    EXPECT_EQ(samples[0].start_ns, 100u);
+    EXPECT_EQ(samples[0].end_ns, 152u);
+    EXPECT_EQ(samples[0].sample, 9);
+    auto ops = of(SpanKind::Op);
+    ASSERT_EQ(ops.size(), 2u);
+    EXPECT_EQ(ops[0].name, "RandomResizedCrop");
+    EXPECT_EQ(ops[0].start_ns, 110u);
+    EXPECT_EQ(ops[0].end_ns, 120u);
+    EXPECT_EQ(ops[1].name, "ToTensor");
+}
+
+TEST_F(Fixture, SubclassOfComposeIsAPipelineAndAClassOfAnyOtherNameIsNot)
+{
+    describe(P);
+    constexpr uint64_t T_TIMED = 0x40, T_OTHER = 0x41;
+    ev.type(P, T_TIMED, "TimedCompose", {"Compose", "object"});
+    ev.type(P, T_OTHER, "Pipeline", {"object"});
+    EXPECT_TRUE(type_flags.at(T_TIMED) & LOTUS_TYPE_PIPELINE);
+    EXPECT_FALSE(type_flags.at(T_OTHER) & LOTUS_TYPE_PIPELINE);
+    ev.entry(P, P, 100, 0, COMPOSE, T_OTHER, {{GETITEM, 1}});
+    ev.ret(P, P, 110, 0);
+    EXPECT_TRUE(of(SpanKind::Sample).empty());
+    ev.entry(P, P, 200, 0, COMPOSE, T_TIMED, {{GETITEM, 2}});
+    ev.entry(P, P, 210, 1, TOTENSOR_CALL, T_TOTENSOR, {{COMPOSE, LOTUS_NO_VALUE}});
+    ev.ret(P, P, 220, 1);
+    ev.ret(P, P, 230, 0);
+    EXPECT_EQ(of(SpanKind::Sample).size(), 1u);
+    EXPECT_EQ(of(SpanKind::Op).size(), 1u);
+}
+
+TEST_F(Fixture, ContainerTransformsAreOpsWhoseCallsAreOpsToo)
+{
+    // Compose([RandomApply([ColorJitter]), ToTensor]): RandomApply is an op; ColorJitter, which it calls, is an
+    // op too, inside it, with the container named; the sample is one sample.
+    constexpr uint64_t T_APPLY = 0x50, T_JITTER = 0x51, APPLY_OBJ = 0xd0, JITTER_CALL = 0xd000;
+    describe(P);
+    ev.type(P, T_APPLY, "RandomApply", {"Module", "object"});
+    ev.type(P, T_JITTER, "ColorJitter", {"Module", "object"});
+    ev.code(P, JITTER_CALL, "ColorJitter.forward");
+    ev.entry(P, P, 100, 0, COMPOSE, T_COMPOSE, {{GETITEM, 3}}, {}, 0xc0);
+    ev.entry(P, P, 110, 1, CALL_IMPL, T_APPLY, {{COMPOSE, LOTUS_NO_VALUE}}, {}, APPLY_OBJ);
+    ev.entry(P, P, 111, 2, FORWARD, T_APPLY, {{CALL_IMPL, LOTUS_NO_VALUE}}, {}, APPLY_OBJ); // its own forward
+    ev.entry(P, P, 120, 3, CALL_IMPL, T_JITTER, {{FORWARD, LOTUS_NO_VALUE}}, {}, 0xd1);
+    ev.ret(P, P, 130, 3);
+    ev.ret(P, P, 131, 2);
+    ev.ret(P, P, 140, 1);
+    ev.entry(P, P, 150, 1, TOTENSOR_CALL, T_TOTENSOR, {{COMPOSE, LOTUS_NO_VALUE}});
+    ev.ret(P, P, 160, 1);
+    ev.ret(P, P, 170, 0);
+    EXPECT_EQ(of(SpanKind::Sample).size(), 1u);
+    auto ops = of(SpanKind::Op);
+    ASSERT_EQ(ops.size(), 3u);
+    EXPECT_EQ(ops[0].name, "ColorJitter");
+    EXPECT_EQ(ops[0].container, "RandomApply");
+    EXPECT_EQ(ops[1].name, "RandomApply");
+    EXPECT_EQ(ops[1].container, "");
+    EXPECT_EQ(ops[2].name, "ToTensor");
+    EXPECT_GE(ops[0].start_ns, ops[1].start_ns);
+    EXPECT_LE(ops[0].end_ns, ops[1].end_ns);
+}
+
+TEST_F(Fixture, APipelineCalledInsideAnOpIsPartOfThatOp)
+{
+    describe(P);
+    ev.entry(P, P, 100, 0, COMPOSE, T_COMPOSE, {{GETITEM, 1}}, {}, 0xc0);
+    ev.entry(P, P, 110, 1, TOTENSOR_CALL, T_TOTENSOR, {{COMPOSE, LOTUS_NO_VALUE}}, {}, 0xc2);
+    ev.entry(P, P, 115, 3, COMPOSE, T_COMPOSE, {{GETITEM, 2}}, {}, 0xc3); // deeper inside the op
+    ev.ret(P, P, 118, 3);
+    ev.ret(P, P, 120, 1);
+    ev.ret(P, P, 130, 0);
+    EXPECT_EQ(of(SpanKind::Sample).size(), 1u);
+    EXPECT_EQ(of(SpanKind::Op).size(), 1u);
+}
+
+TEST_F(Fixture, A310MethodWithoutQualnameIsStillNamedByItsClass)
+{
+    describe(P);
+    constexpr uint64_t BARE_CALL = 0xe000;
+    ev.code(P, BARE_CALL, "__call__", "/home/me/transforms.py"); // 3.10: no qualified names
+    ev.entry(P, P, 100, 0, COMPOSE, T_COMPOSE, {{GETITEM, 1}}, {}, 0xc0);
+    ev.entry(P, P, 110, 1, BARE_CALL, T_CROP, {{COMPOSE, LOTUS_NO_VALUE}}, {}, 0xc2);
+    ev.ret(P, P, 120, 1);
+    ev.ret(P, P, 130, 0);
+    ASSERT_EQ(of(SpanKind::Op).size(), 1u);
+    EXPECT_EQ(of(SpanKind::Op)[0].name, "RandomResizedCrop");
 }

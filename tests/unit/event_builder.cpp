@@ -1,5 +1,6 @@
 #include "event_builder.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace lotus::test {
@@ -20,23 +21,28 @@ void EventBuilder::code(uint32_t tgid, uint64_t code, const std::string& name, c
     engine_.consume(&c, sizeof(c));
 }
 
-void EventBuilder::type(uint32_t tgid, uint64_t type, const std::string& name)
+void EventBuilder::type(uint32_t tgid, uint64_t type, const std::string& name, std::vector<std::string> bases)
 {
     lotus_type_info t{};
     t.h = header(LOTUS_EV_TYPE, tgid, tgid, 0);
     t.type = type;
     strncpy(t.name, name.c_str(), sizeof(t.name) - 1);
+    for (size_t i = 0; i < bases.size() && i < LOTUS_BASES; i++)
+        strncpy(t.bases[i], bases[i].c_str(), LOTUS_BASE_LEN - 1);
     engine_.consume(&t, sizeof(t));
 }
 
 void EventBuilder::entry(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t depth, uint64_t code,
                          uint64_t self_type, std::vector<std::pair<uint64_t, int64_t>> chain,
-                         std::vector<std::tuple<uint64_t, uint8_t, int64_t>> captures)
+                         std::vector<std::tuple<uint64_t, uint8_t, int64_t>> captures, uint64_t self_obj,
+                         uint64_t arg1_obj)
 {
     lotus_py_entry e{};
     e.h = header(LOTUS_EV_PY_ENTRY, tgid, tid, ts);
     e.code = code;
     e.self_type = self_type;
+    e.self_obj = self_obj;
+    e.arg1_obj = arg1_obj;
     e.depth = depth;
     for (size_t i = 0; i < chain.size() && i < LOTUS_CHAIN_LEN; i++) {
         e.chain_code[i] = chain[i].first;
@@ -52,13 +58,66 @@ void EventBuilder::entry(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t dept
     engine_.consume(&e, sizeof(e));
 }
 
-void EventBuilder::ret(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t depth)
+void EventBuilder::ret(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t depth, uint64_t ret_obj)
 {
     lotus_py_return r{};
     r.h = header(LOTUS_EV_PY_RETURN, tgid, tid, ts);
     r.depth = depth;
+    r.ret_obj = ret_obj;
+    r.ret_null = ret_obj == 0;
     engine_.consume(&r, sizeof(r));
 }
+
+void EventBuilder::msg(uint32_t tgid, uint32_t tid, uint64_t ts, uint8_t dir, const std::string& pickle, uint64_t file,
+                       uint16_t mode)
+{
+    lotus_msg m{};
+    m.h = header(LOTUS_EV_MSG, tgid, tid, ts);
+    m.file = file;
+    m.mode = mode;
+    m.dir = dir;
+    m.len = static_cast<uint32_t>(pickle.size());
+    m.nbytes = static_cast<uint8_t>(std::min(pickle.size(), sizeof(m.data)));
+    memcpy(m.data, pickle.data(), m.nbytes);
+    engine_.consume(&m, sizeof(m));
+}
+
+void EventBuilder::getppid(uint32_t tgid, uint32_t tid, uint64_t ts)
+{
+    lotus_event_header h = header(LOTUS_EV_GETPPID, tgid, tid, ts);
+    engine_.consume(&h, sizeof(h));
+}
+
+static std::string framed(const std::string& body)
+{
+    std::string p = "\x80\x04\x95";
+    uint64_t n = body.size();
+    p.append(reinterpret_cast<const char*>(&n), 8);
+    return p + body;
+}
+
+static std::string worker_global(const std::string& name)
+{
+    std::string module = "torch.utils.data._utils.worker";
+    return std::string("\x8c") + char(module.size()) + module + "\x94\x8c" + char(name.size()) + name + "\x94\x93\x94";
+}
+
+std::string pickled_indexed(int64_t index, bool stop)
+{
+    std::string idx;
+    if (index < 256) {
+        idx = std::string("K") + char(index);
+    } else if (index < 65536) {
+        idx = std::string("M") + char(index & 0xff) + char(index >> 8);
+    } else {
+        int32_t v = static_cast<int32_t>(index);
+        idx = "J" + std::string(reinterpret_cast<const char*>(&v), 4);
+    }
+    std::string rest = stop ? worker_global("_IterableDatasetStopIteration") + ")\x81\x94}" : "]\x94(K\x01K\x02e\x86\x94.";
+    return framed(idx + rest);
+}
+
+std::string pickled_resume() { return framed(worker_global("_ResumeIteration") + ")\x81\x94}\x94\x8c\x04seed"); }
 
 void EventBuilder::proc(uint32_t type, uint32_t tgid, uint32_t parent, uint32_t space)
 {

@@ -16,17 +16,28 @@ public:
     // own: described in the process's own space (lotus_abi.h), not its role space's.
     void code(uint32_t tgid, uint64_t code, const std::string& name, const std::string& file = "x.py",
               bool own = false);
-    void type(uint32_t tgid, uint64_t type, const std::string& name);
+    // bases: tp_names of its tp_base chain, nearest first.
+    void type(uint32_t tgid, uint64_t type, const std::string& name, std::vector<std::string> bases = {});
     // chain: caller code objects, innermost first, with their localsplus[1] ints.
     void entry(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t depth, uint64_t code, uint64_t self_type = 0,
                std::vector<std::pair<uint64_t, int64_t>> chain = {},
-               std::vector<std::tuple<uint64_t, uint8_t, int64_t>> captures = {});
-    void ret(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t depth);
+               std::vector<std::tuple<uint64_t, uint8_t, int64_t>> captures = {}, uint64_t self_obj = 0,
+               uint64_t arg1_obj = 0);
+    // ret_obj: what the frame returned (0: NULL, an exception left it).
+    void ret(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t depth, uint64_t ret_obj = 1);
+    // A pickled multiprocessing message read (LOTUS_MSG_IN) or written (LOTUS_MSG_OUT) on a pipe.
+    void msg(uint32_t tgid, uint32_t tid, uint64_t ts, uint8_t dir, const std::string& pickle, uint64_t file = 7,
+             uint16_t mode = 0010000 /* S_IFIFO */);
+    void getppid(uint32_t tgid, uint32_t tid, uint64_t ts);
     // FORK/EXEC: space is the role space BPF names (0: none, as in ABI 2 files).
     void proc(uint32_t type, uint32_t tgid, uint32_t parent, uint32_t space = 0);
 
 private:
     model::Engine& engine_;
 };
+
+// The first bytes of the pickles a DataLoader's queues carry (protocol 4, as ForkingPickler writes them).
+std::string pickled_indexed(int64_t index, bool stop = false); // (index, [...]) or (index, stop marker)
+std::string pickled_resume();                                  // _ResumeIteration(seed)
 
 } // namespace lotus::test

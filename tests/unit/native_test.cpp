@@ -167,7 +167,8 @@ TEST(EngineNative, PerfCounterDeltasReachTheOpSpans)
     test::EventBuilder ev{e};
     ev.code(1, 0x10, "Compose.__call__", "/x/torchvision/transforms/transforms.py");
     ev.code(1, 0x20, "ToTensor.__call__");
-    ev.entry(1, 1, 100, 0, 0x10);
+    ev.type(1, 0x30, "Compose");
+    ev.entry(1, 1, 100, 0, 0x10, 0x30);
     lotus_py_entry in{};
     in.h = {LOTUS_EV_PY_ENTRY, 1, 1, 0, 110};
     in.code = 0x20;

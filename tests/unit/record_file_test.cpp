@@ -244,11 +244,11 @@ TEST(RecordFile, ReadsTheEventAbisItKnows)
         all.append(buf, n);
     fclose(f);
     unlink(path.c_str());
-    // ABI 2 records are laid out as ABI 3's (FORK/EXEC name no role space there); others are refused.
-    for (uint32_t abi : {2u, uint32_t(LOTUS_ABI_VERSION), 1u, uint32_t(LOTUS_ABI_VERSION + 1)}) {
+    // Files of an earlier event ABI (their DataLoader records differ) and of unknown ones are refused.
+    for (uint32_t abi : {2u, 3u, uint32_t(LOTUS_ABI_VERSION), 1u, uint32_t(LOTUS_ABI_VERSION + 1)}) {
         memcpy(all.data() + 12, &abi, 4);
         FILE* m = fmemopen(all.data(), all.size(), "rb");
-        bool known = abi == 2 || abi == LOTUS_ABI_VERSION;
+        bool known = abi == LOTUS_ABI_VERSION;
         if (known) {
             RecordReader r(m, "abi");
             std::vector<uint8_t> rec;

@@ -63,8 +63,8 @@ TEST(RoleSpaces, AProcesssOwnDescriptionsComeFirstForItAlone)
     s.add_code(B, X, desc("again_b"), false); // a description for the space: everyone without their own sees it
     EXPECT_EQ(name_of(s, A, X), "again_b");
     EXPECT_EQ(name_of(s, B, X), "again_b");
-    s.add_type(A, X, "TA");
-    EXPECT_EQ(*s.type(B, X), "TA");
+    s.add_type(A, X, model::TypeDesc{"TA", {}});
+    EXPECT_EQ(s.type(B, X)->name, "TA");
     EXPECT_EQ(s.type(B, X + 1), nullptr);
 }
 

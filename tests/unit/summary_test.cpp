@@ -52,7 +52,7 @@ TEST(Summary, SaysWhenNoPipelineWasSeen)
     exporter::Summary sum;
     char buf[4096] = {};
     FILE* f = fmemopen(buf, sizeof(buf), "w");
-    sum.print(f, {}, nullptr, {});
+    sum.print(f, {}, exporter::DataLoaderReport{}, {});
     fclose(f);
     EXPECT_NE(std::string(buf).find("No pipeline was seen"), std::string::npos);
 }

@@ -400,6 +400,13 @@ void Probe::set_role(uint32_t space, uint64_t code, uint32_t flags, const std::v
     bpf_map_update_elem(fd, &key, &role, BPF_EXIST);
 }
 
+void Probe::set_type(uint32_t space, uint64_t type, uint32_t flags)
+{
+    // BPF inserted DESCRIBED when it sent the TYPE record; an LRU eviction since only means it is described again.
+    lotus_role_key key{space, 0, type};
+    bpf_map_update_elem(bpf_map__fd(skel_->maps.lotus_types), &key, &flags, BPF_ANY);
+}
+
 CaptureStats Probe::stats() const
 {
     CaptureStats s;

@@ -73,6 +73,8 @@ public:
     int poll(int timeout_ms);
     // A code object's role in a role space, set once: BPF keeps per-CPU copies of classified roles.
     void set_role(uint32_t space, uint64_t code, uint32_t flags, const std::vector<uint8_t>& capture_slots);
+    // What a type is (LOTUS_TYPE_* flags) in a role space.
+    void set_type(uint32_t space, uint64_t type, uint32_t flags);
     CaptureStats stats() const;
     // How the evaluator is probed: "uprobe session" or "uprobe + uretprobe" (kernels before 6.13).
     const char* evaluator_probe() const { return session_type_ >= 0 ? "uprobe session" : "uprobe + uretprobe"; }

@@ -69,6 +69,7 @@ void report(const Options& opts, exporter::OutputFile& out, exporter::ChromeTrac
     trace.finish(engine.processes(), other);
     out.close();
 
+    auto batches = exporter::summarize_batches(engine.batches(), engine.processes(), summary);
     if (!opts.print_summary) {
         if (!opts.record.empty())
             fmt::print(stderr, "lotus-bpf: wrote {} events ({} lost) to {}\n", other["events"], lost, opts.record);
@@ -76,7 +77,7 @@ void report(const Options& opts, exporter::OutputFile& out, exporter::ChromeTrac
             fmt::print(stderr, "lotus-bpf: wrote {}\n", opts.output);
         if (!opts.summary_json.empty()) {
             exporter::OutputFile js(opts.summary_json);
-            js.write(summary.json(engine.processes(), nullptr, other));
+            js.write(summary.json(engine.processes(), batches, other));
             js.close();
         }
         return;
@@ -96,13 +97,10 @@ void report(const Options& opts, exporter::OutputFile& out, exporter::ChromeTrac
         notes.push_back(fmt::format("{} span(s) were still open at the end or lost their return and are not in "
                                     "the trace.",
                                     c.incomplete + c.lost_returns));
-    auto batches = exporter::summarize_batches(engine.batches().stats(), engine.processes(), summary.rows());
-    const exporter::BatchSummary* bs =
-        engine.batches().seen() || !engine.batches().stats().wait_ns.empty() ? &batches : nullptr;
-    summary.print(stdout, engine.processes(), bs, notes);
+    summary.print(stdout, engine.processes(), batches, notes);
     if (!opts.summary_json.empty()) {
         exporter::OutputFile js(opts.summary_json);
-        js.write(summary.json(engine.processes(), bs, other));
+        js.write(summary.json(engine.processes(), batches, other));
         js.close();
     }
     fflush(stdout);
@@ -208,6 +206,7 @@ static int replay_into(const Options& opts, exporter::RecordReader& in)
     std::map<std::string, std::string> other{
         {"tool", "\"lotus-bpf " LOTUS_VERSION "\""},
         {"target_pid", std::to_string(in.header().root_pid)},
+        {"t0_monotonic_ns", std::to_string(in.header().t0_ns)},
         {"python", str("python")},
         {"interpreter", str("interpreter")},
         {"layout", str("layout")},

@@ -212,7 +212,8 @@ int run_session(const Options& opts)
                     }
                 }
                 probe->set_role(space, code, r.flags, r.capture_slots);
-            });
+            },
+            [&](uint32_t space, uint64_t type, uint32_t flags) { probe->set_type(space, type, flags); });
         const bool debug_events = getenv("LOTUS_DEBUG_EVENTS") != nullptr;
         uint64_t delivered = 0; // records read from the ring buffer: equals BPF's submitted count once drained
         probe = std::make_unique<capture::Probe>(interp, [&](const void* data, size_t len) {
@@ -322,6 +323,7 @@ int run_session(const Options& opts)
         std::map<std::string, std::string> other{
             {"tool", "\"lotus-bpf " LOTUS_VERSION "\""},
             {"target_pid", std::to_string(root)},
+            {"t0_monotonic_ns", std::to_string(t0)},
             {"python", exporter::json_string(interp.version.str())},
             {"interpreter", exporter::json_string(interp.target_path)},
             {"layout", exporter::json_string(interp.layout_source)},

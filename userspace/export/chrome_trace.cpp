@@ -149,8 +149,9 @@ void ChromeTraceWriter::finish(const std::map<uint32_t, model::ProcessInfo>& pro
 {
     for (const auto& [pid, p] : processes) {
         event(fmt::format("{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{},\"tid\":0,\"args\":{{\"name\":{}}}}}",
-                          pid, json_string(p.label())));
-        int sort = p.root ? -1 : (p.worker_id >= 0 ? p.worker_id : 1000);
+                          pid, json_string(model::process_label(processes, pid))));
+        // training processes first (by rank), then workers (by worker id), then the rest
+        int sort = p.root ? -1 : p.consumer ? (p.rank >= 0 ? p.rank : 100) : (p.worker_id >= 0 ? 1000 + p.worker_id : 10000);
         event(fmt::format(
             "{{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{},\"tid\":0,\"args\":{{\"sort_index\":{}}}}}",
             pid, sort));

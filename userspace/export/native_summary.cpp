@@ -19,12 +19,12 @@ std::vector<CounterRow> Summary::counter_rows() const
         if (counter_names_[k] == "instructions")
             instructions = static_cast<int>(k);
     }
-    std::vector<std::string> names = order_;
-    if (counters_.count("sample"))
+    std::vector<std::string> names = all_.order;
+    if (all_.counters.count("sample"))
         names.push_back("sample");
     for (const auto& name : names) {
-        auto it = counters_.find(name);
-        if (it == counters_.end() || !it->second.count)
+        auto it = all_.counters.find(name);
+        if (it == all_.counters.end() || !it->second.count)
             continue;
         const auto& c = it->second;
         CounterRow row{name, c.count, {}, -1, -1};

@@ -17,9 +17,9 @@ constexpr char kMagic[8] = {'L', 'O', 'T', 'U', 'S', 'L', 'B', 'T'};
 constexpr uint32_t kFormatVersion = kBlockFormat;
 constexpr uint32_t kOldBlockFormat = 2; // still read
 constexpr uint32_t kLegacyVersion = 1;
-// ABI 2 records are laid out as ABI 3's; their FORK and EXEC records name no role space (0), which the engine
-// then derives from the process tree.
-constexpr uint32_t kOldestAbi = 2;
+// ABI 4 changed what DataLoader semantics are made of (queue messages, DataLoader.__iter__'s return value,
+// base classes of types): earlier files would replay without batches, so they are refused with a reason.
+constexpr uint32_t kOldestAbi = 4;
 constexpr uint32_t kMaxRecord = 1 << 16;
 constexpr uint32_t kMaxMeta = 1 << 20;
 // The writer cuts a block at this many records or bytes: bounded memory, and little lost if the tracer dies.
@@ -118,6 +118,10 @@ void RecordReader::read_header()
     if (fread(&version, 4, 1, f_) != 1 || fread(&abi, 4, 1, f_) != 1 || fread(&header_.t0_ns, 8, 1, f_) != 1 ||
         fread(&header_.root_pid, 4, 1, f_) != 1 || fread(&meta, 4, 1, f_) != 1)
         throw RecordError(fmt::format("{}: truncated header", path));
+    if (abi < kOldestAbi && abi >= 2)
+        throw RecordError(fmt::format("{}: recorded by an earlier lotus-bpf (event ABI {}), whose records of DataLoader "
+                                      "activity this version does not reconstruct: record it again",
+                                      path, abi));
     if ((version != kFormatVersion && version != kOldBlockFormat && version != kLegacyVersion) || abi < kOldestAbi ||
         abi > LOTUS_ABI_VERSION)
         throw RecordError(fmt::format("{}: record format {} / event ABI {} (this lotus-bpf reads {}-{} / {}-{})", path,

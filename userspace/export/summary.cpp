@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "common/json.h"
 
@@ -48,10 +49,30 @@ DurationStats stats_of(const std::vector<uint64_t>& durations_ns)
     return stats_of(d);
 }
 
-BatchSummary summarize_batches(const model::BatchStats& b, const std::map<uint32_t, model::ProcessInfo>& processes,
-                               const std::vector<std::pair<std::string, DurationStats>>& op_rows)
+std::string row_name(const model::Span& s)
+{
+    return s.container.empty() ? s.name : s.name + " (in " + s.container + ")";
+}
+
+static double share(uint64_t part, uint64_t whole) { return whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0; }
+
+// Mean per-sample pipeline time of a training process's DataLoaders (the "sample" rows).
+static double per_sample_ms(const Summary& summary, uint32_t owner)
+{
+    double total = 0;
+    uint64_t n = 0;
+    for (const auto& [key, rows] : summary.groups())
+        if (key.owner == owner)
+            for (const auto& [name, st] : rows)
+                if (name == "sample")
+                    total += st.total_ms, n += st.count;
+    return n ? total / static_cast<double>(n) : 0;
+}
+
+static BatchSummary summarize(const model::BatchStats& b, GroupKey key)
 {
     BatchSummary s;
+    s.key = key;
     s.prepare = stats_of(b.prepare_ns);
     s.wait = stats_of(b.wait_ns);
     s.delay = stats_of(b.delay_ns);
@@ -67,66 +88,99 @@ BatchSummary summarize_batches(const model::BatchStats& b, const std::map<uint32
     }
     for (auto d : b.delay_ns)
         s.delay_gt_500ms += d > 500'000'000;
-    double loop = static_cast<double>(b.loop_last_ns - b.loop_first_ns);
-    s.waiting_share = loop > 0 ? s.wait.total_ms * 1e6 / loop : 0;
-    std::set<int> ids; // worker ids, not processes: each epoch may fork new ones
-    for (const auto& [pid, p] : processes)
-        if (!p.root && p.batches > 0)
-            ids.insert(p.worker_id);
-    size_t workers = ids.size();
-    double per_sample = 0;
-    for (const auto& [name, st] : op_rows)
-        if (name == "sample")
-            per_sample = st.mean_ms;
-    double pct = s.waiting_share * 100;
-    if (s.wait.count == 0)
-        s.verdict = "No DataLoader batches were consumed while tracing.";
-    else if (pct >= 20)
-        s.verdict = fmt::format("The training loop waited for data {:.0f} % of the time: input-bound; the data "
-                                "pipeline is the bottleneck ({} worker(s) x {:.2f} ms/sample in the pipeline).",
-                                pct, workers, per_sample);
-    else
-        s.verdict = fmt::format("The training loop waited for data {:.0f} % of the time: not input-bound; the "
-                                "data pipeline keeps up.",
-                                pct);
+    s.unnamed = b.unnamed;
+    s.unmatched = b.unmatched;
     return s;
+}
+
+DataLoaderReport summarize_batches(const model::BatchTracker& batches,
+                                   const std::map<uint32_t, model::ProcessInfo>& processes, const Summary& summary)
+{
+    DataLoaderReport out;
+    for (const auto& [key, b] : batches.stats())
+        out.loaders.push_back(summarize(b, GroupKey{key.first, key.second}));
+    size_t loops_seen = batches.loops().size();
+    for (const auto& [pid, loop] : batches.loops()) {
+        LoopSummary l;
+        l.pid = pid;
+        model::BatchStats all;
+        for (const auto& [key, b] : batches.stats()) {
+            if (key.first != pid)
+                continue;
+            all.prepare_ns.insert(all.prepare_ns.end(), b.prepare_ns.begin(), b.prepare_ns.end());
+            all.wait_ns.insert(all.wait_ns.end(), b.wait_ns.begin(), b.wait_ns.end());
+            all.out_of_order.insert(all.out_of_order.end(), b.out_of_order.begin(), b.out_of_order.end());
+            all.delay_ns.insert(all.delay_ns.end(), b.delay_ns.begin(), b.delay_ns.end());
+            all.unnamed += b.unnamed;
+            all.unmatched += b.unmatched;
+        }
+        l.all = summarize(all, GroupKey{pid, -1});
+        l.batches = all.wait_ns.size();
+        double span = static_cast<double>(loop.last_ns > loop.first_ns ? loop.last_ns - loop.first_ns : 0);
+        l.waiting_share = span > 0 ? static_cast<double>(loop.wait_ns) / span : 0;
+        std::set<int> ids; // worker ids, not processes: each epoch may fork new ones
+        for (const auto& [wpid, p] : processes)
+            if (p.owner == pid && p.batches > 0)
+                ids.insert(p.worker_id);
+        std::string who = loops_seen > 1 ? " of " + model::process_label(processes, pid) : "";
+        double pct = l.waiting_share * 100;
+        if (l.batches == 0)
+            l.verdict = fmt::format("The training loop{} consumed no DataLoader batch while tracing.", who);
+        else if (pct >= 20)
+            l.verdict = fmt::format("The training loop{} waited for data {:.0f} % of the time: input-bound; the data "
+                                    "pipeline is the bottleneck ({} worker(s) x {:.2f} ms/sample in the pipeline).",
+                                    who, pct, ids.size(), per_sample_ms(summary, pid));
+        else
+            l.verdict = fmt::format("The training loop{} waited for data {:.0f} % of the time: not input-bound; the "
+                                    "data pipeline keeps up.",
+                                    who, pct);
+        out.loops.push_back(l);
+    }
+    return out;
 }
 
 void Summary::add(const model::Span& s)
 {
-    uint64_t dur = s.end_ns > s.start_ns ? s.end_ns - s.start_ns : 0;
-    if (s.has_counters) {
-        auto& c = counters_[s.kind == model::SpanKind::Sample ? std::string("sample") : s.name];
-        c.cpu_ns += s.counters.cpu_ns;
-        c.wall_ns += dur;
-        c.minor_faults += s.counters.minor_faults;
-        for (unsigned k = 0; k < model::kMaxPerfCounters; k++)
-            c.perf[k] += s.counters.perf[k];
-        c.count++;
-    }
-    if (s.kind == model::SpanKind::Sample) {
-        samples_.add(dur);
-        return;
-    }
-    if (s.kind != model::SpanKind::Op && s.kind != model::SpanKind::Loader && s.kind != model::SpanKind::Collate &&
-        s.kind != model::SpanKind::Py)
+    if (s.kind != model::SpanKind::Sample && s.kind != model::SpanKind::Op && s.kind != model::SpanKind::Loader &&
+        s.kind != model::SpanKind::Collate && s.kind != model::SpanKind::Py)
         return; // batches and waits have their own section
-    auto [it, fresh] = durations_.try_emplace(s.name);
+    GroupKey key{s.owner, s.loader};
+    auto [g, fresh] = groups_.try_emplace(key);
     if (fresh)
-        order_.push_back(s.name);
-    it->second.add(dur);
+        group_order_.push_back(key);
+    uint64_t dur = s.end_ns > s.start_ns ? s.end_ns - s.start_ns : 0;
+    std::string name = s.kind == model::SpanKind::Sample ? "sample" : row_name(s);
+    for (Group* grp : {&all_, &g->second}) {
+        if (s.has_counters) {
+            auto& c = grp->counters[name];
+            c.cpu_ns += s.counters.cpu_ns;
+            c.wall_ns += dur;
+            c.minor_faults += s.counters.minor_faults;
+            for (unsigned k = 0; k < model::kMaxPerfCounters; k++)
+                c.perf[k] += s.counters.perf[k];
+            c.count++;
+        }
+        if (s.kind == model::SpanKind::Sample) {
+            grp->samples.add(dur);
+            continue;
+        }
+        auto [it, first] = grp->durations.try_emplace(name);
+        if (first)
+            grp->order.push_back(name);
+        it->second.add(dur);
+    }
 }
 
-std::vector<std::pair<std::string, DurationStats>> Summary::rows() const
+Rows Summary::rows_of(const Group& g) const
 {
-    std::vector<std::pair<std::string, DurationStats>> out;
-    for (const auto& name : order_)
-        out.emplace_back(name, stats_of(durations_.at(name)));
-    if (samples_.count())
-        out.emplace_back("sample", stats_of(samples_));
+    Rows out;
+    for (const auto& name : g.order)
+        out.emplace_back(name, stats_of(g.durations.at(name)));
+    if (g.samples.count())
+        out.emplace_back("sample", stats_of(g.samples));
     for (auto& [name, st] : out) {
-        auto c = counters_.find(name);
-        if (c == counters_.end() || !c->second.count)
+        auto c = g.counters.find(name);
+        if (c == g.counters.end() || !c->second.count)
             continue;
         st.cpu_ms = static_cast<double>(c->second.cpu_ns) / 1e6 / static_cast<double>(c->second.count);
         st.on_cpu_pct = c->second.wall_ns ? 100.0 * static_cast<double>(c->second.cpu_ns) / static_cast<double>(c->second.wall_ns) : 0;
@@ -135,48 +189,100 @@ std::vector<std::pair<std::string, DurationStats>> Summary::rows() const
     return out;
 }
 
-static double share(uint64_t part, uint64_t whole) { return whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0; }
+Rows Summary::rows() const { return rows_of(all_); }
+
+std::vector<std::pair<GroupKey, Rows>> Summary::groups() const
+{
+    std::vector<std::pair<GroupKey, Rows>> out;
+    for (const auto& key : group_order_)
+        out.emplace_back(key, rows_of(groups_.at(key)));
+    return out;
+}
 
 static double busy_pct(const model::ProcessInfo& p)
 {
     return p.last_ns > p.first_ns ? 100.0 * static_cast<double>(p.busy_ns) / static_cast<double>(p.last_ns - p.first_ns) : 0;
 }
 
-void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& processes, const BatchSummary* batches,
-                    const std::vector<std::string>& notes) const
+static std::string group_title(const GroupKey& k, const std::map<uint32_t, model::ProcessInfo>& processes)
 {
-    auto r = rows();
-    if (r.empty()) {
-        fmt::print(out, "No pipeline was seen: no Compose-like call ran in the traced processes.\n");
-    } else {
-        fmt::print(out, "{:<28} {:>8} {:>10} {:>10} {:>10} {:>10} {:>12} {:>8} {:>6} {:>7}\n", "op", "count", "mean ms",
-                   "p50 ms", "p95 ms", "p99 ms", "total ms", "cpu ms", "cpu %", "faults");
-        for (const auto& [name, s] : r) {
-            std::string cpu = s.cpu_ms < 0 ? "-" : fmt::format("{:.3f}", s.cpu_ms);
-            std::string pct = s.on_cpu_pct < 0 ? "-" : fmt::format("{:.0f}", s.on_cpu_pct);
-            std::string flt = s.minor_faults < 0 ? "-" : fmt::format("{:.1f}", s.minor_faults);
-            fmt::print(out, "{:<28} {:>8} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.1f} {:>8} {:>6} {:>7}\n",
-                       name == "sample" ? "sample (whole pipeline)" : name, s.count, s.mean_ms, s.p50_ms, s.p95_ms,
-                       s.p99_ms, s.total_ms, cpu, pct, flt);
-        }
+    if (!k.owner)
+        return "Outside any DataLoader that was seen";
+    std::string who = model::process_label(processes, k.owner);
+    if (k.loader < 0)
+        return fmt::format("DataLoader ? of {} (its iterator was made before tracing began)", who);
+    return fmt::format("DataLoader {} of {}", k.loader, who);
+}
+
+static void print_rows(FILE* out, const Rows& r)
+{
+    fmt::print(out, "{:<28} {:>8} {:>10} {:>10} {:>10} {:>10} {:>12} {:>8} {:>6} {:>7}\n", "op", "count", "mean ms",
+               "p50 ms", "p95 ms", "p99 ms", "total ms", "cpu ms", "cpu %", "faults");
+    for (const auto& [name, s] : r) {
+        std::string cpu = s.cpu_ms < 0 ? "-" : fmt::format("{:.3f}", s.cpu_ms);
+        std::string pct = s.on_cpu_pct < 0 ? "-" : fmt::format("{:.0f}", s.on_cpu_pct);
+        std::string flt = s.minor_faults < 0 ? "-" : fmt::format("{:.1f}", s.minor_faults);
+        fmt::print(out, "{:<28} {:>8} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.1f} {:>8} {:>6} {:>7}\n",
+                   name == "sample" ? "sample (whole pipeline)" : name, s.count, s.mean_ms, s.p50_ms, s.p95_ms, s.p99_ms,
+                   s.total_ms, cpu, pct, flt);
     }
-    if (batches && (batches->prepare.count || batches->wait.count)) {
-        const auto& b = *batches;
-        fmt::print(out, "\nbatches prepared: {}   per batch ms: mean {:.2f}  std {:.2f} ({:.0f} %)  min {:.2f}  p25 {:.2f}  "
+}
+
+static void print_batches(FILE* out, const BatchSummary& b)
+{
+    if (b.prepare.count)
+        fmt::print(out, "batches prepared: {}   per batch ms: mean {:.2f}  std {:.2f} ({:.0f} %)  min {:.2f}  p25 {:.2f}  "
                         "median {:.2f}  p75 {:.2f}  max {:.2f}  IQR {:.2f}  sum {:.1f}\n",
                    b.prepare.count, b.prepare.mean_ms, b.prepare.std_ms,
                    b.prepare.mean_ms > 0 ? 100 * b.prepare.std_ms / b.prepare.mean_ms : 0, b.prepare.min_ms,
                    b.prepare.p25_ms, b.prepare.p50_ms, b.prepare.p75_ms, b.prepare.max_ms,
                    b.prepare.p75_ms - b.prepare.p25_ms, b.prepare.total_ms);
-        fmt::print(out, "batches consumed: {}   wait ms: mean {:.2f}  p50 {:.2f}  p99 {:.2f}   out-of-order {:.0f} %  "
-                        "<=1 ms {:.0f} %  1-500 ms {:.0f} %  >500 ms {:.0f} %\n",
-                   b.wait.count, b.wait.mean_ms, b.wait.p50_ms, b.wait.p99_ms, share(b.out_of_order, b.wait.count),
-                   share(b.wait_le_1ms, b.wait.count), share(b.wait_1_500ms, b.wait.count),
-                   share(b.wait_gt_500ms, b.wait.count));
-        fmt::print(out, "ready-to-consumed delay ms: mean {:.2f}  p50 {:.2f}  p99 {:.2f}  >500 ms {:.0f} %\n",
-                   b.delay.mean_ms, b.delay.p50_ms, b.delay.p99_ms, share(b.delay_gt_500ms, b.delay.count));
-        fmt::print(out, "{}\n", b.verdict);
+    else
+        fmt::print(out, "batches prepared: 0\n");
+    if (!b.wait.count)
+        return;
+    fmt::print(out, "batches consumed: {}   wait ms: mean {:.2f}  p50 {:.2f}  p99 {:.2f}   out-of-order {:.0f} %  "
+                    "<=1 ms {:.0f} %  1-500 ms {:.0f} %  >500 ms {:.0f} %\n",
+               b.wait.count, b.wait.mean_ms, b.wait.p50_ms, b.wait.p99_ms, share(b.out_of_order, b.wait.count),
+               share(b.wait_le_1ms, b.wait.count), share(b.wait_1_500ms, b.wait.count), share(b.wait_gt_500ms, b.wait.count));
+    fmt::print(out, "ready-to-consumed delay ms: mean {:.2f}  p50 {:.2f}  p99 {:.2f}  >500 ms {:.0f} %\n", b.delay.mean_ms,
+               b.delay.p50_ms, b.delay.p99_ms, share(b.delay_gt_500ms, b.delay.count));
+    if (b.unnamed)
+        fmt::print(out, "{} batch(es) consumed before their index could be known (tracing began mid-epoch): their waits "
+                        "carry no batch id and no arrow.\n",
+                   b.unnamed);
+    if (b.unmatched)
+        fmt::print(out, "{} consumed batch(es) have no batch span to point to (prepared before tracing began, or by a "
+                        "worker whose epoch is unknown): no arrow, no delay.\n",
+                   b.unmatched);
+}
+
+void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& processes, const DataLoaderReport& batches,
+                    const std::vector<std::string>& notes) const
+{
+    // One section per DataLoader of each training process (just the table where there is only one).
+    std::vector<GroupKey> keys = group_order_;
+    for (const auto& b : batches.loaders)
+        if (std::find(keys.begin(), keys.end(), b.key) == keys.end())
+            keys.push_back(b.key);
+    if (keys.empty())
+        fmt::print(out, "No pipeline was seen: no Compose-like call ran in the traced processes.\n");
+    bool titled = keys.size() > 1;
+    for (size_t i = 0; i < keys.size(); i++) {
+        if (titled)
+            fmt::print(out, "{}{}\n", i ? "\n" : "", group_title(keys[i], processes));
+        if (auto g = groups_.find(keys[i]); g != groups_.end())
+            print_rows(out, rows_of(g->second));
+        for (const auto& b : batches.loaders)
+            if (b.key == keys[i] && (b.prepare.count || b.wait.count)) {
+                fmt::print(out, "\n");
+                print_batches(out, b);
+            }
     }
+    if (!batches.loops.empty())
+        fmt::print(out, "\n");
+    for (const auto& l : batches.loops)
+        fmt::print(out, "{}\n", l.verdict);
     // One row per role: a DataLoader worker id stands for every process that played it (non-persistent
     // workers are new processes each epoch); the JSON summary keeps one entry per process.
     struct Row {
@@ -184,11 +290,14 @@ void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& pro
         size_t processes = 0;
         uint64_t samples = 0, batches = 0, busy_ns = 0, seen_ns = 0;
     };
-    std::map<std::pair<int, std::string>, Row> rows;
+    std::map<std::tuple<uint32_t, int, int, int, std::string>, Row> rows;
     for (const auto& [pid, p] : processes) {
-        if (!p.root && p.samples == 0 && p.worker_id < 0)
+        bool worker = p.worker || p.worker_id >= 0;
+        if (!p.root && !p.consumer && p.samples == 0 && !worker)
             continue;
-        auto& r = rows[{p.root ? -2 : p.worker_id < 0 ? 1 << 30 : p.worker_id, p.label()}];
+        uint32_t group = worker && p.owner ? p.owner : pid;
+        auto& r = rows[{p.root ? 0 : group, worker ? 1 : 0, worker ? p.loader : -1,
+                        p.worker_id < 0 ? 1 << 30 : p.worker_id, model::process_label(processes, pid)}];
         r.pids += (r.pids.empty() ? "" : ",") + std::to_string(pid);
         r.processes++;
         r.samples += p.samples;
@@ -196,16 +305,19 @@ void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& pro
         r.busy_ns += p.busy_ns;
         r.seen_ns += p.last_ns > p.first_ns ? p.last_ns - p.first_ns : 0;
     }
-    fmt::print(out, "\n{:<14} {:>10} {:>8} {:>8} {:>7} {:>7}  pids\n", "process", "processes", "samples", "batches",
-               "busy %", "idle %");
+    fmt::print(out, "\n{:<20} {:>6} {:>10} {:>8} {:>8} {:>7} {:>7}  pids\n", "process", "loader", "processes", "samples",
+               "batches", "busy %", "idle %");
     for (const auto& [key, r] : rows) {
+        int loader = std::get<2>(key);
         std::string pids = r.pids.size() > 40 ? r.pids.substr(0, 37) + "..." : r.pids;
+        std::string ld = std::get<1>(key) ? (loader >= 0 ? std::to_string(loader) : "?") : "-";
         if (r.batches == 0 || r.seen_ns == 0) // busy/idle are about DataLoader workers
-            fmt::print(out, "{:<14} {:>10} {:>8} {:>8} {:>7} {:>7}  {}\n", key.second, r.processes, r.samples,
-                       r.batches, "-", "-", pids);
+            fmt::print(out, "{:<20} {:>6} {:>10} {:>8} {:>8} {:>7} {:>7}  {}\n", std::get<4>(key), ld, r.processes,
+                       r.samples, r.batches, "-", "-", pids);
         else
-            fmt::print(out, "{:<14} {:>10} {:>8} {:>8} {:>7.1f} {:>7.1f}  {}\n", key.second, r.processes, r.samples,
-                       r.batches, 100.0 * static_cast<double>(r.busy_ns) / static_cast<double>(r.seen_ns),
+            fmt::print(out, "{:<20} {:>6} {:>10} {:>8} {:>8} {:>7.1f} {:>7.1f}  {}\n", std::get<4>(key), ld,
+                       r.processes, r.samples, r.batches,
+                       100.0 * static_cast<double>(r.busy_ns) / static_cast<double>(r.seen_ns),
                        100.0 - 100.0 * static_cast<double>(r.busy_ns) / static_cast<double>(r.seen_ns), pids);
     }
     print_counters(out);
@@ -230,36 +342,72 @@ static std::string stats_json(const DurationStats& s)
                                                   s.cpu_ms, s.on_cpu_pct, s.minor_faults));
 }
 
-std::string Summary::json(const std::map<uint32_t, model::ProcessInfo>& processes, const BatchSummary* batches,
-                          const std::map<std::string, std::string>& run) const
+static std::string rows_json(const Rows& rows)
 {
     std::string ops;
-    for (const auto& [name, st] : rows())
+    for (const auto& [name, st] : rows)
         ops += fmt::format("{}{}:{}", ops.empty() ? "" : ",", json_string(name), stats_json(st));
+    return "{" + ops + "}";
+}
+
+static std::string batches_json(const BatchSummary& x)
+{
+    return fmt::format("{{\"prepare\":{},\"wait\":{},\"delay\":{},\"wait_share\":{{\"out_of_order\":{:.4f},"
+                       "\"le_1ms\":{:.4f},\"1ms_500ms\":{:.4f},\"gt_500ms\":{:.4f}}},\"delay_gt_500ms_share\":{:.4f},"
+                       "\"unnamed\":{},\"unmatched\":{}",
+                       stats_json(x.prepare), stats_json(x.wait), stats_json(x.delay),
+                       share(x.out_of_order, x.wait.count) / 100, share(x.wait_le_1ms, x.wait.count) / 100,
+                       share(x.wait_1_500ms, x.wait.count) / 100, share(x.wait_gt_500ms, x.wait.count) / 100,
+                       share(x.delay_gt_500ms, x.delay.count) / 100, x.unnamed, x.unmatched);
+}
+
+std::string Summary::json(const std::map<uint32_t, model::ProcessInfo>& processes, const DataLoaderReport& batches,
+                          const std::map<std::string, std::string>& run) const
+{
     std::string procs;
     for (const auto& [pid, p] : processes)
-        if (p.root || p.samples > 0 || p.worker_id >= 0)
-            procs += fmt::format("{}{{\"pid\":{},\"label\":{},\"worker\":{},\"samples\":{},\"batches\":{},"
-                                 "\"busy_pct\":{:.2f}}}",
-                                 procs.empty() ? "" : ",", pid, json_string(p.label()), p.worker_id, p.samples,
-                                 p.batches, p.root ? 0.0 : busy_pct(p));
-    std::string b = "null";
-    if (batches) {
-        const auto& x = *batches;
-        b = fmt::format("{{\"prepare\":{},\"wait\":{},\"delay\":{},\"wait_share\":{{\"out_of_order\":{:.4f},"
-                        "\"le_1ms\":{:.4f},\"1ms_500ms\":{:.4f},\"gt_500ms\":{:.4f}}},\"delay_gt_500ms_share\":{:.4f},"
-                        "\"waiting_share\":{:.4f},\"verdict\":{}}}",
-                        stats_json(x.prepare), stats_json(x.wait), stats_json(x.delay),
-                        share(x.out_of_order, x.wait.count) / 100, share(x.wait_le_1ms, x.wait.count) / 100,
-                        share(x.wait_1_500ms, x.wait.count) / 100, share(x.wait_gt_500ms, x.wait.count) / 100,
-                        share(x.delay_gt_500ms, x.delay.count) / 100, x.waiting_share, json_string(x.verdict));
+        if (p.root || p.consumer || p.samples > 0 || p.worker || p.worker_id >= 0)
+            procs += fmt::format("{}{{\"pid\":{},\"label\":{},\"worker\":{},\"rank\":{},\"owner\":{},\"loader\":{},"
+                                 "\"samples\":{},\"batches\":{},\"busy_pct\":{:.2f}}}",
+                                 procs.empty() ? "" : ",", pid, json_string(model::process_label(processes, pid)),
+                                 p.worker_id, p.rank, p.owner, p.loader, p.samples, p.batches,
+                                 p.root || p.consumer ? 0.0 : busy_pct(p));
+    // Per DataLoader of each training process: its ops and batches.
+    std::string loaders;
+    std::vector<GroupKey> keys = group_order_;
+    for (const auto& b : batches.loaders)
+        if (std::find(keys.begin(), keys.end(), b.key) == keys.end())
+            keys.push_back(b.key);
+    for (const auto& k : keys) {
+        std::string b = "null";
+        for (const auto& x : batches.loaders)
+            if (x.key == k)
+                b = batches_json(x) + "}";
+        auto g = groups_.find(k);
+        loaders += fmt::format("{}{{\"owner\":{},\"owner_label\":{},\"loader\":{},\"ops\":{},\"batches\":{}}}",
+                               loaders.empty() ? "" : ",", k.owner,
+                               json_string(k.owner ? model::process_label(processes, k.owner) : ""), k.loader,
+                               g == groups_.end() ? "{}" : rows_json(rows_of(g->second)), b);
+    }
+    std::string loops;
+    for (const auto& l : batches.loops)
+        loops += fmt::format("{}{{\"pid\":{},\"label\":{},\"batches\":{},\"waiting_share\":{:.4f},\"verdict\":{},"
+                             "\"all\":{}}}}}",
+                             loops.empty() ? "" : ",", l.pid, json_string(model::process_label(processes, l.pid)),
+                             l.batches, l.waiting_share, json_string(l.verdict), batches_json(l.all));
+    // Every DataLoader together, and the training loop's share: where there is one training process (else null).
+    std::string merged = "null";
+    if (batches.loops.size() == 1) {
+        const auto& l = batches.loops[0];
+        merged = batches_json(l.all) + fmt::format(",\"waiting_share\":{:.4f},\"verdict\":{}}}", l.waiting_share,
+                                                   json_string(l.verdict));
     }
     std::string r;
     for (const auto& [k, v] : run)
         r += fmt::format("{}{}:{}", r.empty() ? "" : ",", json_string(k), v);
-    return fmt::format("{{\"run\":{{{}}},\"ops\":{{{}}},\"batches\":{},\"processes\":[{}],\"counters\":{},"
-                       "\"native_map\":{}}}\n",
-                       r, ops, b, procs, counters_json(), native_map_json());
+    return fmt::format("{{\"run\":{{{}}},\"ops\":{},\"batches\":{},\"loaders\":[{}],\"training\":[{}],\"processes\":[{}],"
+                       "\"counters\":{},\"native_map\":{}}}\n",
+                       r, rows_json(rows()), merged, loaders, loops, procs, counters_json(), native_map_json());
 }
 
 } // namespace lotus::exporter

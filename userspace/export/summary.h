@@ -1,4 +1,5 @@
-// The end-of-run summary: per-op duration statistics and per-process sample counts.
+// The end-of-run summary: per-op duration statistics per DataLoader (of each training process), the batch
+// analyses, the training loops' waits, and per-process sample counts.
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -22,16 +23,41 @@ struct DurationStats {
     double min_ms = 0, max_ms = 0, p25_ms = 0, p75_ms = 0, std_ms = 0;
 };
 
-// The DataLoader part of the summary (Lotus's batch analyses).
-struct BatchSummary {
-    DurationStats prepare, wait, delay;
-    uint64_t out_of_order = 0, wait_le_1ms = 0, wait_1_500ms = 0, wait_gt_500ms = 0, delay_gt_500ms = 0;
-    double waiting_share = 0; // of the training loop's time, first next() to last
-    std::string verdict;
+using Rows = std::vector<std::pair<std::string, DurationStats>>;
+
+// One DataLoader of one training process (owner 0 / loader -1: not known).
+struct GroupKey {
+    uint32_t owner = 0;
+    int loader = -1;
+    auto operator<=>(const GroupKey&) const = default;
 };
 
-BatchSummary summarize_batches(const model::BatchStats& b, const std::map<uint32_t, model::ProcessInfo>& processes,
-                               const std::vector<std::pair<std::string, DurationStats>>& op_rows);
+// The DataLoader part of the summary (Lotus's batch analyses), for one DataLoader of one training process.
+struct BatchSummary {
+    GroupKey key;
+    DurationStats prepare, wait, delay;
+    uint64_t out_of_order = 0, wait_le_1ms = 0, wait_1_500ms = 0, wait_gt_500ms = 0, delay_gt_500ms = 0;
+    uint64_t unnamed = 0, unmatched = 0;
+};
+
+// A training loop: how much of its time (first next() to last) it spent waiting in next().
+struct LoopSummary {
+    uint32_t pid = 0;
+    uint64_t batches = 0;
+    double waiting_share = 0;
+    std::string verdict;
+    BatchSummary all; // its DataLoaders together
+};
+
+struct DataLoaderReport {
+    std::vector<BatchSummary> loaders;
+    std::vector<LoopSummary> loops;
+    bool empty() const { return loaders.empty() && loops.empty(); }
+};
+
+class Summary;
+DataLoaderReport summarize_batches(const model::BatchTracker& batches,
+                                   const std::map<uint32_t, model::ProcessInfo>& processes, const Summary& summary);
 
 // Nearest-rank percentile of sorted values (q in [0, 1]).
 double percentile(const std::vector<uint64_t>& sorted, double q);
@@ -55,12 +81,14 @@ public:
     std::vector<CounterRow> counter_rows() const;
     std::string counters_json() const;   // also the trace's otherData
     std::string native_map_json() const;
-    // Op names in first-seen order with their stats; "sample" (a whole Compose call) last.
-    std::vector<std::pair<std::string, DurationStats>> rows() const;
-    void print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& processes, const BatchSummary* batches,
+    // Op names in first-seen order with their stats over every DataLoader; "sample" (a whole pipeline call) last.
+    Rows rows() const;
+    // The same per DataLoader of each training process, in first-seen order.
+    std::vector<std::pair<GroupKey, Rows>> groups() const;
+    void print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& processes, const DataLoaderReport& batches,
                const std::vector<std::string>& notes) const;
     // The same content as JSON (--summary-json); schema: schemas/summary.schema.json.
-    std::string json(const std::map<uint32_t, model::ProcessInfo>& processes, const BatchSummary* batches,
+    std::string json(const std::map<uint32_t, model::ProcessInfo>& processes, const DataLoaderReport& batches,
                      const std::map<std::string, std::string>& run) const;
 
 private:
@@ -68,14 +96,23 @@ private:
         uint64_t cpu_ns = 0, wall_ns = 0, minor_faults = 0, count = 0;
         uint64_t perf[model::kMaxPerfCounters] = {};
     };
+    struct Group {
+        std::vector<std::string> order;
+        std::map<std::string, DurationSeries> durations; // bounded: see duration_series.h
+        DurationSeries samples;
+        std::map<std::string, CounterSums> counters;
+    };
+    Rows rows_of(const Group& g) const;
     void print_counters(FILE* out) const;
     void print_native_map(FILE* out) const;
     std::vector<std::string> counter_names_;
     std::vector<model::OpNativeMap> native_map_;
-    std::vector<std::string> order_;
-    std::map<std::string, CounterSums> counters_;
-    std::map<std::string, DurationSeries> durations_; // bounded: see duration_series.h
-    DurationSeries samples_;
+    Group all_;
+    std::map<GroupKey, Group> groups_;
+    std::vector<GroupKey> group_order_;
 };
+
+// "ColorJitter (in RandomApply)" for an op of a container transform, else its name.
+std::string row_name(const model::Span& s);
 
 } // namespace lotus::exporter

@@ -1,9 +1,12 @@
 #include "batches.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <fmt/format.h>
 
 #include "common/json.h"
+#include "messages.h"
 
 namespace lotus::model {
 
@@ -17,59 +20,316 @@ BatchTracker::Thread& BatchTracker::thread(uint32_t pid, uint32_t tid)
     return threads_[static_cast<uint64_t>(pid) << 32 | tid];
 }
 
-void BatchTracker::new_epoch(Iterator& it)
+int BatchTracker::new_epoch(uint32_t owner, Consumer& c, uint64_t loader)
 {
-    it.epoch = loader_epochs_[it.loader]++;
-    it.consumed = 0;
-    it.next_idx = 0;
-    it.ended = false;
+    auto [id, fresh] = c.loader_ids.try_emplace(loader, static_cast<int>(c.loader_ids.size()));
+    Epoch e;
+    e.owner = owner;
+    e.loader = id->second;
+    e.number = c.epochs_begun[e.loader]++;
+    e.counted = true; // begun while tracing: its first batch is 0
+    epochs_.push_back(e);
+    return static_cast<int>(epochs_.size() - 1);
 }
 
-void BatchTracker::iterator_created(uint32_t, uint64_t iterator, uint64_t loader)
+uint32_t BatchTracker::owner_of(uint32_t pid) const
 {
-    if (constructing_ == iterator)
-        return; // a subclass __init__ calling its base's
-    auto [id, fresh] = loader_ids_.try_emplace(loader, static_cast<int>(loader_ids_.size()));
-    Iterator& it = iterators_[iterator];
-    it.loader = id->second;
-    new_epoch(it);
-    constructing_ = iterator;
+    auto self = processes_.find(pid);
+    if (self != processes_.end() && self->second.owner)
+        return self->second.owner;
+    // Its parent (fork, spawn), or its parent's parent (a forkserver's child), ...
+    for (int hops = 0; hops < 16; hops++) {
+        auto p = processes_.find(pid);
+        if (p == processes_.end() || !p->second.parent)
+            return 0;
+        pid = p->second.parent;
+        if (consumers_.count(pid))
+            return pid;
+    }
+    return 0;
 }
 
-void BatchTracker::iterator_constructed(uint32_t, uint64_t iterator)
+void BatchTracker::forked(uint32_t child, uint32_t parent)
 {
-    if (constructing_ == iterator)
-        constructing_ = 0;
-}
-
-void BatchTracker::forked(uint32_t child)
-{
-    // Workers are forked (directly, or by a forkserver on the main process's request) while their iterator's
-    // __init__ runs; persistent workers then serve that loader's later epochs too.
-    auto it = iterators_.find(constructing_);
-    if (constructing_ && it != iterators_.end()) {
-        processes_[child].loader = it->second.loader;
-        processes_[child].epoch_base = it->second.epoch;
+    // Workers are forked (directly, by a spawn's fork and exec, or by a forkserver at the training process's
+    // request) while the training process runs DataLoader.__iter__ (or the iterator's __init__): they are that
+    // epoch's; persistent ones serve its loader's later epochs too, each begun by a _ResumeIteration.
+    uint32_t pid = parent;
+    for (int hops = 0; hops < 16 && pid; hops++) {
+        if (auto c = consumers_.find(pid); c != consumers_.end()) {
+            processes_[child].owner = pid;
+            if (!c->second.open.empty()) {
+                int e = c->second.open.back().epoch;
+                worker_epoch_[child] = e;
+                processes_[child].loader = epochs_[e].loader;
+            }
+            return;
+        }
+        auto p = processes_.find(pid);
+        pid = p == processes_.end() ? 0 : p->second.parent;
     }
 }
 
-int BatchTracker::worker_loader(uint32_t pid) const
+void BatchTracker::exited(uint32_t pid)
 {
-    auto it = processes_.find(pid);
-    return it == processes_.end() ? -1 : it->second.loader;
+    for (auto it = threads_.begin(); it != threads_.end();) {
+        if (it->first >> 32 == pid) {
+            // A batch never handed over is not invented; its samples' loading was real.
+            for (auto& [idx, b] : it->second.ended)
+                for (const auto& l : b.loaders)
+                    sink_(l);
+            flush_loaders(it->second);
+            it = threads_.erase(it);
+        } else {
+            ++it;
+        }
+    }
 }
 
-int BatchTracker::worker_epoch(uint32_t pid, const Thread& t) const
+void BatchTracker::iter_begin(uint32_t pid, uint32_t tid, uint64_t loader)
 {
-    auto it = processes_.find(pid);
-    return (it == processes_.end() ? 0 : it->second.epoch_base) + t.resets;
+    processes_[pid].consumer = true;
+    Consumer& c = consumers_[pid];
+    c.open.push_back(Bracket{tid, new_epoch(pid, c, loader), false, 0});
 }
 
-void BatchTracker::start_batch(uint32_t, Thread& t, uint64_t start, int64_t idx)
+void BatchTracker::iter_end(uint32_t pid, uint32_t tid, uint64_t iterator)
+{
+    Consumer& c = consumers_[pid];
+    for (auto b = c.open.rbegin(); b != c.open.rend(); ++b) {
+        if (b->tid == tid && !b->from_init) {
+            if (iterator) // a persistent iterator is returned again: its next epoch is this one
+                c.iterators[iterator] = b->epoch;
+            c.open.erase(std::next(b).base());
+            return;
+        }
+    }
+}
+
+void BatchTracker::init_begin(uint32_t pid, uint32_t tid, uint64_t iterator, uint64_t loader)
+{
+    processes_[pid].consumer = true;
+    Consumer& c = consumers_[pid];
+    for (auto& b : c.open) {
+        if (b.tid != tid)
+            continue;
+        if (!b.from_init) { // inside DataLoader.__iter__: that epoch's iterator
+            b.iterator = iterator;
+            return;
+        }
+        if (b.iterator == iterator) {
+            b.nested++; // a subclass's __init__ calling its base's (separate calls on 3.10)
+            return;
+        }
+    }
+    // No __iter__ seen (a subclass overrode it, or the iterator was made directly): the iterator begins an epoch.
+    c.open.push_back(Bracket{tid, new_epoch(pid, c, loader), true, iterator});
+}
+
+void BatchTracker::init_end(uint32_t pid, uint32_t tid, uint64_t iterator)
+{
+    Consumer& c = consumers_[pid];
+    for (auto b = c.open.rbegin(); b != c.open.rend(); ++b) {
+        if (b->tid != tid || b->iterator != iterator)
+            continue;
+        c.iterators[iterator] = b->epoch;
+        // The outermost __init__ of the iterator returned only when its workers have been started, so a nested
+        // base-class __init__ (3.10) must not close the bracket: the workers are forked after it returns.
+        if (b->from_init && b->returns++ >= b->nested)
+            c.open.erase(std::next(b).base());
+        return;
+    }
+}
+
+void BatchTracker::next_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t iterator, bool single_process)
+{
+    processes_[pid].consumer = true;
+    Consumer& c = consumers_[pid];
+    auto it = c.iterators.find(iterator);
+    int e;
+    if (it != c.iterators.end()) {
+        e = it->second;
+    } else {
+        // An iterator made before tracing began: which loader and epoch it is, and which batch next() returns,
+        // are unknown until a batch message names one.
+        Epoch unknown;
+        unknown.owner = pid;
+        epochs_.push_back(unknown);
+        e = static_cast<int>(epochs_.size() - 1);
+        c.iterators[iterator] = e;
+    }
+    c.next[tid] = NextCall{e, -1};
+    LoopSpan& loop = loops_[pid];
+    if (!loop.first_ns)
+        loop.first_ns = ts;
+    if (single_process) {
+        Thread& t = thread(pid, tid);
+        t.single = true;
+        start_batch(t, ts, epochs_[e].counted ? epochs_[e].next_idx : -1, e);
+    }
+}
+
+void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uint64_t end, bool raised)
+{
+    auto c = consumers_.find(pid);
+    if (c == consumers_.end())
+        return;
+    auto nc = c->second.next.find(tid);
+    if (nc == c->second.next.end())
+        return;
+    NextCall call = nc->second;
+    c->second.next.erase(nc);
+    Epoch& ep = epochs_[call.epoch];
+    loops_[pid].last_ns = end;
+    Thread& t = thread(pid, tid);
+    bool single = t.single;
+    if (raised) { // StopIteration: the epoch is over (a persistent iterator's next one begins in __iter__)
+        t.in_batch = false;
+        t.single = false;
+        t.loaders.clear();
+        return;
+    }
+    // The batch next() returns: the last one it read from the result queue (it keeps reading until it gets the
+    // one it wants), else the next index past IterableDataset end-of-data markers, when the epoch's start is known.
+    int64_t n = -1;
+    if (single) {
+        n = t.idx;
+    } else if (call.last_read >= 0) {
+        n = call.last_read;
+    } else if (ep.counted) {
+        n = ep.next_idx;
+        while (ep.stops.erase(n))
+            n++;
+    }
+    if (n >= 0) {
+        ep.counted = true;
+        ep.next_idx = n + 1;
+    }
+    Span w = Span::make(SpanKind::Wait, n >= 0 ? fmt::format("wait batch {}", n) : "wait batch ?", pid, tid, start, end);
+    tag(w, call.epoch);
+    if (n >= 0)
+        w.args.emplace_back("batch", std::to_string(n));
+    if (ep.number >= 0)
+        w.args.emplace_back("epoch", std::to_string(ep.number));
+    if (ep.loader >= 0)
+        w.args.emplace_back("loader", std::to_string(ep.loader));
+    BatchStats& st = stats_[{pid, ep.loader}];
+    bool out_of_order = false;
+    if (single) {
+        if (t.in_batch) {
+            if (batch_ending_)
+                batch_ending_(tid);
+            t.in_batch = false;
+            Ended b{t.epoch, t.start, end, t.last_sample_end, t.samples, std::move(t.loaders)};
+            t.loaders.clear();
+            t.opens.clear();
+            emit_batch(pid, tid, t.idx, b, true);
+        }
+        t.single = false;
+        w.args.emplace_back("delay_ms", "0");
+        st.delay_ns.push_back(0);
+    } else if (n < 0) {
+        st.unnamed++;
+    } else if (auto r = ep.ready.find(n); r != ep.ready.end()) {
+        uint64_t delay = end > r->second.ts ? end - r->second.ts : 0;
+        for (const auto& [m, other] : ep.ready)
+            out_of_order |= m > n && other.ts < r->second.ts;
+        w.flow_in = r->second.flow;
+        w.args.emplace_back("delay_ms", fmt::format("{:.3f}", static_cast<double>(delay) / 1e6));
+        st.delay_ns.push_back(delay);
+        ep.ready.erase(r);
+    } else {
+        st.unmatched++; // prepared before tracing began, or by a worker whose epoch is unknown
+    }
+    w.args.emplace_back("out_of_order", out_of_order ? "true" : "false");
+    st.wait_ns.push_back(end - start);
+    st.out_of_order.push_back(out_of_order);
+    loops_[pid].wait_ns += end - start;
+    sink_(w);
+    Span consumed = Span::make(SpanKind::Consumed, n >= 0 ? fmt::format("consumed batch {}", n) : "consumed batch ?",
+                               pid, tid, end, end);
+    consumed.owner = w.owner;
+    consumed.loader = w.loader;
+    consumed.args = w.args;
+    sink_(consumed);
+}
+
+void BatchTracker::message(const lotus_msg& m)
+{
+    if ((m.mode & S_IFMT) != S_IFIFO) // a DataLoader's queues are pipes (sockets carry other conversations)
+        return;
+    QueueMessage q = parse_queue_message(m.data, std::min<size_t>(m.nbytes, sizeof(m.data)));
+    if (q.kind == QueueMessage::Other)
+        return;
+    uint32_t pid = m.h.tgid, tid = m.h.tid;
+    if (m.dir == LOTUS_MSG_IN) {
+        if (auto c = consumers_.find(pid); c != consumers_.end()) {
+            // The training loop reading batches inside next(); a training process reads no tasks.
+            if (auto nc = c->second.next.find(tid); nc != c->second.next.end() && q.kind == QueueMessage::Indexed && !q.stop)
+                nc->second.last_read = q.index;
+            return;
+        }
+        if (tid != pid) // a worker's loop runs on its main thread
+            return;
+        ProcessInfo& proc = processes_[pid];
+        if (!proc.owner)
+            proc.owner = owner_of(pid);
+        if (q.kind == QueueMessage::Resume) {
+            // A persistent worker's next epoch: the one whose __iter__ sends the resume now.
+            auto c = consumers_.find(proc.owner);
+            if (c != consumers_.end() && !c->second.open.empty())
+                worker_epoch_[pid] = c->second.open.back().epoch;
+            else
+                worker_epoch_.erase(pid);
+            return;
+        }
+        // A task: batch q.index begins (the previous one, if its loop's getppid was not seen, ended by now).
+        proc.worker = true;
+        auto we = worker_epoch_.find(pid);
+        int e = we == worker_epoch_.end() ? -1 : we->second;
+        if (e >= 0)
+            proc.loader = epochs_[e].loader;
+        Thread& t = thread(pid, tid);
+        if (t.in_batch)
+            end_batch(tid, t, m.h.ts_ns);
+        start_batch(t, m.h.ts_ns, q.index, e);
+        seen_ = true;
+        return;
+    }
+    // Sent: a worker's queue feeder thread sending batch q.index, or an end-of-data marker in its place.
+    if (q.kind != QueueMessage::Indexed || !processes_[pid].worker)
+        return; // a training process sending tasks, or another program's queue
+    Thread& t = thread(pid, pid);
+    if (t.in_batch && t.idx == q.index)
+        end_batch(pid, t, m.h.ts_ns); // its loop's getppid not seen yet (or never: the send bounds it)
+    auto ended = t.ended.find(q.index);
+    if (q.stop) {
+        // An IterableDataset worker's data ran out: that index carries no batch, next() skips it.
+        if (auto we = worker_epoch_.find(pid); we != worker_epoch_.end())
+            epochs_[we->second].stops.insert(q.index);
+        if (ended != t.ended.end())
+            t.ended.erase(ended);
+        return;
+    }
+    if (ended != t.ended.end()) {
+        emit_batch(pid, pid, q.index, ended->second, false);
+        t.ended.erase(ended);
+    }
+}
+
+void BatchTracker::getppid(uint32_t pid, uint32_t tid, uint64_t ts)
+{
+    auto it = threads_.find(static_cast<uint64_t>(pid) << 32 | tid);
+    if (it != threads_.end() && it->second.in_batch && !it->second.single)
+        end_batch(tid, it->second, ts);
+}
+
+void BatchTracker::start_batch(Thread& t, uint64_t start, int64_t idx, int epoch)
 {
     t.in_batch = true;
     t.partial = false;
     t.idx = idx;
+    t.epoch = epoch;
     t.start = start;
     t.boundary = start;
     t.samples = 0;
@@ -78,30 +338,47 @@ void BatchTracker::start_batch(uint32_t, Thread& t, uint64_t start, int64_t idx)
     seen_ = true;
 }
 
-void BatchTracker::sample_started(uint32_t pid, uint32_t tid, uint64_t ts, int64_t batch_idx, uint64_t sample_id,
-                                  int64_t sample)
+void BatchTracker::tag(Span& s, int epoch) const
+{
+    if (epoch < 0)
+        return;
+    s.owner = epochs_[epoch].owner;
+    s.loader = epochs_[epoch].loader;
+}
+
+std::pair<uint32_t, int> BatchTracker::data_for(uint32_t pid, uint32_t tid) const
+{
+    auto t = threads_.find(static_cast<uint64_t>(pid) << 32 | tid);
+    int e = t != threads_.end() && t->second.in_batch ? t->second.epoch : -1;
+    if (e < 0)
+        if (auto we = worker_epoch_.find(pid); we != worker_epoch_.end())
+            e = we->second;
+    if (e >= 0)
+        return {epochs_[e].owner, epochs_[e].loader};
+    auto p = processes_.find(pid);
+    return {p == processes_.end() ? 0 : p->second.owner, -1};
+}
+
+void BatchTracker::sample_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t sample_id, int64_t sample)
 {
     Thread& t = thread(pid, tid);
-    // In a worker process, a sample outside a batch starts one. Its index comes from _worker_loop's `idx`,
-    // or, for the first batches of a worker whose _worker_loop was not classified in time, from the put.
-    bool worker = !processes_[pid].root;
-    bool new_batch = batch_idx >= 0 ? (!t.in_batch || (t.idx >= 0 && t.idx != batch_idx)) : (!t.in_batch && worker);
-    if (!t.single && new_batch) {
-        // A worker's batch starts where it stopped waiting for the batch's indices.
-        uint64_t start = std::max(t.last_wait_done, t.last_put);
-        start_batch(pid, t, start && start <= ts ? start : ts, -1);
-        t.partial = !(start && start <= ts); // began before tracing did: its start is unknown
+    if (!t.in_batch) {
+        auto p = processes_.find(pid);
+        if (p != processes_.end() && p->second.consumer)
+            return; // a pipeline the training loop runs itself, outside next()
+        // A worker's batch whose task was read before tracing began (or a process running a pipeline without
+        // a DataLoader): its samples are reported, the batch (start unknown) is not invented.
+        auto we = worker_epoch_.find(pid);
+        start_batch(t, ts, -1, we == worker_epoch_.end() ? -1 : we->second);
+        t.partial = true;
     }
-    if (t.in_batch && t.idx < 0 && batch_idx >= 0)
-        adopt_index(t, batch_idx);
-    if (!t.in_batch)
-        return;
     t.samples++;
     if (t.partial && t.samples == 1)
         return; // its loading began before tracing did
     Span l = Span::make(SpanKind::Loader, "loader", pid, tid, t.boundary, ts);
     l.sample = sample;
     l.sample_id = sample_id;
+    tag(l, t.epoch);
     // The sample's own file: the first one opened while it was loading (lazy imports may open more).
     for (const auto& [when, path] : t.opens) {
         if (when >= l.start_ns && when <= ts && !path.empty()) {
@@ -114,14 +391,6 @@ void BatchTracker::sample_started(uint32_t pid, uint32_t tid, uint64_t ts, int64
     // (e.g. a multiprocessing child running a pipeline in a loop): its loaders go out now.
     if (t.loaders.size() >= kMaxPendingLoaders)
         flush_loaders(t);
-}
-
-void BatchTracker::adopt_index(Thread& t, int64_t idx)
-{
-    t.idx = idx;
-    if (idx < t.prev_idx)
-        t.resets++; // persistent workers: the batch index restarts at every epoch
-    t.prev_idx = idx;
 }
 
 void BatchTracker::sample_finished(uint32_t pid, uint32_t tid, uint64_t ts)
@@ -139,8 +408,6 @@ void BatchTracker::opened(uint32_t pid, uint32_t tid, uint64_t ts, std::string p
         t.opens.pop_front();
 }
 
-void BatchTracker::wait_done(uint32_t pid, uint32_t tid, uint64_t ts) { thread(pid, tid).last_wait_done = ts; }
-
 void BatchTracker::flush_loaders(Thread& t)
 {
     for (const auto& l : t.loaders)
@@ -149,141 +416,58 @@ void BatchTracker::flush_loaders(Thread& t)
     t.opens.clear(); // later samples open their files after the hand-over
 }
 
-void BatchTracker::finish_batch(uint32_t pid, uint32_t tid, Thread& t, uint64_t end, int epoch)
+void BatchTracker::end_batch(uint32_t tid, Thread& t, uint64_t end)
 {
+    if (batch_ending_)
+        batch_ending_(tid);
     t.in_batch = false;
-    t.last_put = end;
-    t.last_put_idx = t.idx;
-    if (t.partial) {
+    if (t.partial || t.idx < 0) {
         // Begun before tracing: its samples are reported, the batch itself (start unknown) is not invented.
         t.partial = false;
         flush_loaders(t);
         return;
     }
-    int loader = t.single ? t.loader : worker_loader(pid);
+    // Batches a worker never hands over (tasks read after its IterableDataset ran out) are forgotten in time.
+    if (t.ended.size() >= 64)
+        t.ended.erase(t.ended.begin());
+    t.ended[t.idx] = Ended{t.epoch, t.start, end, t.last_sample_end, t.samples, std::move(t.loaders)};
+    t.loaders.clear();
+    t.opens.clear(); // later samples open their files after the hand-over
+}
+
+void BatchTracker::emit_batch(uint32_t pid, uint32_t tid, int64_t idx, Ended& b, bool single)
+{
+    const Epoch* ep = b.epoch >= 0 ? &epochs_[b.epoch] : nullptr;
     auto& proc = processes_[pid];
     proc.batches++;
-    proc.busy_ns += end - t.start;
-    flush_loaders(t);
-    if (t.last_sample_end) {
-        Span c = Span::make(SpanKind::Collate, "collate", pid, tid, t.last_sample_end, end);
-        c.args = {{"batch", std::to_string(t.idx)}, {"epoch", std::to_string(epoch)}, {"loader", std::to_string(loader)}};
+    proc.busy_ns += b.end - b.start;
+    for (const auto& l : b.loaders)
+        sink_(l);
+    std::vector<std::pair<std::string, std::string>> ids;
+    if (idx >= 0)
+        ids.emplace_back("batch", std::to_string(idx));
+    if (ep && ep->number >= 0)
+        ids.emplace_back("epoch", std::to_string(ep->number));
+    if (ep && ep->loader >= 0)
+        ids.emplace_back("loader", std::to_string(ep->loader));
+    if (b.last_sample_end) {
+        Span c = Span::make(SpanKind::Collate, "collate", pid, tid, b.last_sample_end, b.end);
+        c.args = ids;
+        tag(c, b.epoch);
         sink_(c);
     }
-    Span b = Span::make(SpanKind::Batch, fmt::format("batch {}", t.idx), pid, tid, t.start, end);
-    b.args = {{"batch", std::to_string(t.idx)},
-              {"epoch", std::to_string(epoch)},
-              {"loader", std::to_string(loader)},
-              {"worker", std::to_string(proc.root ? -1 : proc.worker_id)},
-              {"samples", std::to_string(t.samples)}};
-    if (!t.single) {
-        b.flow_out = next_flow_++;
-        ready_[{loader, epoch}][t.idx] = Ready{end, b.flow_out};
+    Span s = Span::make(SpanKind::Batch, idx >= 0 ? fmt::format("batch {}", idx) : "batch ?", pid, tid, b.start, b.end);
+    s.args = ids;
+    if (!single && proc.worker_id >= 0)
+        s.args.emplace_back("worker", std::to_string(proc.worker_id));
+    s.args.emplace_back("samples", std::to_string(b.samples));
+    tag(s, b.epoch);
+    if (!single && ep && idx >= 0) {
+        s.flow_out = next_flow_++;
+        epochs_[b.epoch].ready[idx] = Ready{b.end, s.flow_out};
     }
-    stats_.prepare_ns.push_back(end - t.start);
-    sink_(b);
-}
-
-void BatchTracker::batch_put(uint32_t pid, uint32_t tid, uint64_t ts, int64_t idx)
-{
-    Thread& t = thread(pid, tid);
-    // A put whose index was not captured (the walk did not reach _worker_loop) hands over the batch in progress.
-    if (idx < 0 && t.in_batch && !t.stop_pending)
-        idx = t.idx;
-    if (t.single || idx < 0)
-        return;
-    if (!t.in_batch && idx == t.last_put_idx)
-        return; // another call into Python within the same put()
-    if (t.stop_pending) {
-        t.stop_pending = false;
-        t.in_batch = false;
-        t.loaders.clear();
-        t.last_put = ts;
-        t.last_put_idx = idx;
-        ready_[{worker_loader(pid), worker_epoch(pid, t)}][idx] = Ready{ts, 0, true};
-        return;
-    }
-    if (!t.in_batch) {
-        // No pipeline call marked this batch's samples (an IterableDataset, a dataset without Compose): the
-        // batch is still the worker's time from getting the indices to handing the data over.
-        uint64_t start = std::max(t.last_wait_done, t.last_put);
-        start_batch(pid, t, start && start <= ts ? start : ts, -1);
-        t.partial = !(start && start <= ts); // began before tracing did: its start is unknown
-    }
-    if (t.idx < 0)
-        adopt_index(t, idx);
-    if (t.idx == idx)
-        finish_batch(pid, tid, t, ts, worker_epoch(pid, t));
-}
-
-void BatchTracker::stop_marker(uint32_t pid, uint32_t tid) { thread(pid, tid).stop_pending = true; }
-
-void BatchTracker::next_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t iterator, bool single_process)
-{
-    auto [found, fresh] = iterators_.try_emplace(iterator);
-    Iterator& it = found->second;
-    if (it.ended) // an iterator made before tracing began (loader unknown), or a persistent one's next pass
-        new_epoch(it);
-    if (!stats_.loop_first_ns)
-        stats_.loop_first_ns = ts;
-    if (single_process) {
-        Thread& t = thread(pid, tid);
-        t.single = true;
-        t.loader = it.loader;
-        start_batch(pid, t, ts, it.next_idx);
-    }
-}
-
-void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uint64_t end, uint64_t iterator,
-                                 bool single_process, bool raised)
-{
-    auto found = iterators_.find(iterator);
-    if (found == iterators_.end())
-        return;
-    Iterator& it = found->second;
-    stats_.loop_last_ns = end;
-    Thread& t = thread(pid, tid);
-    if (raised) { // StopIteration: the epoch is over (a persistent iterator starts a new one on next use)
-        it.ended = true;
-        t.in_batch = false;
-        t.single = false;
-        return;
-    }
-    it.consumed++;
-    // The batch next() returns: the next task index, past the end-of-data markers of exhausted
-    // IterableDataset workers (the main process skips those indices).
-    auto e = ready_.find({it.loader, it.epoch});
-    int64_t n = it.next_idx;
-    while (e != ready_.end() && e->second.count(n) && e->second[n].stop)
-        e->second.erase(n++);
-    it.next_idx = n + 1;
-    Span w = Span::make(SpanKind::Wait, fmt::format("wait batch {}", n), pid, tid, start, end);
-    w.args = {{"batch", std::to_string(n)}, {"epoch", std::to_string(it.epoch)}, {"loader", std::to_string(it.loader)}};
-    bool out_of_order = false;
-    if (single_process) {
-        if (t.in_batch)
-            finish_batch(pid, tid, t, end, it.epoch);
-        t.single = false;
-        w.args.emplace_back("delay_ms", "0");
-        stats_.delay_ns.push_back(0);
-    } else if (e != ready_.end()) {
-        if (auto r = e->second.find(n); r != e->second.end()) {
-            uint64_t delay = end > r->second.ts ? end - r->second.ts : 0;
-            for (const auto& [m, other] : e->second)
-                out_of_order |= m > n && other.ts < r->second.ts;
-            w.flow_in = r->second.flow;
-            w.args.emplace_back("delay_ms", fmt::format("{:.3f}", static_cast<double>(delay) / 1e6));
-            stats_.delay_ns.push_back(delay);
-            e->second.erase(r);
-        }
-    }
-    w.args.emplace_back("out_of_order", out_of_order ? "true" : "false");
-    stats_.wait_ns.push_back(end - start);
-    stats_.out_of_order.push_back(out_of_order);
-    sink_(w);
-    Span c = Span::make(SpanKind::Consumed, fmt::format("consumed batch {}", n), pid, tid, end, end);
-    c.args = w.args;
-    sink_(c);
+    stats_[{ep ? ep->owner : proc.owner, ep ? ep->loader : -1}].prepare_ns.push_back(b.end - b.start);
+    sink_(s);
 }
 
 } // namespace lotus::model

@@ -1,24 +1,48 @@
-// DataLoader semantics on top of the engine's stream: worker batches (with their loader and collate parts),
-// the training loop's waits for them, hand-over delays, out-of-order arrivals and epochs.
+// DataLoader semantics on top of the engine's stream: worker batches (with their loader and collate parts), the
+// training loop's waits for them, hand-over delays, out-of-order arrivals, epochs, per training process and
+// per DataLoader.
+//
+// Signals, chosen so that none depends on how one CPython version dispatches a call:
+// - a training process's `DataLoader.__iter__` (a call from C through tp_iter in every version; also the
+//   iterator's __init__ where it is seen) begins an epoch of that loader and returns its iterator; processes
+//   forked meanwhile, by it or by its forkserver, are that epoch's workers;
+// - a worker's main thread calling getppid: torch's worker loop checks that its parent lives once per task,
+//   right after it put the last batch on the result queue (the end of that batch);
+// - the iterator's `__next__` (through tp_iternext) is the training loop waiting for a batch;
+// - the DataLoader's own queue messages (LOTUS_EV_MSG, model/messages.h): a worker reading task (idx, indices)
+//   from its index queue begins batch idx; its (idx, data) written to the result queue (by its queue's feeder
+//   thread) confirms batch idx was one (an IterableDataset's end-of-data marker says it was not); a persistent worker reading _ResumeIteration begins its next
+//   epoch; the training loop reading (idx, data) inside next() names the batch next() returns.
 #pragma once
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "lotus_abi.h"
 #include "spans.h"
 
 namespace lotus::model {
 
+// Per training process and DataLoader.
 struct BatchStats {
     std::vector<uint64_t> prepare_ns; // per batch: worker's batch span
     std::vector<uint64_t> wait_ns;    // per consumed batch: next() blocked
     std::vector<bool> out_of_order;   // per consumed batch (same order as wait_ns)
     std::vector<uint64_t> delay_ns;   // per matched batch: consumed - ready
-    uint64_t loop_first_ns = 0, loop_last_ns = 0; // first next() start, last next() end
+    uint64_t unnamed = 0;             // consumed batches whose index could not be known (attached mid-epoch)
+    uint64_t unmatched = 0;           // consumed batches with an index whose preparation was not seen
+};
+
+// Per training process: its loop, first next() start to last next() end (all its DataLoaders).
+struct LoopSpan {
+    uint64_t first_ns = 0, last_ns = 0;
+    uint64_t wait_ns = 0; // sum of its waits
 };
 
 class BatchTracker {
@@ -27,75 +51,104 @@ public:
     // Loader spans a thread may hold for a batch not handed over yet (DataLoader batches are far smaller).
     static constexpr size_t kMaxPendingLoaders = 4096;
     BatchTracker(SpanSink& sink, std::map<uint32_t, ProcessInfo>& processes);
+    // Called with a thread's id just before a batch it was building ends (the engine completes what it holds).
+    void set_batch_ending(std::function<void(uint32_t tid)> f) { batch_ending_ = std::move(f); }
 
-    void forked(uint32_t child);
-    // A DataLoader iterator's __init__(self=iterator, loader) began / returned: workers forked meanwhile are
-    // that iterator's, and a new epoch of that loader begins.
-    void iterator_created(uint32_t pid, uint64_t iterator, uint64_t loader);
-    void iterator_constructed(uint32_t pid, uint64_t iterator);
-    void sample_started(uint32_t pid, uint32_t tid, uint64_t ts, int64_t batch_idx, uint64_t sample_id,
-                        int64_t sample);
+    void forked(uint32_t child, uint32_t parent);
+    void exited(uint32_t pid);
+    // DataLoader.__iter__(self=loader) entered / returned `iterator` (0: it raised).
+    void iter_begin(uint32_t pid, uint32_t tid, uint64_t loader);
+    void iter_end(uint32_t pid, uint32_t tid, uint64_t iterator);
+    // A DataLoader iterator's __init__(self=iterator, loader) entered / returned.
+    void init_begin(uint32_t pid, uint32_t tid, uint64_t iterator, uint64_t loader);
+    void init_end(uint32_t pid, uint32_t tid, uint64_t iterator);
+    void next_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t iterator, bool single_process);
+    void next_finished(uint32_t pid, uint32_t tid, uint64_t start, uint64_t end, bool raised);
+    void message(const lotus_msg& m);
+    void getppid(uint32_t pid, uint32_t tid, uint64_t ts); // a worker's loop begins its next task
+    void sample_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t sample_id, int64_t sample);
     void sample_finished(uint32_t pid, uint32_t tid, uint64_t ts);
     void opened(uint32_t pid, uint32_t tid, uint64_t ts, std::string path);
-    void wait_done(uint32_t pid, uint32_t tid, uint64_t ts);
-    void batch_put(uint32_t pid, uint32_t tid, uint64_t ts, int64_t idx);
-    void stop_marker(uint32_t pid, uint32_t tid); // the thread's next put is an end-of-data marker
-    void next_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t iterator, bool single_process);
-    void next_finished(uint32_t pid, uint32_t tid, uint64_t start, uint64_t end, uint64_t iterator,
-                       bool single_process, bool raised);
+    // The training process and DataLoader number a sample of this thread is for now ({0, -1}: unknown).
+    std::pair<uint32_t, int> data_for(uint32_t pid, uint32_t tid) const;
 
-    const BatchStats& stats() const { return stats_; }
+    const std::map<std::pair<uint32_t, int>, BatchStats>& stats() const { return stats_; }
+    const std::map<uint32_t, LoopSpan>& loops() const { return loops_; }
     bool seen() const { return seen_; }
 
 private:
-    struct Thread {
-        bool in_batch = false;
-        int64_t idx = -1;
-        uint64_t start = 0, boundary = 0, last_sample_end = 0, last_put = 0, last_wait_done = 0;
-        uint64_t samples = 0;
-        std::deque<std::pair<uint64_t, std::string>> opens; // recent openat paths with their times
-        int64_t prev_idx = -1;
-        int64_t last_put_idx = -1;
-        bool stop_pending = false;
-        int resets = 0;    // persistent workers: the batch index restarts at every epoch
-        bool single = false; // a num_workers=0 batch, delimited by next()
-        bool partial = false; // began before tracing did
-        int loader = -1;     // for single-process batches: the iterator's loader
-        std::vector<Span> loaders; // emitted with their batch (nothing outlives an unfinished batch), or when
-                                   // kMaxPendingLoaders pile up without one
-    };
     struct Ready {
         uint64_t ts;
         uint64_t flow;
-        bool stop = false; // an IterableDataset's end-of-data marker: an index the main process skips
     };
-    struct Iterator {
-        int loader = -1;
+    // One pass over a DataLoader in one training process.
+    struct Epoch {
+        uint32_t owner = 0;
+        int loader = -1;        // -1: unknown (an iterator first met in next(): made before tracing began)
+        int number = -1;        // that loader's epoch in the owner, counted from tracing's start; -1 unknown
+        bool counted = false;   // the index next() returns next is known
+        int64_t next_idx = 0;
+        std::map<int64_t, Ready> ready; // handed over, not consumed yet
+        std::set<int64_t> stops;        // IterableDataset end-of-data markers: indices next() skips
+    };
+    struct Bracket { // a DataLoader.__iter__ or iterator __init__ running: processes forked meanwhile are its workers
+        uint32_t tid;
+        int epoch;
+        bool from_init;
+        uint64_t iterator;
+        int nested = 0;  // from_init: base-class __init__ calls inside it (3.10 sees them)
+        int returns = 0;
+    };
+    struct NextCall {
+        int epoch;
+        int64_t last_read = -1; // index of the last batch message this thread read during the call
+    };
+    struct Consumer { // a training process
+        std::map<uint64_t, int> loader_ids; // DataLoader object -> number
+        std::map<int, int> epochs_begun;    // DataLoader number -> epochs begun
+        std::vector<Bracket> open;
+        std::unordered_map<uint64_t, int> iterators; // iterator object -> its epoch now
+        std::unordered_map<uint32_t, NextCall> next; // per thread
+    };
+    // A batch a worker finished (its loop's next getppid, or its next task), not yet handed over: it is one
+    // when its (idx, data) is sent; an end-of-data marker instead, or nothing, means it was not.
+    struct Ended {
         int epoch = -1;
-        int64_t consumed = 0; // batches returned by next() in this epoch
-        int64_t next_idx = 0; // task index of the next batch next() returns
-        bool ended = true;
+        uint64_t start = 0, end = 0, last_sample_end = 0, samples = 0;
+        std::vector<Span> loaders;
     };
-
+    // A thread building batches: a worker's main thread, or a training loop's next() with num_workers=0.
+    struct Thread {
+        bool in_batch = false;
+        bool partial = false; // began before tracing did: its start (and index) are unknown
+        bool single = false;  // a num_workers=0 batch, delimited by next()
+        int epoch = -1;
+        int64_t idx = -1;
+        uint64_t start = 0, boundary = 0, last_sample_end = 0;
+        uint64_t samples = 0;
+        std::deque<std::pair<uint64_t, std::string>> opens; // recent openat paths with their times
+        std::vector<Span> loaders; // emitted with their batch, or when kMaxPendingLoaders pile up without one
+        std::map<int64_t, Ended> ended; // by batch index
+    };
     Thread& thread(uint32_t pid, uint32_t tid);
-    void start_batch(uint32_t pid, Thread& t, uint64_t start, int64_t idx);
-    static void adopt_index(Thread& t, int64_t idx);
+    int new_epoch(uint32_t owner, Consumer& c, uint64_t loader);
+    uint32_t owner_of(uint32_t pid) const; // the nearest training process above pid
+    void start_batch(Thread& t, uint64_t start, int64_t idx, int epoch);
     void flush_loaders(Thread& t);
-    void finish_batch(uint32_t pid, uint32_t tid, Thread& t, uint64_t end, int epoch);
-    int worker_epoch(uint32_t pid, const Thread& t) const;
-    int worker_loader(uint32_t pid) const;
-    void new_epoch(Iterator& it);
+    void end_batch(uint32_t tid, Thread& t, uint64_t end); // a worker's: waits in t.ended for its hand-over
+    void emit_batch(uint32_t pid, uint32_t tid, int64_t idx, Ended& b, bool single);
+    void tag(Span& s, int epoch) const;
 
     SpanSink& sink_;
     std::map<uint32_t, ProcessInfo>& processes_;
-    std::unordered_map<uint64_t, Thread> threads_; // key pid << 32 | tid
-    std::unordered_map<uint64_t, Iterator> iterators_;
-    std::map<std::pair<int, int>, std::map<int64_t, Ready>> ready_; // (loader, epoch) -> batch index -> hand-over
-    std::map<uint64_t, int> loader_ids_; // DataLoader object -> number
-    std::map<int, int> loader_epochs_;   // DataLoader number -> epochs begun
-    uint64_t constructing_ = 0;          // iterator whose __init__ is running (it forks the workers)
+    std::function<void(uint32_t)> batch_ending_;
+    std::vector<Epoch> epochs_;                       // by serial
+    std::map<uint32_t, Consumer> consumers_;          // by pid
+    std::unordered_map<uint32_t, int> worker_epoch_;  // worker pid -> the epoch it prepares batches for
+    std::unordered_map<uint64_t, Thread> threads_;    // key pid << 32 | tid
+    std::map<std::pair<uint32_t, int>, BatchStats> stats_;
+    std::map<uint32_t, LoopSpan> loops_;
     uint64_t next_flow_ = 1;
-    BatchStats stats_;
     bool seen_ = false;
 };
 

@@ -4,15 +4,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 namespace lotus::model {
 
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix)
-{
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // Bytes that claim to be UTF-8 (names read from the target, or from a damaged record file), with every byte
 // that does not start or continue a valid sequence replaced by '?': output files stay valid UTF-8 JSON.
@@ -68,15 +64,18 @@ const T* as(const void* data, size_t len)
 
 } // namespace
 
-Engine::Engine(const Rules& rules, SpanSink spans, RoleSink roles)
+Engine::Engine(const Rules& rules, SpanSink spans, RoleSink roles, TypeSink types)
     : rules_(rules),
       span_sink_([this, sink = std::move(spans)](const Span& s) {
           native_map_.span(s);
           if (sink)
               sink(s);
       }),
-      role_sink_(std::move(roles))
+      role_sink_(std::move(roles)),
+      type_sink_(std::move(types))
 {
+    // A batch's last implicit sample is complete once the batch ends: it belongs to that batch.
+    batches_.set_batch_ending([this](uint32_t tid) { close_implicit(tid); });
 }
 
 ProcessInfo& Engine::process(uint32_t pid)
@@ -101,7 +100,7 @@ void Engine::consume(const void* data, size_t len)
         counters_.malformed++;
         return;
     }
-    if (h->type == LOTUS_EV_PY_ENTRY || h->type == LOTUS_EV_PY_RETURN || h->type == LOTUS_EV_WAIT_DONE) {
+    if (h->type == LOTUS_EV_PY_ENTRY || h->type == LOTUS_EV_PY_RETURN || h->type == LOTUS_EV_MSG) {
         auto& p = process(h->tgid);
         if (!p.first_ns)
             p.first_ns = h->ts_ns;
@@ -121,18 +120,15 @@ void Engine::consume(const void* data, size_t len)
             return on_code(*c);
         break;
     case LOTUS_EV_TYPE:
-        if (auto* t = as<lotus_type_info>(data, len)) {
-            spaces_.add_type(t->h.tgid, t->type, decode(t->name, sizeof(t->name), 0));
-            return;
-        }
+        if (auto* t = as<lotus_type_info>(data, len))
+            return on_type(*t);
         break;
-    case LOTUS_EV_WAIT_DONE:
-        if (auto* w = as<lotus_wait_done>(data, len)) {
-            if (w->ret > 0) // data arrived (0: timed out)
-                batches_.wait_done(w->h.tgid, w->h.tid, w->h.ts_ns);
-            return;
-        }
+    case LOTUS_EV_MSG:
+        if (auto* m = as<lotus_msg>(data, len))
+            return batches_.message(*m);
         break;
+    case LOTUS_EV_GETPPID:
+        return batches_.getppid(h->tgid, h->tid, h->ts_ns);
     case LOTUS_EV_OPEN:
         if (auto* o = as<lotus_open>(data, len))
             return batches_.opened(o->h.tgid, o->h.tid, o->h.ts_ns, decode(o->path, sizeof(o->path), 0));
@@ -181,6 +177,19 @@ void Engine::on_code(const lotus_code_info& c)
     spaces_.add_code(c.h.tgid, c.code, CodeDesc{std::move(info), std::move(r)}, own);
 }
 
+void Engine::on_type(const lotus_type_info& t)
+{
+    TypeDesc d;
+    d.name = decode(t.name, sizeof(t.name), 0);
+    std::vector<std::string> bases;
+    for (const auto& b : t.bases)
+        bases.push_back(decode(b, sizeof(b), 0));
+    d.role = rules_.classify_type(d.name, bases);
+    if (type_sink_)
+        type_sink_(spaces_.space_of(t.h.tgid), t.type, d.role.flags);
+    spaces_.add_type(t.h.tgid, t.type, std::move(d));
+}
+
 const CodeInfo* Engine::code_info(uint32_t tgid, uint64_t code)
 {
     auto* d = spaces_.code(tgid, code);
@@ -193,10 +202,12 @@ const CodeRole* Engine::role(uint32_t tgid, uint64_t code)
     return d ? &d->role : nullptr;
 }
 
+const TypeDesc* Engine::type_desc(uint32_t tgid, uint64_t type) const { return spaces_.type(tgid, type); }
+
 std::string Engine::type_name(uint32_t tgid, uint64_t type)
 {
     auto* t = spaces_.type(tgid, type);
-    return t ? *t : std::string();
+    return t ? t->name : std::string();
 }
 
 void Engine::on_process(const lotus_proc_event& p)
@@ -207,8 +218,7 @@ void Engine::on_process(const lotus_proc_event& p)
         auto& info = process(pid);
         info.parent = p.parent_tgid;
         spaces_.forked(pid, p.parent_tgid, p.space); // same memory image: same objects at the same addresses
-
-        batches_.forked(pid);
+        batches_.forked(pid, p.parent_tgid);
         break;
     }
     case LOTUS_EV_EXEC:
@@ -227,6 +237,7 @@ void Engine::on_process(const lotus_proc_event& p)
                 ++it;
             }
         }
+        batches_.exited(pid);
         spaces_.exited(pid);
         symbols_.erase(pid);
         break;
@@ -246,6 +257,91 @@ void Engine::close_thread(uint32_t tid)
     stacks_.erase(it);
 }
 
+Engine::Open Engine::opened(OpenKind kind, const lotus_py_entry& e)
+{
+    Open o;
+    o.kind = kind;
+    o.depth = e.depth;
+    o.start_ns = e.h.ts_ns;
+    o.code = e.code;
+    o.self_type = e.self_type;
+    o.self_obj = e.self_obj;
+    return o;
+}
+
+// Locals captured from the frames above: a DataLoader worker's id, a rank.
+void Engine::captured(const lotus_py_entry& e)
+{
+    for (uint32_t i = 0; i < e.capture_count && i < LOTUS_MAX_CAPTURES; i++) {
+        const CodeRole* cr = role(e.h.tgid, e.capture_code[i]);
+        if (!cr || e.capture_value[i] == LOTUS_NO_VALUE || cr->capture_slots.empty() ||
+            cr->capture_slots[0] != e.capture_slot[i])
+            continue;
+        int v = static_cast<int>(e.capture_value[i]);
+        if (cr->kind == CodeKind::WorkerLoop)
+            process(e.h.tgid).worker_id = v;
+        else if (cr->kind == CodeKind::RankMain)
+            process(e.h.tgid).rank = v;
+    }
+}
+
+// An entry one level below a sample or a container op (or their Inner frames): the level's own frame again
+// (Inner), or one of its ops. Returns false when the stack's top is no such level.
+bool Engine::enter_level(std::vector<Open>& stack, const lotus_py_entry& e, const CodeRole& r)
+{
+    if (stack.empty())
+        return false;
+    const Open& top = stack.back();
+    bool level = top.kind == OpenKind::Sample || top.kind == OpenKind::Inner || (top.kind == OpenKind::Op && top.level);
+    if (!level || top.depth + 1 != e.depth)
+        return false;
+    size_t at = stack.size() - 1;
+    while (stack[at].kind == OpenKind::Inner && at > 0)
+        at--;
+    const Open& lvl = stack[at];
+    const TypeDesc* td = type_desc(e.h.tgid, e.self_type);
+    bool pipeline_object = r.kind == CodeKind::ObjectCall && td && td->role.pipeline;
+    if (pipeline_object && e.self_obj == lvl.self_obj) {
+        stack.push_back(opened(OpenKind::Inner, e));
+        return true;
+    }
+    Open op = opened(OpenKind::Op, e);
+    op.sample = lvl.sample;
+    op.sample_id = lvl.sample_id;
+    op.level = pipeline_object; // a container transform (or a nested Compose): its calls are ops too
+    if (lvl.kind == OpenKind::Op)
+        op.container = op_name(e.h.tgid, lvl.code, lvl.self_type);
+    op.counters = e.counters;
+    stack.push_back(std::move(op));
+    return true;
+}
+
+void Engine::open_sample(std::vector<Open>& stack, const lotus_py_entry& e)
+{
+    pipeline_seen_ = true;
+    int64_t index = -1;
+    for (uint32_t i = 0; i < e.chain_len && i < LOTUS_CHAIN_LEN; i++) {
+        const CodeRole* cr = role(e.h.tgid, e.chain_code[i]);
+        if (cr && cr->kind == CodeKind::GetItem) {
+            if (e.chain_arg1[i] != LOTUS_NO_VALUE)
+                index = e.chain_arg1[i];
+            break;
+        }
+    }
+    // Calls __getitem__ made before its pipeline call (the loader's, while the interpreter had not specialised
+    // them yet) are not an implicit sample: this is the sample.
+    if (auto imp = implicit_.find(e.h.tid); imp != implicit_.end())
+        imp->second = Implicit{};
+    Open s = opened(OpenKind::Sample, e);
+    s.sample = index;
+    s.sample_id = ++sample_seq_;
+    s.level = true;
+    s.counters = e.counters;
+    batches_.sample_started(e.h.tgid, e.h.tid, e.h.ts_ns, sample_seq_, index);
+    std::tie(s.owner, s.loader) = batches_.data_for(e.h.tgid, e.h.tid);
+    stack.push_back(std::move(s));
+}
+
 void Engine::on_entry(const lotus_py_entry& e)
 {
     counters_.entries++;
@@ -256,105 +352,70 @@ void Engine::on_entry(const lotus_py_entry& e)
         counters_.lost_returns++;
         discard(stack);
     }
+    captured(e);
     const CodeRole* r = role(e.h.tgid, e.code);
     if (!r) {
         counters_.unknown_code++;
         return;
     }
-    if (r->span) {
-        stack.push_back(Open{OpenKind::Py, e.depth, e.h.ts_ns, e.code, 0, 0, -1, 0, {}});
+    if (r->kind == CodeKind::Span) {
+        stack.push_back(opened(OpenKind::Py, e));
         return;
     }
-    bool in_sample = !stack.empty() && stack.back().kind == OpenKind::Sample && stack.back().depth + 1 == e.depth;
-    if (in_sample) {
-        const Open& sample = stack.back();
-        stack.push_back(Open{OpenKind::Op, e.depth, e.h.ts_ns, e.code, e.self_type, 0, sample.sample, sample.sample_id, {}});
-        stack.back().counters = e.counters;
+    if (enter_level(stack, e, *r))
         return;
-    }
-    // Locals captured from the frames above: DataLoader worker id and batch index.
-    int64_t batch_idx = -1;
-    for (uint32_t i = 0; i < e.capture_count && i < LOTUS_MAX_CAPTURES; i++) {
-        const CodeRole* cr = role(e.h.tgid, e.capture_code[i]);
-        if (!cr || !cr->worker_loop || e.capture_value[i] == LOTUS_NO_VALUE)
-            continue;
-        for (size_t k = 0; k < cr->capture_slots.size() && k < cr->capture_locals.size(); k++) {
-            if (cr->capture_slots[k] != e.capture_slot[i])
-                continue;
-            if (cr->capture_locals[k] == "worker_id")
-                process(e.h.tgid).worker_id = static_cast<int>(e.capture_value[i]);
-            else if (cr->capture_locals[k] == "idx")
-                batch_idx = e.capture_value[i];
-        }
-    }
+    bool in_sample = std::any_of(stack.begin(), stack.end(), [](const Open& o) { return o.kind == OpenKind::Sample; });
+    const TypeDesc* td = type_desc(e.h.tgid, e.self_type);
+    bool pipeline_call = r->kind == CodeKind::ObjectCall && td && td->role.pipeline;
     auto chain_role = [&](uint32_t i) -> const CodeRole* {
         return i < e.chain_len && i < LOTUS_CHAIN_LEN ? role(e.h.tgid, e.chain_code[i]) : nullptr;
     };
-    if (const CodeRole* c0 = chain_role(0); c0 && c0->queue_put) {
-        // data_queue.put((idx, data)) called by _worker_loop: the worker hands the batch over.
-        if (const CodeRole* c1 = chain_role(1); c1 && c1->worker_loop) {
-            close_implicit(e.h.tid);
-            batches_.batch_put(e.h.tgid, e.h.tid, e.h.ts_ns, batch_idx);
-        }
-        return;
-    }
-    if (const CodeRole* c0 = chain_role(0); c0 && c0->worker_loop) {
-        // _worker_loop making _IterableDatasetStopIteration(worker_id) (a dataclass: its __init__ is
-        // generated code, recognised by the class of self): the worker's data ran out.
-        if (type_name(e.h.tgid, e.self_type).find("_IterableDatasetStopIteration") != std::string::npos)
-            batches_.stop_marker(e.h.tgid, e.h.tid);
-        return;
-    }
     auto from_fetcher = [&] { // a dataset's __getitem__ called by a DataLoader fetcher, not any __getitem__
         for (uint32_t i = 1; i < LOTUS_CHAIN_LEN; i++)
-            if (const CodeRole* ci = chain_role(i); ci && ci->fetcher)
+            if (const CodeRole* ci = chain_role(i); ci && ci->kind == CodeKind::Fetcher)
                 return true;
         return false;
     };
-    if (const CodeRole* c0 = chain_role(0); c0 && c0->getitem && !r->pipeline && !r->internal && from_fetcher()) {
+    if (const CodeRole* c0 = chain_role(0);
+        c0 && c0->kind == CodeKind::GetItem && !pipeline_call && !r->internal && !in_sample && from_fetcher()) {
         auto& imp = implicit_[e.h.tid];
         int64_t index = e.chain_arg1[0] == LOTUS_NO_VALUE ? -1 : e.chain_arg1[0];
         if (!imp.open || imp.index != index) {
             close_implicit(e.h.tid);
-            imp = Implicit{true, e.h.tgid, index, batch_idx, ++sample_seq_, e.h.ts_ns, e.h.ts_ns, {}};
+            imp = Implicit{true, e.h.tgid, index, ++sample_seq_, e.h.ts_ns, e.h.ts_ns, {}};
         }
-        stack.push_back(Open{OpenKind::Op, e.depth, e.h.ts_ns, e.code, e.self_type, 0, index, imp.sample_id, {}});
-        stack.back().counters = e.counters;
+        Open op = opened(OpenKind::Op, e);
+        op.sample = index;
+        op.sample_id = imp.sample_id;
+        op.counters = e.counters;
+        stack.push_back(std::move(op));
         return;
     }
-    auto self_type = [&] { return type_name(e.h.tgid, e.self_type); };
-    if ((r->iter_init || r->loader_next) && !ends_with(self_type(), "DataLoaderIter"))
-        return; // e.g. DataLoader.__init__ where names carry no class (3.10)
-    if (r->iter_init) {
-        batches_.iterator_created(e.h.tgid, e.self_obj, e.arg1_obj);
-        stack.push_back(Open{OpenKind::IterInit, e.depth, e.h.ts_ns, e.code, 0, e.self_obj, -1, 0, {}});
-        return;
-    }
-    if (r->loader_next) {
-        bool single = self_type().find("SingleProcess") != std::string::npos;
-        batches_.next_started(e.h.tgid, e.h.tid, e.h.ts_ns, e.self_obj, single);
-        stack.push_back(Open{OpenKind::Next, e.depth, e.h.ts_ns, e.code, e.self_type, e.self_obj, -1, 0, {}, single});
-        return;
-    }
-    if (!r->pipeline || (r->pipeline_if_self && !rules_.pipeline_class(self_type())))
-        return;
-    pipeline_seen_ = true;
-    int64_t index = -1;
-    for (uint32_t i = 0; i < e.chain_len && i < LOTUS_CHAIN_LEN; i++) {
-        const CodeRole* cr = role(e.h.tgid, e.chain_code[i]);
-        if (cr && cr->getitem) {
-            if (e.chain_arg1[i] != LOTUS_NO_VALUE)
-                index = e.chain_arg1[i];
-            break;
+    switch (r->kind) {
+    case CodeKind::LoaderIter:
+        if (td && td->role.loader) { // (3.10 names carry no class: the base iterator's __iter__ too)
+            batches_.iter_begin(e.h.tgid, e.h.tid, e.self_obj);
+            stack.push_back(opened(OpenKind::IterCall, e));
         }
+        return;
+    case CodeKind::IterInit:
+        if (td && td->role.loader_iterator) {
+            batches_.init_begin(e.h.tgid, e.h.tid, e.self_obj, e.arg1_obj);
+            stack.push_back(opened(OpenKind::IterInit, e));
+        }
+        return;
+    case CodeKind::LoaderNext:
+        if (td && td->role.loader_iterator) {
+            batches_.next_started(e.h.tgid, e.h.tid, e.h.ts_ns, e.self_obj, td->role.single_process);
+            stack.push_back(opened(OpenKind::Next, e));
+        }
+        return;
+    default:
+        break;
     }
-    // Calls __getitem__ made before its pipeline call (the loader's, while the interpreter had not specialised
-    // them yet) are not an implicit sample: this is the sample.
-    if (auto imp = implicit_.find(e.h.tid); imp != implicit_.end())
-        imp->second = Implicit{};
-    stack.push_back(Open{OpenKind::Sample, e.depth, e.h.ts_ns, e.code, 0, 0, index, ++sample_seq_, {}});
-    stack.back().counters = e.counters;
-    batches_.sample_started(e.h.tgid, e.h.tid, e.h.ts_ns, batch_idx, sample_seq_, index);
+    // A pipeline object called (outside any sample: a pipeline used inside an op is part of that op).
+    if (pipeline_call && !in_sample)
+        open_sample(stack, e);
 }
 
 std::string Engine::op_name(uint32_t tgid, uint64_t code, uint64_t self_type)
@@ -379,16 +440,25 @@ void Engine::on_return(const lotus_py_return& r)
         return; // a frame we did not keep (not a sample or op)
     Open o = std::move(stack.back());
     stack.pop_back();
-    if (o.kind == OpenKind::Next) {
+    finish_span(r, std::move(o), stack);
+}
+
+void Engine::finish_span(const lotus_py_return& r, Open o, std::vector<Open>& stack)
+{
+    switch (o.kind) {
+    case OpenKind::Inner:
+        return;
+    case OpenKind::Next:
         close_implicit(r.h.tid);
-        batches_.next_finished(r.h.tgid, r.h.tid, o.start_ns, r.h.ts_ns, o.self_obj, o.single_process, r.ret_null);
+        batches_.next_finished(r.h.tgid, r.h.tid, o.start_ns, r.h.ts_ns, r.ret_null);
         return;
-    }
-    if (o.kind == OpenKind::IterInit) {
-        batches_.iterator_constructed(r.h.tgid, o.self_obj);
+    case OpenKind::IterInit:
+        batches_.init_end(r.h.tgid, r.h.tid, o.self_obj);
         return;
-    }
-    if (o.kind == OpenKind::Py) {
+    case OpenKind::IterCall:
+        batches_.iter_end(r.h.tgid, r.h.tid, r.ret_null ? 0 : r.ret_obj);
+        return;
+    case OpenKind::Py: {
         auto* c = code_info(r.h.tgid, o.code);
         Span py = Span::make(SpanKind::Py, c ? c->name : "?", r.h.tgid, r.h.tid, o.start_ns, r.h.ts_ns);
         py.depth = o.depth;
@@ -398,6 +468,10 @@ void Engine::on_return(const lotus_py_return& r)
             span_sink_(py);
         return;
     }
+    case OpenKind::Sample:
+    case OpenKind::Op:
+        break;
+    }
     Span s = o.kind == OpenKind::Sample
                  ? Span::make(SpanKind::Sample, "sample", r.h.tgid, r.h.tid, o.start_ns, r.h.ts_ns)
                  : Span::make(SpanKind::Op, op_name(r.h.tgid, o.code, o.self_type), r.h.tgid, r.h.tid, o.start_ns,
@@ -405,6 +479,7 @@ void Engine::on_return(const lotus_py_return& r)
     s.sample = o.sample;
     s.sample_id = o.sample_id;
     s.depth = o.depth;
+    s.container = std::move(o.container);
     auto delta = [](uint64_t a, uint64_t b) { return b > a ? b - a : 0; };
     s.has_counters = true;
     s.counters = Counters{delta(o.counters.cpu_ns, r.counters.cpu_ns), delta(o.counters.min_flt, r.counters.min_flt),
@@ -414,11 +489,15 @@ void Engine::on_return(const lotus_py_return& r)
     for (unsigned k = 0; k < kMaxPerfCounters; k++)
         s.counters.perf[k] = delta(o.counters.perf[k], r.counters.perf[k]);
     if (s.kind == SpanKind::Op) {
-        // Its sample is now on top (an op is opened only directly inside one), or it is implicit.
-        if (!stack.empty() && stack.back().kind == OpenKind::Sample && stack.back().sample_id == s.sample_id) {
-            stack.back().ops.push_back(std::move(s));
-        } else if (auto imp = implicit_.find(r.h.tid); imp != implicit_.end() && imp->second.open &&
-                   imp->second.sample_id == s.sample_id) {
+        // Its sample is below it (an op is opened only inside one, or in a container op inside one), or implicit.
+        for (auto sm = stack.rbegin(); sm != stack.rend(); ++sm) {
+            if (sm->kind == OpenKind::Sample && sm->sample_id == s.sample_id) {
+                sm->ops.push_back(std::move(s));
+                return;
+            }
+        }
+        if (auto imp = implicit_.find(r.h.tid); imp != implicit_.end() && imp->second.open &&
+                                                imp->second.sample_id == s.sample_id) {
             imp->second.end_ns = s.end_ns;
             imp->second.ops.push_back(std::move(s));
         }
@@ -426,9 +505,14 @@ void Engine::on_return(const lotus_py_return& r)
     }
     process(r.h.tgid).samples++;
     batches_.sample_finished(r.h.tgid, r.h.tid, r.h.ts_ns);
+    s.owner = o.owner;
+    s.loader = o.loader;
     if (span_sink_) {
-        for (const auto& op : o.ops)
+        for (auto& op : o.ops) {
+            op.owner = o.owner;
+            op.loader = o.loader;
             span_sink_(op);
+        }
         span_sink_(s);
     }
 }
@@ -504,16 +588,22 @@ void Engine::close_implicit(uint32_t tid)
     it->second = Implicit{};
     if (imp.ops.empty())
         return;
-    batches_.sample_started(imp.pid, tid, imp.start_ns, imp.batch_idx, imp.sample_id, imp.index);
+    batches_.sample_started(imp.pid, tid, imp.start_ns, imp.sample_id, imp.index);
+    auto [owner, loader] = batches_.data_for(imp.pid, tid);
     Span s = Span::make(SpanKind::Sample, "sample", imp.pid, tid, imp.start_ns, imp.end_ns);
     s.sample = imp.index;
     s.sample_id = imp.sample_id;
+    s.owner = owner;
+    s.loader = loader;
     s.args.emplace_back("implicit", "true");
     process(imp.pid).samples++;
     batches_.sample_finished(imp.pid, tid, imp.end_ns);
     if (span_sink_) {
-        for (const auto& op : imp.ops)
+        for (auto& op : imp.ops) {
+            op.owner = owner;
+            op.loader = loader;
             span_sink_(op);
+        }
         span_sink_(s);
     }
 }

@@ -36,8 +36,11 @@ public:
     // space (lotus_abi.h: a role space, or tgid | LOTUS_SPACE_OWN) it was described in. The sink resolves role.capture_locals to role.capture_slots (it can
     // read the target's memory: tgid's); the engine keeps the result.
     using RoleSink = std::function<void(uint32_t tgid, uint32_t space, uint64_t code, CodeRole&)>;
+    // Called for every newly described type, so that capture can tell BPF what it is (LOTUS_TYPE_* flags) in
+    // the role space it was described in.
+    using TypeSink = std::function<void(uint32_t space, uint64_t type, uint32_t flags)>;
 
-    Engine(const Rules& rules, SpanSink spans, RoleSink roles = {});
+    Engine(const Rules& rules, SpanSink spans, RoleSink roles = {}, TypeSink types = {});
 
     // Processes known before the stream starts (the traced root and its live descendants).
     void add_process(uint32_t pid, uint32_t parent, bool root);
@@ -54,18 +57,24 @@ public:
     bool pipeline_seen() const { return pipeline_seen_; }
 
 private:
-    enum class OpenKind { Sample, Op, Next, IterInit, Py };
+    // Open calls of a thread. A sample or a container op is a level: the calls made from its frames (at the
+    // depth just below the level's innermost frame) are its ops; calls of the same object below it (nn.Module's
+    // _wrapped_call_impl -> _call_impl -> forward) are Inner: the level's own frames.
+    enum class OpenKind { Sample, Op, Inner, Next, IterInit, IterCall, Py };
     struct Open {
-        OpenKind kind;
-        uint32_t depth;
-        uint64_t start_ns;
-        uint64_t code;      // ops are named at their return, when the TYPE record of self has surely arrived
-        uint64_t self_type;
-        uint64_t self_obj;  // next(): the iterator
-        int64_t sample;
-        uint64_t sample_id;
+        OpenKind kind = OpenKind::Op;
+        uint32_t depth = 0;
+        uint64_t start_ns = 0;
+        uint64_t code = 0;      // ops are named at their return, when the TYPE record of self has surely arrived
+        uint64_t self_type = 0;
+        uint64_t self_obj = 0;  // the pipeline or container object of a level; next(): the iterator
+        int64_t sample = -1;
+        uint64_t sample_id = 0;
+        bool level = false;          // a sample, or an op of a container class
+        std::string container;       // an op inside a container op: the container's class
+        uint32_t owner = 0;          // a sample: the training process and DataLoader it is for
+        int loader = -1;
         std::vector<Span> ops; // a sample's finished ops, emitted with it so no op outlives an unfinished sample
-        bool single_process = false; // next() of a num_workers=0 iterator
         lotus_counters counters{};   // at entry
     };
     using Symbols = std::unordered_map<uint64_t, std::pair<std::string, std::string>>; // ip -> function, library
@@ -91,7 +100,6 @@ private:
         bool open = false;
         uint32_t pid = 0;
         int64_t index = -1;
-        int64_t batch_idx = -1;
         uint64_t sample_id = 0, start_ns = 0, end_ns = 0;
         std::vector<Span> ops;
     };
@@ -99,7 +107,14 @@ private:
     void discard(std::vector<Open>& stack); // pops the top span, whose end was lost
     const CodeInfo* code_info(uint32_t tgid, uint64_t code);
     const CodeRole* role(uint32_t tgid, uint64_t code);
+    const TypeDesc* type_desc(uint32_t tgid, uint64_t type) const;
     std::string type_name(uint32_t tgid, uint64_t type);
+    static Open opened(OpenKind kind, const lotus_py_entry& e);
+    void on_type(const lotus_type_info& t);
+    void captured(const lotus_py_entry& e);
+    bool enter_level(std::vector<Open>& stack, const lotus_py_entry& e, const CodeRole& r);
+    void open_sample(std::vector<Open>& stack, const lotus_py_entry& e);
+    void finish_span(const lotus_py_return& r, Open o, std::vector<Open>& stack);
     std::string op_name(uint32_t tgid, uint64_t code, uint64_t self_type);
     ProcessInfo& process(uint32_t pid);
 
@@ -107,6 +122,7 @@ private:
     NativeMap native_map_;
     SpanSink span_sink_;
     RoleSink role_sink_;
+    TypeSink type_sink_;
     std::map<uint32_t, ProcessInfo> processes_;
     RoleSpaces spaces_;                             // code objects and types
     std::unordered_map<uint32_t, Symbols> symbols_; // per process

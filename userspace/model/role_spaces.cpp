@@ -52,9 +52,9 @@ void RoleSpaces::add_code(uint32_t tgid, uint64_t code, CodeDesc d, bool own)
         mine->second.erase(code);
 }
 
-void RoleSpaces::add_type(uint32_t tgid, uint64_t type, std::string name)
+void RoleSpaces::add_type(uint32_t tgid, uint64_t type, TypeDesc d)
 {
-    spaces_[space_of(tgid)].types[type] = std::move(name);
+    spaces_[space_of(tgid)].types[type] = std::move(d);
 }
 
 const CodeDesc* RoleSpaces::code(uint32_t tgid, uint64_t code) const
@@ -69,7 +69,7 @@ const CodeDesc* RoleSpaces::code(uint32_t tgid, uint64_t code) const
     return it == sp->second.codes.end() ? nullptr : &it->second;
 }
 
-const std::string* RoleSpaces::type(uint32_t tgid, uint64_t type) const
+const TypeDesc* RoleSpaces::type(uint32_t tgid, uint64_t type) const
 {
     auto sp = spaces_.find(space_of(tgid));
     if (sp == spaces_.end())

@@ -14,6 +14,11 @@ struct CodeDesc {
     CodeRole role;
 };
 
+struct TypeDesc {
+    std::string name; // tp_name
+    TypeRole role;
+};
+
 class RoleSpaces {
 public:
     // A process never seen joining a space is in its own, numbered by its pid (as BPF numbers those).
@@ -24,15 +29,15 @@ public:
 
     // own: described for tgid alone (its object differs from the one its space has at that address).
     void add_code(uint32_t tgid, uint64_t code, CodeDesc d, bool own);
-    void add_type(uint32_t tgid, uint64_t type, std::string name);
+    void add_type(uint32_t tgid, uint64_t type, TypeDesc d);
     const CodeDesc* code(uint32_t tgid, uint64_t code) const;
-    const std::string* type(uint32_t tgid, uint64_t type) const;
+    const TypeDesc* type(uint32_t tgid, uint64_t type) const;
     size_t spaces() const { return spaces_.size(); }
 
 private:
     struct Space {
         std::unordered_map<uint64_t, CodeDesc> codes;
-        std::unordered_map<uint64_t, std::string> types;
+        std::unordered_map<uint64_t, TypeDesc> types;
         uint32_t members = 0;
     };
     void join(uint32_t pid, uint32_t space);

@@ -18,10 +18,30 @@ bool in_file(const CodeInfo& code, const char* path_part) { return code.file.fin
 // Code objects carry a qualified name from 3.11 on ("Class.method"); 3.10's carry the bare name.
 bool unqualified(const CodeInfo& code) { return code.name.find('.') == std::string::npos; }
 
-// "Class.method" (class as a suffix or glob), or the bare method name where the version has no qualnames.
+// "Class.method" (class as a suffix), or the bare method name where the version has no qualnames.
 bool method_is(const CodeInfo& code, const std::string& cls_suffix, const std::string& method)
 {
     return ends_with(code.name, cls_suffix + "." + method) || code.name == method;
+}
+
+std::string last_part(const std::string& qualname)
+{
+    auto dot = qualname.rfind('.');
+    return dot == std::string::npos ? qualname : qualname.substr(dot + 1);
+}
+
+// The code of calling an object: its __call__, an nn.Module's forward, or nn.Module's call wrappers (torch 1.x
+// enters _call_impl, 2.x _wrapped_call_impl then _call_impl). Its self is the object called.
+bool object_call(const CodeInfo& code)
+{
+    std::string m = last_part(code.name);
+    return m == "__call__" || m == "forward" || m == "_call_impl" || m == "_wrapped_call_impl";
+}
+
+// torchvision's container transforms (v1 and v2): called by a pipeline, they call transforms of their own.
+bool container_class(const std::string& cls)
+{
+    return cls == "RandomApply" || cls == "RandomChoice" || cls == "RandomOrder";
 }
 
 } // namespace
@@ -30,6 +50,8 @@ bool glob_match(const std::string& pattern, const std::string& text)
 {
     return fnmatch(pattern.c_str(), text.c_str(), 0) == 0;
 }
+
+std::string class_name(const std::string& tp_name) { return last_part(tp_name); }
 
 Rules::Rules(std::vector<std::string> pipeline_classes, std::vector<std::string> spans)
     : pipeline_classes_(std::move(pipeline_classes))
@@ -55,67 +77,81 @@ CodeRole Rules::classify(const CodeInfo& code) const
 {
     CodeRole role;
     role.flags = LOTUS_ROLE_CLASSIFIED;
+    role.internal = code.file.rfind("<frozen ", 0) == 0;
     for (const auto& r : spans_) {
         if (glob_match(r.name_glob, code.name) && glob_match(r.file_glob, code.file)) {
             r.matched = true;
-            role.span = true;
+            role.kind = CodeKind::Span;
             return role; // emitted: not SKIP
         }
     }
-    for (const auto& cls : pipeline_classes_) {
-        if (glob_match(cls + ".__call__", code.name)) {
-            role.pipeline = true;
-            role.flags |= LOTUS_ROLE_PIPELINE;
-            return role;
-        }
-    }
-    if (code.name == "__call__") {
-        // Without a qualified name (3.10) any __call__ may be a pipeline: BPF treats it as one, and the
-        // engine keeps the calls whose self is of a pipeline class.
-        role.pipeline = true;
-        role.pipeline_if_self = true;
-        role.flags |= LOTUS_ROLE_PIPELINE;
+    // Everything else is not emitted for its own sake: ops are emitted because their caller is a pipeline.
+    role.flags |= LOTUS_ROLE_SKIP;
+    if (object_call(code)) {
+        // BPF emits it when self's class is a pipeline class (or not classified yet); so too the calls it makes.
+        role.kind = CodeKind::ObjectCall;
+        role.flags |= LOTUS_ROLE_SELF_PIPELINE;
         return role;
     }
-    // Everything else is not emitted for its own sake; ops are emitted because their caller is a pipeline.
-    role.flags |= LOTUS_ROLE_SKIP;
     if (code.name == "_worker_loop" && in_file(code, "torch/utils/data/_utils/worker.py")) {
-        // A DataLoader worker's main loop: which worker it is, and the index of the batch it is preparing.
-        role.worker_loop = true;
-        // Its own calls into Python are few; one of them marks an IterableDataset worker's end of data.
-        role.flags |= LOTUS_ROLE_CAPTURE | LOTUS_ROLE_EMIT_CALLEES;
-        role.capture_locals = {"worker_id", "idx"};
-    } else if (method_is(code, "Queue", "put") && in_file(code, "multiprocessing/queues.py")) {
-        // A worker's data_queue.put((idx, data)): its `with self._notempty` enters Python from C.
-        role.queue_put = true;
-        role.flags |= LOTUS_ROLE_EMIT_CALLEES;
-    } else if (method_is(code, "DataLoaderIter", "__next__") && in_file(code, "torch/utils/data/dataloader.py")) {
-        // (the engine also checks that self is a *DataLoaderIter)
-        role.loader_next = true;
+        // A DataLoader worker's main loop: which worker it is.
+        role.kind = CodeKind::WorkerLoop;
+        role.flags |= LOTUS_ROLE_CAPTURE;
+        role.capture_locals = {"worker_id"};
+    } else if (code.name == "_wrap" && in_file(code, "torch/multiprocessing/spawn.py")) {
+        // torch.multiprocessing.spawn runs fn(i, *args) in process i: its rank.
+        role.kind = CodeKind::RankMain;
+        role.flags |= LOTUS_ROLE_CAPTURE;
+        role.capture_locals = {"i"};
+    } else if (method_is(code, "DataLoader", "__iter__") && in_file(code, "torch/utils/data/dataloader.py")) {
+        // `for batch in loader` (GET_ITER through the type's tp_iter slot: a call from C in every version).
+        role.kind = CodeKind::LoaderIter;
         role.flags &= ~LOTUS_ROLE_SKIP;
+        role.flags |= LOTUS_ROLE_WALK; // up to a rank's _wrap
+    } else if (method_is(code, "DataLoaderIter", "__next__") && in_file(code, "torch/utils/data/dataloader.py")) {
+        // (through tp_iternext: a call from C in every version)
+        role.kind = CodeKind::LoaderNext;
+        role.flags &= ~LOTUS_ROLE_SKIP;
+        role.flags |= LOTUS_ROLE_WALK;
     } else if (method_is(code, "DataLoaderIter", "__init__") && in_file(code, "torch/utils/data/dataloader.py")) {
-        // _MultiProcessingDataLoaderIter.__init__ forks the workers; the base class's __init__ is inlined
-        // into it, so both names are kept and the engine treats nested ones as one.
-        role.iter_init = true;
+        // _MultiProcessingDataLoaderIter.__init__ forks the workers; the base class's __init__ is inlined into
+        // it, so both names are kept and the engine treats nested ones as one. (3.13+ may run it inlined once
+        // its call site is specialised: DataLoader.__iter__ is the signal that always comes.)
+        role.kind = CodeKind::IterInit;
         role.flags &= ~LOTUS_ROLE_SKIP;
         role.flags |= LOTUS_ROLE_OBJ1; // the DataLoader it iterates
-    }
-    role.internal = code.file.rfind("<frozen ", 0) == 0;
-    role.fetcher = in_file(code, "torch/utils/data/_utils/fetch.py") && code.name.find("fetch") != std::string::npos;
-    role.getitem = method_is(code, "", "__getitem__");
-    if (role.getitem) // its direct calls into Python make up a sample when no pipeline call does; its index
+    } else if (in_file(code, "torch/utils/data/_utils/fetch.py") && code.name.find("fetch") != std::string::npos) {
+        role.kind = CodeKind::Fetcher;
+    } else if (method_is(code, "", "__getitem__")) {
+        // its direct calls into Python make up a sample when no pipeline call does; its index
+        role.kind = CodeKind::GetItem;
         role.flags |= LOTUS_ROLE_EMIT_CALLEES | LOTUS_ROLE_ARG1;
+    }
     return role;
 }
 
-bool Rules::pipeline_class(const std::string& type_name) const
+TypeRole Rules::classify_type(const std::string& name, const std::vector<std::string>& bases) const
 {
-    auto dot = type_name.rfind('.');
-    std::string cls = dot == std::string::npos ? type_name : type_name.substr(dot + 1);
-    for (const auto& glob : pipeline_classes_)
-        if (glob_match(glob, cls))
-            return true;
-    return false;
+    TypeRole t;
+    t.flags = LOTUS_TYPE_DESCRIBED | LOTUS_TYPE_CLASSIFIED;
+    if (name == "cell")
+        t.flags |= LOTUS_TYPE_CELL;
+    std::vector<std::string> classes{class_name(name)};
+    for (const auto& b : bases)
+        if (!b.empty())
+            classes.push_back(class_name(b));
+    for (const auto& cls : classes) {
+        for (const auto& glob : pipeline_classes_)
+            t.pipeline |= glob_match(glob, cls);
+        t.container |= container_class(cls);
+        t.loader |= cls == "DataLoader";
+        t.loader_iterator |= ends_with(cls, "DataLoaderIter");
+    }
+    t.pipeline |= t.container;
+    t.single_process = t.loader_iterator && classes[0].find("SingleProcess") != std::string::npos;
+    if (t.pipeline)
+        t.flags |= LOTUS_TYPE_PIPELINE;
+    return t;
 }
 
 std::string Rules::op_name(const CodeInfo& code, const std::string* self_type) const
@@ -124,11 +160,8 @@ std::string Rules::op_name(const CodeInfo& code, const std::string* self_type) c
     bool method = unqualified(code) ? (code.name.rfind("__", 0) == 0 || code.name == "_call_impl" ||
                                        code.name == "_wrapped_call_impl" || code.name == "forward")
                                     : code.name.find("<locals>") == std::string::npos;
-    if (method && self_type && !self_type->empty()) {
-        // tp_name of heap types is the bare class name; of static types "module.Class".
-        auto dot = self_type->rfind('.');
-        return dot == std::string::npos ? *self_type : self_type->substr(dot + 1);
-    }
+    if (method && self_type && !self_type->empty())
+        return class_name(*self_type); // tp_name of heap types is the bare class name; of static ones module.Class
     auto dot = code.name.rfind('.');
     if (dot == std::string::npos)
         return code.name;

@@ -1,5 +1,6 @@
-// What the engine knows about pipelines: which code objects are Compose-like, where a sample's index and a
-// worker's id live, how an op is named. Built-in rules cover torchvision and torch's DataLoader.
+// What the engine knows about pipelines and torch: which code objects are calls of an object (a pipeline's
+// call when the object's class is a pipeline class), which classes are pipelines, where a sample's index, a
+// worker's id and a rank live, how an op is named. The one place that knows torchvision and torch.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -9,40 +10,59 @@
 namespace lotus::model {
 
 struct CodeInfo {
-    std::string name; // qualified name
+    std::string name; // qualified name (3.11+), bare name (3.10)
     std::string file;
     int firstlineno = 0;
 };
 
+// What a code object is, for the engine (the BPF side gets LOTUS_ROLE_* flags).
+enum class CodeKind : uint8_t {
+    Other,      // nothing by itself (an op when a pipeline calls it)
+    Span,       // named by --span: every call is a span
+    ObjectCall, // a call of an object (__call__, forward, nn.Module's call wrappers): a pipeline call when the
+                // object's class is a pipeline class (TypeRole::pipeline), whatever the code object is
+    GetItem,    // a dataset's __getitem__: its localsplus[1] is the sample index
+    WorkerLoop, // torch's DataLoader worker loop: captures the worker id
+    RankMain,   // torch.multiprocessing.spawn's _wrap: captures the process's rank
+    LoaderIter, // DataLoader.__iter__: an epoch of that loader begins; it returns the iterator
+    IterInit,   // a DataLoader iterator's __init__(self, loader)
+    LoaderNext, // a DataLoader iterator's __next__: the training loop waiting for a batch
+    Fetcher,    // torch's dataset fetchers (and their comprehensions): a batch being built
+};
+
 struct CodeRole {
     uint32_t flags = 0; // LOTUS_ROLE_* bits for the BPF side
-    bool pipeline = false;
-    bool pipeline_if_self = false; // only when self is of a pipeline class (versions without qualified names)
-    bool span = false;             // named by --span: every call is a span
-    bool getitem = false;     // its localsplus[1] is a dataset index
-    bool worker_loop = false; // torch's _worker_loop: its locals worker_id and idx are captured
-    bool queue_put = false;   // multiprocessing's Queue.put: its callees mark a worker handing a batch over
-    bool loader_next = false; // a DataLoader iterator's __next__: the training loop waiting for a batch
-    bool iter_init = false;   // a DataLoader iterator's __init__(self, loader): a new epoch of that loader
-    bool internal = false;    // the import machinery: never an op of an implicit sample
-    bool fetcher = false;     // torch's dataset fetchers (and their list comprehensions): a batch being built
-    // Locals to capture when a frame of this code is walked past, by name; the role sink resolves them to
-    // slots (capture_slots, same order, LOTUS_NO_SLOT when absent) from the target's co_localsplusnames.
+    CodeKind kind = CodeKind::Other;
+    bool internal = false; // the import machinery: never an op of an implicit sample
+    // Locals to capture when a frame of this code is walked past, by name; capture resolves them to slots
+    // (capture_slots, same order, LOTUS_NO_SLOT when absent) from the target's co_localsplusnames. What the
+    // value means follows from the kind (WorkerLoop: the worker id; RankMain: the rank).
     std::vector<std::string> capture_locals;
     std::vector<uint8_t> capture_slots;
 };
 
+// What a class is, for the engine and (flags) for BPF.
+struct TypeRole {
+    uint32_t flags = 0;       // LOTUS_TYPE_* bits for the BPF side
+    bool pipeline = false;    // Compose-like (its calls are samples) or a container transform (an op with ops)
+    bool container = false;   // RandomApply, RandomChoice, RandomOrder: inside a pipeline, an op whose calls are ops
+    bool loader = false;      // a torch DataLoader (or a subclass)
+    bool loader_iterator = false; // a DataLoader iterator
+    bool single_process = false;  // ... of a num_workers=0 loader: next() builds the batch itself
+};
+
 class Rules {
 public:
-    // pipeline_classes: extra class-name globs whose __call__ plays Compose's role.
-    // spans: "QUALNAME_GLOB" or "FILE_GLOB:QUALNAME_GLOB": functions whose every call becomes a span.
+    // pipeline_classes: extra class-name globs whose instances play Compose's role (their calls are samples,
+    // the calls they make ops). spans: "QUALNAME_GLOB" or "FILE_GLOB:QUALNAME_GLOB": functions whose every
+    // call becomes a span.
     explicit Rules(std::vector<std::string> pipeline_classes = {}, std::vector<std::string> spans = {});
     CodeRole classify(const CodeInfo& code) const;
+    // name: tp_name; bases: the tp_names of its tp_base chain, nearest first.
+    TypeRole classify_type(const std::string& name, const std::vector<std::string>& bases) const;
     // The op's display name: the class of `self` for methods (also through nn.Module's call wrappers), the
     // function's name otherwise.
     std::string op_name(const CodeInfo& code, const std::string* self_type) const;
-    // Whether a class (tp_name) plays Compose's role.
-    bool pipeline_class(const std::string& type_name) const;
     // --span patterns that matched no code object described so far (never seen entering the interpreter).
     std::vector<std::string> unmatched_spans() const;
 
@@ -56,5 +76,7 @@ private:
 };
 
 bool glob_match(const std::string& pattern, const std::string& text);
+// "module.Class" (static types) or "Class" (heap types): the class name.
+std::string class_name(const std::string& tp_name);
 
 } // namespace lotus::model

@@ -18,13 +18,34 @@ const char* category(SpanKind k)
     return "?";
 }
 
-std::string ProcessInfo::label() const
+static std::string own_label(const ProcessInfo& p)
 {
-    if (root)
+    if (p.rank >= 0)
+        return "rank " + std::to_string(p.rank);
+    if (p.root)
         return "main";
-    if (worker_id >= 0)
-        return "worker " + std::to_string(worker_id);
+    if (p.consumer)
+        return "trainer";
+    if (p.worker || p.worker_id >= 0)
+        return p.worker_id >= 0 ? "worker " + std::to_string(p.worker_id) : "worker ?";
     return "child";
+}
+
+std::string process_label(const std::map<uint32_t, ProcessInfo>& processes, uint32_t pid)
+{
+    auto it = processes.find(pid);
+    if (it == processes.end())
+        return "?";
+    std::string label = own_label(it->second);
+    if (!(it->second.worker || it->second.worker_id >= 0) || !it->second.owner)
+        return label;
+    size_t consumers = 0;
+    for (const auto& [q, p] : processes)
+        consumers += p.consumer;
+    auto owner = processes.find(it->second.owner);
+    if (consumers > 1 && owner != processes.end())
+        return own_label(owner->second) + " " + label;
+    return label;
 }
 
 } // namespace lotus::model

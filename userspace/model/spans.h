@@ -1,6 +1,7 @@
 // What the reconstruction engine produces: spans and what it learned about processes.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +38,11 @@ struct Span {
     int64_t sample = -1;  // dataset index when known (samples, ops, loaders)
     uint64_t sample_id = 0; // engine-wide number of the sample this span belongs to (1-based), 0: none
     uint32_t depth = 0;   // evaluation depth of the entry event, to trace a span back to its events
+    // DataLoader spans (samples, ops, loaders, collates, batches, waits): the process whose training loop the
+    // data is for (a rank, or the main process; 0 when unknown) and that process's DataLoader number (-1).
+    uint32_t owner = 0;
+    int loader = -1;
+    std::string container; // ops of a container transform (RandomApply...): its class
     // Further args as already-encoded JSON values (batch, epoch, worker, path, delay_ms, out_of_order...).
     std::vector<std::pair<std::string, std::string>> args;
     uint64_t flow_out = 0; // nonzero: a flow arrow starts at this span...
@@ -62,14 +68,20 @@ struct ProcessInfo {
     uint32_t parent = 0;
     bool root = false;
     int worker_id = -1;   // DataLoader worker id, when recovered
+    int rank = -1;        // the rank of a training process (torch.multiprocessing.spawn's i, or RANK), when known
+    bool consumer = false; // it iterates DataLoaders (a training loop: the main process, or a rank)
+    bool worker = false;   // it prepared DataLoader batches (read a task from a DataLoader's index queue)
+    uint32_t owner = 0;    // a worker: the process it prepares batches for, when known
     uint64_t samples = 0; // completed sample spans
     uint64_t batches = 0; // batches prepared
     uint64_t busy_ns = 0; // time inside batch spans
     uint64_t first_ns = 0, last_ns = 0; // first and last event seen from it
-    int epoch_base = 0;   // DataLoader epoch this worker was forked for
-    int loader = -1;      // which DataLoader (numbered in order of first use) it works for; -1: unknown
+    int loader = -1;      // a worker: which DataLoader of its owner (numbered in order of first use); -1: unknown
     bool exited = false;
-    std::string label() const; // "main", "worker 0", "child"
 };
+
+// "main", "rank 1", "trainer" (a training process without a known rank), "worker 0" (prefixed with its
+// owner's label where there are several training processes), "worker ?" (its id not recovered), "child".
+std::string process_label(const std::map<uint32_t, ProcessInfo>& processes, uint32_t pid);
 
 } // namespace lotus::model

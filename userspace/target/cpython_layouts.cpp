@@ -12,7 +12,8 @@ struct Row {
 };
 
 // Offsets measured with offsetof() against each version's own headers (Include/internal/pycore_frame.h,
-// cpython/code.h, cpython/unicodeobject.h, cpython/longintrepr.h, cpython/pystate.h), x86_64. Each row is
+// cpython/code.h, cpython/unicodeobject.h, cpython/longintrepr.h, cpython/pystate.h, cpython/object.h,
+// cpython/cellobject.h), x86_64. Each row is
 // exercised by an integration test on a real interpreter of that version (tests/integration/test_versions.py).
 constexpr Row kRows[] = {
     // 3.10: frames are PyFrameObjects; tstate->frame is the caller's frame at entry; no co_qualname.
@@ -25,7 +26,8 @@ constexpr Row kRows[] = {
         .unicode_state = 32, .unicode_length = 16, .unicode_ascii_data = 48, .unicode_compact_data = 72,
         .unicode_kind_shift = 2, .unicode_ascii_bit = 6,
         .long_size = 16, .long_digits = 24, .long_tagged = 0,
-        .code_localsplusnames = 72 /* co_varnames */, .tuple_size = 16, .tuple_items = 24, .frame_is_entry = -1}},
+        .code_localsplusnames = 72 /* co_varnames */, .tuple_size = 16, .tuple_items = 24, .frame_is_entry = -1,
+        .code_nlocals = 28, .code_cellvars = 88, .code_cell2arg = 96, .cell_ref = 16, .type_base = 256}},
     // 3.11: _PyInterpreterFrame; tstate->cframe->current_frame.
     {3, 11, lotus_py_layout{
         .tstate_cframe = 56, .cframe_current_frame = 8, .tstate_current_frame = -1,
@@ -36,7 +38,8 @@ constexpr Row kRows[] = {
         .unicode_state = 32, .unicode_length = 16, .unicode_ascii_data = 48, .unicode_compact_data = 72,
         .unicode_kind_shift = 2, .unicode_ascii_bit = 6,
         .long_size = 16, .long_digits = 24, .long_tagged = 0,
-        .code_localsplusnames = 96, .tuple_size = 16, .tuple_items = 24, .frame_is_entry = 68}},
+        .code_localsplusnames = 96, .tuple_size = 16, .tuple_items = 24, .frame_is_entry = 68,
+        .code_nlocals = -1, .code_cellvars = -1, .code_cell2arg = -1, .cell_ref = 16, .type_base = 256}},
     // 3.12: f_code first, C-stack shim frames (owner 3), str without wstr, tagged ints (lv_tag).
     {3, 12, lotus_py_layout{
         .tstate_cframe = 56, .cframe_current_frame = 0, .tstate_current_frame = -1,
@@ -47,7 +50,8 @@ constexpr Row kRows[] = {
         .unicode_state = 32, .unicode_length = 16, .unicode_ascii_data = 40, .unicode_compact_data = 56,
         .unicode_kind_shift = 2, .unicode_ascii_bit = 6,
         .long_size = 16, .long_digits = 24, .long_tagged = 1,
-        .code_localsplusnames = 96, .tuple_size = 16, .tuple_items = 24, .frame_is_entry = -1}},
+        .code_localsplusnames = 96, .tuple_size = 16, .tuple_items = 24, .frame_is_entry = -1,
+        .code_nlocals = -1, .code_cellvars = -1, .code_cell2arg = -1, .cell_ref = 16, .type_base = 256}},
     // 3.13: no _PyCFrame: tstate->current_frame; f_executable (a code object for Python frames).
     {3, 13, lotus_py_layout{
         .tstate_cframe = -1, .cframe_current_frame = -1, .tstate_current_frame = 72,
@@ -58,7 +62,8 @@ constexpr Row kRows[] = {
         .unicode_state = 32, .unicode_length = 16, .unicode_ascii_data = 40, .unicode_compact_data = 56,
         .unicode_kind_shift = 2, .unicode_ascii_bit = 6,
         .long_size = 16, .long_digits = 24, .long_tagged = 1,
-        .code_localsplusnames = 96, .tuple_size = 16, .tuple_items = 24, .frame_is_entry = -1}},
+        .code_localsplusnames = 96, .tuple_size = 16, .tuple_items = 24, .frame_is_entry = -1,
+        .code_nlocals = -1, .code_cellvars = -1, .code_cell2arg = -1, .cell_ref = 16, .type_base = 256}},
     // 3.14: f_executable is a tagged _PyStackRef (low bit; cleared with the low two), frame fields after it
     // moved (stackpointer), tuples cache their hash (ob_item 32). Values from 3.14.10's _Py_DebugOffsets.
     {3, 14, lotus_py_layout{
@@ -70,7 +75,8 @@ constexpr Row kRows[] = {
         .unicode_state = 32, .unicode_length = 16, .unicode_ascii_data = 40, .unicode_compact_data = 56,
         .unicode_kind_shift = 2, .unicode_ascii_bit = 6,
         .long_size = 16, .long_digits = 24, .long_tagged = 1,
-        .code_localsplusnames = 96, .tuple_size = 16, .tuple_items = 32, .frame_is_entry = -1}},
+        .code_localsplusnames = 96, .tuple_size = 16, .tuple_items = 32, .frame_is_entry = -1,
+        .code_nlocals = -1, .code_cellvars = -1, .code_cell2arg = -1, .cell_ref = 16, .type_base = 256}},
 };
 
 } // namespace

@@ -53,6 +53,18 @@ class LoggedFolder(datasets.ImageFolder):
         return r
 
 
+class LoggedCollate:
+    """default_collate, logging when each batch's collation ends (a worker's k-th line is its k-th batch)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __call__(self, batch):
+        out = torch.utils.data.default_collate(batch)
+        _append(self.path, f"{os.getpid()} {len(batch)} {time.monotonic_ns()}\n")
+        return out
+
+
 class OwnCrop:
     def __call__(self, img):
         return img.crop((0, 0, 112, 112))
@@ -112,23 +124,45 @@ def main():
     ap.add_argument("--iterable", action="store_true", help="an IterableDataset without Compose instead")
     ap.add_argument("--own-dataset", action="store_true",
                     help="a map-style dataset of its own (own __getitem__ and transform classes, no Compose)")
+    ap.add_argument("--v2", action="store_true", help="torchvision.transforms.v2 (torchvision >= 0.16)")
+    ap.add_argument("--decode", choices=["pil", "tensor"], default="pil",
+                    help="tensor: read and decode with torchvision.io (v2 only)")
+    ap.add_argument("--pin-memory", action="store_true")
+    ap.add_argument("--collate-log", help="one line per batch when its collation ends: PID BATCH_SIZE MONOTONIC_NS")
     args = ap.parse_args()
     SAMPLE_LOG, TIMED_LOG = args.sample_log, args.timed_log
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    ops = [
-        transforms.RandomResizedCrop(224),
-        transforms.RandomHorizontalFlip(),
-        transforms.ToTensor(),
-        transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
-    ]
-    tf = TimedCompose(ops) if TIMED_LOG else transforms.Compose(ops)
-    ds = LoggedFolder(args.data, transform=tf)
+    if args.v2:
+        from torchvision.transforms import v2
+        ops = [v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(), v2.ToImage(),
+               v2.ToDtype(torch.float32, scale=True),
+               v2.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])]
+        if args.decode == "tensor":  # already an image tensor: ToImage has nothing to convert, but still runs
+            ops = [v2.ToImage()] + [op for op in ops if not isinstance(op, v2.ToImage)]
+        tf = v2.Compose(ops)
+    else:
+        ops = [
+            transforms.RandomResizedCrop(224),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+        ]
+        tf = TimedCompose(ops) if TIMED_LOG else transforms.Compose(ops)
+    loader_fn = None
+    if args.decode == "tensor":
+        import torchvision.io
+        loader_fn = lambda path: torchvision.io.decode_jpeg(torchvision.io.read_file(path))
+    ds = LoggedFolder(args.data, transform=tf, **({"loader": loader_fn} if loader_fn else {}))
     extra = {}
     if args.workers and args.persistent:
         extra["persistent_workers"] = True
     if args.workers and args.context:
         extra["multiprocessing_context"] = args.context
+    if args.pin_memory:
+        extra["pin_memory"] = True
+    if args.collate_log:
+        extra["collate_fn"] = LoggedCollate(args.collate_log)
     loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, **extra)
     if args.own_dataset:
         ds = OwnFolder(args.data)

@@ -1,0 +1,429 @@
+// DataLoader semantics (model/batches.h) driven through the engine by synthetic streams: the records a training
+// process, its DataLoader workers and their queues produce. No BPF.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "event_builder.h"
+#include "model/engine.h"
+#include "model/messages.h"
+
+using namespace lotus;
+using model::Span;
+using model::SpanKind;
+
+namespace {
+
+constexpr uint64_t ITER = 0x1000, NEXT = 0x2000, INIT = 0x3000, COMPOSE = 0x4000, OP = 0x5000, GETITEM = 0x6000,
+                   WORKER_LOOP = 0x7000, WRAP = 0x8000;
+constexpr uint64_t T_LOADER = 0x10, T_MPITER = 0x20, T_SPITER = 0x30, T_COMPOSE = 0x40, T_OP = 0x50;
+constexpr uint64_t LOADER = 0xa00, LOADER2 = 0xa10;
+
+std::string arg(const Span& s, const std::string& key)
+{
+    for (const auto& [k, v] : s.args)
+        if (k == key)
+            return v;
+    return "";
+}
+
+struct Batches : ::testing::Test {
+    model::Rules rules;
+    std::vector<Span> spans;
+    model::Engine engine{rules, [this](const Span& s) { spans.push_back(s); },
+                         [](uint32_t, uint32_t, uint64_t, model::CodeRole& r) {
+                             for (size_t i = 0; i < r.capture_locals.size(); i++)
+                                 r.capture_slots.push_back(static_cast<uint8_t>(10 + i));
+                         }};
+    test::EventBuilder ev{engine};
+    uint64_t now = 1000;
+
+    void describe(uint32_t pid)
+    {
+        ev.code(pid, ITER, "DataLoader.__iter__", "/x/torch/utils/data/dataloader.py");
+        ev.code(pid, NEXT, "_BaseDataLoaderIter.__next__", "/x/torch/utils/data/dataloader.py");
+        ev.code(pid, INIT, "_MultiProcessingDataLoaderIter.__init__", "/x/torch/utils/data/dataloader.py");
+        ev.code(pid, COMPOSE, "Compose.__call__", "/x/torchvision/transforms/transforms.py");
+        ev.code(pid, OP, "ToTensor.__call__", "/x/torchvision/transforms/transforms.py");
+        ev.code(pid, GETITEM, "DatasetFolder.__getitem__", "/x/torchvision/datasets/folder.py");
+        ev.code(pid, WORKER_LOOP, "_worker_loop", "/x/torch/utils/data/_utils/worker.py");
+        ev.code(pid, WRAP, "_wrap", "/x/torch/multiprocessing/spawn.py");
+        ev.type(pid, T_LOADER, "DataLoader", {"Generic", "object"});
+        ev.type(pid, T_MPITER, "_MultiProcessingDataLoaderIter", {"_BaseDataLoaderIter", "object"});
+        ev.type(pid, T_SPITER, "_SingleProcessDataLoaderIter", {"_BaseDataLoaderIter", "object"});
+        ev.type(pid, T_COMPOSE, "Compose", {"object"});
+        ev.type(pid, T_OP, "ToTensor", {"object"});
+    }
+    // `for batch in loader` begins: __iter__ forks the workers (fork records inside it) and returns the iterator.
+    void begin_epoch(uint32_t pid, uint64_t loader, uint64_t iterator, std::vector<uint32_t> workers)
+    {
+        ev.entry(pid, pid, now++, 3, ITER, T_LOADER, {}, {}, loader);
+        for (auto w : workers)
+            ev.proc(LOTUS_EV_FORK, w, pid, pid);
+        ev.ret(pid, pid, now++, 3, iterator);
+    }
+    // A worker's batch: its task read, `samples` samples, the loop's getppid, its feeder thread's send.
+    void batch(uint32_t w, int64_t idx, int samples = 2, int worker_id = -1)
+    {
+        ev.msg(w, w, now++, LOTUS_MSG_IN, test::pickled_indexed(idx));
+        for (int i = 0; i < samples; i++) {
+            now += 10;
+            std::vector<std::tuple<uint64_t, uint8_t, int64_t>> caps;
+            if (worker_id >= 0)
+                caps.emplace_back(WORKER_LOOP, 10, worker_id);
+            ev.entry(w, w, now, 7, COMPOSE, T_COMPOSE, {{GETITEM, idx * 100 + i}}, caps, 0xc0);
+            ev.entry(w, w, now + 2, 8, OP, T_OP, {{COMPOSE, LOTUS_NO_VALUE}}, {}, 0xc1);
+            ev.ret(w, w, now + 5, 8);
+            ev.ret(w, w, now + 6, 7);
+        }
+        now += 10;
+        ended[{w, idx}] = now;
+        ev.getppid(w, w, now++);
+    }
+    std::map<std::pair<uint32_t, int64_t>, uint64_t> ended; // when each (worker, batch)'s loop called getppid
+    void send(uint32_t w, int64_t idx, bool stop = false)
+    {
+        ev.msg(w, w + 1000, now++, LOTUS_MSG_OUT, test::pickled_indexed(idx, stop)); // its queue's feeder thread
+    }
+    // The training loop's next(): the batch messages it reads meanwhile (-1: none, it had the batch already).
+    void next(uint32_t pid, uint64_t iterator, std::vector<int64_t> reads = {}, uint64_t type = T_MPITER)
+    {
+        ev.entry(pid, pid, now++, 4, NEXT, type, {}, {}, iterator);
+        for (auto r : reads)
+            ev.msg(pid, pid, now++, LOTUS_MSG_IN, test::pickled_indexed(r));
+        ev.ret(pid, pid, now++, 4, 0x77);
+    }
+    void stop_iteration(uint32_t pid, uint64_t iterator, uint64_t type = T_MPITER)
+    {
+        ev.entry(pid, pid, now++, 4, NEXT, type, {}, {}, iterator);
+        ev.ret(pid, pid, now++, 4, 0);
+    }
+    std::vector<Span> of(SpanKind k) const
+    {
+        std::vector<Span> out;
+        for (const auto& s : spans)
+            if (s.kind == k)
+                out.push_back(s);
+        return out;
+    }
+    // (loader, epoch, batch) of every batch / wait, as their args say ("" where absent).
+    static std::vector<std::string> keys(const std::vector<Span>& v)
+    {
+        std::vector<std::string> out;
+        for (const auto& s : v)
+            out.push_back(arg(s, "loader") + "/" + arg(s, "epoch") + "/" + arg(s, "batch"));
+        return out;
+    }
+    // Every wait with a flow has exactly one batch with the same flow, of the same (loader, epoch, batch).
+    void expect_flows_join_the_same_batch() const
+    {
+        std::map<uint64_t, const Span*> out;
+        for (const auto& s : spans)
+            if (s.flow_out)
+                out[s.flow_out] = &s;
+        for (const auto& w : spans) {
+            if (!w.flow_in)
+                continue;
+            auto b = out.find(w.flow_in);
+            ASSERT_NE(b, out.end());
+            EXPECT_EQ(keys({*b->second}), keys({w}));
+            EXPECT_EQ(b->second->owner, w.owner);
+        }
+    }
+};
+
+} // namespace
+
+TEST(QueueMessages, IndicesMarkersAndOthers)
+{
+    using model::QueueMessage;
+    auto parse = [](const std::string& p) {
+        return model::parse_queue_message(reinterpret_cast<const uint8_t*>(p.data()), p.size());
+    };
+    for (int64_t idx : {0, 5, 255, 256, 40000, 70000, 1 << 30}) {
+        auto m = parse(test::pickled_indexed(idx));
+        EXPECT_EQ(m.kind, QueueMessage::Indexed) << idx;
+        EXPECT_EQ(m.index, idx);
+        EXPECT_FALSE(m.stop);
+    }
+    auto stop = parse(test::pickled_indexed(3, true));
+    EXPECT_TRUE(stop.stop);
+    EXPECT_EQ(stop.index, 3);
+    auto cut = test::pickled_indexed(3, true).substr(0, 64); // as captured: the class name cut short
+    EXPECT_TRUE(parse(cut).stop);
+    EXPECT_EQ(parse(test::pickled_resume()).kind, QueueMessage::Resume);
+    // A bare int, a list, a protocol 2 pickle, garbage: not a DataLoader message.
+    std::string frame = std::string("\x80\x04\x95", 3) + std::string(8, '\0');
+    EXPECT_EQ(parse(frame + "K\x05.").kind, QueueMessage::Other);
+    EXPECT_EQ(parse(frame + "]\x94(K\x01" "e.").kind, QueueMessage::Other);
+    EXPECT_EQ(parse(std::string("\x80\x02K\x05K\x06\x86q\x00.", 12)).kind, QueueMessage::Other);
+    EXPECT_EQ(parse(std::string("\xff\xd8\xff\xe0", 4)).kind, QueueMessage::Other);
+    EXPECT_EQ(parse("").kind, QueueMessage::Other);
+    std::string negative = frame + "J" + std::string("\xff\xff\xff\xff", 4) + "N\x86.";
+    EXPECT_EQ(parse(negative).kind, QueueMessage::Other);
+}
+
+TEST_F(Batches, WorkersBatchesWaitsAndFlowsOfOneEpoch)
+{
+    constexpr uint32_t P = 100, W0 = 101, W1 = 102;
+    engine.add_process(P, 0, true);
+    describe(P);
+    begin_epoch(P, LOADER, 0x77, {W0, W1});
+    batch(W0, 0, 2, 0);
+    send(W0, 0);
+    batch(W1, 1, 2, 1);
+    send(W1, 1);
+    next(P, 0x77, {0});
+    next(P, 0x77, {1});
+    batch(W0, 2, 2, 0);
+    send(W0, 2);
+    next(P, 0x77, {2});
+    stop_iteration(P, 0x77);
+    auto batches = of(SpanKind::Batch);
+    ASSERT_EQ(batches.size(), 3u);
+    EXPECT_EQ(keys(batches), (std::vector<std::string>{"0/0/0", "0/0/1", "0/0/2"}));
+    EXPECT_EQ(arg(batches[0], "worker"), "0");
+    EXPECT_EQ(arg(batches[1], "worker"), "1");
+    EXPECT_EQ(arg(batches[0], "samples"), "2");
+    auto waits = of(SpanKind::Wait);
+    ASSERT_EQ(waits.size(), 3u);
+    EXPECT_EQ(keys(waits), (std::vector<std::string>{"0/0/0", "0/0/1", "0/0/2"}));
+    for (const auto& w : waits)
+        EXPECT_NE(w.flow_in, 0u);
+    expect_flows_join_the_same_batch();
+    // A batch ends at its worker loop's getppid (right after the put), not at its feeder's later send.
+    EXPECT_EQ(batches[0].end_ns, ended.at({W0, 0}));
+    EXPECT_EQ(batches[2].end_ns, ended.at({W0, 2}));
+    auto collates = of(SpanKind::Collate);
+    ASSERT_EQ(collates.size(), 3u);
+    EXPECT_EQ(collates[1].end_ns, ended.at({W1, 1}));
+    EXPECT_EQ(of(SpanKind::Loader).size(), 6u); // one per sample, emitted with its batch
+    for (const auto& s : of(SpanKind::Sample)) {
+        EXPECT_EQ(s.owner, P);
+        EXPECT_EQ(s.loader, 0);
+    }
+    const auto& st = engine.batches().stats().at({P, 0});
+    EXPECT_EQ(st.prepare_ns.size(), 3u);
+    EXPECT_EQ(st.wait_ns.size(), 3u);
+    EXPECT_EQ(st.delay_ns.size(), 3u);
+    EXPECT_EQ(engine.processes().at(W0).owner, P);
+    EXPECT_TRUE(engine.processes().at(P).consumer);
+    EXPECT_TRUE(engine.processes().at(W1).worker);
+}
+
+TEST_F(Batches, OutOfOrderArrivalsAndBatchesReturnedFromTheCache)
+{
+    constexpr uint32_t P = 100, W0 = 101, W1 = 102;
+    engine.add_process(P, 0, true);
+    describe(P);
+    begin_epoch(P, LOADER, 0x77, {W0, W1});
+    batch(W1, 1);
+    send(W1, 1);
+    batch(W0, 0);
+    send(W0, 0);
+    next(P, 0x77, {1, 0}); // reads 1 (kept), then 0: returns 0
+    next(P, 0x77);         // 1 from its cache: no read
+    auto waits = of(SpanKind::Wait);
+    ASSERT_EQ(waits.size(), 2u);
+    EXPECT_EQ(arg(waits[0], "batch"), "0");
+    EXPECT_EQ(arg(waits[0], "out_of_order"), "true");
+    EXPECT_EQ(arg(waits[1], "batch"), "1");
+    EXPECT_EQ(arg(waits[1], "out_of_order"), "false");
+    expect_flows_join_the_same_batch();
+}
+
+TEST_F(Batches, EveryEpochNewWorkersOrPersistentOnes)
+{
+    constexpr uint32_t P = 100;
+    engine.add_process(P, 0, true);
+    describe(P);
+    // Two epochs with new workers each (their own iterators), then a persistent loader over two epochs.
+    for (uint32_t e = 0; e < 2; e++) {
+        uint32_t w = 200 + e;
+        begin_epoch(P, LOADER, 0x70 + e, {w});
+        batch(w, 0);
+        send(w, 0);
+        next(P, 0x70 + e, {0});
+        stop_iteration(P, 0x70 + e);
+    }
+    constexpr uint32_t PW = 300;
+    begin_epoch(P, LOADER2, 0x90, {PW});
+    batch(PW, 0);
+    send(PW, 0);
+    next(P, 0x90, {0});
+    stop_iteration(P, 0x90);
+    // __iter__ again: the same iterator, its worker told to resume (it acknowledges through the queue)
+    ev.entry(P, P, now++, 3, ITER, T_LOADER, {}, {}, LOADER2);
+    ev.msg(PW, PW, now++, LOTUS_MSG_IN, test::pickled_resume());
+    ev.ret(P, P, now++, 3, 0x90);
+    batch(PW, 0);
+    send(PW, 0);
+    next(P, 0x90, {0});
+    EXPECT_EQ(keys(of(SpanKind::Batch)), (std::vector<std::string>{"0/0/0", "0/1/0", "1/0/0", "1/1/0"}));
+    EXPECT_EQ(keys(of(SpanKind::Wait)), keys(of(SpanKind::Batch)));
+    expect_flows_join_the_same_batch();
+    EXPECT_EQ(engine.processes().at(PW).loader, 1);
+}
+
+TEST_F(Batches, IterableDatasetEndOfDataMarkersAreSkipped)
+{
+    constexpr uint32_t P = 100, W0 = 101, W1 = 102;
+    engine.add_process(P, 0, true);
+    describe(P);
+    begin_epoch(P, LOADER, 0x77, {W0, W1});
+    batch(W0, 0, 0);
+    send(W0, 0);
+    batch(W1, 1, 0, -1);
+    send(W1, 1, true); // W1's data ran out: index 1 is no batch
+    batch(W0, 2, 0);
+    send(W0, 2);
+    next(P, 0x77); // pin_memory: the training loop reads no message itself
+    next(P, 0x77);
+    EXPECT_EQ(keys(of(SpanKind::Batch)), (std::vector<std::string>{"0/0/0", "0/0/2"}));
+    EXPECT_EQ(keys(of(SpanKind::Wait)), (std::vector<std::string>{"0/0/0", "0/0/2"}));
+    expect_flows_join_the_same_batch();
+}
+
+TEST_F(Batches, AttachedMidEpochIdsAreLeftOutUntilKnownNeverGuessed)
+{
+    // Tracing began mid-epoch: the iterator and workers exist; the first batches were consumed before.
+    constexpr uint32_t P = 100, W0 = 101;
+    engine.add_process(P, 0, true);
+    engine.add_process(W0, P, false);
+    describe(P);
+    describe(W0); // (a process alive when tracing began is its own role space)
+    // A sample of the batch the worker was preparing when tracing began: reported, its batch is not.
+    ev.entry(W0, W0, now++, 7, COMPOSE, T_COMPOSE, {{GETITEM, 1}}, {}, 0xc0);
+    ev.ret(W0, W0, now++, 7);
+    ev.getppid(W0, W0, now++);
+    send(W0, 5);
+    next(P, 0x77);      // from its cache: which batch is unknown
+    batch(W0, 6);
+    send(W0, 6);
+    next(P, 0x77, {6}); // it read batch 6's message: batch 6
+    next(P, 0x77);      // then 7 (counted from the one known)
+    auto waits = of(SpanKind::Wait);
+    ASSERT_EQ(waits.size(), 3u);
+    EXPECT_EQ(arg(waits[0], "batch"), "");
+    EXPECT_EQ(arg(waits[1], "batch"), "6");
+    EXPECT_EQ(arg(waits[2], "batch"), "7");
+    for (const auto& w : waits) {
+        EXPECT_EQ(arg(w, "epoch"), ""); // which epoch this is was not seen
+        EXPECT_EQ(w.flow_in, 0u);       // the worker's epoch is unknown: no arrow rather than a guessed one
+    }
+    auto batches = of(SpanKind::Batch);
+    ASSERT_EQ(batches.size(), 1u);
+    EXPECT_EQ(keys(batches), (std::vector<std::string>{"//6"}));
+    EXPECT_EQ(of(SpanKind::Sample).size(), 3u);
+    const auto& st = engine.batches().stats().at({P, -1});
+    EXPECT_EQ(st.unnamed, 1u);
+    EXPECT_EQ(st.unmatched, 2u);
+    // The next epoch is known from its start.
+    stop_iteration(P, 0x77);
+    begin_epoch(P, LOADER, 0x78, {102});
+    batch(102, 0);
+    send(102, 0);
+    next(P, 0x78, {0});
+    EXPECT_EQ(keys({of(SpanKind::Wait).back()}), (std::vector<std::string>{"0/0/0"}));
+    EXPECT_NE(of(SpanKind::Wait).back().flow_in, 0u);
+    expect_flows_join_the_same_batch();
+}
+
+TEST_F(Batches, TwoRanksKeepTheirOwnLoadersEpochsAndBatches)
+{
+    // torch.multiprocessing.spawn: the launcher's two children each train with a DataLoader of one worker.
+    constexpr uint32_t L = 100, A = 110, B = 120, WA = 111, WB = 121;
+    engine.add_process(L, 0, true);
+    describe(L);
+    ev.proc(LOTUS_EV_FORK, A, L, L);
+    ev.proc(LOTUS_EV_FORK, B, L, L);
+    // Their ranks, captured from torch.multiprocessing.spawn's _wrap(fn, i, ...) up their stacks.
+    ev.entry(A, A, now++, 3, ITER, T_LOADER, {}, {{WRAP, 10, 0}}, LOADER);
+    ev.proc(LOTUS_EV_FORK, WA, A, A);
+    ev.entry(B, B, now++, 3, ITER, T_LOADER, {}, {{WRAP, 10, 1}}, LOADER); // same address: another process
+    ev.proc(LOTUS_EV_FORK, WB, B, B);
+    ev.ret(A, A, now++, 3, 0x77);
+    ev.ret(B, B, now++, 3, 0x77);
+    for (int64_t i = 0; i < 2; i++) {
+        batch(WA, i);
+        batch(WB, i);
+        send(WB, i);
+        send(WA, i);
+        next(B, 0x77, {i});
+        next(A, 0x77, {i});
+    }
+    auto batches = of(SpanKind::Batch), waits = of(SpanKind::Wait);
+    ASSERT_EQ(batches.size(), 4u);
+    ASSERT_EQ(waits.size(), 4u);
+    expect_flows_join_the_same_batch();
+    for (const auto& w : waits) {
+        EXPECT_NE(w.flow_in, 0u);
+        EXPECT_EQ(w.owner, w.pid);
+    }
+    EXPECT_EQ(engine.processes().at(WA).owner, A);
+    EXPECT_EQ(engine.processes().at(WB).owner, B);
+    EXPECT_EQ(model::process_label(engine.processes(), A), "rank 0");
+    EXPECT_EQ(model::process_label(engine.processes(), B), "rank 1");
+    EXPECT_EQ(model::process_label(engine.processes(), WB), "rank 1 worker ?");
+    EXPECT_EQ(engine.batches().stats().at({A, 0}).wait_ns.size(), 2u);
+    EXPECT_EQ(engine.batches().stats().at({B, 0}).wait_ns.size(), 2u);
+    EXPECT_EQ(engine.batches().loops().size(), 2u);
+}
+
+TEST_F(Batches, NoWorkersNextBuildsTheBatch)
+{
+    constexpr uint32_t P = 100;
+    engine.add_process(P, 0, true);
+    describe(P);
+    begin_epoch(P, LOADER, 0x77, {});
+    for (int i = 0; i < 2; i++) {
+        ev.entry(P, P, now++, 4, NEXT, T_SPITER, {}, {}, 0x77);
+        ev.entry(P, P, now++, 9, COMPOSE, T_COMPOSE, {{GETITEM, i}}, {}, 0xc0);
+        ev.ret(P, P, now++, 9);
+        ev.ret(P, P, now++, 4, 0x55);
+    }
+    stop_iteration(P, 0x77, T_SPITER);
+    EXPECT_EQ(keys(of(SpanKind::Batch)), (std::vector<std::string>{"0/0/0", "0/0/1"}));
+    EXPECT_EQ(keys(of(SpanKind::Wait)), (std::vector<std::string>{"0/0/0", "0/0/1"}));
+    EXPECT_EQ(arg(of(SpanKind::Wait)[0], "delay_ms"), "0");
+    EXPECT_EQ(of(SpanKind::Sample)[0].loader, 0);
+}
+
+TEST_F(Batches, TwoDataLoadersOfOneProcessAreToldApart)
+{
+    constexpr uint32_t P = 100;
+    engine.add_process(P, 0, true);
+    describe(P);
+    begin_epoch(P, LOADER, 0x77, {201});
+    batch(201, 0);
+    send(201, 0);
+    next(P, 0x77, {0});
+    stop_iteration(P, 0x77);
+    begin_epoch(P, LOADER2, 0x78, {202}); // a validation loader
+    batch(202, 0, 3);
+    send(202, 0);
+    next(P, 0x78, {0});
+    EXPECT_EQ(keys(of(SpanKind::Batch)), (std::vector<std::string>{"0/0/0", "1/0/0"}));
+    expect_flows_join_the_same_batch();
+    EXPECT_EQ(engine.processes().at(202).loader, 1);
+    size_t val_samples = 0;
+    for (const auto& s : of(SpanKind::Sample))
+        val_samples += s.loader == 1;
+    EXPECT_EQ(val_samples, 3u);
+    EXPECT_EQ(engine.batches().stats().size(), 2u);
+}
+
+TEST_F(Batches, ABatchWhoseWorkerSentNothingIsNotInventedAndSocketsAreNotQueues)
+{
+    constexpr uint32_t P = 100, W = 101;
+    engine.add_process(P, 0, true);
+    describe(P);
+    begin_epoch(P, LOADER, 0x77, {W});
+    // a message of the same shape on a socket (multiprocessing's resource sharer): not a task
+    ev.msg(W, W, now++, LOTUS_MSG_IN, test::pickled_indexed(9), 8, 0140000 /* S_IFSOCK */);
+    batch(W, 0);
+    ev.proc(LOTUS_EV_EXIT, W, 0); // killed before its send
+    EXPECT_TRUE(of(SpanKind::Batch).empty());
+    EXPECT_EQ(of(SpanKind::Loader).size(), 2u); // its samples' loading was real
+}

@@ -1,0 +1,22 @@
+// What a DataLoader's multiprocessing queue message says, from the first bytes of its pickle (LOTUS_EV_MSG).
+// Tasks (main -> worker) are (batch index, sample indices); batches (worker -> main) are (batch index, data);
+// a persistent worker's new epoch begins with a _ResumeIteration; an IterableDataset's exhausted worker sends
+// (index, _IterableDatasetStopIteration). The layout is pickle's (protocol 4+, as ForkingPickler writes it on
+// every supported CPython), not the interpreter's: these messages look the same whichever way CPython
+// dispatches the Python calls that make them.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace lotus::model {
+
+struct QueueMessage {
+    enum Kind { Other, Indexed, Resume } kind = Other;
+    int64_t index = -1; // Indexed: the tuple's first item
+    bool stop = false;  // Indexed: its second item is an _IterableDatasetStopIteration
+};
+
+// data: the pickle's first n bytes (from its PROTO opcode).
+QueueMessage parse_queue_message(const uint8_t* data, size_t n);
+
+} // namespace lotus::model
