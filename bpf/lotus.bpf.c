@@ -784,8 +784,18 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
     __u64 self_obj = frame_self(fhp, frame);
     __u64 self_type = 0, caller_type = 0;
     bool self_pipeline = (flags & LOTUS_ROLE_SELF_PIPELINE) && may_be_pipeline(space, self_obj, &self_type);
-    bool caller_pipeline = (cflags & LOTUS_ROLE_PIPELINE) ||
-                           ((cflags & LOTUS_ROLE_SELF_PIPELINE) && may_be_pipeline(space, frame_self(ch, caller),
+    /* A call made from a comprehension or generator expression is judged by the frame the scope belongs to. */
+    struct frame_head outer;
+    const struct frame_head *jh = ch;
+    __u64 judge = caller;
+    __u32 jflags = cflags;
+    if ((cflags & LOTUS_ROLE_SCOPE) && read_head(ch->previous, &outer)) {
+        jh = &outer;
+        judge = ch->previous;
+        jflags = role_of(space, tgid, outer.code);
+    }
+    bool caller_pipeline = (jflags & LOTUS_ROLE_PIPELINE) ||
+                           ((jflags & LOTUS_ROLE_SELF_PIPELINE) && may_be_pipeline(space, frame_self(jh, judge),
                                                                                     &caller_type));
     bool wanted = !(flags & LOTUS_ROLE_SKIP) || self_pipeline || caller_pipeline ||
                   !(cflags & LOTUS_ROLE_CLASSIFIED) || (cflags & LOTUS_ROLE_EMIT_CALLEES);

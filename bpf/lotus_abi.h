@@ -170,6 +170,8 @@ struct lotus_proc_event {
                                             * a pipeline (its callees are ops) when self's type is a pipeline
                                             * class (lotus_types), else skipped like SKIP */
 #define LOTUS_ROLE_WALK (1u << 8)          /* its entries look up the stack for CAPTURE locals (a rank's id) */
+#define LOTUS_ROLE_SCOPE (1u << 9)         /* a comprehension or generator expression: part of the frame below it
+                                            * (a call it makes is judged by that frame's role and self) */
 
 /* What user space says of a type (map lotus_types, key: role space and type address). BPF inserts DESCRIBED
  * when it sends the TYPE record; user space adds the rest. */

@@ -32,7 +32,10 @@ class Versions(BpfTestCase):
                 r = run_lotus(["-q", "-o", out, "--pipeline", "Pipeline", "--", exe, PURE, str(n)])
                 self.assertEqual(r.returncode, 0, r.stderr)
                 trace = load_trace(out)
-                self.assertTrue(trace["otherData"]["python"].startswith(name.split("-")[0]), trace["otherData"])
+                # the exact release (3.10 has no Py_Version: read from the interpreter's own version string)
+                actual = subprocess.run([exe, "-c", "import platform; print(platform.python_version())"],
+                                        capture_output=True, text=True, check=True).stdout.strip()
+                self.assertEqual(trace["otherData"]["python"], actual)
                 if not name.endswith("-static"):
                     self.assertIn("libpython", trace["otherData"]["interpreter"])
                 self.assertEqual(trace["otherData"]["layout"],
@@ -41,7 +44,9 @@ class Versions(BpfTestCase):
                 per_pid = Counter(s["pid"] for s in spans(trace, "sample"))
                 self.assertEqual(per_pid.pop(root, 0), n)
                 self.assertEqual(sorted(per_pid.values()), [n // 2, n // 2])
-                self.assertEqual(Counter(s["name"] for s in spans(trace, "op")), Counter({"Scale": 2 * n, "Shift": 2 * n}))
+                # Clip uses self in nested scopes (a cell on 3.10): still named by its class
+                self.assertEqual(Counter(s["name"] for s in spans(trace, "op")),
+                                 Counter({"Scale": 2 * n, "Shift": 2 * n, "Clip": 2 * n}))
                 self.assertEqual(sorted(s["args"]["sample"] for s in spans(trace, "sample") if s["pid"] == root),
                                  list(range(n)))
                 self.assertEqual(trace["otherData"]["lost_events"], 0)
@@ -116,8 +121,8 @@ class Versions(BpfTestCase):
             samples = len(spans(trace, "sample"))
             ops = Counter(s["name"] for s in spans(trace, "op"))
             self.assertGreater(samples, 1000, r.stdout + r.stderr)
-            self.assertLessEqual(abs(ops["Scale"] - samples), 1)
-            self.assertLessEqual(abs(ops["Shift"] - samples), 1)
+            for op in ("Scale", "Shift", "Clip"):
+                self.assertLessEqual(abs(ops[op] - samples), 1)
             assert_nested(self, trace)
             self.assert_detached()
         finally:

@@ -454,3 +454,25 @@ TEST_F(Fixture, A310MethodWithoutQualnameIsStillNamedByItsClass)
     ASSERT_EQ(of(SpanKind::Op).size(), 1u);
     EXPECT_EQ(of(SpanKind::Op)[0].name, "RandomResizedCrop");
 }
+
+TEST_F(Fixture, ComprehensionsAndGeneratorExpressionsArePartOfThePipelineNotOps)
+{
+    // `[t(x) for t in self.transforms]` (3.10: the comprehension is a frame of its own, entered from the
+    // pipeline) and `all(... for ...)` (a generator resumed from C): the transforms they call are the ops.
+    constexpr uint64_t LISTCOMP = 0xf000, GENEXPR = 0xf100;
+    describe(P);
+    ev.code(P, LISTCOMP, "<listcomp>");
+    ev.code(P, GENEXPR, "Compose.__call__.<locals>.<genexpr>");
+    ev.entry(P, P, 100, 0, COMPOSE, T_COMPOSE, {{GETITEM, 1}}, {}, 0xc0);
+    ev.entry(P, P, 105, 1, LISTCOMP, 0, {{COMPOSE, LOTUS_NO_VALUE}});
+    ev.entry(P, P, 110, 2, TOTENSOR_CALL, T_TOTENSOR, {{LISTCOMP, LOTUS_NO_VALUE}});
+    ev.ret(P, P, 120, 2);
+    ev.ret(P, P, 125, 1);
+    ev.entry(P, P, 130, 1, GENEXPR, 0, {{COMPOSE, LOTUS_NO_VALUE}});
+    ev.ret(P, P, 131, 1);
+    ev.ret(P, P, 140, 0);
+    auto ops = of(SpanKind::Op);
+    ASSERT_EQ(ops.size(), 1u);
+    EXPECT_EQ(ops[0].name, "ToTensor");
+    EXPECT_EQ(of(SpanKind::Sample).size(), 1u);
+}

@@ -20,6 +20,11 @@ TEST(Rules, CallsOfObjectsArePipelineCallsWhenTheirClassIs)
         EXPECT_TRUE(role.flags & LOTUS_ROLE_SKIP) << name; // unless self is a pipeline
     }
     EXPECT_EQ(r.classify({"Compose.__repr__", "/x.py", 1}).kind, CodeKind::Other);
+    for (const char* name : {"<genexpr>", "Compose.__call__.<locals>.<listcomp>", "f.<locals>.<setcomp>"}) {
+        auto scope = r.classify({name, "/x.py", 1});
+        EXPECT_EQ(scope.kind, CodeKind::Scope) << name;
+        EXPECT_TRUE(scope.flags & LOTUS_ROLE_SCOPE) << name; // BPF judges the calls it makes by the frame below
+    }
     EXPECT_TRUE(r.classify_type("Compose", {"object"}).pipeline);
     EXPECT_TRUE(r.classify_type("Compose", {"Transform", "Module", "object"}).flags & LOTUS_TYPE_PIPELINE);
     EXPECT_FALSE(r.classify_type("RandomResizedCrop", {"Transform", "Module"}).pipeline);

@@ -301,7 +301,7 @@ bool Engine::enter_level(std::vector<Open>& stack, const lotus_py_entry& e, cons
     const Open& lvl = stack[at];
     const TypeDesc* td = type_desc(e.h.tgid, e.self_type);
     bool pipeline_object = r.kind == CodeKind::ObjectCall && td && td->role.pipeline;
-    if (pipeline_object && e.self_obj == lvl.self_obj) {
+    if ((pipeline_object && e.self_obj == lvl.self_obj) || r.kind == CodeKind::Scope) {
         stack.push_back(opened(OpenKind::Inner, e));
         return true;
     }

@@ -38,6 +38,13 @@ bool object_call(const CodeInfo& code)
     return m == "__call__" || m == "forward" || m == "_call_impl" || m == "_wrapped_call_impl";
 }
 
+// A comprehension's or generator expression's code (3.12+ inlines list, dict and set comprehensions).
+bool scope(const CodeInfo& code)
+{
+    std::string m = last_part(code.name);
+    return m == "<genexpr>" || m == "<listcomp>" || m == "<dictcomp>" || m == "<setcomp>";
+}
+
 // torchvision's container transforms (v1 and v2): called by a pipeline, they call transforms of their own.
 bool container_class(const std::string& cls)
 {
@@ -87,6 +94,11 @@ CodeRole Rules::classify(const CodeInfo& code) const
     }
     // Everything else is not emitted for its own sake: ops are emitted because their caller is a pipeline.
     role.flags |= LOTUS_ROLE_SKIP;
+    if (scope(code)) {
+        role.kind = CodeKind::Scope;
+        role.flags |= LOTUS_ROLE_SCOPE;
+        return role;
+    }
     if (object_call(code)) {
         // BPF emits it when self's class is a pipeline class (or not classified yet); so too the calls it makes.
         role.kind = CodeKind::ObjectCall;

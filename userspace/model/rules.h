@@ -28,6 +28,8 @@ enum class CodeKind : uint8_t {
     IterInit,   // a DataLoader iterator's __init__(self, loader)
     LoaderNext, // a DataLoader iterator's __next__: the training loop waiting for a batch
     Fetcher,    // torch's dataset fetchers (and their comprehensions): a batch being built
+    Scope,      // a comprehension or generator expression: part of the function it is written in (inside a
+                // pipeline, the pipeline's own frame, never an op; the calls it makes are judged by that function)
 };
 
 struct CodeRole {

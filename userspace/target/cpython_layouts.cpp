@@ -81,7 +81,10 @@ constexpr Row kRows[] = {
 
 } // namespace
 
-std::string PyVersion::str() const { return fmt::format("{}.{}.{}", major, minor, micro); }
+std::string PyVersion::str() const
+{
+    return micro >= 0 ? fmt::format("{}.{}.{}", major, minor, micro) : fmt::format("{}.{}", major, minor);
+}
 
 std::optional<lotus_py_layout> layout_for(const PyVersion& v)
 {

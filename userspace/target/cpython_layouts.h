@@ -9,7 +9,7 @@
 namespace lotus::target {
 
 struct PyVersion {
-    int major = 0, minor = 0, micro = 0;
+    int major = 0, minor = 0, micro = 0; // micro -1: unknown
     std::string str() const;
 };
 

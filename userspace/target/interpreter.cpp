@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <fmt/format.h>
 #include <regex>
 #include <set>
@@ -24,8 +25,39 @@ bool looks_like_libpython(const std::string& path)
     return base.rfind("libpython", 0) == 0 && base.find(".so") != std::string::npos;
 }
 
+// Before 3.11 there is no Py_Version: the release is the PY_VERSION string ("3.10.13") that Py_GetVersion
+// formats, in .rodata (the linker may have merged it into the end of a longer string, e.g. a build directory
+// "Python-3.10.13"). The micro version when every such string agrees, else -1.
+int micro_from_rodata(const ElfFile& elf, int major, int minor)
+{
+    auto sec = elf.section(".rodata");
+    if (!sec || sec->second > (64u << 20))
+        return -1;
+    std::ifstream f(elf.path(), std::ios::binary);
+    std::string data(sec->second, '\0');
+    if (!f.seekg(static_cast<std::streamoff>(sec->first)) || !f.read(data.data(), static_cast<std::streamsize>(data.size())))
+        return -1;
+    std::string prefix = fmt::format("{}.{}.", major, minor);
+    std::set<int> found;
+    for (size_t at = data.find(prefix); at != std::string::npos; at = data.find(prefix, at + 1)) {
+        if (at > 0 && (isdigit(static_cast<unsigned char>(data[at - 1])) || data[at - 1] == '.'))
+            continue;
+        size_t i = at + prefix.size(), digits = i;
+        while (i < data.size() && isdigit(static_cast<unsigned char>(data[i])))
+            i++;
+        if (i == digits || i - digits > 3)
+            continue;
+        int micro = std::stoi(data.substr(digits, i - digits));
+        while (i < data.size() && (isalnum(static_cast<unsigned char>(data[i])) || data[i] == '+')) // a2, rc1, +
+            i++;
+        if (i < data.size() && data[i] == '\0')
+            found.insert(micro);
+    }
+    return found.size() == 1 ? *found.begin() : -1;
+}
+
 // Py_Version (3.11+) is a constant in the file; older versions are named by their file (python3.10,
-// libpython3.10.so). Returns nullopt if neither tells.
+// libpython3.10.so), the release read from .rodata. Returns nullopt if neither tells.
 std::optional<PyVersion> version_of(const ElfFile& elf)
 {
     if (auto sym = elf.symbol("Py_Version")) {
@@ -37,8 +69,10 @@ std::optional<PyVersion> version_of(const ElfFile& elf)
     static const std::regex re(R"(python(\d)\.(\d+))");
     std::smatch m;
     std::string base = std::filesystem::path(elf.path()).filename().string();
-    if (std::regex_search(base, m, re))
-        return PyVersion{std::stoi(m[1]), std::stoi(m[2]), 0};
+    if (std::regex_search(base, m, re)) {
+        int major = std::stoi(m[1]), minor = std::stoi(m[2]);
+        return PyVersion{major, minor, micro_from_rodata(elf, major, minor)};
+    }
     return std::nullopt;
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A pure-Python pipeline (no torch): a Compose-like class of transform classes, run N times in the main
+"""A pure-Python pipeline (no torch): a Compose-like class of three transform classes, run N times in the main
 process and N/2 times in each of two multiprocessing worker processes. Imports before it free code objects whose
 addresses get reused, which a tracer must not confuse with the new ones. --loop SECONDS: print 'ready', then run the
 pipeline in the main process for that long (attach tests)."""
@@ -17,6 +17,19 @@ class Shift:
         return [v + 1 for v in x]
 
 
+class Clip:
+    """Uses self in a lambda, a comprehension and a generator expression: CPython 3.10 moves self into a cell
+    before the call runs (localsplus[0] is then empty), 3.11+ once it runs."""
+
+    def __init__(self):
+        self.lo, self.hi = 0, 90
+
+    def __call__(self, x):
+        clip = lambda v: min(max(v, self.lo), self.hi)
+        assert all(v >= self.lo - 1000 for v in x)
+        return [clip(v) for v in x]
+
+
 class Pipeline:
     def __init__(self, ops):
         self.ops = ops
@@ -24,12 +37,13 @@ class Pipeline:
     def __call__(self, x):
         for op in self.ops:
             x = op(x)
+        assert all(op is not self for op in self.ops)  # self in a generator expression (a cell, as above)
         return x
 
 
 class Items:
     def __init__(self):
-        self.p = Pipeline([Scale(), Shift()])
+        self.p = Pipeline([Scale(), Shift(), Clip()])
 
     def __getitem__(self, i):
         return self.p(list(range(i % 50)))
