@@ -43,7 +43,7 @@ struct {
     __uint(type, BPF_MAP_TYPE_LRU_HASH);
     __uint(max_entries, 65536);
     __type(key, struct lotus_role_key);
-    __type(value, __u32); /* LOTUS_TYPE_* */
+    __type(value, struct lotus_type_role);
 } lotus_types SEC(".maps");
 
 struct {
@@ -218,8 +218,13 @@ static __always_inline __s32 packed_slots(const struct lotus_role *r)
     return r->flags & LOTUS_ROLE_CAPTURE ? r->capture_slot[0] | (r->capture_slot[1] << 8) : -1;
 }
 
-/* Role flags of a code object for process tgid of role space `space`. On first sight: remember it and describe
- * it to user space. Global (not static) so the verifier checks it once, not at every call site. */
+/* Set in what role_of and type_flags return when the description they went by is the process's own (its bit
+ * in lotus_py_entry.own); never in a stored role. */
+#define FROM_OWN (1u << 31)
+
+/* Role flags of a code object for process tgid of role space `space`, with FROM_OWN when they are the process's
+ * own description's. On first sight: remember it and describe it to user space. Global (not static) so the
+ * verifier checks it once, not at every call site. */
 __noinline __u32 role_of(__u32 space, __u32 tgid, __u64 code)
 {
     if (!code)
@@ -227,9 +232,10 @@ __noinline __u32 role_of(__u32 space, __u32 tgid, __u64 code)
     __u64 fp = code_fingerprint(code);
     struct role_slot *c = role_slot_of(space, code);
     if (c && role_slot_holds(c, space, tgid, code, fp))
-        return c->flags;
+        return c->flags | (c->space != space ? FROM_OWN : 0);
     struct lotus_role_key key = {.space = space, .ptr = code};
     struct lotus_role *r = find_role(&key, tgid, fp);
+    __u32 own = key.space != space ? FROM_OWN : 0;
     if (r && r->fingerprint == fp) {
         __u32 flags = r->flags;
         if (c && (flags & LOTUS_ROLE_CLASSIFIED)) {
@@ -240,7 +246,7 @@ __noinline __u32 role_of(__u32 space, __u32 tgid, __u64 code)
             c->capture_slots = packed_slots(r);
             c->check = role_slot_check(c);
         }
-        return flags;
+        return flags | own;
     }
     /* New to the space (or to this process, or this process's object at the address changed). */
     struct lotus_role fresh = {.fingerprint = fp, .describer = tgid};
@@ -263,35 +269,60 @@ __noinline __u32 role_of(__u32 space, __u32 tgid, __u64 code)
     e->file_kind = read_unicode(read_ptr(code + layout.code_filename), e->file, sizeof(e->file));
     /* Rare, and user space must classify it soon (roles decide what later calls emit): wake it now. */
     bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
-    return 0;
+    return own;
 }
 
-/* The locals a code object's role asks for, packed (slot0 | slot1 << 8), or -1 for none. */
+/* The locals a code object's role asks for, packed (slot0 | slot1 << 8, and 1 << 16 when the role is the
+ * process's own description's), or -1 for none. */
+#define SLOTS_OWN (1 << 16)
 __noinline __s32 capture_slots_of(__u32 space, __u32 tgid, __u64 code)
 {
     __u64 fp = code_fingerprint(code);
     struct role_slot *c = role_slot_of(space, code);
     if (c && role_slot_holds(c, space, tgid, code, fp))
-        return c->capture_slots;
+        return c->capture_slots < 0 ? -1 : c->capture_slots | (c->space != space ? SLOTS_OWN : 0);
     struct lotus_role_key key = {.space = space, .ptr = code};
     struct lotus_role *r = find_role(&key, tgid, fp);
-    return r && r->fingerprint == fp ? packed_slots(r) : -1;
+    __s32 slots = r && r->fingerprint == fp ? packed_slots(r) : -1;
+    return slots < 0 ? -1 : slots | (key.space != space ? SLOTS_OWN : 0);
 }
 
-/* A type's tp_name, and those of its first LOTUS_BASES ancestors (tp_base): a subclass of Compose is a pipeline. */
-__noinline int describe_type(__u32 space, __u64 type)
+/* The type's entry for process tgid of role space `space` (fingerprint fp: its tp_name pointer): its space's,
+ * or, where the space's describes another type at that address, the process's own (key->space becomes
+ * tgid | LOTUS_SPACE_OWN). NULL when neither describes this type. */
+static __always_inline struct lotus_type_role *find_type(struct lotus_role_key *key, __u32 tgid, __u64 fp)
 {
-    struct lotus_role_key key = {.space = space, .ptr = type};
-    if (!type || bpf_map_lookup_elem(&lotus_types, &key))
+    struct lotus_type_role *r = bpf_map_lookup_elem(&lotus_types, key);
+    if (!r || r->fingerprint == fp || r->describer == tgid)
+        return r && r->fingerprint == fp ? r : 0; /* (the caller describes it under key) */
+    key->space = tgid | LOTUS_SPACE_OWN;
+    r = bpf_map_lookup_elem(&lotus_types, key);
+    return r && r->fingerprint == fp ? r : 0;
+}
+
+/* What user space said of a type (LOTUS_TYPE_*), describing it first if this process's space (or the process)
+ * has not: its tp_name, and those of its first LOTUS_BASES ancestors (tp_base), for a subclass of Compose is a
+ * pipeline. 0 while it is not classified. */
+__noinline __u32 type_flags(__u32 space, __u32 tgid, __u64 type)
+{
+    if (!type)
         return 0;
     __u64 name = read_ptr(type + layout.type_name);
     if (!name)
         return 0;
+    struct lotus_role_key key = {.space = space, .ptr = type};
+    struct lotus_type_role *r = find_type(&key, tgid, name);
+    __u32 own = key.space != space ? FROM_OWN : 0;
+    if (r)
+        return r->flags | own;
+    /* New to the space, or to this process: key says which. */
     struct lotus_type_info *e = reserve(sizeof(*e));
     if (!e)
         return 0;
     fill_header(&e->h, LOTUS_EV_TYPE);
     e->type = type;
+    e->own_space = key.space != space;
+    __builtin_memset(e->_pad, 0, sizeof(e->_pad));
     if (bpf_probe_read_user_str(e->name, sizeof(e->name), (void *)name) <= 1) {
         bpf_ringbuf_discard(e, 0);
         uncount_submitted(); /* the count is of records delivered */
@@ -305,37 +336,28 @@ __noinline int describe_type(__u32 space, __u64 type)
         if (bname && bpf_probe_read_user_str(e->bases[i], LOTUS_BASE_LEN, (void *)bname) < 0)
             e->bases[i][0] = 0;
     }
-    __u32 described = LOTUS_TYPE_DESCRIBED;
-    bpf_map_update_elem(&lotus_types, &key, &described, BPF_NOEXIST);
+    struct lotus_type_role fresh = {.flags = LOTUS_TYPE_DESCRIBED, .describer = tgid, .fingerprint = name};
+    bpf_map_update_elem(&lotus_types, &key, &fresh, BPF_ANY);
     bpf_ringbuf_submit(e, submit_flags());
-    return 1;
-}
-
-static __always_inline __u32 type_flags(__u32 space, __u64 type)
-{
-    struct lotus_role_key key = {.space = space, .ptr = type};
-    __u32 *f = type ? bpf_map_lookup_elem(&lotus_types, &key) : 0;
-    return f ? *f : 0;
+    return own;
 }
 
 /* Whether obj (a frame's self) may be of a pipeline class: yes when its type is one, or not classified yet
  * (user space decides then). A cell (self captured by a nested scope, 3.11+ once the frame ran) is followed.
- * *type: obj's type, described to user space if it was not. */
-static __noinline bool may_be_pipeline(__u32 space, __u64 obj, __u64 *type)
+ * *type: obj's type. */
+static __noinline bool may_be_pipeline(__u32 space, __u32 tgid, __u64 obj, __u64 *type)
 {
     __u64 t = obj ? read_ptr(obj + layout.object_type) : 0;
-    __u32 f = type_flags(space, t);
+    __u32 f = type_flags(space, tgid, t);
     if ((f & LOTUS_TYPE_CELL) && layout.cell_ref >= 0) {
         obj = read_ptr(obj + layout.cell_ref);
         t = obj ? read_ptr(obj + layout.object_type) : 0;
-        f = type_flags(space, t);
+        f = type_flags(space, tgid, t);
     }
-    *type = t;
-    if (!t)
-        return false;
-    if (!(f & LOTUS_TYPE_DESCRIBED))
-        describe_type(space, t);
-    return !(f & LOTUS_TYPE_CLASSIFIED) || (f & LOTUS_TYPE_PIPELINE);
+    *type = t; /* (with bit 0 set when its description is the process's own: types are 8-byte aligned) */
+    if (t && (f & FROM_OWN))
+        *type |= 1;
+    return t && (!(f & LOTUS_TYPE_CLASSIFIED) || (f & LOTUS_TYPE_PIPELINE));
 }
 
 /* Perf-event counters (--counters): per-CPU events, entry k * nr_cpus + cpu of lotus_perf. A thread's
@@ -757,9 +779,13 @@ static __always_inline __u32 capture_locals(struct thread_state *ts, struct lotu
         __u32 n = e->capture_count;
         if (slot == LOTUS_NO_SLOT || n >= LOTUS_MAX_CAPTURES)
             continue;
-        e->capture_code[n & 3] = c;
-        e->capture_slot[n & 3] = slot;
-        e->capture_value[n & 3] = read_small_int(ts, f, slot);
+        __u64 at = n;
+        asm volatile("%0 &= 3" : "+r"(at)); /* bounded where the verifier sees it */
+        e->capture_code[at] = c;
+        e->capture_slot[at] = slot;
+        if (slots & SLOTS_OWN)
+            e->own |= LOTUS_OWN_CAPTURE(at);
+        e->capture_value[at] = read_small_int(ts, f, slot);
         e->capture_count = n + 1;
         added++;
     }
@@ -783,7 +809,7 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
 
     __u64 self_obj = frame_self(fhp, frame);
     __u64 self_type = 0, caller_type = 0;
-    bool self_pipeline = (flags & LOTUS_ROLE_SELF_PIPELINE) && may_be_pipeline(space, self_obj, &self_type);
+    bool self_pipeline = (flags & LOTUS_ROLE_SELF_PIPELINE) && may_be_pipeline(space, tgid, self_obj, &self_type);
     /* A call made from a comprehension or generator expression is judged by the frame the scope belongs to. */
     struct frame_head outer;
     const struct frame_head *jh = ch;
@@ -795,8 +821,8 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
         jflags = role_of(space, tgid, outer.code);
     }
     bool caller_pipeline = (jflags & LOTUS_ROLE_PIPELINE) ||
-                           ((jflags & LOTUS_ROLE_SELF_PIPELINE) && may_be_pipeline(space, frame_self(jh, judge),
-                                                                                    &caller_type));
+                           ((jflags & LOTUS_ROLE_SELF_PIPELINE) &&
+                            may_be_pipeline(space, tgid, frame_self(jh, judge), &caller_type));
     bool wanted = !(flags & LOTUS_ROLE_SKIP) || self_pipeline || caller_pipeline ||
                   !(cflags & LOTUS_ROLE_CLASSIFIED) || (cflags & LOTUS_ROLE_EMIT_CALLEES);
     if (!wanted)
@@ -816,6 +842,13 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
         self_type = read_ptr(self_obj + layout.object_type);
     e->self_obj = self_obj;
     e->arg1_obj = !(flags & LOTUS_ROLE_CLASSIFIED) || (flags & LOTUS_ROLE_OBJ1) ? head_local(fhp, frame, 1) : 0;
+    e->own = flags & FROM_OWN ? LOTUS_OWN_CODE : 0;
+    if (self_type & 1) { /* may_be_pipeline's mark: described as the process's own */
+        self_type &= ~1ull;
+        e->own |= LOTUS_OWN_SELF_TYPE;
+    } else if (!(flags & LOTUS_ROLE_SELF_PIPELINE) && (type_flags(space, tgid, self_type) & FROM_OWN)) {
+        e->own |= LOTUS_OWN_SELF_TYPE; /* (described now if new: before the entry, so user space can name it) */
+    }
     e->self_type = self_type;
     e->chain_len = 0;
     e->capture_count = 0;
@@ -838,6 +871,8 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
         __u64 c = h.code;
         __u32 role = i == 0 ? cflags : role_of(space, tgid, c);
         e->chain_code[i] = c;
+        if (role & FROM_OWN)
+            e->own |= LOTUS_OWN_CHAIN(i);
         /* Only a __getitem__'s first argument is wanted (or one that may turn out to be a __getitem__'s). */
         bool arg1 = deep && (!(role & LOTUS_ROLE_CLASSIFIED) || (role & LOTUS_ROLE_ARG1));
         e->chain_arg1[i] = arg1 ? int_value(ts, head_local(&h, f, 1)) : LOTUS_NO_VALUE;
@@ -873,7 +908,6 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
             f = h.previous;
         }
     }
-    describe_type(space, self_type); /* before the entry, so user space can name the op when it sees it */
     if (bpf_ringbuf_output(&events, e, sizeof(*e), submit_flags()) == 0) {
         count(1);
         ts->emitted |= bit;

@@ -57,6 +57,10 @@ struct lotus_counters {
 #define LOTUS_SLOTS_PER_ROLE 2 /* locals one code object's role can ask for */
 #define LOTUS_NO_SLOT 0xff
 #define LOTUS_NO_VALUE ((__s64)0x8000000000000000ULL) /* a local that is not a small int */
+#define LOTUS_OWN_CODE (1u << 0)                      /* lotus_py_entry.own: code */
+#define LOTUS_OWN_SELF_TYPE (1u << 1)                 /* ... self_type */
+#define LOTUS_OWN_CHAIN(i) (1u << (2 + (i)))          /* ... chain_code[i] */
+#define LOTUS_OWN_CAPTURE(i) (1u << (6 + (i)))        /* ... capture_code[i] */
 
 struct lotus_py_entry {
     struct lotus_event_header h;
@@ -74,7 +78,11 @@ struct lotus_py_entry {
     __u64 capture_code[LOTUS_MAX_CAPTURES]; /* frames further up whose role asked for a local */
     __s64 capture_value[LOTUS_MAX_CAPTURES];
     __u8 capture_slot[LOTUS_MAX_CAPTURES];  /* which local of that frame */
-    __u32 capture_count;
+    __u16 capture_count;
+    /* Which description BPF went by for each object this entry names: a bit set means the process's own
+     * (tgid | LOTUS_SPACE_OWN), clear its role space's. User space must use the same one (a process's own
+     * description of an address may be stale while the object now there is its space's). */
+    __u16 own;
     struct lotus_counters counters;
 };
 
@@ -146,6 +154,8 @@ struct lotus_code_info {
 struct lotus_type_info {
     struct lotus_event_header h;
     __u64 type;
+    __u8 own_space; /* 1: described in the process's own space (tgid | LOTUS_SPACE_OWN), as CODE records */
+    __u8 _pad[7];
     char name[LOTUS_NAME_LEN]; /* tp_name */
     char bases[LOTUS_BASES][LOTUS_BASE_LEN]; /* tp_name of tp_base, its tp_base... ("" past object); ABI 4 */
 };
@@ -173,8 +183,16 @@ struct lotus_proc_event {
 #define LOTUS_ROLE_SCOPE (1u << 9)         /* a comprehension or generator expression: part of the frame below it
                                             * (a call it makes is judged by that frame's role and self) */
 
-/* What user space says of a type (map lotus_types, key: role space and type address). BPF inserts DESCRIBED
- * when it sends the TYPE record; user space adds the rest. */
+/* What user space says of a type (map lotus_types, key: role space and type address, value lotus_type_role).
+ * BPF inserts DESCRIBED when it sends the TYPE record; user space adds the rest. Like code objects, types are
+ * made and freed at run time (a DataLoader worker of a forkserver imports its transforms after the fork: its
+ * sibling may hold another class at that address), so a type carries a fingerprint (its tp_name pointer) and a
+ * process whose type at an address differs from its space's describes its own (tgid | LOTUS_SPACE_OWN). */
+struct lotus_type_role {
+    __u32 flags;
+    __u32 describer;
+    __u64 fingerprint;
+};
 #define LOTUS_TYPE_DESCRIBED (1u << 0)
 #define LOTUS_TYPE_CLASSIFIED (1u << 1)
 #define LOTUS_TYPE_PIPELINE (1u << 2) /* Compose-like or a container transform: the calls it makes are ops */

@@ -8,6 +8,7 @@ import sys
 import tempfile
 import time
 import unittest
+from collections import Counter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.environ.get("LOTUS_SOURCE", os.path.abspath(os.path.join(HERE, "..", "..")))
@@ -133,3 +134,96 @@ def assert_nested(test, trace):
         test.assertGreaterEqual(op["ts"] + 1e-3, s["ts"])
         test.assertLessEqual(op["ts"] + op["dur"], s["ts"] + s["dur"] + 1e-3)
         test.assertGreater(op["dur"], 0)
+
+
+def image_paths(root, py=PY):
+    """The ImageFolder's files in its index order (the dataset index a sample carries)."""
+    out = subprocess.run([py, "-c", "import sys; from torchvision import datasets; "
+                          "print('\\n'.join(p for p, _ in datasets.ImageFolder(sys.argv[1]).samples))", root],
+                         capture_output=True, text=True, check=True).stdout
+    return out.split()
+
+
+def flows(trace):
+    """Pairs (batch span, wait span) joined by each flow arrow, and the ids of arrows missing an end."""
+    by_id = {}
+    for e in trace["traceEvents"]:
+        if e["ph"] in "sf":
+            by_id.setdefault(e["id"], {})[e["ph"]] = e
+
+    def owner(ev, cat):
+        for s in spans(trace, cat):
+            if s["pid"] == ev["pid"] and s["tid"] == ev["tid"] and s["ts"] <= ev["ts"] <= s["ts"] + s["dur"]:
+                return s
+        return None
+    pairs, broken = [], []
+    for i, ends in by_id.items():
+        if set(ends) != {"s", "f"}:
+            broken.append(i)
+            continue
+        pairs.append((owner(ends["s"], "batch"), owner(ends["f"], "wait")))
+    return pairs, broken
+
+
+def assert_dataloader_exact(test, data, trace, epochs, workers, images, batch, ops, stdout, summary_path,
+                            py=PY, loader=0):
+    """One DataLoader over `images` JPEGs in batches of `batch`, for `epochs` epochs with `workers` workers: every
+    batch, wait, collate, loader, op exactly once where it belongs, every arrow joining the same batch."""
+    import jsonschema
+    batches_per_epoch = images // batch
+    root = trace["otherData"]["target_pid"]
+    expected = Counter({(e, b): 1 for e in range(epochs) for b in range(batches_per_epoch)})
+    batches = [b for b in spans(trace, "batch") if b["args"].get("loader") == loader]
+    test.assertEqual(Counter((b["args"]["epoch"], b["args"]["batch"]) for b in batches), expected)
+    for b in batches:
+        test.assertEqual(b["args"]["samples"], batch)
+        if workers:
+            test.assertNotEqual(b["pid"], root)
+            test.assertIn(b["args"]["worker"], range(workers))
+        else:
+            test.assertEqual(b["pid"], root)
+    waits = [w for w in spans(trace, "wait") if w["args"].get("loader") == loader]
+    test.assertEqual(Counter((w["args"]["epoch"], w["args"]["batch"]) for w in waits), expected)
+    test.assertTrue(all(w["pid"] == root for w in waits))
+    consumed = [e for e in trace["traceEvents"] if e["ph"] == "i" and e["cat"] == "consumed"
+                and e["args"].get("loader") == loader]
+    test.assertEqual(len(consumed), epochs * batches_per_epoch)
+    if workers:
+        pairs, broken = flows(trace)
+        test.assertEqual(broken, [])
+        pairs = [(b, w) for b, w in pairs if w and w["args"].get("loader") == loader]
+        test.assertEqual(len(pairs), epochs * batches_per_epoch)
+        for b, w in pairs:  # each arrow joins the same batch at both ends
+            test.assertIsNotNone(b)
+            test.assertEqual({k: b["args"][k] for k in ("loader", "epoch", "batch")},
+                             {k: w["args"][k] for k in ("loader", "epoch", "batch")})
+        for w in waits:
+            test.assertGreaterEqual(w["args"]["delay_ms"], 0)
+    # one collate per batch, inside it; one loader per sample with that sample's file
+    collates = [c for c in spans(trace, "collate") if c["args"].get("loader") == loader]
+    test.assertEqual(Counter((c["args"]["epoch"], c["args"]["batch"]) for c in collates), expected)
+    loaders = [l for l in spans(trace, "loader") if l["args"].get("loader") == loader]
+    test.assertEqual(len(loaders), epochs * images)
+    paths = image_paths(data, py)
+    for l in loaders:
+        test.assertEqual(l["args"]["path"], paths[l["args"]["sample"]])
+    test.assertEqual(Counter(s["name"] for s in spans(trace, "op") if s["args"].get("loader") == loader),
+                     Counter({op: epochs * images for op in ops}))
+    assert_nested(test, trace)
+    # summary: the batch section and its JSON twin
+    test.assertIn("batches prepared", stdout)
+    with open(summary_path) as f:
+        summary = json.load(f)
+    with open(os.path.join(SOURCE, "schemas", "summary.schema.json")) as f:
+        jsonschema.validate(summary, json.load(f))
+    with open(os.path.join(SOURCE, "schemas", "chrome-trace.schema.json")) as f:
+        jsonschema.validate(trace, json.load(f))
+    mine = [x for x in summary["loaders"] if x["owner"] == root and x["loader"] == loader]
+    test.assertEqual(len(mine), 1)
+    test.assertEqual(mine[0]["batches"]["prepare"]["count"], epochs * batches_per_epoch)
+    test.assertEqual(mine[0]["batches"]["wait"]["count"], epochs * batches_per_epoch)
+    test.assertEqual(mine[0]["ops"]["sample"]["count"], epochs * images)
+    training = [t for t in summary["training"] if t["pid"] == root]
+    test.assertEqual(len(training), 1)
+    test.assertIn("waited for data", training[0]["verdict"])
+    test.assertLessEqual(training[0]["waiting_share"], 1.0)

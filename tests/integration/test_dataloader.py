@@ -7,18 +7,11 @@ import subprocess
 import unittest
 from collections import Counter
 
-from harness import (OPS, PY, WORKLOAD, BpfTestCase, assert_nested, dataset, load_trace, read_lines, run_lotus,
-                     spans)
+from harness import (OPS, PY, WORKLOAD, BpfTestCase, assert_dataloader_exact, assert_nested, dataset, image_paths,
+                     load_trace, read_lines, run_lotus, spans)
 
 IMAGES, BATCH = 256, 32
 BATCHES = IMAGES // BATCH
-
-
-def image_paths(root):
-    out = subprocess.run([PY, "-c", "import sys; from torchvision import datasets; "
-                          "print('\\n'.join(p for p, _ in datasets.ImageFolder(sys.argv[1]).samples))", root],
-                         capture_output=True, text=True, check=True).stdout
-    return out.split()
 
 
 class DataLoaderSemantics(BpfTestCase):
@@ -35,53 +28,7 @@ class DataLoaderSemantics(BpfTestCase):
         return data, load_trace(out)
 
     def check(self, data, trace, epochs, workers):
-        root = trace["otherData"]["target_pid"]
-        batches = spans(trace, "batch")
-        pairs = Counter((b["args"]["epoch"], b["args"]["batch"]) for b in batches)
-        expected = Counter({(e, b): 1 for e in range(epochs) for b in range(BATCHES)})
-        self.assertEqual(pairs, expected)
-        for b in batches:
-            self.assertEqual(b["args"]["samples"], BATCH)
-            if workers:
-                self.assertNotEqual(b["pid"], root)
-                self.assertIn(b["args"]["worker"], range(workers))
-            else:
-                self.assertEqual(b["pid"], root)
-        waits = spans(trace, "wait")
-        self.assertEqual(Counter((w["args"]["epoch"], w["args"]["batch"]) for w in waits), expected)
-        self.assertTrue(all(w["pid"] == root for w in waits))
-        consumed = [e for e in trace["traceEvents"] if e["ph"] == "i" and e["cat"] == "consumed"]
-        self.assertEqual(len(consumed), epochs * BATCHES)
-        if workers:
-            starts = {e["id"] for e in trace["traceEvents"] if e["ph"] == "s"}
-            ends = {e["id"] for e in trace["traceEvents"] if e["ph"] == "f"}
-            self.assertEqual(len(starts), epochs * BATCHES)
-            self.assertEqual(starts, ends)
-            for w in waits:
-                self.assertGreaterEqual(w["args"]["delay_ms"], 0)
-        # one collate per batch, inside it; one loader per sample with that sample's file
-        collates = spans(trace, "collate")
-        self.assertEqual(Counter((c["args"]["epoch"], c["args"]["batch"]) for c in collates), expected)
-        loaders = spans(trace, "loader")
-        self.assertEqual(len(loaders), epochs * IMAGES)
-        paths = image_paths(data)
-        for l in loaders:
-            self.assertEqual(l["args"]["path"], paths[l["args"]["sample"]])
-        self.assertEqual(Counter(s["name"] for s in spans(trace, "op")), Counter({op: epochs * IMAGES for op in OPS}))
-        assert_nested(self, trace)
-        # summary: the batch section and its JSON twin
-        self.assertIn("batches prepared", self.stdout)
-        with open(self.summary) as f:
-            summary = json.load(f)
-        import jsonschema
-        from harness import SOURCE
-        with open(os.path.join(SOURCE, "schemas", "summary.schema.json")) as f:
-            jsonschema.validate(summary, json.load(f))
-        with open(os.path.join(SOURCE, "schemas", "chrome-trace.schema.json")) as f:
-            jsonschema.validate(trace, json.load(f))
-        self.assertEqual(summary["batches"]["prepare"]["count"], epochs * BATCHES)
-        self.assertEqual(summary["batches"]["wait"]["count"], epochs * BATCHES)
-        self.assertIn("waited for data", summary["batches"]["verdict"])
+        assert_dataloader_exact(self, data, trace, epochs, workers, IMAGES, BATCH, OPS, self.stdout, self.summary)
 
     def test_two_workers_fork(self):
         data, trace = self.trace_job(env={"LOTUS_DEBUG_EVENTS": "1"})  # every record on stderr
@@ -109,7 +56,7 @@ class DataLoaderSemantics(BpfTestCase):
 
     def test_wait_times_match_in_process_next(self):
         data, trace = self.trace_job()
-        measured = {(int(e), int(i)): int(ns) / 1000.0 for e, i, ns in read_lines(self.wait_log)}
+        measured = {(int(l[0]), int(l[1])): int(l[2]) / 1000.0 for l in read_lines(self.wait_log)}
         traced = {(w["args"]["epoch"], w["args"]["batch"]): w["dur"] for w in spans(trace, "wait")}
         self.assertEqual(set(measured), set(traced))
         bad = [(k, traced[k], measured[k]) for k in measured

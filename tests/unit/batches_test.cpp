@@ -64,9 +64,12 @@ struct Batches : ::testing::Test {
         ev.ret(pid, pid, now++, 3, iterator);
     }
     // A worker's batch: its task read, `samples` samples, the loop's getppid, its feeder thread's send.
+    // Pipes: a worker's task queue, and one result queue per iterator.
+    static uint64_t task_pipe(uint32_t w) { return 0x7000 + w; }
+    static constexpr uint64_t RESULTS = 0x9000;
     void batch(uint32_t w, int64_t idx, int samples = 2, int worker_id = -1)
     {
-        ev.msg(w, w, now++, LOTUS_MSG_IN, test::pickled_indexed(idx));
+        ev.msg(w, w, now++, LOTUS_MSG_IN, test::pickled_indexed(idx), task_pipe(w));
         for (int i = 0; i < samples; i++) {
             now += 10;
             std::vector<std::tuple<uint64_t, uint8_t, int64_t>> caps;
@@ -84,14 +87,14 @@ struct Batches : ::testing::Test {
     std::map<std::pair<uint32_t, int64_t>, uint64_t> ended; // when each (worker, batch)'s loop called getppid
     void send(uint32_t w, int64_t idx, bool stop = false)
     {
-        ev.msg(w, w + 1000, now++, LOTUS_MSG_OUT, test::pickled_indexed(idx, stop)); // its queue's feeder thread
+        ev.msg(w, w + 1000, now++, LOTUS_MSG_OUT, test::pickled_indexed(idx, stop), RESULTS); // its queue's feeder
     }
     // The training loop's next(): the batch messages it reads meanwhile (-1: none, it had the batch already).
     void next(uint32_t pid, uint64_t iterator, std::vector<int64_t> reads = {}, uint64_t type = T_MPITER)
     {
         ev.entry(pid, pid, now++, 4, NEXT, type, {}, {}, iterator);
         for (auto r : reads)
-            ev.msg(pid, pid, now++, LOTUS_MSG_IN, test::pickled_indexed(r));
+            ev.msg(pid, pid, now++, LOTUS_MSG_IN, test::pickled_indexed(r), RESULTS);
         ev.ret(pid, pid, now++, 4, 0x77);
     }
     void stop_iteration(uint32_t pid, uint64_t iterator, uint64_t type = T_MPITER)
@@ -255,7 +258,7 @@ TEST_F(Batches, EveryEpochNewWorkersOrPersistentOnes)
     stop_iteration(P, 0x90);
     // __iter__ again: the same iterator, its worker told to resume (it acknowledges through the queue)
     ev.entry(P, P, now++, 3, ITER, T_LOADER, {}, {}, LOADER2);
-    ev.msg(PW, PW, now++, LOTUS_MSG_IN, test::pickled_resume());
+    ev.msg(PW, PW, now++, LOTUS_MSG_IN, test::pickled_resume(), task_pipe(PW));
     ev.ret(P, P, now++, 3, 0x90);
     batch(PW, 0);
     send(PW, 0);
@@ -330,6 +333,37 @@ TEST_F(Batches, AttachedMidEpochIdsAreLeftOutUntilKnownNeverGuessed)
     expect_flows_join_the_same_batch();
 }
 
+TEST_F(Batches, WorkersRunningBeforeTracingAreLinkedThroughTheirQueues)
+{
+    // Attached mid-epoch to a job whose workers a forkserver made: no fork record names their training process,
+    // no __iter__ their epoch. The pipes do: the training process writes their tasks, and its next() reads
+    // their batches.
+    constexpr uint32_t P = 100, FS = 150, W0 = 151;
+    engine.add_process(P, 0, true);
+    engine.add_process(FS, P, false);
+    engine.add_process(W0, FS, false);
+    describe(P);
+    describe(W0);
+    ev.msg(P, P + 7, now++, LOTUS_MSG_OUT, test::pickled_indexed(6), task_pipe(W0)); // P's queue feeder
+    batch(W0, 6);
+    EXPECT_EQ(engine.processes().at(W0).owner, P);
+    send(W0, 6); // before the training loop read anything of that queue: its epoch is not known yet
+    next(P, 0x77, {6});
+    batch(W0, 7);
+    send(W0, 7); // the queue the training loop reads in that epoch's next(): this epoch's batch
+    next(P, 0x77);
+    auto batches = of(SpanKind::Batch), waits = of(SpanKind::Wait);
+    ASSERT_EQ(batches.size(), 2u);
+    ASSERT_EQ(waits.size(), 2u);
+    EXPECT_EQ(waits[0].flow_in, 0u);
+    EXPECT_NE(waits[1].flow_in, 0u);
+    EXPECT_EQ(waits[1].flow_in, batches[1].flow_out);
+    EXPECT_EQ(keys({batches[1]}), keys({waits[1]}));
+    expect_flows_join_the_same_batch();
+    for (const auto& s : of(SpanKind::Sample))
+        EXPECT_EQ(s.owner, P);
+}
+
 TEST_F(Batches, TwoRanksKeepTheirOwnLoadersEpochsAndBatches)
 {
     // torch.multiprocessing.spawn: the launcher's two children each train with a DataLoader of one worker.
@@ -348,10 +382,14 @@ TEST_F(Batches, TwoRanksKeepTheirOwnLoadersEpochsAndBatches)
     for (int64_t i = 0; i < 2; i++) {
         batch(WA, i);
         batch(WB, i);
-        send(WB, i);
-        send(WA, i);
-        next(B, 0x77, {i});
-        next(A, 0x77, {i});
+        ev.msg(WB, WB + 1000, now++, LOTUS_MSG_OUT, test::pickled_indexed(i), 0x9100);
+        ev.msg(WA, WA + 1000, now++, LOTUS_MSG_OUT, test::pickled_indexed(i), 0x9200);
+        ev.entry(B, B, now++, 4, NEXT, T_MPITER, {}, {}, 0x77);
+        ev.msg(B, B, now++, LOTUS_MSG_IN, test::pickled_indexed(i), 0x9100);
+        ev.ret(B, B, now++, 4, 0x55);
+        ev.entry(A, A, now++, 4, NEXT, T_MPITER, {}, {}, 0x77);
+        ev.msg(A, A, now++, LOTUS_MSG_IN, test::pickled_indexed(i), 0x9200);
+        ev.ret(A, A, now++, 4, 0x55);
     }
     auto batches = of(SpanKind::Batch), waits = of(SpanKind::Wait);
     ASSERT_EQ(batches.size(), 4u);

@@ -251,13 +251,17 @@ TEST_F(Fixture, ForkedSiblingsShareWhatEitherWasDescribed)
     EXPECT_EQ(engine.counters().unknown_code, 0u);
     for (auto& [t, c, f, space] : roles)
         EXPECT_EQ(space, P); // roles are set in the space, for all its processes
-    // W + 1 made another object at COMPOSE's address: described as its own, it names W + 1's calls only.
+    // W + 1 made another object at COMPOSE's address: described as its own, it names the calls of W + 1 whose
+    // entry records say they went by W + 1's own description.
     ev.code(W + 1, COMPOSE, "helper", "y.py", true);
     EXPECT_EQ(std::get<3>(roles.back()), (W + 1) | LOTUS_SPACE_OWN);
-    sample(W + 1, W + 1, 2000, 7, 4);
+    ev.entry(W + 1, W + 1, 2000, 7, COMPOSE, T_COMPOSE, {{GETITEM, 4}}, {}, 0xc0, 0, LOTUS_OWN_CODE);
+    ev.ret(W + 1, W + 1, 2010, 7);
     sample(W, W, 3000, 7, 5);
     ASSERT_EQ(of(SpanKind::Sample).size(), 2u);
     EXPECT_EQ(of(SpanKind::Sample)[1].pid, W);
+    sample(W + 1, W + 1, 4000, 7, 6); // its object at COMPOSE is the space's again: BPF goes by the space's
+    EXPECT_EQ(of(SpanKind::Sample).size(), 3u);
 }
 
 TEST_F(Fixture, ExecStartsTheSpaceItsLaterChildrenShare)
@@ -475,4 +479,31 @@ TEST_F(Fixture, ComprehensionsAndGeneratorExpressionsArePartOfThePipelineNotOps)
     ASSERT_EQ(ops.size(), 1u);
     EXPECT_EQ(ops[0].name, "ToTensor");
     EXPECT_EQ(of(SpanKind::Sample).size(), 1u);
+}
+
+TEST_F(Fixture, SiblingsWithDifferentClassesAtOneAddressNameTheirOwnOps)
+{
+    // Workers of a forkserver import their transforms after the fork: the same address can hold Compose in one
+    // and Grayscale in its sibling (BPF tells them apart by fingerprint; the second is described as its own).
+    engine.add_process(P, 0, true);
+    ev.proc(LOTUS_EV_FORK, W, P, P);
+    ev.proc(LOTUS_EV_FORK, W + 1, P, P);
+    describe(W);
+    constexpr uint64_t X = 0x60;
+    ev.type(W, X, "Compose");
+    ev.type(W + 1, X, "Grayscale", {"Transform"}, true);
+    EXPECT_EQ(type_flags.size(), 4u);
+    ev.entry(W, W, 100, 0, COMPOSE, X, {{GETITEM, 1}}, {}, 0xc0);
+    ev.entry(W, W, 110, 1, TOTENSOR_CALL, T_TOTENSOR, {{COMPOSE, LOTUS_NO_VALUE}});
+    ev.ret(W, W, 120, 1);
+    ev.ret(W, W, 130, 0);
+    ev.entry(W + 1, W + 1, 200, 0, COMPOSE, T_COMPOSE, {{GETITEM, 2}}, {}, 0xc0);
+    ev.entry(W + 1, W + 1, 210, 1, CALL_IMPL, X, {{COMPOSE, LOTUS_NO_VALUE}}, {}, 0, 0, LOTUS_OWN_SELF_TYPE);
+    ev.ret(W + 1, W + 1, 220, 1);
+    ev.ret(W + 1, W + 1, 230, 0);
+    auto ops = of(SpanKind::Op);
+    ASSERT_EQ(ops.size(), 2u);
+    EXPECT_EQ(ops[0].name, "ToTensor");
+    EXPECT_EQ(ops[1].name, "Grayscale");
+    EXPECT_EQ(of(SpanKind::Sample).size(), 2u);
 }

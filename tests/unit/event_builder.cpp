@@ -21,11 +21,13 @@ void EventBuilder::code(uint32_t tgid, uint64_t code, const std::string& name, c
     engine_.consume(&c, sizeof(c));
 }
 
-void EventBuilder::type(uint32_t tgid, uint64_t type, const std::string& name, std::vector<std::string> bases)
+void EventBuilder::type(uint32_t tgid, uint64_t type, const std::string& name, std::vector<std::string> bases,
+                        bool own)
 {
     lotus_type_info t{};
     t.h = header(LOTUS_EV_TYPE, tgid, tgid, 0);
     t.type = type;
+    t.own_space = own;
     strncpy(t.name, name.c_str(), sizeof(t.name) - 1);
     for (size_t i = 0; i < bases.size() && i < LOTUS_BASES; i++)
         strncpy(t.bases[i], bases[i].c_str(), LOTUS_BASE_LEN - 1);
@@ -35,7 +37,7 @@ void EventBuilder::type(uint32_t tgid, uint64_t type, const std::string& name, s
 void EventBuilder::entry(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t depth, uint64_t code,
                          uint64_t self_type, std::vector<std::pair<uint64_t, int64_t>> chain,
                          std::vector<std::tuple<uint64_t, uint8_t, int64_t>> captures, uint64_t self_obj,
-                         uint64_t arg1_obj)
+                         uint64_t arg1_obj, uint16_t own)
 {
     lotus_py_entry e{};
     e.h = header(LOTUS_EV_PY_ENTRY, tgid, tid, ts);
@@ -43,6 +45,7 @@ void EventBuilder::entry(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t dept
     e.self_type = self_type;
     e.self_obj = self_obj;
     e.arg1_obj = arg1_obj;
+    e.own = own;
     e.depth = depth;
     for (size_t i = 0; i < chain.size() && i < LOTUS_CHAIN_LEN; i++) {
         e.chain_code[i] = chain[i].first;

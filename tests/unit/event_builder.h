@@ -17,12 +17,13 @@ public:
     void code(uint32_t tgid, uint64_t code, const std::string& name, const std::string& file = "x.py",
               bool own = false);
     // bases: tp_names of its tp_base chain, nearest first.
-    void type(uint32_t tgid, uint64_t type, const std::string& name, std::vector<std::string> bases = {});
+    void type(uint32_t tgid, uint64_t type, const std::string& name, std::vector<std::string> bases = {},
+              bool own = false);
     // chain: caller code objects, innermost first, with their localsplus[1] ints.
     void entry(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t depth, uint64_t code, uint64_t self_type = 0,
                std::vector<std::pair<uint64_t, int64_t>> chain = {},
                std::vector<std::tuple<uint64_t, uint8_t, int64_t>> captures = {}, uint64_t self_obj = 0,
-               uint64_t arg1_obj = 0);
+               uint64_t arg1_obj = 0, uint16_t own = 0);
     // ret_obj: what the frame returned (0: NULL, an exception left it).
     void ret(uint32_t tgid, uint32_t tid, uint64_t ts, uint32_t depth, uint64_t ret_obj = 1);
     // A pickled multiprocessing message read (LOTUS_MSG_IN) or written (LOTUS_MSG_OUT) on a pipe.

@@ -18,9 +18,9 @@ model::CodeDesc desc(const std::string& name)
     return d;
 }
 
-std::string name_of(const model::RoleSpaces& s, uint32_t tgid, uint64_t code)
+std::string name_of(const model::RoleSpaces& s, uint32_t tgid, uint64_t code, bool own = false)
 {
-    auto* d = s.code(tgid, code);
+    auto* d = s.code(tgid, code, own);
     return d ? d->info.name : "-";
 }
 
@@ -48,23 +48,27 @@ TEST(RoleSpaces, ForkWithoutANamedSpaceJoinsTheParentsAndExecWithoutOneGetsAFres
     EXPECT_EQ(name_of(s, P, X), "f");
 }
 
-TEST(RoleSpaces, AProcesssOwnDescriptionsComeFirstForItAlone)
+TEST(RoleSpaces, AProcesssOwnDescriptionsAreItsAlone)
 {
     // Two siblings made different code objects at one address after the fork: BPF keeps the space's for the
-    // first describer and describes the other's as its own.
+    // first describer and describes the other's as its own (each entry record says which it went by).
     model::RoleSpaces s;
     s.forked(A, P, P);
     s.forked(B, P, P);
     s.add_code(A, X, desc("from_a"), false);
     s.add_code(B, X, desc("from_b"), true);
     EXPECT_EQ(name_of(s, A, X), "from_a");
-    EXPECT_EQ(name_of(s, B, X), "from_b");
+    EXPECT_EQ(name_of(s, B, X, true), "from_b");
+    EXPECT_EQ(name_of(s, B, X), "from_a"); // the object at X in B is the space's again (BPF's fingerprint says)
+    EXPECT_EQ(name_of(s, A, X, true), "-");
     EXPECT_EQ(name_of(s, P, X), "from_a");
-    s.add_code(B, X, desc("again_b"), false); // a description for the space: everyone without their own sees it
+    s.add_code(B, X, desc("again_b"), false); // a description for the space: everyone sees it there
     EXPECT_EQ(name_of(s, A, X), "again_b");
     EXPECT_EQ(name_of(s, B, X), "again_b");
     s.add_type(A, X, model::TypeDesc{"TA", {}});
+    s.add_type(B, X, model::TypeDesc{"TB", {}}, true);
     EXPECT_EQ(s.type(B, X)->name, "TA");
+    EXPECT_EQ(s.type(B, X, true)->name, "TB");
     EXPECT_EQ(s.type(B, X + 1), nullptr);
 }
 

@@ -402,9 +402,15 @@ void Probe::set_role(uint32_t space, uint64_t code, uint32_t flags, const std::v
 
 void Probe::set_type(uint32_t space, uint64_t type, uint32_t flags)
 {
-    // BPF inserted DESCRIBED when it sent the TYPE record; an LRU eviction since only means it is described again.
+    // Keep BPF's fingerprint: if another type took the address meanwhile, its TYPE record follows and is
+    // classified then. (An LRU eviction since only means it is described again.)
     lotus_role_key key{space, 0, type};
-    bpf_map_update_elem(bpf_map__fd(skel_->maps.lotus_types), &key, &flags, BPF_ANY);
+    lotus_type_role role{};
+    int fd = bpf_map__fd(skel_->maps.lotus_types);
+    if (bpf_map_lookup_elem(fd, &key, &role) != 0)
+        return;
+    role.flags = flags;
+    bpf_map_update_elem(fd, &key, &role, BPF_EXIST);
 }
 
 CaptureStats Probe::stats() const

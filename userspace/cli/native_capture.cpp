@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include <cstring>
+#include <fmt/format.h>
 #include <string_view>
 
 #include "lotus_abi.h"
@@ -38,12 +39,13 @@ NativeCapture::NativeCapture(capture::Probe& probe, std::vector<target::NativeSp
 {
 }
 
-void NativeCapture::attach_library(const std::string& opened)
+void NativeCapture::attach_library(const std::string& path)
 {
-    // Once per file, however it was named (maps show the real path, dlopen often opens a symlink).
-    char real[PATH_MAX];
-    std::string path = realpath(opened.c_str(), real) ? std::string(real) : opened;
-    if (specs_.empty() || !libraries_.insert(path).second || !target::library_wanted(specs_, path))
+    // Once per file, however it was named (maps show the real path, dlopen often opens a symlink; a process
+    // under another root is reached through /proc/PID/root).
+    struct stat st;
+    if (specs_.empty() || stat(path.c_str(), &st) != 0 || !libraries_.insert({st.st_dev, st.st_ino}).second ||
+        !target::library_wanted(specs_, path))
         return;
     double t = now_s();
     std::vector<target::NativeFunction> fns;
@@ -83,9 +85,13 @@ void NativeCapture::scan_process(uint32_t pid)
     } catch (const std::exception&) {
         return;
     }
-    for (const auto& m : maps)
-        if (!m.path.empty() && m.path[0] == '/' && m.perms.find('x') != std::string::npos)
-            attach_library(m.path);
+    for (const auto& m : maps) {
+        if (m.path.empty() || m.path[0] != '/' || m.perms.find('x') == std::string::npos)
+            continue;
+        std::string local = target::openable_path(static_cast<int>(pid), m.path, m.inode, m.dev_major, m.dev_minor);
+        if (!local.empty())
+            attach_library(local);
+    }
 }
 
 void NativeCapture::on_library_open(const void* data, size_t len)
@@ -95,10 +101,12 @@ void NativeCapture::on_library_open(const void* data, size_t len)
     // A library about to be loaded (dlopen opens it first): probe it by file, before it is mapped.
     auto* o = static_cast<const lotus_open*>(data);
     std::string path(o->path, strnlen(o->path, sizeof(o->path)));
+    // The path as the opener sees it: under its root (a chroot, a container's mount namespace).
+    std::string local = fmt::format("/proc/{}/root{}", o->h.tgid, path);
     struct stat st;
     if (!path.empty() && path[0] == '/' && path.find(".so") != std::string::npos &&
-        target::library_wanted(specs_, path) && stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode))
-        attach_library(path);
+        target::library_wanted(specs_, path) && stat(local.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+        attach_library(local);
 }
 
 void NativeCapture::on_event(const void* data, size_t len)

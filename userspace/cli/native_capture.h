@@ -37,7 +37,7 @@ private:
     std::vector<target::NativeSpec> specs_;
     Emit emit_;
     target::Symbolizer symbolizer_;
-    std::set<std::string> libraries_; // already resolved (attached or found empty)
+    std::set<std::pair<uint64_t, uint64_t>> libraries_; // (dev, inode) already resolved (attached or found empty)
     std::set<std::pair<uint32_t, uint64_t>> resolved_;   // (pid, ip): symbol records already written
     std::set<std::pair<uint32_t, uint64_t>> leaf_named_; // ... of which these have a function name
     uint32_t functions_ = 0, refused_ = 0;

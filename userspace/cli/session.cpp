@@ -99,9 +99,13 @@ void dump_event(const void* data, size_t len)
     std::string line = fmt::format("ev {} pid {} tid {} ts {}", h->type, h->tgid, h->tid, h->ts_ns);
     if (h->type == LOTUS_EV_PY_ENTRY && len >= sizeof(lotus_py_entry)) {
         auto* e = static_cast<const lotus_py_entry*>(data);
-        line += fmt::format(" entry depth {} code {:#x} caller {:#x}", e->depth, e->code, e->chain_len ? e->chain_code[0] : 0);
+        line += fmt::format(" entry depth {} code {:#x} caller {:#x} self {:#x} type {:#x}", e->depth, e->code,
+                            e->chain_len ? e->chain_code[0] : 0, e->self_obj, e->self_type);
     } else if (h->type == LOTUS_EV_PY_RETURN && len >= sizeof(lotus_py_return)) {
         line += fmt::format(" return depth {}", static_cast<const lotus_py_return*>(data)->depth);
+    } else if (h->type == LOTUS_EV_TYPE && len >= sizeof(lotus_type_info)) {
+        auto* t = static_cast<const lotus_type_info*>(data);
+        line += fmt::format(" type {:#x} own {} {:.{}}", t->type, t->own_space, t->name, strnlen(t->name, sizeof(t->name)));
     } else if (h->type == LOTUS_EV_CODE && len >= sizeof(lotus_code_info)) {
         auto* c = static_cast<const lotus_code_info*>(data);
         line += fmt::format(" code {:#x} {:.{}}", c->code, c->name, strnlen(c->name, sizeof(c->name)));

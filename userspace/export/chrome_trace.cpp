@@ -77,6 +77,11 @@ void ChromeTraceWriter::span(const model::Span& s)
         key("sample"), put_int(args, s.sample);
     if (s.sample_id)
         key("sample_id"), put_uint(args, s.sample_id);
+    using K = model::SpanKind;
+    if (s.loader >= 0 && (s.kind == K::Sample || s.kind == K::Op || s.kind == K::Loader))
+        key("loader"), put_int(args, s.loader);
+    if (!s.container.empty())
+        key("container"), append_json_string(args, s.container);
     for (const auto& [k, v] : s.args) {
         if (!args.empty())
             args += ',';

@@ -265,15 +265,19 @@ void BatchTracker::message(const lotus_msg& m)
     if (m.dir == LOTUS_MSG_IN) {
         if (auto c = consumers_.find(pid); c != consumers_.end()) {
             // The training loop reading batches inside next(); a training process reads no tasks.
-            if (auto nc = c->second.next.find(tid); nc != c->second.next.end() && q.kind == QueueMessage::Indexed && !q.stop)
+            if (auto nc = c->second.next.find(tid); nc != c->second.next.end() && q.kind == QueueMessage::Indexed && !q.stop) {
                 nc->second.last_read = q.index;
+                result_epoch_[m.file] = nc->second.epoch;
+            }
             return;
         }
         if (tid != pid) // a worker's loop runs on its main thread
             return;
         ProcessInfo& proc = processes_[pid];
-        if (!proc.owner)
-            proc.owner = owner_of(pid);
+        if (!proc.owner) {
+            auto w = task_writer_.find(m.file);
+            proc.owner = w != task_writer_.end() ? w->second : owner_of(pid);
+        }
         if (q.kind == QueueMessage::Resume) {
             // A persistent worker's next epoch: the one whose __iter__ sends the resume now.
             auto c = consumers_.find(proc.owner);
@@ -297,8 +301,15 @@ void BatchTracker::message(const lotus_msg& m)
         return;
     }
     // Sent: a worker's queue feeder thread sending batch q.index, or an end-of-data marker in its place.
-    if (q.kind != QueueMessage::Indexed || !processes_[pid].worker)
-        return; // a training process sending tasks, or another program's queue
+    if (q.kind != QueueMessage::Indexed)
+        return;
+    if (!processes_[pid].worker) {
+        task_writer_[m.file] = pid; // a training process sending tasks (or another program's queue)
+        return;
+    }
+    if (!worker_epoch_.count(pid))
+        if (auto re = result_epoch_.find(m.file); re != result_epoch_.end())
+            adopt_epoch(pid, re->second);
     Thread& t = thread(pid, pid);
     if (t.in_batch && t.idx == q.index)
         end_batch(pid, t, m.h.ts_ns); // its loop's getppid not seen yet (or never: the send bounds it)
@@ -314,6 +325,24 @@ void BatchTracker::message(const lotus_msg& m)
     if (ended != t.ended.end()) {
         emit_batch(pid, pid, q.index, ended->second, false);
         t.ended.erase(ended);
+    }
+}
+
+// A worker whose epoch began before tracing did: its batches (those not sent yet too) are that epoch's.
+void BatchTracker::adopt_epoch(uint32_t pid, int epoch)
+{
+    worker_epoch_[pid] = epoch;
+    processes_[pid].loader = epochs_[epoch].loader;
+    if (!processes_[pid].owner)
+        processes_[pid].owner = epochs_[epoch].owner;
+    for (auto& [key, t] : threads_) {
+        if (key >> 32 != pid)
+            continue;
+        if (t.in_batch && t.epoch < 0)
+            t.epoch = epoch;
+        for (auto& [idx, b] : t.ended)
+            if (b.epoch < 0)
+                b.epoch = epoch;
     }
 }
 

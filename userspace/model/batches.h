@@ -138,6 +138,7 @@ private:
     void end_batch(uint32_t tid, Thread& t, uint64_t end); // a worker's: waits in t.ended for its hand-over
     void emit_batch(uint32_t pid, uint32_t tid, int64_t idx, Ended& b, bool single);
     void tag(Span& s, int epoch) const;
+    void adopt_epoch(uint32_t pid, int epoch);
 
     SpanSink& sink_;
     std::map<uint32_t, ProcessInfo>& processes_;
@@ -145,6 +146,11 @@ private:
     std::vector<Epoch> epochs_;                       // by serial
     std::map<uint32_t, Consumer> consumers_;          // by pid
     std::unordered_map<uint32_t, int> worker_epoch_;  // worker pid -> the epoch it prepares batches for
+    // The queues' pipes name both ends: who writes tasks into a pipe (a worker reading them prepares batches for
+    // that process), and which epoch's next() reads batches out of one (a worker writing there, whose epoch was
+    // not seen begin, prepares batches of that epoch).
+    std::unordered_map<uint64_t, uint32_t> task_writer_;
+    std::unordered_map<uint64_t, int> result_epoch_;
     std::unordered_map<uint64_t, Thread> threads_;    // key pid << 32 | tid
     std::map<std::pair<uint32_t, int>, BatchStats> stats_;
     std::map<uint32_t, LoopSpan> loops_;

@@ -185,28 +185,32 @@ void Engine::on_type(const lotus_type_info& t)
     for (const auto& b : t.bases)
         bases.push_back(decode(b, sizeof(b), 0));
     d.role = rules_.classify_type(d.name, bases);
+    bool own = t.own_space != 0;
     if (type_sink_)
-        type_sink_(spaces_.space_of(t.h.tgid), t.type, d.role.flags);
-    spaces_.add_type(t.h.tgid, t.type, std::move(d));
+        type_sink_(own ? t.h.tgid | LOTUS_SPACE_OWN : spaces_.space_of(t.h.tgid), t.type, d.role.flags);
+    spaces_.add_type(t.h.tgid, t.type, std::move(d), own);
 }
 
-const CodeInfo* Engine::code_info(uint32_t tgid, uint64_t code)
+const CodeInfo* Engine::code_info(uint32_t tgid, uint64_t code, bool own)
 {
-    auto* d = spaces_.code(tgid, code);
+    auto* d = spaces_.code(tgid, code, own);
     return d ? &d->info : nullptr;
 }
 
-const CodeRole* Engine::role(uint32_t tgid, uint64_t code)
+const CodeRole* Engine::role(uint32_t tgid, uint64_t code, bool own)
 {
-    auto* d = spaces_.code(tgid, code);
+    auto* d = spaces_.code(tgid, code, own);
     return d ? &d->role : nullptr;
 }
 
-const TypeDesc* Engine::type_desc(uint32_t tgid, uint64_t type) const { return spaces_.type(tgid, type); }
-
-std::string Engine::type_name(uint32_t tgid, uint64_t type)
+const TypeDesc* Engine::type_desc(uint32_t tgid, uint64_t type, bool own) const
 {
-    auto* t = spaces_.type(tgid, type);
+    return spaces_.type(tgid, type, own);
+}
+
+std::string Engine::type_name(uint32_t tgid, uint64_t type, bool own)
+{
+    auto* t = spaces_.type(tgid, type, own);
     return t ? t->name : std::string();
 }
 
@@ -266,6 +270,8 @@ Engine::Open Engine::opened(OpenKind kind, const lotus_py_entry& e)
     o.code = e.code;
     o.self_type = e.self_type;
     o.self_obj = e.self_obj;
+    o.code_own = e.own & LOTUS_OWN_CODE;
+    o.type_own = e.own & LOTUS_OWN_SELF_TYPE;
     return o;
 }
 
@@ -273,7 +279,7 @@ Engine::Open Engine::opened(OpenKind kind, const lotus_py_entry& e)
 void Engine::captured(const lotus_py_entry& e)
 {
     for (uint32_t i = 0; i < e.capture_count && i < LOTUS_MAX_CAPTURES; i++) {
-        const CodeRole* cr = role(e.h.tgid, e.capture_code[i]);
+        const CodeRole* cr = role(e.h.tgid, e.capture_code[i], e.own & LOTUS_OWN_CAPTURE(i));
         if (!cr || e.capture_value[i] == LOTUS_NO_VALUE || cr->capture_slots.empty() ||
             cr->capture_slots[0] != e.capture_slot[i])
             continue;
@@ -299,7 +305,7 @@ bool Engine::enter_level(std::vector<Open>& stack, const lotus_py_entry& e, cons
     while (stack[at].kind == OpenKind::Inner && at > 0)
         at--;
     const Open& lvl = stack[at];
-    const TypeDesc* td = type_desc(e.h.tgid, e.self_type);
+    const TypeDesc* td = type_desc(e.h.tgid, e.self_type, e.own & LOTUS_OWN_SELF_TYPE);
     bool pipeline_object = r.kind == CodeKind::ObjectCall && td && td->role.pipeline;
     if ((pipeline_object && e.self_obj == lvl.self_obj) || r.kind == CodeKind::Scope) {
         stack.push_back(opened(OpenKind::Inner, e));
@@ -310,7 +316,7 @@ bool Engine::enter_level(std::vector<Open>& stack, const lotus_py_entry& e, cons
     op.sample_id = lvl.sample_id;
     op.level = pipeline_object; // a container transform (or a nested Compose): its calls are ops too
     if (lvl.kind == OpenKind::Op)
-        op.container = op_name(e.h.tgid, lvl.code, lvl.self_type);
+        op.container = op_name(e.h.tgid, lvl);
     op.counters = e.counters;
     stack.push_back(std::move(op));
     return true;
@@ -321,7 +327,7 @@ void Engine::open_sample(std::vector<Open>& stack, const lotus_py_entry& e)
     pipeline_seen_ = true;
     int64_t index = -1;
     for (uint32_t i = 0; i < e.chain_len && i < LOTUS_CHAIN_LEN; i++) {
-        const CodeRole* cr = role(e.h.tgid, e.chain_code[i]);
+        const CodeRole* cr = role(e.h.tgid, e.chain_code[i], e.own & LOTUS_OWN_CHAIN(i));
         if (cr && cr->kind == CodeKind::GetItem) {
             if (e.chain_arg1[i] != LOTUS_NO_VALUE)
                 index = e.chain_arg1[i];
@@ -353,7 +359,7 @@ void Engine::on_entry(const lotus_py_entry& e)
         discard(stack);
     }
     captured(e);
-    const CodeRole* r = role(e.h.tgid, e.code);
+    const CodeRole* r = role(e.h.tgid, e.code, e.own & LOTUS_OWN_CODE);
     if (!r) {
         counters_.unknown_code++;
         return;
@@ -365,10 +371,11 @@ void Engine::on_entry(const lotus_py_entry& e)
     if (enter_level(stack, e, *r))
         return;
     bool in_sample = std::any_of(stack.begin(), stack.end(), [](const Open& o) { return o.kind == OpenKind::Sample; });
-    const TypeDesc* td = type_desc(e.h.tgid, e.self_type);
+    const TypeDesc* td = type_desc(e.h.tgid, e.self_type, e.own & LOTUS_OWN_SELF_TYPE);
     bool pipeline_call = r->kind == CodeKind::ObjectCall && td && td->role.pipeline;
     auto chain_role = [&](uint32_t i) -> const CodeRole* {
-        return i < e.chain_len && i < LOTUS_CHAIN_LEN ? role(e.h.tgid, e.chain_code[i]) : nullptr;
+        return i < e.chain_len && i < LOTUS_CHAIN_LEN ? role(e.h.tgid, e.chain_code[i], e.own & LOTUS_OWN_CHAIN(i))
+                                                      : nullptr;
     };
     auto from_fetcher = [&] { // a dataset's __getitem__ called by a DataLoader fetcher, not any __getitem__
         for (uint32_t i = 1; i < LOTUS_CHAIN_LEN; i++)
@@ -418,10 +425,10 @@ void Engine::on_entry(const lotus_py_entry& e)
         open_sample(stack, e);
 }
 
-std::string Engine::op_name(uint32_t tgid, uint64_t code, uint64_t self_type)
+std::string Engine::op_name(uint32_t tgid, const Open& o)
 {
-    auto* c = code_info(tgid, code);
-    std::string type = type_name(tgid, self_type);
+    auto* c = code_info(tgid, o.code, o.code_own);
+    std::string type = type_name(tgid, o.self_type, o.type_own);
     return rules_.op_name(c ? *c : CodeInfo{}, type.empty() ? nullptr : &type);
 }
 
@@ -459,7 +466,7 @@ void Engine::finish_span(const lotus_py_return& r, Open o, std::vector<Open>& st
         batches_.iter_end(r.h.tgid, r.h.tid, r.ret_null ? 0 : r.ret_obj);
         return;
     case OpenKind::Py: {
-        auto* c = code_info(r.h.tgid, o.code);
+        auto* c = code_info(r.h.tgid, o.code, o.code_own);
         Span py = Span::make(SpanKind::Py, c ? c->name : "?", r.h.tgid, r.h.tid, o.start_ns, r.h.ts_ns);
         py.depth = o.depth;
         if (c)
@@ -474,7 +481,7 @@ void Engine::finish_span(const lotus_py_return& r, Open o, std::vector<Open>& st
     }
     Span s = o.kind == OpenKind::Sample
                  ? Span::make(SpanKind::Sample, "sample", r.h.tgid, r.h.tid, o.start_ns, r.h.ts_ns)
-                 : Span::make(SpanKind::Op, op_name(r.h.tgid, o.code, o.self_type), r.h.tgid, r.h.tid, o.start_ns,
+                 : Span::make(SpanKind::Op, op_name(r.h.tgid, o), r.h.tgid, r.h.tid, o.start_ns,
                               r.h.ts_ns);
     s.sample = o.sample;
     s.sample_id = o.sample_id;

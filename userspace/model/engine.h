@@ -68,6 +68,7 @@ private:
         uint64_t code = 0;      // ops are named at their return, when the TYPE record of self has surely arrived
         uint64_t self_type = 0;
         uint64_t self_obj = 0;  // the pipeline or container object of a level; next(): the iterator
+        bool code_own = false, type_own = false; // which descriptions of code and self_type BPF went by
         int64_t sample = -1;
         uint64_t sample_id = 0;
         bool level = false;          // a sample, or an op of a container class
@@ -105,17 +106,18 @@ private:
     };
     void close_implicit(uint32_t tid);
     void discard(std::vector<Open>& stack); // pops the top span, whose end was lost
-    const CodeInfo* code_info(uint32_t tgid, uint64_t code);
-    const CodeRole* role(uint32_t tgid, uint64_t code);
-    const TypeDesc* type_desc(uint32_t tgid, uint64_t type) const;
-    std::string type_name(uint32_t tgid, uint64_t type);
+    // own: the process's own description of the object (lotus_py_entry.own), else its role space's.
+    const CodeInfo* code_info(uint32_t tgid, uint64_t code, bool own);
+    const CodeRole* role(uint32_t tgid, uint64_t code, bool own);
+    const TypeDesc* type_desc(uint32_t tgid, uint64_t type, bool own) const;
+    std::string type_name(uint32_t tgid, uint64_t type, bool own);
     static Open opened(OpenKind kind, const lotus_py_entry& e);
     void on_type(const lotus_type_info& t);
     void captured(const lotus_py_entry& e);
     bool enter_level(std::vector<Open>& stack, const lotus_py_entry& e, const CodeRole& r);
     void open_sample(std::vector<Open>& stack, const lotus_py_entry& e);
     void finish_span(const lotus_py_return& r, Open o, std::vector<Open>& stack);
-    std::string op_name(uint32_t tgid, uint64_t code, uint64_t self_type);
+    std::string op_name(uint32_t tgid, const Open& o);
     ProcessInfo& process(uint32_t pid);
 
     const Rules& rules_;

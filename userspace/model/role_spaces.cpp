@@ -19,6 +19,7 @@ void RoleSpaces::join(uint32_t pid, uint32_t space)
 void RoleSpaces::leave(uint32_t pid)
 {
     own_.erase(pid);
+    own_types_.erase(pid);
     auto it = space_of_.find(pid);
     // A process that never joined a space is the only member of its own: whoever forks from it makes it join.
     bool implicit = it == space_of_.end();
@@ -52,16 +53,26 @@ void RoleSpaces::add_code(uint32_t tgid, uint64_t code, CodeDesc d, bool own)
         mine->second.erase(code);
 }
 
-void RoleSpaces::add_type(uint32_t tgid, uint64_t type, TypeDesc d)
+void RoleSpaces::add_type(uint32_t tgid, uint64_t type, TypeDesc d, bool own)
 {
+    if (own) {
+        own_types_[tgid][type] = std::move(d);
+        return;
+    }
     spaces_[space_of(tgid)].types[type] = std::move(d);
+    if (auto mine = own_types_.find(tgid); mine != own_types_.end()) // the space's description is this process's now
+        mine->second.erase(type);
 }
 
-const CodeDesc* RoleSpaces::code(uint32_t tgid, uint64_t code) const
+const CodeDesc* RoleSpaces::code(uint32_t tgid, uint64_t code, bool own) const
 {
-    if (auto mine = own_.find(tgid); mine != own_.end())
-        if (auto it = mine->second.find(code); it != mine->second.end())
-            return &it->second;
+    if (own) {
+        auto mine = own_.find(tgid);
+        if (mine == own_.end())
+            return nullptr;
+        auto it = mine->second.find(code);
+        return it == mine->second.end() ? nullptr : &it->second;
+    }
     auto sp = spaces_.find(space_of(tgid));
     if (sp == spaces_.end())
         return nullptr;
@@ -69,8 +80,15 @@ const CodeDesc* RoleSpaces::code(uint32_t tgid, uint64_t code) const
     return it == sp->second.codes.end() ? nullptr : &it->second;
 }
 
-const TypeDesc* RoleSpaces::type(uint32_t tgid, uint64_t type) const
+const TypeDesc* RoleSpaces::type(uint32_t tgid, uint64_t type, bool own) const
 {
+    if (own) {
+        auto mine = own_types_.find(tgid);
+        if (mine == own_types_.end())
+            return nullptr;
+        auto it = mine->second.find(type);
+        return it == mine->second.end() ? nullptr : &it->second;
+    }
     auto sp = spaces_.find(space_of(tgid));
     if (sp == spaces_.end())
         return nullptr;

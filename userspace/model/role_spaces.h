@@ -29,9 +29,10 @@ public:
 
     // own: described for tgid alone (its object differs from the one its space has at that address).
     void add_code(uint32_t tgid, uint64_t code, CodeDesc d, bool own);
-    void add_type(uint32_t tgid, uint64_t type, TypeDesc d);
-    const CodeDesc* code(uint32_t tgid, uint64_t code) const;
-    const TypeDesc* type(uint32_t tgid, uint64_t type) const;
+    void add_type(uint32_t tgid, uint64_t type, TypeDesc d, bool own = false);
+    // own: the process's own description (BPF says in each entry record which it went by), else its space's.
+    const CodeDesc* code(uint32_t tgid, uint64_t code, bool own = false) const;
+    const TypeDesc* type(uint32_t tgid, uint64_t type, bool own = false) const;
     size_t spaces() const { return spaces_.size(); }
 
 private:
@@ -46,6 +47,7 @@ private:
     std::unordered_map<uint32_t, uint32_t> space_of_; // pid -> space, for processes that joined one
     std::unordered_map<uint32_t, Space> spaces_;
     std::unordered_map<uint32_t, std::unordered_map<uint64_t, CodeDesc>> own_; // per process, looked up first
+    std::unordered_map<uint32_t, std::unordered_map<uint64_t, TypeDesc>> own_types_;
     uint32_t next_unnumbered_ = 0xffffffff; // spaces of EXEC records that name none (counting down)
 };
 

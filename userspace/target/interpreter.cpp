@@ -124,7 +124,6 @@ Interpreter find_interpreter(int pid)
     } catch (const std::exception&) {
         throw TargetError(fmt::format("{}: cannot read /proc/{}/maps (not permitted?)", who, pid));
     }
-    std::string root = fmt::format("/proc/{}/root", pid);
     std::string exe;
     {
         char buf[4096];
@@ -132,16 +131,18 @@ Interpreter find_interpreter(int pid)
         if (n > 0)
             exe.assign(buf, static_cast<size_t>(n));
     }
-    // The executable first (static interpreters), then any libpython it mapped.
-    std::vector<std::string> candidates;
+    // The executable first (static interpreters), then any libpython it mapped; each opened as the very file
+    // the process runs (whether it lives under a chroot, another mount namespace, or ours).
+    std::vector<std::pair<std::string, std::string>> candidates; // (path as named, path we open)
     if (!exe.empty())
-        candidates.push_back(exe);
+        candidates.emplace_back(exe, openable_exe(pid, exe));
     std::set<std::string> seen;
     for (const auto& m : maps)
         if (!m.path.empty() && m.path[0] == '/' && looks_like_libpython(m.path) && seen.insert(m.path).second)
-            candidates.push_back(m.path);
-    for (const auto& path : candidates) {
-        std::string local = root + path;
+            candidates.emplace_back(m.path, openable_path(pid, m.path, m.inode, m.dev_major, m.dev_minor));
+    for (const auto& [path, local] : candidates) {
+        if (local.empty())
+            continue;
         std::unique_ptr<ElfFile> elf;
         try {
             elf = std::make_unique<ElfFile>(local);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
+#include <set>
 
 namespace lotus::target {
 
@@ -67,53 +68,104 @@ Launcher::Launcher(const std::vector<std::string>& argv, const std::vector<std::
     const char* ldpath = getenv("LD_LIBRARY_PATH");
     bool options_set = false;
     std::string last_error = fmt::format("{} did not start a CPython interpreter", argv[0]);
-    for (int execs = 0; execs < 16;) {
+    std::set<pid_t> traced{pid_}, started; // started: children whose first stop (a SIGSTOP) was seen
+    auto kill_all = [&] {
+        for (pid_t p : traced)
+            kill(p, SIGKILL);
+        for (pid_t p : traced)
+            waitpid(p, nullptr, __WALL);
+        exited_ = true;
+    };
+    for (int events = 0; events < 4096; events++) {
         int status = 0;
-        if (waitpid(pid_, &status, 0) < 0)
+        pid_t w = waitpid(-1, &status, __WALL);
+        if (w < 0)
             throw TargetError(fmt::format("waitpid: {}", strerror(errno)));
         if (WIFEXITED(status) || WIFSIGNALED(status)) {
+            traced.erase(w);
+            if (w != pid_)
+                continue;
             exited_ = true;
             exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            for (pid_t p : traced)
+                let_go(p);
             throw TargetError(exit_code_ == 127 ? fmt::format("cannot run {}", argv[0]) : last_error);
         }
         if (!WIFSTOPPED(status))
             continue;
-        int sig = WSTOPSIG(status);
-        bool exec_stop = (!options_set && sig == SIGTRAP) || (status >> 8) == (SIGTRAP | (PTRACE_EVENT_EXEC << 8));
-        if (!options_set) {
-            ptrace(PTRACE_SETOPTIONS, pid_, nullptr, PTRACE_O_TRACEEXEC | PTRACE_O_EXITKILL);
+        int sig = WSTOPSIG(status), event = status >> 16;
+        bool exec_stop = event == PTRACE_EVENT_EXEC;
+        if (!options_set && w == pid_) { // its exec of the command (PTRACE_TRACEME)
+            ptrace(PTRACE_SETOPTIONS, pid_, nullptr,
+                   PTRACE_O_TRACEEXEC | PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK | PTRACE_O_EXITKILL);
             options_set = true;
+            exec_stop = sig == SIGTRAP;
+        }
+        if (event == PTRACE_EVENT_FORK || event == PTRACE_EVENT_VFORK) {
+            unsigned long child = 0;
+            ptrace(PTRACE_GETEVENTMSG, w, nullptr, &child);
+            traced.insert(static_cast<pid_t>(child)); // traced from its birth, with these options
+            ptrace(PTRACE_CONT, w, nullptr, nullptr);
+            continue;
         }
         if (exec_stop) {
-            execs++;
-            std::string exe = exe_of(pid_);
+            std::string exe = exe_of(w);
             try {
                 interp_ = find_interpreter_in_executable(exe, ldpath ? ldpath : "");
-                return; // stopped right after exec: nothing of the program has run yet
+                target_ = w; // stopped right after exec: nothing of the program has run yet
+                for (pid_t p : traced)
+                    if (p != w)
+                        let_go(p);
+                return;
             } catch (const TargetError& e) {
                 // A wrapper (shell script, shim) or an unsupported interpreter: keep following its execs,
                 // but remember why this one was refused.
                 if (std::string(e.what()).find("not a CPython") == std::string::npos) {
-                    kill(pid_, SIGKILL);
-                    waitpid(pid_, nullptr, 0);
-                    exited_ = true;
+                    kill_all();
                     throw;
                 }
             }
-            ptrace(PTRACE_CONT, pid_, nullptr, nullptr);
-        } else {
-            ptrace(PTRACE_CONT, pid_, nullptr, reinterpret_cast<void*>(static_cast<long>(sig == SIGTRAP ? 0 : sig)));
+            ptrace(PTRACE_CONT, w, nullptr, nullptr);
+            continue;
         }
+        if (!started.count(w) && w != pid_) { // a new child's first stop: the SIGSTOP it starts with
+            traced.insert(w);
+            started.insert(w);
+            if (sig == SIGSTOP) {
+                ptrace(PTRACE_CONT, w, nullptr, nullptr);
+                continue;
+            }
+        }
+        ptrace(PTRACE_CONT, w, nullptr, reinterpret_cast<void*>(static_cast<long>(sig == SIGTRAP ? 0 : sig)));
     }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    exited_ = true;
+    kill_all();
     throw TargetError(last_error);
+}
+
+// A process we trace is usually running (a wrapper waiting for its child): stop it, then detach.
+void Launcher::let_go(pid_t p)
+{
+    if (ptrace(PTRACE_DETACH, p, nullptr, nullptr) == 0)
+        return;
+    kill(p, SIGSTOP);
+    for (int i = 0; i < 64; i++) {
+        int status = 0;
+        if (waitpid(p, &status, __WALL) != p || !WIFSTOPPED(status))
+            return; // gone
+        int sig = WSTOPSIG(status);
+        if (sig == SIGSTOP && (status >> 16) == 0) {
+            ptrace(PTRACE_DETACH, p, nullptr, nullptr); // the SIGSTOP is not delivered: it runs on
+            return;
+        }
+        ptrace(PTRACE_CONT, p, nullptr, reinterpret_cast<void*>(static_cast<long>(sig == SIGTRAP ? 0 : sig)));
+    }
 }
 
 Launcher::~Launcher()
 {
     if (pid_ > 0 && !released_ && !exited_) {
+        if (target_ > 0 && target_ != pid_)
+            kill(target_, SIGKILL);
         kill(pid_, SIGKILL);
         waitpid(pid_, nullptr, 0);
     }
@@ -123,7 +175,7 @@ void Launcher::release()
 {
     if (released_)
         return;
-    ptrace(PTRACE_DETACH, pid_, nullptr, nullptr);
+    ptrace(PTRACE_DETACH, target_, nullptr, nullptr);
     released_ = true;
 }
 
@@ -142,8 +194,11 @@ bool Launcher::exited()
 
 void Launcher::signal(int sig)
 {
-    if (!exited_)
-        kill(pid_, sig);
+    if (exited_)
+        return;
+    if (target_ > 0 && target_ != pid_) // a wrapper need not pass signals on (unshare does not)
+        kill(target_, sig);
+    kill(pid_, sig);
 }
 
 } // namespace lotus::target

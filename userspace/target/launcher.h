@@ -1,5 +1,6 @@
 // Launch mode: start a command held at its exec until the tracer is attached. ptrace is used only to stop
-// the child at each exec (never to write its memory) and is detached before the program runs.
+// the command's processes at each exec and fork (never to write their memory) and is detached before the
+// program runs.
 #pragma once
 #include <string>
 #include <sys/types.h>
@@ -11,22 +12,28 @@ namespace lotus::target {
 
 class Launcher {
 public:
-    // Forks and execs argv; returns once the child has exec'd a CPython interpreter (following wrapper
-    // scripts that exec one, such as pyenv shims) and is stopped. Throws TargetError (the child is killed).
-    // env: extra NAME=VALUE settings for the command's environment.
+    // Forks and execs argv; returns once a process of the command has exec'd a CPython interpreter (following
+    // wrappers that exec one, such as pyenv shims, or fork one first, such as `unshare --fork`, `timeout`) and
+    // is stopped. Throws TargetError (the command is killed). env: extra NAME=VALUE settings for the command's
+    // environment.
     explicit Launcher(const std::vector<std::string>& argv, const std::vector<std::string>& env = {});
     ~Launcher();
-    pid_t pid() const { return pid_; }
+    Launcher(const Launcher&) = delete; // it kills its child when destroyed
+    Launcher& operator=(const Launcher&) = delete;
+    // The process running CPython (the command itself, or a process it forked).
+    pid_t pid() const { return target_; }
     const Interpreter& interpreter() const { return interp_; }
-    // Lets the stopped child run (detaches ptrace).
+    // Lets the stopped interpreter run (detaches ptrace).
     void release();
-    // Non-blocking: true once the child has exited; its exit status is then in exit_code().
+    // Non-blocking: true once the command has exited; its exit status is then in exit_code().
     bool exited();
     int exit_code() const { return exit_code_; }
     void signal(int sig);
 
 private:
-    pid_t pid_ = -1;
+    void let_go(pid_t p); // detaches a traced wrapper process, wherever it is
+    pid_t pid_ = -1;    // the command
+    pid_t target_ = -1; // the CPython process
     Interpreter interp_;
     bool released_ = false, exited_ = false;
     int exit_code_ = 0;

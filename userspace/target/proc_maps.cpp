@@ -1,5 +1,8 @@
 #include "proc_maps.h"
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
 #include <dirent.h>
 #include <signal.h>
 
@@ -28,6 +31,10 @@ std::vector<Mapping> parse_maps(const std::string& text)
         m.start = start;
         m.end = end;
         m.offset = offset;
+        m.inode = inode;
+        unsigned major = 0, minor = 0;
+        if (sscanf(dev, "%x:%x", &major, &minor) == 2)
+            m.dev_major = major, m.dev_minor = minor;
         m.perms = perms;
         if (consumed > 0 && static_cast<size_t>(consumed) < line.size())
             m.path = line.substr(consumed);
@@ -46,6 +53,27 @@ std::vector<Mapping> read_maps(int pid)
     std::stringstream ss;
     ss << f.rdbuf();
     return parse_maps(ss.str());
+}
+
+std::string openable_path(int pid, const std::string& path, uint64_t inode, uint32_t dev_major, uint32_t dev_minor)
+{
+    if (path.empty() || path[0] != '/')
+        return {};
+    for (const std::string& p : {"/proc/" + std::to_string(pid) + "/root" + path, path}) {
+        struct stat st;
+        if (stat(p.c_str(), &st) == 0 && st.st_ino == inode && major(st.st_dev) == dev_major &&
+            minor(st.st_dev) == dev_minor)
+            return p;
+    }
+    return {};
+}
+
+std::string openable_exe(int pid, const std::string& path)
+{
+    struct stat st;
+    if (stat(("/proc/" + std::to_string(pid) + "/exe").c_str(), &st) != 0)
+        return {};
+    return openable_path(pid, path, st.st_ino, major(st.st_dev), minor(st.st_dev));
 }
 
 bool process_exists(int pid)

@@ -9,13 +9,23 @@ namespace lotus::target {
 
 struct Mapping {
     uint64_t start = 0, end = 0, offset = 0;
+    uint64_t inode = 0;
+    uint32_t dev_major = 0, dev_minor = 0;
     std::string perms;
-    std::string path; // empty for anonymous mappings
+    std::string path; // empty for anonymous mappings; as the kernel names it to us (see openable_path)
 };
 
 std::vector<Mapping> parse_maps(const std::string& text);
 // Throws std::runtime_error when the file cannot be read.
 std::vector<Mapping> read_maps(int pid);
+
+// A path we can open for the file (inode on dev) that pid maps or runs at `path`: the kernel names it as our
+// root reaches it (a chroot: the path is ours as it is) or, when our root does not reach it (another mount
+// namespace: a container), as the process's root does (then under /proc/PID/root). The candidate that is that
+// very file; empty when neither is.
+std::string openable_path(int pid, const std::string& path, uint64_t inode, uint32_t dev_major, uint32_t dev_minor);
+// The same for the process's executable.
+std::string openable_exe(int pid, const std::string& path);
 
 bool process_exists(int pid);
 std::optional<int> parent_pid(int pid);

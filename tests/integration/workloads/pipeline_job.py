@@ -53,6 +53,12 @@ class LoggedFolder(datasets.ImageFolder):
         return r
 
 
+def read_and_decode(path):
+    """torchvision.io's file read and JPEG decode (a module-level function: spawn and forkserver pickle it)."""
+    import torchvision.io
+    return torchvision.io.decode_jpeg(torchvision.io.read_file(path))
+
+
 class LoggedCollate:
     """default_collate, logging when each batch's collation ends (a worker's k-th line is its k-th batch)."""
 
@@ -119,7 +125,9 @@ def main():
     ap.add_argument("--ready")
     ap.add_argument("--persistent", action="store_true")
     ap.add_argument("--context", choices=["fork", "spawn", "forkserver"])
-    ap.add_argument("--wait-log", help="one line per batch: EPOCH INDEX NS spent in next(it)")
+    ap.add_argument("--wait-log", help="one line per batch: EPOCH INDEX NS spent in next(it), MONOTONIC_NS it began")
+    ap.add_argument("--pause-after", type=int, help="with --hold F: after this many batches of the first epoch, "
+                    "write F.paused and wait for F")
     ap.add_argument("--val", action="store_true", help="after each epoch, a pass over a second DataLoader")
     ap.add_argument("--iterable", action="store_true", help="an IterableDataset without Compose instead")
     ap.add_argument("--own-dataset", action="store_true",
@@ -149,11 +157,8 @@ def main():
             transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
         ]
         tf = TimedCompose(ops) if TIMED_LOG else transforms.Compose(ops)
-    loader_fn = None
-    if args.decode == "tensor":
-        import torchvision.io
-        loader_fn = lambda path: torchvision.io.decode_jpeg(torchvision.io.read_file(path))
-    ds = LoggedFolder(args.data, transform=tf, **({"loader": loader_fn} if loader_fn else {}))
+    extra_ds = {"loader": read_and_decode} if args.decode == "tensor" else {}
+    ds = LoggedFolder(args.data, transform=tf, **extra_ds)
     extra = {}
     if args.workers and args.persistent:
         extra["persistent_workers"] = True
@@ -178,7 +183,7 @@ def main():
     print(f"pipeline_job: pid {os.getpid()}", flush=True)
     for epoch in range(args.epochs):
         it = iter(loader)
-        if args.hold and epoch == 0:
+        if args.hold and epoch == 0 and args.pause_after is None:
             prefetched = min(len(ds), 2 * max(args.workers, 1) * args.batch_size)
             while args.sample_log and args.workers and _count(args.sample_log) < prefetched:
                 time.sleep(0.01)
@@ -190,17 +195,22 @@ def main():
         n = 0
         waits = []
         while True:
+            if args.pause_after is not None and epoch == 0 and len(waits) == args.pause_after:
+                _append(args.hold + ".paused", "paused\n")
+                while not os.path.exists(args.hold):
+                    time.sleep(0.01)
+            began = time.monotonic_ns()
             t0 = time.perf_counter_ns()
             try:
                 x, y = next(it)
             except StopIteration:
                 break
-            waits.append(time.perf_counter_ns() - t0)
+            waits.append((time.perf_counter_ns() - t0, began))
             n += len(y)
             # Free this batch now: rebinding x to the next batch would free it inside the next timing.
             del x, y
         if args.wait_log:
-            _append(args.wait_log, "".join(f"{epoch} {i} {w}\n" for i, w in enumerate(waits)))
+            _append(args.wait_log, "".join(f"{epoch} {i} {w} {began}\n" for i, (w, began) in enumerate(waits)))
         print(f"pipeline_job: epoch {epoch}: {n} samples", flush=True)
         if val is not None:
             for x, y in val:

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""A test workload: data-parallel training as torch.multiprocessing.spawn runs it. Each rank (gloo process
+group, DistributedSampler) has its own DataLoader with its own workers and trains a tiny DDP model. Ground truth:
+--wait-log F gets one line per next() of each rank: "RANK PID EPOCH INDEX NS MONOTONIC_NS_IT_BEGAN"."""
+import argparse
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.utils.data import DataLoader, DistributedSampler
+from torchvision import datasets, transforms
+
+
+def _append(path, line):
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def train(rank, args, port):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    torch.manual_seed(rank)
+    torch.set_num_threads(1)
+    tf = transforms.Compose([transforms.RandomResizedCrop(64), transforms.RandomHorizontalFlip(),
+                             transforms.ToTensor(), transforms.Normalize([0.5] * 3, [0.25] * 3)])
+    ds = datasets.ImageFolder(args.data, transform=tf)
+    sampler = DistributedSampler(ds, num_replicas=args.ranks, rank=rank, shuffle=True)
+    loader = DataLoader(ds, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers)
+    model = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(3, 2)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        it, lines, i = iter(loader), [], 0
+        while True:
+            began = time.monotonic_ns()
+            t0 = time.perf_counter_ns()
+            try:
+                x, y = next(it)
+            except StopIteration:
+                break
+            lines.append(f"{rank} {os.getpid()} {epoch} {i} {time.perf_counter_ns() - t0} {began}\n")
+            i += 1
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        if args.wait_log:
+            _append(args.wait_log, "".join(lines))
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("data")
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--wait-log")
+    args = ap.parse_args()
+    with socket.socket() as s:  # a free port for the process group's rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    print(f"ranks_job: pid {os.getpid()}", flush=True)
+    mp.spawn(train, args=(args, port), nprocs=args.ranks)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
