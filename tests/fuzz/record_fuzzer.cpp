@@ -37,7 +37,11 @@ template <typename Next> void reconstruct(uint64_t t0_ns, Next next)
     engine.finish();
     summary.set_native_map(engine.native_map().table());
     trace.finish(engine.processes(), {});
-    summary.json(engine.processes(), nullptr, {});
+    auto batches = lotus::exporter::summarize_batches(engine.batches(), engine.processes(), summary);
+    summary.json(engine.processes(), batches, {});
+    FILE* sink = fopen("/dev/null", "w");
+    summary.print(sink, engine.processes(), batches, {});
+    fclose(sink);
     out.close();
 }
 

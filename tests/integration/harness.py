@@ -227,3 +227,36 @@ def assert_dataloader_exact(test, data, trace, epochs, workers, images, batch, o
     test.assertEqual(len(training), 1)
     test.assertIn("waited for data", training[0]["verdict"])
     test.assertLessEqual(training[0]["waiting_share"], 1.0)
+
+
+def kill_group(job):
+    """The job and whatever it started (3.14's forkserver and resource tracker outlive their parent)."""
+    try:
+        os.killpg(job.pid, 9)
+    except ProcessLookupError:
+        pass
+    job.wait()
+
+
+def assert_true_ids(test, trace, wait_log):
+    """Each traced wait is matched, by time, to the in-process next() it measured: the (epoch-in-trace, batch)
+    it carries must be that next()'s true batch; each arrow joins the same batch at both ends."""
+    t0 = int(trace["otherData"]["t0_monotonic_ns"])
+    calls = [(int(e), int(i), (int(start) - t0) / 1000.0, int(ns) / 1000.0) for e, i, ns, start in read_lines(wait_log)]
+    first_epoch_seen = None
+    for w in spans(trace, "wait"):
+        mid = w["ts"] + w["dur"] / 2
+        match = [c for c in calls if c[2] <= mid <= c[2] + c[3]]
+        test.assertEqual(len(match), 1, (w, match))
+        epoch, index = match[0][0], match[0][1]
+        if "batch" in w["args"]:
+            test.assertEqual(w["args"]["batch"], index, w)
+        if "epoch" in w["args"]:  # epochs count from the first one tracing saw begin
+            if first_epoch_seen is None:
+                first_epoch_seen = epoch - w["args"]["epoch"]
+            test.assertEqual(w["args"]["epoch"], epoch - first_epoch_seen, w)
+    pairs, broken = flows(trace)
+    test.assertEqual(broken, [])
+    for b, w in pairs:
+        test.assertEqual({k: b["args"].get(k) for k in ("loader", "epoch", "batch")},
+                         {k: w["args"].get(k) for k in ("loader", "epoch", "batch")})

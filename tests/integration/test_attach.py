@@ -6,8 +6,8 @@ import time
 import unittest
 from collections import Counter
 
-from harness import (OPS, PY, WORKLOAD, BpfTestCase, assert_nested, dataset, load_trace, read_lines, spans,
-                     start_lotus, wait_for_attach, wait_for_file)
+from harness import (OPS, PY, WORKLOAD, BpfTestCase, assert_nested, assert_true_ids, dataset, load_trace, read_lines,
+                     spans, start_lotus, wait_for_attach, wait_for_file)
 
 
 class AttachMode(BpfTestCase):
@@ -18,8 +18,29 @@ class AttachMode(BpfTestCase):
         job = subprocess.Popen([PY, WORKLOAD, dataset(n), "--workers", "2", "--batch-size", "32",
                                 "--sample-log", self.sample_log, "--hold", self.hold, "--ready", self.ready, *extra],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.addCleanup(lambda: (job.poll() is None and job.kill(), job.wait()))
+        self.addCleanup(lambda: (job.poll() is None and job.kill(), job.wait(), job.stderr.close()))
         return job
+
+    def test_attach_after_batches_were_consumed_ids_are_true_or_absent(self):
+        # 3 of 8 batches of the first epoch consumed before attaching: the rest of that epoch is traced with the
+        # ids it can know (the first batch message the training loop reads names the batch), the next epoch whole.
+        waits = self.path("waits.log")
+        job = self.start_job(256, "--epochs", "2", "--pause-after", "3", "--wait-log", waits)
+        wait_for_file(self.hold + ".paused")
+        out = self.path("trace.json")
+        tracer = start_lotus(["-q", "-o", out, "--pid", str(job.pid)])
+        wait_for_attach(tracer)
+        open(self.hold, "w").close()
+        self.assertEqual(job.wait(timeout=120), 0, job.stderr.read())
+        stdout, stderr = tracer.communicate(timeout=60)
+        self.assertEqual(tracer.returncode, 0, stderr)
+        trace = load_trace(out)
+        assert_true_ids(self, trace, waits)
+        waits_traced = spans(trace, "wait")
+        self.assertEqual(len(waits_traced), 5 + 8)
+        self.assertEqual(sum(1 for w in waits_traced if w["args"].get("epoch") == 0), 8)  # the first whole epoch
+        if any("batch" not in w["args"] for w in waits_traced):
+            self.assertIn("before their index could be known", stdout)
 
     def test_idle_prefetched_workers_exactly_the_samples_after_attach(self):
         n = 256

@@ -98,6 +98,23 @@ class DataLoaderSemantics(BpfTestCase):
         starts = {e["id"] for e in trace["traceEvents"] if e["ph"] == "s"}
         self.assertEqual(starts, {e["id"] for e in trace["traceEvents"] if e["ph"] == "f"})
         self.assertEqual(len(starts), sum(expected.values()))
+        # the summary keeps them apart: an op table, batches and worker rows per DataLoader
+        with open(self.summary) as f:
+            summary = json.load(f)
+        root = trace["otherData"]["target_pid"]
+        loaders = {x["loader"]: x for x in summary["loaders"] if x["owner"] == root}
+        self.assertEqual(set(loaders), {0, 1})
+        self.assertEqual(loaders[0]["ops"]["ToTensor"]["count"], 2 * IMAGES)
+        self.assertEqual(loaders[1]["ops"]["ToTensor"]["count"], 2 * IMAGES)
+        self.assertNotIn("Resize", loaders[0]["ops"])
+        self.assertEqual(loaders[1]["ops"]["Resize"]["count"], 2 * IMAGES)
+        self.assertEqual(loaders[0]["batches"]["prepare"]["count"], 2 * BATCHES)
+        self.assertEqual(loaders[1]["batches"]["wait"]["count"], 2 * val_batches)
+        self.assertEqual(summary["ops"]["ToTensor"]["count"], 4 * IMAGES)  # and together
+        self.assertIn("DataLoader 0 of main", self.stdout)
+        self.assertIn("DataLoader 1 of main", self.stdout)
+        worker_rows = [l.split() for l in self.stdout.splitlines() if l.startswith("worker ")]
+        self.assertEqual(sorted((r[1], r[2]) for r in worker_rows), [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")])
 
     def test_iterable_dataset_batches(self):
         data, trace = self.trace_job("--iterable", epochs=2)

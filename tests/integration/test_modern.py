@@ -4,14 +4,11 @@ finds the interpreter through /proc/PID/root). v1 and v2 pipelines, PIL and torc
 workers, persistent workers, pin_memory, spawn; launch and attach mode; exact against in-process ground truth."""
 import os
 import subprocess
-import time
 import unittest
-from collections import Counter
 
-from harness import (HERE, OPS, WORKLOAD, BpfTestCase, assert_dataloader_exact, dataset, load_trace, read_lines,
-                     run_lotus, spans, start_lotus, wait_for_attach, wait_for_file)
+from harness import (HERE, OPS, WORKLOAD, BpfTestCase, assert_dataloader_exact, assert_true_ids, dataset, kill_group,
+                     load_trace, read_lines, run_lotus, spans, start_lotus, wait_for_attach, wait_for_file)
 
-SOURCE = os.path.abspath(os.path.join(HERE, "..", ".."))
 ROOT = os.environ.get("LOTUS_MODERN_ROOT", "/var/cache/lotus-bpf/sid-root")
 IN_ROOT = os.path.join(HERE, "in_root.sh")
 V2_OPS = ["RandomResizedCrop", "RandomHorizontalFlip", "ToImage", "ToDtype", "Normalize"]
@@ -95,10 +92,11 @@ class ModernStack(BpfTestCase):
             with open(hold, "w"):
                 pass
             self.assertEqual(job.wait(timeout=300), 0)
-            tracer.wait(timeout=60)
-            self.assertEqual(tracer.returncode, 0, tracer.stderr.read())
+            _, err = tracer.communicate(timeout=60)
+            self.assertEqual(tracer.returncode, 0, err)
         finally:
             kill_group(job)
+            job.stdout.close()
         trace = load_trace(out)
         assert_true_ids(self, trace, waits)
         # the first epoch's rest and the whole second one
@@ -134,40 +132,6 @@ class ModernStack(BpfTestCase):
         bad = [(k, traced[k], measured[k]) for k in measured
                if abs(traced[k] - measured[k]) > max(0.10 * measured[k], 500.0)]
         self.assertEqual(bad, [], "wait spans vs in-process next() (us)")
-
-
-def kill_group(job):
-    """The job and whatever it started (3.14's forkserver and resource tracker outlive their parent)."""
-    try:
-        os.killpg(job.pid, 9)
-    except ProcessLookupError:
-        pass
-    job.wait()
-
-
-def assert_true_ids(test, trace, wait_log):
-    """Each traced wait is matched, by time, to the in-process next() it measured: the (epoch-in-trace, batch)
-    it carries must be that next()'s true batch; each arrow joins the same batch at both ends."""
-    from harness import flows
-    t0 = int(trace["otherData"]["t0_monotonic_ns"])
-    calls = [(int(e), int(i), (int(start) - t0) / 1000.0, int(ns) / 1000.0) for e, i, ns, start in read_lines(wait_log)]
-    first_epoch_seen = None
-    for w in spans(trace, "wait"):
-        mid = w["ts"] + w["dur"] / 2
-        match = [c for c in calls if c[2] <= mid <= c[2] + c[3]]
-        test.assertEqual(len(match), 1, (w, match))
-        epoch, index = match[0][0], match[0][1]
-        if "batch" in w["args"]:
-            test.assertEqual(w["args"]["batch"], index, w)
-        if "epoch" in w["args"]:  # epochs count from the first one tracing saw begin
-            if first_epoch_seen is None:
-                first_epoch_seen = epoch - w["args"]["epoch"]
-            test.assertEqual(w["args"]["epoch"], epoch - first_epoch_seen, w)
-    pairs, broken = flows(trace)
-    test.assertEqual(broken, [])
-    for b, w in pairs:
-        test.assertEqual({k: b["args"].get(k) for k in ("loader", "epoch", "batch")},
-                         {k: w["args"].get(k) for k in ("loader", "epoch", "batch")})
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ import subprocess
 import unittest
 from collections import Counter
 
-from harness import WORKLOAD, BpfTestCase, assert_nested, load_trace, run_lotus, spans
+import json
+
+from harness import WORKLOAD, BpfTestCase, assert_nested, dataset, load_trace, run_lotus, spans
 
 PURE = os.path.join(os.path.dirname(WORKLOAD), "pure_pipeline.py")
 INTERPRETERS = {
@@ -70,6 +72,37 @@ class Versions(BpfTestCase):
         self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
         self.assertIn("no opcode_targets symbol", r.stderr)
         self.assert_detached()
+
+    def test_span_says_what_it_may_have_missed(self):
+        # Default probes on 3.11+: a function called only from Python is never seen (said, with the remedy); a
+        # __call__ is entered from C every time (exact, nothing said); with --all-calls both are exact.
+        work = os.path.join(os.path.dirname(WORKLOAD), "span_calls.py")
+        summary = self.path("spans.json")
+        for name in ("3.11", "3.12", "3.14-static"):
+            with self.subTest(interpreter=name):
+                r = run_lotus(["-q", "-o", self.path("s.json"), "--summary-json", summary, "--span", "helper",
+                               "--span", "Scale.__call__", "--", INTERPRETERS[name], work])
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn("--span 'helper' was never seen", r.stdout)
+                self.assertIn("only --all-calls sees", r.stdout)
+                self.assertNotIn("'Scale.__call__'", r.stdout)
+                with open(summary) as f:
+                    patterns = json.load(f)["run"]["span_patterns"]
+                self.assertEqual(patterns, [{"pattern": "helper", "calls": 0, "complete": False},
+                                            {"pattern": "Scale.__call__", "calls": 300, "complete": True}])
+        # a function also called from Python, seen only sometimes: said to be possibly partial
+        data = dataset(64)
+        r = run_lotus(["-q", "-o", self.path("g.json"), "--span", "*Folder.__getitem__", "--", "/usr/bin/python3",
+                       WORKLOAD, data, "--workers", "0"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("--span '*Folder.__getitem__'", r.stdout)
+        self.assertIn("possibly not all of them", r.stdout)
+        r = run_lotus(["-q", "-o", self.path("a.json"), "--summary-json", summary, "--all-calls", "--span", "helper",
+                       "--", INTERPRETERS["3.12"], work])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("--span", r.stdout)
+        with open(summary) as f:
+            self.assertEqual(json.load(f)["run"]["span_patterns"], [{"pattern": "helper", "calls": 300, "complete": True}])
 
     def test_all_calls_on_3_11_nested_and_raising_calls(self):
         # 3.11 sees inlined calls through probes on the RESUME / RETURN_VALUE handlers. Nested calls are exact;

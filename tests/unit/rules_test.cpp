@@ -116,5 +116,9 @@ TEST(Rules, SpanGlobsWithOptionalFile)
     EXPECT_FALSE(r.classify({"Scale.__call__", "/a/b.py", 1}).flags & LOTUS_ROLE_SKIP);
     EXPECT_EQ(r.classify({"helper", "/x/mine.py", 1}).kind, CodeKind::Span);
     EXPECT_NE(r.classify({"helper", "/x/other.py", 1}).kind, CodeKind::Span);
-    EXPECT_EQ(r.unmatched_spans(), std::vector<std::string>{"never_*"});
+    ASSERT_EQ(r.spans().size(), 3u);
+    EXPECT_EQ(r.classify({"helper", "/x/mine.py", 1}).span_rule, 1);
+    EXPECT_FALSE(r.spans()[0].maybe_inlined); // __call__: always called through C's tp_call
+    EXPECT_TRUE(r.spans()[1].maybe_inlined);  // a function Python code may call inline (3.11+)
+    EXPECT_FALSE(r.spans()[2].maybe_inlined); // (matched nothing)
 }

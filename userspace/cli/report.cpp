@@ -55,7 +55,7 @@ std::string trace_path(const Options& opts) { return opts.output.empty() ? "/dev
 // Writes the trace's end and prints the summary (live and replayed runs alike).
 void report(const Options& opts, exporter::OutputFile& out, exporter::ChromeTraceWriter& trace,
             exporter::Summary& summary, model::Engine& engine, const model::Rules& rules,
-            std::map<std::string, std::string> other, uint64_t lost)
+            std::map<std::string, std::string> other, uint64_t lost, bool calls_inlined)
 {
     engine.finish();
     const auto& c = engine.counters();
@@ -65,6 +65,17 @@ void report(const Options& opts, exporter::OutputFile& out, exporter::ChromeTrac
     if (!summary.counter_rows().empty())
         other["counters"] = summary.counters_json();
     other["incomplete_spans"] = std::to_string(c.incomplete + c.lost_returns);
+    if (!rules.spans().empty()) {
+        std::string list;
+        for (size_t i = 0; i < rules.spans().size(); i++) {
+            const auto& rule = rules.spans()[i];
+            uint64_t calls = i < engine.span_calls().size() ? engine.span_calls()[i] : 0;
+            list += fmt::format("{}{{\"pattern\":{},\"calls\":{},\"complete\":{}}}", list.empty() ? "" : ",",
+                                exporter::json_string(rule.text), calls,
+                                !calls_inlined || (calls && !rule.maybe_inlined) ? "true" : "false");
+        }
+        other["span_patterns"] = "[" + list + "]";
+    }
     other["samples"] = std::to_string(engine.samples());
     trace.finish(engine.processes(), other);
     out.close();
@@ -88,11 +99,22 @@ void report(const Options& opts, exporter::OutputFile& out, exporter::ChromeTrac
                                 opts.output.empty() ? "none" : opts.output));
     if (lost)
         notes.push_back("Spans that lost an event are left out, never guessed.");
-    for (const auto& s : rules.unmatched_spans())
-        notes.push_back(fmt::format("--span '{}' was never seen: no matching function entered the interpreter from "
-                                    "C. Functions called only from Python are inlined by CPython 3.11+ and "
-                                    "invisible to the default probes.",
-                                    s));
+    for (size_t i = 0; i < rules.spans().size(); i++) {
+        const auto& rule = rules.spans()[i];
+        uint64_t calls = i < engine.span_calls().size() ? engine.span_calls()[i] : 0;
+        if (calls == 0)
+            notes.push_back(fmt::format("--span '{}' was never seen: no call of a matching function entered the "
+                                        "interpreter from C while tracing.{}",
+                                        rule.text, calls_inlined ? " CPython 3.11+ runs calls made from Python code "
+                                                                   "inline, which only --all-calls sees."
+                                                                 : ""));
+        else if (calls_inlined && rule.maybe_inlined)
+            notes.push_back(fmt::format("--span '{}': {} call(s) seen, possibly not all of them: CPython 3.11+ runs "
+                                        "calls made from Python code inline (once it has specialised their call "
+                                        "site), and the default probes see only calls from C. --all-calls sees "
+                                        "every call.",
+                                        rule.text, calls));
+    }
     if (c.incomplete + c.lost_returns)
         notes.push_back(fmt::format("{} span(s) were still open at the end or lost their return and are not in "
                                     "the trace.",
@@ -216,7 +238,11 @@ static int replay_into(const Options& opts, exporter::RecordReader& in)
         {"tracer_peak_rss_kb", std::to_string(peak_rss_kb())},
         {"tracer_cpu_ms", std::to_string(cpu_ms())},
     };
-    report(opts, out, trace, summary, engine, rules, other, lost);
+    // Whether the capture's default probes missed inlined calls: CPython 3.11+ without --all-calls.
+    std::string py = meta.is_object() && meta.contains("python") && meta["python"].is_string() ? meta["python"].get<std::string>() : "";
+    bool all_calls = meta.is_object() && meta.contains("all_calls") && meta["all_calls"].is_boolean() && meta["all_calls"].get<bool>();
+    bool inlined = !all_calls && py.rfind("3.10", 0) != 0;
+    report(opts, out, trace, summary, engine, rules, other, lost, inlined);
     return 0;
 }
 

@@ -187,7 +187,7 @@ int run_session(const Options& opts)
         if (!opts.record.empty()) {
             nlohmann::json meta{{"python", interp.version.str()}, {"interpreter", interp.target_path},
                                 {"layout", interp.layout_source}, {"counters", counter_names},
-                                {"pipelines", pipelines}, {"spans", span_rules}};
+                                {"pipelines", pipelines}, {"spans", span_rules}, {"all_calls", opts.all_calls}};
             recorder = std::make_unique<exporter::RecordWriter>(
                 opts.record, exporter::RecordHeader{t0, static_cast<uint32_t>(root), meta.dump()});
         }
@@ -218,6 +218,17 @@ int run_session(const Options& opts)
                 probe->set_role(space, code, r.flags, r.capture_slots);
             },
             [&](uint32_t space, uint64_t type, uint32_t flags) { probe->set_type(space, type, flags); });
+        // RANK from a process's environment, into the stream (the record file keeps it for replays).
+        auto rank_of = [&](uint32_t pid) {
+            auto rank = target::env_int(static_cast<int>(pid), "RANK");
+            if (!rank)
+                return;
+            model::RecordRank r{model::kRecordRank, pid, pid, 0, monotonic_ns(), *rank,
+                                target::env_int(static_cast<int>(pid), "LOCAL_RANK").value_or(-1)};
+            if (recorder)
+                recorder->write(&r, sizeof(r));
+            engine.consume(&r, sizeof(r));
+        };
         const bool debug_events = getenv("LOTUS_DEBUG_EVENTS") != nullptr;
         uint64_t delivered = 0; // records read from the ring buffer: equals BPF's submitted count once drained
         probe = std::make_unique<capture::Probe>(interp, [&](const void* data, size_t len) {
@@ -232,6 +243,8 @@ int run_session(const Options& opts)
             if (recorder)
                 recorder->write(data, len);
             engine.consume(data, len);
+            if (h->type == LOTUS_EV_EXEC) // a new program: its own environment (torchrun sets RANK)
+                rank_of(h->tgid);
         }, counters, capture::ProbeFeatures{handlers.has_value(), !native_specs.empty(),
                                                !native_specs.empty() && opts.sample_freq > 0});
         if (!native_specs.empty() || opts.native_map) {
@@ -254,12 +267,14 @@ int run_session(const Options& opts)
             }
         };
         known(static_cast<uint32_t>(root), 0, true);
+        rank_of(static_cast<uint32_t>(root));
         size_t initial = 1;
         if (opts.pid) {
             // Processes alive now (DataLoader workers already running); later ones join through fork.
             for (int d : target::descendants(root)) {
                 probe->trace_process(static_cast<uint32_t>(d), static_cast<uint32_t>(root));
                 known(static_cast<uint32_t>(d), static_cast<uint32_t>(target::parent_pid(d).value_or(0)), false);
+                rank_of(static_cast<uint32_t>(d));
                 initial++;
             }
         }
@@ -351,7 +366,8 @@ int run_session(const Options& opts)
             recorder->write(&end, sizeof(end));
             recorder->close();
         }
-        report(opts, out, trace, summary, engine, rules, other, stats.lost);
+        report(opts, out, trace, summary, engine, rules, other, stats.lost,
+               !opts.all_calls && !(interp.version.major == 3 && interp.version.minor == 10));
         return launcher ? launched_status : 0;
     } catch (const std::exception& e) {
         fmt::print(stderr, "lotus-bpf: {}\n", e.what());

@@ -82,6 +82,8 @@ void ChromeTraceWriter::span(const model::Span& s)
         key("loader"), put_int(args, s.loader);
     if (!s.container.empty())
         key("container"), append_json_string(args, s.container);
+    if (s.owner && s.owner != s.pid) // a worker's span: the training process its data is for
+        key("trainer"), put_uint(args, s.owner);
     for (const auto& [k, v] : s.args) {
         if (!args.empty())
             args += ',';
@@ -156,7 +158,7 @@ void ChromeTraceWriter::finish(const std::map<uint32_t, model::ProcessInfo>& pro
         event(fmt::format("{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{},\"tid\":0,\"args\":{{\"name\":{}}}}}",
                           pid, json_string(model::process_label(processes, pid))));
         // training processes first (by rank), then workers (by worker id), then the rest
-        int sort = p.root ? -1 : p.consumer ? (p.rank >= 0 ? p.rank : 100) : (p.worker_id >= 0 ? 1000 + p.worker_id : 10000);
+        int sort = p.root ? -1 : p.consumer ? (p.known_rank() >= 0 ? p.known_rank() : 100) : (p.worker_id >= 0 ? 1000 + p.worker_id : 10000);
         event(fmt::format(
             "{{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{},\"tid\":0,\"args\":{{\"sort_index\":{}}}}}",
             pid, sort));

@@ -370,7 +370,7 @@ std::string Summary::json(const std::map<uint32_t, model::ProcessInfo>& processe
             procs += fmt::format("{}{{\"pid\":{},\"label\":{},\"worker\":{},\"rank\":{},\"owner\":{},\"loader\":{},"
                                  "\"samples\":{},\"batches\":{},\"busy_pct\":{:.2f}}}",
                                  procs.empty() ? "" : ",", pid, json_string(model::process_label(processes, pid)),
-                                 p.worker_id, p.rank, p.owner, p.loader, p.samples, p.batches,
+                                 p.worker_id, p.known_rank(), p.owner, p.loader, p.samples, p.batches,
                                  p.root || p.consumer ? 0.0 : busy_pct(p));
     // Per DataLoader of each training process: its ops and batches.
     std::string loaders;

@@ -74,6 +74,7 @@ Engine::Engine(const Rules& rules, SpanSink spans, RoleSink roles, TypeSink type
       role_sink_(std::move(roles)),
       type_sink_(std::move(types))
 {
+    span_calls_.resize(rules.spans().size());
     // A batch's last implicit sample is complete once the batch ends: it belongs to that batch.
     batches_.set_batch_ending([this](uint32_t tid) { close_implicit(tid); });
 }
@@ -145,6 +146,12 @@ void Engine::consume(const void* data, size_t len)
     case kRecordNativeFunc:
         if (auto* f = as<RecordNativeFunc>(data, len)) {
             native_funcs_[f->func] = {decode(f->name, sizeof(f->name), 0), decode(f->library, sizeof(f->library), 0)};
+            return;
+        }
+        break;
+    case kRecordRank:
+        if (auto* r = as<RecordRank>(data, len)) {
+            process(r->tgid).env_rank = r->rank;
             return;
         }
         break;
@@ -366,6 +373,7 @@ void Engine::on_entry(const lotus_py_entry& e)
     }
     if (r->kind == CodeKind::Span) {
         stack.push_back(opened(OpenKind::Py, e));
+        stack.back().span_rule = r->span_rule;
         return;
     }
     if (enter_level(stack, e, *r))
@@ -467,6 +475,11 @@ void Engine::finish_span(const lotus_py_return& r, Open o, std::vector<Open>& st
         return;
     case OpenKind::Py: {
         auto* c = code_info(r.h.tgid, o.code, o.code_own);
+        if (o.span_rule >= 0) {
+            span_calls_.resize(std::max(span_calls_.size(), rules_.spans().size()));
+            if (static_cast<size_t>(o.span_rule) < span_calls_.size())
+                span_calls_[static_cast<size_t>(o.span_rule)]++;
+        }
         Span py = Span::make(SpanKind::Py, c ? c->name : "?", r.h.tgid, r.h.tid, o.start_ns, r.h.ts_ns);
         py.depth = o.depth;
         if (c)

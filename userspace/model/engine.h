@@ -55,6 +55,8 @@ public:
     uint64_t samples() const { return sample_seq_; }
     const NativeMap& native_map() const { return native_map_; }
     bool pipeline_seen() const { return pipeline_seen_; }
+    // Calls seen of each --span pattern (Rules::spans() order).
+    const std::vector<uint64_t>& span_calls() const { return span_calls_; }
 
 private:
     // Open calls of a thread. A sample or a container op is a level: the calls made from its frames (at the
@@ -68,6 +70,7 @@ private:
         uint64_t code = 0;      // ops are named at their return, when the TYPE record of self has surely arrived
         uint64_t self_type = 0;
         uint64_t self_obj = 0;  // the pipeline or container object of a level; next(): the iterator
+        int span_rule = -1;     // Py: its --span pattern
         bool code_own = false, type_own = false; // which descriptions of code and self_type BPF went by
         int64_t sample = -1;
         uint64_t sample_id = 0;
@@ -136,6 +139,7 @@ private:
     EngineCounters counters_;
     uint64_t sample_seq_ = 0;
     bool pipeline_seen_ = false;
+    std::vector<uint64_t> span_calls_;
     BatchTracker batches_{span_sink_, processes_};
 };
 

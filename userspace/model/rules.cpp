@@ -71,24 +71,18 @@ Rules::Rules(std::vector<std::string> pipeline_classes, std::vector<std::string>
     }
 }
 
-std::vector<std::string> Rules::unmatched_spans() const
-{
-    std::vector<std::string> out;
-    for (const auto& r : spans_)
-        if (!r.matched)
-            out.push_back(r.text);
-    return out;
-}
-
 CodeRole Rules::classify(const CodeInfo& code) const
 {
     CodeRole role;
     role.flags = LOTUS_ROLE_CLASSIFIED;
     role.internal = code.file.rfind("<frozen ", 0) == 0;
-    for (const auto& r : spans_) {
+    for (size_t i = 0; i < spans_.size(); i++) {
+        const auto& r = spans_[i];
         if (glob_match(r.name_glob, code.name) && glob_match(r.file_glob, code.file)) {
-            r.matched = true;
+            std::string m = last_part(code.name);
+            r.maybe_inlined |= m != "__call__" && m != "__iter__" && m != "__next__";
             role.kind = CodeKind::Span;
+            role.span_rule = static_cast<int>(i);
             return role; // emitted: not SKIP
         }
     }

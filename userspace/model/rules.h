@@ -36,6 +36,7 @@ struct CodeRole {
     uint32_t flags = 0; // LOTUS_ROLE_* bits for the BPF side
     CodeKind kind = CodeKind::Other;
     bool internal = false; // the import machinery: never an op of an implicit sample
+    int span_rule = -1;    // Span: which --span pattern (spans() index)
     // Locals to capture when a frame of this code is walked past, by name; capture resolves them to slots
     // (capture_slots, same order, LOTUS_NO_SLOT when absent) from the target's co_localsplusnames. What the
     // value means follows from the kind (WorkerLoop: the worker id; RankMain: the rank).
@@ -65,14 +66,15 @@ public:
     // The op's display name: the class of `self` for methods (also through nn.Module's call wrappers), the
     // function's name otherwise.
     std::string op_name(const CodeInfo& code, const std::string* self_type) const;
-    // --span patterns that matched no code object described so far (never seen entering the interpreter).
-    std::vector<std::string> unmatched_spans() const;
-
-private:
     struct SpanRule {
         std::string text, file_glob, name_glob;
-        mutable bool matched = false;
+        // It matched a function other than __call__, __iter__ or __next__ (the methods every supported CPython
+        // calls through a C slot): Python code may call it inline, which the default probes do not see (3.11+).
+        mutable bool maybe_inlined = false;
     };
+    const std::vector<SpanRule>& spans() const { return spans_; }
+
+private:
     std::vector<std::string> pipeline_classes_;
     std::vector<SpanRule> spans_;
 };

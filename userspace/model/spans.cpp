@@ -20,8 +20,8 @@ const char* category(SpanKind k)
 
 static std::string own_label(const ProcessInfo& p)
 {
-    if (p.rank >= 0)
-        return "rank " + std::to_string(p.rank);
+    if (p.known_rank() >= 0) // (a worker inherits its trainer's environment: RANK is not its rank)
+        return "rank " + std::to_string(p.known_rank());
     if (p.root)
         return "main";
     if (p.consumer)

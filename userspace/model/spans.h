@@ -68,7 +68,8 @@ struct ProcessInfo {
     uint32_t parent = 0;
     bool root = false;
     int worker_id = -1;   // DataLoader worker id, when recovered
-    int rank = -1;        // the rank of a training process (torch.multiprocessing.spawn's i, or RANK), when known
+    int rank = -1;        // the rank of a training process (torch.multiprocessing.spawn's i), when known
+    int env_rank = -1;    // RANK in its environment when it started (a DataLoader worker may inherit it too)
     bool consumer = false; // it iterates DataLoaders (a training loop: the main process, or a rank)
     bool worker = false;   // it prepared DataLoader batches (read a task from a DataLoader's index queue)
     uint32_t owner = 0;    // a worker: the process it prepares batches for, when known
@@ -78,6 +79,8 @@ struct ProcessInfo {
     uint64_t first_ns = 0, last_ns = 0; // first and last event seen from it
     int loader = -1;      // a worker: which DataLoader of its owner (numbered in order of first use); -1: unknown
     bool exited = false;
+    // A training process's rank: spawn's index, else RANK from its environment; -1 unknown.
+    int known_rank() const { return rank >= 0 ? rank : consumer ? env_rank : -1; }
 };
 
 // "main", "rank 1", "trainer" (a training process without a known rank), "worker 0" (prefixed with its

@@ -12,6 +12,13 @@ enum : uint32_t {
     kRecordEnd = 102,        // the capture's own counts, written when tracing stopped
     kRecordNativeFunc = 103, // a probed native function: the name its events' func number stands for
     kRecordSymbol = 104,     // the function and library at a sampled address of a process
+    kRecordRank = 105,       // a process's RANK (torchrun and other launchers set it in its environment)
+};
+
+struct RecordRank {
+    uint32_t type, tgid, tid, cpu; // tgid: the process
+    uint64_t ts_ns;
+    int32_t rank, local_rank; // -1: not set
 };
 
 constexpr unsigned kSymbolNameLen = 160, kLibraryNameLen = 64;

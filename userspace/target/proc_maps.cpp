@@ -137,3 +137,26 @@ std::string read_comm(int pid)
 }
 
 } // namespace lotus::target
+
+namespace lotus::target {
+
+std::optional<int> env_int(int pid, const std::string& name)
+{
+    std::ifstream f("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+    std::string entry, prefix = name + "=";
+    while (std::getline(f, entry, '\0')) {
+        if (entry.compare(0, prefix.size(), prefix) != 0)
+            continue;
+        try {
+            size_t used = 0;
+            int v = std::stoi(entry.substr(prefix.size()), &used);
+            if (used == entry.size() - prefix.size() && v >= 0)
+                return v;
+        } catch (const std::exception&) {
+        }
+        return std::nullopt;
+    }
+    return std::nullopt;
+}
+
+} // namespace lotus::target

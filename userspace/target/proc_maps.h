@@ -32,5 +32,7 @@ std::optional<int> parent_pid(int pid);
 // Every live descendant of pid (children, grandchildren, ...), from /proc/*/stat.
 std::vector<int> descendants(int pid);
 std::string read_comm(int pid);
+// An integer variable of the environment the process started with (/proc/PID/environ), if set.
+std::optional<int> env_int(int pid, const std::string& name);
 
 } // namespace lotus::target

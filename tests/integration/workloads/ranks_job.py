@@ -25,6 +25,7 @@ def _append(path, line):
 
 def train(rank, args, port):
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    os.environ.setdefault("USE_LIBUV", "0")  # Debian's torch 2.x store is built without libuv
     dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
     torch.manual_seed(rank)
     torch.set_num_threads(1)
@@ -34,7 +35,7 @@ def train(rank, args, port):
     sampler = DistributedSampler(ds, num_replicas=args.ranks, rank=rank, shuffle=True)
     loader = DataLoader(ds, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers)
     model = torch.nn.parallel.DistributedDataParallel(
-        torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(3, 2)))
+        torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(3, len(ds.classes))))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
