@@ -260,3 +260,25 @@ def assert_true_ids(test, trace, wait_log):
     for b, w in pairs:
         test.assertEqual({k: b["args"].get(k) for k in ("loader", "epoch", "batch")},
                          {k: w["args"].get(k) for k in ("loader", "epoch", "batch")})
+
+
+def assert_containers(test, trace, samples, ops, summary_path):
+    """Compose([RandomApply([ColorJitter], p=1), Compose([Grayscale]), *ops]): the containers are ops, the
+    transforms they call are ops inside them naming their container, once per sample."""
+    got = Counter((s["name"], s["args"].get("container")) for s in spans(trace, "op"))
+    expected = Counter({(op, None): samples for op in ops})
+    expected.update({("RandomApply", None): samples, ("ColorJitter", "RandomApply"): samples,
+                     ("Compose", None): samples, ("Grayscale", "Compose"): samples})
+    test.assertEqual(got, expected)
+    assert_nested(test, trace)
+    outer = {(s["pid"], s["args"]["sample_id"], s["name"]): s for s in spans(trace, "op")
+             if s["name"] in ("RandomApply", "Compose")}
+    for s in spans(trace, "op"):
+        if "container" in s["args"]:
+            c = outer[(s["pid"], s["args"]["sample_id"], s["args"]["container"])]
+            test.assertGreaterEqual(s["ts"] + 1e-3, c["ts"])
+            test.assertLessEqual(s["ts"] + s["dur"], c["ts"] + c["dur"] + 1e-3)
+    with open(summary_path) as f:
+        rows = json.load(f)["ops"]
+    test.assertEqual(rows["ColorJitter (in RandomApply)"]["count"], samples)
+    test.assertEqual(rows["Grayscale (in Compose)"]["count"], samples)

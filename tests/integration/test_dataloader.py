@@ -7,8 +7,8 @@ import subprocess
 import unittest
 from collections import Counter
 
-from harness import (OPS, PY, WORKLOAD, BpfTestCase, assert_dataloader_exact, assert_nested, dataset, image_paths,
-                     load_trace, read_lines, run_lotus, spans)
+from harness import (OPS, PY, WORKLOAD, BpfTestCase, assert_containers, assert_dataloader_exact, assert_nested, dataset,
+                     image_paths, load_trace, read_lines, run_lotus, spans)
 
 IMAGES, BATCH = 256, 32
 BATCHES = IMAGES // BATCH
@@ -29,6 +29,10 @@ class DataLoaderSemantics(BpfTestCase):
 
     def check(self, data, trace, epochs, workers):
         assert_dataloader_exact(self, data, trace, epochs, workers, IMAGES, BATCH, OPS, self.stdout, self.summary)
+
+    def test_container_transforms(self):
+        data, trace = self.trace_job("--containers", epochs=1)
+        assert_containers(self, trace, IMAGES, OPS, self.summary)
 
     def test_two_workers_fork(self):
         data, trace = self.trace_job(env={"LOTUS_DEBUG_EVENTS": "1"})  # every record on stderr

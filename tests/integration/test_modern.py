@@ -6,8 +6,9 @@ import os
 import subprocess
 import unittest
 
-from harness import (HERE, OPS, WORKLOAD, BpfTestCase, assert_dataloader_exact, assert_true_ids, dataset, kill_group,
-                     load_trace, read_lines, run_lotus, spans, start_lotus, wait_for_attach, wait_for_file)
+from harness import (HERE, OPS, WORKLOAD, BpfTestCase, assert_containers, assert_dataloader_exact, assert_true_ids,
+                     dataset, kill_group, load_trace, read_lines, run_lotus, spans, start_lotus, wait_for_attach,
+                     wait_for_file)
 
 ROOT = os.environ.get("LOTUS_MODERN_ROOT", "/var/cache/lotus-bpf/sid-root")
 IN_ROOT = os.path.join(HERE, "in_root.sh")
@@ -72,6 +73,10 @@ class ModernStack(BpfTestCase):
         data, trace, stdout, summary, logs = self.job("--v2", "--persistent", "--pin-memory", epochs=3)
         self.exact(data, trace, stdout, summary, 3, 2, V2_OPS)
         self.assertEqual(len({b["pid"] for b in spans(trace, "batch")}), 2)
+
+    def test_v2_container_transforms(self):
+        data, trace, stdout, summary, logs = self.job("--v2", "--containers", epochs=1)
+        assert_containers(self, trace, IMAGES, V2_OPS, summary)
 
     def test_v2_spawn(self):
         data, trace, stdout, summary, logs = self.job("--v2", "--context", "spawn", epochs=1)

@@ -136,6 +136,8 @@ def main():
     ap.add_argument("--decode", choices=["pil", "tensor"], default="pil",
                     help="tensor: read and decode with torchvision.io (v2 only)")
     ap.add_argument("--pin-memory", action="store_true")
+    ap.add_argument("--containers", action="store_true",
+                    help="container transforms: RandomApply([ColorJitter], p=1) and a nested Compose([Grayscale(3)])")
     ap.add_argument("--collate-log", help="one line per batch when its collation ends: PID BATCH_SIZE MONOTONIC_NS")
     args = ap.parse_args()
     SAMPLE_LOG, TIMED_LOG = args.sample_log, args.timed_log
@@ -157,6 +159,10 @@ def main():
             transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
         ]
         tf = TimedCompose(ops) if TIMED_LOG else transforms.Compose(ops)
+    if args.containers:  # p=1: every sample runs ColorJitter; the nested Compose always runs
+        T = v2 if args.v2 else transforms
+        tf = T.Compose([T.RandomApply([T.ColorJitter(brightness=0.4)], p=1.0), T.Compose([T.Grayscale(3)]),
+                        *tf.transforms])
     extra_ds = {"loader": read_and_decode} if args.decode == "tensor" else {}
     ds = LoggedFolder(args.data, transform=tf, **extra_ds)
     extra = {}
