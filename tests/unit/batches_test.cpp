@@ -150,6 +150,12 @@ TEST(QueueMessages, IndicesMarkersAndOthers)
         EXPECT_EQ(m.index, idx);
         EXPECT_FALSE(m.stop);
     }
+    EXPECT_TRUE(parse(test::pickled_indexed(5)).task); // (5, [1, 2])
+    std::string frame0 = std::string("\x80\x04\x95", 3) + std::string(8, '\0');
+    EXPECT_TRUE(parse(frame0 + "K\x05]\x94K\x07a\x86.").task);   // (5, [7])
+    EXPECT_TRUE(parse(frame0 + "K\x05]\x94(NNe\x86.").task);      // (5, [None, None]): an IterableDataset's
+    EXPECT_TRUE(parse(frame0 + "K\x05N\x86.").task);               // (5, None): ... without batching
+    EXPECT_FALSE(parse(frame0 + "K\x05]\x94(\x8c torch.multiprocessing.reductions").task); // (5, [tensor...])
     auto stop = parse(test::pickled_indexed(3, true));
     EXPECT_TRUE(stop.stop);
     EXPECT_EQ(stop.index, 3);
@@ -464,4 +470,30 @@ TEST_F(Batches, ABatchWhoseWorkerSentNothingIsNotInventedAndSocketsAreNotQueues)
     ev.proc(LOTUS_EV_EXIT, W, 0); // killed before its send
     EXPECT_TRUE(of(SpanKind::Batch).empty());
     EXPECT_EQ(of(SpanKind::Loader).size(), 2u); // its samples' loading was real
+}
+
+TEST_F(Batches, SamplesOfAWorkerWhoseTrainingProcessIsNotKnownYetWaitForIt)
+{
+    // Tracing began while a worker (forked before) was mid-batch: nothing names its training process until its
+    // next task. Its samples meanwhile are counted with that process's DataLoader once it is known.
+    constexpr uint32_t P = 100, W0 = 101;
+    engine.add_process(P, 0, true);
+    engine.add_process(W0, P, false);
+    describe(P);
+    describe(W0);
+    for (int i = 0; i < 3; i++) {
+        ev.entry(W0, W0, now++, 7, COMPOSE, T_COMPOSE, {{GETITEM, i}}, {}, 0xc0);
+        ev.ret(W0, W0, now++, 7);
+    }
+    ev.getppid(W0, W0, now++);
+    EXPECT_TRUE(of(SpanKind::Sample).empty()); // held
+    next(P, 0x77);                               // the training loop shows itself
+    ev.msg(P, P + 7, now++, LOTUS_MSG_OUT, test::pickled_indexed(9), task_pipe(W0));
+    batch(W0, 9);
+    auto samples = of(SpanKind::Sample);
+    ASSERT_EQ(samples.size(), 5u);
+    for (const auto& s : samples)
+        EXPECT_EQ(s.owner, P);
+    engine.finish();
+    EXPECT_EQ(of(SpanKind::Sample).size(), 5u);
 }

@@ -76,14 +76,14 @@ void BatchTracker::exited(uint32_t pid)
         if (it->first >> 32 == pid) {
             // A batch never handed over is not invented; its samples' loading was real.
             for (auto& [idx, b] : it->second.ended)
-                for (const auto& l : b.loaders)
-                    sink_(l);
+                it->second.loaders.insert(it->second.loaders.end(), b.loaders.begin(), b.loaders.end());
             flush_loaders(it->second);
             it = threads_.erase(it);
         } else {
             ++it;
         }
     }
+    release_held(pid, true);
 }
 
 void BatchTracker::iter_begin(uint32_t pid, uint32_t tid, uint64_t loader)
@@ -277,6 +277,7 @@ void BatchTracker::message(const lotus_msg& m)
         if (!proc.owner) {
             auto w = task_writer_.find(m.file);
             proc.owner = w != task_writer_.end() ? w->second : owner_of(pid);
+            release_held(pid, false);
         }
         if (q.kind == QueueMessage::Resume) {
             // A persistent worker's next epoch: the one whose __iter__ sends the resume now.
@@ -288,6 +289,8 @@ void BatchTracker::message(const lotus_msg& m)
             return;
         }
         // A task: batch q.index begins (the previous one, if its loop's getppid was not seen, ended by now).
+        if (!q.task)
+            return; // a batch read by a training process whose next() was not seen (tracing began inside it)
         proc.worker = true;
         auto we = worker_epoch_.find(pid);
         int e = we == worker_epoch_.end() ? -1 : we->second;
@@ -439,8 +442,16 @@ void BatchTracker::opened(uint32_t pid, uint32_t tid, uint64_t ts, std::string p
 
 void BatchTracker::flush_loaders(Thread& t)
 {
-    for (const auto& l : t.loaders)
+    for (auto& l : t.loaders) {
+        auto& proc = processes_[l.pid];
+        if (!l.owner && proc.preexisting && !proc.owner) { // its training process is not known yet: wait for it
+            held_loaders_[l.pid].push_back(std::move(l));
+            continue;
+        }
+        if (!l.owner)
+            l.owner = proc.owner;
         sink_(l);
+    }
     t.loaders.clear();
     t.opens.clear(); // later samples open their files after the hand-over
 }
@@ -464,14 +475,53 @@ void BatchTracker::end_batch(uint32_t tid, Thread& t, uint64_t end)
     t.opens.clear(); // later samples open their files after the hand-over
 }
 
-void BatchTracker::emit_batch(uint32_t pid, uint32_t tid, int64_t idx, Ended& b, bool single)
+void BatchTracker::release_held(uint32_t pid, bool force)
+{
+    if (!force && !processes_[pid].owner)
+        return;
+    if (auto l = held_loaders_.find(pid); l != held_loaders_.end()) {
+        std::vector<Span> loaders = std::move(l->second);
+        held_loaders_.erase(l);
+        for (auto& s : loaders) {
+            s.owner = processes_[pid].owner;
+            sink_(s);
+        }
+    }
+    auto it = held_.find(pid);
+    if (it == held_.end())
+        return;
+    std::vector<Held> held = std::move(it->second);
+    held_.erase(it);
+    for (auto& h : held)
+        emit_batch(pid, h.tid, h.idx, h.batch, false, true);
+}
+
+void BatchTracker::finish()
+{
+    std::vector<uint32_t> pids;
+    for (const auto& [pid, held] : held_)
+        pids.push_back(pid);
+    for (const auto& [pid, held] : held_loaders_)
+        pids.push_back(pid);
+    for (auto pid : pids)
+        release_held(pid, true);
+}
+
+void BatchTracker::emit_batch(uint32_t pid, uint32_t tid, int64_t idx, Ended& b, bool single, bool force)
 {
     const Epoch* ep = b.epoch >= 0 ? &epochs_[b.epoch] : nullptr;
     auto& proc = processes_[pid];
+    if (!ep && !proc.owner && proc.preexisting && !force) {
+        held_[pid].push_back(Held{tid, idx, std::move(b)});
+        return;
+    }
     proc.batches++;
     proc.busy_ns += b.end - b.start;
-    for (const auto& l : b.loaders)
+    for (auto& l : b.loaders) {
+        if (!l.owner)
+            l.owner = proc.owner;
         sink_(l);
+    }
     std::vector<std::pair<std::string, std::string>> ids;
     if (idx >= 0)
         ids.emplace_back("batch", std::to_string(idx));
@@ -482,6 +532,7 @@ void BatchTracker::emit_batch(uint32_t pid, uint32_t tid, int64_t idx, Ended& b,
     if (b.last_sample_end) {
         Span c = Span::make(SpanKind::Collate, "collate", pid, tid, b.last_sample_end, b.end);
         c.args = ids;
+        c.owner = proc.owner;
         tag(c, b.epoch);
         sink_(c);
     }
@@ -490,6 +541,7 @@ void BatchTracker::emit_batch(uint32_t pid, uint32_t tid, int64_t idx, Ended& b,
     if (!single && proc.worker_id >= 0)
         s.args.emplace_back("worker", std::to_string(proc.worker_id));
     s.args.emplace_back("samples", std::to_string(b.samples));
+    s.owner = proc.owner;
     tag(s, b.epoch);
     if (!single && ep && idx >= 0) {
         s.flow_out = next_flow_++;

@@ -71,6 +71,8 @@ public:
     void opened(uint32_t pid, uint32_t tid, uint64_t ts, std::string path);
     // The training process and DataLoader number a sample of this thread is for now ({0, -1}: unknown).
     std::pair<uint32_t, int> data_for(uint32_t pid, uint32_t tid) const;
+    // End of stream: batches still waiting for their training process to be known go out as they are.
+    void finish();
 
     const std::map<std::pair<uint32_t, int>, BatchStats>& stats() const { return stats_; }
     const std::map<uint32_t, LoopSpan>& loops() const { return loops_; }
@@ -136,7 +138,8 @@ private:
     void start_batch(Thread& t, uint64_t start, int64_t idx, int epoch);
     void flush_loaders(Thread& t);
     void end_batch(uint32_t tid, Thread& t, uint64_t end); // a worker's: waits in t.ended for its hand-over
-    void emit_batch(uint32_t pid, uint32_t tid, int64_t idx, Ended& b, bool single);
+    void emit_batch(uint32_t pid, uint32_t tid, int64_t idx, Ended& b, bool single, bool force = false);
+    void release_held(uint32_t pid, bool force);
     void tag(Span& s, int epoch) const;
     void adopt_epoch(uint32_t pid, int epoch);
 
@@ -151,6 +154,15 @@ private:
     // not seen begin, prepares batches of that epoch).
     std::unordered_map<uint64_t, uint32_t> task_writer_;
     std::unordered_map<uint64_t, int> result_epoch_;
+    // Batches of a worker alive before tracing began whose training process is not known yet (nothing named it
+    // so far), waiting for it: (idx, batch) per worker pid.
+    struct Held {
+        uint32_t tid;
+        int64_t idx;
+        Ended batch;
+    };
+    std::unordered_map<uint32_t, std::vector<Held>> held_;
+    std::unordered_map<uint32_t, std::vector<Span>> held_loaders_; // of batches begun before tracing
     std::unordered_map<uint64_t, Thread> threads_;    // key pid << 32 | tid
     std::map<std::pair<uint32_t, int>, BatchStats> stats_;
     std::map<uint32_t, LoopSpan> loops_;

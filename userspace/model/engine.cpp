@@ -91,6 +91,7 @@ void Engine::add_process(uint32_t pid, uint32_t parent, bool root)
     auto& p = process(pid);
     p.parent = parent;
     p.root = root;
+    p.preexisting = !root;
 }
 
 void Engine::consume(const void* data, size_t len)
@@ -243,6 +244,7 @@ void Engine::on_process(const lotus_proc_event& p)
             if (it->second == pid) {
                 close_implicit(it->first);
                 close_thread(it->first);
+                release_held(it->first, true);
                 it = thread_owner_.erase(it);
             } else {
                 ++it;
@@ -527,13 +529,58 @@ void Engine::finish_span(const lotus_py_return& r, Open o, std::vector<Open>& st
     batches_.sample_finished(r.h.tgid, r.h.tid, r.h.ts_ns);
     s.owner = o.owner;
     s.loader = o.loader;
+    emit_sample(r.h.tgid, r.h.tid, std::move(o.ops), std::move(s));
+}
+
+void Engine::emit_sample(uint32_t pid, uint32_t tid, std::vector<Span> ops, Span sample)
+{
+    if (!sample.owner)
+        std::tie(sample.owner, sample.loader) = batches_.data_for(pid, tid);
+    const ProcessInfo& p = process(pid);
+    bool wait = !sample.owner && p.preexisting && !p.consumer;
+    if (!wait)
+        release_held(tid, false);
+    for (auto& op : ops) {
+        op.owner = sample.owner;
+        op.loader = sample.loader;
+    }
+    if (wait) {
+        auto& held = held_[tid];
+        for (auto& op : ops)
+            held.push_back(std::move(op));
+        held.push_back(std::move(sample));
+        if (held.size() >= kMaxHeld)
+            release_held(tid, true);
+        return;
+    }
     if (span_sink_) {
-        for (auto& op : o.ops) {
-            op.owner = o.owner;
-            op.loader = o.loader;
+        for (const auto& op : ops)
             span_sink_(op);
-        }
-        span_sink_(s);
+        span_sink_(sample);
+    }
+}
+
+// Held samples of a thread go out: with the training process and DataLoader now known for the thread, or (force)
+// as they are.
+void Engine::release_held(uint32_t tid, bool force)
+{
+    auto it = held_.find(tid);
+    if (it == held_.end())
+        return;
+    std::vector<Span> held = std::move(it->second);
+    held_.erase(it);
+    if (held.empty())
+        return;
+    auto [owner, loader] = batches_.data_for(held.back().pid, tid);
+    if (!owner && !force) {
+        held_[tid] = std::move(held);
+        return;
+    }
+    for (auto& s : held) {
+        s.owner = owner;
+        s.loader = loader;
+        if (span_sink_)
+            span_sink_(s);
     }
 }
 
@@ -618,14 +665,7 @@ void Engine::close_implicit(uint32_t tid)
     s.args.emplace_back("implicit", "true");
     process(imp.pid).samples++;
     batches_.sample_finished(imp.pid, tid, imp.end_ns);
-    if (span_sink_) {
-        for (auto& op : imp.ops) {
-            op.owner = owner;
-            op.loader = loader;
-            span_sink_(op);
-        }
-        span_sink_(s);
-    }
+    emit_sample(imp.pid, tid, std::move(imp.ops), std::move(s));
 }
 
 void Engine::discard(std::vector<Open>& stack)
@@ -643,6 +683,12 @@ void Engine::finish()
             open.push_back(tid);
     for (auto tid : open)
         close_implicit(tid);
+    std::vector<uint32_t> holding;
+    for (const auto& [tid, held] : held_)
+        holding.push_back(tid);
+    for (auto tid : holding)
+        release_held(tid, true);
+    batches_.finish();
     for (auto& [tid, stack] : stacks_) {
         while (!stack.empty()) {
             counters_.incomplete++;

@@ -108,6 +108,10 @@ private:
         std::vector<Span> ops;
     };
     void close_implicit(uint32_t tid);
+    // Emits a sample with its ops; a worker's whose training process is not known yet (tracing began while it
+    // ran) waits for it, in held_, so that it is counted with its DataLoader.
+    void emit_sample(uint32_t pid, uint32_t tid, std::vector<Span> ops, Span sample);
+    void release_held(uint32_t tid, bool force);
     void discard(std::vector<Open>& stack); // pops the top span, whose end was lost
     // own: the process's own description of the object (lotus_py_entry.own), else its role space's.
     const CodeInfo* code_info(uint32_t tgid, uint64_t code, bool own);
@@ -134,6 +138,8 @@ private:
     std::unordered_map<uint32_t, std::vector<Open>> stacks_; // per thread id
     std::unordered_map<uint32_t, uint32_t> thread_owner_;    // tid -> tgid
     std::unordered_map<uint32_t, Implicit> implicit_;        // per thread id
+    std::unordered_map<uint32_t, std::vector<Span>> held_;   // per thread id: samples (after their ops) waiting
+    static constexpr size_t kMaxHeld = 1 << 14;
     std::unordered_map<uint32_t, std::vector<OpenNative>> natives_; // per thread id
     std::unordered_map<uint32_t, NativeFunc> native_funcs_;  // by func number (RecordNativeFunc)
     EngineCounters counters_;

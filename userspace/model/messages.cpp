@@ -74,6 +74,17 @@ QueueMessage parse_queue_message(const uint8_t* data, size_t n)
     m.kind = QueueMessage::Indexed;
     m.index = index;
     m.stop = worker_global(data, n, at, "_IterableDatasetStopIteration");
+    // A list (EMPTY_LIST, MEMOIZE, then MARK for several items) whose first item is an int or None; or None (the
+    // task of an IterableDataset without batching).
+    m.task = at < n && data[at] == 'N';
+    if (at < n && data[at] == ']') {
+        size_t i = at + 1;
+        if (i < n && data[i] == 0x94)
+            i++;
+        if (i < n && data[i] == '(')
+            i++;
+        m.task = i < n && (data[i] == 'K' || data[i] == 'M' || data[i] == 'J' || data[i] == 'N');
+    }
     return m;
 }
 

@@ -14,6 +14,7 @@ struct QueueMessage {
     enum Kind { Other, Indexed, Resume } kind = Other;
     int64_t index = -1; // Indexed: the tuple's first item
     bool stop = false;  // Indexed: its second item is an _IterableDatasetStopIteration
+    bool task = false;  // Indexed: its second item is a list of ints or Nones, or None: a task's sample indices
 };
 
 // data: the pickle's first n bytes (from its PROTO opcode).

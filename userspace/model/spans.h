@@ -79,6 +79,7 @@ struct ProcessInfo {
     uint64_t first_ns = 0, last_ns = 0; // first and last event seen from it
     int loader = -1;      // a worker: which DataLoader of its owner (numbered in order of first use); -1: unknown
     bool exited = false;
+    bool preexisting = false; // alive when tracing began (its fork was not seen)
     // A training process's rank: spawn's index, else RANK from its environment; -1 unknown.
     int known_rank() const { return rank >= 0 ? rank : consumer ? env_rank : -1; }
 };
