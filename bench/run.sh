@@ -4,4 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh >/dev/null
+# The floor rows set a bare uprobe through tracefs (not mounted by default on some machines).
+mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
 exec /usr/bin/python3 bench/run.py "$@"

@@ -1167,13 +1167,19 @@ int on_sample(struct bpf_perf_event_data *ctx)
 }
 
 /* multiprocessing sends an object as a 4-byte big-endian length and its pickle (in one write when it is small);
- * ForkingPickler's protocol 4 and 5 pickles begin with PROTO and a FRAME opcode: \x80 4|5 \x95. Where the
- * pickle starts in `b` (0 or 4), or -1. */
-static __always_inline int pickle_at(const __u8 *b)
+ * ForkingPickler's protocol 4 and 5 pickles begin with PROTO and a FRAME opcode: \x80 4|5 \x95. Where the pickle
+ * starts in a traced thread's buffer (0, or, when `header` may precede it, 4), or -1. */
+static __always_inline int traced_pickle(__u64 buf, bool header)
 {
+    /* Traced threads only, found from the task (cheaper than a lookup for every read and write on the machine). */
+    if (!bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0))
+        return -1;
+    __u8 b[8] = {};
+    if (bpf_probe_read_user(b, sizeof(b), (void *)buf))
+        return -1;
     if (b[0] == 0x80 && (b[1] == 4 || b[1] == 5) && b[2] == 0x95)
         return 0;
-    if (b[4] == 0x80 && (b[5] == 4 || b[5] == 5) && b[6] == 0x95)
+    if (header && b[4] == 0x80 && (b[5] == 4 || b[5] == 5) && b[6] == 0x95)
         return 4;
     return -1;
 }
@@ -1216,18 +1222,9 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long nr)
 {
     if (nr == 1 /* write */) {
         long n = regs->dx;
-        if (n < MSG_MIN)
-            return 0;
-        /* Traced threads only, found from the task (cheaper than a lookup for every write on the machine). */
-        if (!bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0))
-            return 0;
-        __u8 b[8] = {};
-        __u64 buf = regs->si;
-        if (bpf_probe_read_user(b, sizeof(b), (void *)buf))
-            return 0;
-        int at = pickle_at(b);
+        int at = n >= MSG_MIN ? traced_pickle(regs->si, true) : -1;
         if (at >= 0 && n > at + MSG_MIN - 1)
-            emit_msg(regs->di, buf, n, at, LOTUS_MSG_OUT);
+            emit_msg(regs->di, regs->si, n, at, LOTUS_MSG_OUT);
         return 0;
     }
     if (nr == 110 /* getppid */) {
@@ -1273,15 +1270,9 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
     long nr = regs->orig_ax;
     if (nr != 0 /* read */ || ret < MSG_MIN)
         return 0;
-    if (!bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0))
-        return 0;
-    __u8 b[8] = {};
-    __u64 buf = regs->si;
-    if (bpf_probe_read_user(b, sizeof(b), (void *)buf))
-        return 0;
     /* multiprocessing reads the length header and the pickle apart: the pickle is at the buffer's start */
-    if (b[0] == 0x80 && (b[1] == 4 || b[1] == 5) && b[2] == 0x95)
-        emit_msg(regs->di, buf, ret, 0, LOTUS_MSG_IN);
+    if (traced_pickle(regs->si, false) == 0)
+        emit_msg(regs->di, regs->si, ret, 0, LOTUS_MSG_IN);
     return 0;
 }
 

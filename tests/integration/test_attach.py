@@ -21,6 +21,16 @@ class AttachMode(BpfTestCase):
         self.addCleanup(lambda: (job.poll() is None and job.kill(), job.wait(), job.stderr.close()))
         return job
 
+    def attach_and_release(self, job, out):
+        """Attaches to the held job, lets it go on and waits for both to end; returns the summary printed."""
+        tracer = start_lotus(["-q", "-o", out, "--pid", str(job.pid)])
+        wait_for_attach(tracer)
+        open(self.hold, "w").close()
+        self.assertEqual(job.wait(timeout=120), 0, job.stderr.read())
+        stdout, stderr = tracer.communicate(timeout=60)
+        self.assertEqual(tracer.returncode, 0, stderr)
+        return stdout
+
     def test_attach_after_batches_were_consumed_ids_are_true_or_absent(self):
         # 3 of 8 batches of the first epoch consumed before attaching: the rest of that epoch is traced with the
         # ids it can know (the first batch message the training loop reads names the batch), the next epoch whole.
@@ -28,12 +38,7 @@ class AttachMode(BpfTestCase):
         job = self.start_job(256, "--epochs", "2", "--pause-after", "3", "--wait-log", waits)
         wait_for_file(self.hold + ".paused")
         out = self.path("trace.json")
-        tracer = start_lotus(["-q", "-o", out, "--pid", str(job.pid)])
-        wait_for_attach(tracer)
-        open(self.hold, "w").close()
-        self.assertEqual(job.wait(timeout=120), 0, job.stderr.read())
-        stdout, stderr = tracer.communicate(timeout=60)
-        self.assertEqual(tracer.returncode, 0, stderr)
+        stdout = self.attach_and_release(job, out)
         trace = load_trace(out)
         assert_true_ids(self, trace, waits)
         waits_traced = spans(trace, "wait")
@@ -49,12 +54,7 @@ class AttachMode(BpfTestCase):
         before = read_lines(self.sample_log)
         self.assertEqual(len(before), 128)  # 2 workers x prefetch 2 x batch 32, all done before attach
         out = self.path("trace.json")
-        tracer = start_lotus(["-q", "-o", out, "--pid", str(job.pid)])
-        wait_for_attach(tracer)
-        open(self.hold, "w").close()
-        self.assertEqual(job.wait(timeout=120), 0, job.stderr.read())
-        stdout, stderr = tracer.communicate(timeout=60)
-        self.assertEqual(tracer.returncode, 0, stderr)
+        stdout = self.attach_and_release(job, out)
         after = read_lines(self.sample_log)[len(before):]
         expected = sorted(int(i) for pid, i, ts in after)
         self.assertEqual(len(expected), n - 128)

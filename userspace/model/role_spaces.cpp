@@ -64,36 +64,33 @@ void RoleSpaces::add_type(uint32_t tgid, uint64_t type, TypeDesc d, bool own)
         mine->second.erase(type);
 }
 
-const CodeDesc* RoleSpaces::code(uint32_t tgid, uint64_t code, bool own) const
+// The description of an address in the process's own map, or in its space's (member `field` of Space).
+template <typename Desc, typename Own, typename Field>
+static const Desc* find(const Own& own_map, const std::unordered_map<uint32_t, Field>& spaces, uint32_t tgid,
+                        uint32_t space, uint64_t ptr, bool own, const std::unordered_map<uint64_t, Desc> Field::*field)
 {
     if (own) {
-        auto mine = own_.find(tgid);
-        if (mine == own_.end())
+        auto mine = own_map.find(tgid);
+        if (mine == own_map.end())
             return nullptr;
-        auto it = mine->second.find(code);
+        auto it = mine->second.find(ptr);
         return it == mine->second.end() ? nullptr : &it->second;
     }
-    auto sp = spaces_.find(space_of(tgid));
-    if (sp == spaces_.end())
+    auto sp = spaces.find(space);
+    if (sp == spaces.end())
         return nullptr;
-    auto it = sp->second.codes.find(code);
-    return it == sp->second.codes.end() ? nullptr : &it->second;
+    auto it = (sp->second.*field).find(ptr);
+    return it == (sp->second.*field).end() ? nullptr : &it->second;
+}
+
+const CodeDesc* RoleSpaces::code(uint32_t tgid, uint64_t code, bool own) const
+{
+    return find(own_, spaces_, tgid, space_of(tgid), code, own, &Space::codes);
 }
 
 const TypeDesc* RoleSpaces::type(uint32_t tgid, uint64_t type, bool own) const
 {
-    if (own) {
-        auto mine = own_types_.find(tgid);
-        if (mine == own_types_.end())
-            return nullptr;
-        auto it = mine->second.find(type);
-        return it == mine->second.end() ? nullptr : &it->second;
-    }
-    auto sp = spaces_.find(space_of(tgid));
-    if (sp == spaces_.end())
-        return nullptr;
-    auto it = sp->second.types.find(type);
-    return it == sp->second.types.end() ? nullptr : &it->second;
+    return find(own_types_, spaces_, tgid, space_of(tgid), type, own, &Space::types);
 }
 
 } // namespace lotus::model
