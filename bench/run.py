@@ -178,7 +178,7 @@ PY311 = "/root/.pyenv/versions/3.11.7/bin/python3.11"
 
 def pure_wall(mode, n, py=PY312):
     """Wall time of the pure-Python pipeline workload: untraced, default, or --all-calls."""
-    cmd = [py, PURE, str(n)]
+    cmd = [py, PURE, "--plain", str(n)]
     if mode != "untraced":
         extra = ["--all-calls"] if mode == "all-calls" else []
         cmd = [LOTUS, "-q", "-o", "/tmp/lotus-bench-pure.json", "--pipeline",

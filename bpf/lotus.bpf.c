@@ -391,6 +391,8 @@ struct thread_state {
     __u64 emitted;
     __u64 lost; /* entries lost to a full ring buffer: their returns count as lost too, so that the lost count
                  * is every record the trace misses */
+    __u64 returned; /* emitted entries whose return carries the object returned (an address in every return
+                     * would cost ~10 bytes a sample in the record file) */
     __u64 capture_frame; /* the frame whose locals the last walk reported, its code and its role's slots */
     __u64 capture_code;
     __s32 capture_slots;
@@ -911,6 +913,10 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
     if (bpf_ringbuf_output(&events, e, sizeof(*e), submit_flags()) == 0) {
         count(1);
         ts->emitted |= bit;
+        if (!(flags & LOTUS_ROLE_CLASSIFIED) || (flags & LOTUS_ROLE_RETURNED))
+            ts->returned |= bit;
+        else
+            ts->returned &= ~bit;
     } else {
         count(0);
         ts->lost |= bit;
@@ -1001,7 +1007,7 @@ static __always_inline int emit_return(struct thread_state *ts, __u32 depth, __u
     fill_header(&e->h, LOTUS_EV_PY_RETURN);
     e->depth = depth;
     e->ret_null = rc == 0;
-    e->ret_obj = rc;
+    e->ret_obj = ts->returned & (1ull << depth) ? rc : 0;
     read_counters(&e->counters, ts, e->h.ts_ns);
     bpf_ringbuf_submit(e, submit_flags());
     return 0;
@@ -1184,9 +1190,23 @@ static __always_inline int traced_pickle(__u64 buf, bool header)
     return -1;
 }
 
-/* The pickle at buf + at (n bytes on the user side), if fd is a file we can name. */
+/* The pickle at buf + at (n bytes on the user side), if fd is a pipe: a DataLoader's queues are pipes on Linux
+ * (multiprocessing's Pipe(duplex=False)); sockets carry other conversations (torch's file-descriptor sharing
+ * answers two pickles per shared tensor), which would only cost records. */
+#define LOTUS_S_IFMT 0170000
+#define LOTUS_S_IFIFO 0010000
 static __always_inline void emit_msg(int fd, __u64 buf, long n, int at, __u8 dir)
 {
+    struct task_struct *t = bpf_get_current_task_btf();
+    struct file **fds = BPF_CORE_READ(t, files, fdt, fd);
+    struct file *f = 0;
+    if (fds && fd >= 0 && fd < 65536)
+        bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
+    if (!f)
+        return;
+    __u16 mode = BPF_CORE_READ(f, f_inode, i_mode);
+    if ((mode & LOTUS_S_IFMT) != LOTUS_S_IFIFO)
+        return;
     struct lotus_msg *e = reserve(sizeof(*e));
     if (!e)
         return;
@@ -1195,17 +1215,8 @@ static __always_inline void emit_msg(int fd, __u64 buf, long n, int at, __u8 dir
     e->len = n;
     e->dir = dir;
     e->_pad = 0;
-    e->file = 0;
-    e->mode = 0;
-    struct task_struct *t = bpf_get_current_task_btf();
-    struct file **fds = BPF_CORE_READ(t, files, fdt, fd);
-    struct file *f = 0;
-    if (fds && fd >= 0 && fd < 65536)
-        bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
-    if (f) {
-        e->file = BPF_CORE_READ(f, f_inode, i_ino);
-        e->mode = BPF_CORE_READ(f, f_inode, i_mode);
-    }
+    e->file = BPF_CORE_READ(f, f_inode, i_ino);
+    e->mode = mode;
     long avail = n - at;
     __u32 k = avail > LOTUS_MSG_BYTES ? LOTUS_MSG_BYTES : (avail > 0 ? avail : 0);
     e->nbytes = k;

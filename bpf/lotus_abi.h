@@ -91,7 +91,8 @@ struct lotus_py_return {
     __u32 depth;    /* equals the depth of the matching entry */
     __u32 ret_null; /* 1: the frame returned NULL (an exception, e.g. StopIteration, left it) */
     struct lotus_counters counters;
-    __u64 ret_obj;  /* the object returned (e.g. the iterator DataLoader.__iter__ made); ABI 4 */
+    __u64 ret_obj;  /* the object returned, for RETURNED code and code not classified yet (else 0): the
+                     * iterator DataLoader.__iter__ made; ABI 4 */
 };
 
 /* A read or write of a traced thread whose bytes are a pickle with protocol 4+ framing (\x80 proto \x95): how
@@ -105,7 +106,7 @@ struct lotus_msg {
     __u64 file;     /* the fd's inode number: both ends of one pipe name the same */
     __u32 fd;
     __u32 len;      /* bytes read or written */
-    __u16 mode;     /* the inode's type bits (S_IFIFO for a pipe, S_IFSOCK for a socket) */
+    __u16 mode;     /* the inode's type and permission bits: always a pipe's (S_IFIFO) */
     __u8 dir;       /* LOTUS_MSG_IN or LOTUS_MSG_OUT */
     __u8 nbytes;    /* valid bytes in data */
     __u32 _pad;
@@ -182,6 +183,7 @@ struct lotus_proc_event {
 #define LOTUS_ROLE_WALK (1u << 8)          /* its entries look up the stack for CAPTURE locals (a rank's id) */
 #define LOTUS_ROLE_SCOPE (1u << 9)         /* a comprehension or generator expression: part of the frame below it
                                             * (a call it makes is judged by that frame's role and self) */
+#define LOTUS_ROLE_RETURNED (1u << 10)     /* its return's ret_obj is wanted (DataLoader.__iter__'s iterator) */
 
 /* What user space says of a type (map lotus_types, key: role space and type address, value lotus_type_role).
  * BPF inserts DESCRIBED when it sends the TYPE record; user space adds the rest. Like code objects, types are

@@ -59,6 +59,13 @@ TEST(Rules, DataLoaderClasses)
     EXPECT_TRUE(sp.loader_iterator);
     EXPECT_TRUE(sp.single_process);
     EXPECT_FALSE(r.classify_type("DataLoaderIterator", {}).loader_iterator);
+    // Only DataLoader.__iter__'s return carries the object returned (its iterator), not every op's.
+    const char* dl = "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py";
+    auto it = r.classify({"DataLoader.__iter__", dl, 1});
+    EXPECT_EQ(it.kind, CodeKind::LoaderIter);
+    EXPECT_TRUE(it.flags & LOTUS_ROLE_RETURNED);
+    EXPECT_FALSE(r.classify({"_BaseDataLoaderIter.__next__", dl, 1}).flags & LOTUS_ROLE_RETURNED);
+    EXPECT_FALSE(r.classify({"Normalize.forward", "/x/transforms.py", 1}).flags & LOTUS_ROLE_RETURNED);
 }
 
 TEST(Rules, WorkerLoopCapturesWorkerIdAndSpawnTheRank)

@@ -113,7 +113,7 @@ CodeRole Rules::classify(const CodeInfo& code) const
         // `for batch in loader` (GET_ITER through the type's tp_iter slot: a call from C in every version).
         role.kind = CodeKind::LoaderIter;
         role.flags &= ~LOTUS_ROLE_SKIP;
-        role.flags |= LOTUS_ROLE_WALK; // up to a rank's _wrap
+        role.flags |= LOTUS_ROLE_WALK | LOTUS_ROLE_RETURNED; // up to a rank's _wrap; the iterator it made
     } else if (method_is(code, "DataLoaderIter", "__next__") && in_file(code, "torch/utils/data/dataloader.py")) {
         // (through tp_iternext: a call from C in every version)
         role.kind = CodeKind::LoaderNext;

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A pure-Python pipeline (no torch): a Compose-like class of three transform classes, run N times in the main
-process and N/2 times in each of two multiprocessing worker processes. Imports before it free code objects whose
-addresses get reused, which a tracer must not confuse with the new ones. --loop SECONDS: print 'ready', then run the
-pipeline in the main process for that long (attach tests)."""
+process and N/2 times in each of two multiprocessing worker processes. Imports before it free code objects
+whose addresses get reused, which a tracer must not confuse with the new ones. --loop SECONDS: print 'ready', then run the
+pipeline in the main process for that long (attach tests). --plain (first): two ops and no generator expression,
+the pipeline bench/run.py measures (its figures stay comparable)."""
 import multiprocessing as mp
 import sys
 
@@ -31,30 +32,35 @@ class Clip:
 
 
 class Pipeline:
-    def __init__(self, ops):
+    def __init__(self, ops, check=True):
         self.ops = ops
+        self.check = check
 
     def __call__(self, x):
         for op in self.ops:
             x = op(x)
-        assert all(op is not self for op in self.ops)  # self in a generator expression (a cell, as above)
+        if self.check:
+            assert all(op is not self for op in self.ops)  # self in a generator expression (a cell, as above)
         return x
 
 
 class Items:
-    def __init__(self):
-        self.p = Pipeline([Scale(), Shift(), Clip()])
+    def __init__(self, plain=False):
+        self.p = Pipeline([Scale(), Shift()], check=False) if plain else Pipeline([Scale(), Shift(), Clip()])
 
     def __getitem__(self, i):
         return self.p(list(range(i % 50)))
 
 
-def work(r):
-    d = Items()
+def work(r, plain):
+    d = Items(plain)
     assert len([d[i] for i in r]) == len(r)
 
 
 if __name__ == "__main__":
+    plain = len(sys.argv) > 1 and sys.argv[1] == "--plain"
+    if plain:
+        del sys.argv[1]
     if len(sys.argv) > 2 and sys.argv[1] == "--loop":
         import time
         d = Items()
@@ -66,11 +72,11 @@ if __name__ == "__main__":
             time.sleep(0.001)
         sys.exit(0)
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 100
-    d = Items()
+    d = Items(plain)
     for i in range(n):
         d[i]
     ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=work, args=(r,)) for r in (range(0, n // 2), range(n // 2, n))]
+    procs = [ctx.Process(target=work, args=(r, plain)) for r in (range(0, n // 2), range(n // 2, n))]
     for p in procs:
         p.start()
     for p in procs:
