@@ -102,14 +102,7 @@ struct Batches : ::testing::Test {
         ev.entry(pid, pid, now++, 4, NEXT, type, {}, {}, iterator);
         ev.ret(pid, pid, now++, 4, 0);
     }
-    std::vector<Span> of(SpanKind k) const
-    {
-        std::vector<Span> out;
-        for (const auto& s : spans)
-            if (s.kind == k)
-                out.push_back(s);
-        return out;
-    }
+    std::vector<Span> of(SpanKind k) const { return test::spans_of(spans, k); }
     // (loader, epoch, batch) of every batch / wait, as their args say ("" where absent).
     static std::vector<std::string> keys(const std::vector<Span>& v)
     {

@@ -55,14 +55,7 @@ struct Fixture : ::testing::Test {
         ev.ret(tgid, tid, t + 90, d + 1);
         ev.ret(tgid, tid, t + 100, d);
     }
-    std::vector<Span> of(SpanKind k) const
-    {
-        std::vector<Span> out;
-        for (const auto& s : spans)
-            if (s.kind == k)
-                out.push_back(s);
-        return out;
-    }
+    std::vector<Span> of(SpanKind k) const { return test::spans_of(spans, k); }
 };
 
 } // namespace

@@ -131,4 +131,13 @@ void EventBuilder::proc(uint32_t type, uint32_t tgid, uint32_t parent, uint32_t 
     engine_.consume(&p, sizeof(p));
 }
 
+std::vector<model::Span> spans_of(const std::vector<model::Span>& spans, model::SpanKind kind)
+{
+    std::vector<model::Span> out;
+    for (const auto& s : spans)
+        if (s.kind == kind)
+            out.push_back(s);
+    return out;
+}
+
 } // namespace lotus::test

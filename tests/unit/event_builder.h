@@ -41,4 +41,7 @@ private:
 std::string pickled_indexed(int64_t index, bool stop = false); // (index, [...]) or (index, stop marker)
 std::string pickled_resume();                                  // _ResumeIteration(seed)
 
+// The spans of one kind, in emission order.
+std::vector<model::Span> spans_of(const std::vector<model::Span>& spans, model::SpanKind kind);
+
 } // namespace lotus::test
