@@ -42,29 +42,30 @@ void RoleSpaces::execed(uint32_t pid, uint32_t space) { join(pid, space ? space 
 
 void RoleSpaces::exited(uint32_t pid) { leave(pid); }
 
-void RoleSpaces::add_code(uint32_t tgid, uint64_t code, CodeDesc d, bool own)
+// Stores a description in the process's own map or in its space's (space_map(): only looked up then), where
+// the process's own one is then stale.
+template <typename Desc, typename Own, typename SpaceMap>
+static void store(Own& own_map, uint32_t tgid, uint64_t ptr, Desc d, bool own, SpaceMap space_map)
 {
     if (own) {
-        own_[tgid][code] = std::move(d);
+        own_map[tgid][ptr] = std::move(d);
         return;
     }
-    spaces_[space_of(tgid)].codes[code] = std::move(d);
-    if (auto mine = own_.find(tgid); mine != own_.end()) // the space's description is this process's now
-        mine->second.erase(code);
+    space_map()[ptr] = std::move(d);
+    if (auto mine = own_map.find(tgid); mine != own_map.end()) // the space's description is this process's now
+        mine->second.erase(ptr);
+}
+
+void RoleSpaces::add_code(uint32_t tgid, uint64_t code, CodeDesc d, bool own)
+{
+    store(own_, tgid, code, std::move(d), own, [&]() -> auto& { return spaces_[space_of(tgid)].codes; });
 }
 
 void RoleSpaces::add_type(uint32_t tgid, uint64_t type, TypeDesc d, bool own)
 {
-    if (own) {
-        own_types_[tgid][type] = std::move(d);
-        return;
-    }
-    spaces_[space_of(tgid)].types[type] = std::move(d);
-    if (auto mine = own_types_.find(tgid); mine != own_types_.end()) // the space's description is this process's now
-        mine->second.erase(type);
+    store(own_types_, tgid, type, std::move(d), own, [&]() -> auto& { return spaces_[space_of(tgid)].types; });
 }
 
-// The description of an address in the process's own map, or in its space's (member `field` of Space).
 template <typename Desc, typename Own, typename Field>
 static const Desc* find(const Own& own_map, const std::unordered_map<uint32_t, Field>& spaces, uint32_t tgid,
                         uint32_t space, uint64_t ptr, bool own, const std::unordered_map<uint64_t, Desc> Field::*field)
