@@ -258,3 +258,35 @@ TEST(RecordFile, ReadsTheEventAbisItKnows)
         }
     }
 }
+
+TEST(RecordFile, DamagedHeaderOrMetadataIsRefusedWithOneLine)
+{
+    std::string path = temp_path();
+    const std::string meta = R"({"python":"3.11.2","interpreter":"/usr/bin/python3.11"})";
+    {
+        RecordWriter w(path, RecordHeader{123, 42, meta});
+        w.close();
+    }
+    FILE* f = fopen(path.c_str(), "rb");
+    std::string all;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof(buf), f)) > 0;)
+        all.append(buf, n);
+    fclose(f);
+    unlink(path.c_str());
+    // Every byte after the magic, version and ABI: t0, root pid, metadata length, metadata, checksum.
+    for (size_t at = 16; at < 32 + meta.size() + 4; at++) {
+        std::string bad = all;
+        bad[at] ^= 0x20;
+        FILE* m = fmemopen(bad.data(), bad.size(), "rb");
+        try {
+            RecordReader r(m, "damaged");
+            ADD_FAILURE() << "damage at byte " << at << " accepted";
+        } catch (const RecordError& e) {
+            std::string msg = e.what();
+            EXPECT_EQ(msg.find('\n'), std::string::npos);
+            if (at < 28 || at >= 32) // a damaged length reads as truncation or a wrong checksum
+                EXPECT_NE(msg.find("damaged"), std::string::npos) << at << ": " << msg;
+        }
+    }
+}

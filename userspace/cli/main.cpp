@@ -4,9 +4,57 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <cmath>
+
+#include "capture/perf_events.h"
 #include "session.h"
+#include "target/native_functions.h"
 
 namespace {
+
+// Empty names and patterns are mistakes (a shell variable that was not set), never "everything" or "nothing".
+const CLI::Validator kNonEmpty([](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },
+                               "NONEMPTY", "NonEmpty");
+
+// nan and inf parse as numbers and would make a duration that never ends.
+const CLI::Validator kSeconds(
+    [](std::string& v) {
+        char* end = nullptr;
+        double d = strtod(v.c_str(), &end);
+        return !v.empty() && !*end && std::isfinite(d) && d >= 0 ? std::string()
+                                                                 : "wants a number of seconds >= 0, not '" + v + "'";
+    },
+    "SECONDS", "Seconds");
+const CLI::Validator kPid(
+    [](std::string& v) {
+        char* end = nullptr;
+        long n = strtol(v.c_str(), &end, 10);
+        return !v.empty() && !*end && n > 0 && n <= 0x3fffffff ? std::string()
+                                                               : "wants a process id (a positive integer), not '" + v + "'";
+    },
+    "PID", "Pid");
+
+// Counter and native specs are checked when the command line is read: their errors are usage errors.
+const CLI::Validator kCounters(
+    [](std::string& v) {
+        try {
+            lotus::capture::parse_counters(v == "default" ? lotus::capture::default_counters() : v);
+        } catch (const std::exception& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    },
+    "COUNTERS", "Counters");
+const CLI::Validator kNativeSpec(
+    [](std::string& v) {
+        try {
+            lotus::target::parse_native_spec(v);
+        } catch (const std::exception& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    },
+    "LIB:SYM", "NativeSpec");
 
 struct Parsed {
     lotus::cli::Options opts;
@@ -18,20 +66,24 @@ struct Parsed {
 void add_rule_options(CLI::App* app, Parsed& p)
 {
     app->add_option("--pipeline", p.opts.pipeline_classes,
-                    "class name glob whose __call__ plays Compose's role (repeatable; Compose is built in)");
+                    "class name glob whose __call__ plays Compose's role (repeatable; Compose is built in)")
+        ->check(kNonEmpty);
     app->add_option("--span", p.opts.spans,
                     "trace every call of these Python functions as spans: QUALNAME_GLOB or FILE_GLOB:QUALNAME_GLOB "
-                    "(repeatable)");
-    app->add_option("--rules", p.opts.rules_file, "pipelines and spans from a JSON file (schemas/rules.schema.json)");
+                    "(repeatable)")
+        ->check(kNonEmpty);
+    app->add_option("--rules", p.opts.rules_file, "pipelines and spans from a JSON file (schemas/rules.schema.json)")
+        ->check(kNonEmpty);
 }
 
 // How to capture: target, duration, probes.
 CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
 {
-    auto* pid_opt = app->add_option("-p,--pid", p.pid, "attach to this running Python process and its children");
+    auto* pid_opt = app->add_option("-p,--pid", p.pid, "attach to this running Python process and its children")
+                        ->check(kPid);
     app->add_option("-d,--duration", p.opts.duration_s, "stop after this many seconds (default: until Ctrl-C, "
                                                         "SIGTERM or the target exits)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(kSeconds);
     add_rule_options(app, p);
     app->add_flag("--all-calls", p.opts.all_calls,
                   "see every Python call, also those made from Python (launch mode; CPython 3.10, or 3.12+ through "
@@ -41,13 +93,15 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
                   "built-in native set (JPEG decode, Pillow, torch ops) as spans");
     app->add_option("--native", p.opts.native,
                     "also probe these native functions as spans: 'LIBGLOB:SYMBOLGLOB' (repeatable; implies "
-                    "--native-map)");
+                    "--native-map)")
+        ->check(kNativeSpec);
     app->add_option("--sample-freq", p.opts.sample_freq, "native map sampling frequency in Hz (0: no sampling)")
         ->capture_default_str()
         ->check(CLI::Range(0, 100000));
     app->add_option("--counters", p.opts.counters,
                     "perf-event counters per op: 'default' (cycles,instructions,cache-misses,branch-misses) or a "
-                    "comma list; software events (task-clock,page-faults,context-switches) where no PMU counts them");
+                    "comma list; software events (task-clock,page-faults,context-switches) where no PMU counts them")
+        ->check(kCounters);
     app->add_flag("-q,--quiet", p.opts.quiet, "no live status line");
     app->add_option("command", p.opts.command, "launch mode: the command to run and trace (after --)");
     app->positionals_at_end();
@@ -75,7 +129,7 @@ void parse_window(Parsed& p)
         o.window_end_s = strtod(b.c_str(), &end);
         bad |= *end || o.window_end_s <= o.window_start_s;
     }
-    if (bad || o.window_start_s < 0)
+    if (bad || o.window_start_s < 0 || !std::isfinite(o.window_start_s) || !std::isfinite(o.window_end_s))
         throw CLI::ValidationError("--window wants START:END in seconds, e.g. 10:20 or 5:");
 }
 
@@ -90,30 +144,37 @@ int main(int argc, char** argv)
 
     // The one-step path: trace, write the Chrome trace, print the summary.
     auto* pid_opt = add_capture_options(&app, p);
-    app.add_option("-o,--output", opts.output, "Chrome trace JSON to write (.json.gz: gzip)")->capture_default_str();
-    app.add_option("--summary-json", opts.summary_json, "also write the summary as JSON to this file");
-    app.add_option("--record", opts.record, "also write the raw event stream to this record file");
-    app.add_option("--replay", opts.replay, "reconstruct from a record file (no tracing, no root needed)");
+    app.add_option("-o,--output", opts.output, "Chrome trace JSON to write (.json.gz: gzip)")
+        ->capture_default_str()
+        ->check(kNonEmpty);
+    app.add_option("--summary-json", opts.summary_json, "also write the summary as JSON to this file")->check(kNonEmpty);
+    app.add_option("--record", opts.record, "also write the raw event stream to this record file")->check(kNonEmpty);
+    app.add_option("--replay", opts.replay, "reconstruct from a record file (no tracing, no root needed)")
+        ->check(kNonEmpty);
     add_trace_file_options(&app, p);
 
     Parsed rp; // record
     auto* record = app.add_subcommand("record", "trace and write only the raw event stream (a record file)");
     auto* rec_pid = add_capture_options(record, rp);
     rp.opts.record = "lotus.lbt";
-    record->add_option("-o,--output", rp.opts.record, "record file to write")->capture_default_str();
+    record->add_option("-o,--output", rp.opts.record, "record file to write")->capture_default_str()->check(kNonEmpty);
 
     Parsed ep; // export
     auto* exp = app.add_subcommand("export", "reconstruct a record file into a Chrome trace (no root needed)");
-    exp->add_option("file", ep.opts.replay, "record file")->required();
-    exp->add_option("-o,--output", ep.opts.output, "Chrome trace JSON to write (.json.gz: gzip)")->capture_default_str();
-    exp->add_option("--summary-json", ep.opts.summary_json, "also write the summary as JSON to this file");
+    exp->add_option("file", ep.opts.replay, "record file")->required()->check(kNonEmpty);
+    exp->add_option("-o,--output", ep.opts.output, "Chrome trace JSON to write (.json.gz: gzip)")
+        ->capture_default_str()
+        ->check(kNonEmpty);
+    exp->add_option("--summary-json", ep.opts.summary_json, "also write the summary as JSON to this file")
+        ->check(kNonEmpty);
     add_rule_options(exp, ep);
     add_trace_file_options(exp, ep);
 
     Parsed sp; // report
     auto* rep = app.add_subcommand("report", "print the summary of a record file (no root needed)");
-    rep->add_option("file", sp.opts.replay, "record file")->required();
-    rep->add_option("--summary-json", sp.opts.summary_json, "also write the summary as JSON to this file");
+    rep->add_option("file", sp.opts.replay, "record file")->required()->check(kNonEmpty);
+    rep->add_option("--summary-json", sp.opts.summary_json, "also write the summary as JSON to this file")
+        ->check(kNonEmpty);
     add_rule_options(rep, sp);
     app.require_subcommand(0, 1);
 

@@ -35,7 +35,7 @@ void copy_str(char (&dst)[N], const std::string& src)
 } // namespace
 
 NativeCapture::NativeCapture(capture::Probe& probe, std::vector<target::NativeSpec> specs, Emit emit)
-    : probe_(probe), specs_(std::move(specs)), emit_(std::move(emit))
+    : probe_(probe), specs_(std::move(specs)), emit_(std::move(emit)), matched_(specs_.size(), 0)
 {
 }
 
@@ -62,6 +62,8 @@ void NativeCapture::attach_library(const std::string& path)
     }
     auto ok = probe_.attach_native(path, offsets, ids);
     for (size_t i = 0; i < fns.size(); i++) {
+        if (fns[i].spec < matched_.size())
+            matched_[fns[i].spec]++;
         if (!ok[i]) {
             refused_++;
             continue;

@@ -29,6 +29,8 @@ public:
 
     size_t functions() const { return functions_; }
     size_t refused() const { return refused_; }
+    // Per spec (in the order given): how many functions it selected in the libraries seen.
+    const std::vector<size_t>& matched() const { return matched_; }
     double attach_seconds() const { return attach_s_; }
 
 private:
@@ -40,6 +42,7 @@ private:
     std::set<std::pair<uint64_t, uint64_t>> libraries_; // (dev, inode) already resolved (attached or found empty)
     std::set<std::pair<uint32_t, uint64_t>> resolved_;   // (pid, ip): symbol records already written
     std::set<std::pair<uint32_t, uint64_t>> leaf_named_; // ... of which these have a function name
+    std::vector<size_t> matched_;
     uint32_t functions_ = 0, refused_ = 0;
     double attach_s_ = 0;
 };

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -49,13 +51,27 @@ long peak_rss_kb()
     return kb;
 }
 
-// No trace file wanted: the writer still runs (same code path), into /dev/null.
-std::string trace_path(const Options& opts) { return opts.output.empty() ? "/dev/null" : opts.output; }
+Outputs::Outputs(const Options& opts)
+{
+    // No trace file wanted: the writer still runs (same code path) into a file that keeps nothing.
+    trace_ = std::make_unique<exporter::OutputFile>(opts.output, exporter::OutputOptions{true, "-o"}, sink());
+    if (!opts.summary_json.empty())
+        summary_json_ = std::make_unique<exporter::OutputFile>(
+            opts.summary_json, exporter::OutputOptions{true, "--summary-json"}, sink());
+}
+
+exporter::OutputFailure Outputs::sink()
+{
+    return [this](const std::string& line) {
+        fmt::print(stderr, "{}lotus-bpf: {}\n", isatty(STDERR_FILENO) ? "\r\033[K" : "", line);
+        failures_.push_back(line);
+    };
+}
 
 // Writes the trace's end and prints the summary (live and replayed runs alike).
-void report(const Options& opts, exporter::OutputFile& out, exporter::ChromeTraceWriter& trace,
-            exporter::Summary& summary, model::Engine& engine, const model::Rules& rules,
-            std::map<std::string, std::string> other, uint64_t lost, bool calls_inlined)
+bool report(const Options& opts, Outputs& outputs, exporter::ChromeTraceWriter& trace, exporter::Summary& summary,
+            model::Engine& engine, const model::Rules& rules, std::map<std::string, std::string> other,
+            uint64_t lost, bool calls_inlined)
 {
     engine.finish();
     const auto& c = engine.counters();
@@ -77,26 +93,56 @@ void report(const Options& opts, exporter::OutputFile& out, exporter::ChromeTrac
         other["span_patterns"] = "[" + list + "]";
     }
     other["samples"] = std::to_string(engine.samples());
+    // The job's fate: every traced process that was killed or exited non-zero, with when.
+    std::string ends;
+    std::vector<std::string> end_notes;
+    std::vector<std::pair<uint64_t, uint32_t>> ended; // in the order they ended
+    for (const auto& [pid, p] : engine.processes())
+        if (!model::how_it_ended(p).empty())
+            ended.emplace_back(p.exit_ns, pid);
+    std::sort(ended.begin(), ended.end());
+    for (const auto& [exit_ns, pid] : ended) {
+        const auto& p = engine.processes().at(pid);
+        std::string how = model::how_it_ended(p);
+        double at_s = p.exit_ns > trace.t0_ns() ? static_cast<double>(p.exit_ns - trace.t0_ns()) / 1e9 : 0;
+        std::string label = model::process_label(engine.processes(), pid);
+        ends += fmt::format("{}{{\"pid\":{},\"label\":{},\"how\":{},\"signal\":{},\"status\":{},\"at_s\":{:.3f}}}",
+                            ends.empty() ? "" : ",", pid, exporter::json_string(label), exporter::json_string(how),
+                            model::exit_signal(p), model::exit_code(p), at_s);
+        end_notes.push_back(fmt::format("{} (PID {}) {} at {:.2f} s.", label, pid, how, at_s));
+    }
+    other["process_ends"] = "[" + ends + "]";
+    auto failures_json = [&] {
+        std::string list;
+        for (const auto& f : outputs.failures())
+            list += (list.empty() ? "" : ",") + exporter::json_string(f);
+        return "[" + list + "]";
+    };
+    other["output_failures"] = failures_json();
     trace.finish(engine.processes(), other);
-    out.close();
+    outputs.trace().commit();
 
     auto batches = exporter::summarize_batches(engine.batches(), engine.processes(), summary);
+    auto write_summary_json = [&] {
+        if (auto* js = outputs.summary_json()) {
+            other["output_failures"] = failures_json();
+            js->write(summary.json(engine.processes(), batches, other));
+            js->commit();
+        }
+    };
     if (!opts.print_summary) {
         if (!opts.record.empty())
-            fmt::print(stderr, "lotus-bpf: wrote {} events ({} lost) to {}\n", other["events"], lost, opts.record);
-        else
+            fmt::print(stderr, "lotus-bpf: {} {} events ({} lost) to {}\n",
+                       outputs.failures().empty() ? "wrote" : "captured", other["events"], lost, opts.record);
+        else if (!outputs.trace().failed())
             fmt::print(stderr, "lotus-bpf: wrote {}\n", opts.output);
-        if (!opts.summary_json.empty()) {
-            exporter::OutputFile js(opts.summary_json);
-            js.write(summary.json(engine.processes(), batches, other));
-            js.close();
-        }
-        return;
+        write_summary_json();
+        return outputs.failures().empty();
     }
     std::vector<std::string> notes;
     notes.push_back(fmt::format("\n{} events, {} lost (ring buffer full); stopped: {}; trace: {}", other["events"], lost,
                                 other["stop_reason"].substr(1, other["stop_reason"].size() - 2),
-                                opts.output.empty() ? "none" : opts.output));
+                                opts.output.empty() ? "none" : outputs.trace().failed() ? "not written" : opts.output));
     if (lost)
         notes.push_back("Spans that lost an event are left out, never guessed.");
     for (size_t i = 0; i < rules.spans().size(); i++) {
@@ -119,13 +165,13 @@ void report(const Options& opts, exporter::OutputFile& out, exporter::ChromeTrac
         notes.push_back(fmt::format("{} span(s) were still open at the end or lost their return and are not in "
                                     "the trace.",
                                     c.incomplete + c.lost_returns));
+    notes.insert(notes.end(), end_notes.begin(), end_notes.end());
+    for (const auto& f : outputs.failures())
+        notes.push_back("Not written: " + f);
     summary.print(stdout, engine.processes(), batches, notes);
-    if (!opts.summary_json.empty()) {
-        exporter::OutputFile js(opts.summary_json);
-        js.write(summary.json(engine.processes(), batches, other));
-        js.close();
-    }
     fflush(stdout);
+    write_summary_json();
+    return outputs.failures().empty();
 }
 
 std::pair<std::vector<std::string>, std::vector<std::string>> rule_lists(const Options& opts)
@@ -141,22 +187,19 @@ std::pair<std::vector<std::string>, std::vector<std::string>> rule_lists(const O
 
 static int replay_into(const Options& opts, exporter::RecordReader& in);
 
+// A corrupt record file throws before anything is committed: the outputs keep what they had.
 int replay(const Options& opts)
 {
     exporter::RecordReader in(opts.replay);
-    try {
-        return replay_into(opts, in);
-    } catch (const exporter::RecordError&) {
-        if (!opts.output.empty())
-            unlink(opts.output.c_str()); // no half-written trace from a corrupt record file
-        throw;
-    }
+    return replay_into(opts, in);
 }
 
 static int replay_into(const Options& opts, exporter::RecordReader& in)
 {
     auto [pipelines, span_rules] = rule_lists(opts);
     auto meta = nlohmann::json::parse(in.header().meta_json, nullptr, false);
+    if (!meta.is_object()) // format 4's checksum catches damage; older files are checked here
+        throw exporter::RecordError(opts.replay + ": the header's metadata is damaged (not a JSON object); not replayed");
     auto strings = [&](const char* key) {
         std::vector<std::string> out;
         if (meta.is_object() && meta.contains(key) && meta[key].is_array())
@@ -170,13 +213,10 @@ static int replay_into(const Options& opts, exporter::RecordReader& in)
         pipelines.push_back(p);
     for (auto& sp : strings("spans"))
         span_rules.push_back(sp);
-    exporter::check_writable(trace_path(opts));
-    if (!opts.summary_json.empty())
-        exporter::check_writable(opts.summary_json);
-    exporter::OutputFile out(trace_path(opts));
+    Outputs outputs(opts);
     model::Rules rules(pipelines, span_rules);
     uint64_t t0 = in.header().t0_ns;
-    exporter::ChromeTraceWriter trace(out, t0);
+    exporter::ChromeTraceWriter trace(outputs.trace(), t0);
     exporter::Summary summary;
     trace.set_counter_names(strings("counters"));
     summary.set_counter_names(strings("counters"));
@@ -242,8 +282,7 @@ static int replay_into(const Options& opts, exporter::RecordReader& in)
     std::string py = meta.is_object() && meta.contains("python") && meta["python"].is_string() ? meta["python"].get<std::string>() : "";
     bool all_calls = meta.is_object() && meta.contains("all_calls") && meta["all_calls"].is_boolean() && meta["all_calls"].get<bool>();
     bool inlined = !all_calls && py.rfind("3.10", 0) != 0;
-    report(opts, out, trace, summary, engine, rules, other, lost, inlined);
-    return 0;
+    return report(opts, outputs, trace, summary, engine, rules, other, lost, inlined) ? 0 : kExitOutputFailed;
 }
 
 } // namespace lotus::cli

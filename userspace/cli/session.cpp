@@ -151,11 +151,11 @@ int run_session(const Options& opts)
                 throw std::runtime_error("--all-calls on CPython 3.12+ needs launch mode (-- COMMAND): CPython must "
                                          "start with PYTHONPERFSUPPORT=1");
         }
-        exporter::check_writable(trace_path(opts));
-        if (!opts.summary_json.empty())
-            exporter::check_writable(opts.summary_json);
+        // Every output opened now, before anything is attached or launched: a bad destination stops here.
+        Outputs outputs(opts);
+        std::unique_ptr<exporter::RecordWriter> recorder;
         if (!opts.record.empty())
-            exporter::check_writable(opts.record);
+            recorder = std::make_unique<exporter::RecordWriter>(opts.record, outputs.sink());
         if (!opts.pid) {
             // --all-calls: 3.12+ started with PYTHONPERFSUPPORT=1 runs every Python call through a C
             // trampoline into the evaluator (no inlining); 3.10 never inlines.
@@ -180,18 +180,15 @@ int run_session(const Options& opts)
                                                      interp.object_path, interp.version.str()));
         }
 
-        exporter::OutputFile out(trace_path(opts));
         model::Rules rules(pipelines, span_rules);
         uint64_t t0 = monotonic_ns();
-        std::unique_ptr<exporter::RecordWriter> recorder;
-        if (!opts.record.empty()) {
+        if (recorder) {
             nlohmann::json meta{{"python", interp.version.str()}, {"interpreter", interp.target_path},
                                 {"layout", interp.layout_source}, {"counters", counter_names},
                                 {"pipelines", pipelines}, {"spans", span_rules}, {"all_calls", opts.all_calls}};
-            recorder = std::make_unique<exporter::RecordWriter>(
-                opts.record, exporter::RecordHeader{t0, static_cast<uint32_t>(root), meta.dump()});
+            recorder->begin(exporter::RecordHeader{t0, static_cast<uint32_t>(root), meta.dump()});
         }
-        exporter::ChromeTraceWriter trace(out, t0);
+        exporter::ChromeTraceWriter trace(outputs.trace(), t0);
         exporter::Summary summary;
         trace.set_counter_names(counter_names);
         summary.set_counter_names(counter_names);
@@ -231,65 +228,73 @@ int run_session(const Options& opts)
         };
         const bool debug_events = getenv("LOTUS_DEBUG_EVENTS") != nullptr;
         uint64_t delivered = 0; // records read from the ring buffer: equals BPF's submitted count once drained
-        probe = std::make_unique<capture::Probe>(interp, [&](const void* data, size_t len) {
-            delivered++;
-            auto* h = static_cast<const lotus_event_header*>(data);
-            if (debug_events)
-                dump_event(data, len);
-            if (len >= sizeof(lotus_proc_event) && h->type == LOTUS_EV_FORK)
-                engine_parents[h->tgid] = static_cast<const lotus_proc_event*>(data)->parent_tgid;
-            if (native)
-                native->on_event(data, len); // symbol records go first: the sample's names
-            if (recorder)
-                recorder->write(data, len);
-            engine.consume(data, len);
-            if (h->type == LOTUS_EV_EXEC) // a new program: its own environment (torchrun sets RANK)
-                rank_of(h->tgid);
-        }, counters, capture::ProbeFeatures{handlers.has_value(), !native_specs.empty(),
-                                               !native_specs.empty() && opts.sample_freq > 0});
-        if (!native_specs.empty() || opts.native_map) {
-            native = std::make_unique<NativeCapture>(*probe, native_specs, [&](const void* data, size_t len) {
+        size_t initial = 1;
+        try {
+            probe = std::make_unique<capture::Probe>(interp, [&](const void* data, size_t len) {
+                delivered++;
+                auto* h = static_cast<const lotus_event_header*>(data);
+                if (debug_events)
+                    dump_event(data, len);
+                if (len >= sizeof(lotus_proc_event) && h->type == LOTUS_EV_FORK)
+                    engine_parents[h->tgid] = static_cast<const lotus_proc_event*>(data)->parent_tgid;
+                if (native)
+                    native->on_event(data, len); // symbol records go first: the sample's names
                 if (recorder)
                     recorder->write(data, len);
                 engine.consume(data, len);
-            });
-            probe->set_library_sink([&](const void* data, size_t len) { native->on_library_open(data, len); });
-        }
+                if (h->type == LOTUS_EV_EXEC) // a new program: its own environment (torchrun sets RANK)
+                    rank_of(h->tgid);
+            }, counters, capture::ProbeFeatures{handlers.has_value(), !native_specs.empty(),
+                                                   !native_specs.empty() && opts.sample_freq > 0});
+            if (!native_specs.empty() || opts.native_map) {
+                native = std::make_unique<NativeCapture>(*probe, native_specs, [&](const void* data, size_t len) {
+                    if (recorder)
+                        recorder->write(data, len);
+                    engine.consume(data, len);
+                });
+                probe->set_library_sink([&](const void* data, size_t len) { native->on_library_open(data, len); });
+            }
 
-        install_signal_handlers();
-        probe->attach_process_tracking();
-        probe->trace_process(static_cast<uint32_t>(root), static_cast<uint32_t>(root));
-        auto known = [&](uint32_t pid, uint32_t parent, bool is_root) {
-            engine.add_process(pid, parent, is_root);
-            if (recorder) {
-                exporter::RecordProcess rp{exporter::kRecordProcess, pid, 0, 0, 0, parent, is_root};
-                recorder->write(&rp, sizeof(rp));
+            install_signal_handlers();
+            probe->attach_process_tracking();
+            probe->trace_process(static_cast<uint32_t>(root), static_cast<uint32_t>(root));
+            auto known = [&](uint32_t pid, uint32_t parent, bool is_root) {
+                engine.add_process(pid, parent, is_root);
+                if (recorder) {
+                    exporter::RecordProcess rp{exporter::kRecordProcess, pid, 0, 0, 0, parent, is_root};
+                    recorder->write(&rp, sizeof(rp));
+                }
+            };
+            known(static_cast<uint32_t>(root), 0, true);
+            rank_of(static_cast<uint32_t>(root));
+            if (opts.pid) {
+                // Processes alive now (DataLoader workers already running); later ones join through fork.
+                for (int d : target::descendants(root)) {
+                    probe->trace_process(static_cast<uint32_t>(d), static_cast<uint32_t>(root));
+                    known(static_cast<uint32_t>(d), static_cast<uint32_t>(target::parent_pid(d).value_or(0)), false);
+                    rank_of(static_cast<uint32_t>(d));
+                    initial++;
+                }
             }
-        };
-        known(static_cast<uint32_t>(root), 0, true);
-        rank_of(static_cast<uint32_t>(root));
-        size_t initial = 1;
-        if (opts.pid) {
-            // Processes alive now (DataLoader workers already running); later ones join through fork.
-            for (int d : target::descendants(root)) {
-                probe->trace_process(static_cast<uint32_t>(d), static_cast<uint32_t>(root));
-                known(static_cast<uint32_t>(d), static_cast<uint32_t>(target::parent_pid(d).value_or(0)), false);
-                rank_of(static_cast<uint32_t>(d));
-                initial++;
+            if (native) {
+                // Libraries mapped now; the ones opened later are probed when their openat is seen.
+                native->scan_process(static_cast<uint32_t>(root));
+                for (int d : target::descendants(root))
+                    native->scan_process(static_cast<uint32_t>(d));
+                if (opts.sample_freq)
+                    probe->attach_sampling(capture::sampling_event(), opts.sample_freq);
             }
-        }
-        if (native) {
-            // Libraries mapped now; the ones opened later are probed when their openat is seen.
-            native->scan_process(static_cast<uint32_t>(root));
-            for (int d : target::descendants(root))
-                native->scan_process(static_cast<uint32_t>(d));
-            if (opts.sample_freq)
-                probe->attach_sampling(capture::sampling_event(), opts.sample_freq);
-        }
-        probe->attach_python();
-        if (handlers) {
-            std::vector<uint64_t> resume(handlers->begin(), handlers->end() - 1);
-            probe->attach_inline_calls(resume, handlers->back());
+            probe->attach_python();
+            if (handlers) {
+                std::vector<uint64_t> resume(handlers->begin(), handlers->end() - 1);
+                probe->attach_inline_calls(resume, handlers->back());
+            }
+        } catch (const std::exception&) {
+            // A target that dies while probes are being attached makes them fail on its vanished files.
+            if (!launcher && gone(root))
+                throw std::runtime_error(fmt::format("PID {} exited while lotus-bpf was attaching: nothing was "
+                                                     "traced and no output was written", root));
+            throw;
         }
         if (launcher)
             launcher->release();
@@ -359,6 +364,17 @@ int run_session(const Options& opts)
             other["native_attach_s"] = fmt::format("{:.3f}", native->attach_seconds());
             other["native_probe_links"] = std::to_string(native_links);
             other["sampling_event"] = exporter::json_string(opts.sample_freq ? capture::sampling_event().name : "none");
+            // A --native spec that selected nothing is said, not silently dropped.
+            std::string unmatched;
+            for (size_t i = native_specs.size() - opts.native.size(); i < native_specs.size(); i++) {
+                if (native->matched()[i])
+                    continue;
+                const std::string& text = opts.native[i - (native_specs.size() - opts.native.size())];
+                fmt::print(stderr, "lotus-bpf: --native '{}' matched no function in the libraries the traced "
+                                   "processes mapped\n", text);
+                unmatched += (unmatched.empty() ? "" : ",") + exporter::json_string(text);
+            }
+            other["native_specs_unmatched"] = "[" + unmatched + "]";
         }
         if (recorder) {
             exporter::RecordEnd end{exporter::kRecordEnd, static_cast<uint32_t>(root), 0, 0, monotonic_ns(),
@@ -366,8 +382,10 @@ int run_session(const Options& opts)
             recorder->write(&end, sizeof(end));
             recorder->close();
         }
-        report(opts, out, trace, summary, engine, rules, other, stats.lost,
-               !opts.all_calls && !(interp.version.major == 3 && interp.version.minor == 10));
+        bool written = report(opts, outputs, trace, summary, engine, rules, other, stats.lost,
+                              !opts.all_calls && !(interp.version.major == 3 && interp.version.minor == 10));
+        if (!written)
+            return kExitOutputFailed;
         return launcher ? launched_status : 0;
     } catch (const std::exception& e) {
         fmt::print(stderr, "lotus-bpf: {}\n", e.what());

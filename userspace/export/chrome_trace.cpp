@@ -163,6 +163,18 @@ void ChromeTraceWriter::finish(const std::map<uint32_t, model::ProcessInfo>& pro
             "{{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{},\"tid\":0,\"args\":{{\"sort_index\":{}}}}}",
             pid, sort));
     }
+    // How a process ended, where that was not a clean exit: the job's fate, at the moment it happened.
+    for (const auto& [pid, p] : processes) {
+        std::string how = model::how_it_ended(p);
+        if (how.empty())
+            continue;
+        int sig = model::exit_signal(p);
+        std::string args = sig ? fmt::format("\"signal\":{},\"core_dumped\":{}", sig, (p.exit_status & 0x80) != 0)
+                               : fmt::format("\"status\":{}", model::exit_code(p));
+        event(fmt::format("{{\"ph\":\"i\",\"s\":\"p\",\"cat\":\"process\",\"name\":{},\"pid\":{},\"tid\":{},"
+                          "\"ts\":{:.3f},\"args\":{{{}}}}}",
+                          json_string(how), pid, pid, us(p.exit_ns > t0_ns_ ? p.exit_ns - t0_ns_ : 0), args));
+    }
     for (const auto& [pid, tid] : threads_)
         event(fmt::format("{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":{}}}}}",
                           pid, tid, json_string(pid == tid ? "main thread" : fmt::format("thread {}", tid))));

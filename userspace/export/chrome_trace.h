@@ -20,7 +20,8 @@ public:
     // Names of the perf-event counters in Span::counters.perf (--counters), in order.
     void set_counter_names(std::vector<std::string> names) { counter_names_ = std::move(names); }
     void span(const model::Span& s);
-    // Writes process/thread metadata and otherData (key -> already-encoded JSON value), closes the document.
+    uint64_t t0_ns() const { return t0_ns_; }
+    // Writes how processes ended (instant events), process/thread metadata and otherData (key -> already-encoded JSON value), closes the document.
     void finish(const std::map<uint32_t, model::ProcessInfo>& processes,
                 const std::map<std::string, std::string>& other_data);
 

@@ -13,8 +13,11 @@ namespace lotus::exporter {
 namespace {
 
 constexpr char kMagic[8] = {'L', 'O', 'T', 'U', 'S', 'L', 'B', 'T'};
-// 1: records as captured, each after its u32 length. 2: blocks of compactly encoded records (record_codec.h).
-constexpr uint32_t kFormatVersion = kBlockFormat;
+// 1: records as captured, each after its u32 length. 2, 3: blocks of compactly encoded records (record_codec.h).
+// 4: format 3's blocks after a header that ends in a CRC-32 of itself and the metadata.
+constexpr uint32_t kFormatVersion = 4;
+constexpr uint32_t kFirstCrcFormat = 4;
+static_assert(kBlockFormat == 3, "format 4 files hold format 3 blocks");
 constexpr uint32_t kOldBlockFormat = 2; // still read
 constexpr uint32_t kLegacyVersion = 1;
 // ABI 4 changed what DataLoader semantics are made of (queue messages, DataLoader.__iter__'s return value,
@@ -29,32 +32,37 @@ constexpr int kDeflateLevel = 6;
 
 } // namespace
 
-RecordWriter::RecordWriter(const std::string& path, const RecordHeader& h) : path_(path)
+RecordWriter::RecordWriter(const std::string& path, const RecordHeader& h, OutputFailure on_failure)
+    : RecordWriter(path, std::move(on_failure))
 {
-    f_ = fopen(path.c_str(), "wb");
-    if (!f_)
-        throw std::runtime_error(fmt::format("cannot write {}: {}", path, strerror(errno)));
-    uint32_t abi = LOTUS_ABI_VERSION, meta = static_cast<uint32_t>(h.meta_json.size());
-    fwrite(kMagic, 1, 8, f_);
-    fwrite(&kFormatVersion, 4, 1, f_);
-    fwrite(&abi, 4, 1, f_);
-    fwrite(&h.t0_ns, 8, 1, f_);
-    fwrite(&h.root_pid, 4, 1, f_);
-    fwrite(&meta, 4, 1, f_);
-    fwrite(h.meta_json.data(), 1, h.meta_json.size(), f_);
+    begin(h);
 }
 
-RecordWriter::~RecordWriter()
+RecordWriter::RecordWriter(const std::string& path, OutputFailure on_failure)
+    : out_(path, OutputOptions{false, "--record"}, std::move(on_failure))
 {
-    try {
-        close();
-    } catch (...) {
-    }
+}
+
+void RecordWriter::begin(const RecordHeader& h)
+{
+    uint32_t version = kFormatVersion, abi = LOTUS_ABI_VERSION, meta = static_cast<uint32_t>(h.meta_json.size());
+    std::string head(kMagic, 8);
+    auto put = [&](const void* p, size_t n) { head.append(static_cast<const char*>(p), n); };
+    put(&version, 4);
+    put(&abi, 4);
+    put(&h.t0_ns, 8);
+    put(&h.root_pid, 4);
+    put(&meta, 4);
+    head += h.meta_json;
+    // Format 4: damage to the header or the metadata is caught like damage to a block.
+    uint32_t crc = static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(head.data()), head.size()));
+    put(&crc, 4);
+    out_.write(head);
 }
 
 void RecordWriter::write(const void* data, size_t len)
 {
-    if (!f_ || failed_ || len == 0 || len > kMaxRecord)
+    if (out_.failed() || len == 0 || len > kMaxRecord)
         return;
     block_.add(static_cast<const uint8_t*>(data), len);
     if (block_.records() >= kBlockRecords || block_.raw_bytes() >= kBlockBytes)
@@ -63,21 +71,15 @@ void RecordWriter::write(const void* data, size_t len)
 
 void RecordWriter::flush()
 {
-    if (!f_ || failed_ || block_.records() == 0)
+    if (out_.failed() || block_.records() == 0)
         return;
-    std::string b = block_.finish(kDeflateLevel);
-    failed_ = fwrite(b.data(), 1, b.size(), f_) != b.size() || fflush(f_) != 0;
+    out_.write(block_.finish(kDeflateLevel));
 }
 
-void RecordWriter::close()
+bool RecordWriter::close()
 {
-    if (!f_)
-        return;
     flush();
-    bool err = fclose(f_) != 0 || failed_;
-    f_ = nullptr;
-    if (err)
-        throw std::runtime_error("error writing " + path_);
+    return out_.commit();
 }
 
 RecordReader::RecordReader(const std::string& path) : path_(path)
@@ -122,7 +124,9 @@ void RecordReader::read_header()
         throw RecordError(fmt::format("{}: recorded by an earlier lotus-bpf (event ABI {}), whose records of DataLoader "
                                       "activity this version does not reconstruct: record it again",
                                       path, abi));
-    if ((version != kFormatVersion && version != kOldBlockFormat && version != kLegacyVersion) || abi < kOldestAbi ||
+    if ((version != kFormatVersion && version != kBlockFormat && version != kOldBlockFormat &&
+         version != kLegacyVersion) ||
+        abi < kOldestAbi ||
         abi > LOTUS_ABI_VERSION)
         throw RecordError(fmt::format("{}: record format {} / event ABI {} (this lotus-bpf reads {}-{} / {}-{})", path,
                                       version, abi, kLegacyVersion, kFormatVersion, kOldestAbi, LOTUS_ABI_VERSION));
@@ -132,8 +136,24 @@ void RecordReader::read_header()
     if (meta && fread(header_.meta_json.data(), 1, meta, f_) != meta)
         throw RecordError(fmt::format("{}: truncated header", path));
     offset_ = 32 + meta;
+    if (version >= kFirstCrcFormat) {
+        uint32_t stored = 0;
+        if (fread(&stored, 4, 1, f_) != 1)
+            throw RecordError(fmt::format("{}: truncated header", path));
+        std::string head(magic, 8);
+        for (const void* p : {static_cast<const void*>(&version), static_cast<const void*>(&abi)})
+            head.append(static_cast<const char*>(p), 4);
+        head.append(reinterpret_cast<const char*>(&header_.t0_ns), 8);
+        head.append(reinterpret_cast<const char*>(&header_.root_pid), 4);
+        head.append(reinterpret_cast<const char*>(&meta), 4);
+        head += header_.meta_json;
+        if (crc32(0, reinterpret_cast<const Bytef*>(head.data()), head.size()) != stored)
+            throw RecordError(fmt::format("{}: the header or its metadata is damaged (checksum mismatch); not replayed",
+                                          path));
+        offset_ += 4;
+    }
     legacy_ = version == kLegacyVersion;
-    format_ = version;
+    format_ = version >= kFirstCrcFormat ? kBlockFormat : version; // how its blocks are encoded
 }
 
 RecordReader::~RecordReader()

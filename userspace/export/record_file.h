@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "export/output_file.h"
 #include "export/record_codec.h"
 #include "model/user_records.h"
 
@@ -54,16 +55,22 @@ struct RecordError : std::runtime_error {
 
 class RecordWriter {
 public:
-    RecordWriter(const std::string& path, const RecordHeader& header); // throws std::runtime_error
-    ~RecordWriter();
+    // Throws std::runtime_error when the file cannot be created; a later failure goes to on_failure, once,
+    // and the records after it are dropped (the file is then left as it was).
+    RecordWriter(const std::string& path, const RecordHeader& header, OutputFailure on_failure = {});
+    // Opened first (before tracing, to check the destination), its header written by begin().
+    explicit RecordWriter(const std::string& path, OutputFailure on_failure = {});
+    void begin(const RecordHeader& header);
+    RecordWriter(const RecordWriter&) = delete;
+    RecordWriter& operator=(const RecordWriter&) = delete;
     void write(const void* data, size_t len);
-    void flush(); // writes the records buffered so far as a block
-    void close(); // throws on a write error
+    void flush();  // writes the records buffered so far as a block
+    bool close();  // writes the last block and puts the file in place; false when this output failed
+    bool failed() const { return out_.failed(); }
+    const std::string& path() const { return out_.path(); }
 
 private:
-    std::string path_;
-    FILE* f_ = nullptr;
-    bool failed_ = false;
+    OutputFile out_;
     BlockEncoder block_;
 };
 

@@ -238,8 +238,11 @@ void Engine::on_process(const lotus_proc_event& p)
         spaces_.execed(pid, p.space);
         symbols_.erase(pid);
         break;
-    case LOTUS_EV_EXIT:
-        process(pid).exited = true;
+    case LOTUS_EV_EXIT: {
+        auto& info = process(pid);
+        info.exited = true;
+        info.exit_status = static_cast<int>(p.parent_tgid); // the kernel's task->exit_code
+        info.exit_ns = p.h.ts_ns;
         for (auto it = thread_owner_.begin(); it != thread_owner_.end();) {
             if (it->second == pid) {
                 close_implicit(it->first);
@@ -254,6 +257,7 @@ void Engine::on_process(const lotus_proc_event& p)
         spaces_.exited(pid);
         symbols_.erase(pid);
         break;
+    }
     }
 }
 

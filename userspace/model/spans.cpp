@@ -1,5 +1,8 @@
 #include "spans.h"
 
+#include <cstring>
+#include <fmt/format.h>
+
 namespace lotus::model {
 
 const char* category(SpanKind k)
@@ -29,6 +32,24 @@ static std::string own_label(const ProcessInfo& p)
     if (p.worker || p.worker_id >= 0)
         return p.worker_id >= 0 ? "worker " + std::to_string(p.worker_id) : "worker ?";
     return "child";
+}
+
+int exit_signal(const ProcessInfo& p) { return p.exit_status > 0 ? p.exit_status & 0x7f : 0; }
+
+int exit_code(const ProcessInfo& p)
+{
+    return p.exit_status >= 0 && !exit_signal(p) ? (p.exit_status >> 8) & 0xff : -1;
+}
+
+std::string how_it_ended(const ProcessInfo& p)
+{
+    if (int sig = exit_signal(p)) {
+        const char* name = sigabbrev_np(sig);
+        return fmt::format("killed by {}{}", name ? fmt::format("SIG{}", name) : fmt::format("signal {}", sig),
+                           p.exit_status & 0x80 ? " (core dumped)" : "");
+    }
+    int code = exit_code(p);
+    return code > 0 ? fmt::format("exited with status {}", code) : "";
 }
 
 std::string process_label(const std::map<uint32_t, ProcessInfo>& processes, uint32_t pid)

@@ -79,10 +79,18 @@ struct ProcessInfo {
     uint64_t first_ns = 0, last_ns = 0; // first and last event seen from it
     int loader = -1;      // a worker: which DataLoader of its owner (numbered in order of first use); -1: unknown
     bool exited = false;
+    int exit_status = -1;  // as the kernel keeps it (exit code << 8, or the killing signal | 0x80 core); -1 unknown
+    uint64_t exit_ns = 0;
     bool preexisting = false; // alive when tracing began (its fork was not seen)
     // A training process's rank: spawn's index, else RANK from its environment; -1 unknown.
     int known_rank() const { return rank >= 0 ? rank : consumer ? env_rank : -1; }
 };
+
+// "killed by SIGKILL", "killed by SIGSEGV (core dumped)", "exited with status 3"; empty for a clean exit (0) and
+// for a process not seen to exit.
+std::string how_it_ended(const ProcessInfo& p);
+int exit_signal(const ProcessInfo& p);       // the killing signal, 0 if none
+int exit_code(const ProcessInfo& p);         // the exit status when it exited, -1 if killed or unknown
 
 // "main", "rank 1", "trainer" (a training process without a known rank), "worker 0" (prefixed with its
 // owner's label where there are several training processes), "worker ?" (its id not recovered), "child".

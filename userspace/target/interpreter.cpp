@@ -7,7 +7,10 @@
 #include <fstream>
 #include <fmt/format.h>
 #include <regex>
+#include <optional>
 #include <set>
+#include <cstring>
+#include <cerrno>
 
 #include "debug_offsets.h"
 #include "elf_file.h"
@@ -111,6 +114,35 @@ Interpreter describe(const ElfFile& elf, bool shared, const std::string& who)
     return interp;
 }
 
+// Why the interpreter of `pid` could not be read when that is a permission problem, naming what grants it.
+std::optional<std::string> permission_problem(int pid, const std::string& who,
+                                              const std::vector<std::pair<std::string, std::string>>& candidates)
+{
+    char buf[16];
+    struct stat proc{};
+    bool denied = readlink(fmt::format("/proc/{}/exe", pid).c_str(), buf, sizeof(buf)) < 0 && errno == EACCES;
+    struct stat st{};
+    denied |= stat(fmt::format("/proc/{}/root/", pid).c_str(), &st) != 0 && errno == EACCES;
+    if (denied) {
+        std::string owner = stat(fmt::format("/proc/{}", pid).c_str(), &proc) == 0 ? fmt::format("uid {}", proc.st_uid)
+                                                                                  : "another user";
+        return fmt::format("{} ({}) belongs to {} and lotus-bpf runs as uid {}: permission denied reading its "
+                           "executable and memory; that needs CAP_SYS_PTRACE (besides CAP_BPF and CAP_PERFMON), "
+                           "root, or running as its user",
+                           who, read_comm(pid), owner, geteuid());
+    }
+    for (const auto& [path, local] : candidates) {
+        if (!local.empty())
+            continue;
+        for (const std::string& p : {fmt::format("/proc/{}/root{}", pid, path), path})
+            if (stat(p.c_str(), &st) != 0 && errno == EACCES)
+                return fmt::format("{} ({}): permission denied reading its interpreter {}; that needs read access to "
+                                   "it and its directories, or CAP_DAC_READ_SEARCH",
+                                   who, read_comm(pid), path);
+    }
+    return std::nullopt;
+}
+
 } // namespace
 
 Interpreter find_interpreter(int pid)
@@ -122,7 +154,10 @@ Interpreter find_interpreter(int pid)
     try {
         maps = read_maps(pid);
     } catch (const std::exception&) {
-        throw TargetError(fmt::format("{}: cannot read /proc/{}/maps (not permitted?)", who, pid));
+        throw TargetError(fmt::format("{}: cannot read /proc/{}/maps: {}", who, pid,
+                                      errno == EACCES || errno == EPERM
+                                          ? "permission denied; another user's process needs CAP_SYS_PTRACE or root"
+                                          : strerror(errno)));
     }
     std::string exe;
     {
@@ -155,6 +190,8 @@ Interpreter find_interpreter(int pid)
             return interp;
         }
     }
+    if (auto why = permission_problem(pid, who, candidates))
+        throw TargetError(*why);
     throw TargetError(fmt::format("{} ({}) is not a CPython process", who, read_comm(pid)));
 }
 

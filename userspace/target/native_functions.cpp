@@ -122,7 +122,7 @@ std::vector<NativeFunction> resolve_native(const std::vector<NativeSpec>& specs,
                 continue;
             auto off = elf.file_offset(sym.value);
             if (off && seen.insert(*off).second)
-                out.push_back({path, base, name, *off});
+                out.push_back({path, base, name, *off, static_cast<size_t>(mine[i] - specs.data())});
             break;
         }
     }

@@ -22,6 +22,7 @@ struct NativeFunction {
     std::string library;  // its basename
     std::string name;     // demangled, without parameters
     uint64_t offset = 0;  // file offset of its entry (for the uprobe)
+    size_t spec = 0;      // the index of the spec that selected it
 };
 
 // Whether a library path's basename matches some spec (so it is worth opening).
