@@ -220,6 +220,27 @@ TEST_F(Fixture, WorkerIdComesFromWorkerLoopCaptureAndForkInheritsCodes)
     EXPECT_TRUE(engine.processes().at(W).exited);
 }
 
+TEST_F(Fixture, HowEachProcessEndedIsKeptAsTheKernelSaidIt)
+{
+    engine.add_process(P, 0, true);
+    ev.proc(LOTUS_EV_FORK, W, P);
+    ev.proc(LOTUS_EV_FORK, W + 1, P);
+    ev.proc(LOTUS_EV_FORK, W + 2, P);
+    ev.proc(LOTUS_EV_EXIT, W, 9);             // SIGKILL
+    ev.proc(LOTUS_EV_EXIT, W + 1, 0x80 | 11); // SIGSEGV, core dumped
+    ev.proc(LOTUS_EV_EXIT, W + 2, 0);         // a clean exit
+    ev.proc(LOTUS_EV_EXIT, P, 3 << 8);        // exit(3)
+    const auto& procs = engine.processes();
+    EXPECT_EQ(model::how_it_ended(procs.at(W)), "killed by SIGKILL");
+    EXPECT_EQ(model::exit_signal(procs.at(W)), 9);
+    EXPECT_EQ(model::exit_code(procs.at(W)), -1);
+    EXPECT_EQ(model::how_it_ended(procs.at(W + 1)), "killed by SIGSEGV (core dumped)");
+    EXPECT_EQ(model::how_it_ended(procs.at(W + 2)), "");
+    EXPECT_EQ(model::exit_code(procs.at(W + 2)), 0);
+    EXPECT_EQ(model::how_it_ended(procs.at(P)), "exited with status 3");
+    EXPECT_EQ(model::exit_code(procs.at(P)), 3);
+}
+
 TEST_F(Fixture, ExecForgetsTheOldImage)
 {
     describe(P);

@@ -1,0 +1,320 @@
+"""The fault matrix: full disks, links, FIFOs, killed tracers and workers, bad numbers, missing permissions.
+Each output is complete or untouched, fails alone with its reason, and nothing is left attached."""
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import unittest
+
+from harness import (LOTUS, PY, WORKLOAD, BpfTestCase, dataset, load_trace, run_lotus, spans, start_lotus,
+                     wait_for_attach)
+
+PREVIOUS = "previous contents, never to be lost\n"
+OUTPUT_FAILED = 74  # EX_IOERR: the run went through, an output could not be written
+
+
+def short_job(epochs=1):
+    return ["--", PY, WORKLOAD, dataset(64), "--workers", "2", "--epochs", str(epochs)]
+
+
+def err_lines(r):
+    return [l for l in r.stderr.splitlines() if l.strip() and "tracing PID" not in l]
+
+
+class Faults(BpfTestCase):
+    def setUp(self):
+        super().setUp()
+        self.full = None
+
+    def tearDown(self):
+        if self.full:
+            subprocess.run(["umount", "-l", self.full], check=False)
+        super().tearDown()
+
+    def previous(self, name, directory=None):
+        path = os.path.join(directory or self.tmp, name)
+        with open(path, "w") as f:
+            f.write(PREVIOUS)
+        return path
+
+    def assert_untouched(self, path):
+        with open(path) as f:
+            self.assertEqual(f.read(), PREVIOUS, f"{path} was changed")
+
+    def assert_no_strays(self, directory):
+        """Nothing half-written beside the outputs (the temporaries are unnamed until complete)."""
+        self.assertEqual([n for n in os.listdir(directory) if n.startswith(".")], [])
+
+    def small_disk(self, kib):
+        self.full = self.path("full")
+        os.mkdir(self.full)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", self.full], check=True)
+        return self.full
+
+    def long_job(self):
+        job = subprocess.Popen([PY, WORKLOAD, dataset(64), "--workers", "2", "--epochs", "1000"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        self.addCleanup(lambda: (job.poll() is None and os.killpg(job.pid, signal.SIGKILL), job.wait()))
+        while "epoch 0" not in job.stdout.readline():
+            self.assertIsNone(job.poll(), "the job ended early")
+        threading.Thread(target=lambda: job.stdout.read(), daemon=True).start()
+        return job
+
+    def assert_one_line(self, r, *needles, code=None):
+        lines = err_lines(r)
+        self.assertEqual(len(lines), 1, f"expected one line on stderr, got {r.stderr!r}")
+        for n in needles:
+            self.assertIn(n, lines[0])
+        if code is not None:
+            self.assertEqual(r.returncode, code, r.stderr)
+        return lines[0]
+
+    # --- full disks -------------------------------------------------------------------------------------------
+
+    def test_record_on_a_full_disk_costs_nothing_else(self):
+        disk = self.small_disk(64)
+        old = self.previous("run.lbt", disk)
+        out, js = self.path("trace.json"), self.path("summary.json")
+        r = run_lotus(["-q", "-o", out, "--summary-json", js, "--record", old] + short_job())
+        line = self.assert_one_line(r, "--record", old, "No space left on device", code=OUTPUT_FAILED)
+        self.assertNotIn("\n", line)
+        self.assert_untouched(old)
+        self.assert_no_strays(disk)
+        trace = load_trace(out)  # complete and valid
+        self.assertEqual(trace["otherData"]["samples"], 64)
+        self.assertEqual(len(spans(trace, "sample")), 64)
+        self.assertIn("RandomResizedCrop", r.stdout)  # the summary was printed
+        self.assertIn("Not written: --record", r.stdout)
+        with open(js) as f:
+            summary = json.load(f)
+        self.assertEqual(len(summary["run"]["output_failures"]), 1)
+        self.assertEqual(summary["run"]["samples"], 64)
+        self.assert_detached()
+
+    def test_trace_on_a_full_disk_keeps_the_summary(self):
+        disk = self.small_disk(64)
+        old = self.previous("trace.json", disk)
+        js = self.path("summary.json")
+        r = run_lotus(["-q", "-o", old, "--summary-json", js] + short_job())
+        self.assert_one_line(r, "-o", old, "No space left on device", code=OUTPUT_FAILED)
+        self.assert_untouched(old)
+        self.assert_no_strays(disk)
+        self.assertIn("RandomResizedCrop", r.stdout)
+        self.assertIn("trace: not written", r.stdout)
+        with open(js) as f:
+            self.assertEqual(json.load(f)["run"]["samples"], 64)
+        self.assert_detached()
+
+    # --- links and special files ------------------------------------------------------------------------------
+
+    def test_a_link_at_any_output_path_is_not_followed(self):
+        victim = self.previous("victim")
+        for flag in ("-o", "--summary-json", "--record"):
+            link = self.path(f"link{flag}")
+            os.symlink(victim, link)
+            r = run_lotus(["-q", flag, link] + short_job(), timeout=60)
+            self.assert_one_line(r, "symbolic link", link, code=1)
+            self.assertTrue(os.path.islink(link))
+            self.assert_untouched(victim)
+        dangling = self.path("dangling.json")
+        os.symlink(self.path("nowhere.json"), dangling)
+        r = run_lotus(["-q", "-o", dangling] + short_job(), timeout=60)
+        self.assert_one_line(r, "symbolic link", code=1)
+        self.assertFalse(os.path.exists(self.path("nowhere.json")))
+        self.assertTrue(os.path.islink(dangling))
+        self.assert_detached()
+
+    def test_fifo_and_directory_outputs_are_refused_at_once(self):
+        fifo = self.path("fifo")
+        os.mkfifo(fifo)
+        for flag in ("-o", "--summary-json", "--record"):
+            t0 = time.time()
+            r = run_lotus(["-q", flag, fifo] + short_job(), timeout=20)
+            self.assert_one_line(r, "a FIFO", code=1)
+            self.assertLess(time.time() - t0, 10)
+        r = run_lotus(["-q", "-o", self.tmp] + short_job(), timeout=20)
+        self.assert_one_line(r, "a directory", code=1)
+        self.assert_detached()
+
+    # --- killed tracer, failed attach, failed export ----------------------------------------------------------
+
+    def test_tracer_killed_leaves_the_previous_files(self):
+        job = self.long_job()
+        out, js, rec = self.previous("trace.json"), self.previous("summary.json"), self.previous("run.lbt")
+        tracer = start_lotus(["-q", "-o", out, "--summary-json", js, "--record", rec, "--pid", str(job.pid)])
+        wait_for_attach(tracer)
+        time.sleep(2)
+        tracer.kill()
+        tracer.communicate(timeout=30)
+        for p in (out, js, rec):
+            self.assert_untouched(p)
+        self.assert_no_strays(self.tmp)
+        self.assert_detached()
+        self.assertIsNone(job.poll(), "the target must keep running")
+
+    def test_target_exiting_during_attach_is_named(self):
+        """The target is killed as soon as the tracer holds its first BPF link: often before its Python probes are
+        attached. Every attempt ends in either that clear line with the old file kept, or a complete trace."""
+        hits = 0
+        for attempt in range(16):
+            out = self.previous("trace.json")
+            target = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"])
+            time.sleep(0.3)
+            tracer = start_lotus(["-q", "-o", out, "--pid", str(target.pid)])
+            deadline = time.time() + 30
+            while tracer.poll() is None and time.time() < deadline:
+                try:
+                    fds = [os.readlink(f"/proc/{tracer.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{tracer.pid}/fd")]
+                except OSError:
+                    fds = []
+                if any("bpf_link" in f or "perf_event" in f for f in fds):
+                    break
+                time.sleep(0.001)
+            target.kill()
+            target.wait()
+            stdout, stderr = tracer.communicate(timeout=60)
+            lines = [l for l in stderr.splitlines() if l.strip()]
+            if tracer.returncode == 1:
+                self.assertEqual(len(lines), 1, stderr)
+                self.assertIn(f"PID {target.pid} exited while lotus-bpf was attaching", lines[0])
+                self.assert_untouched(out)
+                hits += 1
+            else:
+                self.assertEqual(tracer.returncode, 0, stderr)
+                self.assertEqual(load_trace(out)["otherData"]["stop_reason"], "target exited")
+            self.assert_no_strays(self.tmp)
+            self.assert_detached()
+            if hits >= 2:
+                break
+        self.assertGreater(hits, 0, "the target never exited during attach in 16 attempts")
+
+    def test_failed_export_keeps_the_previous_trace(self):
+        rec = self.path("run.lbt")
+        r = run_lotus(["record", "-q", "-o", rec] + short_job())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(rec, "rb") as f:
+            data = bytearray(f.read())
+        cut = self.path("cut.lbt")
+        with open(cut, "wb") as f:
+            f.write(data[: len(data) * 2 // 3])
+        out = self.previous("trace.json")
+        r = run_lotus(["export", cut, "-o", out])
+        self.assert_one_line(r, "truncated", code=1)
+        self.assert_untouched(out)
+        # a damaged header or metadata: one line, not silence
+        for at in (20, 40):
+            bad = bytearray(data)
+            bad[at] ^= 0x20
+            with open(cut, "wb") as f:
+                f.write(bad)
+            r = run_lotus(["report", cut])
+            self.assert_one_line(r, "damaged", code=1)
+        self.assert_no_strays(self.tmp)
+
+    # --- bad input --------------------------------------------------------------------------------------------
+
+    def test_usage_errors_exit_2(self):
+        for args in (["--duration", "nan", "--pid", "1"], ["--duration", "inf", "--pid", "1"], ["--pid", "-5"],
+                     ["--pid", "0"], ["--counters", "bogus", "--pid", "1"], ["-o", "", "--pid", "1"],
+                     ["--summary-json", "", "--pid", "1"], ["--record", "", "--pid", "1"],
+                     ["--span", "", "--pid", "1"], ["--pipeline", "", "--pid", "1"], ["--native", "nolib", "--pid", "1"],
+                     ["--window", "nan:", "--pid", "1"], ["export", ""], ["record", "-o", "", "--pid", "1"]):
+            r = run_lotus(args, timeout=20)
+            self.assert_one_line(r, "lotus-bpf: ", code=2)
+        self.assert_detached()
+
+    def test_unmatched_native_spec_is_said(self):
+        out = self.path("t.json")
+        r = run_lotus(["-q", "-o", out, "--native", "nolib*:nosym*", "--", PY, "-c", "pass"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assert_one_line(r, "--native 'nolib*:nosym*' matched no function")
+        self.assertEqual(load_trace(out)["otherData"]["native_specs_unmatched"], ["nolib*:nosym*"])
+        self.assert_detached()
+
+    def test_permission_problem_is_named(self):
+        target = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"])  # root's
+        self.addCleanup(lambda: (target.kill(), target.wait()))
+        time.sleep(0.3)
+        caps = "+bpf,+perfmon"
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", f"--inh-caps={caps}",
+                            f"--ambient-caps={caps}", LOTUS, "-q", "--pid", str(target.pid), "-o", "/tmp/never.json"],
+                           capture_output=True, text=True, timeout=60)
+        self.assert_one_line(r, "permission denied", "CAP_SYS_PTRACE", f"uid 0", code=1)
+        self.assertFalse(os.path.exists("/tmp/never.json"))
+        self.assert_detached()
+
+    def test_the_capabilities_the_readme_names_are_enough(self):
+        """Without root: CAP_BPF + CAP_PERFMON trace a process of one's own user, and CAP_SYS_PTRACE added another
+        user's (root's, with the interpreter in /usr/bin)."""
+        out_dir = self.path("nobody")
+        os.chmod(self.tmp, 0o711)
+        os.mkdir(out_dir)
+        os.chown(out_dir, 65534, 65534)
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        own = subprocess.Popen(nobody + [PY, "-c", "import time; time.sleep(60)"])
+        root_owned = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"])
+        for p in (own, root_owned):
+            self.addCleanup(lambda p=p: (p.kill(), p.wait()))
+        time.sleep(0.3)
+        for target, caps in ((own, "+bpf,+perfmon"), (root_owned, "+bpf,+perfmon,+sys_ptrace")):
+            out = os.path.join(out_dir, f"{target.pid}.json")
+            r = subprocess.run(nobody + [f"--inh-caps={caps}", f"--ambient-caps={caps}", LOTUS, "-q", "-d", "1",
+                                         "--pid", str(target.pid), "-o", out], capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(r.returncode, 0, f"{caps}: {r.stderr}")
+            self.assertEqual(os.stat(out).st_uid, 65534)
+            self.assertEqual(load_trace(out)["otherData"]["stop_reason"], "1 s elapsed")
+        self.assert_detached()
+
+    # --- the job's fate ---------------------------------------------------------------------------------------
+
+    def test_killed_worker_and_failed_job_are_in_trace_and_summary(self):
+        out, js = self.path("trace.json"), self.path("summary.json")
+        tracer = start_lotus(["-q", "-o", out, "--summary-json", js, "--", PY, WORKLOAD, dataset(64), "--workers", "2",
+                              "--epochs", "1000", "--persistent"])
+        wait_for_attach(tracer)
+        main_pid = None
+        deadline = time.time() + 60
+        workers = []
+        while time.time() < deadline and len(workers) < 2:  # the job's workers: children of its main process
+            out_ps = subprocess.run(["ps", "-o", "pid=,ppid=,args=", "--ppid", str(tracer.pid)], capture_output=True,
+                                    text=True).stdout.split("\n")
+            mains = [int(l.split()[0]) for l in out_ps if "pipeline_job.py" in l]
+            if mains:
+                main_pid = mains[0]
+                workers = [int(p) for p in subprocess.run(["pgrep", "-P", str(main_pid)], capture_output=True,
+                                                          text=True).stdout.split()]
+            time.sleep(0.2)
+        self.assertEqual(len(workers), 2, "the job's two workers did not start")
+        time.sleep(2)
+        victim = max(workers)
+        os.kill(victim, signal.SIGKILL)
+        stdout, stderr = tracer.communicate(timeout=120)
+        self.assertNotEqual(tracer.returncode, 0)  # the job fails: DataLoader worker exited unexpectedly
+        trace = load_trace(out)
+        ends = {e["pid"]: e for e in trace["traceEvents"] if e.get("cat") == "process"}
+        self.assertEqual(ends[victim]["name"], "killed by SIGKILL")
+        self.assertEqual(ends[victim]["args"]["signal"], 9)
+        self.assertEqual(ends[main_pid]["name"], f"exited with status {tracer.returncode}")
+        self.assertIn(f"(PID {victim}) killed by SIGKILL at", stdout)
+        self.assertIn(f"(PID {main_pid}) exited with status {tracer.returncode} at", stdout)
+        with open(js) as f:
+            run = json.load(f)["run"]
+        self.assertEqual({e["pid"]: e["signal"] for e in run["process_ends"]}, {victim: 9, main_pid: 0})
+        self.assert_detached()
+
+    def test_outputs_belong_to_the_sudo_user(self):
+        env = dict(os.environ, SUDO_UID="4321", SUDO_GID="8765")
+        out, js, rec = self.path("t.json"), self.path("s.json"), self.path("r.lbt")
+        r = run_lotus(["-q", "-o", out, "--summary-json", js, "--record", rec, "--", PY, "-c", "pass"], env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for p in (out, js, rec):
+            st = os.stat(p)
+            self.assertEqual((st.st_uid, st.st_gid), (4321, 8765), p)
+        self.assert_detached()
+
+
+if __name__ == "__main__":
+    unittest.main()
