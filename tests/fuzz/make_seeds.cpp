@@ -19,11 +19,13 @@ int main(int argc, char** argv)
     ss << in.rdbuf();
     std::string file = ss.str();
     std::ofstream(std::string(argv[2]) + "/seed-file", std::ios::binary) << '\0' << file;
-    uint32_t meta, v[2];
+    std::ofstream(std::string(argv[2]) + "/seed-file-crc-fixed", std::ios::binary) << '\2' << file;
+    uint32_t meta, version, v[2];
     if (file.size() < 32)
         return 1;
+    memcpy(&version, file.data() + 8, 4);
     memcpy(&meta, file.data() + 28, 4);
-    size_t at = 32 + meta;
+    size_t at = 32 + meta + (version >= 4 ? 4 : 0); // format 4: the header's CRC-32
     memcpy(v, file.data() + at, 8);
     std::string out(1, '\1');
     out.append(reinterpret_cast<const char*>(&v[0]), 4);

@@ -2,11 +2,14 @@
 // `lotus-bpf export/report` would run them. Must never crash, hang or leak; RecordError (CodecError for the
 // streams) is the expected way out for bad input. The first byte picks what the rest is:
 //   0: a record file;
+//   2: a record file whose header checksum (format 4) is set right first, so that mutations reach the header's
+//      fields and the blocks behind it;
 //   1: one block's inflated streams (u32 records, then per stream u32 size + bytes), so that mutations reach
 //      the block decoder behind zlib's checksums.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <zlib.h>
 #include <vector>
 
 #include "export/record_codec.h"
@@ -22,7 +25,7 @@ namespace {
 template <typename Next> void reconstruct(uint64_t t0_ns, Next next)
 {
     lotus::model::Rules rules({"Pipeline"}, {"*work*"});
-    lotus::exporter::OutputFile out("/dev/null");
+    lotus::exporter::OutputFile out(""); // keeps nothing
     lotus::exporter::ChromeTraceWriter trace(out, t0_ns);
     trace.set_counter_names({"task-clock", "page-faults"});
     lotus::exporter::Summary summary;
@@ -42,7 +45,7 @@ template <typename Next> void reconstruct(uint64_t t0_ns, Next next)
     FILE* sink = fopen("/dev/null", "w");
     summary.print(sink, engine.processes(), batches, {});
     fclose(sink);
-    out.close();
+    out.commit();
 }
 
 void streams(const uint8_t* data, size_t size)
@@ -89,7 +92,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
         streams(data + 1, size - 1);
         return 0;
     }
-    FILE* f = fmemopen(const_cast<uint8_t*>(data + 1), size - 1, "rb");
+    std::vector<uint8_t> file(data + 1, data + size);
+    uint32_t meta = 0;
+    if (data[0] == 2 && file.size() >= 36 && (memcpy(&meta, file.data() + 28, 4), meta <= file.size() - 36)) {
+        // Past the header's checksum (format 4), so that mutations reach the header's fields and the blocks.
+        uint32_t crc = static_cast<uint32_t>(crc32(0, file.data(), 32 + meta));
+        memcpy(file.data() + 32 + meta, &crc, 4);
+    }
+    FILE* f = fmemopen(file.data(), file.size(), "rb");
     if (!f)
         return 0;
     try {

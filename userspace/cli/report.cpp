@@ -131,11 +131,12 @@ bool report(const Options& opts, Outputs& outputs, exporter::ChromeTraceWriter& 
         }
     };
     if (!opts.print_summary) {
-        if (!opts.record.empty())
-            fmt::print(stderr, "lotus-bpf: {} {} events ({} lost) to {}\n",
-                       outputs.failures().empty() ? "wrote" : "captured", other["events"], lost, opts.record);
-        else if (!outputs.trace().failed())
+        if (!opts.record.empty()) {
+            if (outputs.failures().empty())
+                fmt::print(stderr, "lotus-bpf: wrote {} events ({} lost) to {}\n", other["events"], lost, opts.record);
+        } else if (!outputs.trace().failed()) {
             fmt::print(stderr, "lotus-bpf: wrote {}\n", opts.output);
+        }
         write_summary_json();
         return outputs.failures().empty();
     }
