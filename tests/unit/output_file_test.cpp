@@ -120,7 +120,7 @@ TEST(OutputFile, RefusesWhatIsNotARegularFile)
     ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
     EXPECT_NE(refusal(fifo).find("a FIFO"), std::string::npos); // at once: a FIFO without reader never blocks us
     EXPECT_NE(refusal(d.dir.string()).find("a directory"), std::string::npos);
-    EXPECT_NE(refusal("/dev/null").find("a device"), std::string::npos);
+    EXPECT_NE(refusal("/dev/zero").find("a device"), std::string::npos);
     EXPECT_NE(refusal("/nonexistent-dir/trace.json").find("No such file or directory"), std::string::npos);
 }
 
@@ -166,12 +166,17 @@ TEST(OutputFile, GzipByNameOnlyWhenAsked)
     }
 }
 
-TEST(OutputFile, EmptyPathKeepsNothing)
+TEST(OutputFile, EmptyPathAndDevNullKeepNothing)
 {
-    exporter::OutputFile out("");
-    out.write("x");
-    EXPECT_TRUE(out.discards());
-    EXPECT_TRUE(out.commit());
+    for (const char* path : {"", "/dev/null"}) {
+        exporter::OutputFile out(path);
+        out.write("x");
+        EXPECT_TRUE(out.discards());
+        EXPECT_TRUE(out.commit());
+    }
+    struct stat st{};
+    ASSERT_EQ(stat("/dev/null", &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode)); // untouched
 }
 
 TEST(OutputFile, BelongsToTheSudoUser)

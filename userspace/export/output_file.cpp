@@ -80,6 +80,8 @@ std::pair<int, int> output_owner()
 OutputFile::OutputFile(const std::string& path, OutputOptions options, OutputFailure on_failure)
     : path_(path), what_(options.what.empty() ? "output" : options.what), on_failure_(std::move(on_failure))
 {
+    if (path_ == "/dev/null") // the one device that means "keep nothing": not opened at all
+        path_.clear();
     if (path_.empty())
         return;
     auto refuse = [&](const std::string& why) { return std::runtime_error(fmt::format("cannot write {} {}: {}", what_, path_, why)); };

@@ -1,7 +1,8 @@
 // Output files that appear at their path only complete. Each is written to an unnamed temporary file in its
 // destination directory (O_TMPFILE; a hidden O_EXCL name where the file system has none), fsynced and renamed
 // into place by commit(). A run that fails or is killed leaves the previous file untouched and no partial one.
-// A symbolic link at the path is never followed; FIFOs, devices and directories are refused when opened.
+// A symbolic link at the path is never followed; FIFOs, devices (but /dev/null: nothing kept) and directories
+// are refused when opened.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -23,7 +24,7 @@ struct OutputOptions {
 
 class OutputFile {
 public:
-    // Empty path: a sink that keeps nothing. Throws std::runtime_error with one line when the destination
+    // Empty path or /dev/null: a sink that keeps nothing. Throws std::runtime_error with one line when the destination
     // cannot be used (a link, not a regular file, a missing or unwritable directory).
     OutputFile(const std::string& path, OutputOptions options = {}, OutputFailure on_failure = {});
     ~OutputFile(); // abandons the file unless committed
