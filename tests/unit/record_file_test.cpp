@@ -115,6 +115,24 @@ std::string temp_path()
     return p;
 }
 
+// The bytes of an empty record file with this header's metadata, as the writer makes it.
+std::string empty_file(const std::string& meta)
+{
+    std::string path = temp_path();
+    {
+        RecordWriter w(path, RecordHeader{123, 42, meta});
+        w.close();
+    }
+    FILE* f = fopen(path.c_str(), "rb");
+    std::string all;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof(buf), f)) > 0;)
+        all.append(buf, n);
+    fclose(f);
+    unlink(path.c_str());
+    return all;
+}
+
 } // namespace
 
 TEST(RecordCodec, RoundTripsEveryKindOfRecordByteForByte)
@@ -232,18 +250,7 @@ TEST(RecordFile, WritesBlocksAndReadsThemBack)
 
 TEST(RecordFile, ReadsTheEventAbisItKnows)
 {
-    std::string path = temp_path();
-    {
-        RecordWriter w(path, RecordHeader{1, 42, "{}"});
-        w.close();
-    }
-    FILE* f = fopen(path.c_str(), "rb");
-    std::string all;
-    char buf[4096];
-    for (size_t n; (n = fread(buf, 1, sizeof(buf), f)) > 0;)
-        all.append(buf, n);
-    fclose(f);
-    unlink(path.c_str());
+    std::string all = empty_file("{}");
     // Files of an earlier event ABI (their DataLoader records differ) and of unknown ones are refused.
     for (uint32_t abi : {2u, 3u, uint32_t(LOTUS_ABI_VERSION), 1u, uint32_t(LOTUS_ABI_VERSION + 1)}) {
         memcpy(all.data() + 12, &abi, 4);
@@ -261,19 +268,8 @@ TEST(RecordFile, ReadsTheEventAbisItKnows)
 
 TEST(RecordFile, DamagedHeaderOrMetadataIsRefusedWithOneLine)
 {
-    std::string path = temp_path();
     const std::string meta = R"({"python":"3.11.2","interpreter":"/usr/bin/python3.11"})";
-    {
-        RecordWriter w(path, RecordHeader{123, 42, meta});
-        w.close();
-    }
-    FILE* f = fopen(path.c_str(), "rb");
-    std::string all;
-    char buf[4096];
-    for (size_t n; (n = fread(buf, 1, sizeof(buf), f)) > 0;)
-        all.append(buf, n);
-    fclose(f);
-    unlink(path.c_str());
+    std::string all = empty_file(meta);
     // Every byte after the magic, version and ABI: t0, root pid, metadata length, metadata, checksum.
     for (size_t at = 16; at < 32 + meta.size() + 4; at++) {
         std::string bad = all;
