@@ -34,6 +34,26 @@ class DataLoaderSemantics(BpfTestCase):
         data, trace = self.trace_job("--containers", epochs=1)
         assert_containers(self, trace, IMAGES, OPS, self.summary)
 
+    def test_non_ascii_names_pass_through(self):
+        """Paths and class names that are not ASCII read back identical from the trace and the summary JSON."""
+        out, js = self.path("tracé.json"), self.path("résumé.json")
+        r = run_lotus(["-q", "-o", out, "--summary-json", js, "--", PY,
+                       os.path.join(os.path.dirname(WORKLOAD), "unicode_job.py"), dataset(64), self.tmp])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        loaded = {l.split(" ", 1)[1] for l in r.stdout.splitlines() if l.startswith("loaded ")}
+        self.assertEqual(len(loaded), 16)
+        self.assertTrue(all("café/classe_ü/img_" in p and p.endswith("_ü日.jpg") for p in loaded), loaded)
+        trace = load_trace(out)
+        self.assertEqual({s["args"]["path"] for s in spans(trace, "loader")}, loaded)
+        self.assertEqual(Counter(s["name"] for s in spans(trace, "op")),
+                         {"Recadré": 16, "変換": 16, "ToTensor": 16})
+        with open(js, encoding="utf-8") as f:
+            ops = json.load(f)["ops"]
+        self.assertEqual(ops["Recadré"]["count"], 16)
+        self.assertEqual(ops["変換"]["count"], 16)
+        self.assertIn("Recadré", r.stdout)  # the printed summary too
+        self.assertIn("変換", r.stdout)
+
     def test_two_workers_fork(self):
         data, trace = self.trace_job(env={"LOTUS_DEBUG_EVENTS": "1"})  # every record on stderr
         self.check(data, trace, 2, 2)

@@ -7,6 +7,7 @@
 
 #include "export/chrome_trace.h"
 #include "common/json.h"
+#include "common/utf8.h"
 #include "export/output_file.h"
 
 using namespace lotus;
@@ -95,7 +96,23 @@ TEST(ChromeTrace, GzipWhenNameEndsInGz)
     EXPECT_TRUE(nlohmann::json::accept(text));
 }
 
-TEST(Json, EscapesControlAndNonAsciiBytes)
+TEST(Utf8, CodePointsOfCompactStringsAreEncoded)
 {
-    EXPECT_EQ(exporter::json_string("a\"b\\c\x01\xff"), "\"a\\\"b\\\\c\\u0001\\u00ff\"");
+    std::string out;
+    for (uint32_t cp : {0x63u, 0xe9u, 0x65e5u, 0x1f5bcu, 0xd800u, 0x110000u})
+        common::append_code_point(out, cp);
+    EXPECT_EQ(out, "c\xc3\xa9\xe6\x97\xa5\xf0\x9f\x96\xbc\xef\xbf\xbd\xef\xbf\xbd");
+    EXPECT_EQ(common::valid_utf8(out), out);
+}
+
+TEST(Json, EscapesControlCharactersKeepsUtf8AndReplacesInvalidBytes)
+{
+    EXPECT_EQ(exporter::json_string("a\"b\\c\x01\xff"), "\"a\\\"b\\\\c\\u0001\\ufffd\"");
+    const std::string path = "/data/caf\xc3\xa9/img_\xc3\xbc \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x96\xbc.jpg"; // café, ü, 日本, 🖼
+    EXPECT_EQ(exporter::json_string(path), "\"" + path + "\"");
+    EXPECT_EQ(nlohmann::json::parse(exporter::json_string(path)).get<std::string>(), path);
+    // a lone continuation byte, a truncated sequence, an overlong form, a surrogate: each byte replaced alone
+    EXPECT_EQ(exporter::json_string("x\x80y\xc3"), "\"x\\ufffdy\\ufffd\"");
+    EXPECT_EQ(exporter::json_string("\xc0\xaf"), "\"\\ufffd\\ufffd\"");
+    EXPECT_EQ(exporter::json_string("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");
 }

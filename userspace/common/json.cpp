@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "utf8.h"
+
 namespace lotus::exporter {
 
 namespace {
@@ -29,13 +31,22 @@ void append_json_string(std::string& out, std::string_view s)
         if (j == s.size())
             break;
         auto c = static_cast<unsigned char>(s[j]);
+        if (c >= 0x80) { // UTF-8 passes through as it is; a byte outside a valid sequence becomes U+FFFD
+            size_t len = common::utf8_sequence(s, j);
+            if (len)
+                out.append(s.data() + j, len);
+            else
+                out += "\\ufffd";
+            i = j + (len ? len : 1);
+            continue;
+        }
         switch (c) {
         case '"': out += "\\\""; break;
         case '\\': out += "\\\\"; break;
         case '\n': out += "\\n"; break;
         case '\t': out += "\\t"; break;
         case '\r': out += "\\r"; break;
-        default: out += fmt::format("\\u{:04x}", c); // bytes from the target are not trusted to be UTF-8
+        default: out += fmt::format("\\u{:04x}", c); // control characters and DEL
         }
         i = j + 1;
     }

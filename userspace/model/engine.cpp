@@ -1,6 +1,7 @@
 #include "engine.h"
 
 #include "common/json.h"
+#include "common/utf8.h"
 
 #include <algorithm>
 #include <cstring>
@@ -10,48 +11,21 @@ namespace lotus::model {
 
 namespace {
 
-// Bytes that claim to be UTF-8 (names read from the target, or from a damaged record file), with every byte
-// that does not start or continue a valid sequence replaced by '?': output files stay valid UTF-8 JSON.
-std::string valid_utf8(const char* p, size_t n)
-{
-    std::string out;
-    out.reserve(n);
-    for (size_t i = 0; i < n;) {
-        auto c = static_cast<unsigned char>(p[i]);
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-        bool ok = len > 0 && i + len <= n && !(len == 2 && c < 0xc2) && c <= 0xf4;
-        if (ok && len > 2) { // no overlong forms, surrogates or code points past U+10FFFF
-            auto c1 = static_cast<unsigned char>(p[i + 1]);
-            ok = !(c == 0xe0 && c1 < 0xa0) && !(c == 0xed && c1 >= 0xa0) && !(c == 0xf0 && c1 < 0x90) &&
-                 !(c == 0xf4 && c1 >= 0x90);
-        }
-        for (size_t k = 1; ok && k < len; k++)
-            ok = (static_cast<unsigned char>(p[i + k]) & 0xc0) == 0x80;
-        if (ok) {
-            out.append(p + i, len);
-            i += len;
-        } else {
-            out += '?';
-            i++;
-        }
-    }
-    return out;
-}
-
 std::string decode(const char* buf, size_t cap, uint8_t kind)
 {
     if (kind != 0 && kind != 1 && kind != 2 && kind != 4)
         return "?"; // unreadable (0xff), or a corrupt record
+    // Bytes (paths, UTF-8 names): valid sequences kept, others replaced, so outputs stay valid UTF-8 JSON.
     if (kind == 0)
-        return valid_utf8(buf, strnlen(buf, cap));
-    // Non-ASCII compact str: keep the code points below 256, mark the others.
+        return common::valid_utf8(std::string_view(buf, strnlen(buf, cap)));
+    // A non-ASCII compact str: its code points (Latin-1, UCS-2 or UCS-4 units), encoded as UTF-8.
     std::string out;
     for (size_t i = 0; i + kind <= cap; i += kind) {
         uint32_t cp = 0;
         memcpy(&cp, buf + i, kind);
         if (cp == 0)
             break;
-        out += cp < 128 ? static_cast<char>(cp) : '?';
+        common::append_code_point(out, cp);
     }
     return out;
 }
