@@ -138,7 +138,16 @@ void parse_window(Parsed& p)
 int main(int argc, char** argv)
 {
     CLI::App app{"lotus-bpf: per-op spans of a PyTorch DataLoader pipeline, traced with eBPF, zero code change"};
-    app.set_version_flag("--version", "lotus-bpf " LOTUS_VERSION);
+    app.set_version_flag("-V,--version", "lotus-bpf " LOTUS_VERSION);
+    app.footer(R"(Examples:
+  sudo lotus-bpf --pid 4242                        attach to a training job; Ctrl-C to stop
+  sudo lotus-bpf -o run.json.gz -- python train.py launch and trace
+  sudo lotus-bpf record -o run.lbt --pid 4242      keep the raw events; then:
+  lotus-bpf report run.lbt                         the summary (no root needed)
+  lotus-bpf export run.lbt -o run.json             the Chrome trace (no root needed)
+
+Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (one line on stderr);
+2 usage error; 74 an output could not be written (the others were). man lotus-bpf for more.)");
     Parsed p;
     auto& opts = p.opts;
 

@@ -1,0 +1,34 @@
+# bash completion for lotus-bpf
+_lotus_bpf()
+{
+    local cur prev words cword
+    _init_completion || return
+    local opts="-p --pid -d --duration -o --output --summary-json --record --replay --pipeline --span --rules
+        --all-calls --native-map --native --sample-freq --counters --coarse --window -q --quiet -V --version -h --help"
+    case $prev in
+        -p|--pid)
+            COMPREPLY=($(compgen -W "$(pgrep -f python 2>/dev/null)" -- "$cur"))
+            return ;;
+        -o|--output|--summary-json|--record|--replay|--rules)
+            _filedir
+            return ;;
+        --counters)
+            COMPREPLY=($(compgen -W "default task-clock page-faults context-switches cycles instructions cache-misses branch-misses" -- "$cur"))
+            return ;;
+        -d|--duration|--sample-freq|--window|--pipeline|--span|--native)
+            return ;;
+    esac
+    if [[ $cword -eq 1 && $cur != -* ]]; then
+        COMPREPLY=($(compgen -W "record export report" -- "$cur"))
+        return
+    fi
+    case ${words[1]} in
+        export|report)
+            if [[ $cur != -* ]]; then
+                _filedir lbt
+                return
+            fi ;;
+    esac
+    COMPREPLY=($(compgen -W "$opts" -- "$cur"))
+}
+complete -F _lotus_bpf lotus-bpf
