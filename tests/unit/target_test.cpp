@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "target/cpython_layouts.h"
 #include "target/elf_file.h"
 #include "target/interpreter.h"
@@ -47,8 +49,16 @@ TEST(ElfFile, FindsOwnSymbolsAndFileOffsets)
 
 TEST(ElfFile, RejectsNonElf)
 {
+    auto open_fds = [] {
+        size_t n = 0;
+        for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd"))
+            n += !e.path().empty();
+        return n;
+    };
+    size_t before = open_fds();
     EXPECT_THROW(ElfFile("/proc/self/status"), std::runtime_error);
     EXPECT_THROW(ElfFile("/no/such/file"), std::runtime_error);
+    EXPECT_EQ(open_fds(), before); // a refused file leaves no descriptor open
 }
 
 TEST(Layouts, OneRowPerSupportedVersion)

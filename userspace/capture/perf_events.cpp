@@ -84,11 +84,7 @@ std::vector<CounterSpec> parse_counters(const std::string& list)
 
 bool counter_available(const CounterSpec& c)
 {
-    int fd = perf_open(c, 0, 0);
-    if (fd < 0)
-        return false;
-    close(fd);
-    return true;
+    return static_cast<bool>(common::UniqueFd(perf_open(c, 0, 0)));
 }
 
 CounterChoice choose_counters(const std::vector<CounterSpec>& wanted)
@@ -112,24 +108,15 @@ CounterChoice choose_counters(const std::vector<CounterSpec>& wanted)
     return out;
 }
 
-std::vector<int> open_per_cpu(const CounterSpec& c, uint64_t sample_freq)
+std::vector<common::UniqueFd> open_per_cpu(const CounterSpec& c, uint64_t sample_freq)
 {
-    std::vector<int> fds;
+    std::vector<common::UniqueFd> fds;
     int ncpu = libbpf_num_possible_cpus();
     for (int cpu = 0; cpu < ncpu; cpu++) {
-        int fd = perf_open(c, cpu, sample_freq);
-        if (fd < 0) {
-            if (errno == ENODEV) { // a possible CPU that is not online
-                fds.push_back(-1);
-                continue;
-            }
-            int err = errno;
-            for (int f : fds)
-                if (f >= 0)
-                    close(f);
-            throw CaptureError(fmt::format("cannot open perf event {} on CPU {}: {}", c.name, cpu, strerror(err)));
-        }
-        fds.push_back(fd);
+        common::UniqueFd fd(perf_open(c, cpu, sample_freq));
+        if (!fd && errno != ENODEV) // ENODEV: a possible CPU that is not online (its slot stays empty)
+            throw CaptureError(fmt::format("cannot open perf event {} on CPU {}: {}", c.name, cpu, strerror(errno)));
+        fds.push_back(std::move(fd));
     }
     return fds;
 }

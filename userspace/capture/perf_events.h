@@ -1,6 +1,7 @@
 // Perf events lotus-bpf opens itself: the counters read at op boundaries (--counters) and the sampling event
 // of the native map. Names are perf's; what the machine lacks is reported, never faked.
 #pragma once
+#include "common/unique_fd.h"
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,7 +31,7 @@ struct CounterChoice {
 CounterChoice choose_counters(const std::vector<CounterSpec>& wanted);
 
 // One event per possible CPU (pid -1). Returns the fds indexed by CPU (-1: CPU offline), or throws CaptureError. Sampling events use freq Hz.
-std::vector<int> open_per_cpu(const CounterSpec& c, uint64_t sample_freq = 0);
+std::vector<common::UniqueFd> open_per_cpu(const CounterSpec& c, uint64_t sample_freq = 0);
 // cycles where a PMU counts them, else cpu-clock.
 CounterSpec sampling_event();
 

@@ -70,15 +70,13 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     : interp_(interp), sink_(std::move(sink))
 {
     libbpf_set_print(quiet_libbpf);
-    skel_ = lotus_bpf__open();
+    skel_.reset(lotus_bpf__open());
     if (!skel_)
         throw CaptureError(fmt::format("cannot open the BPF programs: {}", strerror(errno)));
     skel_->rodata->layout = interp.layout;
     int ncpu = libbpf_num_possible_cpus();
-    if (ncpu <= 0 || counters.size() > LOTUS_MAX_PERF) {
-        close();
+    if (ncpu <= 0 || counters.size() > LOTUS_MAX_PERF)
         throw CaptureError("cannot count the CPUs, or too many counters");
-    }
     skel_->rodata->nr_perf = static_cast<uint32_t>(counters.size());
     skel_->rodata->nr_cpus = static_cast<uint32_t>(ncpu);
     skel_->rodata->inline_calls = features.inline_calls ? 1 : 0;
@@ -104,35 +102,30 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     bpf_program__set_autoload(skel_->progs.native_return, features.native);
     bpf_program__set_autoload(skel_->progs.on_sample, features.sampling);
     bpf_map__set_max_entries(skel_->maps.lotus_perf, static_cast<uint32_t>(LOTUS_MAX_PERF * ncpu));
-    if (int err = lotus_bpf__load(skel_)) {
-        close();
+    if (int err = lotus_bpf__load(skel_.get()))
         throw CaptureError(fmt::format("cannot load the BPF programs: {} (set LOTUS_BPF_DEBUG=1 for the log)",
                                        strerror(-err)));
-    }
-    rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.events), on_record, this, nullptr);
-    lib_rb_ = ring_buffer__new(bpf_map__fd(skel_->maps.lib_opens), on_library, this, nullptr);
-    if (!rb_ || !lib_rb_) {
-        close();
+    rb_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.events), on_record, this, nullptr));
+    lib_rb_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.lib_opens), on_library, this, nullptr));
+    if (!rb_ || !lib_rb_)
         throw CaptureError(fmt::format("cannot open the ring buffer: {}", strerror(errno)));
-    }
-    try {
-        for (size_t k = 0; k < counters.size(); k++) {
-            auto fds = open_per_cpu(counters[k]);
-            for (size_t cpu = 0; cpu < fds.size(); cpu++) {
-                if (fds[cpu] < 0)
-                    continue;
-                perf_fds_.push_back(fds[cpu]);
-                uint32_t idx = static_cast<uint32_t>(k * ncpu + cpu);
-                if (bpf_map_update_elem(bpf_map__fd(skel_->maps.lotus_perf), &idx, &fds[cpu], BPF_ANY))
-                    throw CaptureError(fmt::format("cannot hand counter {} to BPF: {}", counters[k].name,
-                                                   strerror(errno)));
-            }
+    for (size_t k = 0; k < counters.size(); k++) {
+        auto fds = open_per_cpu(counters[k]);
+        for (size_t cpu = 0; cpu < fds.size(); cpu++) {
+            if (!fds[cpu])
+                continue;
+            uint32_t idx = static_cast<uint32_t>(k * ncpu + cpu);
+            int fd = fds[cpu].get();
+            perf_fds_.push_back(std::move(fds[cpu]));
+            if (bpf_map_update_elem(bpf_map__fd(skel_->maps.lotus_perf), &idx, &fd, BPF_ANY))
+                throw CaptureError(fmt::format("cannot hand counter {} to BPF: {}", counters[k].name, strerror(errno)));
         }
-    } catch (...) {
-        close();
-        throw;
     }
 }
+
+void Probe::SkeletonFree::operator()(lotus_bpf* s) const { lotus_bpf__destroy(s); }
+void Probe::RingFree::operator()(ring_buffer* r) const { ring_buffer__free(r); }
+void Probe::LinkFree::operator()(bpf_link* l) const { bpf_link__destroy(l); }
 
 Probe::~Probe() { close(); }
 
@@ -152,32 +145,20 @@ static void close_in_parallel(const std::vector<int>& fds)
         t.join();
 }
 
+// In the order the members' destructors would go, but with the uprobe_multi links closed in parallel.
 void Probe::close()
 {
-    if (session_link_ >= 0) {
-        ::close(session_link_);
-        session_link_ = -1;
-    }
-    close_in_parallel(multi_links_);
+    session_link_.reset();
+    std::vector<int> fds;
+    for (auto& l : multi_links_)
+        fds.push_back(l.release());
     multi_links_.clear();
-    for (auto* l : links_)
-        bpf_link__destroy(l);
+    close_in_parallel(fds);
     links_.clear();
-    for (int fd : perf_fds_)
-        ::close(fd);
     perf_fds_.clear();
-    if (rb_) {
-        ring_buffer__free(rb_);
-        rb_ = nullptr;
-    }
-    if (lib_rb_) {
-        ring_buffer__free(lib_rb_);
-        lib_rb_ = nullptr;
-    }
-    if (skel_) {
-        lotus_bpf__destroy(skel_); // destroys every link: uprobes and tracepoints are gone after this
-        skel_ = nullptr;
-    }
+    rb_.reset();
+    lib_rb_.reset();
+    skel_.reset(); // its tracepoint links and the programs: nothing of lotus-bpf is attached after this
 }
 
 int Probe::on_record(void* ctx, void* data, size_t len)
@@ -186,7 +167,7 @@ int Probe::on_record(void* ctx, void* data, size_t len)
     // A long backlog in the main ring must not delay a library's probes: look at the side ring often.
     if (++self->since_lib_check_ >= 64) {
         self->since_lib_check_ = 0;
-        ring_buffer__consume(self->lib_rb_);
+        ring_buffer__consume(self->lib_rb_.get());
     }
     self->sink_(data, len);
     return 0;
@@ -237,8 +218,8 @@ struct UprobeMultiLinkAttr {
 };
 constexpr uint32_t kUprobeMultiReturn = 1; // BPF_F_UPROBE_MULTI_RETURN
 
-int Probe::multi_link(bpf_program* prog, int attach_type, const std::string& path,
-                      const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies, bool ret)
+common::UniqueFd Probe::multi_link(bpf_program* prog, int attach_type, const std::string& path,
+                                   const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies, bool ret)
 {
     UprobeMultiLinkAttr attr{};
     attr.prog_fd = static_cast<uint32_t>(bpf_program__fd(prog));
@@ -250,7 +231,7 @@ int Probe::multi_link(bpf_program* prog, int attach_type, const std::string& pat
     attr.multi_flags = ret ? kUprobeMultiReturn : 0;
     // pid 0: every process mapping the file, so that forked workers are seen; BPF drops the events of
     // processes outside the traced set.
-    return static_cast<int>(syscall(SYS_bpf, BPF_LINK_CREATE, &attr, sizeof(attr)));
+    return common::UniqueFd(static_cast<int>(syscall(SYS_bpf, BPF_LINK_CREATE, &attr, sizeof(attr))));
 }
 
 bool Probe::attach_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
@@ -261,37 +242,37 @@ bool Probe::attach_pair(bpf_program* entry, bpf_program* ret, const std::string&
     // BPF). The other order loses the return of a call that begins between the two attachments, which left
     // every later span of that thread nested in it.
     if (multi_type_ >= 0) {
-        int out = multi_link(ret, multi_type_, path, offsets, cookies, true);
-        if (out < 0)
+        auto out = multi_link(ret, multi_type_, path, offsets, cookies, true);
+        if (!out)
             return false;
-        int in = multi_link(entry, multi_type_, path, offsets, cookies, false);
-        if (in < 0) {
+        auto in = multi_link(entry, multi_type_, path, offsets, cookies, false);
+        if (!in) {
             int err = errno;
-            ::close(out);
+            out.reset();
             errno = err;
             return false;
         }
-        multi_links_.push_back(out);
-        multi_links_.push_back(in);
+        multi_links_.push_back(std::move(out));
+        multi_links_.push_back(std::move(in));
         return true;
     }
     if (offsets.size() != 1)
         return false;
     uint64_t cookie = cookies.empty() ? 0 : cookies[0];
     LIBBPF_OPTS(bpf_uprobe_opts, ret_opts, .bpf_cookie = cookie, .retprobe = true);
-    bpf_link* out = bpf_program__attach_uprobe_opts(ret, -1, path.c_str(), offsets[0], &ret_opts);
+    Link out(bpf_program__attach_uprobe_opts(ret, -1, path.c_str(), offsets[0], &ret_opts));
     if (!out)
         return false;
     LIBBPF_OPTS(bpf_uprobe_opts, entry_opts, .bpf_cookie = cookie, .retprobe = false);
-    bpf_link* in = bpf_program__attach_uprobe_opts(entry, -1, path.c_str(), offsets[0], &entry_opts);
+    Link in(bpf_program__attach_uprobe_opts(entry, -1, path.c_str(), offsets[0], &entry_opts));
     if (!in) {
         int err = errno;
-        bpf_link__destroy(out);
+        out.reset();
         errno = err;
         return false;
     }
-    links_.push_back(out);
-    links_.push_back(in);
+    links_.push_back(std::move(out));
+    links_.push_back(std::move(in));
     return true;
 }
 
@@ -300,7 +281,7 @@ void Probe::attach_python()
     if (session_type_ >= 0) {
         // One probe for entry and return: the kernel hooks the return only of calls whose entry asks for it.
         session_link_ = multi_link(skel_->progs.py_call, session_type_, interp_.object_path, {interp_.eval_offset});
-        if (session_link_ < 0)
+        if (!session_link_)
             throw CaptureError(fmt::format("cannot attach a uprobe session to {}: {}", interp_.object_path,
                                            strerror(errno)));
         return;
@@ -319,19 +300,19 @@ void Probe::attach_inline_calls(const std::vector<uint64_t>& resume_offsets, uin
     if (multi_type_ >= 0) {
         for (auto [prog, offsets] : {std::pair{skel_->progs.py_resume, resume_offsets},
                                      std::pair{skel_->progs.py_retval, std::vector<uint64_t>{return_offset}}}) {
-            int fd = multi_link(prog, multi_type_, interp_.object_path, offsets);
-            if (fd < 0)
+            auto fd = multi_link(prog, multi_type_, interp_.object_path, offsets);
+            if (!fd)
                 throw refused(offsets[0]);
-            multi_links_.push_back(fd);
+            multi_links_.push_back(std::move(fd));
         }
         return;
     }
     auto attach = [&](bpf_program* prog, uint64_t off) {
         LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = false);
-        bpf_link* l = bpf_program__attach_uprobe_opts(prog, -1, interp_.object_path.c_str(), off, &opts);
+        Link l(bpf_program__attach_uprobe_opts(prog, -1, interp_.object_path.c_str(), off, &opts));
         if (!l)
             throw refused(off);
-        links_.push_back(l);
+        links_.push_back(std::move(l));
     };
     for (uint64_t off : resume_offsets)
         attach(skel_->progs.py_resume, off);
@@ -340,15 +321,14 @@ void Probe::attach_inline_calls(const std::vector<uint64_t>& resume_offsets, uin
 
 void Probe::attach_sampling(const CounterSpec& event, uint64_t freq)
 {
-    auto fds = open_per_cpu(event, freq);
-    for (int fd : fds) {
-        if (fd < 0)
+    for (auto& fd : open_per_cpu(event, freq)) {
+        if (!fd)
             continue;
-        perf_fds_.push_back(fd);
-        bpf_link* l = bpf_program__attach_perf_event(skel_->progs.on_sample, fd);
+        Link l(bpf_program__attach_perf_event(skel_->progs.on_sample, fd.get()));
+        perf_fds_.push_back(std::move(fd));
         if (!l)
             throw CaptureError(fmt::format("cannot attach the sampling program: {}", strerror(errno)));
-        links_.push_back(l);
+        links_.push_back(std::move(l));
     }
 }
 
@@ -375,11 +355,11 @@ std::vector<bool> Probe::attach_native(const std::string& path, const std::vecto
 int Probe::poll(int timeout_ms)
 {
     // BPF wakes us only once a batch has accumulated; after the timeout, consume what is there anyway.
-    ring_buffer__consume(lib_rb_);
-    int n = ring_buffer__poll(rb_, timeout_ms);
+    ring_buffer__consume(lib_rb_.get());
+    int n = ring_buffer__poll(rb_.get(), timeout_ms);
     if (n < 0 && n != -EINTR)
         throw CaptureError(fmt::format("ring buffer poll failed: {}", strerror(-n)));
-    int m = ring_buffer__consume(rb_);
+    int m = ring_buffer__consume(rb_.get());
     if (m < 0)
         throw CaptureError(fmt::format("ring buffer read failed: {}", strerror(-m)));
     return (n > 0 ? n : 0) + m;

@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
+#include "common/unique_fd.h"
 #include "perf_events.h"
 #include "target/interpreter.h"
 
@@ -84,29 +87,40 @@ public:
 private:
     static int on_record(void* ctx, void* data, size_t len);
     static int on_library(void* ctx, void* data, size_t len);
-    target::Interpreter interp_;
-    Sink sink_;
-    lotus_bpf* skel_ = nullptr;
-    ring_buffer* rb_ = nullptr;
-    ring_buffer* lib_rb_ = nullptr;
-    Sink lib_sink_;
-    uint32_t since_lib_check_ = 0;
-    std::vector<int> perf_fds_;        // counters and sampling events
-    std::vector<bpf_link*> links_;     // sampling, and probes without uprobe_multi (the skeleton holds the others)
-    // A uprobe_multi link (pid 0: every process mapping the file) of `prog` on offsets of `path`; its fd, or
-    // -1 with errno set.
-    static int multi_link(bpf_program* prog, int attach_type, const std::string& path,
-                          const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies = {},
-                          bool ret = false);
+    // Owners of what libbpf hands out. Members are destroyed in reverse order: links before the programs.
+    struct SkeletonFree {
+        void operator()(lotus_bpf* s) const;
+    };
+    struct RingFree {
+        void operator()(ring_buffer* r) const;
+    };
+    struct LinkFree {
+        void operator()(bpf_link* l) const;
+    };
+    using Link = std::unique_ptr<bpf_link, LinkFree>;
+    // A uprobe_multi link (pid 0: every process mapping the file) of `prog` on offsets of `path`; empty, with
+    // errno set, if the kernel refused.
+    static common::UniqueFd multi_link(bpf_program* prog, int attach_type, const std::string& path,
+                                       const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies = {},
+                                       bool ret = false);
     // Entry and return probes on `offsets` (one uprobe_multi link each; without them, one offset as two perf
     // event probes). False, errno set, if the kernel refused.
     bool attach_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
                      const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies);
-    std::vector<int> multi_links_;     // uprobe_multi links: native functions, opcode handlers
+
+    target::Interpreter interp_;
+    Sink sink_;
+    Sink lib_sink_;
+    uint32_t since_lib_check_ = 0;
     size_t native_links_ = 0;
-    int multi_type_ = -1;              // the kernel's BPF_TRACE_UPROBE_MULTI, -1 without uprobe_multi links
-    int session_type_ = -1;            // the kernel's BPF_TRACE_UPROBE_SESSION, -1 without sessions
-    int session_link_ = -1;            // the evaluator's uprobe session link, when there is one
+    int multi_type_ = -1;   // the kernel's BPF_TRACE_UPROBE_MULTI, -1 without uprobe_multi links
+    int session_type_ = -1; // the kernel's BPF_TRACE_UPROBE_SESSION, -1 without sessions
+    std::unique_ptr<lotus_bpf, SkeletonFree> skel_; // its tracepoint links go with it
+    std::unique_ptr<ring_buffer, RingFree> rb_, lib_rb_;
+    std::vector<common::UniqueFd> perf_fds_;    // counters and sampling events
+    std::vector<Link> links_;                   // sampling, and probes without uprobe_multi
+    std::vector<common::UniqueFd> multi_links_; // uprobe_multi links: native functions, opcode handlers
+    common::UniqueFd session_link_;             // the evaluator's uprobe session link, when there is one
 };
 
 } // namespace lotus::capture

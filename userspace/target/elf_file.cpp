@@ -8,13 +8,22 @@
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
+#include <memory>
+
+#include "common/unique_fd.h"
 #include <unordered_map>
 
 namespace lotus::target {
 
+// Owned so that a constructor that throws (not an ELF file) leaks neither: the handle goes before the fd.
+struct ElfEnd {
+    void operator()(Elf* e) const { elf_end(e); }
+};
+
 struct ElfFile::Impl {
-    int fd = -1;
-    Elf* elf = nullptr;
+    common::UniqueFd fd;
+    std::unique_ptr<Elf, ElfEnd> elf_handle;
+    Elf* elf = nullptr; // elf_handle's
     std::unordered_map<std::string, ElfSymbol> symbols; // .symtab entries override nothing from .dynsym
     std::vector<GElf_Phdr> loads;
     std::vector<std::string> needed, runpath, rpath;
@@ -42,10 +51,11 @@ static void load_symbols(Elf* elf, Elf_Scn* scn, const GElf_Shdr& sh,
 ElfFile::ElfFile(const std::string& path) : path_(path), impl_(std::make_unique<Impl>())
 {
     elf_version(EV_CURRENT);
-    impl_->fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (impl_->fd < 0)
+    impl_->fd.reset(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!impl_->fd)
         throw std::runtime_error("cannot open " + path + ": " + strerror(errno));
-    impl_->elf = elf_begin(impl_->fd, ELF_C_READ_MMAP, nullptr);
+    impl_->elf_handle.reset(elf_begin(impl_->fd.get(), ELF_C_READ_MMAP, nullptr));
+    impl_->elf = impl_->elf_handle.get();
     if (!impl_->elf || elf_kind(impl_->elf) != ELF_K_ELF)
         throw std::runtime_error(path + " is not an ELF file");
 
@@ -101,13 +111,7 @@ ElfFile::ElfFile(const std::string& path) : path_(path), impl_(std::make_unique<
     }
 }
 
-ElfFile::~ElfFile()
-{
-    if (impl_->elf)
-        elf_end(impl_->elf);
-    if (impl_->fd >= 0)
-        close(impl_->fd);
-}
+ElfFile::~ElfFile() = default;
 
 std::optional<ElfSymbol> ElfFile::symbol(const std::string& name) const
 {
@@ -148,7 +152,7 @@ std::optional<std::vector<uint8_t>> ElfFile::read(uint64_t vaddr, size_t len) co
     if (!off)
         return std::nullopt;
     std::vector<uint8_t> buf(len);
-    if (pread(impl_->fd, buf.data(), len, static_cast<off_t>(*off)) != static_cast<ssize_t>(len))
+    if (pread(impl_->fd.get(), buf.data(), len, static_cast<off_t>(*off)) != static_cast<ssize_t>(len))
         return std::nullopt;
     return buf;
 }
@@ -187,7 +191,7 @@ std::string ElfFile::build_id() const
     if (!sec || sec->second < 16 || sec->second > 256)
         return "";
     std::vector<uint8_t> note(sec->second);
-    if (pread(impl_->fd, note.data(), note.size(), static_cast<off_t>(sec->first)) != static_cast<ssize_t>(note.size()))
+    if (pread(impl_->fd.get(), note.data(), note.size(), static_cast<off_t>(sec->first)) != static_cast<ssize_t>(note.size()))
         return "";
     uint32_t namesz, descsz, type;
     memcpy(&namesz, note.data(), 4);
