@@ -37,6 +37,13 @@ struct lotus_event_header {
     __u64 ts_ns; /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
 };
 
+/* Slots of the lotus_counters map (per-CPU u64 each; user space sums the CPUs). */
+enum lotus_counter_slot {
+    LOTUS_COUNT_LOST = 0,      /* records the ring buffer could not take */
+    LOTUS_COUNT_SUBMITTED = 1, /* records written to it */
+    LOTUS_COUNT_SLOTS = 2,
+};
+
 /* Exact per-thread software counters at a probe: on-CPU time (accumulated at every context switch of a traced
  * thread) and the kernel's own per-task fault and context-switch counts. Op spans carry their deltas. */
 #define LOTUS_MAX_PERF 4 /* perf-event counters (--counters) per thread */

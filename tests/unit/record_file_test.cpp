@@ -281,8 +281,9 @@ TEST(RecordFile, DamagedHeaderOrMetadataIsRefusedWithOneLine)
         } catch (const RecordError& e) {
             std::string msg = e.what();
             EXPECT_EQ(msg.find('\n'), std::string::npos);
-            if (at < 28 || at >= 32) // a damaged length reads as truncation or a wrong checksum
+            if (at < 28 || at >= 32) { // a damaged length reads as truncation or a wrong checksum
                 EXPECT_NE(msg.find("damaged"), std::string::npos) << at << ": " << msg;
+            }
         }
     }
 }

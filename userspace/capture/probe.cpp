@@ -105,8 +105,8 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     if (int err = lotus_bpf__load(skel_.get()))
         throw CaptureError(fmt::format("cannot load the BPF programs: {} (set LOTUS_BPF_DEBUG=1 for the log)",
                                        strerror(-err)));
-    rb_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.events), on_record, this, nullptr));
-    lib_rb_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.lib_opens), on_library, this, nullptr));
+    rb_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.lotus_events), on_record, this, nullptr));
+    lib_rb_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.lotus_lib_opens), on_library, this, nullptr));
     if (!rb_ || !lib_rb_)
         throw CaptureError(fmt::format("cannot open the ring buffer: {}", strerror(errno)));
     for (size_t k = 0; k < counters.size(); k++) {
@@ -399,13 +399,13 @@ CaptureStats Probe::stats() const
     int fd = bpf_map__fd(skel_->maps.lotus_counters);
     int ncpu = libbpf_num_possible_cpus();
     std::vector<uint64_t> vals(static_cast<size_t>(ncpu > 0 ? ncpu : 1));
-    for (uint32_t idx = 0; idx < 2; idx++) {
+    for (uint32_t idx : {LOTUS_COUNT_LOST, LOTUS_COUNT_SUBMITTED}) {
         if (bpf_map_lookup_elem(fd, &idx, vals.data()))
             continue;
         uint64_t sum = 0;
         for (auto v : vals)
             sum += v;
-        (idx == 0 ? s.lost : s.submitted) = sum;
+        (idx == LOTUS_COUNT_LOST ? s.lost : s.submitted) = sum;
     }
     return s;
 }

@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* Roles of code objects and types, as user space classified them, per role space; the per-CPU role cache; and
+ * whether an object may be of a pipeline class. */
+#ifndef __LOTUS_ROLES_BPF_H
+#define __LOTUS_ROLES_BPF_H
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 262144);
+    __type(key, struct lotus_role_key);
+    __type(value, struct lotus_role);
+} lotus_roles SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, struct lotus_role_key);
+    __type(value, struct lotus_type_role);
+} lotus_types SEC(".maps");
+
+/* Classified roles looked up recently on this CPU: a small direct-mapped copy of lotus_roles. Nearly every
+ * call into the evaluator asks for two roles; in the large LRU hash each lookup missed the caches (most of
+ * what a skipped call cost). User space classifies a code object once (a new object at a reused address has
+ * another fingerprint) and a role space is never reused (exec starts a new one), so a classified role never
+ * changes. `check` catches an entry torn by a program that preempted another one filling the same slot. */
+#define ROLE_CACHE_SLOTS 1024
+struct role_slot {
+    __u64 code;
+    __u64 fingerprint;
+    __u32 space;
+    __u32 flags;
+    __s32 capture_slots; /* as capture_slots_of returns them */
+    __u64 check;
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, ROLE_CACHE_SLOTS);
+    __type(key, __u32);
+    __type(value, struct role_slot);
+} lotus_role_cache SEC(".maps");
+
+/* Role spaces begun by exec: LOTUS_SPACE_EXEC_BASE + n. */
+volatile __u32 space_seq = 0;
+
+static __always_inline __u64 role_slot_check(const struct role_slot *c)
+{
+    return (c->code ^ (c->fingerprint * 0x9e3779b97f4a7c15ull) ^ c->space ^
+            ((__u64)(__u32)c->capture_slots << 32 | c->flags)) * 0xff51afd7ed558ccdull;
+}
+
+static __always_inline struct role_slot *role_slot_of(__u32 space, __u64 code)
+{
+    __u32 idx = (__u32)((code >> 4) ^ (code >> 14) ^ space) & (ROLE_CACHE_SLOTS - 1);
+    return bpf_map_lookup_elem(&lotus_role_cache, &idx);
+}
+
+/* The slot holds the role of this code object (fingerprint fp) for process tgid of role space `space`. */
+static __always_inline bool role_slot_holds(const struct role_slot *c, __u32 space, __u32 tgid, __u64 code, __u64 fp)
+{
+    return c->code == code && c->fingerprint == fp && (c->space == space || c->space == (tgid | LOTUS_SPACE_OWN)) &&
+           c->check == role_slot_check(c);
+}
+
+/* co_qualname ^ co_filename << 1: one read when the two are near each other (always so far). */
+static __always_inline __u64 code_fingerprint(__u64 code)
+{
+    __u64 lo = layout.code_name < layout.code_filename ? layout.code_name : layout.code_filename;
+    __u64 hi = layout.code_name < layout.code_filename ? layout.code_filename : layout.code_name;
+    if (hi - lo > 16)
+        return read_ptr(code + layout.code_name) ^ (read_ptr(code + layout.code_filename) << 1);
+    __u64 w[3] = {};
+    if (code)
+        bpf_probe_read_user(w, sizeof(w), (void *)(code + lo));
+    __u64 at_hi = hi - lo == 8 ? w[1] : w[2];
+    return layout.code_name == lo ? w[0] ^ (at_hi << 1) : at_hi ^ (w[0] << 1);
+}
+
+/* The role entry of a code object (fingerprint fp) for process tgid: its space's (*key), or, when that is
+ * another object at the address which another process described, the process's own (key->space becomes
+ * tgid | LOTUS_SPACE_OWN). Either may be missing or hold another fingerprint: the caller checks. */
+static __always_inline struct lotus_role *find_role(struct lotus_role_key *key, __u32 tgid, __u64 fp)
+{
+    struct lotus_role *r = bpf_map_lookup_elem(&lotus_roles, key);
+    if (!r || r->fingerprint == fp || r->describer == tgid)
+        return r;
+    key->space = tgid | LOTUS_SPACE_OWN;
+    return bpf_map_lookup_elem(&lotus_roles, key);
+}
+
+static __always_inline __s32 packed_slots(const struct lotus_role *r)
+{
+    return r->flags & LOTUS_ROLE_CAPTURE ? r->capture_slot[0] | (r->capture_slot[1] << 8) : -1;
+}
+
+/* Set in what role_of and type_flags return when the description they went by is the process's own (its bit
+ * in lotus_py_entry.own); never in a stored role. */
+#define FROM_OWN (1u << 31)
+
+/* Role flags of a code object for process tgid of role space `space`, with FROM_OWN when they are the process's
+ * own description's. On first sight: remember it and describe it to user space. Global (not static) so the
+ * verifier checks it once, not at every call site. */
+__noinline __u32 role_of(__u32 space, __u32 tgid, __u64 code)
+{
+    if (!code)
+        return 0;
+    __u64 fp = code_fingerprint(code);
+    struct role_slot *c = role_slot_of(space, code);
+    if (c && role_slot_holds(c, space, tgid, code, fp))
+        return c->flags | (c->space != space ? FROM_OWN : 0);
+    struct lotus_role_key key = {.space = space, .ptr = code};
+    struct lotus_role *r = find_role(&key, tgid, fp);
+    __u32 own = key.space != space ? FROM_OWN : 0;
+    if (r && r->fingerprint == fp) {
+        __u32 flags = r->flags;
+        if (c && (flags & LOTUS_ROLE_CLASSIFIED)) {
+            c->code = code;
+            c->fingerprint = fp;
+            c->space = key.space;
+            c->flags = flags;
+            c->capture_slots = packed_slots(r);
+            c->check = role_slot_check(c);
+        }
+        return flags | own;
+    }
+    /* New to the space (or to this process, or this process's object at the address changed). */
+    struct lotus_role fresh = {.fingerprint = fp, .describer = tgid};
+    bpf_map_update_elem(&lotus_roles, &key, &fresh, BPF_ANY);
+    struct lotus_code_info *e = reserve(sizeof(*e));
+    if (!e) {
+        /* Forget it again so that a later sighting retries the description. */
+        bpf_map_delete_elem(&lotus_roles, &key);
+        return 0;
+    }
+    fill_header(&e->h, LOTUS_EV_CODE);
+    e->code = code;
+    e->firstlineno = 0;
+    bpf_probe_read_user(&e->firstlineno, sizeof(e->firstlineno), (void *)(code + layout.code_firstlineno));
+    e->own_space = key.space != space;
+    e->_pad = 0;
+    e->name[0] = 0;
+    e->file[0] = 0;
+    e->name_kind = read_unicode(read_ptr(code + layout.code_name), e->name, sizeof(e->name));
+    e->file_kind = read_unicode(read_ptr(code + layout.code_filename), e->file, sizeof(e->file));
+    /* Rare, and user space must classify it soon (roles decide what later calls emit): wake it now. */
+    bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+    return own;
+}
+
+/* The locals a code object's role asks for, packed (slot0 | slot1 << 8, and 1 << 16 when the role is the
+ * process's own description's), or -1 for none. */
+#define SLOTS_OWN (1 << 16)
+__noinline __s32 capture_slots_of(__u32 space, __u32 tgid, __u64 code)
+{
+    __u64 fp = code_fingerprint(code);
+    struct role_slot *c = role_slot_of(space, code);
+    if (c && role_slot_holds(c, space, tgid, code, fp))
+        return c->capture_slots < 0 ? -1 : c->capture_slots | (c->space != space ? SLOTS_OWN : 0);
+    struct lotus_role_key key = {.space = space, .ptr = code};
+    struct lotus_role *r = find_role(&key, tgid, fp);
+    __s32 slots = r && r->fingerprint == fp ? packed_slots(r) : -1;
+    return slots < 0 ? -1 : slots | (key.space != space ? SLOTS_OWN : 0);
+}
+
+/* The type's entry for process tgid of role space `space` (fingerprint fp: its tp_name pointer): its space's,
+ * or, where the space's describes another type at that address, the process's own (key->space becomes
+ * tgid | LOTUS_SPACE_OWN). NULL when neither describes this type. */
+static __always_inline struct lotus_type_role *find_type(struct lotus_role_key *key, __u32 tgid, __u64 fp)
+{
+    struct lotus_type_role *r = bpf_map_lookup_elem(&lotus_types, key);
+    if (!r || r->fingerprint == fp || r->describer == tgid)
+        return r && r->fingerprint == fp ? r : 0; /* (the caller describes it under key) */
+    key->space = tgid | LOTUS_SPACE_OWN;
+    r = bpf_map_lookup_elem(&lotus_types, key);
+    return r && r->fingerprint == fp ? r : 0;
+}
+
+/* What user space said of a type (LOTUS_TYPE_*), describing it first if this process's space (or the process)
+ * has not: its tp_name, and those of its first LOTUS_BASES ancestors (tp_base), for a subclass of Compose is a
+ * pipeline. 0 while it is not classified. */
+__noinline __u32 type_flags(__u32 space, __u32 tgid, __u64 type)
+{
+    if (!type)
+        return 0;
+    __u64 name = read_ptr(type + layout.type_name);
+    if (!name)
+        return 0;
+    struct lotus_role_key key = {.space = space, .ptr = type};
+    struct lotus_type_role *r = find_type(&key, tgid, name);
+    __u32 own = key.space != space ? FROM_OWN : 0;
+    if (r)
+        return r->flags | own;
+    /* New to the space, or to this process: key says which. */
+    struct lotus_type_info *e = reserve(sizeof(*e));
+    if (!e)
+        return 0;
+    fill_header(&e->h, LOTUS_EV_TYPE);
+    e->type = type;
+    e->own_space = key.space != space;
+    __builtin_memset(e->_pad, 0, sizeof(e->_pad));
+    if (bpf_probe_read_user_str(e->name, sizeof(e->name), (void *)name) <= 1) {
+        bpf_ringbuf_discard(e, 0);
+        uncount_submitted(); /* the count is of records delivered */
+        return 0;
+    }
+    __u64 base = type;
+    for (int i = 0; i < LOTUS_BASES; i++) {
+        e->bases[i][0] = 0;
+        base = base ? read_ptr(base + layout.type_base) : 0;
+        __u64 bname = base ? read_ptr(base + layout.type_name) : 0;
+        if (bname && bpf_probe_read_user_str(e->bases[i], LOTUS_BASE_LEN, (void *)bname) < 0)
+            e->bases[i][0] = 0;
+    }
+    struct lotus_type_role fresh = {.flags = LOTUS_TYPE_DESCRIBED, .describer = tgid, .fingerprint = name};
+    bpf_map_update_elem(&lotus_types, &key, &fresh, BPF_ANY);
+    bpf_ringbuf_submit(e, submit_flags());
+    return own;
+}
+
+/* Whether obj (a frame's self) may be of a pipeline class: yes when its type is one, or not classified yet
+ * (user space decides then). A cell (self captured by a nested scope, 3.11+ once the frame ran) is followed.
+ * *type: obj's type. */
+static __noinline bool may_be_pipeline(__u32 space, __u32 tgid, __u64 obj, __u64 *type)
+{
+    __u64 t = obj ? read_ptr(obj + layout.object_type) : 0;
+    __u32 f = type_flags(space, tgid, t);
+    if ((f & LOTUS_TYPE_CELL) && layout.cell_ref >= 0) {
+        obj = read_ptr(obj + layout.cell_ref);
+        t = obj ? read_ptr(obj + layout.object_type) : 0;
+        f = type_flags(space, tgid, t);
+    }
+    *type = t; /* (with bit 0 set when its description is the process's own: types are 8-byte aligned) */
+    if (t && (f & FROM_OWN))
+        *type |= 1;
+    return t && (!(f & LOTUS_TYPE_CLASSIFIED) || (f & LOTUS_TYPE_PIPELINE));
+}
+
+#endif /* __LOTUS_ROLES_BPF_H */

@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* The traced set (processes) and per-thread state in task storage: on-CPU time, perf counters per thread. */
+#ifndef __LOTUS_THREADS_BPF_H
+#define __LOTUS_THREADS_BPF_H
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 16384);
+    __type(key, __u32);
+    __type(value, struct lotus_traced_proc);
+} lotus_traced SEC(".maps");
+
+/* Perf-event counters (--counters): per-CPU events, entry k * nr_cpus + cpu of lotus_perf. A thread's
+ * share is what they count while it is on a CPU: read at its every switch in and out, like perf stat's
+ * --bpf-counters, so preemption and migration do not pollute it. */
+const volatile __u32 nr_perf = 0;
+const volatile __u32 nr_cpus = 1;
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+    __uint(key_size, sizeof(__u32));
+    __uint(value_size, sizeof(__u32));
+    __uint(max_entries, 1); /* set by user space: LOTUS_MAX_PERF * nr_cpus */
+} lotus_perf SEC(".maps");
+
+/* On-CPU time and perf counters per traced thread: accumulated at each switch out, plus the running slice. */
+struct oncpu {
+    __u64 acc_ns;
+    __u64 in_ns; /* when it was last switched in; 0 while off CPU */
+    __u64 perf_acc[LOTUS_MAX_PERF];
+    struct bpf_perf_event_value perf_in[LOTUS_MAX_PERF]; /* readings at switch in */
+};
+
+/* Per traced thread, in task-local storage: found from the task in a few loads (a hash lookup by tid missed
+ * the caches at every call) and freed with the task. Exists only for threads of traced processes, so its
+ * presence is the "traced" test of the hot paths; exec deletes it (a new image, a new role space). */
+struct thread_state {
+    __u32 space; /* its process's role space */
+    __u32 depth; /* evaluation depth, and which of the 64 innermost entries were emitted, so that exactly the
+                  * emitted entries get a return event (the kernel keeps at most 64 pending uretprobes) */
+    __u64 emitted;
+    __u64 lost; /* entries lost to a full ring buffer: their returns count as lost too, so that the lost count
+                 * is every record the trace misses */
+    __u64 returned; /* emitted entries whose return carries the object returned (an address in every return
+                     * would cost ~10 bytes a sample in the record file) */
+    __u64 capture_frame; /* the frame whose locals the last walk reported, its code and its role's slots */
+    __u64 capture_code;
+    __s32 capture_slots;
+    __u32 _pad;
+    __u64 int_types[2]; /* static types with Py_TPFLAGS_LONG_SUBCLASS met (int, bool): see int_value */
+    struct oncpu cpu;
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
+    __type(key, int);
+    __type(value, struct thread_state);
+} lotus_threads SEC(".maps");
+
+/* The counter's count since the reading `in`, scaled up when the event was multiplexed. */
+static __always_inline __u64 perf_since(__u32 k, const struct bpf_perf_event_value *in)
+{
+    struct bpf_perf_event_value now = {};
+    __u64 idx = (__u64)k * nr_cpus + bpf_get_smp_processor_id();
+    if (bpf_perf_event_read_value(&lotus_perf, idx, &now, sizeof(now)) || now.counter < in->counter)
+        return 0;
+    __u64 d = now.counter - in->counter;
+    __u64 run = now.running - in->running, en = now.enabled - in->enabled;
+    return run && en > run ? d * en / run : d;
+}
+
+static __always_inline void perf_mark(struct oncpu *c)
+{
+    for (__u32 k = 0; k < LOTUS_MAX_PERF && k < nr_perf; k++) {
+        __u64 idx = (__u64)k * nr_cpus + bpf_get_smp_processor_id();
+        if (bpf_perf_event_read_value(&lotus_perf, idx, &c->perf_in[k], sizeof(c->perf_in[k])))
+            __builtin_memset(&c->perf_in[k], 0, sizeof(c->perf_in[k]));
+    }
+}
+
+/* The current thread's state if its process is traced, else 0. First sight since tracing began: it is
+ * running now, so its on-CPU accounting starts now. */
+static __always_inline struct thread_state *traced_thread(void)
+{
+    struct task_struct *t = bpf_get_current_task_btf();
+    struct thread_state *ts = bpf_task_storage_get(&lotus_threads, t, 0, 0);
+    if (ts)
+        return ts;
+    __u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct lotus_traced_proc *proc = bpf_map_lookup_elem(&lotus_traced, &tgid);
+    if (!proc)
+        return 0;
+    ts = bpf_task_storage_get(&lotus_threads, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+    if (!ts)
+        return 0;
+    ts->space = proc->space;
+    ts->cpu.in_ns = bpf_ktime_get_ns();
+    perf_mark(&ts->cpu);
+    return ts;
+}
+
+/* Counters of the current (running) thread. now: the record's own timestamp, so that for a thread that ran
+ * all along cpu_ns - ts is exactly what it was at its previous record (the record file codes the change of
+ * that difference, 0 when it ran throughout). */
+static __always_inline void read_counters(struct lotus_counters *out, struct thread_state *ts, __u64 now)
+{
+    struct oncpu *c = &ts->cpu;
+    out->cpu_ns = c->acc_ns + (c->in_ns && now > c->in_ns ? now - c->in_ns : 0);
+    for (__u32 k = 0; k < LOTUS_MAX_PERF; k++)
+        out->perf[k] = 0;
+    for (__u32 k = 0; k < LOTUS_MAX_PERF && k < nr_perf; k++)
+        out->perf[k] = c->perf_acc[k] + (c->in_ns ? perf_since(k, &c->perf_in[k]) : 0);
+    struct task_struct *t = bpf_get_current_task_btf();
+    out->min_flt = t->min_flt;
+    out->maj_flt = t->maj_flt;
+    out->nvcsw = t->nvcsw;
+    out->nivcsw = t->nivcsw;
+}
+
+#endif /* __LOTUS_THREADS_BPF_H */
