@@ -263,7 +263,7 @@ int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
         return 0;
     fill_header(&e->h, LOTUS_EV_EXIT);
     e->h.tgid = tgid;
-    e->parent_tgid = BPF_CORE_READ(task, exit_code);
+    e->exit_code = BPF_CORE_READ(task, exit_code);
     e->space = 0;
     bpf_ringbuf_submit(e, submit_flags());
     return 0;

@@ -170,7 +170,10 @@ struct lotus_type_info {
 
 struct lotus_proc_event {
     struct lotus_event_header h; /* h.tgid: the process the event is about */
-    __u32 parent_tgid;           /* FORK: the parent; EXIT: exit code; EXEC: 0 */
+    union {
+        __u32 parent_tgid; /* FORK: the parent (EXEC: 0) */
+        __u32 exit_code;   /* EXIT: the kernel's task->exit_code (exit status << 8, or the killing signal) */
+    };
     __u32 space;                 /* FORK, EXEC: the process's role space from now on (0 in ABI 2 files) */
 };
 

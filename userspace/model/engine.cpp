@@ -215,7 +215,7 @@ void Engine::on_process(const lotus_proc_event& p)
     case LOTUS_EV_EXIT: {
         auto& info = process(pid);
         info.exited = true;
-        info.exit_status = static_cast<int>(p.parent_tgid); // the kernel's task->exit_code
+        info.exit_status = static_cast<int>(p.exit_code);
         info.exit_ns = p.h.ts_ns;
         for (auto it = thread_owner_.begin(); it != thread_owner_.end();) {
             if (it->second == pid) {
