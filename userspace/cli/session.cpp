@@ -13,7 +13,7 @@
 
 #include "capture/perf_events.h"
 #include "capture/probe.h"
-#include "native_capture.h"
+#include "capture/native_capture.h"
 #include "report.h"
 #include "export/chrome_trace.h"
 #include "export/record_file.h"
@@ -193,7 +193,7 @@ int run_session(const Options& opts)
         trace.set_counter_names(counter_names);
         summary.set_counter_names(counter_names);
         std::unique_ptr<capture::Probe> probe;
-        std::unique_ptr<NativeCapture> native;
+        std::unique_ptr<capture::NativeCapture> native;
         std::map<uint32_t, uint32_t> engine_parents; // pid -> parent, to read a dead fork child's memory
         model::Engine engine(
             rules,
@@ -247,7 +247,7 @@ int run_session(const Options& opts)
             }, counters, capture::ProbeFeatures{handlers.has_value(), !native_specs.empty(),
                                                    !native_specs.empty() && opts.sample_freq > 0});
             if (!native_specs.empty() || opts.native_map) {
-                native = std::make_unique<NativeCapture>(*probe, native_specs, [&](const void* data, size_t len) {
+                native = std::make_unique<capture::NativeCapture>(*probe, native_specs, [&](const void* data, size_t len) {
                     if (recorder)
                         recorder->write(data, len);
                     engine.consume(data, len);

@@ -9,16 +9,16 @@
 #include <unordered_set>
 #include <vector>
 
-#include "capture/probe.h"
+#include "probe.h"
 #include "target/native_functions.h"
 #include "target/symbolizer.h"
 
-namespace lotus::cli {
+namespace lotus::capture {
 
 class NativeCapture {
 public:
     using Emit = std::function<void(const void* data, size_t len)>; // a user record into the stream
-    NativeCapture(capture::Probe& probe, std::vector<target::NativeSpec> specs, Emit emit);
+    NativeCapture(Probe& probe, std::vector<target::NativeSpec> specs, Emit emit);
 
     // Probes the wanted functions of every library the process maps now.
     void scan_process(uint32_t pid);
@@ -35,7 +35,7 @@ public:
 
 private:
     void attach_library(const std::string& path);
-    capture::Probe& probe_;
+    Probe& probe_;
     std::vector<target::NativeSpec> specs_;
     Emit emit_;
     target::Symbolizer symbolizer_;
@@ -47,4 +47,4 @@ private:
     double attach_s_ = 0;
 };
 
-} // namespace lotus::cli
+} // namespace lotus::capture

@@ -13,7 +13,7 @@
 #include "model/user_records.h"
 #include "target/proc_maps.h"
 
-namespace lotus::cli {
+namespace lotus::capture {
 
 namespace {
 
@@ -34,7 +34,7 @@ void copy_str(char (&dst)[N], const std::string& src)
 
 } // namespace
 
-NativeCapture::NativeCapture(capture::Probe& probe, std::vector<target::NativeSpec> specs, Emit emit)
+NativeCapture::NativeCapture(Probe& probe, std::vector<target::NativeSpec> specs, Emit emit)
     : probe_(probe), specs_(std::move(specs)), emit_(std::move(emit)), matched_(specs_.size(), 0)
 {
 }
@@ -149,4 +149,4 @@ void NativeCapture::on_event(const void* data, size_t len)
     }
 }
 
-} // namespace lotus::cli
+} // namespace lotus::capture
