@@ -2,6 +2,8 @@
 // process, its DataLoader workers and their queues produce. No BPF.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 
@@ -20,11 +22,20 @@ constexpr uint64_t ITER = 0x1000, NEXT = 0x2000, INIT = 0x3000, COMPOSE = 0x4000
 constexpr uint64_t T_LOADER = 0x10, T_MPITER = 0x20, T_SPITER = 0x30, T_COMPOSE = 0x40, T_OP = 0x50;
 constexpr uint64_t LOADER = 0xa00, LOADER2 = 0xa10;
 
+// An arg as text: integers and booleans as written, durations in ms with 3 decimals; "" when absent.
 std::string arg(const Span& s, const std::string& key)
 {
-    for (const auto& [k, v] : s.args)
-        if (k == key)
-            return v;
+    for (const auto& [k, v] : s.args) {
+        if (k != key)
+            continue;
+        if (auto* i = std::get_if<int64_t>(&v))
+            return std::to_string(*i);
+        if (auto* b = std::get_if<bool>(&v))
+            return *b ? "true" : "false";
+        if (auto* d = std::get_if<model::DurationNs>(&v))
+            return fmt::format("{:.3f}", static_cast<double>(d->ns) / 1e6);
+        return std::get<std::string>(v);
+    }
     return "";
 }
 
@@ -423,7 +434,7 @@ TEST_F(Batches, NoWorkersNextBuildsTheBatch)
     stop_iteration(P, 0x77, T_SPITER);
     EXPECT_EQ(keys(of(SpanKind::Batch)), (std::vector<std::string>{"0/0/0", "0/0/1"}));
     EXPECT_EQ(keys(of(SpanKind::Wait)), (std::vector<std::string>{"0/0/0", "0/0/1"}));
-    EXPECT_EQ(arg(of(SpanKind::Wait)[0], "delay_ms"), "0");
+    EXPECT_EQ(arg(of(SpanKind::Wait)[0], "delay_ms"), "0.000");
     EXPECT_EQ(of(SpanKind::Sample)[0].loader, 0);
 }
 

@@ -6,7 +6,7 @@
 #include <zlib.h>
 
 #include "export/chrome_trace.h"
-#include "common/json.h"
+#include "export/json.h"
 #include "common/utf8.h"
 #include "export/output_file.h"
 

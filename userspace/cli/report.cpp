@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "common/json.h"
+#include "export/json.h"
 #include "export/record_file.h"
 #include "model/engine.h"
 

@@ -17,7 +17,7 @@
 #include "report.h"
 #include "export/chrome_trace.h"
 #include "export/record_file.h"
-#include "common/json.h"
+#include "export/json.h"
 #include "export/summary.h"
 #include "model/engine.h"
 #include "target/elf_file.h"

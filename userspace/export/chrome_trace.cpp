@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "common/json.h"
+#include "export/json.h"
 
 namespace lotus::exporter {
 
@@ -89,7 +89,19 @@ void ChromeTraceWriter::span(const model::Span& s)
             args += ',';
         append_json_string(args, k);
         args += ':';
-        args += v;
+        std::visit(
+            [&](const auto& x) {
+                using T = std::decay_t<decltype(x)>;
+                if constexpr (std::is_same_v<T, int64_t>)
+                    put_int(args, x);
+                else if constexpr (std::is_same_v<T, bool>)
+                    args += x ? "true" : "false";
+                else if constexpr (std::is_same_v<T, std::string>)
+                    append_json_string(args, x);
+                else // a duration, written in ms with 3 decimals (rounded)
+                    put_fixed(args, (x.ns + 500) / 1000, 1000, 3);
+            },
+            v);
     }
     if (s.has_counters) {
         key("cpu_ms"), put_fixed(args, (s.counters.cpu_ns + 50) / 100, 10000, 4);

@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "common/json.h"
+#include "export/json.h"
 
 namespace lotus::exporter {
 

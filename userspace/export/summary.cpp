@@ -7,7 +7,7 @@
 #include <set>
 #include <tuple>
 
-#include "common/json.h"
+#include "export/json.h"
 
 namespace lotus::exporter {
 

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <fmt/format.h>
 
-#include "common/json.h"
 #include "messages.h"
 
 namespace lotus::model {
@@ -208,11 +207,11 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
     Span w = Span::make(SpanKind::Wait, n >= 0 ? fmt::format("wait batch {}", n) : "wait batch ?", pid, tid, start, end);
     tag(w, call.epoch);
     if (n >= 0)
-        w.args.emplace_back("batch", std::to_string(n));
+        w.args.emplace_back("batch", int64_t{n});
     if (ep.number >= 0)
-        w.args.emplace_back("epoch", std::to_string(ep.number));
+        w.args.emplace_back("epoch", int64_t{ep.number});
     if (ep.loader >= 0)
-        w.args.emplace_back("loader", std::to_string(ep.loader));
+        w.args.emplace_back("loader", int64_t{ep.loader});
     BatchStats& st = stats_[{pid, ep.loader}];
     bool out_of_order = false;
     if (single) {
@@ -226,7 +225,7 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
             emit_batch(pid, tid, t.idx, b, true);
         }
         t.single = false;
-        w.args.emplace_back("delay_ms", "0");
+        w.args.emplace_back("delay_ms", DurationNs{0});
         st.delay_ns.push_back(0);
     } else if (n < 0) {
         st.unnamed++;
@@ -235,13 +234,13 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
         for (const auto& [m, other] : ep.ready)
             out_of_order |= m > n && other.ts < r->second.ts;
         w.flow_in = r->second.flow;
-        w.args.emplace_back("delay_ms", fmt::format("{:.3f}", static_cast<double>(delay) / 1e6));
+        w.args.emplace_back("delay_ms", DurationNs{delay});
         st.delay_ns.push_back(delay);
         ep.ready.erase(r);
     } else {
         st.unmatched++; // prepared before tracing began, or by a worker whose epoch is unknown
     }
-    w.args.emplace_back("out_of_order", out_of_order ? "true" : "false");
+    w.args.emplace_back("out_of_order", out_of_order);
     st.wait_ns.push_back(end - start);
     st.out_of_order.push_back(out_of_order);
     loops_[pid].wait_ns += end - start;
@@ -414,7 +413,7 @@ void BatchTracker::sample_started(uint32_t pid, uint32_t tid, uint64_t ts, uint6
     // The sample's own file: the first one opened while it was loading (lazy imports may open more).
     for (const auto& [when, path] : t.opens) {
         if (when >= l.start_ns && when <= ts && !path.empty()) {
-            l.args.emplace_back("path", exporter::json_string(path));
+            l.args.emplace_back("path", path);
             break;
         }
     }
@@ -522,13 +521,13 @@ void BatchTracker::emit_batch(uint32_t pid, uint32_t tid, int64_t idx, Ended& b,
             l.owner = proc.owner;
         sink_(l);
     }
-    std::vector<std::pair<std::string, std::string>> ids;
+    std::vector<std::pair<std::string, ArgValue>> ids;
     if (idx >= 0)
-        ids.emplace_back("batch", std::to_string(idx));
+        ids.emplace_back("batch", int64_t{idx});
     if (ep && ep->number >= 0)
-        ids.emplace_back("epoch", std::to_string(ep->number));
+        ids.emplace_back("epoch", int64_t{ep->number});
     if (ep && ep->loader >= 0)
-        ids.emplace_back("loader", std::to_string(ep->loader));
+        ids.emplace_back("loader", int64_t{ep->loader});
     if (b.last_sample_end) {
         Span c = Span::make(SpanKind::Collate, "collate", pid, tid, b.last_sample_end, b.end);
         c.args = ids;
@@ -539,8 +538,8 @@ void BatchTracker::emit_batch(uint32_t pid, uint32_t tid, int64_t idx, Ended& b,
     Span s = Span::make(SpanKind::Batch, idx >= 0 ? fmt::format("batch {}", idx) : "batch ?", pid, tid, b.start, b.end);
     s.args = ids;
     if (!single && proc.worker_id >= 0)
-        s.args.emplace_back("worker", std::to_string(proc.worker_id));
-    s.args.emplace_back("samples", std::to_string(b.samples));
+        s.args.emplace_back("worker", int64_t{proc.worker_id});
+    s.args.emplace_back("samples", static_cast<int64_t>(b.samples));
     s.owner = proc.owner;
     tag(s, b.epoch);
     if (!single && ep && idx >= 0) {

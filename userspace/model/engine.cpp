@@ -1,6 +1,5 @@
 #include "engine.h"
 
-#include "common/json.h"
 #include "common/utf8.h"
 
 #include <algorithm>
@@ -463,7 +462,7 @@ void Engine::finish_span(const lotus_py_return& r, Open o, std::vector<Open>& st
         Span py = Span::make(SpanKind::Py, c ? c->name : "?", r.h.tgid, r.h.tid, o.start_ns, r.h.ts_ns);
         py.depth = o.depth;
         if (c)
-            py.args.emplace_back("file", exporter::json_string(c->file + ":" + std::to_string(c->firstlineno)));
+            py.args.emplace_back("file", c->file + ":" + std::to_string(c->firstlineno));
         if (span_sink_)
             span_sink_(py);
         return;
@@ -582,7 +581,7 @@ void Engine::on_native(const lotus_native& n)
     Span s = Span::make(SpanKind::Native, f != native_funcs_.end() ? f->second.name : "native#" + std::to_string(o.func),
                         n.h.tgid, n.h.tid, o.start_ns, n.h.ts_ns);
     if (f != native_funcs_.end())
-        s.args.emplace_back("library", exporter::json_string(f->second.library));
+        s.args.emplace_back("library", f->second.library);
     counters_.native_calls++;
     span_sink_(s);
 }
@@ -640,7 +639,7 @@ void Engine::close_implicit(uint32_t tid)
     s.sample_id = imp.sample_id;
     s.owner = owner;
     s.loader = loader;
-    s.args.emplace_back("implicit", "true");
+    s.args.emplace_back("implicit", true);
     process(imp.pid).samples++;
     batches_.sample_finished(imp.pid, tid, imp.end_ns);
     emit_sample(imp.pid, tid, std::move(imp.ops), std::move(s));

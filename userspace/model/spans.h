@@ -4,9 +4,16 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace lotus::model {
+
+// A span arg's value, typed; how it is written is the exporters' business.
+struct DurationNs {
+    uint64_t ns = 0;
+};
+using ArgValue = std::variant<int64_t, bool, std::string, DurationNs>;
 
 enum class SpanKind {
     Sample,   // one pipeline (Compose) call: one sample through its ops
@@ -43,8 +50,8 @@ struct Span {
     uint32_t owner = 0;
     int loader = -1;
     std::string container; // ops of a container transform (RandomApply...): its class
-    // Further args as already-encoded JSON values (batch, epoch, worker, path, delay_ms, out_of_order...).
-    std::vector<std::pair<std::string, std::string>> args;
+    // Further args (batch, epoch, worker, path, delay_ms, out_of_order...).
+    std::vector<std::pair<std::string, ArgValue>> args;
     uint64_t flow_out = 0; // nonzero: a flow arrow starts at this span...
     uint64_t flow_in = 0;  // ...and ends at the span carrying the same id here
     bool has_counters = false; // ops and samples

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "utf8.h"
+#include "common/utf8.h"
 
 namespace lotus::exporter {
 

@@ -3,7 +3,7 @@
 #include <string>
 #include <string_view>
 
-namespace lotus::exporter { // shared by the model's span args and the exporters
+namespace lotus::exporter {
 
 // A JSON string literal, quotes included.
 std::string json_string(std::string_view s);
