@@ -43,9 +43,12 @@ struct Batches : ::testing::Test {
     model::Rules rules;
     std::vector<Span> spans;
     model::Engine engine{rules, [this](const Span& s) { spans.push_back(s); },
-                         [](uint32_t, uint32_t, uint64_t, model::CodeRole& r) {
+                         [this](uint32_t t, uint32_t, uint64_t c, const model::CodeRole& r) {
+                             std::vector<uint8_t> slots;
                              for (size_t i = 0; i < r.capture_locals.size(); i++)
-                                 r.capture_slots.push_back(static_cast<uint8_t>(10 + i));
+                                 slots.push_back(static_cast<uint8_t>(10 + i));
+                             if (!slots.empty())
+                                 ev.resolved.emplace_back(t, c, slots);
                          }};
     test::EventBuilder ev{engine};
     uint64_t now = 1000;

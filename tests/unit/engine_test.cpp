@@ -21,11 +21,15 @@ struct Fixture : ::testing::Test {
     std::vector<Span> spans;
     std::vector<std::tuple<uint32_t, uint64_t, uint32_t, uint32_t>> roles; // tgid, code, flags, space
     std::map<uint64_t, uint32_t> type_flags;                               // type -> LOTUS_TYPE_* told to BPF
-    // The role sink resolves captured locals as the session would from co_localsplusnames.
+    // The role sink resolves captured locals as the session would from co_localsplusnames; they reach the
+    // engine as a RecordSlots right after the CODE record.
     model::Engine engine{rules, [this](const Span& s) { spans.push_back(s); },
-                         [this](uint32_t t, uint32_t space, uint64_t c, model::CodeRole& r) {
+                         [this](uint32_t t, uint32_t space, uint64_t c, const model::CodeRole& r) {
+                             std::vector<uint8_t> slots;
                              for (const auto& name : r.capture_locals)
-                                 r.capture_slots.push_back(name == "worker_id" ? 10 : 26);
+                                 slots.push_back(name == "worker_id" ? 10 : 26);
+                             if (!slots.empty())
+                                 ev.resolved.emplace_back(t, c, slots);
                              roles.emplace_back(t, c, r.flags, space);
                          },
                          [this](uint32_t, uint64_t type, uint32_t flags) { type_flags[type] = flags; }};

@@ -1,5 +1,7 @@
 #include "event_builder.h"
 
+#include "model/user_records.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -19,6 +21,21 @@ void EventBuilder::code(uint32_t tgid, uint64_t code, const std::string& name, c
     strncpy(c.name, name.c_str(), sizeof(c.name) - 1);
     strncpy(c.file, file.c_str(), sizeof(c.file) - 1);
     engine_.consume(&c, sizeof(c));
+    auto pending = std::move(resolved);
+    resolved.clear();
+    for (const auto& [t, code_obj, s] : pending)
+        slots(t, code_obj, s);
+}
+
+void EventBuilder::slots(uint32_t tgid, uint64_t code, const std::vector<uint8_t>& slots)
+{
+    model::RecordSlots r{};
+    r.type = model::kRecordSlots;
+    r.tgid = r.tid = tgid;
+    r.code = code;
+    memset(r.slots, LOTUS_NO_SLOT, sizeof(r.slots));
+    memcpy(r.slots, slots.data(), std::min(slots.size(), sizeof(r.slots)));
+    engine_.consume(&r, sizeof(r));
 }
 
 void EventBuilder::type(uint32_t tgid, uint64_t type, const std::string& name, std::vector<std::string> bases,

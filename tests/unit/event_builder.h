@@ -32,6 +32,11 @@ public:
     void getppid(uint32_t tgid, uint32_t tid, uint64_t ts);
     // FORK/EXEC: space is the role space BPF names (0: none, as in ABI 2 files).
     void proc(uint32_t type, uint32_t tgid, uint32_t parent, uint32_t space = 0);
+    // Capture slots of a code object (RecordSlots), as the session writes them after its CODE record.
+    void slots(uint32_t tgid, uint64_t code, const std::vector<uint8_t>& slots);
+    // What a test's role sink resolved while a CODE record was consumed: code() puts them in the stream
+    // right after it, as the session does.
+    std::vector<std::tuple<uint32_t, uint64_t, std::vector<uint8_t>>> resolved;
 
 private:
     model::Engine& engine_;

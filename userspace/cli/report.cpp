@@ -221,45 +221,24 @@ static int replay_into(const Options& opts, exporter::RecordReader& in)
     exporter::Summary summary;
     trace.set_counter_names(strings("counters"));
     summary.set_counter_names(strings("counters"));
-    std::vector<uint8_t> slots; // the capture slots recorded right after the CODE record being consumed
-    model::Engine engine(
-        rules,
-        [&](const model::Span& s) {
-            summary.add(s);
-            if (in_trace(s, opts, t0))
-                trace.span(s);
-        },
-        [&](uint32_t, uint32_t, uint64_t, model::CodeRole& r) {
-            if (!r.capture_locals.empty())
-                r.capture_slots.assign(slots.begin(), slots.begin() + std::min(slots.size(), r.capture_locals.size()));
-        });
-    std::vector<uint8_t> rec, next;
-    bool have_next = in.next(next);
+    model::Engine engine(rules, [&](const model::Span& s) {
+        summary.add(s);
+        if (in_trace(s, opts, t0))
+            trace.span(s);
+    });
+    // The stream as it was captured, into the engine (the records capture added included); only the end
+    // record's counts are the session's.
+    std::vector<uint8_t> rec;
     uint64_t events = 0, captured = 0, lost = 0;
-    while (have_next) {
-        rec.swap(next);
-        have_next = in.next(next);
+    while (in.next(rec)) {
         auto* h = reinterpret_cast<const lotus_event_header*>(rec.data());
-        if (h->type == exporter::kRecordProcess && rec.size() >= sizeof(exporter::RecordProcess)) {
-            auto* p = reinterpret_cast<const exporter::RecordProcess*>(rec.data());
-            engine.add_process(p->pid, p->parent, p->root != 0);
-            continue;
-        }
-        if (h->type == exporter::kRecordSlots)
-            continue; // consumed with the CODE record before it
         if (h->type == exporter::kRecordEnd && rec.size() >= sizeof(exporter::RecordEnd)) {
             auto* end = reinterpret_cast<const exporter::RecordEnd*>(rec.data());
             captured = end->submitted;
             lost = end->lost;
             continue;
         }
-        slots.clear();
-        if (h->type == LOTUS_EV_CODE && have_next && next.size() >= sizeof(exporter::RecordSlots) &&
-            reinterpret_cast<const lotus_event_header*>(next.data())->type == exporter::kRecordSlots) {
-            auto* sl = reinterpret_cast<const exporter::RecordSlots*>(next.data());
-            slots.assign(sl->slots, sl->slots + sizeof(sl->slots));
-        }
-        events++;
+        events += h->type != model::kRecordProcess && h->type != model::kRecordSlots; // as captured
         engine.consume(rec.data(), rec.size());
     }
     auto str = [&](const char* k) {

@@ -195,6 +195,9 @@ int run_session(const Options& opts)
         std::unique_ptr<capture::Probe> probe;
         std::unique_ptr<capture::NativeCapture> native;
         std::map<uint32_t, uint32_t> engine_parents; // pid -> parent, to read a dead fork child's memory
+        // What capture learns from the target while the engine reads a record (capture slots) goes into the
+        // stream right after that record: the engine and the record file see the same stream.
+        std::vector<model::RecordSlots> resolved;
         model::Engine engine(
             rules,
             [&](const model::Span& s) {
@@ -202,19 +205,31 @@ int run_session(const Options& opts)
                 if (in_trace(s, opts, t0))
                     trace.span(s);
             },
-            [&](uint32_t tgid, uint32_t space, uint64_t code, model::CodeRole& r) {
+            [&](uint32_t tgid, uint32_t space, uint64_t code, const model::CodeRole& r) {
+                std::vector<uint8_t> slots;
                 if (!r.capture_locals.empty()) {
-                    r.capture_slots = resolve_locals(tgid, code, r.capture_locals, interp.layout, engine_parents);
-                    if (recorder) { // they came from the target's memory: the record file must keep them
-                        exporter::RecordSlots rs{exporter::kRecordSlots, tgid, 0, 0, 0, code, {}};
-                        memset(rs.slots, LOTUS_NO_SLOT, sizeof(rs.slots));
-                        memcpy(rs.slots, r.capture_slots.data(), std::min(r.capture_slots.size(), sizeof(rs.slots)));
-                        recorder->write(&rs, sizeof(rs));
-                    }
+                    slots = resolve_locals(tgid, code, r.capture_locals, interp.layout, engine_parents);
+                    model::RecordSlots rs{model::kRecordSlots, tgid, 0, 0, 0, code, {}};
+                    memset(rs.slots, LOTUS_NO_SLOT, sizeof(rs.slots));
+                    memcpy(rs.slots, slots.data(), std::min(slots.size(), sizeof(rs.slots)));
+                    resolved.push_back(rs);
                 }
-                probe->set_role(space, code, r.flags, r.capture_slots);
+                probe->set_role(space, code, r.flags, slots);
             },
             [&](uint32_t space, uint64_t type, uint32_t flags) { probe->set_type(space, type, flags); });
+        // Every record, the kernel's and capture's own, goes to the record file and the engine alike.
+        auto feed = [&](const void* data, size_t len) {
+            if (recorder)
+                recorder->write(data, len);
+            engine.consume(data, len);
+            while (!resolved.empty()) {
+                auto rs = resolved.front();
+                resolved.erase(resolved.begin());
+                if (recorder)
+                    recorder->write(&rs, sizeof(rs));
+                engine.consume(&rs, sizeof(rs));
+            }
+        };
         // RANK from a process's environment, into the stream (the record file keeps it for replays).
         auto rank_of = [&](uint32_t pid) {
             auto rank = target::env_int(static_cast<int>(pid), "RANK");
@@ -222,9 +237,7 @@ int run_session(const Options& opts)
                 return;
             model::RecordRank r{model::kRecordRank, pid, pid, 0, monotonic_ns(), *rank,
                                 target::env_int(static_cast<int>(pid), "LOCAL_RANK").value_or(-1)};
-            if (recorder)
-                recorder->write(&r, sizeof(r));
-            engine.consume(&r, sizeof(r));
+            feed(&r, sizeof(r));
         };
         const bool debug_events = getenv("LOTUS_DEBUG_EVENTS") != nullptr;
         uint64_t delivered = 0; // records read from the ring buffer: equals BPF's submitted count once drained
@@ -239,19 +252,13 @@ int run_session(const Options& opts)
                     engine_parents[h->tgid] = static_cast<const lotus_proc_event*>(data)->parent_tgid;
                 if (native)
                     native->on_event(data, len); // symbol records go first: the sample's names
-                if (recorder)
-                    recorder->write(data, len);
-                engine.consume(data, len);
+                feed(data, len);
                 if (h->type == LOTUS_EV_EXEC) // a new program: its own environment (torchrun sets RANK)
                     rank_of(h->tgid);
             }, counters, capture::ProbeFeatures{handlers.has_value(), !native_specs.empty(),
                                                    !native_specs.empty() && opts.sample_freq > 0});
             if (!native_specs.empty() || opts.native_map) {
-                native = std::make_unique<capture::NativeCapture>(*probe, native_specs, [&](const void* data, size_t len) {
-                    if (recorder)
-                        recorder->write(data, len);
-                    engine.consume(data, len);
-                });
+                native = std::make_unique<capture::NativeCapture>(*probe, native_specs, feed);
                 probe->set_library_sink([&](const void* data, size_t len) { native->on_library_open(data, len); });
             }
 
@@ -259,11 +266,8 @@ int run_session(const Options& opts)
             probe->attach_process_tracking();
             probe->trace_process(static_cast<uint32_t>(root), static_cast<uint32_t>(root));
             auto known = [&](uint32_t pid, uint32_t parent, bool is_root) {
-                engine.add_process(pid, parent, is_root);
-                if (recorder) {
-                    exporter::RecordProcess rp{exporter::kRecordProcess, pid, 0, 0, 0, parent, is_root};
-                    recorder->write(&rp, sizeof(rp));
-                }
+                model::RecordProcess rp{model::kRecordProcess, pid, 0, 0, 0, parent, is_root};
+                feed(&rp, sizeof(rp));
             };
             known(static_cast<uint32_t>(root), 0, true);
             rank_of(static_cast<uint32_t>(root));

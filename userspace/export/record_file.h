@@ -23,20 +23,10 @@ using model::kRecordSlots;
 using model::kRecordProcess;
 using model::kRecordEnd;
 
+using model::RecordProcess;
+using model::RecordSlots;
+
 // Like the kernel's, they start with a lotus_event_header (type, tgid, tid, cpu, ts_ns).
-struct RecordSlots {
-    uint32_t type, tgid, tid, cpu;
-    uint64_t ts_ns;
-    uint64_t code;
-    uint8_t slots[8];
-};
-
-struct RecordProcess {
-    uint32_t type, pid, tid, cpu;
-    uint64_t ts_ns;
-    uint32_t parent, root;
-};
-
 struct RecordEnd {
     uint32_t type, pid, tid, cpu;
     uint64_t ts_ns;

@@ -134,7 +134,13 @@ void Engine::consume(const void* data, size_t len)
             return on_symbol(*r);
         break;
     case kRecordSlots:
+        if (auto* r = as<RecordSlots>(data, len))
+            return on_slots(*r);
+        break;
     case kRecordProcess:
+        if (auto* r = as<RecordProcess>(data, len))
+            return add_process(r->pid, r->parent, r->root != 0);
+        break;
     case kRecordEnd:
         return; // the session's
     case LOTUS_EV_FORK:
@@ -156,6 +162,19 @@ void Engine::on_code(const lotus_code_info& c)
     if (role_sink_)
         role_sink_(c.h.tgid, own ? c.h.tgid | LOTUS_SPACE_OWN : spaces_.space_of(c.h.tgid), c.code, r);
     spaces_.add_code(c.h.tgid, c.code, CodeDesc{std::move(info), std::move(r)}, own);
+    last_code_ = {c.h.tgid, c.code, own};
+}
+
+// Slots capture read from the target for the locals a role captures: kept with the role, to check that a
+// captured value came from the named local.
+void Engine::on_slots(const RecordSlots& r)
+{
+    bool own = last_code_.tgid == r.tgid && last_code_.code == r.code && last_code_.own;
+    auto* d = spaces_.code(r.tgid, r.code, own);
+    if (!d)
+        return;
+    size_t n = std::min(d->role.capture_locals.size(), sizeof(r.slots));
+    d->role.capture_slots.assign(r.slots, r.slots + n);
 }
 
 void Engine::on_type(const lotus_type_info& t)

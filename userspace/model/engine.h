@@ -32,17 +32,18 @@ struct EngineCounters {
 class Engine {
 public:
     using SpanSink = std::function<void(const Span&)>;
-    // Called for every newly described code object, so that capture can tell BPF its role under the key
-    // space (lotus_abi.h: a role space, or tgid | LOTUS_SPACE_OWN) it was described in. The sink resolves role.capture_locals to role.capture_slots (it can
-    // read the target's memory: tgid's); the engine keeps the result.
-    using RoleSink = std::function<void(uint32_t tgid, uint32_t space, uint64_t code, CodeRole&)>;
+    // Told of every newly described code object, so that capture can tell BPF its role under the key space
+    // (lotus_abi.h: a role space, or tgid | LOTUS_SPACE_OWN) it was described in. Where the role captures
+    // locals, capture resolves them to slots and puts a RecordSlots in the stream, right after the CODE record.
+    using RoleSink = std::function<void(uint32_t tgid, uint32_t space, uint64_t code, const CodeRole&)>;
     // Called for every newly described type, so that capture can tell BPF what it is (LOTUS_TYPE_* flags) in
     // the role space it was described in.
     using TypeSink = std::function<void(uint32_t space, uint64_t type, uint32_t flags)>;
 
     Engine(const Rules& rules, SpanSink spans, RoleSink roles = {}, TypeSink types = {});
 
-    // Processes known before the stream starts (the traced root and its live descendants).
+    // Processes known before the stream starts (the traced root and its live descendants); also what a
+    // RecordProcess in the stream does.
     void add_process(uint32_t pid, uint32_t parent, bool root);
     // One record from the ring buffer or a record file.
     void consume(const void* data, size_t len);
@@ -93,6 +94,7 @@ private:
     void on_entry(const lotus_py_entry& e);
     void on_return(const lotus_py_return& r);
     void on_code(const lotus_code_info& c);
+    void on_slots(const RecordSlots& r);
     void on_process(const lotus_proc_event& p);
     void on_native(const lotus_native& n);
     void on_sample(const lotus_sample& s);
@@ -131,6 +133,11 @@ private:
     NativeMap native_map_;
     SpanSink span_sink_;
     RoleSink role_sink_;
+    struct LastCode {
+        uint32_t tgid = 0;
+        uint64_t code = 0;
+        bool own = false;
+    } last_code_; // the code object of the latest CODE record: a RecordSlots follows it
     TypeSink type_sink_;
     std::map<uint32_t, ProcessInfo> processes_;
     RoleSpaces spaces_;                             // code objects and types

@@ -1,6 +1,7 @@
 // What the engine knows of code objects and types, per role space (lotus_abi.h): a process and the children
 // it forked share a memory image, so BPF describes an object once for all of them; exec starts a new space.
 #pragma once
+#include <utility>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -32,6 +33,10 @@ public:
     void add_type(uint32_t tgid, uint64_t type, TypeDesc d, bool own = false);
     // own: the process's own description (BPF says in each entry record which it went by), else its space's.
     const CodeDesc* code(uint32_t tgid, uint64_t code, bool own = false) const;
+    CodeDesc* code(uint32_t tgid, uint64_t code, bool own = false)
+    {
+        return const_cast<CodeDesc*>(std::as_const(*this).code(tgid, code, own));
+    }
     const TypeDesc* type(uint32_t tgid, uint64_t type, bool own = false) const;
     size_t spaces() const { return spaces_.size(); }
 

@@ -1,6 +1,8 @@
 // Records user space adds to the event stream (live, and in record files), numbered after the kernel's
-// (1..99, lotus_abi.h). Like those, they start with a lotus_event_header. The engine reads the ones that
-// carry knowledge only user space has (symbol names); the rest are the session's and the record file's.
+// (1..99, lotus_abi.h). Like those, they start with a lotus_event_header. The engine reads every one that
+// carries knowledge only user space has (processes alive at attach, capture slots and ranks read from the
+// target, symbol names), so that a live run and its replay feed it the same stream; RecordEnd is the
+// session's.
 #pragma once
 #include <cstdint>
 
@@ -13,6 +15,22 @@ enum : uint32_t {
     kRecordNativeFunc = 103, // a probed native function: the name its events' func number stands for
     kRecordSymbol = 104,     // the function and library at a sampled address of a process
     kRecordRank = 105,       // a process's RANK (torchrun and other launchers set it in its environment)
+};
+
+// The slots of the locals a code object's role captures (its CODE record's code), as read from the target's
+// co_localsplusnames; written right after that CODE record. 0xff: absent.
+struct RecordSlots {
+    uint32_t type, tgid, tid, cpu;
+    uint64_t ts_ns;
+    uint64_t code;
+    uint8_t slots[8];
+};
+
+// A process alive when tracing began (its fork was not seen).
+struct RecordProcess {
+    uint32_t type, pid, tid, cpu;
+    uint64_t ts_ns;
+    uint32_t parent, root;
 };
 
 struct RecordRank {
