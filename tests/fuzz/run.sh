@@ -10,7 +10,7 @@ us="$src/userspace"
 srcs=("$us/export/record_file.cpp" "$us/export/record_codec.cpp" "$us/export/duration_series.cpp"
       "$us/export/chrome_trace.cpp" "$us/export/summary.cpp"
       "$us/export/native_summary.cpp" "$us/export/output_file.cpp" "$us/model/engine.cpp" "$us/model/batches.cpp" "$us/model/messages.cpp"
-      "$us/model/role_spaces.cpp" "$us/model/rules.cpp" "$us/model/spans.cpp" "$us/model/native_map.cpp" "$us/export/json.cpp" "$us/common/utf8.cpp")
+      "$us/model/role_spaces.cpp" "$us/model/rules.cpp" "$us/model/spans.cpp" "$us/model/native_map.cpp" "$us/export/json.cpp" "$us/export/run_info.cpp" "$us/common/utf8.cpp")
 clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$us" -I"$src/bpf" "$src/tests/fuzz/record_fuzzer.cpp" "${srcs[@]}" -lfmt -lz -o "$work/record_fuzzer"
 # Seeds: a real recording of the pure-Python pipeline (main process and two workers), as a file and as its

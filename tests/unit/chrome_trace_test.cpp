@@ -44,7 +44,14 @@ std::string write_trace(const fs::path& path)
         std::map<uint32_t, model::ProcessInfo> procs;
         procs[7].pid = 7;
         procs[7].worker_id = 1;
-        w.finish(procs, {{"lost_events", "0"}});
+        exporter::RunInfo run;
+        run.tool = "lotus-bpf test";
+        run.python = "3.11.2";
+        run.events = 12;
+        run.events_delivered = 12;
+        run.process_ends.push_back({7, "worker 1", "killed by SIGKILL", 9, -1, 0.5});
+        run.output_failures.push_back("--record r.lbt: writing failed: No space left on device");
+        w.finish(procs, run);
         EXPECT_TRUE(out.commit());
     }
     std::string text;
@@ -80,7 +87,17 @@ TEST(ChromeTrace, ValidJsonWithRelativeMicroseconds)
         if (e["ph"] == "M" && e["name"] == "process_name")
             named = e["args"]["name"] == "worker 1";
     EXPECT_TRUE(named);
-    EXPECT_EQ(doc["otherData"]["lost_events"], 0);
+    const auto& other = doc["otherData"];
+    EXPECT_EQ(other["lost_events"], 0);
+    EXPECT_EQ(other["events"], 12);
+    EXPECT_EQ(other["events_delivered"], 12);
+    EXPECT_EQ(other["tool"], "lotus-bpf test");
+    EXPECT_EQ(other["python"], "3.11.2");
+    EXPECT_FALSE(other.contains("evaluator_probe")); // absent where unknown (replays), not ""
+    EXPECT_FALSE(other.contains("span_patterns"));
+    EXPECT_EQ(other["process_ends"][0]["how"], "killed by SIGKILL");
+    EXPECT_EQ(other["process_ends"][0]["signal"], 9);
+    EXPECT_EQ(other["output_failures"].size(), 1u);
 }
 
 TEST(ChromeTrace, GzipWhenNameEndsInGz)

@@ -70,70 +70,54 @@ exporter::OutputFailure Outputs::sink()
 
 // Writes the trace's end and prints the summary (live and replayed runs alike).
 bool report(const Options& opts, Outputs& outputs, exporter::ChromeTraceWriter& trace, exporter::Summary& summary,
-            model::Engine& engine, const model::Rules& rules, std::map<std::string, std::string> other,
-            uint64_t lost, bool calls_inlined)
+            model::Engine& engine, const model::Rules& rules, exporter::RunInfo run, bool calls_inlined)
 {
     engine.finish();
     const auto& c = engine.counters();
     summary.set_native_map(engine.native_map().table());
     if (engine.counters().samples)
-        other["native_map"] = summary.native_map_json();
+        run.native_map_json = summary.native_map_json();
     if (!summary.counter_rows().empty())
-        other["counters"] = summary.counters_json();
-    other["incomplete_spans"] = std::to_string(c.incomplete + c.lost_returns);
-    if (!rules.spans().empty()) {
-        std::string list;
-        for (size_t i = 0; i < rules.spans().size(); i++) {
-            const auto& rule = rules.spans()[i];
-            uint64_t calls = i < engine.span_calls().size() ? engine.span_calls()[i] : 0;
-            list += fmt::format("{}{{\"pattern\":{},\"calls\":{},\"complete\":{}}}", list.empty() ? "" : ",",
-                                exporter::json_string(rule.text), calls,
-                                !calls_inlined || (calls && !rule.maybe_inlined) ? "true" : "false");
-        }
-        other["span_patterns"] = "[" + list + "]";
+        run.counters_json = summary.counters_json();
+    run.incomplete_spans = c.incomplete + c.lost_returns;
+    for (size_t i = 0; i < rules.spans().size(); i++) {
+        const auto& rule = rules.spans()[i];
+        uint64_t calls = i < engine.span_calls().size() ? engine.span_calls()[i] : 0;
+        run.span_patterns.push_back({rule.text, calls, !calls_inlined || (calls && !rule.maybe_inlined)});
     }
-    other["samples"] = std::to_string(engine.samples());
-    // The job's fate: every traced process that was killed or exited non-zero, with when.
-    std::string ends;
-    std::vector<std::string> end_notes;
-    std::vector<std::pair<uint64_t, uint32_t>> ended; // in the order they ended
+    run.samples = engine.samples();
+    // The job's fate: every traced process that was killed or exited non-zero, in the order they ended.
+    std::vector<std::pair<uint64_t, uint32_t>> ended;
     for (const auto& [pid, p] : engine.processes())
         if (!model::how_it_ended(p).empty())
             ended.emplace_back(p.exit_ns, pid);
     std::sort(ended.begin(), ended.end());
+    std::vector<std::string> end_notes;
     for (const auto& [exit_ns, pid] : ended) {
         const auto& p = engine.processes().at(pid);
-        std::string how = model::how_it_ended(p);
-        double at_s = p.exit_ns > trace.t0_ns() ? static_cast<double>(p.exit_ns - trace.t0_ns()) / 1e9 : 0;
-        std::string label = model::process_label(engine.processes(), pid);
-        ends += fmt::format("{}{{\"pid\":{},\"label\":{},\"how\":{},\"signal\":{},\"status\":{},\"at_s\":{:.3f}}}",
-                            ends.empty() ? "" : ",", pid, exporter::json_string(label), exporter::json_string(how),
-                            model::exit_signal(p), model::exit_code(p), at_s);
-        end_notes.push_back(fmt::format("{} (PID {}) {} at {:.2f} s.", label, pid, how, at_s));
+        exporter::RunInfo::ProcessEnd e{pid, model::process_label(engine.processes(), pid), model::how_it_ended(p),
+                                        model::exit_signal(p), model::exit_code(p),
+                                        exit_ns > trace.t0_ns() ? static_cast<double>(exit_ns - trace.t0_ns()) / 1e9 : 0};
+        end_notes.push_back(fmt::format("{} (PID {}) {} at {:.2f} s.", e.label, pid, e.how, e.at_s));
+        run.process_ends.push_back(std::move(e));
     }
-    other["process_ends"] = "[" + ends + "]";
-    auto failures_json = [&] {
-        std::string list;
-        for (const auto& f : outputs.failures())
-            list += (list.empty() ? "" : ",") + exporter::json_string(f);
-        return "[" + list + "]";
-    };
-    other["output_failures"] = failures_json();
-    trace.finish(engine.processes(), other);
+    run.output_failures = outputs.failures();
+    trace.finish(engine.processes(), run);
     outputs.trace().commit();
 
     auto batches = exporter::summarize_batches(engine.batches(), engine.processes(), summary);
     auto write_summary_json = [&] {
         if (auto* js = outputs.summary_json()) {
-            other["output_failures"] = failures_json();
-            js->write(summary.json(engine.processes(), batches, other));
+            run.output_failures = outputs.failures();
+            js->write(summary.json(engine.processes(), batches, run));
             js->commit();
         }
     };
     if (!opts.print_summary) {
         if (!opts.record.empty()) {
             if (outputs.failures().empty())
-                fmt::print(stderr, "lotus-bpf: wrote {} events ({} lost) to {}\n", other["events"], lost, opts.record);
+                fmt::print(stderr, "lotus-bpf: wrote {} events ({} lost) to {}\n", run.events, run.lost_events,
+                           opts.record);
         } else if (!outputs.trace().failed()) {
             fmt::print(stderr, "lotus-bpf: wrote {}\n", opts.output);
         }
@@ -141,10 +125,10 @@ bool report(const Options& opts, Outputs& outputs, exporter::ChromeTraceWriter& 
         return outputs.failures().empty();
     }
     std::vector<std::string> notes;
-    notes.push_back(fmt::format("\n{} events, {} lost (ring buffer full); stopped: {}; trace: {}", other["events"], lost,
-                                other["stop_reason"].substr(1, other["stop_reason"].size() - 2),
+    notes.push_back(fmt::format("\n{} events, {} lost (ring buffer full); stopped: {}; trace: {}", run.events,
+                                run.lost_events, run.stop_reason,
                                 opts.output.empty() ? "none" : outputs.trace().failed() ? "not written" : opts.output));
-    if (lost)
+    if (run.lost_events)
         notes.push_back("Spans that lost an event are left out, never guessed.");
     for (size_t i = 0; i < rules.spans().size(); i++) {
         const auto& rule = rules.spans()[i];
@@ -242,27 +226,25 @@ static int replay_into(const Options& opts, exporter::RecordReader& in)
         engine.consume(rec.data(), rec.size());
     }
     auto str = [&](const char* k) {
-        return exporter::json_string(meta.is_object() && meta.contains(k) && meta[k].is_string() ? meta[k].get<std::string>()
-                                                                                                : std::string("?"));
+        return meta.contains(k) && meta[k].is_string() ? meta[k].get<std::string>() : std::string("?");
     };
-    std::map<std::string, std::string> other{
-        {"tool", "\"lotus-bpf " LOTUS_VERSION "\""},
-        {"target_pid", std::to_string(in.header().root_pid)},
-        {"t0_monotonic_ns", std::to_string(in.header().t0_ns)},
-        {"python", str("python")},
-        {"interpreter", str("interpreter")},
-        {"layout", str("layout")},
-        {"events", std::to_string(captured ? captured : events)},
-        {"lost_events", std::to_string(lost)},
-        {"stop_reason", exporter::json_string("replayed " + opts.replay)},
-        {"tracer_peak_rss_kb", std::to_string(peak_rss_kb())},
-        {"tracer_cpu_ms", std::to_string(cpu_ms())},
-    };
+    exporter::RunInfo run;
+    run.tool = "lotus-bpf " LOTUS_VERSION;
+    run.target_pid = in.header().root_pid;
+    run.t0_monotonic_ns = in.header().t0_ns;
+    run.python = str("python");
+    run.interpreter = str("interpreter");
+    run.layout = str("layout");
+    run.events = captured ? captured : events;
+    run.lost_events = lost;
+    run.stop_reason = "replayed " + opts.replay;
+    run.tracer_peak_rss_kb = peak_rss_kb();
+    run.tracer_cpu_ms = cpu_ms();
     // Whether the capture's default probes missed inlined calls: CPython 3.11+ without --all-calls.
     std::string py = meta.is_object() && meta.contains("python") && meta["python"].is_string() ? meta["python"].get<std::string>() : "";
     bool all_calls = meta.is_object() && meta.contains("all_calls") && meta["all_calls"].is_boolean() && meta["all_calls"].get<bool>();
     bool inlined = !all_calls && py.rfind("3.10", 0) != 0;
-    return report(opts, outputs, trace, summary, engine, rules, other, lost, inlined) ? 0 : kExitOutputFailed;
+    return report(opts, outputs, trace, summary, engine, rules, std::move(run), inlined) ? 0 : kExitOutputFailed;
 }
 
 } // namespace lotus::cli

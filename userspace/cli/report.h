@@ -43,9 +43,9 @@ private:
 
 // calls_inlined: the capture could not see calls CPython ran inline (3.11+ without --all-calls).
 // Writes the trace's end and prints the summary (live and replayed runs alike); false when an output failed.
+// run: what the session knows of the run; the rest (samples, process ends, output failures...) is added here.
 bool report(const Options& opts, Outputs& outputs, exporter::ChromeTraceWriter& trace, exporter::Summary& summary,
-            model::Engine& engine, const model::Rules& rules, std::map<std::string, std::string> other,
-            uint64_t lost, bool calls_inlined);
+            model::Engine& engine, const model::Rules& rules, exporter::RunInfo run, bool calls_inlined);
 // --pipeline/--span plus those of --rules FILE.
 std::pair<std::vector<std::string>, std::vector<std::string>> rule_lists(const Options& opts);
 // Reconstructs opts.replay (a record file). Throws; leaves no half-written trace behind.

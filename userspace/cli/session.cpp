@@ -348,37 +348,33 @@ int run_session(const Options& opts)
         if (tty)
             fmt::print(stderr, "\r\033[K");
 
-        std::map<std::string, std::string> other{
-            {"tool", "\"lotus-bpf " LOTUS_VERSION "\""},
-            {"target_pid", std::to_string(root)},
-            {"t0_monotonic_ns", std::to_string(t0)},
-            {"python", exporter::json_string(interp.version.str())},
-            {"interpreter", exporter::json_string(interp.target_path)},
-            {"layout", exporter::json_string(interp.layout_source)},
-            {"evaluator_probe", exporter::json_string(evaluator_probe)},
-            {"events", std::to_string(stats.submitted)},
-            {"events_delivered", std::to_string(delivered)},
-            {"lost_events", std::to_string(stats.lost)},
-            {"stop_reason", exporter::json_string(stop_reason)},
-            {"tracer_peak_rss_kb", std::to_string(peak_rss_kb())},
-            {"tracer_cpu_ms", std::to_string(cpu_ms())},
-        };
+        exporter::RunInfo run;
+        run.tool = "lotus-bpf " LOTUS_VERSION;
+        run.target_pid = static_cast<uint32_t>(root);
+        run.t0_monotonic_ns = t0;
+        run.python = interp.version.str();
+        run.interpreter = interp.target_path;
+        run.layout = interp.layout_source;
+        run.evaluator_probe = evaluator_probe;
+        run.events = stats.submitted;
+        run.events_delivered = delivered;
+        run.lost_events = stats.lost;
+        run.stop_reason = stop_reason;
+        run.tracer_peak_rss_kb = peak_rss_kb();
+        run.tracer_cpu_ms = cpu_ms();
         if (native) {
-            other["native_functions_probed"] = std::to_string(native->functions());
-            other["native_attach_s"] = fmt::format("{:.3f}", native->attach_seconds());
-            other["native_probe_links"] = std::to_string(native_links);
-            other["sampling_event"] = exporter::json_string(opts.sample_freq ? capture::sampling_event().name : "none");
+            exporter::RunInfo::Native n{native->functions(), native_links, native->attach_seconds(),
+                                        opts.sample_freq ? capture::sampling_event().name : "none", {}};
             // A --native spec that selected nothing is said, not silently dropped.
-            std::string unmatched;
-            for (size_t i = native_specs.size() - opts.native.size(); i < native_specs.size(); i++) {
+            size_t first_user = native_specs.size() - opts.native.size();
+            for (size_t i = first_user; i < native_specs.size(); i++) {
                 if (native->matched()[i])
                     continue;
-                const std::string& text = opts.native[i - (native_specs.size() - opts.native.size())];
                 fmt::print(stderr, "lotus-bpf: --native '{}' matched no function in the libraries the traced "
-                                   "processes mapped\n", text);
-                unmatched += (unmatched.empty() ? "" : ",") + exporter::json_string(text);
+                                   "processes mapped\n", opts.native[i - first_user]);
+                n.specs_unmatched.push_back(opts.native[i - first_user]);
             }
-            other["native_specs_unmatched"] = "[" + unmatched + "]";
+            run.native = std::move(n);
         }
         if (recorder) {
             exporter::RecordEnd end{exporter::kRecordEnd, static_cast<uint32_t>(root), 0, 0, monotonic_ns(),
@@ -386,7 +382,7 @@ int run_session(const Options& opts)
             recorder->write(&end, sizeof(end));
             recorder->close();
         }
-        bool written = report(opts, outputs, trace, summary, engine, rules, other, stats.lost,
+        bool written = report(opts, outputs, trace, summary, engine, rules, std::move(run),
                               !opts.all_calls && !(interp.version.major == 3 && interp.version.minor == 10));
         if (!written)
             return kExitOutputFailed;

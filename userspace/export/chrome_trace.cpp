@@ -163,8 +163,7 @@ void ChromeTraceWriter::span(const model::Span& s)
                           s.flow_in, s.pid, s.tid, us(inside_end)));
 }
 
-void ChromeTraceWriter::finish(const std::map<uint32_t, model::ProcessInfo>& processes,
-                               const std::map<std::string, std::string>& other_data)
+void ChromeTraceWriter::finish(const std::map<uint32_t, model::ProcessInfo>& processes, const RunInfo& run)
 {
     for (const auto& [pid, p] : processes) {
         event(fmt::format("{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{},\"tid\":0,\"args\":{{\"name\":{}}}}}",
@@ -191,11 +190,7 @@ void ChromeTraceWriter::finish(const std::map<uint32_t, model::ProcessInfo>& pro
         event(fmt::format("{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":{}}}}}",
                           pid, tid, json_string(pid == tid ? "main thread" : fmt::format("thread {}", tid))));
     buf_ += "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{";
-    bool first = true;
-    for (const auto& [k, v] : other_data) {
-        buf_ += fmt::format("{}{}:{}", first ? "" : ",", json_string(k), v);
-        first = false;
-    }
+    buf_ += run_json_members(run);
     buf_ += "}}\n";
     out_.write(buf_);
     buf_.clear();

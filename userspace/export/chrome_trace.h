@@ -10,6 +10,7 @@
 
 #include "model/spans.h"
 #include "output_file.h"
+#include "run_info.h"
 
 namespace lotus::exporter {
 
@@ -21,9 +22,8 @@ public:
     void set_counter_names(std::vector<std::string> names) { counter_names_ = std::move(names); }
     void span(const model::Span& s);
     uint64_t t0_ns() const { return t0_ns_; }
-    // Writes how processes ended (instant events), process/thread metadata and otherData (key -> already-encoded JSON value), closes the document.
-    void finish(const std::map<uint32_t, model::ProcessInfo>& processes,
-                const std::map<std::string, std::string>& other_data);
+    // Writes how processes ended (instant events), process/thread metadata and otherData, closes the document.
+    void finish(const std::map<uint32_t, model::ProcessInfo>& processes, const RunInfo& run);
 
 private:
     void event(const std::string& json);

@@ -362,7 +362,7 @@ static std::string batches_json(const BatchSummary& x)
 }
 
 std::string Summary::json(const std::map<uint32_t, model::ProcessInfo>& processes, const DataLoaderReport& batches,
-                          const std::map<std::string, std::string>& run) const
+                          const RunInfo& run) const
 {
     std::string procs;
     for (const auto& [pid, p] : processes)
@@ -402,9 +402,7 @@ std::string Summary::json(const std::map<uint32_t, model::ProcessInfo>& processe
         merged = batches_json(l.all) + fmt::format(",\"waiting_share\":{:.4f},\"verdict\":{}}}", l.waiting_share,
                                                    json_string(l.verdict));
     }
-    std::string r;
-    for (const auto& [k, v] : run)
-        r += fmt::format("{}{}:{}", r.empty() ? "" : ",", json_string(k), v);
+    std::string r = run_json_members(run);
     return fmt::format("{{\"run\":{{{}}},\"ops\":{},\"batches\":{},\"loaders\":[{}],\"training\":[{}],\"processes\":[{}],"
                        "\"counters\":{},\"native_map\":{}}}\n",
                        r, rows_json(rows()), merged, loaders, loops, procs, counters_json(), native_map_json());

@@ -1,6 +1,7 @@
 // The end-of-run summary: per-op duration statistics per DataLoader (of each training process), the batch
 // analyses, the training loops' waits, and per-process sample counts.
 #pragma once
+#include "export/run_info.h"
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -89,7 +90,7 @@ public:
                const std::vector<std::string>& notes) const;
     // The same content as JSON (--summary-json); schema: schemas/summary.schema.json.
     std::string json(const std::map<uint32_t, model::ProcessInfo>& processes, const DataLoaderReport& batches,
-                     const std::map<std::string, std::string>& run) const;
+                     const RunInfo& run) const;
 
 private:
     struct CounterSums {

@@ -1,0 +1,74 @@
+#include "run_info.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "export/json.h"
+
+namespace lotus::exporter {
+
+namespace {
+
+std::string strings_json(const std::vector<std::string>& v)
+{
+    std::string out;
+    for (const auto& s : v)
+        out += (out.empty() ? "" : ",") + json_string(s);
+    return "[" + out + "]";
+}
+
+} // namespace
+
+std::string run_json_members(const RunInfo& r)
+{
+    std::map<std::string, std::string> m; // key -> encoded value, written in key order
+    m["tool"] = json_string(r.tool);
+    m["target_pid"] = std::to_string(r.target_pid);
+    m["t0_monotonic_ns"] = std::to_string(r.t0_monotonic_ns);
+    m["python"] = json_string(r.python);
+    m["interpreter"] = json_string(r.interpreter);
+    m["layout"] = json_string(r.layout);
+    if (!r.evaluator_probe.empty())
+        m["evaluator_probe"] = json_string(r.evaluator_probe);
+    m["stop_reason"] = json_string(r.stop_reason);
+    m["events"] = std::to_string(r.events);
+    m["lost_events"] = std::to_string(r.lost_events);
+    if (r.events_delivered)
+        m["events_delivered"] = std::to_string(*r.events_delivered);
+    m["tracer_peak_rss_kb"] = std::to_string(r.tracer_peak_rss_kb);
+    m["tracer_cpu_ms"] = std::to_string(r.tracer_cpu_ms);
+    m["samples"] = std::to_string(r.samples);
+    m["incomplete_spans"] = std::to_string(r.incomplete_spans);
+    if (!r.span_patterns.empty()) {
+        std::string list;
+        for (const auto& p : r.span_patterns)
+            list += fmt::format("{}{{\"pattern\":{},\"calls\":{},\"complete\":{}}}", list.empty() ? "" : ",",
+                                json_string(p.pattern), p.calls, p.complete);
+        m["span_patterns"] = "[" + list + "]";
+    }
+    std::string ends;
+    for (const auto& e : r.process_ends)
+        ends += fmt::format("{}{{\"pid\":{},\"label\":{},\"how\":{},\"signal\":{},\"status\":{},\"at_s\":{:.3f}}}",
+                            ends.empty() ? "" : ",", e.pid, json_string(e.label), json_string(e.how), e.signal,
+                            e.status, e.at_s);
+    m["process_ends"] = "[" + ends + "]";
+    m["output_failures"] = strings_json(r.output_failures);
+    if (r.native) {
+        m["native_functions_probed"] = std::to_string(r.native->functions_probed);
+        m["native_attach_s"] = fmt::format("{:.3f}", r.native->attach_s);
+        m["native_probe_links"] = std::to_string(r.native->probe_links);
+        m["sampling_event"] = json_string(r.native->sampling_event);
+        m["native_specs_unmatched"] = strings_json(r.native->specs_unmatched);
+    }
+    if (!r.native_map_json.empty())
+        m["native_map"] = r.native_map_json;
+    if (!r.counters_json.empty())
+        m["counters"] = r.counters_json;
+    std::string out;
+    for (const auto& [k, v] : m)
+        out += fmt::format("{}{}:{}", out.empty() ? "" : ",", json_string(k), v);
+    return out;
+}
+
+} // namespace lotus::exporter

@@ -1,0 +1,50 @@
+// What a run was, live or replayed: the trace's otherData and the summary JSON's "run" object
+// (docs/trace-format.md lists the keys).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace lotus::exporter {
+
+struct RunInfo {
+    std::string tool; // "lotus-bpf VERSION"
+    uint32_t target_pid = 0;
+    uint64_t t0_monotonic_ns = 0;
+    std::string python, interpreter, layout;
+    std::string evaluator_probe; // live runs: "uprobe session" or "uprobe + uretprobe"
+    std::string stop_reason;
+    uint64_t events = 0, lost_events = 0;
+    std::optional<uint64_t> events_delivered; // live runs
+    long tracer_peak_rss_kb = -1, tracer_cpu_ms = -1;
+    uint64_t samples = 0, incomplete_spans = 0;
+    struct SpanPattern {
+        std::string pattern;
+        uint64_t calls = 0;
+        bool complete = false; // every call was seen (false where CPython 3.11+ may have run some inline)
+    };
+    std::vector<SpanPattern> span_patterns; // with --span
+    struct ProcessEnd {
+        uint32_t pid = 0;
+        std::string label, how;
+        int signal = 0, status = -1;
+        double at_s = 0;
+    };
+    std::vector<ProcessEnd> process_ends;
+    std::vector<std::string> output_failures;
+    struct Native {
+        uint64_t functions_probed = 0, probe_links = 0;
+        double attach_s = 0;
+        std::string sampling_event;
+        std::vector<std::string> specs_unmatched;
+    };
+    std::optional<Native> native; // --native-map, --native
+    // The summary's native map and counters tables (export/summary.h encodes them), when there are any.
+    std::string native_map_json, counters_json;
+};
+
+// The members of the JSON object (without its braces), keys in alphabetical order.
+std::string run_json_members(const RunInfo& r);
+
+} // namespace lotus::exporter
