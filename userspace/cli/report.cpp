@@ -1,19 +1,11 @@
 #include "report.h"
 
-#include "rules_file.h"
-
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
-
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <fmt/format.h>
 
-#include "export/json.h"
-#include "export/record_file.h"
 #include "model/engine.h"
+#include "rules_file.h"
 
 namespace lotus::cli {
 
@@ -25,47 +17,6 @@ bool in_trace(const model::Span& s, const Options& opts, uint64_t t0)
         return false;
     double start_s = s.start_ns > t0 ? static_cast<double>(s.start_ns - t0) / 1e9 : 0;
     return start_s >= opts.window_start_s && (opts.window_end_s <= 0 || start_s < opts.window_end_s);
-}
-
-// The tracer's own peak resident memory (VmHWM), for the trace's metadata and the benchmark.
-// The tracer's own CPU time so far (user + system, all its threads), for the trace's metadata and the benchmark.
-long cpu_ms()
-{
-    rusage ru{};
-    if (getrusage(RUSAGE_SELF, &ru) != 0)
-        return -1;
-    return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000L + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000L;
-}
-
-long peak_rss_kb()
-{
-    FILE* f = fopen("/proc/self/status", "r");
-    if (!f)
-        return -1;
-    char line[256];
-    long kb = -1;
-    while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
-            break;
-    fclose(f);
-    return kb;
-}
-
-Outputs::Outputs(const Options& opts)
-{
-    // No trace file wanted: the writer still runs (same code path) into a file that keeps nothing.
-    trace_ = std::make_unique<exporter::OutputFile>(opts.output, exporter::OutputOptions{true, "-o"}, sink());
-    if (!opts.summary_json.empty())
-        summary_json_ = std::make_unique<exporter::OutputFile>(
-            opts.summary_json, exporter::OutputOptions{true, "--summary-json"}, sink());
-}
-
-exporter::OutputFailure Outputs::sink()
-{
-    return [this](const std::string& line) {
-        fmt::print(stderr, "{}lotus-bpf: {}\n", isatty(STDERR_FILENO) ? "\r\033[K" : "", line);
-        failures_.push_back(line);
-    };
 }
 
 // Writes the trace's end and prints the summary (live and replayed runs alike).
@@ -168,83 +119,6 @@ std::pair<std::vector<std::string>, std::vector<std::string>> rule_lists(const O
         spans.insert(spans.end(), file.spans.begin(), file.spans.end());
     }
     return {pipelines, spans};
-}
-
-static int replay_into(const Options& opts, exporter::RecordReader& in);
-
-// A corrupt record file throws before anything is committed: the outputs keep what they had.
-int replay(const Options& opts)
-{
-    exporter::RecordReader in(opts.replay);
-    return replay_into(opts, in);
-}
-
-static int replay_into(const Options& opts, exporter::RecordReader& in)
-{
-    auto [pipelines, span_rules] = rule_lists(opts);
-    auto meta = nlohmann::json::parse(in.header().meta_json, nullptr, false);
-    if (!meta.is_object()) // format 4's checksum catches damage; older files are checked here
-        throw exporter::RecordError(opts.replay + ": the header's metadata is damaged (not a JSON object); not replayed");
-    auto strings = [&](const char* key) {
-        std::vector<std::string> out;
-        if (meta.is_object() && meta.contains(key) && meta[key].is_array())
-            for (const auto& n : meta[key])
-                if (n.is_string())
-                    out.push_back(n.get<std::string>());
-        return out;
-    };
-    // The rules the capture ran with (they decided what BPF emitted), plus any given now.
-    for (auto& p : strings("pipelines"))
-        pipelines.push_back(p);
-    for (auto& sp : strings("spans"))
-        span_rules.push_back(sp);
-    Outputs outputs(opts);
-    model::Rules rules(pipelines, span_rules);
-    uint64_t t0 = in.header().t0_ns;
-    exporter::ChromeTraceWriter trace(outputs.trace(), t0);
-    exporter::Summary summary;
-    trace.set_counter_names(strings("counters"));
-    summary.set_counter_names(strings("counters"));
-    model::Engine engine(rules, [&](const model::Span& s) {
-        summary.add(s);
-        if (in_trace(s, opts, t0))
-            trace.span(s);
-    });
-    // The stream as it was captured, into the engine (the records capture added included); only the end
-    // record's counts are the session's.
-    std::vector<uint8_t> rec;
-    uint64_t events = 0, captured = 0, lost = 0;
-    while (in.next(rec)) {
-        auto* h = reinterpret_cast<const lotus_event_header*>(rec.data());
-        if (h->type == exporter::kRecordEnd && rec.size() >= sizeof(exporter::RecordEnd)) {
-            auto* end = reinterpret_cast<const exporter::RecordEnd*>(rec.data());
-            captured = end->submitted;
-            lost = end->lost;
-            continue;
-        }
-        events += h->type != model::kRecordProcess && h->type != model::kRecordSlots; // as captured
-        engine.consume(rec.data(), rec.size());
-    }
-    auto str = [&](const char* k) {
-        return meta.contains(k) && meta[k].is_string() ? meta[k].get<std::string>() : std::string("?");
-    };
-    exporter::RunInfo run;
-    run.tool = "lotus-bpf " LOTUS_VERSION;
-    run.target_pid = in.header().root_pid;
-    run.t0_monotonic_ns = in.header().t0_ns;
-    run.python = str("python");
-    run.interpreter = str("interpreter");
-    run.layout = str("layout");
-    run.events = captured ? captured : events;
-    run.lost_events = lost;
-    run.stop_reason = "replayed " + opts.replay;
-    run.tracer_peak_rss_kb = peak_rss_kb();
-    run.tracer_cpu_ms = cpu_ms();
-    // Whether the capture's default probes missed inlined calls: CPython 3.11+ without --all-calls.
-    std::string py = meta.is_object() && meta.contains("python") && meta["python"].is_string() ? meta["python"].get<std::string>() : "";
-    bool all_calls = meta.is_object() && meta.contains("all_calls") && meta["all_calls"].is_boolean() && meta["all_calls"].get<bool>();
-    bool inlined = !all_calls && py.rfind("3.10", 0) != 0;
-    return report(opts, outputs, trace, summary, engine, rules, std::move(run), inlined) ? 0 : kExitOutputFailed;
 }
 
 } // namespace lotus::cli

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <cerrno>
 
+#include "common/arch.h"
 #include "debug_offsets.h"
 #include "elf_file.h"
 #include "proc_maps.h"
@@ -218,7 +219,9 @@ Interpreter find_interpreter_in_executable(const std::string& exe_path, const st
     for (std::string d; std::getline(ss, d, ':');)
         if (!d.empty())
             dirs.push_back(d);
-    for (const char* d : {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/usr/local/lib", "/lib", "/usr/lib"})
+    for (const char* d : common::kMultiarchLibDirs)
+        dirs.push_back(d);
+    for (const char* d : {"/usr/local/lib", "/lib", "/usr/lib"})
         dirs.push_back(d);
     for (const auto& lib : exe->needed()) {
         if (!looks_like_libpython(lib))

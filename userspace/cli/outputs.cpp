@@ -1,0 +1,26 @@
+#include "outputs.h"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+namespace lotus::cli {
+
+Outputs::Outputs(const Options& opts)
+{
+    // No trace file wanted: the writer still runs (same code path) into a file that keeps nothing.
+    trace_ = std::make_unique<exporter::OutputFile>(opts.output, exporter::OutputOptions{true, "-o"}, sink());
+    if (!opts.summary_json.empty())
+        summary_json_ = std::make_unique<exporter::OutputFile>(
+            opts.summary_json, exporter::OutputOptions{true, "--summary-json"}, sink());
+}
+
+exporter::OutputFailure Outputs::sink()
+{
+    return [this](const std::string& line) {
+        fmt::print(stderr, "{}lotus-bpf: {}\n", isatty(STDERR_FILENO) ? "\r\033[K" : "", line);
+        failures_.push_back(line);
+    };
+}
+
+} // namespace lotus::cli

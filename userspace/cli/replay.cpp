@@ -1,0 +1,89 @@
+#include "replay.h"
+
+#include <nlohmann/json.hpp>
+
+#include "export/record_file.h"
+#include "outputs.h"
+#include "report.h"
+#include "self_usage.h"
+
+namespace lotus::cli {
+
+static int replay_into(const Options& opts, exporter::RecordReader& in);
+
+// A corrupt record file throws before anything is committed: the outputs keep what they had.
+int replay(const Options& opts)
+{
+    exporter::RecordReader in(opts.replay);
+    return replay_into(opts, in);
+}
+
+static int replay_into(const Options& opts, exporter::RecordReader& in)
+{
+    auto [pipelines, span_rules] = rule_lists(opts);
+    auto meta = nlohmann::json::parse(in.header().meta_json, nullptr, false);
+    if (!meta.is_object()) // format 4's checksum catches damage; older files are checked here
+        throw exporter::RecordError(opts.replay + ": the header's metadata is damaged (not a JSON object); not replayed");
+    auto strings = [&](const char* key) {
+        std::vector<std::string> out;
+        if (meta.is_object() && meta.contains(key) && meta[key].is_array())
+            for (const auto& n : meta[key])
+                if (n.is_string())
+                    out.push_back(n.get<std::string>());
+        return out;
+    };
+    // The rules the capture ran with (they decided what BPF emitted), plus any given now.
+    for (auto& p : strings("pipelines"))
+        pipelines.push_back(p);
+    for (auto& sp : strings("spans"))
+        span_rules.push_back(sp);
+    Outputs outputs(opts);
+    model::Rules rules(pipelines, span_rules);
+    uint64_t t0 = in.header().t0_ns;
+    exporter::ChromeTraceWriter trace(outputs.trace(), t0);
+    exporter::Summary summary;
+    trace.set_counter_names(strings("counters"));
+    summary.set_counter_names(strings("counters"));
+    model::Engine engine(rules, [&](const model::Span& s) {
+        summary.add(s);
+        if (in_trace(s, opts, t0))
+            trace.span(s);
+    });
+    // The stream as it was captured, into the engine (the records capture added included); only the end
+    // record's counts are the session's.
+    std::vector<uint8_t> rec;
+    uint64_t events = 0, captured = 0, lost = 0;
+    while (in.next(rec)) {
+        auto* h = reinterpret_cast<const lotus_event_header*>(rec.data());
+        if (h->type == exporter::kRecordEnd && rec.size() >= sizeof(exporter::RecordEnd)) {
+            auto* end = reinterpret_cast<const exporter::RecordEnd*>(rec.data());
+            captured = end->submitted;
+            lost = end->lost;
+            continue;
+        }
+        events += h->type != model::kRecordProcess && h->type != model::kRecordSlots; // as captured
+        engine.consume(rec.data(), rec.size());
+    }
+    auto str = [&](const char* k) {
+        return meta.contains(k) && meta[k].is_string() ? meta[k].get<std::string>() : std::string("?");
+    };
+    exporter::RunInfo run;
+    run.tool = "lotus-bpf " LOTUS_VERSION;
+    run.target_pid = in.header().root_pid;
+    run.t0_monotonic_ns = in.header().t0_ns;
+    run.python = str("python");
+    run.interpreter = str("interpreter");
+    run.layout = str("layout");
+    run.events = captured ? captured : events;
+    run.lost_events = lost;
+    run.stop_reason = "replayed " + opts.replay;
+    run.tracer_peak_rss_kb = peak_rss_kb();
+    run.tracer_cpu_ms = cpu_ms();
+    // Whether the capture's default probes missed inlined calls: CPython 3.11+ without --all-calls.
+    std::string py = meta.is_object() && meta.contains("python") && meta["python"].is_string() ? meta["python"].get<std::string>() : "";
+    bool all_calls = meta.is_object() && meta.contains("all_calls") && meta["all_calls"].is_boolean() && meta["all_calls"].get<bool>();
+    bool inlined = !all_calls && py.rfind("3.10", 0) != 0;
+    return report(opts, outputs, trace, summary, engine, rules, std::move(run), inlined) ? 0 : kExitOutputFailed;
+}
+
+} // namespace lotus::cli
