@@ -4,7 +4,7 @@
 
 #include "export/record_file.h"
 #include "outputs.h"
-#include "report.h"
+#include "reconstruction.h"
 #include "self_usage.h"
 
 namespace lotus::cli {
@@ -20,7 +20,7 @@ int replay(const Options& opts)
 
 static int replay_into(const Options& opts, exporter::RecordReader& in)
 {
-    auto [pipelines, span_rules] = rule_lists(opts);
+    auto lists = rule_lists(opts);
     auto meta = nlohmann::json::parse(in.header().meta_json, nullptr, false);
     if (!meta.is_object()) // format 4's checksum catches damage; older files are checked here
         throw exporter::RecordError(opts.replay + ": the header's metadata is damaged (not a JSON object); not replayed");
@@ -34,35 +34,25 @@ static int replay_into(const Options& opts, exporter::RecordReader& in)
     };
     // The rules the capture ran with (they decided what BPF emitted), plus any given now.
     for (auto& p : strings("pipelines"))
-        pipelines.push_back(p);
+        lists.pipelines.push_back(p);
     for (auto& sp : strings("spans"))
-        span_rules.push_back(sp);
+        lists.spans.push_back(sp);
     Outputs outputs(opts);
-    model::Rules rules(pipelines, span_rules);
-    uint64_t t0 = in.header().t0_ns;
-    exporter::ChromeTraceWriter trace(outputs.trace(), t0);
-    exporter::Summary summary;
-    trace.set_counter_names(strings("counters"));
-    summary.set_counter_names(strings("counters"));
-    model::Engine engine(rules, [&](const model::Span& s) {
-        summary.add(s);
-        if (in_trace(s, opts, t0))
-            trace.span(s);
-    });
+    Reconstruction rec(opts, outputs, std::move(lists), in.header().t0_ns, strings("counters"));
     // The stream as it was captured, into the engine (the records capture added included); only the end
     // record's counts are the session's.
-    std::vector<uint8_t> rec;
+    std::vector<uint8_t> record;
     uint64_t events = 0, captured = 0, lost = 0;
-    while (in.next(rec)) {
-        auto* h = reinterpret_cast<const lotus_event_header*>(rec.data());
-        if (h->type == exporter::kRecordEnd && rec.size() >= sizeof(exporter::RecordEnd)) {
-            auto* end = reinterpret_cast<const exporter::RecordEnd*>(rec.data());
+    while (in.next(record)) {
+        auto* h = reinterpret_cast<const lotus_event_header*>(record.data());
+        if (h->type == exporter::kRecordEnd && record.size() >= sizeof(exporter::RecordEnd)) {
+            auto* end = reinterpret_cast<const exporter::RecordEnd*>(record.data());
             captured = end->submitted;
             lost = end->lost;
             continue;
         }
         events += h->type != model::kRecordProcess && h->type != model::kRecordSlots; // as captured
-        engine.consume(rec.data(), rec.size());
+        rec.consume(record.data(), record.size());
     }
     auto str = [&](const char* k) {
         return meta.contains(k) && meta[k].is_string() ? meta[k].get<std::string>() : std::string("?");
@@ -79,11 +69,9 @@ static int replay_into(const Options& opts, exporter::RecordReader& in)
     run.stop_reason = "replayed " + opts.replay;
     run.tracer_peak_rss_kb = peak_rss_kb();
     run.tracer_cpu_ms = cpu_ms();
-    // Whether the capture's default probes missed inlined calls: CPython 3.11+ without --all-calls.
-    std::string py = meta.is_object() && meta.contains("python") && meta["python"].is_string() ? meta["python"].get<std::string>() : "";
-    bool all_calls = meta.is_object() && meta.contains("all_calls") && meta["all_calls"].is_boolean() && meta["all_calls"].get<bool>();
-    bool inlined = !all_calls && py.rfind("3.10", 0) != 0;
-    return report(opts, outputs, trace, summary, engine, rules, std::move(run), inlined) ? 0 : kExitOutputFailed;
+    bool all_calls = meta.contains("all_calls") && meta["all_calls"].is_boolean() && meta["all_calls"].get<bool>();
+    bool inlined = calls_inlined(run.python, all_calls);
+    return rec.finish(std::move(run), inlined) ? 0 : kExitOutputFailed;
 }
 
 } // namespace lotus::cli

@@ -16,7 +16,7 @@
 #include "capture/native_capture.h"
 #include "outputs.h"
 #include "replay.h"
-#include "report.h"
+#include "reconstruction.h"
 #include "self_usage.h"
 #include "export/chrome_trace.h"
 #include "export/record_file.h"
@@ -123,7 +123,7 @@ int run_session(const Options& opts)
         if (!opts.replay.empty())
             return replay(opts);
         capture::check_privileges();
-        auto [pipelines, span_rules] = rule_lists(opts);
+        auto lists = rule_lists(opts);
         std::vector<capture::CounterSpec> counters;
         if (!opts.counters.empty()) {
             auto choice = capture::choose_counters(
@@ -182,31 +182,21 @@ int run_session(const Options& opts)
                                                      interp.object_path, interp.version.str()));
         }
 
-        model::Rules rules(pipelines, span_rules);
         uint64_t t0 = monotonic_ns();
         if (recorder) {
             nlohmann::json meta{{"python", interp.version.str()}, {"interpreter", interp.target_path},
                                 {"layout", interp.layout_source}, {"counters", counter_names},
-                                {"pipelines", pipelines}, {"spans", span_rules}, {"all_calls", opts.all_calls}};
+                                {"pipelines", lists.pipelines}, {"spans", lists.spans}, {"all_calls", opts.all_calls}};
             recorder->begin(exporter::RecordHeader{t0, static_cast<uint32_t>(root), meta.dump()});
         }
-        exporter::ChromeTraceWriter trace(outputs.trace(), t0);
-        exporter::Summary summary;
-        trace.set_counter_names(counter_names);
-        summary.set_counter_names(counter_names);
         std::unique_ptr<capture::Probe> probe;
         std::unique_ptr<capture::NativeCapture> native;
         std::map<uint32_t, uint32_t> engine_parents; // pid -> parent, to read a dead fork child's memory
         // What capture learns from the target while the engine reads a record (capture slots) goes into the
         // stream right after that record: the engine and the record file see the same stream.
         std::vector<model::RecordSlots> resolved;
-        model::Engine engine(
-            rules,
-            [&](const model::Span& s) {
-                summary.add(s); // the summary always covers everything
-                if (in_trace(s, opts, t0))
-                    trace.span(s);
-            },
+        Reconstruction rec(
+            opts, outputs, std::move(lists), t0, counter_names,
             [&](uint32_t tgid, uint32_t space, uint64_t code, const model::CodeRole& r) {
                 std::vector<uint8_t> slots;
                 if (!r.capture_locals.empty()) {
@@ -223,13 +213,13 @@ int run_session(const Options& opts)
         auto feed = [&](const void* data, size_t len) {
             if (recorder)
                 recorder->write(data, len);
-            engine.consume(data, len);
+            rec.consume(data, len);
             while (!resolved.empty()) {
                 auto rs = resolved.front();
                 resolved.erase(resolved.begin());
                 if (recorder)
                     recorder->write(&rs, sizeof(rs));
-                engine.consume(&rs, sizeof(rs));
+                rec.consume(&rs, sizeof(rs));
             }
         };
         // RANK from a process's environment, into the stream (the record file keeps it for replays).
@@ -334,10 +324,10 @@ int run_session(const Options& opts)
                 last_status = now;
                 auto st = probe->stats();
                 size_t live = 0;
-                for (const auto& [pid, p] : engine.processes())
+                for (const auto& [pid, p] : rec.engine().processes())
                     live += !p.exited;
                 fmt::print(stderr, "\r\033[K[lotus-bpf] {:.1f} s  processes {}  events {}  drops {}  samples {}",
-                           static_cast<double>(now - t0) / 1e9, live, st.submitted, st.lost, engine.samples());
+                           static_cast<double>(now - t0) / 1e9, live, st.submitted, st.lost, rec.engine().samples());
             }
         }
         // Drain what is already in the ring buffer, then detach before doing the heavy writing.
@@ -384,8 +374,7 @@ int run_session(const Options& opts)
             recorder->write(&end, sizeof(end));
             recorder->close();
         }
-        bool written = report(opts, outputs, trace, summary, engine, rules, std::move(run),
-                              !opts.all_calls && !(interp.version.major == 3 && interp.version.minor == 10));
+        bool written = rec.finish(std::move(run), calls_inlined(interp.version.str(), opts.all_calls));
         if (!written)
             return kExitOutputFailed;
         return launcher ? launched_status : 0;

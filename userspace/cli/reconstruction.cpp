@@ -1,0 +1,144 @@
+#include "reconstruction.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "model/engine.h"
+#include "rules_file.h"
+
+namespace lotus::cli {
+
+Reconstruction::Reconstruction(const Options& opts, Outputs& outputs, RuleLists lists, uint64_t t0,
+                               const std::vector<std::string>& counter_names, model::Engine::RoleSink roles,
+                               model::Engine::TypeSink types)
+    : opts_(opts), outputs_(outputs), t0_(t0), rules_(std::move(lists.pipelines), std::move(lists.spans)),
+      trace_(outputs.trace(), t0),
+      engine_(rules_,
+              [this](const model::Span& s) {
+                  summary_.add(s); // the summary always covers everything
+                  if (in_trace(s))
+                      trace_.span(s);
+              },
+              std::move(roles), std::move(types))
+{
+    trace_.set_counter_names(counter_names);
+    summary_.set_counter_names(counter_names);
+}
+
+// --coarse keeps batches, waits and their arrows; --window keeps spans that start inside it.
+bool Reconstruction::in_trace(const model::Span& s) const
+{
+    using K = model::SpanKind;
+    if (opts_.coarse && s.kind != K::Batch && s.kind != K::Wait && s.kind != K::Consumed)
+        return false;
+    double start_s = s.start_ns > t0_ ? static_cast<double>(s.start_ns - t0_) / 1e9 : 0;
+    return start_s >= opts_.window_start_s && (opts_.window_end_s <= 0 || start_s < opts_.window_end_s);
+}
+
+bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
+{
+    engine_.finish();
+    const auto& c = engine_.counters();
+    summary_.set_native_map(engine_.native_map().table());
+    if (engine_.counters().samples)
+        run.native_map_json = summary_.native_map_json();
+    if (!summary_.counter_rows().empty())
+        run.counters_json = summary_.counters_json();
+    run.incomplete_spans = c.incomplete + c.lost_returns;
+    for (size_t i = 0; i < rules_.spans().size(); i++) {
+        const auto& rule = rules_.spans()[i];
+        uint64_t calls = i < engine_.span_calls().size() ? engine_.span_calls()[i] : 0;
+        run.span_patterns.push_back({rule.text, calls, !calls_inlined || (calls && !rule.maybe_inlined)});
+    }
+    run.samples = engine_.samples();
+    // The job's fate: every traced process that was killed or exited non-zero, in the order they ended.
+    std::vector<std::pair<uint64_t, uint32_t>> ended;
+    for (const auto& [pid, p] : engine_.processes())
+        if (!model::how_it_ended(p).empty())
+            ended.emplace_back(p.exit_ns, pid);
+    std::sort(ended.begin(), ended.end());
+    std::vector<std::string> end_notes;
+    for (const auto& [exit_ns, pid] : ended) {
+        const auto& p = engine_.processes().at(pid);
+        exporter::RunInfo::ProcessEnd e{pid, model::process_label(engine_.processes(), pid), model::how_it_ended(p),
+                                        model::exit_signal(p), model::exit_code(p),
+                                        exit_ns > trace_.t0_ns() ? static_cast<double>(exit_ns - trace_.t0_ns()) / 1e9 : 0};
+        end_notes.push_back(fmt::format("{} (PID {}) {} at {:.2f} s.", e.label, pid, e.how, e.at_s));
+        run.process_ends.push_back(std::move(e));
+    }
+    run.output_failures = outputs_.failures();
+    trace_.finish(engine_.processes(), run);
+    outputs_.trace().commit();
+
+    auto batches = exporter::summarize_batches(engine_.batches(), engine_.processes(), summary_);
+    auto write_summary_json = [&] {
+        if (auto* js = outputs_.summary_json()) {
+            run.output_failures = outputs_.failures();
+            js->write(summary_.json(engine_.processes(), batches, run));
+            js->commit();
+        }
+    };
+    if (!opts_.print_summary) {
+        if (!opts_.record.empty()) {
+            if (outputs_.failures().empty())
+                fmt::print(stderr, "lotus-bpf: wrote {} events ({} lost) to {}\n", run.events, run.lost_events,
+                           opts_.record);
+        } else if (!outputs_.trace().failed()) {
+            fmt::print(stderr, "lotus-bpf: wrote {}\n", opts_.output);
+        }
+        write_summary_json();
+        return outputs_.failures().empty();
+    }
+    std::vector<std::string> notes;
+    notes.push_back(fmt::format("\n{} events, {} lost (ring buffer full); stopped: {}; trace: {}", run.events,
+                                run.lost_events, run.stop_reason,
+                                opts_.output.empty() ? "none" : outputs_.trace().failed() ? "not written" : opts_.output));
+    if (run.lost_events)
+        notes.push_back("Spans that lost an event are left out, never guessed.");
+    for (size_t i = 0; i < rules_.spans().size(); i++) {
+        const auto& rule = rules_.spans()[i];
+        uint64_t calls = i < engine_.span_calls().size() ? engine_.span_calls()[i] : 0;
+        if (calls == 0)
+            notes.push_back(fmt::format("--span '{}' was never seen: no call of a matching function entered the "
+                                        "interpreter from C while tracing.{}",
+                                        rule.text, calls_inlined ? " CPython 3.11+ runs calls made from Python code "
+                                                                   "inline, which only --all-calls sees."
+                                                                 : ""));
+        else if (calls_inlined && rule.maybe_inlined)
+            notes.push_back(fmt::format("--span '{}': {} call(s) seen, possibly not all of them: CPython 3.11+ runs "
+                                        "calls made from Python code inline (once it has specialised their call "
+                                        "site), and the default probes see only calls from C. --all-calls sees "
+                                        "every call.",
+                                        rule.text, calls));
+    }
+    if (c.incomplete + c.lost_returns)
+        notes.push_back(fmt::format("{} span(s) were still open at the end or lost their return and are not in "
+                                    "the trace.",
+                                    c.incomplete + c.lost_returns));
+    notes.insert(notes.end(), end_notes.begin(), end_notes.end());
+    for (const auto& f : outputs_.failures())
+        notes.push_back("Not written: " + f);
+    summary_.print(stdout, engine_.processes(), batches, notes);
+    fflush(stdout);
+    write_summary_json();
+    return outputs_.failures().empty();
+}
+
+bool calls_inlined(const std::string& python, bool all_calls)
+{
+    return !all_calls && python.rfind("3.10", 0) != 0;
+}
+
+RuleLists rule_lists(const Options& opts)
+{
+    RuleLists r{opts.pipeline_classes, opts.spans};
+    if (!opts.rules_file.empty()) {
+        auto file = load_rules_file(opts.rules_file);
+        r.pipelines.insert(r.pipelines.end(), file.pipelines.begin(), file.pipelines.end());
+        r.spans.insert(r.spans.end(), file.spans.begin(), file.spans.end());
+    }
+    return r;
+}
+
+} // namespace lotus::cli

@@ -1,0 +1,61 @@
+// The one pipeline from a record stream to the run's outputs, shared by the live and the replayed session:
+// the rules, the engine, the trace writer (with its --coarse/--window filter) and the summary, built from the
+// options here; at the end the trace's metadata, the printed summary and --summary-json.
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "export/chrome_trace.h"
+#include "export/run_info.h"
+#include "export/summary.h"
+#include "model/engine.h"
+#include "outputs.h"
+#include "session.h"
+
+namespace lotus::cli {
+
+// The rules a run reconstructs with: --pipeline/--span plus those of --rules FILE (and, on replay, those the
+// capture ran with).
+struct RuleLists {
+    std::vector<std::string> pipelines, spans;
+};
+RuleLists rule_lists(const Options& opts);
+
+// Whether the capture's default probes missed calls CPython ran inline: 3.11+ (python: "3.12.1") without
+// --all-calls.
+bool calls_inlined(const std::string& python, bool all_calls);
+
+class Reconstruction {
+public:
+    // t0: the run's start (CLOCK_MONOTONIC ns); counter_names: --counters' events, in slot order. roles/types:
+    // the engine's notifications to capture (none on replay).
+    Reconstruction(const Options& opts, Outputs& outputs, RuleLists rule_lists, uint64_t t0,
+                   const std::vector<std::string>& counter_names, model::Engine::RoleSink roles = {},
+                   model::Engine::TypeSink types = {});
+    Reconstruction(const Reconstruction&) = delete;
+    Reconstruction& operator=(const Reconstruction&) = delete;
+
+    void consume(const void* data, size_t len) { engine_.consume(data, len); }
+    const model::Engine& engine() const { return engine_; }
+
+    // Ends the run: writes the trace's end and the summary JSON, prints the summary (unless the options say
+    // not to). run: what the session knows of the run; the rest (samples, process ends, output failures...) is
+    // added here. calls_inlined: the capture could not see calls CPython ran inline (3.11+ without
+    // --all-calls). False when an output failed.
+    bool finish(exporter::RunInfo run, bool calls_inlined);
+
+private:
+    bool in_trace(const model::Span& s) const;
+
+    const Options& opts_;
+    Outputs& outputs_;
+    uint64_t t0_;
+    model::Rules rules_;
+    exporter::ChromeTraceWriter trace_;
+    exporter::Summary summary_;
+    model::Engine engine_; // last: it refers to the rules and its sink to the writers
+};
+
+} // namespace lotus::cli
