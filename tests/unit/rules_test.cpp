@@ -7,6 +7,7 @@ using lotus::model::CodeInfo;
 using lotus::model::Rules;
 
 using lotus::model::CodeKind;
+using lotus::model::TypeKind;
 
 TEST(Rules, CallsOfObjectsArePipelineCallsWhenTheirClassIs)
 {
@@ -25,40 +26,47 @@ TEST(Rules, CallsOfObjectsArePipelineCallsWhenTheirClassIs)
         EXPECT_EQ(scope.kind, CodeKind::Scope) << name;
         EXPECT_TRUE(scope.flags & LOTUS_ROLE_SCOPE) << name; // BPF judges the calls it makes by the frame below
     }
-    EXPECT_TRUE(r.classify_type("Compose", {"object"}).pipeline);
+    EXPECT_TRUE(r.classify_type("Compose", {"object"}).pipeline());
     EXPECT_TRUE(r.classify_type("Compose", {"Transform", "Module", "object"}).flags & LOTUS_TYPE_PIPELINE);
-    EXPECT_FALSE(r.classify_type("RandomResizedCrop", {"Transform", "Module"}).pipeline);
+    EXPECT_FALSE(r.classify_type("RandomResizedCrop", {"Transform", "Module"}).pipeline());
     EXPECT_TRUE(r.classify_type("RandomResizedCrop", {}).flags & LOTUS_TYPE_CLASSIFIED);
 }
 
 TEST(Rules, PipelineClassesByNameOrBaseAndContainers)
 {
     Rules r({"My*Pipeline"});
-    EXPECT_TRUE(r.classify_type("MyImagePipeline", {"object"}).pipeline);
-    EXPECT_TRUE(r.classify_type("TimedCompose", {"Compose", "object"}).pipeline); // a subclass of Compose
-    EXPECT_TRUE(r.classify_type("torchvision.Compose", {}).pipeline);             // a static type's module.Class
-    EXPECT_FALSE(r.classify_type("Composer", {"object"}).pipeline);
+    EXPECT_TRUE(r.classify_type("MyImagePipeline", {"object"}).pipeline());
+    EXPECT_TRUE(r.classify_type("TimedCompose", {"Compose", "object"}).pipeline()); // a subclass of Compose
+    EXPECT_TRUE(r.classify_type("torchvision.Compose", {}).pipeline());             // a static type's module.Class
+    EXPECT_FALSE(r.classify_type("Composer", {"object"}).pipeline());
     for (const char* c : {"RandomApply", "RandomChoice", "RandomOrder"}) {
         auto t = r.classify_type(c, {"Module", "object"});
-        EXPECT_TRUE(t.pipeline) << c;
-        EXPECT_TRUE(t.container) << c;
+        EXPECT_TRUE(t.pipeline()) << c;
+        EXPECT_TRUE(t.container()) << c;
     }
-    EXPECT_FALSE(r.classify_type("Compose", {}).container);
+    EXPECT_FALSE(r.classify_type("Compose", {}).container());
     EXPECT_TRUE(r.classify_type("cell", {"object"}).flags & LOTUS_TYPE_CELL);
 }
 
 TEST(Rules, DataLoaderClasses)
 {
     Rules r;
-    EXPECT_TRUE(r.classify_type("DataLoader", {"Generic", "object"}).loader);
-    EXPECT_TRUE(r.classify_type("MyLoader", {"DataLoader", "Generic"}).loader);
+    EXPECT_TRUE(r.classify_type("DataLoader", {"Generic", "object"}).loader());
+    EXPECT_TRUE(r.classify_type("MyLoader", {"DataLoader", "Generic"}).loader());
     auto mp = r.classify_type("_MultiProcessingDataLoaderIter", {"_BaseDataLoaderIter", "object"});
-    EXPECT_TRUE(mp.loader_iterator);
+    EXPECT_TRUE(mp.loader_iterator());
     EXPECT_FALSE(mp.single_process);
     auto sp = r.classify_type("_SingleProcessDataLoaderIter", {"_BaseDataLoaderIter", "object"});
-    EXPECT_TRUE(sp.loader_iterator);
+    EXPECT_TRUE(sp.loader_iterator());
     EXPECT_TRUE(sp.single_process);
-    EXPECT_FALSE(r.classify_type("DataLoaderIterator", {}).loader_iterator);
+    EXPECT_FALSE(r.classify_type("DataLoaderIterator", {}).loader_iterator());
+    // One kind per class: a pipeline glob that matches everything leaves torch's classes what they are.
+    Rules all({"*"});
+    EXPECT_TRUE(all.classify_type("DataLoader", {"object"}).loader());
+    EXPECT_FALSE(all.classify_type("DataLoader", {"object"}).pipeline());
+    EXPECT_TRUE(all.classify_type("_SingleProcessDataLoaderIter", {"_BaseDataLoaderIter"}).loader_iterator());
+    EXPECT_TRUE(all.classify_type("RandomApply", {"Module"}).container());
+    EXPECT_EQ(all.classify_type("Normalize", {"Module"}).kind, TypeKind::Pipeline);
     // Only DataLoader.__iter__'s return carries the object returned (its iterator), not every op's.
     const char* dl = "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py";
     auto it = r.classify({"DataLoader.__iter__", dl, 1});

@@ -311,7 +311,7 @@ bool Engine::enter_level(std::vector<Open>& stack, const lotus_py_entry& e, cons
         at--;
     const Open& lvl = stack[at];
     const TypeDesc* td = type_desc(e.h.tgid, e.self_type, e.own & LOTUS_OWN_SELF_TYPE);
-    bool pipeline_object = r.kind == CodeKind::ObjectCall && td && td->role.pipeline;
+    bool pipeline_object = r.kind == CodeKind::ObjectCall && td && td->role.pipeline();
     if ((pipeline_object && e.self_obj == lvl.self_obj) || r.kind == CodeKind::Scope) {
         stack.push_back(opened(OpenKind::Inner, e));
         return true;
@@ -378,7 +378,7 @@ void Engine::on_entry(const lotus_py_entry& e)
         return;
     bool in_sample = std::any_of(stack.begin(), stack.end(), [](const Open& o) { return o.kind == OpenKind::Sample; });
     const TypeDesc* td = type_desc(e.h.tgid, e.self_type, e.own & LOTUS_OWN_SELF_TYPE);
-    bool pipeline_call = r->kind == CodeKind::ObjectCall && td && td->role.pipeline;
+    bool pipeline_call = r->kind == CodeKind::ObjectCall && td && td->role.pipeline();
     auto chain_role = [&](uint32_t i) -> const CodeRole* {
         return i < e.chain_len && i < LOTUS_CHAIN_LEN ? role(e.h.tgid, e.chain_code[i], e.own & LOTUS_OWN_CHAIN(i))
                                                       : nullptr;
@@ -406,19 +406,19 @@ void Engine::on_entry(const lotus_py_entry& e)
     }
     switch (r->kind) {
     case CodeKind::LoaderIter:
-        if (td && td->role.loader) { // (3.10 names carry no class: the base iterator's __iter__ too)
+        if (td && td->role.loader()) { // (3.10 names carry no class: the base iterator's __iter__ too)
             batches_.iter_begin(e.h.tgid, e.h.tid, e.self_obj);
             stack.push_back(opened(OpenKind::IterCall, e));
         }
         return;
     case CodeKind::IterInit:
-        if (td && td->role.loader_iterator) {
+        if (td && td->role.loader_iterator()) {
             batches_.init_begin(e.h.tgid, e.h.tid, e.self_obj, e.arg1_obj);
             stack.push_back(opened(OpenKind::IterInit, e));
         }
         return;
     case CodeKind::LoaderNext:
-        if (td && td->role.loader_iterator) {
+        if (td && td->role.loader_iterator()) {
             batches_.next_started(e.h.tgid, e.h.tid, e.h.ts_ns, e.self_obj, td->role.single_process);
             stack.push_back(opened(OpenKind::Next, e));
         }

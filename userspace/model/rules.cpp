@@ -146,16 +146,21 @@ TypeRole Rules::classify_type(const std::string& name, const std::vector<std::st
     for (const auto& b : bases)
         if (!b.empty())
             classes.push_back(class_name(b));
+    bool pipeline = false, container = false, loader = false, iterator = false;
     for (const auto& cls : classes) {
         for (const auto& glob : pipeline_classes_)
-            t.pipeline |= glob_match(glob, cls);
-        t.container |= container_class(cls);
-        t.loader |= cls == "DataLoader";
-        t.loader_iterator |= ends_with(cls, "DataLoaderIter");
+            pipeline |= glob_match(glob, cls);
+        container |= container_class(cls);
+        loader |= cls == "DataLoader";
+        iterator |= ends_with(cls, "DataLoaderIter");
     }
-    t.pipeline |= t.container;
-    t.single_process = t.loader_iterator && classes[0].find("SingleProcess") != std::string::npos;
-    if (t.pipeline)
+    t.kind = iterator    ? TypeKind::LoaderIterator
+             : loader    ? TypeKind::Loader
+             : container ? TypeKind::Container
+             : pipeline  ? TypeKind::Pipeline
+                         : TypeKind::Other;
+    t.single_process = iterator && classes[0].find("SingleProcess") != std::string::npos;
+    if (t.pipeline())
         t.flags |= LOTUS_TYPE_PIPELINE;
     return t;
 }

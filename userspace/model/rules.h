@@ -44,14 +44,25 @@ struct CodeRole {
     std::vector<uint8_t> capture_slots;
 };
 
-// What a class is, for the engine and (flags) for BPF.
+// What a class is, for the engine. One kind per class: torch's own classes first, then containers, then
+// pipeline classes (a user glob that also matches a DataLoader does not make it a pipeline).
+enum class TypeKind : uint8_t {
+    Other,
+    Pipeline,       // Compose-like (its calls are samples; inside a pipeline, an op with ops)
+    Container,      // RandomApply, RandomChoice, RandomOrder: inside a pipeline, an op whose calls are ops
+    Loader,         // a torch DataLoader (or a subclass)
+    LoaderIterator, // a DataLoader iterator
+};
+
 struct TypeRole {
-    uint32_t flags = 0;       // LOTUS_TYPE_* bits for the BPF side
-    bool pipeline = false;    // Compose-like (its calls are samples) or a container transform (an op with ops)
-    bool container = false;   // RandomApply, RandomChoice, RandomOrder: inside a pipeline, an op whose calls are ops
-    bool loader = false;      // a torch DataLoader (or a subclass)
-    bool loader_iterator = false; // a DataLoader iterator
-    bool single_process = false;  // ... of a num_workers=0 loader: next() builds the batch itself
+    uint32_t flags = 0; // LOTUS_TYPE_* bits for the BPF side
+    TypeKind kind = TypeKind::Other;
+    bool single_process = false; // a LoaderIterator of a num_workers=0 loader: next() builds the batch itself
+
+    bool pipeline() const { return kind == TypeKind::Pipeline || kind == TypeKind::Container; }
+    bool container() const { return kind == TypeKind::Container; }
+    bool loader() const { return kind == TypeKind::Loader; }
+    bool loader_iterator() const { return kind == TypeKind::LoaderIterator; }
 };
 
 class Rules {
