@@ -1,0 +1,383 @@
+// model::BatchTracker on its own: the calls the engine makes into it (forks, DataLoader.__iter__, next(),
+// the queues' messages, samples, the worker loop's getppid), with no engine, no code objects and no BPF.
+// (batches_test.cpp drives the same semantics through the engine from records.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "event_builder.h"
+#include "model/batches.h"
+
+using namespace lotus;
+using model::BatchTracker;
+using model::Span;
+using model::SpanKind;
+
+namespace {
+
+// An arg's integer or boolean value as text; "" when absent.
+std::string arg(const Span& s, const std::string& key)
+{
+    for (const auto& [k, v] : s.args) {
+        if (k != key)
+            continue;
+        if (auto* i = std::get_if<int64_t>(&v))
+            return std::to_string(*i);
+        if (auto* b = std::get_if<bool>(&v))
+            return *b ? "true" : "false";
+        if (auto* d = std::get_if<model::DurationNs>(&v))
+            return std::to_string(d->ns) + "ns";
+        return std::get<std::string>(v);
+    }
+    return "";
+}
+
+struct Tracker : ::testing::Test {
+    std::vector<Span> spans;
+    BatchTracker::SpanSink sink = [this](const Span& s) { spans.push_back(s); };
+    std::map<uint32_t, model::ProcessInfo> processes;
+    BatchTracker tracker{sink, processes};
+    uint64_t now = 1000;
+
+    static uint64_t task_pipe(uint32_t w) { return 0x7000 + w; }
+    static constexpr uint64_t RESULTS = 0x9000;
+
+    void root(uint32_t pid) { processes[pid].root = true; }
+    void fork(uint32_t child, uint32_t parent)
+    {
+        processes[child].parent = parent; // (the engine records the parent before telling the tracker)
+        tracker.forked(child, parent);
+    }
+    void message(uint32_t pid, uint32_t tid, uint8_t dir, const std::string& pickle, uint64_t file)
+    {
+        lotus_msg m{};
+        m.h.tgid = pid;
+        m.h.tid = tid;
+        m.h.ts_ns = now++;
+        m.file = file;
+        m.mode = 0010000; // S_IFIFO
+        m.dir = dir;
+        m.nbytes = static_cast<uint8_t>(std::min(pickle.size(), sizeof(m.data)));
+        memcpy(m.data, pickle.data(), m.nbytes);
+        tracker.message(m);
+    }
+    // A training process's `for batch in loader` begins: __iter__ forks `workers`, returns `iterator`.
+    void begin_epoch(uint32_t pid, uint64_t loader, uint64_t iterator, const std::vector<uint32_t>& workers)
+    {
+        tracker.iter_begin(pid, pid, loader);
+        for (auto w : workers)
+            fork(w, pid);
+        tracker.iter_end(pid, pid, iterator);
+    }
+    // A worker's batch: its task, `samples` samples, its loop's getppid (the batch's end); then its feeder
+    // thread sends it (or an end-of-data marker in its place).
+    std::map<std::pair<uint32_t, int64_t>, uint64_t> ended;
+    std::map<std::pair<uint32_t, int64_t>, uint64_t> last_sample_end;
+    void batch(uint32_t w, int64_t idx, int samples = 2)
+    {
+        message(w, w, LOTUS_MSG_IN, test::pickled_indexed(idx), task_pipe(w));
+        for (int i = 0; i < samples; i++) {
+            now += 10;
+            tracker.sample_started(w, w, now, ++sample_id, idx * 100 + i);
+            now += 5;
+            tracker.sample_finished(w, w, now);
+            last_sample_end[{w, idx}] = now;
+        }
+        now += 3;
+        ended[{w, idx}] = now;
+        tracker.getppid(w, w, now++);
+    }
+    uint64_t sample_id = 0;
+    void send(uint32_t w, int64_t idx, bool stop = false)
+    {
+        message(w, w + 1000, LOTUS_MSG_OUT, test::pickled_indexed(idx, stop), RESULTS);
+    }
+    // The training loop's next(): the batch messages it reads meanwhile; returns when it returned.
+    uint64_t next(uint32_t pid, uint64_t iterator, const std::vector<int64_t>& reads = {}, bool single = false,
+                  int samples = 0)
+    {
+        uint64_t start = now++;
+        tracker.next_started(pid, pid, start, iterator, single);
+        for (auto r : reads)
+            message(pid, pid, LOTUS_MSG_IN, test::pickled_indexed(r), RESULTS);
+        for (int i = 0; i < samples; i++) { // num_workers=0: next() loads the samples itself
+            tracker.sample_started(pid, pid, now++, ++sample_id, i);
+            tracker.sample_finished(pid, pid, now++);
+        }
+        uint64_t end = now++;
+        tracker.next_finished(pid, pid, start, end, false);
+        return end;
+    }
+    void stop_iteration(uint32_t pid, uint64_t iterator)
+    {
+        uint64_t start = now++;
+        tracker.next_started(pid, pid, start, iterator, false);
+        tracker.next_finished(pid, pid, start, now++, true);
+    }
+    std::vector<Span> of(SpanKind k) const { return test::spans_of(spans, k); }
+    // "owner/loader/epoch/batch" of each span.
+    static std::vector<std::string> keys(const std::vector<Span>& v)
+    {
+        std::vector<std::string> out;
+        for (const auto& s : v)
+            out.push_back(std::to_string(s.owner) + "/" + std::to_string(s.loader) + "/" + arg(s, "epoch") + "/" +
+                          arg(s, "batch"));
+        return out;
+    }
+    // Every wait's flow ends at the one batch with the same keys.
+    void expect_flows_join() const
+    {
+        std::map<uint64_t, const Span*> out;
+        for (const auto& s : spans)
+            if (s.flow_out)
+                out[s.flow_out] = &s;
+        for (const auto& w : of(SpanKind::Wait)) {
+            if (!w.flow_in)
+                continue;
+            auto b = out.find(w.flow_in);
+            ASSERT_NE(b, out.end());
+            EXPECT_EQ(keys({*b->second}), keys({w}));
+        }
+    }
+};
+
+} // namespace
+
+TEST_F(Tracker, AnEpochsBatchesWaitsDelaysAndCollates)
+{
+    constexpr uint32_t P = 10, W0 = 11, W1 = 12;
+    root(P);
+    begin_epoch(P, 0xa0, 0x70, {W0, W1});
+    EXPECT_EQ(processes[W0].owner, P);
+    EXPECT_EQ(processes[W1].loader, 0);
+    batch(W0, 0, 3);
+    send(W0, 0);
+    batch(W1, 1, 2);
+    send(W1, 1);
+    uint64_t got0 = next(P, 0x70, {0});
+    uint64_t got1 = next(P, 0x70, {1});
+    stop_iteration(P, 0x70);
+
+    auto batches = of(SpanKind::Batch);
+    ASSERT_EQ(batches.size(), 2u);
+    EXPECT_EQ(keys(batches), (std::vector<std::string>{"10/0/0/0", "10/0/0/1"}));
+    EXPECT_EQ(batches[0].end_ns, ended.at({W0, 0}));
+    EXPECT_EQ(arg(batches[0], "samples"), "3");
+    EXPECT_EQ(batches[1].pid, W1);
+    auto collates = of(SpanKind::Collate);
+    ASSERT_EQ(collates.size(), 2u);
+    EXPECT_EQ(collates[0].start_ns, last_sample_end.at({W0, 0})); // last sample's end to the batch's end
+    EXPECT_EQ(collates[0].end_ns, ended.at({W0, 0}));
+    EXPECT_EQ(of(SpanKind::Loader).size(), 5u); // one per sample, out with its batch
+
+    auto waits = of(SpanKind::Wait);
+    ASSERT_EQ(waits.size(), 2u);
+    EXPECT_EQ(keys(waits), (std::vector<std::string>{"10/0/0/0", "10/0/0/1"}));
+    EXPECT_EQ(waits[0].name, "wait batch 0");
+    // Delay: from the batch's end (ready) to next() returning it (consumed).
+    EXPECT_EQ(arg(waits[0], "delay_ms"), std::to_string(got0 - ended.at({W0, 0})) + "ns");
+    EXPECT_EQ(arg(waits[1], "delay_ms"), std::to_string(got1 - ended.at({W1, 1})) + "ns");
+    EXPECT_EQ(of(SpanKind::Consumed).size(), 2u);
+    expect_flows_join();
+    const auto& st = tracker.stats().at({P, 0});
+    EXPECT_EQ(st.prepare_ns.size(), 2u);
+    EXPECT_EQ(st.wait_ns.size(), 2u);
+    EXPECT_EQ(st.delay_ns, (std::vector<uint64_t>{got0 - ended.at({W0, 0}), got1 - ended.at({W1, 1})}));
+    EXPECT_EQ(processes[W0].batches, 1u);
+    EXPECT_TRUE(processes[W1].worker);
+    EXPECT_TRUE(processes[P].consumer);
+    EXPECT_EQ(tracker.loops().at(P).last_ns, now - 1);
+}
+
+TEST_F(Tracker, OutOfOrderArrivalsAndBatchesFromNextsCache)
+{
+    constexpr uint32_t P = 10, W0 = 11, W1 = 12;
+    root(P);
+    begin_epoch(P, 0xa0, 0x70, {W0, W1});
+    batch(W1, 1);
+    send(W1, 1);
+    batch(W0, 0);
+    send(W0, 0);
+    next(P, 0x70, {1, 0}); // reads 1 (kept in torch's cache), then 0: returns 0
+    next(P, 0x70);         // 1, from the cache: nothing read
+    auto waits = of(SpanKind::Wait);
+    ASSERT_EQ(waits.size(), 2u);
+    EXPECT_EQ(arg(waits[0], "batch"), "0");
+    EXPECT_EQ(arg(waits[0], "out_of_order"), "true"); // 1 was ready before 0
+    EXPECT_EQ(arg(waits[1], "batch"), "1");
+    EXPECT_EQ(arg(waits[1], "out_of_order"), "false");
+    EXPECT_EQ(tracker.stats().at({P, 0}).out_of_order, (std::vector<bool>{true, false}));
+    expect_flows_join();
+}
+
+TEST_F(Tracker, EndOfDataMarkersAreSkippedNeverBatches)
+{
+    constexpr uint32_t P = 10, W0 = 11, W1 = 12;
+    root(P);
+    begin_epoch(P, 0xa0, 0x70, {W0, W1});
+    batch(W0, 0);
+    send(W0, 0);
+    batch(W1, 1, 0);     // an IterableDataset worker whose data ran out:
+    send(W1, 1, true);   // its marker in place of batch 1
+    batch(W0, 2);
+    send(W0, 2);
+    next(P, 0x70, {2, 0}); // returns 0 (2 cached)
+    next(P, 0x70);         // from the cache: past the marker, 2
+    auto batches = of(SpanKind::Batch);
+    EXPECT_EQ(keys(batches), (std::vector<std::string>{"10/0/0/0", "10/0/0/2"}));
+    auto waits = of(SpanKind::Wait);
+    ASSERT_EQ(waits.size(), 2u);
+    EXPECT_EQ(arg(waits[1], "batch"), "2");
+    EXPECT_NE(waits[1].flow_in, 0u);
+    expect_flows_join();
+}
+
+TEST_F(Tracker, EpochsWithNewWorkersAndWithPersistentOnes)
+{
+    constexpr uint32_t P = 10;
+    root(P);
+    // Two epochs, new workers each.
+    for (uint32_t e = 0; e < 2; e++) {
+        uint32_t w = 20 + e;
+        begin_epoch(P, 0xa0, 0x70 + e, {w});
+        batch(w, 0);
+        send(w, 0);
+        next(P, 0x70 + e, {0});
+        stop_iteration(P, 0x70 + e);
+    }
+    // A persistent loader: its worker forked once; each later epoch begins with a _ResumeIteration it reads
+    // while __iter__ runs, and __iter__ returns the same iterator.
+    constexpr uint32_t W = 30;
+    begin_epoch(P, 0xb0, 0x80, {W});
+    batch(W, 0);
+    send(W, 0);
+    next(P, 0x80, {0});
+    stop_iteration(P, 0x80);
+    tracker.iter_begin(P, P, 0xb0);
+    message(W, W, LOTUS_MSG_IN, test::pickled_resume(), task_pipe(W));
+    tracker.iter_end(P, P, 0x80);
+    batch(W, 0);
+    send(W, 0);
+    next(P, 0x80, {0});
+    EXPECT_EQ(keys(of(SpanKind::Batch)),
+              (std::vector<std::string>{"10/0/0/0", "10/0/1/0", "10/1/0/0", "10/1/1/0"}));
+    EXPECT_EQ(keys(of(SpanKind::Wait)), keys(of(SpanKind::Batch)));
+    expect_flows_join();
+    EXPECT_EQ(tracker.stats().at({P, 0}).wait_ns.size(), 2u);
+    EXPECT_EQ(tracker.stats().at({P, 1}).wait_ns.size(), 2u);
+}
+
+TEST_F(Tracker, NoWorkersNextBuildsTheBatchItself)
+{
+    constexpr uint32_t P = 10;
+    root(P);
+    begin_epoch(P, 0xa0, 0x70, {});
+    next(P, 0x70, {}, true, 3);
+    next(P, 0x70, {}, true, 3);
+    auto batches = of(SpanKind::Batch);
+    ASSERT_EQ(batches.size(), 2u);
+    EXPECT_EQ(keys(batches), (std::vector<std::string>{"10/0/0/0", "10/0/0/1"}));
+    EXPECT_EQ(batches[0].pid, P);
+    EXPECT_EQ(arg(batches[0], "samples"), "3");
+    EXPECT_EQ(arg(batches[0], "worker"), ""); // no worker made it
+    EXPECT_EQ(batches[0].flow_out, 0u);       // nothing handed over
+    auto waits = of(SpanKind::Wait);
+    ASSERT_EQ(waits.size(), 2u);
+    EXPECT_EQ(arg(waits[1], "batch"), "1");
+    EXPECT_EQ(arg(waits[0], "delay_ms"), "0ns");
+    EXPECT_EQ(of(SpanKind::Loader).size(), 6u);
+}
+
+TEST_F(Tracker, TwoDataLoadersOfOneProcess)
+{
+    constexpr uint32_t P = 10, TRAIN = 11, VAL = 12;
+    root(P);
+    begin_epoch(P, 0xa0, 0x70, {TRAIN});
+    begin_epoch(P, 0xb0, 0x80, {VAL});
+    batch(VAL, 0);
+    send(VAL, 0);
+    batch(TRAIN, 0);
+    send(TRAIN, 0);
+    next(P, 0x70, {0});
+    next(P, 0x80, {0});
+    EXPECT_EQ(keys(of(SpanKind::Batch)), (std::vector<std::string>{"10/1/0/0", "10/0/0/0"}));
+    EXPECT_EQ(keys(of(SpanKind::Wait)), (std::vector<std::string>{"10/0/0/0", "10/1/0/0"}));
+    EXPECT_EQ(processes[VAL].loader, 1);
+    EXPECT_EQ(tracker.stats().size(), 2u);
+    expect_flows_join();
+}
+
+TEST_F(Tracker, RanksKeepTheirOwnLoadersEpochsAndBatches)
+{
+    constexpr uint32_t MAIN = 10, R0 = 20, R1 = 30, W00 = 21, W10 = 31;
+    root(MAIN);
+    fork(R0, MAIN);
+    fork(R1, MAIN);
+    begin_epoch(R0, 0xa0, 0x70, {W00});
+    begin_epoch(R1, 0xa0, 0x70, {W10}); // same addresses: forked from one image
+    batch(W10, 0);
+    send(W10, 0);
+    batch(W00, 0);
+    send(W00, 0);
+    next(R1, 0x70, {0});
+    next(R0, 0x70, {0});
+    EXPECT_EQ(processes[W00].owner, R0);
+    EXPECT_EQ(processes[W10].owner, R1);
+    EXPECT_EQ(keys(of(SpanKind::Batch)), (std::vector<std::string>{"30/0/0/0", "20/0/0/0"}));
+    EXPECT_EQ(keys(of(SpanKind::Wait)), (std::vector<std::string>{"30/0/0/0", "20/0/0/0"}));
+    expect_flows_join();
+    EXPECT_TRUE(tracker.stats().count({R0, 0}));
+    EXPECT_TRUE(tracker.stats().count({R1, 0}));
+    EXPECT_FALSE(processes[MAIN].consumer);
+}
+
+TEST_F(Tracker, WhatBeganBeforeTracingIsNotGuessed)
+{
+    constexpr uint32_t P = 10, W = 11;
+    root(P);
+    processes[W] = model::ProcessInfo{};
+    processes[W].parent = P;
+    processes[W].preexisting = true;
+    // An iterator made before tracing: next() reads nothing, so its batch is unknown.
+    next(P, 0x70);
+    auto waits = of(SpanKind::Wait);
+    ASSERT_EQ(waits.size(), 1u);
+    EXPECT_EQ(waits[0].name, "wait batch ?");
+    EXPECT_EQ(arg(waits[0], "batch"), "");
+    EXPECT_EQ(tracker.stats().at({P, -1}).unnamed, 1u);
+    // A worker in the middle of a batch: its samples are reported, the batch (start unknown) is not.
+    tracker.sample_started(W, W, now++, 1, 5);
+    tracker.sample_finished(W, W, now++);
+    tracker.sample_started(W, W, now++, 2, 6);
+    tracker.sample_finished(W, W, now++);
+    tracker.getppid(W, W, now++);
+    // Its next batch is whole; the batch next() reads names what it returns (the epoch stays unknown).
+    batch(W, 7);
+    send(W, 7);
+    next(P, 0x70, {7});
+    tracker.finish();
+    auto batches = of(SpanKind::Batch);
+    ASSERT_EQ(batches.size(), 1u);
+    EXPECT_EQ(arg(batches[0], "batch"), "7");
+    EXPECT_EQ(arg(batches[0], "epoch"), ""); // its epoch began before tracing: its number is unknown
+    waits = of(SpanKind::Wait);
+    ASSERT_EQ(waits.size(), 2u);
+    EXPECT_EQ(arg(waits[1], "batch"), "7");
+    // The second sample's loading is known (from the first's end); the first's began before tracing.
+    EXPECT_EQ(of(SpanKind::Loader).size(), 1u + 2u);
+}
+
+TEST_F(Tracker, ABatchNeverHandedOverIsNotInvented)
+{
+    constexpr uint32_t P = 10, W = 11;
+    root(P);
+    begin_epoch(P, 0xa0, 0x70, {W});
+    batch(W, 0); // ended, never sent: the worker was killed
+    tracker.exited(W);
+    EXPECT_TRUE(of(SpanKind::Batch).empty());
+    EXPECT_EQ(of(SpanKind::Loader).size(), 2u); // its samples' loading was real
+}
