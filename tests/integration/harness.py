@@ -13,7 +13,38 @@ from collections import Counter
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.environ.get("LOTUS_SOURCE", os.path.abspath(os.path.join(HERE, "..", "..")))
 LOTUS = os.environ.get("LOTUS_BPF", os.path.join(SOURCE, "build", "lotus-bpf"))
-PY = "/usr/bin/python3"
+# The interpreters the suites run, in one place; each can be pointed elsewhere from the environment:
+#   LOTUS_TEST_PYTHON       CPython with torch and torchvision (default Debian's; CMake's PYTHON_WITH_TORCH sets it)
+#   PYENV_ROOT              where pyenv keeps its CPythons (default /root/.pyenv); the newest of each minor is run
+#   LOTUS_TEST_PYTHON_3_12  one entry of INTERPRETERS (its key upper-cased, '.' and '-' as '_'), e.g. _3_14_STATIC
+PY = os.environ.get("LOTUS_TEST_PYTHON", "/usr/bin/python3")
+PYENV_VERSIONS = os.path.join(os.environ.get("PYENV_ROOT", "/root/.pyenv"), "versions")
+
+
+def pyenv_python(minor):
+    """pyenv's newest CPython `minor` (e.g. "3.12"), or None."""
+    found = []
+    if os.path.isdir(PYENV_VERSIONS):
+        for v in os.listdir(PYENV_VERSIONS):
+            exe = os.path.join(PYENV_VERSIONS, v, "bin", "python" + minor)
+            if v.startswith(minor + ".") and v[len(minor) + 1:].isdigit() and os.access(exe, os.X_OK):
+                found.append((int(v[len(minor) + 1:]), exe))
+    return max(found)[1] if found else None
+
+
+def _interpreter(key, default):
+    return os.environ.get("LOTUS_TEST_PYTHON_" + key.replace(".", "_").replace("-", "_").upper(), default)
+
+
+# Every supported CPython, static (Debian's) and with a shared libpython (pyenv's).
+INTERPRETERS = {key: _interpreter(key, default) for key, default in {
+    **{m: pyenv_python(m) or os.path.join(PYENV_VERSIONS, m + ".x", "bin", "python" + m)
+       for m in ("3.10", "3.11", "3.12", "3.13")},
+    "3.11-static": "/usr/bin/python3.11",
+    # Debian's own 3.14, unpacked with its glibc by scripts/install-python3.14.sh (called by scripts/test.sh)
+    "3.14-static": "/opt/lotus-bpf/python3.14/usr/bin/python3.14",
+    "3.14": "/opt/lotus-bpf/python3.14/usr/bin/python3.14-shared",  # a launcher linked to its libpython3.14.so
+}.items()}
 WORKLOAD = os.path.join(HERE, "workloads", "pipeline_job.py")
 EXAMPLE = os.path.join(SOURCE, "examples", "train.py")
 OPS = ["RandomResizedCrop", "RandomHorizontalFlip", "ToTensor", "Normalize"]

@@ -4,10 +4,7 @@ import subprocess
 import time
 import unittest
 
-from harness import LOTUS, PY, BpfTestCase, run_lotus
-
-PYENV = "/root/.pyenv/versions"
-
+from harness import LOTUS, PY, BpfTestCase, pyenv_python, run_lotus
 
 def free_pid():
     with open("/proc/sys/kernel/pid_max") as f:
@@ -15,17 +12,6 @@ def free_pid():
     while os.path.exists(f"/proc/{pid}"):
         pid -= 1
     return pid
-
-
-def pyenv_python(prefix):
-    if not os.path.isdir(PYENV):
-        return None
-    for v in sorted(os.listdir(PYENV)):
-        if v.startswith(prefix):
-            exe = os.path.join(PYENV, v, "bin", "python" + prefix)
-            if os.access(exe, os.X_OK):
-                return exe
-    return None
 
 
 class BadInput(BpfTestCase):

@@ -6,10 +6,10 @@ import subprocess
 import unittest
 from collections import Counter
 
-from harness import HERE, BpfTestCase, load_trace, run_lotus, spans
+from harness import HERE, INTERPRETERS, BpfTestCase, load_trace, run_lotus, spans
 
 PURE = os.path.join(HERE, "workloads", "pure_pipeline.py")
-PY312 = "/root/.pyenv/versions/3.12.1/bin/python3.12"
+PY312 = INTERPRETERS["3.12"]
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc"]
 
 

@@ -8,19 +8,9 @@ from collections import Counter
 
 import json
 
-from harness import WORKLOAD, BpfTestCase, assert_nested, dataset, load_trace, run_lotus, spans
+from harness import INTERPRETERS, PY, WORKLOAD, BpfTestCase, assert_nested, dataset, load_trace, run_lotus, spans
 
 PURE = os.path.join(os.path.dirname(WORKLOAD), "pure_pipeline.py")
-INTERPRETERS = {
-    "3.10": "/root/.pyenv/versions/3.10.13/bin/python3.10",
-    "3.11": "/root/.pyenv/versions/3.11.7/bin/python3.11",
-    "3.11-static": "/usr/bin/python3.11",
-    "3.12": "/root/.pyenv/versions/3.12.1/bin/python3.12",
-    "3.13": "/root/.pyenv/versions/3.13.0/bin/python3.13",
-    # Debian's own 3.14, unpacked with its glibc by scripts/install-python3.14.sh (called by scripts/test.sh)
-    "3.14-static": "/opt/lotus-bpf/python3.14/usr/bin/python3.14",
-    "3.14": "/opt/lotus-bpf/python3.14/usr/bin/python3.14-shared",  # a launcher linked to its libpython3.14.so
-}
 
 
 class Versions(BpfTestCase):
@@ -92,7 +82,7 @@ class Versions(BpfTestCase):
                                             {"pattern": "Scale.__call__", "calls": 300, "complete": True}])
         # a function also called from Python, seen only sometimes: said to be possibly partial
         data = dataset(64)
-        r = run_lotus(["-q", "-o", self.path("g.json"), "--span", "*Folder.__getitem__", "--", "/usr/bin/python3",
+        r = run_lotus(["-q", "-o", self.path("g.json"), "--span", "*Folder.__getitem__", "--", PY,
                        WORKLOAD, data, "--workers", "0"])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("--span '*Folder.__getitem__'", r.stdout)
