@@ -5,12 +5,14 @@
 # is pointed at that glibc (patchelf) so that it runs as an ordinary process whose executable is python3.14.
 # Debian's python3.14 is a static interpreter; for the shared-libpython case, python3.14-shared is a two-line
 # launcher linked against Debian's libpython3.14.so (what an --enable-shared build or an embedding program is).
+# Its headers (libpython3.14-dev) are unpacked too: scripts/cpython-layouts.sh measures the 3.14 layout there.
 # Idempotent; prints the static interpreter's path.
 set -euo pipefail
 dest=${LOTUS_PY314_DIR:-/opt/lotus-bpf/python3.14}
 exe="$dest/usr/bin/python3.14"
 shared="$dest/usr/bin/python3.14-shared"
-if [ -x "$exe" ] && "$exe" -c 'import multiprocessing' 2>/dev/null && "$shared" -c '' 2>/dev/null; then
+if [ -x "$exe" ] && "$exe" -c 'import multiprocessing' 2>/dev/null && "$shared" -c '' 2>/dev/null &&
+   [ -f "$dest/usr/include/python3.14/internal/pycore_frame.h" ]; then
   echo "$exe"
   exit 0
 fi
@@ -25,7 +27,7 @@ filename() {
 }
 rm -rf "$dest.new"
 mkdir -p "$dest.new"
-for p in python3.14-minimal libpython3.14-minimal libpython3.14-stdlib libpython3.14 libc6 libexpat1; do
+for p in python3.14-minimal libpython3.14-minimal libpython3.14-stdlib libpython3.14 libpython3.14-dev libc6 libexpat1; do
   f=$(filename "$p")
   [ -n "$f" ] || { echo "install-python3.14: $p is not in Debian unstable's index" >&2; exit 1; }
   curl -fsS --retry 3 -o "$work/$p.deb" "$mirror/$f"

@@ -1,0 +1,122 @@
+/* One row of userspace/target/cpython_layout_rows.inc, measured with offsetof() against one CPython version's
+ * own headers (compiled by scripts/cpython-layouts.sh with that version's include directory). Prints the row
+ * as C++ source. x86_64. */
+#if PY_MINOR_FOR_BUILD >= 11
+#define Py_BUILD_CORE 1 /* _PyInterpreterFrame lives in the internal headers */
+#endif
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#if PY_VERSION_HEX < 0x030B0000
+#include <frameobject.h>
+#include <longintrepr.h>
+#else
+#include "internal/pycore_frame.h"
+#if PY_VERSION_HEX >= 0x030E0000
+#include "internal/pycore_interpframe.h"
+#include "internal/pycore_stackref.h"
+#endif
+#if PY_VERSION_HEX < 0x030C0000
+#include "cpython/longintrepr.h"
+#endif
+#endif
+
+#define OFF(type, field) ((long)offsetof(type, field))
+
+/* The bit at which a 1 written into a bitfield of PyASCIIObject.state appears. */
+static int state_bit(int kind)
+{
+    PyASCIIObject o;
+    uint32_t bits = 0;
+    memset(&o, 0, sizeof(o));
+    if (kind)
+        o.state.kind = 1;
+    else
+        o.state.ascii = 1;
+    memcpy(&bits, &o.state, sizeof(bits) < sizeof(o.state) ? sizeof(bits) : sizeof(o.state));
+    for (int b = 0; b < 32; b++)
+        if (bits & (1u << b))
+            return b;
+    return -1;
+}
+
+int main(void)
+{
+    long tstate_cframe = -1, cframe_current_frame = -1, tstate_current_frame = -1;
+    long frame_code, frame_previous, frame_owner = -1, frame_localsplus, owner_cstack = -1, frame_is_entry = -1;
+    unsigned long stackref_tag_mask = 0;
+    long code_name, code_localsplusnames, code_nlocals = -1, code_cellvars = -1, code_cell2arg = -1;
+    long long_size, long_digits;
+    int long_tagged = 0;
+#if PY_VERSION_HEX < 0x030B0000
+    /* 3.10: frames are PyFrameObjects; tstate->frame; no co_qualname; arguments moved into cells */
+    tstate_current_frame = OFF(PyThreadState, frame);
+    frame_code = OFF(PyFrameObject, f_code);
+    frame_previous = OFF(PyFrameObject, f_back);
+    frame_localsplus = OFF(PyFrameObject, f_localsplus);
+    code_name = OFF(PyCodeObject, co_name);
+    code_localsplusnames = OFF(PyCodeObject, co_varnames);
+    code_nlocals = OFF(PyCodeObject, co_nlocals);
+    code_cellvars = OFF(PyCodeObject, co_cellvars);
+    code_cell2arg = OFF(PyCodeObject, co_cell2arg);
+#else
+#if PY_VERSION_HEX < 0x030D0000
+    tstate_cframe = OFF(PyThreadState, cframe);
+    cframe_current_frame = OFF(_PyCFrame, current_frame);
+#else
+    tstate_current_frame = OFF(PyThreadState, current_frame);
+#endif
+#if PY_VERSION_HEX < 0x030D0000
+    frame_code = OFF(_PyInterpreterFrame, f_code);
+#else
+    frame_code = OFF(_PyInterpreterFrame, f_executable);
+#endif
+    frame_previous = OFF(_PyInterpreterFrame, previous);
+    frame_owner = OFF(_PyInterpreterFrame, owner);
+    frame_localsplus = OFF(_PyInterpreterFrame, localsplus);
+#if PY_VERSION_HEX < 0x030C0000
+    frame_is_entry = OFF(_PyInterpreterFrame, is_entry); /* 3.11: --all-calls tells inlined frames by it */
+#elif PY_VERSION_HEX < 0x030E0000
+    owner_cstack = FRAME_OWNED_BY_CSTACK; /* _PyEval_EvalFrameDefault's entry (shim) frame */
+#else
+    owner_cstack = FRAME_OWNED_BY_INTERPRETER; /* the entry frame's owner, renamed in 3.14 */
+#endif
+#if PY_VERSION_HEX >= 0x030E0000
+    stackref_tag_mask = Py_TAG_BITS; /* a _PyStackRef's tag bits (the default, GIL build) */
+#endif
+    code_name = OFF(PyCodeObject, co_qualname);
+    code_localsplusnames = OFF(PyCodeObject, co_localsplusnames);
+#endif
+#if PY_VERSION_HEX < 0x030C0000
+    long_size = OFF(PyVarObject, ob_size);
+    long_digits = OFF(PyLongObject, ob_digit);
+#else
+    long_size = OFF(PyLongObject, long_value.lv_tag); /* ndigits << 3 | sign */
+    long_digits = OFF(PyLongObject, long_value.ob_digit);
+    long_tagged = 1;
+#endif
+    printf("    {%d, %d, lotus_py_layout{\n", PY_MAJOR_VERSION, PY_MINOR_VERSION);
+    printf("        .tstate_cframe = %ld, .cframe_current_frame = %ld, .tstate_current_frame = %ld,\n", tstate_cframe,
+           cframe_current_frame, tstate_current_frame);
+    printf("        .frame_code = %ld, .frame_previous = %ld, .frame_owner = %ld, .frame_localsplus = %ld,\n",
+           frame_code, frame_previous, frame_owner, frame_localsplus);
+    printf("        .owner_cstack = %ld, .stackref_tag_mask = %lu,\n", owner_cstack, stackref_tag_mask);
+    printf("        .code_name = %ld, .code_filename = %ld, .code_firstlineno = %ld,\n", code_name,
+           OFF(PyCodeObject, co_filename), OFF(PyCodeObject, co_firstlineno));
+    printf("        .object_type = %ld, .type_name = %ld, .type_flags = %ld,\n", OFF(PyObject, ob_type),
+           OFF(PyTypeObject, tp_name), OFF(PyTypeObject, tp_flags));
+    printf("        .unicode_state = %ld, .unicode_length = %ld, .unicode_ascii_data = %ld, "
+           ".unicode_compact_data = %ld,\n",
+           OFF(PyASCIIObject, state), OFF(PyASCIIObject, length), (long)sizeof(PyASCIIObject),
+           (long)sizeof(PyCompactUnicodeObject));
+    printf("        .unicode_kind_shift = %d, .unicode_ascii_bit = %d,\n", state_bit(1), state_bit(0));
+    printf("        .long_size = %ld, .long_digits = %ld, .long_tagged = %d,\n", long_size, long_digits, long_tagged);
+    printf("        .code_localsplusnames = %ld, .tuple_size = %ld, .tuple_items = %ld, .frame_is_entry = %ld,\n",
+           code_localsplusnames, OFF(PyVarObject, ob_size), OFF(PyTupleObject, ob_item), frame_is_entry);
+    printf("        .code_nlocals = %ld, .code_cellvars = %ld, .code_cell2arg = %ld, .cell_ref = %ld, "
+           ".type_base = %ld}},\n",
+           code_nlocals, code_cellvars, code_cell2arg, OFF(PyCellObject, ob_ref), OFF(PyTypeObject, tp_base));
+    return 0;
+}
