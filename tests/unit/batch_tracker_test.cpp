@@ -19,23 +19,6 @@ using model::SpanKind;
 
 namespace {
 
-// An arg's integer or boolean value as text; "" when absent.
-std::string arg(const Span& s, const std::string& key)
-{
-    for (const auto& [k, v] : s.args) {
-        if (k != key)
-            continue;
-        if (auto* i = std::get_if<int64_t>(&v))
-            return std::to_string(*i);
-        if (auto* b = std::get_if<bool>(&v))
-            return *b ? "true" : "false";
-        if (auto* d = std::get_if<model::DurationNs>(&v))
-            return std::to_string(d->ns) + "ns";
-        return std::get<std::string>(v);
-    }
-    return "";
-}
-
 struct Tracker : ::testing::Test {
     std::vector<Span> spans;
     BatchTracker::SpanSink sink = [this](const Span& s) { spans.push_back(s); };
@@ -124,8 +107,8 @@ struct Tracker : ::testing::Test {
     {
         std::vector<std::string> out;
         for (const auto& s : v)
-            out.push_back(std::to_string(s.owner) + "/" + std::to_string(s.loader) + "/" + arg(s, "epoch") + "/" +
-                          arg(s, "batch"));
+            out.push_back(std::to_string(s.owner) + "/" + std::to_string(s.loader) + "/" + test::arg_text(s, "epoch") + "/" +
+                          test::arg_text(s, "batch"));
         return out;
     }
     // Every wait's flow ends at the one batch with the same keys.
@@ -166,7 +149,7 @@ TEST_F(Tracker, AnEpochsBatchesWaitsDelaysAndCollates)
     ASSERT_EQ(batches.size(), 2u);
     EXPECT_EQ(keys(batches), (std::vector<std::string>{"10/0/0/0", "10/0/0/1"}));
     EXPECT_EQ(batches[0].end_ns, ended.at({W0, 0}));
-    EXPECT_EQ(arg(batches[0], "samples"), "3");
+    EXPECT_EQ(test::arg_text(batches[0], "samples"), "3");
     EXPECT_EQ(batches[1].pid, W1);
     auto collates = of(SpanKind::Collate);
     ASSERT_EQ(collates.size(), 2u);
@@ -179,8 +162,8 @@ TEST_F(Tracker, AnEpochsBatchesWaitsDelaysAndCollates)
     EXPECT_EQ(keys(waits), (std::vector<std::string>{"10/0/0/0", "10/0/0/1"}));
     EXPECT_EQ(waits[0].name, "wait batch 0");
     // Delay: from the batch's end (ready) to next() returning it (consumed).
-    EXPECT_EQ(arg(waits[0], "delay_ms"), std::to_string(got0 - ended.at({W0, 0})) + "ns");
-    EXPECT_EQ(arg(waits[1], "delay_ms"), std::to_string(got1 - ended.at({W1, 1})) + "ns");
+    EXPECT_EQ(test::arg_ns(waits[0], "delay_ms"), static_cast<int64_t>(got0 - ended.at({W0, 0})));
+    EXPECT_EQ(test::arg_ns(waits[1], "delay_ms"), static_cast<int64_t>(got1 - ended.at({W1, 1})));
     EXPECT_EQ(of(SpanKind::Consumed).size(), 2u);
     expect_flows_join();
     const auto& st = tracker.stats().at({P, 0});
@@ -206,10 +189,10 @@ TEST_F(Tracker, OutOfOrderArrivalsAndBatchesFromNextsCache)
     next(P, 0x70);         // 1, from the cache: nothing read
     auto waits = of(SpanKind::Wait);
     ASSERT_EQ(waits.size(), 2u);
-    EXPECT_EQ(arg(waits[0], "batch"), "0");
-    EXPECT_EQ(arg(waits[0], "out_of_order"), "true"); // 1 was ready before 0
-    EXPECT_EQ(arg(waits[1], "batch"), "1");
-    EXPECT_EQ(arg(waits[1], "out_of_order"), "false");
+    EXPECT_EQ(test::arg_text(waits[0], "batch"), "0");
+    EXPECT_EQ(test::arg_text(waits[0], "out_of_order"), "true"); // 1 was ready before 0
+    EXPECT_EQ(test::arg_text(waits[1], "batch"), "1");
+    EXPECT_EQ(test::arg_text(waits[1], "out_of_order"), "false");
     EXPECT_EQ(tracker.stats().at({P, 0}).out_of_order, (std::vector<bool>{true, false}));
     expect_flows_join();
 }
@@ -231,7 +214,7 @@ TEST_F(Tracker, EndOfDataMarkersAreSkippedNeverBatches)
     EXPECT_EQ(keys(batches), (std::vector<std::string>{"10/0/0/0", "10/0/0/2"}));
     auto waits = of(SpanKind::Wait);
     ASSERT_EQ(waits.size(), 2u);
-    EXPECT_EQ(arg(waits[1], "batch"), "2");
+    EXPECT_EQ(test::arg_text(waits[1], "batch"), "2");
     EXPECT_NE(waits[1].flow_in, 0u);
     expect_flows_join();
 }
@@ -282,13 +265,13 @@ TEST_F(Tracker, NoWorkersNextBuildsTheBatchItself)
     ASSERT_EQ(batches.size(), 2u);
     EXPECT_EQ(keys(batches), (std::vector<std::string>{"10/0/0/0", "10/0/0/1"}));
     EXPECT_EQ(batches[0].pid, P);
-    EXPECT_EQ(arg(batches[0], "samples"), "3");
-    EXPECT_EQ(arg(batches[0], "worker"), ""); // no worker made it
+    EXPECT_EQ(test::arg_text(batches[0], "samples"), "3");
+    EXPECT_EQ(test::arg_text(batches[0], "worker"), ""); // no worker made it
     EXPECT_EQ(batches[0].flow_out, 0u);       // nothing handed over
     auto waits = of(SpanKind::Wait);
     ASSERT_EQ(waits.size(), 2u);
-    EXPECT_EQ(arg(waits[1], "batch"), "1");
-    EXPECT_EQ(arg(waits[0], "delay_ms"), "0ns");
+    EXPECT_EQ(test::arg_text(waits[1], "batch"), "1");
+    EXPECT_EQ(test::arg_ns(waits[0], "delay_ms"), 0);
     EXPECT_EQ(of(SpanKind::Loader).size(), 6u);
 }
 
@@ -347,7 +330,7 @@ TEST_F(Tracker, WhatBeganBeforeTracingIsNotGuessed)
     auto waits = of(SpanKind::Wait);
     ASSERT_EQ(waits.size(), 1u);
     EXPECT_EQ(waits[0].name, "wait batch ?");
-    EXPECT_EQ(arg(waits[0], "batch"), "");
+    EXPECT_EQ(test::arg_text(waits[0], "batch"), "");
     EXPECT_EQ(tracker.stats().at({P, -1}).unnamed, 1u);
     // A worker in the middle of a batch: its samples are reported, the batch (start unknown) is not.
     tracker.sample_started(W, W, now++, 1, 5);
@@ -362,11 +345,11 @@ TEST_F(Tracker, WhatBeganBeforeTracingIsNotGuessed)
     tracker.finish();
     auto batches = of(SpanKind::Batch);
     ASSERT_EQ(batches.size(), 1u);
-    EXPECT_EQ(arg(batches[0], "batch"), "7");
-    EXPECT_EQ(arg(batches[0], "epoch"), ""); // its epoch began before tracing: its number is unknown
+    EXPECT_EQ(test::arg_text(batches[0], "batch"), "7");
+    EXPECT_EQ(test::arg_text(batches[0], "epoch"), ""); // its epoch began before tracing: its number is unknown
     waits = of(SpanKind::Wait);
     ASSERT_EQ(waits.size(), 2u);
-    EXPECT_EQ(arg(waits[1], "batch"), "7");
+    EXPECT_EQ(test::arg_text(waits[1], "batch"), "7");
     // The second sample's loading is known (from the first's end); the first's began before tracing.
     EXPECT_EQ(of(SpanKind::Loader).size(), 1u + 2u);
 }

@@ -2,7 +2,6 @@
 // process, its DataLoader workers and their queues produce. No BPF.
 #include <gtest/gtest.h>
 
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <map>
@@ -21,23 +20,6 @@ constexpr uint64_t ITER = 0x1000, NEXT = 0x2000, INIT = 0x3000, COMPOSE = 0x4000
                    WORKER_LOOP = 0x7000, WRAP = 0x8000;
 constexpr uint64_t T_LOADER = 0x10, T_MPITER = 0x20, T_SPITER = 0x30, T_COMPOSE = 0x40, T_OP = 0x50;
 constexpr uint64_t LOADER = 0xa00, LOADER2 = 0xa10;
-
-// An arg as text: integers and booleans as written, durations in ms with 3 decimals; "" when absent.
-std::string arg(const Span& s, const std::string& key)
-{
-    for (const auto& [k, v] : s.args) {
-        if (k != key)
-            continue;
-        if (auto* i = std::get_if<int64_t>(&v))
-            return std::to_string(*i);
-        if (auto* b = std::get_if<bool>(&v))
-            return *b ? "true" : "false";
-        if (auto* d = std::get_if<model::DurationNs>(&v))
-            return fmt::format("{:.3f}", static_cast<double>(d->ns) / 1e6);
-        return std::get<std::string>(v);
-    }
-    return "";
-}
 
 struct Batches : ::testing::Test {
     model::Rules rules;
@@ -122,7 +104,7 @@ struct Batches : ::testing::Test {
     {
         std::vector<std::string> out;
         for (const auto& s : v)
-            out.push_back(arg(s, "loader") + "/" + arg(s, "epoch") + "/" + arg(s, "batch"));
+            out.push_back(test::arg_text(s, "loader") + "/" + test::arg_text(s, "epoch") + "/" + test::arg_text(s, "batch"));
         return out;
     }
     // Every wait with a flow has exactly one batch with the same flow, of the same (loader, epoch, batch).
@@ -199,9 +181,9 @@ TEST_F(Batches, WorkersBatchesWaitsAndFlowsOfOneEpoch)
     auto batches = of(SpanKind::Batch);
     ASSERT_EQ(batches.size(), 3u);
     EXPECT_EQ(keys(batches), (std::vector<std::string>{"0/0/0", "0/0/1", "0/0/2"}));
-    EXPECT_EQ(arg(batches[0], "worker"), "0");
-    EXPECT_EQ(arg(batches[1], "worker"), "1");
-    EXPECT_EQ(arg(batches[0], "samples"), "2");
+    EXPECT_EQ(test::arg_text(batches[0], "worker"), "0");
+    EXPECT_EQ(test::arg_text(batches[1], "worker"), "1");
+    EXPECT_EQ(test::arg_text(batches[0], "samples"), "2");
     auto waits = of(SpanKind::Wait);
     ASSERT_EQ(waits.size(), 3u);
     EXPECT_EQ(keys(waits), (std::vector<std::string>{"0/0/0", "0/0/1", "0/0/2"}));
@@ -242,10 +224,10 @@ TEST_F(Batches, OutOfOrderArrivalsAndBatchesReturnedFromTheCache)
     next(P, 0x77);         // 1 from its cache: no read
     auto waits = of(SpanKind::Wait);
     ASSERT_EQ(waits.size(), 2u);
-    EXPECT_EQ(arg(waits[0], "batch"), "0");
-    EXPECT_EQ(arg(waits[0], "out_of_order"), "true");
-    EXPECT_EQ(arg(waits[1], "batch"), "1");
-    EXPECT_EQ(arg(waits[1], "out_of_order"), "false");
+    EXPECT_EQ(test::arg_text(waits[0], "batch"), "0");
+    EXPECT_EQ(test::arg_text(waits[0], "out_of_order"), "true");
+    EXPECT_EQ(test::arg_text(waits[1], "batch"), "1");
+    EXPECT_EQ(test::arg_text(waits[1], "out_of_order"), "false");
     expect_flows_join_the_same_batch();
 }
 
@@ -321,11 +303,11 @@ TEST_F(Batches, AttachedMidEpochIdsAreLeftOutUntilKnownNeverGuessed)
     next(P, 0x77);      // then 7 (counted from the one known)
     auto waits = of(SpanKind::Wait);
     ASSERT_EQ(waits.size(), 3u);
-    EXPECT_EQ(arg(waits[0], "batch"), "");
-    EXPECT_EQ(arg(waits[1], "batch"), "6");
-    EXPECT_EQ(arg(waits[2], "batch"), "7");
+    EXPECT_EQ(test::arg_text(waits[0], "batch"), "");
+    EXPECT_EQ(test::arg_text(waits[1], "batch"), "6");
+    EXPECT_EQ(test::arg_text(waits[2], "batch"), "7");
     for (const auto& w : waits) {
-        EXPECT_EQ(arg(w, "epoch"), ""); // which epoch this is was not seen
+        EXPECT_EQ(test::arg_text(w, "epoch"), ""); // which epoch this is was not seen
         EXPECT_EQ(w.flow_in, 0u);       // the worker's epoch is unknown: no arrow rather than a guessed one
     }
     auto batches = of(SpanKind::Batch);
@@ -437,7 +419,7 @@ TEST_F(Batches, NoWorkersNextBuildsTheBatch)
     stop_iteration(P, 0x77, T_SPITER);
     EXPECT_EQ(keys(of(SpanKind::Batch)), (std::vector<std::string>{"0/0/0", "0/0/1"}));
     EXPECT_EQ(keys(of(SpanKind::Wait)), (std::vector<std::string>{"0/0/0", "0/0/1"}));
-    EXPECT_EQ(arg(of(SpanKind::Wait)[0], "delay_ms"), "0.000");
+    EXPECT_EQ(test::arg_text(of(SpanKind::Wait)[0], "delay_ms"), "0.000");
     EXPECT_EQ(of(SpanKind::Sample)[0].loader, 0);
 }
 

@@ -2,6 +2,8 @@
 
 #include "model/user_records.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -155,6 +157,30 @@ std::vector<model::Span> spans_of(const std::vector<model::Span>& spans, model::
         if (s.kind == kind)
             out.push_back(s);
     return out;
+}
+
+std::string arg_text(const model::Span& s, const std::string& key)
+{
+    for (const auto& [k, v] : s.args) {
+        if (k != key)
+            continue;
+        if (auto* i = std::get_if<int64_t>(&v))
+            return std::to_string(*i);
+        if (auto* b = std::get_if<bool>(&v))
+            return *b ? "true" : "false";
+        if (auto* d = std::get_if<model::DurationNs>(&v))
+            return fmt::format("{:.3f}", static_cast<double>(d->ns) / 1e6);
+        return std::get<std::string>(v);
+    }
+    return "";
+}
+
+int64_t arg_ns(const model::Span& s, const std::string& key)
+{
+    for (const auto& [k, v] : s.args)
+        if (auto* d = std::get_if<model::DurationNs>(&v); k == key && d)
+            return static_cast<int64_t>(d->ns);
+    return -1;
 }
 
 } // namespace lotus::test

@@ -46,6 +46,11 @@ private:
 std::string pickled_indexed(int64_t index, bool stop = false); // (index, [...]) or (index, stop marker)
 std::string pickled_resume();                                  // _ResumeIteration(seed)
 
+// A span's arg as text: integers and booleans as written, durations in ms with 3 decimals; "" when absent.
+std::string arg_text(const model::Span& s, const std::string& key);
+// A duration arg in ns; -1 when absent.
+int64_t arg_ns(const model::Span& s, const std::string& key);
+
 // The spans of one kind, in emission order.
 std::vector<model::Span> spans_of(const std::vector<model::Span>& spans, model::SpanKind kind);
 
