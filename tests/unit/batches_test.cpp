@@ -2,7 +2,6 @@
 // process, its DataLoader workers and their queues produce. No BPF.
 #include <gtest/gtest.h>
 
-
 #include <algorithm>
 #include <map>
 
