@@ -25,4 +25,4 @@ until grep -q "train.py: pid" "$log"; do sleep 0.1; done
 ./build/lotus-bpf --pid "$job" -o "$out" --native-map --counters default
 wait "$job"
 trap - EXIT
-echo "Open $out in https://ui.perfetto.dev or chrome://tracing."
+echo "Open $out in speedscope (offline: npm install -g speedscope; speedscope $out) or https://ui.perfetto.dev (online)."

@@ -12,5 +12,9 @@ bash scripts/install-python3.14.sh >/dev/null ||
 # into /var/cache/lotus-bpf/sid-root (about 1.5 minutes and 1.5 GB) and kept for later runs.
 bash scripts/install-modern-stack.sh >/dev/null ||
   echo "test.sh: the modern stack could not be built (scripts/install-modern-stack.sh): its tests will fail" >&2
+# Debian's Chromium and, from npm, speedscope and playwright-core for the browser test (kept in
+# /var/cache/lotus-bpf/browser-test).
+bash scripts/install-browser-test.sh >/dev/null ||
+  echo "test.sh: the browser test's Chromium or npm packages could not be installed: its test will fail" >&2
 cd build
 ctest --output-on-failure "$@"

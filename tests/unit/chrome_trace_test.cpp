@@ -78,7 +78,7 @@ TEST(ChromeTrace, ValidJsonWithRelativeMicroseconds)
     EXPECT_EQ(op["cat"], "op");
     EXPECT_EQ(op["name"], "Random\"Crop\n");
     EXPECT_DOUBLE_EQ(op["ts"].get<double>(), 500.0);
-    EXPECT_DOUBLE_EQ(op["dur"].get<double>(), 2.5);
+    EXPECT_EQ(op["dur"].get<double>(), 3.0); // whole µs: its end, 502.5 µs, rounded to the nearest
     EXPECT_EQ(op["args"]["sample"], 3);
     EXPECT_EQ(ev[1]["cat"], "sample");
     EXPECT_FALSE(ev[1]["args"].contains("sample")); // unknown index is left out, not -1
@@ -98,6 +98,51 @@ TEST(ChromeTrace, ValidJsonWithRelativeMicroseconds)
     EXPECT_EQ(other["process_ends"][0]["how"], "killed by SIGKILL");
     EXPECT_EQ(other["process_ends"][0]["signal"], 9);
     EXPECT_EQ(other["output_failures"].size(), 1u);
+}
+
+// What a viewer needs to draw the spans as they were (speedscope, Perfetto: they add ts and dur in floating
+// point and take file order for parents at equal ts and dur): whole µs, touching spans still touching, a parent
+// with its child's very extent (after rounding) written first, and no track for a process with nothing on it.
+TEST(ChromeTrace, RendersAsNestedInViewers)
+{
+    auto path = temp_path("nesting.json");
+    {
+        exporter::OutputFile out(path.string());
+        exporter::ChromeTraceWriter w(out, 0);
+        // a loader touching its sample (1000.4-2000.6 µs, then 2000.6-9000.2 µs)
+        w.span(span(model::SpanKind::Loader, "loader", 1'000'400, 2'000'600, 3));
+        // the sample's only op, within 0.5 µs of each end of it: the same extent once rounded; ends first
+        w.span(span(model::SpanKind::Op, "ToTensor", 2'000'900, 8'999'900, 3));
+        w.span(span(model::SpanKind::Sample, "sample", 2'000'600, 9'000'200, 3));
+        w.span(span(model::SpanKind::Loader, "loader", 9'000'200, 9'700'000, 4)); // touches the sample's end
+        std::map<uint32_t, model::ProcessInfo> procs;
+        procs[7].pid = 7;
+        procs[9].pid = 9; // seen, nothing traced in it
+        w.finish(procs, exporter::RunInfo{});
+        EXPECT_TRUE(out.commit());
+    }
+    std::ifstream in(path);
+    auto doc = nlohmann::json::parse(in);
+    fs::remove(path);
+    std::vector<nlohmann::json> x;
+    for (const auto& e : doc["traceEvents"]) {
+        if (e["ph"] == "X") {
+            EXPECT_TRUE(e["ts"].is_number_integer() && e["dur"].is_number_integer()) << e;
+            x.push_back(e);
+        }
+        if (e["ph"] == "M") {
+            EXPECT_EQ(e["pid"], 7) << e; // no track for process 9
+        }
+    }
+    ASSERT_EQ(x.size(), 4u);
+    EXPECT_EQ(x[0]["name"], "loader");
+    EXPECT_EQ(x[1]["name"], "sample"); // parent before its child of the same extent
+    EXPECT_EQ(x[2]["name"], "ToTensor");
+    EXPECT_EQ(x[1]["ts"], x[2]["ts"]);
+    EXPECT_EQ(x[1]["dur"], x[2]["dur"]);
+    // Touching in ns, touching in the viewer's arithmetic.
+    EXPECT_EQ(x[0]["ts"].get<double>() + x[0]["dur"].get<double>(), x[1]["ts"].get<double>());
+    EXPECT_EQ(x[1]["ts"].get<double>() + x[1]["dur"].get<double>(), x[3]["ts"].get<double>());
 }
 
 TEST(ChromeTrace, GzipWhenNameEndsInGz)

@@ -26,10 +26,13 @@ void ChromeTraceWriter::event(const std::string& json)
     }
 }
 
-static double us(uint64_t ns) { return static_cast<double>(ns) / 1000.0; }
+// Times in the trace are whole microseconds: each end of a span rounded to the nearest µs (the same rounding for
+// every time, so what nests or touches in ns still does), and dur the difference of the rounded ends. Viewers add
+// ts and dur in floating point; with fractional µs, a span ending where the next begins could overlap it there.
+static uint64_t us(uint64_t ns) { return (ns + 500) / 1000; }
 
-// The export's inner loop writes numbers without format strings: integers as they are, nanoseconds as
-// microseconds with 3 decimals and CPU time as milliseconds with 4, exactly as "{:.3f}" / "{:.4f}" print them.
+// The export's inner loop writes numbers without format strings: integers as they are, durations in args as ms
+// with 3 decimals and CPU time as milliseconds with 4, exactly as "{:.3f}" / "{:.4f}" print them.
 static void put_uint(std::string& b, uint64_t v)
 {
     fmt::format_int f(v);
@@ -53,16 +56,15 @@ static void put_fixed(std::string& b, uint64_t units, uint64_t per, int decimals
     b.append(frac, static_cast<size_t>(decimals));
 }
 
-static void put_us(std::string& b, uint64_t ns) { put_fixed(b, ns, 1000, 3); }
-
 void ChromeTraceWriter::span(const model::Span& s)
 {
     if (s.pid != last_thread_.first || s.tid != last_thread_.second) { // runs of one thread's spans are common
         last_thread_ = {s.pid, s.tid};
         threads_.emplace(s.pid, s.tid);
     }
-    uint64_t start = s.start_ns > t0_ns_ ? s.start_ns - t0_ns_ : 0;
-    uint64_t dur = s.end_ns > s.start_ns ? s.end_ns - s.start_ns : 0;
+    uint64_t start_ns = s.start_ns > t0_ns_ ? s.start_ns - t0_ns_ : 0;
+    uint64_t end_ns = s.end_ns > s.start_ns ? start_ns + (s.end_ns - s.start_ns) : start_ns;
+    uint64_t start = us(start_ns), dur = us(end_ns) - start;
     // Built in place (this is the export's inner loop): keys known here are plain ASCII, written as they are.
     std::string& args = args_;
     args.clear();
@@ -119,53 +121,80 @@ void ChromeTraceWriter::span(const model::Span& s)
     }
     const char* cat = model::category(s.kind);
     if (s.kind == model::SpanKind::Consumed) {
-        event(fmt::format("{{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"{}\",\"name\":{},\"pid\":{},\"tid\":{},\"ts\":{:.3f},"
+        event(fmt::format("{{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"{}\",\"name\":{},\"pid\":{},\"tid\":{},\"ts\":{},"
                           "\"args\":{{{}}}}}",
-                          cat, json_string(s.name), s.pid, s.tid, us(start), args));
+                          cat, json_string(s.name), s.pid, s.tid, start, args));
         return;
     }
-    if (!first_)
-        buf_ += ",\n";
-    first_ = false;
-    buf_ += "{\"ph\":\"X\",\"cat\":\"";
-    buf_ += cat;
-    buf_ += "\",\"name\":";
-    append_json_string(buf_, s.name);
-    buf_ += ",\"pid\":";
-    put_uint(buf_, s.pid);
-    buf_ += ",\"tid\":";
-    put_uint(buf_, s.tid);
-    buf_ += ",\"ts\":";
-    put_us(buf_, start);
-    buf_ += ",\"dur\":";
-    put_us(buf_, dur);
-    buf_ += ",\"args\":{";
-    buf_ += args;
-    buf_ += "}}";
-    event("");
+    std::string x;
+    x.reserve(96 + s.name.size() + args.size());
+    x += "{\"ph\":\"X\",\"cat\":\"";
+    x += cat;
+    x += "\",\"name\":";
+    append_json_string(x, s.name);
+    x += ",\"pid\":";
+    put_uint(x, s.pid);
+    x += ",\"tid\":";
+    put_uint(x, s.tid);
+    x += ",\"ts\":";
+    put_uint(x, start);
+    x += ",\"dur\":";
+    put_uint(x, dur);
+    x += ",\"args\":{";
+    x += args;
+    x += "}}";
     // Counter tracks: each op's counter deltas, as a step at its start on a per-process track.
     if (s.kind == model::SpanKind::Op && s.has_counters && !counter_names_.empty()) {
         std::string values;
         for (size_t k = 0; k < counter_names_.size() && k < model::kMaxPerfCounters; k++)
             values += fmt::format("{}{}:{}", values.empty() ? "" : ",", json_string(counter_names_[k]), s.counters.perf[k]);
-        event(fmt::format("{{\"ph\":\"C\",\"name\":\"op counters\",\"pid\":{},\"ts\":{:.3f},\"args\":{{{}}}}}", s.pid,
-                          us(start), values));
+        x += fmt::format(",\n{{\"ph\":\"C\",\"name\":\"op counters\",\"pid\":{},\"ts\":{},\"args\":{{{}}}}}", s.pid, start,
+                         values);
     }
     // Flow arrows: from the end of the worker's batch span to the end of the wait that consumed it, placed
-    // 1 ns inside each span so that viewers bind them to it.
+    // 1 µs inside each span (when it is that long) so that viewers bind them to it.
     uint64_t inside_end = start + dur - (dur > 0 ? 1 : 0);
     if (s.flow_out)
-        event(fmt::format("{{\"ph\":\"s\",\"cat\":\"flow\",\"name\":\"batch\",\"id\":{},\"pid\":{},\"tid\":{},\"ts\":{:.3f}}}",
-                          s.flow_out, s.pid, s.tid, us(inside_end)));
+        x += fmt::format(",\n{{\"ph\":\"s\",\"cat\":\"flow\",\"name\":\"batch\",\"id\":{},\"pid\":{},\"tid\":{},\"ts\":{}}}",
+                         s.flow_out, s.pid, s.tid, inside_end);
     if (s.flow_in)
-        event(fmt::format("{{\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"flow\",\"name\":\"batch\",\"id\":{},\"pid\":{},\"tid\":{},"
-                          "\"ts\":{:.3f}}}",
-                          s.flow_in, s.pid, s.tid, us(inside_end)));
+        x += fmt::format(",\n{{\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"flow\",\"name\":\"batch\",\"id\":{},\"pid\":{},\"tid\":{},"
+                         "\"ts\":{}}}",
+                         s.flow_in, s.pid, s.tid, inside_end);
+    SameExtent& held = held_[{s.pid, s.tid}];
+    if (!held.events.empty() && held.ts == start && held.dur == dur) {
+        held.events.insert(held.events.begin(), std::move(x)); // its parent: before it
+        return;
+    }
+    flush(held);
+    held.ts = start;
+    held.dur = dur;
+    held.events.push_back(std::move(x));
+}
+
+void ChromeTraceWriter::flush(SameExtent& held)
+{
+    for (const auto& e : held.events)
+        event(e);
+    held.events.clear();
 }
 
 void ChromeTraceWriter::finish(const std::map<uint32_t, model::ProcessInfo>& processes, const RunInfo& run)
 {
+    for (auto& [thread, held] : held_)
+        flush(held);
+    // Tracks only for processes with something on them (a span, or how they ended).
+    std::set<uint32_t> shown;
+    for (const auto& [pid, tid] : threads_)
+        shown.insert(pid);
+    for (const auto& [pid, p] : processes)
+        if (!model::how_it_ended(p).empty()) {
+            shown.insert(pid);
+            threads_.emplace(pid, pid); // its end is marked on its main thread
+        }
     for (const auto& [pid, p] : processes) {
+        if (!shown.count(pid))
+            continue;
         event(fmt::format("{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{},\"tid\":0,\"args\":{{\"name\":{}}}}}",
                           pid, json_string(model::process_label(processes, pid))));
         // training processes first (by rank), then workers (by worker id), then the rest
@@ -183,12 +212,18 @@ void ChromeTraceWriter::finish(const std::map<uint32_t, model::ProcessInfo>& pro
         std::string args = sig ? fmt::format("\"signal\":{},\"core_dumped\":{}", sig, (p.exit_status & 0x80) != 0)
                                : fmt::format("\"status\":{}", model::exit_code(p));
         event(fmt::format("{{\"ph\":\"i\",\"s\":\"p\",\"cat\":\"process\",\"name\":{},\"pid\":{},\"tid\":{},"
-                          "\"ts\":{:.3f},\"args\":{{{}}}}}",
+                          "\"ts\":{},\"args\":{{{}}}}}",
                           json_string(how), pid, pid, us(p.exit_ns > t0_ns_ ? p.exit_ns - t0_ns_ : 0), args));
     }
-    for (const auto& [pid, tid] : threads_)
+    // Threads named by what they were seen doing: a DataLoader queue's feeder thread (it wrote batches or tasks to
+    // a queue's pipe), else by their id.
+    for (const auto& [pid, tid] : threads_) {
+        auto p = processes.find(pid);
+        bool feeder = p != processes.end() && p->second.feeder_threads.count(tid);
+        std::string name = pid == tid ? "main thread" : feeder ? "queue feeder thread" : fmt::format("thread {}", tid);
         event(fmt::format("{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":{}}}}}",
-                          pid, tid, json_string(pid == tid ? "main thread" : fmt::format("thread {}", tid))));
+                          pid, tid, json_string(name)));
+    }
     buf_ += "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{";
     buf_ += run_json_members(run);
     buf_ += "}}\n";

@@ -16,7 +16,8 @@ namespace lotus::exporter {
 
 class ChromeTraceWriter {
 public:
-    // t0_ns: CLOCK_MONOTONIC time of the start of tracing; ts values are microseconds after it.
+    // t0_ns: CLOCK_MONOTONIC time of the start of tracing; ts values are whole microseconds after it (each end
+    // of a span rounded to the nearest µs, so that nesting and touching survive a viewer's float arithmetic).
     ChromeTraceWriter(OutputFile& out, uint64_t t0_ns);
     // Names of the perf-event counters in Span::counters.perf (--counters), in order.
     void set_counter_names(std::vector<std::string> names) { counter_names_ = std::move(names); }
@@ -27,6 +28,15 @@ public:
 
 private:
     void event(const std::string& json);
+    // A thread's latest complete events that share one extent (ts, dur in whole µs): spans end before their
+    // parents, so a parent with the child's very extent arrives after it; it is written first, as viewers
+    // take file order for parents at equal ts and dur.
+    struct SameExtent {
+        uint64_t ts = 0, dur = 0;
+        std::vector<std::string> events; // parent first
+    };
+    void flush(SameExtent& held);
+    std::map<std::pair<uint32_t, uint32_t>, SameExtent> held_;
     OutputFile& out_;
     uint64_t t0_ns_;
     bool first_ = true;

@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <fmt/format.h>
 
 #include "messages.h"
 
@@ -204,7 +203,7 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
         ep.counted = true;
         ep.next_idx = n + 1;
     }
-    Span w = Span::make(SpanKind::Wait, n >= 0 ? fmt::format("wait batch {}", n) : "wait batch ?", pid, tid, start, end);
+    Span w = Span::make(SpanKind::Wait, "wait", pid, tid, start, end); // (the batch in args)
     tag(w, call.epoch);
     if (n >= 0)
         w.args.emplace_back("batch", int64_t{n});
@@ -245,8 +244,7 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
     st.out_of_order.push_back(out_of_order);
     loops_[pid].wait_ns += end - start;
     sink_(w);
-    Span consumed = Span::make(SpanKind::Consumed, n >= 0 ? fmt::format("consumed batch {}", n) : "consumed batch ?",
-                               pid, tid, end, end);
+    Span consumed = Span::make(SpanKind::Consumed, "consumed", pid, tid, end, end);
     consumed.owner = w.owner;
     consumed.loader = w.loader;
     consumed.args = w.args;
@@ -305,6 +303,8 @@ void BatchTracker::message(const lotus_msg& m)
     // Sent: a worker's queue feeder thread sending batch q.index, or an end-of-data marker in its place.
     if (q.kind != QueueMessage::Indexed)
         return;
+    if (tid != pid) // a multiprocessing queue's feeder thread writes to the pipe
+        processes_[pid].feeder_threads.insert(tid);
     if (!processes_[pid].worker) {
         task_writer_[m.file] = pid; // a training process sending tasks (or another program's queue)
         return;
@@ -535,7 +535,7 @@ void BatchTracker::emit_batch(uint32_t pid, uint32_t tid, int64_t idx, Ended& b,
         tag(c, b.epoch);
         sink_(c);
     }
-    Span s = Span::make(SpanKind::Batch, idx >= 0 ? fmt::format("batch {}", idx) : "batch ?", pid, tid, b.start, b.end);
+    Span s = Span::make(SpanKind::Batch, "batch", pid, tid, b.start, b.end);
     s.args = ids;
     if (!single && proc.worker_id >= 0)
         s.args.emplace_back("worker", int64_t{proc.worker_id});

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <variant>
@@ -89,6 +90,7 @@ struct ProcessInfo {
     int exit_status = -1;  // as the kernel keeps it (exit code << 8, or the killing signal | 0x80 core); -1 unknown
     uint64_t exit_ns = 0;
     bool preexisting = false; // alive when tracing began (its fork was not seen)
+    std::set<uint32_t> feeder_threads; // threads that sent DataLoader queue messages (multiprocessing's feeders)
     // A training process's rank: spawn's index, else RANK from its environment; -1 unknown.
     int known_rank() const { return rank >= 0 ? rank : consumer ? env_rank : -1; }
 };

@@ -1,0 +1,108 @@
+"""The trace in a real browser, offline: the bundled example traced with the native map and counters, loaded into
+speedscope's web app (npm) in Debian's headless Chromium (tests/browser/speedscope_import.js). speedscope warns
+for every span end that does not match the innermost open span, so no warning means every span nests or touches
+as recorded; one profile per traced thread, named after its process. A screenshot of a worker's timeline is kept
+in the build's test-artefacts directory."""
+import json
+import os
+import shutil
+import subprocess
+from collections import defaultdict
+
+from harness import EXAMPLE, PY, SOURCE, BpfTestCase, assert_nested, dataset, load_trace, run_lotus, spans
+
+MODULES = os.environ.get("LOTUS_BROWSER_TEST_DIR", "/var/cache/lotus-bpf/browser-test")
+ARTEFACTS = os.environ.get("LOTUS_TEST_ARTEFACTS", os.path.join(SOURCE, "build", "test-artefacts"))
+IMPORT = os.path.join(SOURCE, "tests", "browser", "speedscope_import.js")
+
+
+def speedscope(test, trace_path, screenshot):
+    """What speedscope said importing the file: warnings (its own; Chromium's GL driver notes left out), errors,
+    network requests, profile count and names."""
+    r = subprocess.run(["node", IMPORT, MODULES, trace_path, screenshot], capture_output=True, text=True,
+                       timeout=300)
+    test.assertEqual(r.returncode, 0, r.stderr)
+    out = json.loads(r.stdout)
+    out["warnings"] = [w for w in out["warnings"] if "GL Driver Message" not in w]
+    return out
+
+
+def strictly_nested(trace):
+    """Spans of each thread that overlap without one containing the other, in whole µs as written."""
+    per_thread = defaultdict(list)
+    for i, s in enumerate(spans(trace)):
+        per_thread[(s["pid"], s["tid"])].append((s["ts"], -s["dur"], i, s))
+    bad = []
+    for events in per_thread.values():
+        events.sort()
+        stack = []
+        for ts, _, _, s in events:
+            while stack and stack[-1]["ts"] + stack[-1]["dur"] <= ts:
+                stack.pop()
+            if stack and ts + s["dur"] > stack[-1]["ts"] + stack[-1]["dur"]:
+                bad.append((stack[-1]["name"], s["name"], ts))
+            stack.append(s)
+    return bad
+
+
+class Browser(BpfTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        if not os.path.exists(os.path.join(MODULES, "node_modules", "speedscope", "dist", "release", "index.html")):
+            raise AssertionError(f"speedscope is not installed in {MODULES}: scripts/install-browser-test.sh "
+                                 "(scripts/test.sh runs it)")
+        if not shutil.which("node") or not os.access("/usr/bin/chromium", os.X_OK):
+            raise AssertionError("node or Debian's chromium missing: scripts/install-browser-test.sh")
+
+    def test_example_trace_imports_into_speedscope_with_no_warning(self):
+        data = dataset(128)
+        out = self.path("lotus-trace.json")
+        r = run_lotus(["-q", "-o", out, "--native-map", "--counters", "default", "--", PY, EXAMPLE, data,
+                       "--epochs", "2", "--workers", "2"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        trace = load_trace(out)
+        self.assertEqual(trace["otherData"]["lost_events"], 0)
+        for e in trace["traceEvents"]:
+            for k in ("ts", "dur"):
+                if k in e:
+                    self.assertIsInstance(e[k], int, e)  # whole µs: no float sums that overlap
+        assert_nested(self, trace)
+        self.assertEqual(strictly_nested(trace), [])
+        # stable names: the ids are in args
+        self.assertEqual({s["name"] for s in spans(trace, "batch")}, {"batch"})
+        self.assertEqual({s["name"] for s in spans(trace, "wait")}, {"wait"})
+
+        os.makedirs(ARTEFACTS, exist_ok=True)
+        shot = os.path.join(ARTEFACTS, "speedscope-worker.png")
+        seen = speedscope(self, out, shot)
+        self.assertEqual(seen["requests"], [], "speedscope fetched from the network")
+        self.assertEqual(seen["errors"], [])
+        self.assertEqual(seen["warnings"], [], f"{len(seen['warnings'])} import warnings")
+        # one profile per thread with spans, named after its process; no empty track
+        threads = {(s["pid"], s["tid"]) for s in spans(trace)}
+        self.assertEqual(seen["profiles"], len(threads))
+        pnames = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+                  if e["ph"] == "M" and e["name"] == "process_name"}
+        self.assertEqual(set(pnames), {pid for pid, _ in threads} | {e["pid"] for e in trace["traceEvents"]
+                                                                     if e.get("cat") == "process"})
+        for pid, tid in threads:
+            named = [n for n in seen["names"] if n.startswith(f"{pnames[pid]} (pid {pid}), ") and f"(tid {tid})" in n]
+            self.assertEqual(len(named), 1, (pid, tid, seen["names"]))
+        self.assertTrue(any(n.startswith("worker 0 ") for n in seen["names"]), seen["names"])
+        self.assertGreater(os.path.getsize(shot), 10000)
+
+    def test_the_check_sees_spans_that_overlap(self):
+        # What the traces of earlier versions did: fractional µs where a loader ends exactly where its sample
+        # begins reads as overlapping once ts + dur is added in floating point.
+        bad = {"traceEvents": [
+            {"ph": "X", "cat": "loader", "name": "loader", "pid": 1, "tid": 1, "ts": 152584.079, "dur": 0.1},
+            {"ph": "X", "cat": "sample", "name": "sample", "pid": 1, "tid": 1, "ts": 152584.179, "dur": 10.0},
+            {"ph": "X", "cat": "op", "name": "ToTensor", "pid": 1, "tid": 1, "ts": 152580.0, "dur": 8.0},
+        ]}
+        path = self.path("overlap.json")
+        with open(path, "w") as f:
+            json.dump(bad, f)
+        seen = speedscope(self, path, self.path("overlap.png"))
+        self.assertGreater(len(seen["warnings"]), 0, seen)
+        self.assertNotEqual(strictly_nested(bad), [])
