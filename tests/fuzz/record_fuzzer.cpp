@@ -40,7 +40,7 @@ template <typename Next> void reconstruct(uint64_t t0_ns, Next next)
     engine.finish();
     summary.set_native_map(engine.native_map().table());
     trace.finish(engine.processes(), {});
-    auto batches = lotus::exporter::summarize_batches(engine.batches(), engine.processes(), summary);
+    auto batches = lotus::exporter::summarize_batches(engine.batches(), engine.processes(), summary, 0);
     summary.json(engine.processes(), batches, {});
     FILE* sink = fopen("/dev/null", "w");
     summary.print(sink, engine.processes(), batches, {});

@@ -152,7 +152,7 @@ class LaunchMode(BpfTestCase):
         # spinning: on CPU nearly all the time (the machine is shared: allow preemption), and faulting pages in
         self.assertGreater(sum(s["args"]["cpu_ms"] for s in busy), 0.8 * sum(s["dur"] for s in busy) / 1000)
         self.assertGreater(min(s["args"]["minor_faults"] for s in busy), 100)
-        self.assertIn("cpu %", r.stdout)
+        self.assertIn("on-CPU %", r.stdout)
 
 
 if __name__ == "__main__":

@@ -82,8 +82,8 @@ class NativeMapTest(BpfTestCase):
             return [(f["function"], f["library"]) for f in nmap[op]["functions"][:k]]
         def named_share(op):
             return nmap[op]["named"] / nmap[op]["samples"]
-        self.assertTrue(any(f.startswith(("ImagingJpegDecode", "jpeg_", "decode_mcu", "jsimd_")) for f, _ in top("Loader")),
-                        top("Loader"))
+        self.assertTrue(any(f.startswith(("ImagingJpegDecode", "jpeg_", "decode_mcu", "jsimd_")) for f, _ in top("loader")),
+                        top("loader"))
         self.assertTrue(any(f.startswith("ImagingResample") for f, _ in top("RandomResizedCrop")), top("RandomResizedCrop"))
         self.assertTrue(any(f.startswith(("ImagingFlip", "ImagingTranspose")) for f, _ in top("RandomHorizontalFlip", 10)),
                         top("RandomHorizontalFlip", 10))
@@ -94,7 +94,7 @@ class NativeMapTest(BpfTestCase):
             self.assertGreaterEqual(named_share(op), 0.8, (op, top(op)))
         # The loader runs Pillow's Python code in Debian's stripped python3.11: its static functions have no
         # symbol (docs/native-map.md); still most of it is named.
-        self.assertGreaterEqual(named_share("Loader"), 0.6, top("Loader"))
+        self.assertGreaterEqual(named_share("loader"), 0.6, top("loader"))
 
         # Counters: exact per thread. task-clock over each op agrees with the on-CPU time BPF accumulates at
         # context switches (a different mechanism), within 5 %.

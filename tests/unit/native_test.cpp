@@ -50,11 +50,11 @@ TEST(NativeMap, OpsClaimTheirSamplesOverTheSampleAroundThemInAnyOrder)
     EXPECT_EQ(crop->samples, 2u);
     EXPECT_EQ(crop->in_kernel, 1u);
     ASSERT_EQ(crop->functions.size(), 2u);
-    const auto* between = row(t, "Sample (between ops)");
+    const auto* between = row(t, "sample (between ops)");
     ASSERT_NE(between, nullptr);
     EXPECT_EQ(between->samples, 1u);
     EXPECT_EQ(between->functions[0].function, "_PyEval_EvalFrameDefault");
-    const auto* outside = row(t, "(outside any span)");
+    const auto* outside = row(t, "outside any span");
     ASSERT_NE(outside, nullptr);
     EXPECT_EQ(outside->samples, 2u);
     EXPECT_EQ(outside->named, 1u);
@@ -71,7 +71,7 @@ TEST(NativeMap, SettlesSamplesOnceTheyAreOlderThanTheHorizon)
     EXPECT_EQ(m.total(), 1u); // settled, memory freed
     auto t = m.table();
     ASSERT_EQ(t.size(), 1u);
-    EXPECT_EQ(t[0].op, "Loader");
+    EXPECT_EQ(t[0].op, "loader");
 }
 
 namespace {

@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "export/summary.h"
 
@@ -55,6 +58,94 @@ TEST(Summary, SaysWhenNoPipelineWasSeen)
     sum.print(f, {}, exporter::DataLoaderReport{}, {});
     fclose(f);
     EXPECT_NE(std::string(buf).find("No pipeline was seen"), std::string::npos);
+}
+
+// The advice under a verdict, from the numbers: the dominant part of per-sample time, whether more workers would
+// help (their busy share against the CPUs the job may use), and a pipeline mostly off-CPU.
+struct Advice : ::testing::Test {
+    static constexpr uint32_t P = 10, W0 = 11, W1 = 12;
+    std::vector<model::Span> sunk;
+    model::BatchTracker::SpanSink sink = [this](const model::Span& s) { sunk.push_back(s); };
+    std::map<uint32_t, model::ProcessInfo> processes;
+    model::BatchTracker tracker{sink, processes};
+    exporter::Summary summary;
+
+    // A training loop that waited `wait_ms` of every 10 ms; workers busy `busy_pct` % of their time; per sample
+    // a loader of `loader_ms`, a crop of `crop_ms` and a flip of 0.1 ms, on a CPU `on_cpu_pct` % of the time.
+    void job(uint64_t wait_ms, double busy_pct, double loader_ms, double crop_ms, double on_cpu_pct = 95)
+    {
+        processes[P].root = true;
+        for (uint32_t w : {W0, W1}) {
+            auto& p = processes[w];
+            p.owner = P;
+            p.worker = true;
+            p.worker_id = static_cast<int>(w - W0);
+            p.batches = 10;
+            p.first_ns = 0;
+            p.last_ns = 1'000'000'000;
+            p.busy_ns = static_cast<uint64_t>(busy_pct * 1e7);
+        }
+        uint64_t t = 0;
+        for (int i = 0; i < 10; i++, t += 10'000'000) {
+            tracker.next_started(P, P, t, 0x70, false);
+            tracker.next_finished(P, P, t, t + wait_ms * 1'000'000, false);
+        }
+        auto add = [&](model::SpanKind k, const char* name, double ms) {
+            model::Span s = model::Span::make(k, name, W0, W0, 0, static_cast<uint64_t>(ms * 1e6));
+            s.owner = P;
+            s.loader = 0;
+            s.has_counters = true;
+            s.counters.cpu_ns = static_cast<uint64_t>(ms * 1e6 * on_cpu_pct / 100);
+            summary.add(s);
+        };
+        for (int i = 0; i < 100; i++) {
+            add(model::SpanKind::Loader, "loader", loader_ms);
+            add(model::SpanKind::Op, "RandomResizedCrop", crop_ms);
+            add(model::SpanKind::Op, "RandomHorizontalFlip", 0.1);
+            add(model::SpanKind::Sample, "sample", crop_ms + 0.1);
+        }
+    }
+    std::vector<std::string> advice(unsigned cpus)
+    {
+        auto report = exporter::summarize_batches(tracker, processes, summary, cpus);
+        EXPECT_EQ(report.loops.size(), 1u);
+        return report.loops.empty() ? std::vector<std::string>{} : report.loops[0].advice;
+    }
+    static bool has(const std::vector<std::string>& v, const std::string& part)
+    {
+        return std::any_of(v.begin(), v.end(), [&](const std::string& s) { return s.find(part) != std::string::npos; });
+    }
+};
+
+TEST_F(Advice, InputBoundBusyWorkersAndSpareCpus)
+{
+    job(6, 95, 1.0, 3.0);
+    auto a = advice(8);
+    ASSERT_EQ(a.size(), 2u) << ::testing::PrintToString(a);
+    // per sample: loader 1 + crop 3 + flip 0.1 = 4.1 ms, the crop 3 of it (73 %)
+    EXPECT_TRUE(has(a, "RandomResizedCrop takes the most time per sample: 3.00 ms of 4.10 ms (73 %"));
+    EXPECT_TRUE(has(a, "More DataLoader workers should help: the 2 worker(s) were busy 95 %"));
+    EXPECT_TRUE(has(a, "try num_workers up to 7"));
+    EXPECT_TRUE(has(advice(3), "More workers would not help: 2 worker(s) and the training loop already have the 3"));
+    EXPECT_TRUE(has(advice(0), "which this record does not say"));
+}
+
+TEST_F(Advice, DecodingDominatesIdleWorkersAndOffCpu)
+{
+    job(6, 40, 6.0, 1.0, 50);
+    auto a = advice(8);
+    EXPECT_TRUE(has(a, "Loading (reading and decoding each file) takes the most time per sample: 6.00 ms of 7.10 ms "
+                       "(85 %). Decoding dominates"));
+    EXPECT_TRUE(has(a, "busy only 40 %")) << ::testing::PrintToString(a);
+    EXPECT_TRUE(has(a, "ran on a CPU only 50 % of its wall time"));
+}
+
+TEST_F(Advice, NotInputBoundSaysNothingOfWorkers)
+{
+    job(1, 95, 1.0, 3.0);
+    auto a = advice(8);
+    EXPECT_TRUE(has(a, "RandomResizedCrop takes the most time"));
+    EXPECT_FALSE(has(a, "workers"));
 }
 
 TEST(DurationSeries, ExactUpToItsLimitThenWithinABucketInBoundedMemory)

@@ -71,7 +71,7 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
     trace_.finish(engine_.processes(), run);
     outputs_.trace().commit();
 
-    auto batches = exporter::summarize_batches(engine_.batches(), engine_.processes(), summary_);
+    auto batches = exporter::summarize_batches(engine_.batches(), engine_.processes(), summary_, run.cpus);
     auto write_summary_json = [&] {
         if (auto* js = outputs_.summary_json()) {
             run.output_failures = outputs_.failures();

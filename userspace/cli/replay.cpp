@@ -64,6 +64,8 @@ static int replay_into(const Options& opts, exporter::RecordReader& in)
     run.python = str("python");
     run.interpreter = str("interpreter");
     run.layout = str("layout");
+    if (meta.contains("cpus") && meta["cpus"].is_number_unsigned())
+        run.cpus = meta["cpus"].get<unsigned>();
     run.events = captured ? captured : events;
     run.lost_events = lost;
     run.stop_reason = "replayed " + opts.replay;

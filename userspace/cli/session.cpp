@@ -183,8 +183,9 @@ int run_session(const Options& opts)
         }
 
         uint64_t t0 = monotonic_ns();
+        const unsigned cpus = target::allowed_cpus(root).value_or(0); // for the summary's advice
         if (recorder) {
-            nlohmann::json meta{{"python", interp.version.str()}, {"interpreter", interp.target_path},
+            nlohmann::json meta{{"python", interp.version.str()}, {"interpreter", interp.target_path}, {"cpus", cpus},
                                 {"layout", interp.layout_source}, {"counters", counter_names},
                                 {"pipelines", lists.pipelines}, {"spans", lists.spans}, {"all_calls", opts.all_calls}};
             recorder->begin(exporter::RecordHeader{t0, static_cast<uint32_t>(root), meta.dump()});
@@ -347,6 +348,7 @@ int run_session(const Options& opts)
         run.python = interp.version.str();
         run.interpreter = interp.target_path;
         run.layout = interp.layout_source;
+        run.cpus = cpus;
         run.evaluator_probe = evaluator_probe;
         run.events = stats.submitted;
         run.events_delivered = delivered;

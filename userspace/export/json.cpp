@@ -53,4 +53,12 @@ void append_json_string(std::string& out, std::string_view s)
     out += '"';
 }
 
+std::string json_strings(const std::vector<std::string>& v)
+{
+    std::string out;
+    for (const auto& s : v)
+        out += (out.empty() ? "" : ",") + json_string(s);
+    return "[" + out + "]";
+}
+
 } // namespace lotus::exporter

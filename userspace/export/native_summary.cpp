@@ -3,9 +3,29 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <iterator>
+
 #include "export/json.h"
 
 namespace lotus::exporter {
+
+void Summary::set_native_map(std::vector<model::OpNativeMap> map)
+{
+    static const char* const kLast[] = {"loader", "collate", "sample (between ops)", "batch (outside samples)", "wait",
+                                        "outside any span"};
+    auto rank = [](const std::string& op) {
+        for (size_t i = 0; i < std::size(kLast); i++)
+            if (op == kLast[i])
+                return static_cast<int>(i) + 1;
+        return 0; // an op (or a --span function)
+    };
+    std::stable_sort(map.begin(), map.end(), [&](const auto& a, const auto& b) { return rank(a.op) < rank(b.op); });
+    native_map_ = std::move(map);
+}
+
+// A clock counter (task-clock, cpu-clock) counts nanoseconds: shown in ms.
+static bool clock_counter(const std::string& name) { return name == "task-clock" || name == "cpu-clock"; }
 
 std::vector<CounterRow> Summary::counter_rows() const
 {
@@ -44,26 +64,30 @@ void Summary::print_counters(FILE* out) const
     auto rows = counter_rows();
     if (rows.empty())
         return;
-    std::string head = fmt::format("\n{:<28} {:>8}", "counters per op (mean)", "count");
+    std::string head = fmt::format("\n{:<28} {:>8}", "counters per call (mean)", "count");
     for (const auto& n : counter_names_)
-        head += fmt::format(" {:>16}", n);
-    head += fmt::format(" {:>6} {:>6}", "IPC", "cpu %");
+        head += fmt::format(" {:>16}", clock_counter(n) ? n + " ms" : n);
+    head += fmt::format(" {:>6} {:>8}", "IPC", "on-CPU %");
     fmt::print(out, "{}\n", head);
     for (const auto& r : rows) {
         std::string line = fmt::format("{:<28} {:>8}", r.op == "sample" ? "sample (whole pipeline)" : r.op, r.count);
-        for (double m : r.mean)
-            line += fmt::format(" {:>16.1f}", m);
-        line += fmt::format(" {:>6} {:>6}", r.ipc < 0 ? "-" : fmt::format("{:.2f}", r.ipc),
+        for (size_t k = 0; k < r.mean.size(); k++)
+            line += clock_counter(counter_names_[k]) ? fmt::format(" {:>16.3f}", r.mean[k] / 1e6)
+                                                     : fmt::format(" {:>16.1f}", r.mean[k]);
+        line += fmt::format(" {:>6} {:>8}", r.ipc < 0 ? "-" : fmt::format("{:.2f}", r.ipc),
                             r.on_cpu_pct < 0 ? "-" : fmt::format("{:.0f}", r.on_cpu_pct));
         fmt::print(out, "{}\n", line);
     }
+    fmt::print(out, "(counts are per call of the op; IPC: instructions per cycle, where the PMU counts both; on-CPU %: "
+                    "the thread's time on a CPU over the call's wall time)\n");
 }
 
 void Summary::print_native_map(FILE* out) const
 {
     if (native_map_.empty())
         return;
-    fmt::print(out, "\nnative map: where each op's sampled time ran (share of the op's samples)\n");
+    fmt::print(out, "\nnative map: in which native functions each op's time went (share of the CPU samples taken "
+                    "inside it; docs/native-map.md)\n");
     for (const auto& op : native_map_) {
         double n = static_cast<double>(op.samples);
         fmt::print(out, "  {}: {} samples, {:.0f} % named, {:.0f} % in the kernel\n", op.op, op.samples,

@@ -8,18 +8,6 @@
 
 namespace lotus::exporter {
 
-namespace {
-
-std::string strings_json(const std::vector<std::string>& v)
-{
-    std::string out;
-    for (const auto& s : v)
-        out += (out.empty() ? "" : ",") + json_string(s);
-    return "[" + out + "]";
-}
-
-} // namespace
-
 std::string run_json_members(const RunInfo& r)
 {
     std::map<std::string, std::string> m; // key -> encoded value, written in key order
@@ -39,6 +27,8 @@ std::string run_json_members(const RunInfo& r)
     m["tracer_peak_rss_kb"] = std::to_string(r.tracer_peak_rss_kb);
     m["tracer_cpu_ms"] = std::to_string(r.tracer_cpu_ms);
     m["samples"] = std::to_string(r.samples);
+    if (r.cpus)
+        m["cpus"] = std::to_string(r.cpus);
     m["incomplete_spans"] = std::to_string(r.incomplete_spans);
     if (!r.span_patterns.empty()) {
         std::string list;
@@ -53,13 +43,13 @@ std::string run_json_members(const RunInfo& r)
                             ends.empty() ? "" : ",", e.pid, json_string(e.label), json_string(e.how), e.signal,
                             e.status, e.at_s);
     m["process_ends"] = "[" + ends + "]";
-    m["output_failures"] = strings_json(r.output_failures);
+    m["output_failures"] = json_strings(r.output_failures);
     if (r.native) {
         m["native_functions_probed"] = std::to_string(r.native->functions_probed);
         m["native_attach_s"] = fmt::format("{:.3f}", r.native->attach_s);
         m["native_probe_links"] = std::to_string(r.native->probe_links);
         m["sampling_event"] = json_string(r.native->sampling_event);
-        m["native_specs_unmatched"] = strings_json(r.native->specs_unmatched);
+        m["native_specs_unmatched"] = json_strings(r.native->specs_unmatched);
     }
     if (!r.native_map_json.empty())
         m["native_map"] = r.native_map_json;

@@ -19,6 +19,7 @@ struct RunInfo {
     std::optional<uint64_t> events_delivered; // live runs
     long tracer_peak_rss_kb = -1, tracer_cpu_ms = -1;
     uint64_t samples = 0, incomplete_spans = 0;
+    unsigned cpus = 0; // CPUs the traced job may run on (its affinity); 0: not known (older record files)
     struct SpanPattern {
         std::string pattern;
         uint64_t calls = 0;

@@ -69,6 +69,100 @@ static double per_sample_ms(const Summary& summary, uint32_t owner)
     return n ? total / static_cast<double>(n) : 0;
 }
 
+// What the numbers of one training loop suggest doing, each with its figures: the part of per-sample time that
+// dominates, whether more DataLoader workers would help (their busy share, the CPUs the job may use), and whether
+// the pipeline ran mostly off-CPU.
+static std::vector<std::string> advice_for(uint32_t pid, double waiting_pct, const Summary& summary,
+                                           const std::map<uint32_t, model::ProcessInfo>& processes, unsigned cpus)
+{
+    std::vector<std::string> out;
+    struct Part {
+        double total_ms = 0, cpu_ms = 0, cpu_wall_ms = 0; // cpu_*: over the calls whose on-CPU time was measured
+        uint64_t count = 0;
+    };
+    std::map<std::string, Part> parts;
+    for (const auto& [key, rows] : summary.groups()) {
+        if (key.owner != pid)
+            continue;
+        for (const auto& [name, st] : rows) {
+            auto& p = parts[name];
+            p.total_ms += st.total_ms;
+            p.count += st.count;
+            if (st.cpu_ms >= 0) {
+                p.cpu_ms += st.cpu_ms * static_cast<double>(st.count);
+                p.cpu_wall_ms += st.total_ms;
+            }
+        }
+    }
+    // Per sample: its loading, its ops and its share of the collation.
+    double samples = parts.count("sample") ? static_cast<double>(parts["sample"].count) : 0, whole = 0, top_ms = 0;
+    std::string top;
+    for (const auto& [name, p] : parts) {
+        if (name == "sample")
+            continue;
+        whole += p.total_ms;
+        if (name != "collate" && p.total_ms > top_ms)
+            top = name, top_ms = p.total_ms;
+    }
+    if (samples > 0 && whole > 0 && !top.empty()) {
+        double pct = 100 * top_ms / whole;
+        if (top == "loader")
+            out.push_back(fmt::format("Loading (reading and decoding each file) takes the most time per sample: {:.2f} "
+                                      "ms of {:.2f} ms ({:.0f} %).{}",
+                                      top_ms / samples, whole / samples, pct,
+                                      pct >= 50 ? " Decoding dominates: smaller or pre-resized images, or a faster "
+                                                  "decoder, would help most."
+                                                : ""));
+        else
+            out.push_back(fmt::format("{} takes the most time per sample: {:.2f} ms of {:.2f} ms ({:.0f} %; loading and "
+                                      "collation included): the op to make cheaper first.",
+                                      top, top_ms / samples, whole / samples, pct));
+    }
+    std::set<int> ids;
+    uint64_t busy = 0, seen = 0;
+    for (const auto& [wpid, p] : processes) {
+        if (p.owner != pid || p.batches == 0 || wpid == pid)
+            continue;
+        ids.insert(p.worker_id);
+        busy += p.busy_ns;
+        seen += p.last_ns > p.first_ns ? p.last_ns - p.first_ns : 0;
+    }
+    auto self = processes.find(pid);
+    if (waiting_pct >= 20 && ids.empty() && self != processes.end() && self->second.batches > 0) {
+        out.push_back(fmt::format("The training loop builds its batches itself (num_workers=0): DataLoader workers would "
+                                  "take that work off it{}.",
+                                  cpus ? fmt::format(" (the job may use {} CPU(s))", cpus) : ""));
+    } else if (waiting_pct >= 20 && !ids.empty() && seen) {
+        double b = 100.0 * static_cast<double>(busy) / static_cast<double>(seen);
+        size_t n = ids.size();
+        if (b < 80)
+            out.push_back(fmt::format("The {} worker(s) were busy only {:.0f} % of their time while the training loop "
+                                      "waited: batches were held up after they were made (the result queue, pin_memory, "
+                                      "prefetch_factor), so more workers would not help.",
+                                      n, b));
+        else if (!cpus)
+            out.push_back(fmt::format("The {} worker(s) were busy {:.0f} % of their time; whether more would help depends "
+                                      "on the CPUs the job may use, which this record does not say.",
+                                      n, b));
+        else if (n + 1 < cpus)
+            out.push_back(fmt::format("More DataLoader workers should help: the {} worker(s) were busy {:.0f} % of their "
+                                      "time and the job may use {} CPUs (try num_workers up to {}).",
+                                      n, b, cpus, cpus - 1));
+        else
+            out.push_back(fmt::format("More workers would not help: {} worker(s) and the training loop already have the "
+                                      "{} CPU(s) the job may use; make the pipeline cheaper instead.",
+                                      n, cpus));
+    }
+    if (auto sp = parts.find("sample"); sp != parts.end() && sp->second.cpu_wall_ms > 0) {
+        double on = 100 * sp->second.cpu_ms / sp->second.cpu_wall_ms;
+        if (on < 70)
+            out.push_back(fmt::format("The pipeline ran on a CPU only {:.0f} % of its wall time: the rest it waited for a "
+                                      "CPU (more busy threads than {}) or for I/O, and the times above include that.",
+                                      on, cpus ? fmt::format("the {} CPU(s)", cpus) : "CPUs"));
+    }
+    return out;
+}
+
 static BatchSummary summarize(const model::BatchStats& b, GroupKey key)
 {
     BatchSummary s;
@@ -94,7 +188,8 @@ static BatchSummary summarize(const model::BatchStats& b, GroupKey key)
 }
 
 DataLoaderReport summarize_batches(const model::BatchTracker& batches,
-                                   const std::map<uint32_t, model::ProcessInfo>& processes, const Summary& summary)
+                                   const std::map<uint32_t, model::ProcessInfo>& processes, const Summary& summary,
+                                   unsigned cpus)
 {
     DataLoaderReport out;
     for (const auto& [key, b] : batches.stats())
@@ -134,6 +229,8 @@ DataLoaderReport summarize_batches(const model::BatchTracker& batches,
             l.verdict = fmt::format("The training loop{} waited for data {:.0f} % of the time: not input-bound; the "
                                     "data pipeline keeps up.",
                                     who, pct);
+        if (l.batches)
+            l.advice = advice_for(pid, pct, summary, processes, cpus);
         out.loops.push_back(l);
     }
     return out;
@@ -216,37 +313,47 @@ static std::string group_title(const GroupKey& k, const std::map<uint32_t, model
 
 static void print_rows(FILE* out, const Rows& r)
 {
-    fmt::print(out, "{:<28} {:>8} {:>10} {:>10} {:>10} {:>10} {:>12} {:>8} {:>6} {:>7}\n", "op", "count", "mean ms",
-               "p50 ms", "p95 ms", "p99 ms", "total ms", "cpu ms", "cpu %", "faults");
+    fmt::print(out, "{:<28} {:>8} {:>10} {:>10} {:>10} {:>10} {:>12} {:>10} {:>9} {:>12}\n", "op", "count", "mean ms",
+               "p50 ms", "p95 ms", "p99 ms", "total ms", "on-CPU ms", "on-CPU %", "faults/call");
+    bool measured = false;
     for (const auto& [name, s] : r) {
         std::string cpu = s.cpu_ms < 0 ? "-" : fmt::format("{:.3f}", s.cpu_ms);
         std::string pct = s.on_cpu_pct < 0 ? "-" : fmt::format("{:.0f}", s.on_cpu_pct);
         std::string flt = s.minor_faults < 0 ? "-" : fmt::format("{:.1f}", s.minor_faults);
-        fmt::print(out, "{:<28} {:>8} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.1f} {:>8} {:>6} {:>7}\n",
-                   name == "sample" ? "sample (whole pipeline)" : name, s.count, s.mean_ms, s.p50_ms, s.p95_ms, s.p99_ms,
-                   s.total_ms, cpu, pct, flt);
+        measured |= s.cpu_ms >= 0;
+        fmt::print(out, "{:<28} {:>8} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.1f} {:>10} {:>9} {:>12}\n",
+                   name == "sample" ? "sample (whole pipeline)" : name == "loader" ? "loader (read + decode)" : name,
+                   s.count, s.mean_ms, s.p50_ms, s.p95_ms, s.p99_ms, s.total_ms, cpu, pct, flt);
     }
+    fmt::print(out, "(wall-clock time per call; loader: from the previous sample's end to the pipeline call, i.e. "
+                    "reading and decoding the file; collate: the last sample's end to the batch's end{})\n",
+               measured ? "; on-CPU: the thread's time on a CPU during the call, low % = it waited for a CPU or for "
+                          "I/O; faults/call: minor page faults"
+                        : "");
 }
 
 static void print_batches(FILE* out, const BatchSummary& b)
 {
     if (b.prepare.count)
-        fmt::print(out, "batches prepared: {}   per batch ms: mean {:.2f}  std {:.2f} ({:.0f} %)  min {:.2f}  p25 {:.2f}  "
-                        "median {:.2f}  p75 {:.2f}  max {:.2f}  IQR {:.2f}  sum {:.1f}\n",
+        fmt::print(out, "batches prepared by the workers: {}; time to prepare one, ms: mean {:.2f}, std {:.2f} "
+                        "({:.0f} % of the mean), min {:.2f}, p25 {:.2f}, median {:.2f}, p75 {:.2f}, max {:.2f} "
+                        "(interquartile range {:.2f}), total {:.1f}\n",
                    b.prepare.count, b.prepare.mean_ms, b.prepare.std_ms,
                    b.prepare.mean_ms > 0 ? 100 * b.prepare.std_ms / b.prepare.mean_ms : 0, b.prepare.min_ms,
                    b.prepare.p25_ms, b.prepare.p50_ms, b.prepare.p75_ms, b.prepare.max_ms,
                    b.prepare.p75_ms - b.prepare.p25_ms, b.prepare.total_ms);
     else
-        fmt::print(out, "batches prepared: 0\n");
+        fmt::print(out, "batches prepared by the workers: 0\n");
     if (!b.wait.count)
         return;
-    fmt::print(out, "batches consumed: {}   wait ms: mean {:.2f}  p50 {:.2f}  p99 {:.2f}   out-of-order {:.0f} %  "
-                    "<=1 ms {:.0f} %  1-500 ms {:.0f} %  >500 ms {:.0f} %\n",
-               b.wait.count, b.wait.mean_ms, b.wait.p50_ms, b.wait.p99_ms, share(b.out_of_order, b.wait.count),
-               share(b.wait_le_1ms, b.wait.count), share(b.wait_1_500ms, b.wait.count), share(b.wait_gt_500ms, b.wait.count));
-    fmt::print(out, "ready-to-consumed delay ms: mean {:.2f}  p50 {:.2f}  p99 {:.2f}  >500 ms {:.0f} %\n", b.delay.mean_ms,
-               b.delay.p50_ms, b.delay.p99_ms, share(b.delay_gt_500ms, b.delay.count));
+    fmt::print(out, "batches consumed by the training loop: {}; its wait in next(), ms: mean {:.2f}, p50 {:.2f}, p99 "
+                    "{:.2f}; waits of at most 1 ms {:.0f} %, 1-500 ms {:.0f} %, over 500 ms {:.0f} % (the Lotus "
+                    "paper's buckets); arrived out of order {:.0f} %\n",
+               b.wait.count, b.wait.mean_ms, b.wait.p50_ms, b.wait.p99_ms, share(b.wait_le_1ms, b.wait.count),
+               share(b.wait_1_500ms, b.wait.count), share(b.wait_gt_500ms, b.wait.count),
+               share(b.out_of_order, b.wait.count));
+    fmt::print(out, "from a batch ready to its use, ms: mean {:.2f}, p50 {:.2f}, p99 {:.2f}; over 500 ms {:.0f} %\n",
+               b.delay.mean_ms, b.delay.p50_ms, b.delay.p99_ms, share(b.delay_gt_500ms, b.delay.count));
     if (b.unnamed)
         fmt::print(out, "{} batch(es) consumed before their index could be known (tracing began mid-epoch): their waits "
                         "carry no batch id and no arrow.\n",
@@ -281,8 +388,11 @@ void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& pro
     }
     if (!batches.loops.empty())
         fmt::print(out, "\n");
-    for (const auto& l : batches.loops)
+    for (const auto& l : batches.loops) {
         fmt::print(out, "{}\n", l.verdict);
+        for (const auto& a : l.advice)
+            fmt::print(out, "  - {}\n", a);
+    }
     // One row per role: a DataLoader worker id stands for every process that played it (non-persistent
     // workers are new processes each epoch); the JSON summary keeps one entry per process.
     struct Row {
@@ -307,23 +417,29 @@ void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& pro
     }
     fmt::print(out, "\n{:<20} {:>6} {:>10} {:>8} {:>8} {:>7} {:>7}  pids\n", "process", "loader", "processes", "samples",
                "batches", "busy %", "idle %");
+    bool any_busy = false;
     for (const auto& [key, r] : rows) {
         int loader = std::get<2>(key);
         std::string pids = r.pids.size() > 40 ? r.pids.substr(0, 37) + "..." : r.pids;
         std::string ld = std::get<1>(key) ? (loader >= 0 ? std::to_string(loader) : "?") : "-";
-        if (r.batches == 0 || r.seen_ns == 0) // busy/idle are about DataLoader workers
+        if (r.batches == 0 || r.seen_ns == 0) { // busy/idle are about DataLoader workers
             fmt::print(out, "{:<20} {:>6} {:>10} {:>8} {:>8} {:>7} {:>7}  {}\n", std::get<4>(key), ld, r.processes,
                        r.samples, r.batches, "-", "-", pids);
-        else
-            fmt::print(out, "{:<20} {:>6} {:>10} {:>8} {:>8} {:>7.1f} {:>7.1f}  {}\n", std::get<4>(key), ld,
-                       r.processes, r.samples, r.batches,
-                       100.0 * static_cast<double>(r.busy_ns) / static_cast<double>(r.seen_ns),
-                       100.0 - 100.0 * static_cast<double>(r.busy_ns) / static_cast<double>(r.seen_ns), pids);
+            continue;
+        }
+        any_busy = true;
+        double busy = 100.0 * static_cast<double>(r.busy_ns) / static_cast<double>(r.seen_ns);
+        fmt::print(out, "{:<20} {:>6} {:>10} {:>8} {:>8} {:>7.1f} {:>7.1f}  {}\n", std::get<4>(key), ld, r.processes,
+                   r.samples, r.batches, busy, 100.0 - busy, pids);
     }
+    if (any_busy)
+        fmt::print(out, "(busy %: time a worker spent preparing batches, from its first event to its last; a worker id "
+                        "stands for every process that played it, one per epoch unless persistent_workers)\n");
     print_counters(out);
     print_native_map(out);
     for (const auto& n : notes)
         fmt::print(out, "{}\n", n);
+    fmt::print(out, "How to read this summary: docs/trace-format.md (installed under /usr/share/doc/lotus-bpf).\n");
 }
 
 } // namespace lotus::exporter
@@ -392,15 +508,16 @@ std::string Summary::json(const std::map<uint32_t, model::ProcessInfo>& processe
     std::string loops;
     for (const auto& l : batches.loops)
         loops += fmt::format("{}{{\"pid\":{},\"label\":{},\"batches\":{},\"waiting_share\":{:.4f},\"verdict\":{},"
-                             "\"all\":{}}}}}",
+                             "\"advice\":{},\"all\":{}}}}}",
                              loops.empty() ? "" : ",", l.pid, json_string(model::process_label(processes, l.pid)),
-                             l.batches, l.waiting_share, json_string(l.verdict), batches_json(l.all));
+                             l.batches, l.waiting_share, json_string(l.verdict), json_strings(l.advice),
+                             batches_json(l.all));
     // Every DataLoader together, and the training loop's share: where there is one training process (else null).
     std::string merged = "null";
     if (batches.loops.size() == 1) {
         const auto& l = batches.loops[0];
-        merged = batches_json(l.all) + fmt::format(",\"waiting_share\":{:.4f},\"verdict\":{}}}", l.waiting_share,
-                                                   json_string(l.verdict));
+        merged = batches_json(l.all) + fmt::format(",\"waiting_share\":{:.4f},\"verdict\":{},\"advice\":{}}}",
+                                                   l.waiting_share, json_string(l.verdict), json_strings(l.advice));
     }
     std::string r = run_json_members(run);
     return fmt::format("{{\"run\":{{{}}},\"ops\":{},\"batches\":{},\"loaders\":[{}],\"training\":[{}],\"processes\":[{}],"

@@ -47,6 +47,7 @@ struct LoopSummary {
     uint64_t batches = 0;
     double waiting_share = 0;
     std::string verdict;
+    std::vector<std::string> advice; // what the numbers suggest doing, each a sentence with its figures
     BatchSummary all; // its DataLoaders together
 };
 
@@ -57,8 +58,10 @@ struct DataLoaderReport {
 };
 
 class Summary;
+// cpus: CPUs the traced job could run on (0: not known, as in record files of earlier versions).
 DataLoaderReport summarize_batches(const model::BatchTracker& batches,
-                                   const std::map<uint32_t, model::ProcessInfo>& processes, const Summary& summary);
+                                   const std::map<uint32_t, model::ProcessInfo>& processes, const Summary& summary,
+                                   unsigned cpus);
 
 // Nearest-rank percentile of sorted values (q in [0, 1]).
 double percentile(const std::vector<uint64_t>& sorted, double q);
@@ -78,7 +81,9 @@ class Summary {
 public:
     void add(const model::Span& s);
     void set_counter_names(std::vector<std::string> names) { counter_names_ = std::move(names); }
-    void set_native_map(std::vector<model::OpNativeMap> map) { native_map_ = std::move(map); }
+    // Ops first, then the loader, the collation, the pipeline's own time, batches outside samples, the training
+    // loop's wait, and what ran outside any span last.
+    void set_native_map(std::vector<model::OpNativeMap> map);
     std::vector<CounterRow> counter_rows() const;
     std::string counters_json() const;   // also the trace's otherData
     std::string native_map_json() const;

@@ -15,15 +15,15 @@ std::pair<int, std::string> claim_of(const Span& s)
     case SpanKind::Py:
         return {2, s.name};
     case SpanKind::Loader:
-        return {2, "Loader"};
+        return {2, "loader"};
     case SpanKind::Collate:
-        return {2, "Collate"};
+        return {2, "collate"};
     case SpanKind::Wait:
-        return {2, "Wait"};
+        return {2, "wait"};
     case SpanKind::Sample:
-        return {1, "Sample (between ops)"};
+        return {1, "sample (between ops)"};
     case SpanKind::Batch:
-        return {1, "Batch (outside samples)"};
+        return {1, "batch (outside samples)"};
     default:
         return {0, ""};
     }
@@ -71,7 +71,7 @@ void NativeMap::settle(std::deque<Pending>& q, uint64_t before_ns)
 {
     while (!q.empty() && q.front().ts < before_ns) {
         const Pending& p = q.front();
-        auto& a = agg_[p.priority ? p.owner : "(outside any span)"];
+        auto& a = agg_[p.priority ? p.owner : "outside any span"];
         a.samples++;
         a.named += p.named;
         a.kernel += p.kernel;

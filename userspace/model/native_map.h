@@ -22,7 +22,7 @@ struct NativeHit {
 };
 
 struct OpNativeMap {
-    std::string op;       // an op's class, "Loader", "Collate", "Wait", a --span name, "Sample (between ops)"...
+    std::string op;       // an op's class, "loader", "collate", "wait", a --span name, "sample (between ops)"...
     uint64_t samples = 0;
     uint64_t named = 0;     // samples attributed to a named function
     uint64_t in_kernel = 0; // samples that hit kernel code (attributed to the user function that entered it)

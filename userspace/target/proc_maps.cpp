@@ -1,5 +1,7 @@
 #include "proc_maps.h"
 
+#include <sched.h>
+
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
@@ -157,6 +159,15 @@ std::optional<int> env_int(int pid, const std::string& name)
         return std::nullopt;
     }
     return std::nullopt;
+}
+
+std::optional<unsigned> allowed_cpus(int pid)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(pid, sizeof(set), &set) != 0)
+        return std::nullopt;
+    return static_cast<unsigned>(CPU_COUNT(&set));
 }
 
 } // namespace lotus::target

@@ -31,6 +31,8 @@ bool process_exists(int pid);
 std::optional<int> parent_pid(int pid);
 // Every live descendant of pid (children, grandchildren, ...), from /proc/*/stat.
 std::vector<int> descendants(int pid);
+// How many CPUs the process may run on (its affinity mask: a cpuset, taskset), or nullopt.
+std::optional<unsigned> allowed_cpus(int pid);
 std::string read_comm(int pid);
 // An integer variable of the environment the process started with (/proc/PID/environ), if set.
 std::optional<int> env_int(int pid, const std::string& name);
