@@ -159,12 +159,15 @@ def assert_nested(test, trace):
     samples = {}
     for s in spans(trace, "sample"):
         samples[(s["pid"], s["tid"], s["args"]["sample_id"])] = s
-    for op in spans(trace, "op"):
+    ops = spans(trace, "op")
+    for op in ops:
         s = samples.get((op["pid"], op["tid"], op["args"]["sample_id"]))
         test.assertIsNotNone(s, f"op outside any sample: {op}")
-        test.assertGreaterEqual(op["ts"] + 1e-3, s["ts"])
-        test.assertLessEqual(op["ts"] + op["dur"], s["ts"] + s["dur"] + 1e-3)
-        test.assertGreater(op["dur"], 0)
+        test.assertGreaterEqual(op["ts"], s["ts"])
+        test.assertLessEqual(op["ts"] + op["dur"], s["ts"] + s["dur"])
+        test.assertGreaterEqual(op["dur"], 0)  # whole µs: an op under 0.5 µs reads 0
+    if ops:
+        test.assertGreater(sum(op["dur"] for op in ops), 0)
 
 
 def image_paths(root, py=PY):
