@@ -72,7 +72,8 @@ struct Advice : ::testing::Test {
 
     // A training loop that waited `wait_ms` of every 10 ms; workers busy `busy_pct` % of their time; per sample
     // a loader of `loader_ms`, a crop of `crop_ms` and a flip of 0.1 ms, on a CPU `on_cpu_pct` % of the time.
-    void job(uint64_t wait_ms, double busy_pct, double loader_ms, double crop_ms, double on_cpu_pct = 95)
+    void job(uint64_t wait_ms, double busy_pct, double loader_ms, double crop_ms, double on_cpu_pct = 95,
+             bool files = true)
     {
         processes[P].root = true;
         for (uint32_t w : {W0, W1}) {
@@ -92,6 +93,8 @@ struct Advice : ::testing::Test {
         }
         auto add = [&](model::SpanKind k, const char* name, double ms) {
             model::Span s = model::Span::make(k, name, W0, W0, 0, static_cast<uint64_t>(ms * 1e6));
+            if (k == model::SpanKind::Loader && files)
+                s.args.emplace_back("path", std::string("/data/x.jpg"));
             s.owner = P;
             s.loader = 0;
             s.has_counters = true;
@@ -138,6 +141,14 @@ TEST_F(Advice, DecodingDominatesIdleWorkersAndOffCpu)
                        "(85 %). Decoding dominates"));
     EXPECT_TRUE(has(a, "busy only 40 %")) << ::testing::PrintToString(a);
     EXPECT_TRUE(has(a, "ran on a CPU only 50 % of its wall time"));
+}
+
+TEST_F(Advice, LoadingWithoutFilesIsNotCalledDecoding)
+{
+    job(6, 95, 6.0, 1.0, 95, false);
+    auto a = advice(8);
+    EXPECT_TRUE(has(a, "Loading (the dataset's own work before the pipeline) takes the most time")) << ::testing::PrintToString(a);
+    EXPECT_FALSE(has(a, "decod"));
 }
 
 TEST_F(Advice, NotInputBoundSaysNothingOfWorkers)

@@ -106,13 +106,17 @@ static std::vector<std::string> advice_for(uint32_t pid, double waiting_pct, con
     }
     if (samples > 0 && whole > 0 && !top.empty()) {
         double pct = 100 * top_ms / whole;
-        if (top == "loader")
+        if (top == "loader" && summary.loaders_read_files())
             out.push_back(fmt::format("Loading (reading and decoding each file) takes the most time per sample: {:.2f} "
                                       "ms of {:.2f} ms ({:.0f} %).{}",
                                       top_ms / samples, whole / samples, pct,
                                       pct >= 50 ? " Decoding dominates: smaller or pre-resized images, or a faster "
                                                   "decoder, would help most."
                                                 : ""));
+        else if (top == "loader")
+            out.push_back(fmt::format("Loading (the dataset's own work before the pipeline) takes the most time per "
+                                      "sample: {:.2f} ms of {:.2f} ms ({:.0f} %).",
+                                      top_ms / samples, whole / samples, pct));
         else
             out.push_back(fmt::format("{} takes the most time per sample: {:.2f} ms of {:.2f} ms ({:.0f} %; loading and "
                                       "collation included): the op to make cheaper first.",
@@ -241,6 +245,11 @@ void Summary::add(const model::Span& s)
     if (s.kind != model::SpanKind::Sample && s.kind != model::SpanKind::Op && s.kind != model::SpanKind::Loader &&
         s.kind != model::SpanKind::Collate && s.kind != model::SpanKind::Py)
         return; // batches and waits have their own section
+    if (s.kind == model::SpanKind::Loader) {
+        loaders_++;
+        for (const auto& [k, v] : s.args)
+            files_opened_ += k == "path";
+    }
     GroupKey key{s.owner, s.loader};
     auto [g, fresh] = groups_.try_emplace(key);
     if (fresh)
@@ -322,11 +331,12 @@ static void print_rows(FILE* out, const Rows& r)
         std::string flt = s.minor_faults < 0 ? "-" : fmt::format("{:.1f}", s.minor_faults);
         measured |= s.cpu_ms >= 0;
         fmt::print(out, "{:<28} {:>8} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.1f} {:>10} {:>9} {:>12}\n",
-                   name == "sample" ? "sample (whole pipeline)" : name == "loader" ? "loader (read + decode)" : name,
+                   name == "sample" ? "sample (whole pipeline)" : name,
                    s.count, s.mean_ms, s.p50_ms, s.p95_ms, s.p99_ms, s.total_ms, cpu, pct, flt);
     }
-    fmt::print(out, "(wall-clock time per call; loader: from the previous sample's end to the pipeline call, i.e. "
-                    "reading and decoding the file; collate: the last sample's end to the batch's end{})\n",
+    fmt::print(out, "(wall-clock time per call; loader: from the previous sample's end to its pipeline call, the "
+                    "dataset's work such as reading and decoding the file; collate: the last sample's end to the "
+                    "batch's end{})\n",
                measured ? "; on-CPU: the thread's time on a CPU during the call, low % = it waited for a CPU or for "
                           "I/O; faults/call: minor page faults"
                         : "");

@@ -89,6 +89,8 @@ public:
     std::string native_map_json() const;
     // Op names in first-seen order with their stats over every DataLoader; "sample" (a whole pipeline call) last.
     Rows rows() const;
+    // Whether most loader spans opened a file (an image dataset: loading is reading and decoding it).
+    bool loaders_read_files() const { return loaders_ && files_opened_ * 2 > loaders_; }
     // The same per DataLoader of each training process, in first-seen order.
     std::vector<std::pair<GroupKey, Rows>> groups() const;
     void print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& processes, const DataLoaderReport& batches,
@@ -116,6 +118,7 @@ private:
     Group all_;
     std::map<GroupKey, Group> groups_;
     std::vector<GroupKey> group_order_;
+    uint64_t loaders_ = 0, files_opened_ = 0;
 };
 
 // "ColorJitter (in RandomApply)" for an op of a container transform, else its name.
