@@ -159,6 +159,16 @@ TEST_F(Advice, NotInputBoundSaysNothingOfWorkers)
     EXPECT_FALSE(has(a, "workers"));
 }
 
+TEST(Summary, ProseIsWrappedWithItsIndent)
+{
+    char buf[512] = {};
+    FILE* f = fmemopen(buf, sizeof(buf), "w");
+    exporter::print_wrapped(f, "  - aaa bbb ccc ddd", 4, 12);
+    exporter::print_wrapped(f, "short", 2, 12);
+    fclose(f);
+    EXPECT_EQ(std::string(buf), "  - aaa bbb\n    ccc ddd\nshort\n");
+}
+
 TEST(DurationSeries, ExactUpToItsLimitThenWithinABucketInBoundedMemory)
 {
     exporter::DurationSeries d;

@@ -78,16 +78,17 @@ void Summary::print_counters(FILE* out) const
                             r.on_cpu_pct < 0 ? "-" : fmt::format("{:.0f}", r.on_cpu_pct));
         fmt::print(out, "{}\n", line);
     }
-    fmt::print(out, "(counts are per call of the op; IPC: instructions per cycle, where the PMU counts both; on-CPU %: "
-                    "the thread's time on a CPU over the call's wall time)\n");
+    print_wrapped(out, "(counts are per call of the op; IPC: instructions per cycle, where the PMU counts both; "
+                       "on-CPU %: the thread's time on a CPU over the call's wall time)");
 }
 
 void Summary::print_native_map(FILE* out) const
 {
     if (native_map_.empty())
         return;
-    fmt::print(out, "\nnative map: in which native functions each op's time went (share of the CPU samples taken "
-                    "inside it; docs/native-map.md)\n");
+    fmt::print(out, "\n");
+    print_wrapped(out, "native map: in which native functions each op's time went (share of the CPU samples taken "
+                       "inside it; docs/native-map.md)");
     for (const auto& op : native_map_) {
         double n = static_cast<double>(op.samples);
         fmt::print(out, "  {}: {} samples, {:.0f} % named, {:.0f} % in the kernel\n", op.op, op.samples,

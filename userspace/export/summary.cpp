@@ -54,6 +54,32 @@ std::string row_name(const model::Span& s)
     return s.container.empty() ? s.name : s.name + " (in " + s.container + ")";
 }
 
+void print_wrapped(FILE* out, const std::string& text, size_t indent, size_t width)
+{
+    size_t start = text.find_first_not_of(' ');
+    if (start == std::string::npos)
+        start = text.size();
+    fmt::print(out, "{}", text.substr(0, start)); // its own leading spaces
+    size_t col = start, first = start;
+    while (start < text.size()) {
+        size_t end = text.find(' ', start);
+        if (end == std::string::npos)
+            end = text.size();
+        std::string word = text.substr(start, end - start);
+        if (col > first && col + 1 + word.size() > width) {
+            fmt::print(out, "\n{}", std::string(indent, ' '));
+            col = first = indent;
+        } else if (col > first) {
+            fmt::print(out, " ");
+            col++;
+        }
+        fmt::print(out, "{}", word);
+        col += word.size();
+        start = end + 1;
+    }
+    fmt::print(out, "\n");
+}
+
 static double share(uint64_t part, uint64_t whole) { return whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0; }
 
 // Mean per-sample pipeline time of a training process's DataLoaders (the "sample" rows).
@@ -280,8 +306,13 @@ void Summary::add(const model::Span& s)
 Rows Summary::rows_of(const Group& g) const
 {
     Rows out;
+    // Ops in first-seen order, then the loading and the collation around them, then the whole pipeline.
     for (const auto& name : g.order)
-        out.emplace_back(name, stats_of(g.durations.at(name)));
+        if (name != "loader" && name != "collate")
+            out.emplace_back(name, stats_of(g.durations.at(name)));
+    for (const char* name : {"loader", "collate"})
+        if (auto d = g.durations.find(name); d != g.durations.end())
+            out.emplace_back(name, stats_of(d->second));
     if (g.samples.count())
         out.emplace_back("sample", stats_of(g.samples));
     for (auto& [name, st] : out) {
@@ -334,44 +365,44 @@ static void print_rows(FILE* out, const Rows& r)
                    name == "sample" ? "sample (whole pipeline)" : name,
                    s.count, s.mean_ms, s.p50_ms, s.p95_ms, s.p99_ms, s.total_ms, cpu, pct, flt);
     }
-    fmt::print(out, "(wall-clock time per call; loader: from the previous sample's end to its pipeline call, the "
+    print_wrapped(out, fmt::format("(wall-clock time per call; loader: from the previous sample's end to its pipeline call, the "
                     "dataset's work such as reading and decoding the file; collate: the last sample's end to the "
-                    "batch's end{})\n",
+                    "batch's end{})",
                measured ? "; on-CPU: the thread's time on a CPU during the call, low % = it waited for a CPU or for "
                           "I/O; faults/call: minor page faults"
-                        : "");
+                        : ""));
 }
 
 static void print_batches(FILE* out, const BatchSummary& b)
 {
     if (b.prepare.count)
-        fmt::print(out, "batches prepared by the workers: {}; time to prepare one, ms: mean {:.2f}, std {:.2f} "
+        print_wrapped(out, fmt::format("batches prepared by the workers: {}; time to prepare one, ms: mean {:.2f}, std {:.2f} "
                         "({:.0f} % of the mean), min {:.2f}, p25 {:.2f}, median {:.2f}, p75 {:.2f}, max {:.2f} "
-                        "(interquartile range {:.2f}), total {:.1f}\n",
+                        "(interquartile range {:.2f}), total {:.1f}",
                    b.prepare.count, b.prepare.mean_ms, b.prepare.std_ms,
                    b.prepare.mean_ms > 0 ? 100 * b.prepare.std_ms / b.prepare.mean_ms : 0, b.prepare.min_ms,
                    b.prepare.p25_ms, b.prepare.p50_ms, b.prepare.p75_ms, b.prepare.max_ms,
-                   b.prepare.p75_ms - b.prepare.p25_ms, b.prepare.total_ms);
+                   b.prepare.p75_ms - b.prepare.p25_ms, b.prepare.total_ms));
     else
         fmt::print(out, "batches prepared by the workers: 0\n");
     if (!b.wait.count)
         return;
-    fmt::print(out, "batches consumed by the training loop: {}; its wait in next(), ms: mean {:.2f}, p50 {:.2f}, p99 "
+    print_wrapped(out, fmt::format("batches consumed by the training loop: {}; its wait in next(), ms: mean {:.2f}, p50 {:.2f}, p99 "
                     "{:.2f}; waits of at most 1 ms {:.0f} %, 1-500 ms {:.0f} %, over 500 ms {:.0f} % (the Lotus "
-                    "paper's buckets); arrived out of order {:.0f} %\n",
+                    "paper's buckets); arrived out of order {:.0f} %",
                b.wait.count, b.wait.mean_ms, b.wait.p50_ms, b.wait.p99_ms, share(b.wait_le_1ms, b.wait.count),
                share(b.wait_1_500ms, b.wait.count), share(b.wait_gt_500ms, b.wait.count),
-               share(b.out_of_order, b.wait.count));
-    fmt::print(out, "from a batch ready to its use, ms: mean {:.2f}, p50 {:.2f}, p99 {:.2f}; over 500 ms {:.0f} %\n",
-               b.delay.mean_ms, b.delay.p50_ms, b.delay.p99_ms, share(b.delay_gt_500ms, b.delay.count));
+               share(b.out_of_order, b.wait.count)));
+    print_wrapped(out, fmt::format("from a batch ready to its use, ms: mean {:.2f}, p50 {:.2f}, p99 {:.2f}; over 500 ms {:.0f} %",
+               b.delay.mean_ms, b.delay.p50_ms, b.delay.p99_ms, share(b.delay_gt_500ms, b.delay.count)));
     if (b.unnamed)
-        fmt::print(out, "{} batch(es) consumed before their index could be known (tracing began mid-epoch): their waits "
-                        "carry no batch id and no arrow.\n",
-                   b.unnamed);
+        print_wrapped(out, fmt::format("{} batch(es) consumed before their index could be known (tracing began mid-epoch): their waits "
+                        "carry no batch id and no arrow.",
+                   b.unnamed));
     if (b.unmatched)
-        fmt::print(out, "{} consumed batch(es) have no batch span to point to (prepared before tracing began, or by a "
-                        "worker whose epoch is unknown): no arrow, no delay.\n",
-                   b.unmatched);
+        print_wrapped(out, fmt::format("{} consumed batch(es) have no batch span to point to (prepared before tracing began, or by a "
+                        "worker whose epoch is unknown): no arrow, no delay.",
+                   b.unmatched));
 }
 
 void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& processes, const DataLoaderReport& batches,
@@ -399,9 +430,9 @@ void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& pro
     if (!batches.loops.empty())
         fmt::print(out, "\n");
     for (const auto& l : batches.loops) {
-        fmt::print(out, "{}\n", l.verdict);
+        print_wrapped(out, l.verdict, 0);
         for (const auto& a : l.advice)
-            fmt::print(out, "  - {}\n", a);
+            print_wrapped(out, "  - " + a, 4);
     }
     // One row per role: a DataLoader worker id stands for every process that played it (non-persistent
     // workers are new processes each epoch); the JSON summary keeps one entry per process.
@@ -443,8 +474,8 @@ void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& pro
                    r.samples, r.batches, busy, 100.0 - busy, pids);
     }
     if (any_busy)
-        fmt::print(out, "(busy %: time a worker spent preparing batches, from its first event to its last; a worker id "
-                        "stands for every process that played it, one per epoch unless persistent_workers)\n");
+        print_wrapped(out, fmt::format("(busy %: time a worker spent preparing batches, from its first event to its last; a worker id "
+                        "stands for every process that played it, one per epoch unless persistent_workers)"));
     print_counters(out);
     print_native_map(out);
     for (const auto& n : notes)

@@ -121,6 +121,10 @@ private:
     uint64_t loaders_ = 0, files_opened_ = 0;
 };
 
+// A prose line of the summary (legends, advice, batch figures) wrapped at `width` columns; continuation lines
+// indented by `indent`.
+void print_wrapped(FILE* out, const std::string& text, size_t indent = 2, size_t width = 110);
+
 // "ColorJitter (in RandomApply)" for an op of a container transform, else its name.
 std::string row_name(const model::Span& s);
 
