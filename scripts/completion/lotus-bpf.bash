@@ -3,13 +3,13 @@ _lotus_bpf()
 {
     local cur prev words cword
     _init_completion || return
-    local opts="-p --pid -d --duration -o --output --summary-json --record --replay --pipeline --span --rules
+    local opts="-p --pid -d --duration -o --output --summary-json --html --record --replay --pipeline --span --rules
         --all-calls --native-map --native --sample-freq --counters --coarse --window -q --quiet -V --version -h --help"
     case $prev in
         -p|--pid)
             COMPREPLY=($(compgen -W "$(pgrep -f python 2>/dev/null)" -- "$cur"))
             return ;;
-        -o|--output|--summary-json|--record|--replay|--rules)
+        -o|--output|--summary-json|--html|--record|--replay|--rules)
             _filedir
             return ;;
         --counters)

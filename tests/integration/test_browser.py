@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import html as htmllib
 from collections import defaultdict
 
 from harness import EXAMPLE, PY, SOURCE, BpfTestCase, assert_nested, dataset, load_trace, run_lotus, spans
@@ -14,6 +15,9 @@ from harness import EXAMPLE, PY, SOURCE, BpfTestCase, assert_nested, dataset, lo
 MODULES = os.environ.get("LOTUS_BROWSER_TEST_DIR", "/var/cache/lotus-bpf/browser-test")
 ARTEFACTS = os.environ.get("LOTUS_TEST_ARTEFACTS", os.path.join(SOURCE, "build", "test-artefacts"))
 IMPORT = os.path.join(SOURCE, "tests", "browser", "speedscope_import.js")
+RENDER = os.path.join(SOURCE, "tests", "browser", "html_report.js")
+CHARTS = ["op-durations", "wait-histogram", "delay-histogram", "samples-per-second", "busy-over-time", "native-map",
+          "counters"]
 
 
 def speedscope(test, trace_path, screenshot):
@@ -25,6 +29,42 @@ def speedscope(test, trace_path, screenshot):
     out = json.loads(r.stdout)
     out["warnings"] = [w for w in out["warnings"] if "GL Driver Message" not in w]
     return out
+
+
+def html_text(s):
+    return htmllib.escape(s, quote=True).replace("&#x27;", "&#39;")
+
+
+def render(test, html_path, screenshot):
+    """What Chromium drew of the HTML report: errors, requests, and per chart what it holds (html_report.js)."""
+    r = subprocess.run(["node", RENDER, MODULES, html_path, screenshot], capture_output=True, text=True, timeout=300)
+    test.assertEqual(r.returncode, 0, r.stderr)
+    return json.loads(r.stdout)
+
+
+def assert_report_renders(test, html_path, screenshot, ops):
+    with open(html_path, encoding="utf-8") as f:
+        text = f.read()
+    test.assertNotIn("http://", text)
+    test.assertNotIn("https://", text)
+    seen = render(test, html_path, screenshot)
+    test.assertEqual(seen["errors"], [])
+    test.assertEqual(seen["requests"], [], "the report fetched something")
+    test.assertEqual(sorted(seen["charts"]), sorted(CHARTS))
+    for name, charts in seen["charts"].items():
+        for c in charts:
+            test.assertIsNone(c["absent"], name)
+            test.assertGreater(c["width"], 300, name)
+            test.assertGreater(c["height"], 60, name)
+            if name == "counters":
+                test.assertEqual(c["rows"], len(ops) + 2)  # header, each op, the whole pipeline
+            else:
+                test.assertTrue(c["svg"], name)
+                test.assertGreater(c["shapes"], 3, name)
+    # the box plots (whisker, box, median, mean): one per op, the loader, the collation and the whole pipeline
+    test.assertGreaterEqual(seen["charts"]["op-durations"][0]["shapes"], 4 * (len(ops) + 3))
+    test.assertGreater(os.path.getsize(screenshot), 50000)
+    return text
 
 
 def strictly_nested(trace):
@@ -91,6 +131,36 @@ class Browser(BpfTestCase):
             self.assertEqual(len(named), 1, (pid, tid, seen["names"]))
         self.assertTrue(any(n.startswith("worker 0 ") for n in seen["names"]), seen["names"])
         self.assertGreater(os.path.getsize(shot), 10000)
+
+    def test_html_report_renders_every_chart_offline(self):
+        images, epochs, workers = 128, 2, 2
+        data = dataset(images)
+        html, js, rec = self.path("report.html"), self.path("summary.json"), self.path("run.lbt")
+        r = run_lotus(["-q", "-o", self.path("t.json"), "--html", html, "--summary-json", js, "--record", rec, "--native-map",
+                       "--counters", "default", "--", PY, EXAMPLE, data, "--epochs", str(epochs), "--workers",
+                       str(workers)])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(js) as f:
+            summary = json.load(f)
+        ops = [op for op in summary["ops"] if op not in ("loader", "collate", "sample")]
+        self.assertEqual(summary["ops"]["sample"]["count"], images * epochs)
+        os.makedirs(ARTEFACTS, exist_ok=True)
+        text = assert_report_renders(self, html, os.path.join(ARTEFACTS, "html-report.png"), ops)
+        # each box plot's figures are the summary's
+        for op, st in summary["ops"].items():
+            label = "sample (whole pipeline)" if op == "sample" else op
+            self.assertIn(f"{label}: {st['count']} calls; min ", text)
+        self.assertIn(html_text(summary["batches"]["verdict"]), text)
+        waits = summary["batches"]["wait"]["count"]
+        self.assertEqual(waits, images * epochs // 32)
+        self.assertIn(f"of {waits} (", text)  # the wait histogram's bars
+        # the same report from the record file, without root
+        again = self.path("again.html")
+        r = run_lotus(["report", rec, "--html", again])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        replayed = assert_report_renders(self, again, self.path("again.png"), ops)
+        body = lambda t: t[t.index('<h2 id="verdict">'):t.index('<h2 id="notes">')]
+        self.assertEqual(body(replayed), body(text))
 
     def test_the_check_sees_spans_that_overlap(self):
         # What the traces of earlier versions did: fractional µs where a loader ends exactly where its sample

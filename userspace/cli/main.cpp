@@ -145,6 +145,7 @@ int main(int argc, char** argv)
   sudo lotus-bpf record -o run.lbt --pid 4242      keep the raw events; then:
   lotus-bpf report run.lbt                         the summary (no root needed)
   lotus-bpf export run.lbt -o run.json             the Chrome trace (no root needed)
+  lotus-bpf report run.lbt --html run.html         the HTML report with charts (offline, one file)
 
 Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (one line on stderr);
 2 usage error; 74 an output could not be written (the others were). man lotus-bpf for more.)");
@@ -157,6 +158,8 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
         ->capture_default_str()
         ->check(kNonEmpty);
     app.add_option("--summary-json", opts.summary_json, "also write the summary as JSON to this file")->check(kNonEmpty);
+    app.add_option("--html", opts.html, "also write the HTML report (one offline file with charts) to this file")
+        ->check(kNonEmpty);
     app.add_option("--record", opts.record, "also write the raw event stream to this record file")->check(kNonEmpty);
     app.add_option("--replay", opts.replay, "reconstruct from a record file (no tracing, no root needed)")
         ->check(kNonEmpty);
@@ -176,6 +179,7 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
         ->check(kNonEmpty);
     exp->add_option("--summary-json", ep.opts.summary_json, "also write the summary as JSON to this file")
         ->check(kNonEmpty);
+    exp->add_option("--html", ep.opts.html, "also write the HTML report to this file")->check(kNonEmpty);
     add_rule_options(exp, ep);
     add_trace_file_options(exp, ep);
 
@@ -183,6 +187,8 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
     auto* rep = app.add_subcommand("report", "print the summary of a record file (no root needed)");
     rep->add_option("file", sp.opts.replay, "record file")->required()->check(kNonEmpty);
     rep->add_option("--summary-json", sp.opts.summary_json, "also write the summary as JSON to this file")
+        ->check(kNonEmpty);
+    rep->add_option("--html", sp.opts.html, "also write the HTML report (one offline file with charts) to this file")
         ->check(kNonEmpty);
     add_rule_options(rep, sp);
     app.require_subcommand(0, 1);

@@ -13,6 +13,8 @@ Outputs::Outputs(const Options& opts)
     if (!opts.summary_json.empty())
         summary_json_ = std::make_unique<exporter::OutputFile>(
             opts.summary_json, exporter::OutputOptions{true, "--summary-json"}, sink());
+    if (!opts.html.empty())
+        html_ = std::make_unique<exporter::OutputFile>(opts.html, exporter::OutputOptions{false, "--html"}, sink());
 }
 
 exporter::OutputFailure Outputs::sink()

@@ -20,12 +20,13 @@ public:
     explicit Outputs(const Options& opts); // throws std::runtime_error: one line naming the destination
     exporter::OutputFile& trace() { return *trace_; }        // discards when no trace file is wanted
     exporter::OutputFile* summary_json() { return summary_json_.get(); }
+    exporter::OutputFile* html() { return html_.get(); }
     exporter::OutputFailure sink();
     const std::vector<std::string>& failures() const { return failures_; }
 
 private:
     std::vector<std::string> failures_;
-    std::unique_ptr<exporter::OutputFile> trace_, summary_json_;
+    std::unique_ptr<exporter::OutputFile> trace_, summary_json_, html_;
 };
 
 } // namespace lotus::cli

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "export/html_report.h"
 #include "model/engine.h"
 #include "rules_file.h"
 
@@ -13,10 +14,11 @@ Reconstruction::Reconstruction(const Options& opts, Outputs& outputs, RuleLists 
                                const std::vector<std::string>& counter_names, model::Engine::RoleSink roles,
                                model::Engine::TypeSink types)
     : opts_(opts), outputs_(outputs), t0_(t0), rules_(std::move(lists.pipelines), std::move(lists.spans)),
-      trace_(outputs.trace(), t0),
+      trace_(outputs.trace(), t0), timeline_(t0),
       engine_(rules_,
               [this](const model::Span& s) {
-                  summary_.add(s); // the summary always covers everything
+                  summary_.add(s); // the summary and the HTML report always cover everything
+                  timeline_.add(s);
                   if (in_trace(s))
                       trace_.span(s);
               },
@@ -72,24 +74,6 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
     outputs_.trace().commit();
 
     auto batches = exporter::summarize_batches(engine_.batches(), engine_.processes(), summary_, run.cpus);
-    auto write_summary_json = [&] {
-        if (auto* js = outputs_.summary_json()) {
-            run.output_failures = outputs_.failures();
-            js->write(summary_.json(engine_.processes(), batches, run));
-            js->commit();
-        }
-    };
-    if (!opts_.print_summary) {
-        if (!opts_.record.empty()) {
-            if (outputs_.failures().empty())
-                fmt::print(stderr, "lotus-bpf: wrote {} events ({} lost) to {}\n", run.events, run.lost_events,
-                           opts_.record);
-        } else if (!outputs_.trace().failed()) {
-            fmt::print(stderr, "lotus-bpf: wrote {}\n", opts_.output);
-        }
-        write_summary_json();
-        return outputs_.failures().empty();
-    }
     std::vector<std::string> notes;
     notes.push_back(fmt::format("\n{} events, {} lost (ring buffer full); stopped: {}; trace: {}", run.events,
                                 run.lost_events, run.stop_reason,
@@ -119,9 +103,34 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
     notes.insert(notes.end(), end_notes.begin(), end_notes.end());
     for (const auto& f : outputs_.failures())
         notes.push_back("Not written: " + f);
+    auto write_reports = [&] {
+        if (auto* js = outputs_.summary_json()) {
+            run.output_failures = outputs_.failures();
+            js->write(summary_.json(engine_.processes(), batches, run));
+            js->commit();
+        }
+        if (auto* html = outputs_.html()) {
+            std::vector<std::string> html_notes;
+            for (const auto& n : notes) // the printed ones may open with a blank line
+                html_notes.push_back(n.substr(std::min(n.size(), n.find_first_not_of('\n'))));
+            html->write(exporter::html_report({summary_, batches, engine_.processes(), run, timeline_, html_notes}));
+            html->commit();
+        }
+    };
+    if (!opts_.print_summary) {
+        if (!opts_.record.empty()) {
+            if (outputs_.failures().empty())
+                fmt::print(stderr, "lotus-bpf: wrote {} events ({} lost) to {}\n", run.events, run.lost_events,
+                           opts_.record);
+        } else if (!outputs_.trace().failed()) {
+            fmt::print(stderr, "lotus-bpf: wrote {}\n", opts_.output);
+        }
+        write_reports();
+        return outputs_.failures().empty();
+    }
     summary_.print(stdout, engine_.processes(), batches, notes);
     fflush(stdout);
-    write_summary_json();
+    write_reports();
     return outputs_.failures().empty();
 }
 

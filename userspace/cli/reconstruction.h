@@ -10,6 +10,7 @@
 #include "export/chrome_trace.h"
 #include "export/run_info.h"
 #include "export/summary.h"
+#include "export/timeline.h"
 #include "model/engine.h"
 #include "outputs.h"
 #include "session.h"
@@ -55,6 +56,7 @@ private:
     model::Rules rules_;
     exporter::ChromeTraceWriter trace_;
     exporter::Summary summary_;
+    exporter::Timeline timeline_;
     model::Engine engine_; // last: it refers to the rules and its sink to the writers
 };
 

@@ -13,6 +13,7 @@ struct Options {
     std::string output = "lotus-trace.json"; // empty: no trace file (the record and report subcommands)
     bool print_summary = true;                // false: the record and export subcommands
     std::string summary_json; // also write the summary as JSON here
+    std::string html;         // also write the HTML report here
     double duration_s = 0; // 0: until Ctrl-C, SIGTERM or the target's exit
     std::vector<std::string> pipeline_classes;
     std::vector<std::string> spans; // --span

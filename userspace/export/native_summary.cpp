@@ -24,8 +24,7 @@ void Summary::set_native_map(std::vector<model::OpNativeMap> map)
     native_map_ = std::move(map);
 }
 
-// A clock counter (task-clock, cpu-clock) counts nanoseconds: shown in ms.
-static bool clock_counter(const std::string& name) { return name == "task-clock" || name == "cpu-clock"; }
+bool clock_counter(const std::string& name) { return name == "task-clock" || name == "cpu-clock"; }
 
 std::vector<CounterRow> Summary::counter_rows() const
 {

@@ -210,8 +210,14 @@ static BatchSummary summarize(const model::BatchStats& b, GroupKey key)
         else
             s.wait_gt_500ms++;
     }
-    for (auto d : b.delay_ns)
-        s.delay_gt_500ms += d > 500'000'000;
+    for (auto d : b.delay_ns) {
+        if (d <= 1'000'000)
+            s.delay_le_1ms++;
+        else if (d <= 500'000'000)
+            s.delay_1_500ms++;
+        else
+            s.delay_gt_500ms++;
+    }
     s.unnamed = b.unnamed;
     s.unmatched = b.unmatched;
     return s;
@@ -511,11 +517,14 @@ static std::string batches_json(const BatchSummary& x)
 {
     return fmt::format("{{\"prepare\":{},\"wait\":{},\"delay\":{},\"wait_share\":{{\"out_of_order\":{:.4f},"
                        "\"le_1ms\":{:.4f},\"1ms_500ms\":{:.4f},\"gt_500ms\":{:.4f}}},\"delay_gt_500ms_share\":{:.4f},"
+                       "\"delay_share\":{{\"le_1ms\":{:.4f},\"1ms_500ms\":{:.4f},\"gt_500ms\":{:.4f}}},"
                        "\"unnamed\":{},\"unmatched\":{}",
                        stats_json(x.prepare), stats_json(x.wait), stats_json(x.delay),
                        share(x.out_of_order, x.wait.count) / 100, share(x.wait_le_1ms, x.wait.count) / 100,
                        share(x.wait_1_500ms, x.wait.count) / 100, share(x.wait_gt_500ms, x.wait.count) / 100,
-                       share(x.delay_gt_500ms, x.delay.count) / 100, x.unnamed, x.unmatched);
+                       share(x.delay_gt_500ms, x.delay.count) / 100, share(x.delay_le_1ms, x.delay.count) / 100,
+                       share(x.delay_1_500ms, x.delay.count) / 100, share(x.delay_gt_500ms, x.delay.count) / 100,
+                       x.unnamed, x.unmatched);
 }
 
 std::string Summary::json(const std::map<uint32_t, model::ProcessInfo>& processes, const DataLoaderReport& batches,

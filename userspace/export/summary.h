@@ -37,7 +37,8 @@ struct GroupKey {
 struct BatchSummary {
     GroupKey key;
     DurationStats prepare, wait, delay;
-    uint64_t out_of_order = 0, wait_le_1ms = 0, wait_1_500ms = 0, wait_gt_500ms = 0, delay_gt_500ms = 0;
+    uint64_t out_of_order = 0, wait_le_1ms = 0, wait_1_500ms = 0, wait_gt_500ms = 0;
+    uint64_t delay_le_1ms = 0, delay_1_500ms = 0, delay_gt_500ms = 0;
     uint64_t unnamed = 0, unmatched = 0;
 };
 
@@ -87,6 +88,8 @@ public:
     std::vector<CounterRow> counter_rows() const;
     std::string counters_json() const;   // also the trace's otherData
     std::string native_map_json() const;
+    const std::vector<model::OpNativeMap>& native_map() const { return native_map_; }
+    const std::vector<std::string>& counter_names() const { return counter_names_; }
     // Op names in first-seen order with their stats over every DataLoader; "sample" (a whole pipeline call) last.
     Rows rows() const;
     // Whether most loader spans opened a file (an image dataset: loading is reading and decoding it).
@@ -120,6 +123,9 @@ private:
     std::vector<GroupKey> group_order_;
     uint64_t loaders_ = 0, files_opened_ = 0;
 };
+
+// A counter that counts nanoseconds (task-clock, cpu-clock): shown in ms.
+bool clock_counter(const std::string& name);
 
 // A prose line of the summary (legends, advice, batch figures) wrapped at `width` columns; continuation lines
 // indented by `indent`.
