@@ -6,6 +6,7 @@ pkgs=(
   libbpf-dev bpftool libelf-dev zlib1g-dev libfmt-dev libcli11-dev
   libgtest-dev nlohmann-json3-dev python3-jsonschema
   bash-completion groff-base dpkg-dev  # tests of the install: completion, man page, cpack -G DEB
+  tmux  # the test of `lotus-bpf top` runs it in a terminal
   python3 python3-torch python3-torchvision python3-pil python3-numpy
   libc6-dbg  # detached symbols of libc: names memcpy & co. in the native map
   curl xz-utils patchelf  # scripts/install-python3.14.sh (Debian unstable's CPython 3.14 for the version tests)

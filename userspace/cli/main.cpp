@@ -146,6 +146,7 @@ int main(int argc, char** argv)
   lotus-bpf report run.lbt                         the summary (no root needed)
   lotus-bpf export run.lbt -o run.json             the Chrome trace (no root needed)
   lotus-bpf report run.lbt --html run.html         the HTML report with charts (offline, one file)
+  sudo lotus-bpf top --pid 4242                    a live table, refreshed every second; q to quit
 
 Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (one line on stderr);
 2 usage error; 74 an output could not be written (the others were). man lotus-bpf for more.)");
@@ -170,6 +171,11 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
     auto* rec_pid = add_capture_options(record, rp);
     rp.opts.record = "lotus.lbt";
     record->add_option("-o,--output", rp.opts.record, "record file to write")->capture_default_str()->check(kNonEmpty);
+
+    Parsed tp; // top
+    auto* top = app.add_subcommand("top", "a live table of the pipeline, refreshed every second (like py-spy top); "
+                                          "q or Ctrl-C to quit");
+    auto* top_pid = add_capture_options(top, tp);
 
     Parsed ep; // export
     auto* exp = app.add_subcommand("export", "reconstruct a record file into a Chrome trace (no root needed)");
@@ -206,6 +212,17 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
                 throw CLI::ValidationError("give either --pid or a command, not both");
             if (!rec_pid->count() && rp.opts.command.empty())
                 throw CLI::ValidationError("record: give --pid PID or -- COMMAND");
+        } else if (top->parsed()) {
+            chosen = &tp;
+            tp.opts.output.clear();
+            tp.opts.print_summary = false;
+            tp.opts.top = true;
+            if (top_pid->count())
+                tp.opts.pid = tp.pid;
+            if (top_pid->count() && !tp.opts.command.empty())
+                throw CLI::ValidationError("give either --pid or a command, not both");
+            if (!top_pid->count() && tp.opts.command.empty())
+                throw CLI::ValidationError("top: give --pid PID or -- COMMAND");
         } else if (exp->parsed()) {
             chosen = &ep;
             ep.opts.print_summary = false;
@@ -220,7 +237,7 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
                 throw CLI::ValidationError("--replay reads a record file: no --pid, command or --record with it");
             if (!pid_opt->count() && opts.command.empty() && opts.replay.empty())
                 throw CLI::ValidationError("give --pid PID or -- COMMAND (or --replay FILE, or a subcommand: "
-                                           "record, export, report)");
+                                           "record, export, report, top)");
             if (pid_opt->count())
                 opts.pid = p.pid;
             parse_window(p);

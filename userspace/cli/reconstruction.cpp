@@ -19,6 +19,8 @@ Reconstruction::Reconstruction(const Options& opts, Outputs& outputs, RuleLists 
               [this](const model::Span& s) {
                   summary_.add(s); // the summary and the HTML report always cover everything
                   timeline_.add(s);
+                  if (observer_)
+                      observer_(s);
                   if (in_trace(s))
                       trace_.span(s);
               },
@@ -122,7 +124,7 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
             if (outputs_.failures().empty())
                 fmt::print(stderr, "lotus-bpf: wrote {} events ({} lost) to {}\n", run.events, run.lost_events,
                            opts_.record);
-        } else if (!outputs_.trace().failed()) {
+        } else if (!opts_.output.empty() && !outputs_.trace().failed()) {
             fmt::print(stderr, "lotus-bpf: wrote {}\n", opts_.output);
         }
         write_reports();

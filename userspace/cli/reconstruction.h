@@ -2,6 +2,7 @@
 // the rules, the engine, the trace writer (with its --coarse/--window filter) and the summary, built from the
 // options here; at the end the trace's metadata, the printed summary and --summary-json.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -39,6 +40,8 @@ public:
     Reconstruction& operator=(const Reconstruction&) = delete;
 
     void consume(const void* data, size_t len) { engine_.consume(data, len); }
+    // Also hands every span to `f` as it ends (the live view).
+    void observe(std::function<void(const model::Span&)> f) { observer_ = std::move(f); }
     const model::Engine& engine() const { return engine_; }
 
     // Ends the run: writes the trace's end and the summary JSON, prints the summary (unless the options say
@@ -57,6 +60,7 @@ private:
     exporter::ChromeTraceWriter trace_;
     exporter::Summary summary_;
     exporter::Timeline timeline_;
+    std::function<void(const model::Span&)> observer_;
     model::Engine engine_; // last: it refers to the rules and its sink to the writers
 };
 

@@ -18,6 +18,8 @@
 #include "replay.h"
 #include "reconstruction.h"
 #include "self_usage.h"
+#include "terminal.h"
+#include "export/live_table.h"
 #include "export/chrome_trace.h"
 #include "export/record_file.h"
 #include "export/summary.h"
@@ -298,8 +300,24 @@ int run_session(const Options& opts)
         fmt::print(stderr, "lotus-bpf: tracing PID {} (CPython {}, {}) and {} descendant(s); Ctrl-C to stop\n",
                        root, interp.version.str(), interp.target_path, initial - 1);
 
-        bool tty = isatty(STDERR_FILENO) && !opts.quiet;
+        bool tty = isatty(STDERR_FILENO) && !opts.quiet && !opts.top;
         uint64_t last_status = 0;
+        // top: the live table, redrawn every second from the spans as they end.
+        std::optional<LiveScreen> screen;
+        exporter::LiveTable live;
+        std::string last_frame;
+        uint64_t last_frame_ns = 0;
+        auto draw = [&](uint64_t now) {
+            auto st = probe->stats();
+            exporter::LiveHeader h{static_cast<uint32_t>(root), interp.version.str(), t0, st.submitted, st.lost};
+            last_frame = live.frame(now, h, rec.engine().processes(), screen->width(), screen->height());
+            screen->draw(last_frame);
+            last_frame_ns = now;
+        };
+        if (opts.top) {
+            rec.observe([&](const model::Span& s) { live.add(s); });
+            screen.emplace();
+        }
         std::string stop_reason;
         int launched_status = 0;
         while (true) {
@@ -321,6 +339,12 @@ int run_session(const Options& opts)
                     launched_status = launcher->exit_code();
                 break;
             }
+            if (screen && screen->quit_pressed()) {
+                stop_reason = "quit";
+                break;
+            }
+            if (screen && now - last_frame_ns >= 1'000'000'000ull)
+                draw(now);
             if (tty && now - last_status > 500000000ull) {
                 last_status = now;
                 auto st = probe->stats();
@@ -340,6 +364,11 @@ int run_session(const Options& opts)
         probe->close();
         if (tty)
             fmt::print(stderr, "\r\033[K");
+        if (screen) { // back to the normal screen, where the last view stays
+            screen.reset();
+            fmt::print("{}", last_frame);
+            fflush(stdout);
+        }
 
         exporter::RunInfo run;
         run.tool = "lotus-bpf " LOTUS_VERSION;

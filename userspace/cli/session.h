@@ -22,6 +22,7 @@ struct Options {
     std::string rules_file;         // --rules: more pipelines and spans from a JSON file
     bool all_calls = false;         // see every Python call (launch mode, CPython 3.12+ via PYTHONPERFSUPPORT)
     bool quiet = false; // no status line
+    bool top = false;   // `lotus-bpf top`: a live table on the terminal instead of outputs
     bool native_map = false;          // sampling map + built-in native function probes
     std::vector<std::string> native;  // --native LIBGLOB:SYMBOLGLOB
     unsigned sample_freq = 999;       // Hz, for the native map
