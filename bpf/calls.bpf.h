@@ -177,6 +177,10 @@ static __always_inline int enter(void *tstate, void *frame_arg, bool session)
         return 1;
     __u64 id = bpf_get_current_pid_tgid();
     __u32 tgid = id >> 32, tid = (__u32)id;
+    if (!ts->named) {
+        ts->named = 1;
+        emit_thread_name(tgid, tid, 0);
+    }
     __u32 space = ts->space;
     /* --all-calls reads the new frame's head after the depth bookkeeping below: read before, its outcomes
      * multiplied the verifier's paths through that (past its limit of 1 M instructions). */

@@ -230,6 +230,17 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
     return 0;
 }
 
+/* A traced thread renamed after its name was emitted: its new name (the tracepoint fires before the copy). */
+SEC("tp_btf/task_rename")
+int BPF_PROG(on_rename, struct task_struct *task, const char *comm)
+{
+    struct thread_state *ts = bpf_task_storage_get(&lotus_threads, task, 0, 0);
+    if (!ts || !ts->named)
+        return 0;
+    emit_thread_name(BPF_CORE_READ(task, tgid), BPF_CORE_READ(task, pid), comm);
+    return 0;
+}
+
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *task, pid_t old_pid, struct linux_binprm *bprm)
 {

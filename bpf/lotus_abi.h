@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define LOTUS_ABI_VERSION 4
+#define LOTUS_ABI_VERSION 5
 
 enum lotus_event_type {
     LOTUS_EV_PY_ENTRY = 1,  /* _PyEval_EvalFrameDefault entered (a C->Python transition) */
@@ -27,6 +27,8 @@ enum lotus_event_type {
     LOTUS_EV_MSG = 13,           /* a traced thread read or wrote a pickled multiprocessing message */
     LOTUS_EV_GETPPID = 14,       /* a traced process's main thread called getppid (header only): a DataLoader
                                   * worker's loop does, once per task, right after it handed a batch over */
+    LOTUS_EV_THREAD = 15,        /* a traced thread's name (comm): at its first evaluator entry, and each time it
+                                  * is renamed (prctl PR_SET_NAME, pthread_setname_np); ABI 5 */
 };
 
 struct lotus_event_header {
@@ -166,6 +168,12 @@ struct lotus_type_info {
     __u8 _pad[7];
     char name[LOTUS_NAME_LEN]; /* tp_name */
     char bases[LOTUS_BASES][LOTUS_BASE_LEN]; /* tp_name of tp_base, its tp_base... ("" past object); ABI 4 */
+};
+
+#define LOTUS_COMM_LEN 16
+struct lotus_thread_name {
+    struct lotus_event_header h; /* h.tgid, h.tid: the thread named */
+    char comm[LOTUS_COMM_LEN];   /* its new name, NUL-terminated (the kernel's TASK_COMM_LEN) */
 };
 
 struct lotus_proc_event {

@@ -46,7 +46,7 @@ struct thread_state {
     __u64 capture_frame; /* the frame whose locals the last walk reported, its code and its role's slots */
     __u64 capture_code;
     __s32 capture_slots;
-    __u32 _pad;
+    __u32 named; /* 1 once its name was emitted (LOTUS_EV_THREAD) */
     __u64 int_types[2]; /* static types with Py_TPFLAGS_LONG_SUBCLASS met (int, bool): see int_value */
     struct oncpu cpu;
 };
@@ -98,6 +98,24 @@ static __always_inline struct thread_state *traced_thread(void)
     ts->cpu.in_ns = bpf_ktime_get_ns();
     perf_mark(&ts->cpu);
     return ts;
+}
+
+/* A traced thread's name: the current one's at first sight (comm given 0), or the new name of a rename. */
+static __always_inline void emit_thread_name(__u32 tgid, __u32 tid, const char *comm)
+{
+    struct lotus_thread_name *e = reserve(sizeof(*e));
+    if (!e)
+        return;
+    fill_header(&e->h, LOTUS_EV_THREAD);
+    e->h.tgid = tgid;
+    e->h.tid = tid;
+    if (comm) {
+        if (bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), comm) < 0)
+            e->comm[0] = 0;
+    } else {
+        bpf_get_current_comm(e->comm, sizeof(e->comm));
+    }
+    bpf_ringbuf_submit(e, submit_flags());
 }
 
 /* Counters of the current (running) thread. now: the record's own timestamp, so that for a thread that ran

@@ -148,6 +148,24 @@ class DataLoaderSemantics(BpfTestCase):
         self.assertEqual(len(spans(trace, "wait")), 2 * BATCHES)
         self.assertEqual(set(pairs.values()), {1})
 
+    def test_threads_named_as_the_kernel_names_them(self):
+        # The job renames its main thread and each worker's (prctl, after they ran Python code): the trace's
+        # thread names carry those names, as the job logged them.
+        out, log = self.path("trace.json"), self.path("threads.log")
+        r = run_lotus(["-q", "-o", out, "--", PY, WORKLOAD, dataset(64), "--workers", "2", "--epochs", "2",
+                       "--thread-log", log])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        trace = load_trace(out)
+        names = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "thread_name"}
+        named = read_lines(log)
+        self.assertEqual(len(named), 1 + 2 * 2)  # the main thread, two workers in each of two epochs
+        for pid, tid, name in named:
+            self.assertEqual(names.get((int(pid), int(tid))), f"main thread ({name})", (pid, tid, names))
+        # the other threads with spans carry their names too (inherited from the thread that made them)
+        for (pid, tid), name in names.items():
+            self.assertRegex(name, r"^(main thread|queue feeder thread|thread \d+) \(.+\)$")
+
     def test_coarse_and_window_trace(self):
         data = dataset(IMAGES)
         out = self.path("coarse.json")

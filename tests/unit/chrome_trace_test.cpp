@@ -44,6 +44,7 @@ std::string write_trace(const fs::path& path)
         std::map<uint32_t, model::ProcessInfo> procs;
         procs[7].pid = 7;
         procs[7].worker_id = 1;
+        procs[7].thread_names[8] = "pt_autograd_0";
         exporter::RunInfo run;
         run.tool = "lotus-bpf test";
         run.python = "3.11.2";
@@ -87,6 +88,11 @@ TEST(ChromeTrace, ValidJsonWithRelativeMicroseconds)
         if (e["ph"] == "M" && e["name"] == "process_name")
             named = e["args"]["name"] == "worker 1";
     EXPECT_TRUE(named);
+    std::map<std::pair<int, int>, std::string> threads;
+    for (const auto& e : ev)
+        if (e["ph"] == "M" && e["name"] == "thread_name")
+            threads[{e["pid"].get<int>(), e["tid"].get<int>()}] = e["args"]["name"];
+    EXPECT_EQ(threads[std::make_pair(7, 8)], "thread 8 (pt_autograd_0)"); // its own name, from the kernel
     const auto& other = doc["otherData"];
     EXPECT_EQ(other["lost_events"], 0);
     EXPECT_EQ(other["events"], 12);

@@ -526,3 +526,16 @@ TEST_F(Fixture, SiblingsWithDifferentClassesAtOneAddressNameTheirOwnOps)
     EXPECT_EQ(ops[1].name, "Grayscale");
     EXPECT_EQ(of(SpanKind::Sample).size(), 2u);
 }
+
+// Thread names as the kernel reports them: the latest one wins, per thread; invalid UTF-8 is replaced.
+TEST_F(Fixture, ThreadNamesFromTheKernel)
+{
+    ev.thread_name(7, 7, 1, "python3");
+    ev.thread_name(7, 7, 2, "pt_main_thread"); // renamed
+    ev.thread_name(7, 9, 3, "lotus-w\xff");
+    ev.thread_name(8, 8, 4, "a-name-longer-than-fifteen");
+    const auto& p = engine.processes();
+    EXPECT_EQ(p.at(7).thread_names.at(7), "pt_main_thread");
+    EXPECT_EQ(p.at(7).thread_names.at(9), "lotus-w\xEF\xBF\xBD");
+    EXPECT_EQ(p.at(8).thread_names.at(8), "a-name-longer-t");
+}

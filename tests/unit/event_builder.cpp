@@ -110,6 +110,14 @@ void EventBuilder::getppid(uint32_t tgid, uint32_t tid, uint64_t ts)
     engine_.consume(&h, sizeof(h));
 }
 
+void EventBuilder::thread_name(uint32_t tgid, uint32_t tid, uint64_t ts, const std::string& name)
+{
+    lotus_thread_name t{};
+    t.h = header(LOTUS_EV_THREAD, tgid, tid, ts);
+    name.copy(t.comm, sizeof(t.comm) - 1);
+    engine_.consume(&t, sizeof(t));
+}
+
 static std::string framed(const std::string& body)
 {
     std::string p = "\x80\x04\x95";

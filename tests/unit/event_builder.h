@@ -30,6 +30,8 @@ public:
     void msg(uint32_t tgid, uint32_t tid, uint64_t ts, uint8_t dir, const std::string& pickle, uint64_t file = 7,
              uint16_t mode = 0010000 /* S_IFIFO */);
     void getppid(uint32_t tgid, uint32_t tid, uint64_t ts);
+    // A thread's name (comm), at first sight or renamed; longer names are cut as the kernel does (15 bytes).
+    void thread_name(uint32_t tgid, uint32_t tid, uint64_t ts, const std::string& name);
     // FORK/EXEC: space is the role space BPF names (0: none, as in ABI 2 files).
     void proc(uint32_t type, uint32_t tgid, uint32_t parent, uint32_t space = 0);
     // Capture slots of a code object (RecordSlots), as the session writes them after its CODE record.

@@ -191,6 +191,7 @@ void Probe::attach_process_tracking()
     attach(skel_->progs.on_fork, skel_->links.on_fork, "sched_process_fork");
     attach(skel_->progs.on_exec, skel_->links.on_exec, "sched_process_exec");
     attach(skel_->progs.on_exit, skel_->links.on_exit, "sched_process_exit");
+    attach(skel_->progs.on_rename, skel_->links.on_rename, "task_rename");
     attach(skel_->progs.on_sys_enter, skel_->links.on_sys_enter, "sys_enter");
     attach(skel_->progs.on_sys_exit, skel_->links.on_sys_exit, "sys_exit");
     attach(skel_->progs.on_switch, skel_->links.on_switch, "sched_switch");

@@ -221,6 +221,9 @@ void ChromeTraceWriter::finish(const std::map<uint32_t, model::ProcessInfo>& pro
         auto p = processes.find(pid);
         bool feeder = p != processes.end() && p->second.feeder_threads.count(tid);
         std::string name = pid == tid ? "main thread" : feeder ? "queue feeder thread" : fmt::format("thread {}", tid);
+        if (p != processes.end()) // its own name, where the kernel told it (ABI 5 and later)
+            if (auto n = p->second.thread_names.find(tid); n != p->second.thread_names.end() && !n->second.empty())
+                name += " (" + n->second + ")";
         event(fmt::format("{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":{}}}}}",
                           pid, tid, json_string(name)));
     }

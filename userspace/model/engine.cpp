@@ -104,6 +104,12 @@ void Engine::consume(const void* data, size_t len)
         break;
     case LOTUS_EV_GETPPID:
         return batches_.getppid(h->tgid, h->tid, h->ts_ns);
+    case LOTUS_EV_THREAD:
+        if (auto* t = as<lotus_thread_name>(data, len)) {
+            process(t->h.tgid).thread_names[t->h.tid] = decode(t->comm, sizeof(t->comm), 0);
+            return;
+        }
+        break;
     case LOTUS_EV_OPEN:
         if (auto* o = as<lotus_open>(data, len))
             return batches_.opened(o->h.tgid, o->h.tid, o->h.ts_ns, decode(o->path, sizeof(o->path), 0));

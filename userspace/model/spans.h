@@ -91,6 +91,7 @@ struct ProcessInfo {
     uint64_t exit_ns = 0;
     bool preexisting = false; // alive when tracing began (its fork was not seen)
     std::set<uint32_t> feeder_threads; // threads that sent DataLoader queue messages (multiprocessing's feeders)
+    std::map<uint32_t, std::string> thread_names; // per thread, its name (comm) as the kernel last had it
     // A training process's rank: spawn's index, else RANK from its environment; -1 unknown.
     int known_rank() const { return rank >= 0 ? rank : consumer ? env_rank : -1; }
 };

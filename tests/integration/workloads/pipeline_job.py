@@ -20,6 +20,24 @@ SAMPLE_LOG = None
 TIMED_LOG = None
 
 
+def name_thread(name, log):
+    """prctl(PR_SET_NAME): the calling thread's name as the kernel keeps it (comm); logged as PID TID NAME."""
+    import ctypes
+    import threading
+    if ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(name.encode()), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NAME)")
+    _append(log, f"{os.getpid()} {threading.get_native_id()} {name}\n")
+
+
+class NameWorker:
+    """worker_init_fn: names each worker's main thread lotus-w<id>."""
+    def __init__(self, log):
+        self.log = log
+
+    def __call__(self, worker_id):
+        name_thread(f"lotus-w{worker_id}", self.log)
+
+
 def _append(path, line):
     # O_APPEND writes of one short line are atomic across the worker processes.
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -139,6 +157,8 @@ def main():
     ap.add_argument("--containers", action="store_true",
                     help="container transforms: RandomApply([ColorJitter], p=1) and a nested Compose([Grayscale(3)])")
     ap.add_argument("--collate-log", help="one line per batch when its collation ends: PID BATCH_SIZE MONOTONIC_NS")
+    ap.add_argument("--thread-log", help="name the main thread lotus-main and each worker's lotus-w<id> (prctl); "
+                                         "one line per naming: PID TID NAME")
     args = ap.parse_args()
     SAMPLE_LOG, TIMED_LOG = args.sample_log, args.timed_log
     torch.manual_seed(0)
@@ -174,6 +194,10 @@ def main():
         extra["pin_memory"] = True
     if args.collate_log:
         extra["collate_fn"] = LoggedCollate(args.collate_log)
+    if args.thread_log:
+        name_thread("lotus-main", args.thread_log)
+        if args.workers:
+            extra["worker_init_fn"] = NameWorker(args.thread_log)
     loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, **extra)
     if args.own_dataset:
         ds = OwnFolder(args.data)
