@@ -269,6 +269,33 @@ int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
     if (!group_dead || !bpf_map_lookup_elem(&lotus_traced, &tgid))
         return 0;
     bpf_map_delete_elem(&lotus_traced, &tgid);
+    /* Its use over its life: the signal struct holds the threads already released, this task (the last thread
+     * to exit) its own part, and the group leader, when it is not this task, its own too: a zombie leader is
+     * released (its figures added to the signal struct) only when its parent reaps the process. */
+    struct lotus_usage *u = reserve(sizeof(*u));
+    if (u) {
+        fill_header(&u->h, LOTUS_EV_USAGE);
+        u->h.tgid = tgid;
+        struct signal_struct *sig = BPF_CORE_READ(task, signal);
+        struct task_struct *leader = BPF_CORE_READ(task, group_leader);
+        u->runtime_ns = BPF_CORE_READ(sig, sum_sched_runtime) + BPF_CORE_READ(task, se.sum_exec_runtime);
+        u->utime_ns = BPF_CORE_READ(sig, utime) + BPF_CORE_READ(task, utime);
+        u->stime_ns = BPF_CORE_READ(sig, stime) + BPF_CORE_READ(task, stime);
+        u->nvcsw = BPF_CORE_READ(sig, nvcsw) + BPF_CORE_READ(task, nvcsw);
+        u->nivcsw = BPF_CORE_READ(sig, nivcsw) + BPF_CORE_READ(task, nivcsw);
+        u->read_bytes = BPF_CORE_READ(sig, ioac.read_bytes) + BPF_CORE_READ(task, ioac.read_bytes);
+        u->write_bytes = BPF_CORE_READ(sig, ioac.write_bytes) + BPF_CORE_READ(task, ioac.write_bytes);
+        if (leader && leader != task) {
+            u->runtime_ns += BPF_CORE_READ(leader, se.sum_exec_runtime);
+            u->utime_ns += BPF_CORE_READ(leader, utime);
+            u->stime_ns += BPF_CORE_READ(leader, stime);
+            u->nvcsw += BPF_CORE_READ(leader, nvcsw);
+            u->nivcsw += BPF_CORE_READ(leader, nivcsw);
+            u->read_bytes += BPF_CORE_READ(leader, ioac.read_bytes);
+            u->write_bytes += BPF_CORE_READ(leader, ioac.write_bytes);
+        }
+        bpf_ringbuf_submit(u, submit_flags());
+    }
     struct lotus_proc_event *e = reserve(sizeof(*e));
     if (!e)
         return 0;

@@ -29,6 +29,8 @@ enum lotus_event_type {
                                   * worker's loop does, once per task, right after it handed a batch over */
     LOTUS_EV_THREAD = 15,        /* a traced thread's name (comm): at its first evaluator entry, and each time it
                                   * is renamed (prctl PR_SET_NAME, pthread_setname_np); ABI 5 */
+    LOTUS_EV_USAGE = 16,         /* a traced process's resource use over its life, as it exits (right before its
+                                  * EXIT): exact where sampling /proc would miss its last interval; ABI 5 */
 };
 
 struct lotus_event_header {
@@ -174,6 +176,14 @@ struct lotus_type_info {
 struct lotus_thread_name {
     struct lotus_event_header h; /* h.tgid, h.tid: the thread named */
     char comm[LOTUS_COMM_LEN];   /* its new name, NUL-terminated (the kernel's TASK_COMM_LEN) */
+};
+
+struct lotus_usage {
+    struct lotus_event_header h; /* h.tgid: the process that is exiting */
+    __u64 runtime_ns;            /* CPU time of all its threads: the scheduler's own sum (exact) */
+    __u64 utime_ns, stime_ns;    /* the kernel's tick-sampled user/system split of it */
+    __u64 nvcsw, nivcsw;         /* voluntary / involuntary context switches, all its threads */
+    __u64 read_bytes, write_bytes; /* storage I/O it caused (task I/O accounting: what /proc/PID/io says) */
 };
 
 struct lotus_proc_event {

@@ -71,6 +71,9 @@ def main():
                 log.flush()
         print(f"train.py: epoch {epoch} done in {time.perf_counter() - t0:.2f} s, cpu {cpu_seconds() - c0:.2f} s",
               flush=True)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"train.py: cpu total {cpu_seconds():.3f} s (this process since it started, and its workers), workers "
+          f"{kids.ru_utime + kids.ru_stime:.3f} s", flush=True)
     return 0
 
 

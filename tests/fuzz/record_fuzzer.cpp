@@ -34,16 +34,26 @@ template <typename Next> void reconstruct(uint64_t t0_ns, Next next)
         summary.add(s);
         trace.span(s);
     });
+    lotus::exporter::UsageCsv csv;
+    lotus::model::UsageTracker usage([&](const lotus::model::UsagePoint& p) {
+        trace.usage(p);
+        csv.add(p);
+    });
     std::vector<uint8_t> rec;
-    while (next(rec))
+    while (next(rec)) {
         engine.consume(rec.data(), rec.size());
+        usage.consume(rec.data(), rec.size());
+    }
     engine.finish();
+    usage.finish();
+    auto usage_rows = lotus::exporter::usage_rows(usage, engine.processes());
+    csv.text(engine.processes(), t0_ns);
     summary.set_native_map(engine.native_map().table());
     trace.finish(engine.processes(), {});
     auto batches = lotus::exporter::summarize_batches(engine.batches(), engine.processes(), summary, 0);
-    summary.json(engine.processes(), batches, {});
+    summary.json(engine.processes(), batches, {}, lotus::exporter::usage_json(usage_rows, 100));
     FILE* sink = fopen("/dev/null", "w");
-    summary.print(sink, engine.processes(), batches, {});
+    summary.print(sink, engine.processes(), batches, {}, usage_rows, 100);
     fclose(sink);
     out.commit();
 }

@@ -16,8 +16,8 @@ MODULES = os.environ.get("LOTUS_BROWSER_TEST_DIR", "/var/cache/lotus-bpf/browser
 ARTEFACTS = os.environ.get("LOTUS_TEST_ARTEFACTS", os.path.join(SOURCE, "build", "test-artefacts"))
 IMPORT = os.path.join(SOURCE, "tests", "browser", "speedscope_import.js")
 RENDER = os.path.join(SOURCE, "tests", "browser", "html_report.js")
-CHARTS = ["op-durations", "wait-histogram", "delay-histogram", "samples-per-second", "busy-over-time", "native-map",
-          "counters"]
+CHARTS = ["op-durations", "wait-histogram", "delay-histogram", "samples-per-second", "busy-over-time", "cpu-over-time",
+          "memory-over-time", "usage", "native-map", "counters"]
 
 
 def speedscope(test, trace_path, screenshot):
@@ -58,6 +58,8 @@ def assert_report_renders(test, html_path, screenshot, ops):
             test.assertGreater(c["height"], 60, name)
             if name == "counters":
                 test.assertEqual(c["rows"], len(ops) + 2)  # header, each op, the whole pipeline
+            elif name == "usage":
+                test.assertEqual(c["rows"], 1 + 3 + 1)  # header; main, worker 0, worker 1; the job
             else:
                 test.assertTrue(c["svg"], name)
                 test.assertGreater(c["shapes"], 3, name)

@@ -102,6 +102,11 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
                     "perf-event counters per op: 'default' (cycles,instructions,cache-misses,branch-misses) or a "
                     "comma list; software events (task-clock,page-faults,context-switches) where no PMU counts them")
         ->check(kCounters);
+    app->add_option("--resources-interval", p.opts.resources_interval_ms,
+                    "read each traced process's CPU, memory, storage I/O and context switches from /proc every MS "
+                    "milliseconds (0: never)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 60000));
     app->add_flag("-q,--quiet", p.opts.quiet, "no live status line");
     app->add_option("command", p.opts.command, "launch mode: the command to run and trace (after --)");
     app->positionals_at_end();
@@ -161,6 +166,9 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
     app.add_option("--summary-json", opts.summary_json, "also write the summary as JSON to this file")->check(kNonEmpty);
     app.add_option("--html", opts.html, "also write the HTML report (one offline file with charts) to this file")
         ->check(kNonEmpty);
+    app.add_option("--resources-csv", opts.resources_csv, "also write the resource readings (one row per process and "
+                                                          "interval) as CSV to this file")
+        ->check(kNonEmpty);
     app.add_option("--record", opts.record, "also write the raw event stream to this record file")->check(kNonEmpty);
     app.add_option("--replay", opts.replay, "reconstruct from a record file (no tracing, no root needed)")
         ->check(kNonEmpty);
@@ -186,6 +194,8 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
     exp->add_option("--summary-json", ep.opts.summary_json, "also write the summary as JSON to this file")
         ->check(kNonEmpty);
     exp->add_option("--html", ep.opts.html, "also write the HTML report to this file")->check(kNonEmpty);
+    exp->add_option("--resources-csv", ep.opts.resources_csv, "also write the resource readings as CSV to this file")
+        ->check(kNonEmpty);
     add_rule_options(exp, ep);
     add_trace_file_options(exp, ep);
 
@@ -195,6 +205,8 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
     rep->add_option("--summary-json", sp.opts.summary_json, "also write the summary as JSON to this file")
         ->check(kNonEmpty);
     rep->add_option("--html", sp.opts.html, "also write the HTML report (one offline file with charts) to this file")
+        ->check(kNonEmpty);
+    rep->add_option("--resources-csv", sp.opts.resources_csv, "also write the resource readings as CSV to this file")
         ->check(kNonEmpty);
     add_rule_options(rep, sp);
     app.require_subcommand(0, 1);

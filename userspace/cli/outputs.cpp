@@ -13,6 +13,9 @@ Outputs::Outputs(const Options& opts)
     if (!opts.summary_json.empty())
         summary_json_ = std::make_unique<exporter::OutputFile>(
             opts.summary_json, exporter::OutputOptions{true, "--summary-json"}, sink());
+    if (!opts.resources_csv.empty())
+        resources_csv_ = std::make_unique<exporter::OutputFile>(opts.resources_csv,
+                                                                exporter::OutputOptions{true, "--resources-csv"}, sink());
     if (!opts.html.empty())
         html_ = std::make_unique<exporter::OutputFile>(opts.html, exporter::OutputOptions{false, "--html"}, sink());
 }

@@ -15,6 +15,13 @@ Reconstruction::Reconstruction(const Options& opts, Outputs& outputs, RuleLists 
                                model::Engine::TypeSink types)
     : opts_(opts), outputs_(outputs), t0_(t0), rules_(std::move(lists.pipelines), std::move(lists.spans)),
       trace_(outputs.trace(), t0), timeline_(t0),
+      usage_([this](const model::UsagePoint& p) {
+          if (!opts_.coarse && in_window(p.ts_ns))
+              trace_.usage(p);
+          if (outputs_.resources_csv())
+              usage_csv_.add(p);
+          timeline_.usage(p);
+      }),
       engine_(rules_,
               [this](const model::Span& s) {
                   summary_.add(s); // the summary and the HTML report always cover everything
@@ -36,13 +43,25 @@ bool Reconstruction::in_trace(const model::Span& s) const
     using K = model::SpanKind;
     if (opts_.coarse && s.kind != K::Batch && s.kind != K::Wait && s.kind != K::Consumed)
         return false;
-    double start_s = s.start_ns > t0_ ? static_cast<double>(s.start_ns - t0_) / 1e9 : 0;
-    return start_s >= opts_.window_start_s && (opts_.window_end_s <= 0 || start_s < opts_.window_end_s);
+    return in_window(s.start_ns);
+}
+
+bool Reconstruction::in_window(uint64_t ns) const
+{
+    double at_s = ns > t0_ ? static_cast<double>(ns - t0_) / 1e9 : 0;
+    return at_s >= opts_.window_start_s && (opts_.window_end_s <= 0 || at_s < opts_.window_end_s);
 }
 
 bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
 {
     engine_.finish();
+    usage_.finish();
+    // Without readings only the processes forked while traced would have figures (from the kernel at their exit):
+    // no table rather than a "job" missing the others.
+    auto usage_rows = run.resources_interval_ms ? exporter::usage_rows(usage_, engine_.processes())
+                                                : std::vector<exporter::UsageRow>{};
+    std::string usage_json =
+        usage_rows.empty() ? "null" : exporter::usage_json(usage_rows, run.resources_interval_ms);
     const auto& c = engine_.counters();
     summary_.set_native_map(engine_.native_map().table());
     if (engine_.counters().samples)
@@ -108,14 +127,19 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
     auto write_reports = [&] {
         if (auto* js = outputs_.summary_json()) {
             run.output_failures = outputs_.failures();
-            js->write(summary_.json(engine_.processes(), batches, run));
+            js->write(summary_.json(engine_.processes(), batches, run, usage_json));
             js->commit();
+        }
+        if (auto* csv = outputs_.resources_csv()) {
+            csv->write(usage_csv_.text(engine_.processes(), t0_));
+            csv->commit();
         }
         if (auto* html = outputs_.html()) {
             std::vector<std::string> html_notes;
             for (const auto& n : notes) // the printed ones may open with a blank line
                 html_notes.push_back(n.substr(std::min(n.size(), n.find_first_not_of('\n'))));
-            html->write(exporter::html_report({summary_, batches, engine_.processes(), run, timeline_, html_notes}));
+            html->write(exporter::html_report({summary_, batches, engine_.processes(), run, timeline_, html_notes,
+                                               usage_rows, run.resources_interval_ms}));
             html->commit();
         }
     };
@@ -130,7 +154,7 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
         write_reports();
         return outputs_.failures().empty();
     }
-    summary_.print(stdout, engine_.processes(), batches, notes);
+    summary_.print(stdout, engine_.processes(), batches, notes, usage_rows, run.resources_interval_ms);
     fflush(stdout);
     write_reports();
     return outputs_.failures().empty();

@@ -12,6 +12,8 @@
 #include "export/run_info.h"
 #include "export/summary.h"
 #include "export/timeline.h"
+#include "export/usage_summary.h"
+#include "model/usage.h"
 #include "model/engine.h"
 #include "outputs.h"
 #include "session.h"
@@ -39,7 +41,11 @@ public:
     Reconstruction(const Reconstruction&) = delete;
     Reconstruction& operator=(const Reconstruction&) = delete;
 
-    void consume(const void* data, size_t len) { engine_.consume(data, len); }
+    void consume(const void* data, size_t len)
+    {
+        engine_.consume(data, len);
+        usage_.consume(data, len);
+    }
     // Also hands every span to `f` as it ends (the live view).
     void observe(std::function<void(const model::Span&)> f) { observer_ = std::move(f); }
     const model::Engine& engine() const { return engine_; }
@@ -52,6 +58,7 @@ public:
 
 private:
     bool in_trace(const model::Span& s) const;
+    bool in_window(uint64_t ns) const;
 
     const Options& opts_;
     Outputs& outputs_;
@@ -61,6 +68,8 @@ private:
     exporter::Summary summary_;
     exporter::Timeline timeline_;
     std::function<void(const model::Span&)> observer_;
+    exporter::UsageCsv usage_csv_;
+    model::UsageTracker usage_;
     model::Engine engine_; // last: it refers to the rules and its sink to the writers
 };
 

@@ -66,6 +66,8 @@ static int replay_into(const Options& opts, exporter::RecordReader& in)
     run.layout = str("layout");
     if (meta.contains("cpus") && meta["cpus"].is_number_unsigned())
         run.cpus = meta["cpus"].get<unsigned>();
+    if (meta.contains("resources_interval_ms") && meta["resources_interval_ms"].is_number_unsigned())
+        run.resources_interval_ms = meta["resources_interval_ms"].get<unsigned>();
     run.events = captured ? captured : events;
     run.lost_events = lost;
     run.stop_reason = "replayed " + opts.replay;

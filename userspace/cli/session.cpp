@@ -30,6 +30,7 @@
 #include "target/cpython_layouts.h"
 #include "target/launcher.h"
 #include "target/proc_maps.h"
+#include "target/proc_usage.h"
 #include "target/remote_memory.h"
 
 namespace lotus::cli {
@@ -189,7 +190,8 @@ int run_session(const Options& opts)
         if (recorder) {
             nlohmann::json meta{{"python", interp.version.str()}, {"interpreter", interp.target_path}, {"cpus", cpus},
                                 {"layout", interp.layout_source}, {"counters", counter_names},
-                                {"pipelines", lists.pipelines}, {"spans", lists.spans}, {"all_calls", opts.all_calls}};
+                                {"pipelines", lists.pipelines}, {"spans", lists.spans}, {"all_calls", opts.all_calls},
+                                {"resources_interval_ms", opts.resources_interval_ms}};
             recorder->begin(exporter::RecordHeader{t0, static_cast<uint32_t>(root), meta.dump()});
         }
         std::unique_ptr<capture::Probe> probe;
@@ -233,6 +235,28 @@ int run_session(const Options& opts)
             model::RecordRank r{model::kRecordRank, pid, pid, 0, monotonic_ns(), *rank,
                                 target::env_int(static_cast<int>(pid), "LOCAL_RANK").value_or(-1)};
             feed(&r, sizeof(r));
+        };
+        // Resource use: every traced process's /proc, read in one sweep (one timestamp) every interval; PSS (a walk
+        // of its page tables: ~2 ms for a process that mapped torch, and it holds the process's mmap lock) every 2 s.
+        uint64_t last_sweep = 0, last_pss = 0;
+        auto sweep = [&](uint64_t now) {
+            bool pss = now - last_pss >= 2'000'000'000ull;
+            last_sweep = now;
+            if (pss)
+                last_pss = now;
+            std::vector<uint32_t> live;
+            for (const auto& [pid, p] : rec.engine().processes())
+                if (!p.exited)
+                    live.push_back(pid);
+            for (uint32_t pid : live) {
+                auto u = target::read_proc_usage(static_cast<int>(pid), pss);
+                if (!u)
+                    continue;
+                model::RecordUsage r{model::kRecordUsage, pid, pid, 0, now, u->user_ns, u->system_ns, u->rss_kb,
+                                     u->hwm_kb, u->pss_kb.value_or(model::kNoPss), u->read_bytes, u->write_bytes,
+                                     u->nvcsw, u->nivcsw, u->threads, 0};
+                feed(&r, sizeof(r));
+            }
         };
         const bool debug_events = getenv("LOTUS_DEBUG_EVENTS") != nullptr;
         uint64_t delivered = 0; // records read from the ring buffer: equals BPF's submitted count once drained
@@ -295,6 +319,8 @@ int run_session(const Options& opts)
                                                      "traced and no output was written", root));
             throw;
         }
+        if (opts.resources_interval_ms)
+            sweep(monotonic_ns()); // the baseline of every process alive now
         if (launcher)
             launcher->release();
         fmt::print(stderr, "lotus-bpf: tracing PID {} (CPython {}, {}) and {} descendant(s); Ctrl-C to stop\n",
@@ -343,6 +369,8 @@ int run_session(const Options& opts)
                 stop_reason = "quit";
                 break;
             }
+            if (opts.resources_interval_ms && now - last_sweep >= opts.resources_interval_ms * 1'000'000ull)
+                sweep(now);
             if (screen && now - last_frame_ns >= 1'000'000'000ull)
                 draw(now);
             if (tty && now - last_status > 500000000ull) {
@@ -378,6 +406,7 @@ int run_session(const Options& opts)
         run.interpreter = interp.target_path;
         run.layout = interp.layout_source;
         run.cpus = cpus;
+        run.resources_interval_ms = opts.resources_interval_ms;
         run.evaluator_probe = evaluator_probe;
         run.events = stats.submitted;
         run.events_delivered = delivered;

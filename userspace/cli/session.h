@@ -14,6 +14,8 @@ struct Options {
     bool print_summary = true;                // false: the record and export subcommands
     std::string summary_json; // also write the summary as JSON here
     std::string html;         // also write the HTML report here
+    std::string resources_csv; // also write the resource readings as CSV here
+    unsigned resources_interval_ms = 100; // read each traced process's /proc this often; 0: never
     double duration_s = 0; // 0: until Ctrl-C, SIGTERM or the target's exit
     std::vector<std::string> pipeline_classes;
     std::vector<std::string> spans; // --span

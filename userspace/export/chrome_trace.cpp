@@ -33,6 +33,24 @@ static uint64_t us(uint64_t ns) { return (ns + 500) / 1000; }
 
 // The export's inner loop writes numbers without format strings: integers as they are, durations in args as ms
 // with 3 decimals and CPU time as milliseconds with 4, exactly as "{:.3f}" / "{:.4f}" print them.
+void ChromeTraceWriter::usage(const model::UsagePoint& p)
+{
+    uint64_t start_ns = p.ts_ns - std::min<uint64_t>(p.ts_ns, static_cast<uint64_t>(p.interval_s * 1e9));
+    if (start_ns < t0_ns_)
+        start_ns = t0_ns_;
+    uint64_t ts = us(start_ns - t0_ns_);
+    counter_pids_.insert(p.pid);
+    std::string pss = p.pss_mb < 0 ? "" : fmt::format(",\"pss\":{:.2f}", p.pss_mb);
+    event(fmt::format("{{\"ph\":\"C\",\"name\":\"CPU %\",\"pid\":{0},\"ts\":{1},\"args\":{{\"user\":{2:.1f},"
+                      "\"system\":{3:.1f}}}}},\n{{\"ph\":\"C\",\"name\":\"memory MB\",\"pid\":{0},\"ts\":{1},"
+                      "\"args\":{{\"rss\":{4:.2f}{5}}}}},\n{{\"ph\":\"C\",\"name\":\"storage I/O MB/s\",\"pid\":{0},"
+                      "\"ts\":{1},\"args\":{{\"read\":{6:.3f},\"write\":{7:.3f}}}}},\n{{\"ph\":\"C\",\"name\":"
+                      "\"context switches/s\",\"pid\":{0},\"ts\":{1},\"args\":{{\"voluntary\":{8:.0f},"
+                      "\"involuntary\":{9:.0f}}}}}",
+                      p.pid, ts, p.user_pct, p.system_pct, p.rss_mb, pss, p.read_bps / 1e6, p.write_bps / 1e6,
+                      p.voluntary_cs_ps, p.involuntary_cs_ps));
+}
+
 static void put_uint(std::string& b, uint64_t v)
 {
     fmt::format_int f(v);
@@ -187,6 +205,7 @@ void ChromeTraceWriter::finish(const std::map<uint32_t, model::ProcessInfo>& pro
     std::set<uint32_t> shown;
     for (const auto& [pid, tid] : threads_)
         shown.insert(pid);
+    shown.insert(counter_pids_.begin(), counter_pids_.end());
     for (const auto& [pid, p] : processes)
         if (!model::how_it_ended(p).empty()) {
             shown.insert(pid);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/spans.h"
+#include "model/usage.h"
 #include "output_file.h"
 #include "run_info.h"
 
@@ -22,6 +23,9 @@ public:
     // Names of the perf-event counters in Span::counters.perf (--counters), in order.
     void set_counter_names(std::vector<std::string> names) { counter_names_ = std::move(names); }
     void span(const model::Span& s);
+    // A process's resource use over one interval: counter tracks (CPU %, memory, storage I/O, context switches)
+    // on its process, holding from the interval's start.
+    void usage(const model::UsagePoint& p);
     uint64_t t0_ns() const { return t0_ns_; }
     // Writes how processes ended (instant events), process/thread metadata and otherData, closes the document.
     void finish(const std::map<uint32_t, model::ProcessInfo>& processes, const RunInfo& run);
@@ -41,6 +45,7 @@ private:
     uint64_t t0_ns_;
     bool first_ = true;
     std::set<std::pair<uint32_t, uint32_t>> threads_;
+    std::set<uint32_t> counter_pids_; // processes with usage counters
     std::pair<uint32_t, uint32_t> last_thread_{0, 0};
     std::string buf_;
     std::string args_; // a span's args, reused

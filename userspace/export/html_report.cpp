@@ -264,6 +264,85 @@ std::string busy_strips(const Timeline& tl, const Processes& procs)
     return svg + "</svg>\n";
 }
 
+// Per process role (a worker id stands for every process that played it), CPU % or RSS per bin, as lines.
+std::string usage_lines(const Timeline& tl, const Processes& procs, bool memory)
+{
+    const auto& series = memory ? tl.rss_kb() : tl.cpu_ns();
+    if (series.empty() || !tl.bins())
+        return absent("No resource reading: the run was traced with --resources-interval 0, or by a version that "
+                      "did not read them.");
+    std::map<std::string, std::vector<double>> roles; // per bin: CPU % or MB; -1: no process of it was read
+    std::vector<std::string> order;
+    double width_ns = static_cast<double>(tl.width_ns()), top = 0;
+    for (const auto& [pid, v] : series) {
+        std::string role = model::process_label(procs, pid);
+        auto [it, fresh] = roles.try_emplace(role, std::vector<double>(tl.bins(), -1));
+        if (fresh)
+            order.push_back(role);
+        const auto& rss = tl.rss_kb().at(pid); // a reading covers its bins: a live process has resident pages
+        for (size_t b = 0; b < v.size() && b < tl.bins(); b++)
+            if (b < rss.size() && rss[b])
+                it->second[b] = std::max(0.0, it->second[b]) +
+                                (memory ? static_cast<double>(v[b]) / 1024 : 100 * static_cast<double>(v[b]) / width_ns);
+    }
+    for (const auto& [role, v] : roles)
+        top = std::max(top, *std::max_element(v.begin(), v.end()));
+    if (top <= 0)
+        top = 1;
+    static const char* kColours[] = {"#1a56b0", "#d9480f", "#2b8a3e", "#862e9c", "#e67700", "#0b7285", "#5c940d",
+                                     "#a61e4d"};
+    double seconds = static_cast<double>(tl.end_ns()) / 1e9, bin_s = width_ns / 1e9;
+    const double L = 70, W = 700, H = 170, y0 = 10;
+    std::string svg = fmt::format("<svg viewBox=\"0 0 960 {}\" role=\"img\" aria-label=\"{} over time\">\n",
+                                  std::max<size_t>(230, 30 + 18 * order.size()), memory ? "memory" : "CPU");
+    for (int k = 0; k <= 4; k++) {
+        double y = y0 + H - H * k / 4;
+        svg += fmt::format("<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/><text class=\"tick\" "
+                           "x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.0f}{}</text>\n",
+                           L, L + W, y, y, L - 6, y + 4, top * k / 4, memory ? " MB" : " %");
+    }
+    for (size_t i = 0; i < order.size(); i++) {
+        const auto& v = roles[order[i]];
+        const char* colour = kColours[i % std::size(kColours)];
+        std::string pts; // one line per stretch of bins with readings: no line where none of its processes ran
+        auto line = [&] {
+            if (!pts.empty())
+                svg += fmt::format("<polyline class=\"series\" stroke=\"{}\" points=\"{}\"><title>{}</title></polyline>\n",
+                                   colour, pts, html_escape(order[i]));
+            pts.clear();
+        };
+        for (size_t b = 0; b < v.size(); b++) {
+            if (v[b] < 0) {
+                line();
+                continue;
+            }
+            double t = std::min(seconds, (static_cast<double>(b) + 0.5) * bin_s);
+            pts += fmt::format("{}{:.1f},{:.1f}", pts.empty() ? "" : " ", L + W * t / seconds, y0 + H - H * v[b] / top);
+        }
+        line();
+        svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text class=\"label\" "
+                           "x=\"{}\" y=\"{}\">{}</text>\n",
+                           L + W + 14, y0 + 18 * i, colour, L + W + 28, y0 + 18 * i + 9, html_escape(order[i]));
+    }
+    svg += time_axis(L, W, y0 + H + 18, seconds);
+    return svg + "</svg>\n";
+}
+
+std::string usage_table(const std::vector<UsageRow>& rows)
+{
+    std::string t = "<table class=\"numbers\"><thead><tr><th>role</th><th>processes</th><th>wall s</th><th>CPU s</th>"
+                    "<th>avg CPU %</th><th>peak CPU %</th><th>avg RSS MB</th><th>peak RSS MB</th><th>peak PSS MB</th>"
+                    "<th>read MB</th><th>write MB</th><th>context switches</th></tr></thead><tbody>\n";
+    for (const auto& r : rows)
+        t += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.1f}</td><td>{:.2f}</td><td>{:.0f}</td><td>{:.0f}</td>"
+                         "<td>{:.0f}</td><td>{:.0f}</td><td>{}</td><td>{:.1f}</td><td>{:.1f}</td><td>{}</td></tr>\n",
+                         html_escape(r.role), r.processes, r.wall_s, r.user_s + r.system_s, r.cpu_avg_pct,
+                         r.cpu_peak_pct, r.rss_avg_mb, r.rss_peak_mb,
+                         r.pss_peak_mb < 0 ? "-" : fmt::format("{:.0f}", r.pss_peak_mb), r.read_mb, r.write_mb,
+                         r.voluntary_cs + r.involuntary_cs);
+    return t + "</tbody></table>\n";
+}
+
 // Per op, the native functions its CPU samples fell in, as bars of their share.
 std::string native_bars(const std::vector<model::OpNativeMap>& map)
 {
@@ -355,7 +434,7 @@ text-align:right;border-bottom:1px solid #eee}table.numbers td:first-child,table
 .verdict{font-weight:600}.pair{display:flex;gap:16px;flex-wrap:wrap}.pair figure{flex:1 1 420px}
 svg text{font:11px system-ui,sans-serif;fill:#333}svg .op{font-weight:600}.grid{stroke:#e4e4e4}.axis{stroke:#999}
 .whisker{stroke:#555}.iqr{fill:#9ec5fe;stroke:#3d6fb6}.median{stroke:#0b2e6b;stroke-width:2.5}.mean{fill:#d9480f}
-.bar rect{fill:#5b8def}.rate{fill:#cfe0fc;stroke:#3d6fb6}.strip{fill:#f3f3f3}.busy{fill:#1a56b0}.wait{fill:#d9480f}
+.series{fill:none;stroke-width:1.5}.bar rect{fill:#5b8def}.rate{fill:#cfe0fc;stroke:#3d6fb6}.strip{fill:#f3f3f3}.busy{fill:#1a56b0}.wait{fill:#d9480f}
 )";
 
 } // namespace
@@ -435,6 +514,20 @@ std::string html_report(const HtmlReportInput& in)
                             static_cast<double>(in.timeline.width_ns()) / 1e6),
                 busy_strips(in.timeline, in.processes));
 
+    h += "<h2 id=\"resources\">Resources</h2>\n";
+    h += figure("cpu-over-time",
+                "CPU per process role over time, in % of one CPU (a worker id stands for every process that played it; "
+                "/proc counts in 10 ms clock ticks).",
+                usage_lines(in.timeline, in.processes, false));
+    h += figure("memory-over-time", "Resident memory (RSS) per process role over time, in MB (pages shared between "
+                                    "processes count in each).",
+                usage_lines(in.timeline, in.processes, true));
+    if (!in.usage.empty())
+        h += "<div data-chart=\"usage\">\n" + usage_table(in.usage) +
+             fmt::format("<p class=\"legend\">Read from /proc every {} ms and from the kernel as each process exited. "
+                         "Peaks over 1 s or more; the job's peaks are of the processes' sum; PSS splits shared pages "
+                         "between the processes that share them.</p>\n</div>\n",
+                         in.usage_interval_ms);
     h += "<h2 id=\"native\">Native functions per op</h2>\n";
     h += figure("native-map",
                 "Share of each op's CPU samples that fell in each native function (the top six; docs/native-map.md).",

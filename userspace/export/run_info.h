@@ -20,6 +20,7 @@ struct RunInfo {
     long tracer_peak_rss_kb = -1, tracer_cpu_ms = -1;
     uint64_t samples = 0, incomplete_spans = 0;
     unsigned cpus = 0; // CPUs the traced job may run on (its affinity); 0: not known (older record files)
+    unsigned resources_interval_ms = 0; // how often /proc was read (--resources-interval); 0: not read
     struct SpanPattern {
         std::string pattern;
         uint64_t calls = 0;

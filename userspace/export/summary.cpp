@@ -412,7 +412,8 @@ static void print_batches(FILE* out, const BatchSummary& b)
 }
 
 void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& processes, const DataLoaderReport& batches,
-                    const std::vector<std::string>& notes) const
+                    const std::vector<std::string>& notes, const std::vector<UsageRow>& usage,
+                    unsigned usage_interval_ms) const
 {
     // One section per DataLoader of each training process (just the table where there is only one).
     std::vector<GroupKey> keys = group_order_;
@@ -482,6 +483,7 @@ void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& pro
     if (any_busy)
         print_wrapped(out, fmt::format("(busy %: time a worker spent preparing batches, from its first event to its last; a worker id "
                         "stands for every process that played it, one per epoch unless persistent_workers)"));
+    print_usage(out, usage, usage_interval_ms);
     print_counters(out);
     print_native_map(out);
     for (const auto& n : notes)
@@ -528,7 +530,7 @@ static std::string batches_json(const BatchSummary& x)
 }
 
 std::string Summary::json(const std::map<uint32_t, model::ProcessInfo>& processes, const DataLoaderReport& batches,
-                          const RunInfo& run) const
+                          const RunInfo& run, const std::string& resources) const
 {
     std::string procs;
     for (const auto& [pid, p] : processes)
@@ -571,8 +573,8 @@ std::string Summary::json(const std::map<uint32_t, model::ProcessInfo>& processe
     }
     std::string r = run_json_members(run);
     return fmt::format("{{\"run\":{{{}}},\"ops\":{},\"batches\":{},\"loaders\":[{}],\"training\":[{}],\"processes\":[{}],"
-                       "\"counters\":{},\"native_map\":{}}}\n",
-                       r, rows_json(rows()), merged, loaders, loops, procs, counters_json(), native_map_json());
+                       "\"counters\":{},\"native_map\":{},\"resources\":{}}}\n",
+                       r, rows_json(rows()), merged, loaders, loops, procs, counters_json(), native_map_json(), resources);
 }
 
 } // namespace lotus::exporter

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "export/duration_series.h"
+#include "export/usage_summary.h"
 #include "model/batches.h"
 #include "model/native_map.h"
 #include "model/spans.h"
@@ -97,10 +98,12 @@ public:
     // The same per DataLoader of each training process, in first-seen order.
     std::vector<std::pair<GroupKey, Rows>> groups() const;
     void print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& processes, const DataLoaderReport& batches,
-               const std::vector<std::string>& notes) const;
+               const std::vector<std::string>& notes, const std::vector<UsageRow>& usage = {},
+               unsigned usage_interval_ms = 0) const;
     // The same content as JSON (--summary-json); schema: schemas/summary.schema.json.
+    // resources: usage_json()'s object, or "null".
     std::string json(const std::map<uint32_t, model::ProcessInfo>& processes, const DataLoaderReport& batches,
-                     const RunInfo& run) const;
+                     const RunInfo& run, const std::string& resources = "null") const;
 
 private:
     struct CounterSums {

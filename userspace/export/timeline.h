@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/spans.h"
+#include "model/usage.h"
 
 namespace lotus::exporter {
 
@@ -18,6 +19,8 @@ public:
 
     explicit Timeline(uint64_t t0_ns) : t0_(t0_ns) {}
     void add(const model::Span& s);
+    // A process's resource reading over one interval: its CPU time spread evenly over the interval, its RSS.
+    void usage(const model::UsagePoint& p);
 
     uint64_t t0_ns() const { return t0_; }
     uint64_t width_ns() const { return width_; }
@@ -27,15 +30,17 @@ public:
     const std::map<uint32_t, std::vector<uint64_t>>& busy_ns() const { return busy_; }
     const std::map<uint32_t, std::vector<uint64_t>>& wait_ns() const { return wait_; }
     const std::vector<uint64_t>& samples() const { return samples_; } // sample spans ending per bin
+    const std::map<uint32_t, std::vector<uint64_t>>& cpu_ns() const { return cpu_; }   // per process, per bin
+    const std::map<uint32_t, std::vector<uint64_t>>& rss_kb() const { return rss_; }   // per process, highest per bin
 
 private:
     void cover(std::vector<uint64_t>& bins, uint64_t start_ns, uint64_t end_ns); // relative to t0
     void grow(size_t bin);                                                        // widening while it is too far
-    static void halve(std::vector<uint64_t>& v);
+    static void halve(std::vector<uint64_t>& v, bool highest = false); // sums (or keeps the highest of) pairs
     uint64_t t0_, width_ = kFirstWidthNs;
     size_t bins_ = 0;
     uint64_t end_ = 0;
-    std::map<uint32_t, std::vector<uint64_t>> busy_, wait_;
+    std::map<uint32_t, std::vector<uint64_t>> busy_, wait_, cpu_, rss_;
     std::vector<uint64_t> samples_;
 };
 

@@ -15,6 +15,7 @@ enum : uint32_t {
     kRecordNativeFunc = 103, // a probed native function: the name its events' func number stands for
     kRecordSymbol = 104,     // the function and library at a sampled address of a process
     kRecordRank = 105,       // a process's RANK (torchrun and other launchers set it in its environment)
+    kRecordUsage = 106,      // a process's resource use as /proc said it (--resources-interval)
 };
 
 // The slots of the locals a code object's role captures (its CODE record's code), as read from the target's
@@ -38,6 +39,19 @@ struct RecordRank {
     uint64_t ts_ns;
     int32_t rank, local_rank; // -1: not set
 };
+
+// One process's reading in a sweep over the traced processes; every record of one sweep has the sweep's ts_ns.
+struct RecordUsage {
+    uint32_t type, tgid, tid, cpu; // tgid: the process
+    uint64_t ts_ns;
+    uint64_t user_ns, system_ns; // CPU time so far, all threads (clock-tick steps)
+    uint64_t rss_kb, hwm_kb;     // resident now, and its peak so far
+    uint64_t pss_kb;             // proportional set size; kNoPss when not read in this sweep
+    uint64_t read_bytes, write_bytes; // storage I/O so far
+    uint64_t nvcsw, nivcsw;      // context switches so far, all threads
+    uint32_t threads, _pad;
+};
+constexpr uint64_t kNoPss = UINT64_MAX;
 
 constexpr unsigned kSymbolNameLen = 160, kLibraryNameLen = 64;
 

@@ -1,0 +1,107 @@
+"""Resource use over time (issue 19, item 1): the bundled example traced in launch mode with its DataLoader
+workers; per process and for the job, CPU, memory, storage I/O and context switches read from /proc every interval
+and exactly from the kernel at each exit. Ground truth from the same run: the job prints its own CPU time (getrusage
+of itself and its reaped workers) as it ends."""
+import csv
+import json
+import os
+import re
+from collections import defaultdict
+
+from harness import EXAMPLE, PY, BpfTestCase, dataset, load_trace, run_lotus
+
+
+class Resources(BpfTestCase):
+    def test_usage_per_process_and_for_the_job(self):
+        out, js, table, rec = (self.path(n) for n in ("t.json", "s.json", "r.csv", "r.lbt"))
+        r = run_lotus(["-q", "-o", out, "--summary-json", js, "--resources-csv", table, "--record", rec, "--", PY,
+                       EXAMPLE, dataset(512), "--epochs", "3", "--workers", "2"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        m = re.search(r"train.py: cpu total ([\d.]+) s .*, workers ([\d.]+) s", r.stdout)
+        own, own_workers = float(m.group(1)), float(m.group(2))
+        with open(js) as f:
+            summary = json.load(f)
+        res = summary["resources"]
+        self.assertEqual(res["interval_ms"], 100)
+        job = res["job"]
+        self.assertTrue(job["exact"], job)  # every process's exit was seen
+        cpu = job["user_s"] + job["system_s"]
+        # the job's CPU agrees with its own count within 5 % (ours also has the interpreter's exit after it printed,
+        # about 0.2 s here: the job is long enough for that to stay small)
+        self.assertLess(abs(cpu - own) / own, 0.05, (cpu, own))
+        roles = {x["role"]: x for x in res["roles"]}
+        # the workers' CPU, exact on both sides (the kernel's at their exits; getrusage of the reaped children)
+        workers = sum(x["user_s"] + x["system_s"] for x in res["roles"] if x["role"].startswith("worker"))
+        self.assertLess(abs(workers - own_workers) / own_workers, 0.03, (workers, own_workers))
+        self.assertEqual(set(roles), {"main", "worker 0", "worker 1"})
+        self.assertEqual(roles["worker 0"]["processes"], 3)  # one per epoch
+        self.assertEqual(job["processes"], sum(x["processes"] for x in res["roles"]))
+        cpus = summary["run"]["cpus"]
+        self.assertLessEqual(job["cpu_avg_pct"], 100 * cpus * 1.05)
+        for x in list(roles.values()) + [job]:
+            self.assertGreater(x["user_s"] + x["system_s"], 0, x)
+            self.assertGreater(x["rss_peak_mb"], 10, x)
+            self.assertGreaterEqual(x["rss_peak_mb"], x["rss_avg_mb"] * 0.99, x)
+            self.assertGreater(x["cpu_peak_pct"], 0, x)
+        # the table in the printed summary
+        for role in ("main", "worker 0", "worker 1", "job"):
+            self.assertRegex(r.stdout, rf"\n{re.escape(role)} +\d+ +[\d.]+ +[\d.]+ ")
+
+        # counter tracks in the trace, on each process that was read
+        trace = load_trace(out)
+        names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+        counted = defaultdict(int)
+        for e in trace["traceEvents"]:
+            if e["ph"] == "C" and e["name"] == "CPU %":
+                counted[e["pid"]] += 1
+                self.assertGreaterEqual(e["args"]["user"], 0)
+        workers = [pid for pid, n in names.items() if n.startswith("worker")]
+        self.assertEqual(len(workers), 6)
+        for pid in workers + [summary["run"]["target_pid"]]:
+            self.assertGreater(counted[pid], 0, names.get(pid))
+
+        # the CSV: a row per process and interval, labelled; its CPU never more than the process's total
+        with open(table) as f:
+            rows = list(csv.DictReader(f))
+        per_pid = defaultdict(float)
+        for row in rows:
+            per_pid[int(row["pid"])] += (float(row["cpu_user_pct"]) + float(row["cpu_system_pct"])) / 100 * \
+                float(row["interval_s"])
+            self.assertEqual(row["process"], names.get(int(row["pid"]), row["process"]))
+        self.assertEqual(set(per_pid), set(counted))
+        self.assertLessEqual(sum(per_pid.values()), cpu + 0.1 * len(per_pid))  # 10 ms ticks: at most one per reading
+
+        # replayed from the record file: the same figures
+        again = self.path("again.json")
+        r = run_lotus(["report", rec, "--summary-json", again])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(again) as f:
+            self.assertEqual(json.load(f)["resources"], res)
+
+    def test_exit_figures_are_exact(self):
+        # Readings every 5 s: the workers (about a second each) are read at most once, so their CPU comes from
+        # the kernel's figures at their exits (the signal struct, the last thread and the zombie leader). What
+        # they miss is each process's own teardown after that point (unmapping its memory: a few ms).
+        js = self.path("s.json")
+        r = run_lotus(["-q", "-o", self.path("t.json"), "--summary-json", js, "--resources-interval", "5000", "--",
+                       PY, EXAMPLE, dataset(256), "--epochs", "2", "--workers", "2"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        own_workers = float(re.search(r"train.py: cpu total .*, workers ([\d.]+) s", r.stdout).group(1))
+        with open(js) as f:
+            res = json.load(f)["resources"]
+        workers = [x for x in res["roles"] if x["role"].startswith("worker")]
+        self.assertEqual(sum(x["processes"] for x in workers), 4)
+        self.assertTrue(all(x["exact"] for x in workers))
+        ours = sum(x["user_s"] + x["system_s"] for x in workers)
+        self.assertLess(abs(ours - own_workers) / own_workers, 0.03, (ours, own_workers))
+
+    def test_interval_zero_reads_nothing(self):
+        out, js = self.path("t.json"), self.path("s.json")
+        r = run_lotus(["-q", "-o", out, "--summary-json", js, "--resources-interval", "0", "--", PY, EXAMPLE,
+                       dataset(64), "--workers", "1"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(js) as f:
+            self.assertIsNone(json.load(f)["resources"])
+        self.assertFalse(any(e["ph"] == "C" and e["name"] == "CPU %" for e in load_trace(out)["traceEvents"]))
+        self.assertNotIn("\nresources ", r.stdout)

@@ -1,0 +1,164 @@
+// model::UsageTracker and the usage table from synthetic records: /proc readings in sweeps, forks, exits.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "export/usage_summary.h"
+#include "lotus_abi.h"
+#include "model/usage.h"
+
+using namespace lotus;
+
+namespace {
+
+constexpr uint64_t MS = 1'000'000, S = 1'000'000'000;
+
+struct Usage : ::testing::Test {
+    std::vector<model::UsagePoint> points;
+    model::UsageTracker tracker{[this](const model::UsagePoint& p) { points.push_back(p); }};
+
+    // A reading of pid at ts: CPU (ms), RSS/HWM (MB), PSS (MB, -1: not read), storage bytes, switches.
+    void read(uint32_t pid, uint64_t ts, uint64_t user_ms, uint64_t system_ms, uint64_t rss_mb, int64_t pss_mb = -1,
+              uint64_t read_bytes = 0, uint64_t nvcsw = 0, uint64_t hwm_mb = 0)
+    {
+        model::RecordUsage r{model::kRecordUsage, pid, pid, 0, ts, user_ms * MS, system_ms * MS, rss_mb * 1024,
+                             (hwm_mb ? hwm_mb : rss_mb) * 1024, pss_mb < 0 ? model::kNoPss : uint64_t(pss_mb) * 1024,
+                             read_bytes, 0, nvcsw, 0, 1, 0};
+        tracker.consume(&r, sizeof(r));
+    }
+    void fork(uint32_t child, uint32_t parent, uint64_t ts)
+    {
+        lotus_proc_event e{};
+        e.h = {LOTUS_EV_FORK, child, child, 0, ts};
+        e.parent_tgid = parent;
+        tracker.consume(&e, sizeof(e));
+    }
+    void exit(uint32_t pid, uint64_t ts, uint64_t runtime_ms, uint64_t utime_ms, uint64_t stime_ms,
+              uint64_t read_bytes = 0, uint64_t nvcsw = 0)
+    {
+        lotus_usage u{};
+        u.h = {LOTUS_EV_USAGE, pid, pid, 0, ts};
+        u.runtime_ns = runtime_ms * MS;
+        u.utime_ns = utime_ms * MS;
+        u.stime_ns = stime_ms * MS;
+        u.read_bytes = read_bytes;
+        u.nvcsw = nvcsw;
+        tracker.consume(&u, sizeof(u));
+    }
+};
+
+} // namespace
+
+TEST_F(Usage, IntervalsBetweenReadingsAndTotalsFromTheFirst)
+{
+    // A process alive when tracing began: its figures count from its first reading.
+    read(1, 10 * S, 5000, 1000, 100, 80, 1'000'000, 50);
+    read(1, 10 * S + 100 * MS, 5060, 1010, 110, -1, 1'500'000, 60);
+    read(1, 10 * S + 200 * MS, 5060, 1010, 120, -1, 1'500'000, 60);
+    tracker.finish();
+    ASSERT_EQ(points.size(), 2u);
+    EXPECT_NEAR(points[0].user_pct, 60, 1e-9);
+    EXPECT_NEAR(points[0].system_pct, 10, 1e-9);
+    EXPECT_NEAR(points[0].rss_mb, 110, 1e-9);
+    EXPECT_EQ(points[0].pss_mb, -1);
+    EXPECT_NEAR(points[0].read_bps, 5'000'000, 1e-3);
+    EXPECT_NEAR(points[0].voluntary_cs_ps, 100, 1e-9);
+    EXPECT_NEAR(points[1].user_pct, 0, 1e-9);
+    const auto& u = tracker.processes().at(1);
+    EXPECT_EQ(u.user_ns, 60 * MS); // while traced, not since it started
+    EXPECT_EQ(u.system_ns, 10 * MS);
+    EXPECT_EQ(u.read_bytes, 500'000u);
+    EXPECT_EQ(u.readings, 3u);
+    EXPECT_FALSE(u.exact_end);
+    EXPECT_EQ(u.peak_pss_kb, 80u * 1024);
+    EXPECT_NEAR(u.peak_cpu_pct, 35, 1e-9); // traced 200 ms only: its mean over them
+}
+
+TEST_F(Usage, ForkedProcessesFromZeroAndExitsExact)
+{
+    fork(2, 1, 1 * S);
+    read(2, 1 * S + 50 * MS, 40, 0, 50);   // 80 % over the 50 ms since its fork
+    read(2, 1 * S + 150 * MS, 120, 10, 60);
+    // its exit: the scheduler's exact 200 ms, split 3:1 as its ticks were
+    exit(2, 1 * S + 180 * MS, 200, 150, 50, 4096, 9);
+    tracker.finish();
+    const auto& u = tracker.processes().at(2);
+    EXPECT_TRUE(u.forked);
+    EXPECT_TRUE(u.exact_end);
+    EXPECT_EQ(u.first_ns, 1 * S);
+    EXPECT_EQ(u.last_ns, 1 * S + 180 * MS);
+    EXPECT_EQ(u.user_ns, 150 * MS);
+    EXPECT_EQ(u.system_ns, 50 * MS);
+    EXPECT_EQ(u.read_bytes, 4096u);
+    EXPECT_EQ(u.nvcsw, 9u);
+    ASSERT_EQ(points.size(), 2u);
+    EXPECT_NEAR(points[0].user_pct, 80, 1e-9);
+    EXPECT_NEAR(u.peak_cpu_pct, 100.0 * 200 / 180, 1e-9); // its whole life, shorter than 1 s
+
+    // A process forked and gone between two sweeps still counts.
+    fork(3, 1, 2 * S);
+    exit(3, 2 * S + 30 * MS, 30, 3, 0);
+    EXPECT_EQ(tracker.processes().at(3).user_ns, 30 * MS);
+}
+
+TEST_F(Usage, PeaksOverOneSecondAndTheJobsSums)
+{
+    // Two processes read together every 250 ms for 2 s: process 1 busy 100 % the first second then 20 %,
+    // process 2 always 50 %.
+    uint64_t c1 = 0, c2 = 0;
+    for (int i = 0; i <= 8; i++) {
+        uint64_t ts = 10 * S + static_cast<uint64_t>(i) * 250 * MS;
+        read(1, ts, c1, 0, 100, i % 4 == 0 ? 60 : -1);
+        read(2, ts, c2, 0, 200, i % 4 == 0 ? 70 : -1);
+        c1 += i < 4 ? 250 : 50;
+        c2 += 125;
+    }
+    tracker.finish();
+    EXPECT_NEAR(tracker.processes().at(1).peak_cpu_pct, 100, 1e-9);
+    EXPECT_NEAR(tracker.processes().at(2).peak_cpu_pct, 50, 1e-9);
+    const auto& j = tracker.job();
+    EXPECT_EQ(j.sweeps, 9u);
+    EXPECT_NEAR(j.peak_cpu_pct, 150, 1e-9);
+    EXPECT_EQ(j.peak_rss_sum_kb, 300u * 1024);
+    EXPECT_EQ(j.peak_pss_sum_kb, 130u * 1024); // only sweeps where every process's PSS was read
+
+    std::map<uint32_t, model::ProcessInfo> procs;
+    procs[1].root = true;
+    procs[2].parent = 1;
+    procs[2].worker = true;
+    procs[2].worker_id = 0;
+    procs[2].owner = 1;
+    auto rows = exporter::usage_rows(tracker, procs);
+    ASSERT_EQ(rows.size(), 3u);
+    EXPECT_EQ(rows[0].role, "main");
+    EXPECT_EQ(rows[1].role, "worker 0");
+    EXPECT_EQ(rows[2].role, "job");
+    EXPECT_NEAR(rows[0].user_s, 1.2, 1e-9);
+    EXPECT_NEAR(rows[0].cpu_avg_pct, 60, 1e-9);
+    EXPECT_NEAR(rows[2].cpu_avg_pct, 110, 1e-9);
+    EXPECT_NEAR(rows[2].rss_avg_mb, 300, 1e-9);
+    EXPECT_NEAR(rows[2].pss_peak_mb, 130, 1e-9);
+    EXPECT_FALSE(rows[2].exact); // still running at the end
+    auto json = exporter::usage_json(rows, 250);
+    EXPECT_NE(json.find("\"interval_ms\":250"), std::string::npos);
+    EXPECT_NE(json.find("\"role\":\"job\""), std::string::npos);
+}
+
+TEST_F(Usage, CsvRowsWithTheirProcessLabels)
+{
+    exporter::UsageCsv csv;
+    model::UsageTracker t([&](const model::UsagePoint& p) { csv.add(p); });
+    model::RecordUsage a{model::kRecordUsage, 7, 7, 0, 2 * S, 0, 0, 1024, 1024, model::kNoPss, 0, 0, 0, 0, 1, 0};
+    model::RecordUsage b = a;
+    b.ts_ns = 2 * S + 100 * MS;
+    b.user_ns = 50 * MS;
+    t.consume(&a, sizeof(a));
+    t.consume(&b, sizeof(b));
+    std::map<uint32_t, model::ProcessInfo> procs;
+    procs[7].root = true;
+    std::string text = csv.text(procs, 1 * S);
+    EXPECT_EQ(text.substr(0, text.find('\n')),
+              "time_s,interval_s,pid,process,cpu_user_pct,cpu_system_pct,rss_mb,pss_mb,read_bytes_per_s,"
+              "write_bytes_per_s,voluntary_cs_per_s,involuntary_cs_per_s");
+    EXPECT_NE(text.find("\n1.100,0.100,7,main,50.0,0.0,1.00,,0,0,0.0,0.0\n"), std::string::npos) << text;
+}

@@ -1,0 +1,149 @@
+#include "usage_summary.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "export/json.h"
+#include "export/summary.h"
+
+namespace lotus::exporter {
+
+std::vector<UsageRow> usage_rows(const model::UsageTracker& usage,
+                                 const std::map<uint32_t, model::ProcessInfo>& processes)
+{
+    std::vector<UsageRow> out;
+    if (usage.processes().empty())
+        return out;
+    // Rows keyed like the summary's process table: training processes, then their workers by id.
+    using Key = std::tuple<uint32_t, int, int, std::string>;
+    std::map<Key, UsageRow> roles;
+    std::map<Key, double> rss_covered_s; // the time its RSS readings cover, for their mean
+    UsageRow job;
+    job.role = "job";
+    uint64_t first = UINT64_MAX, last = 0;
+    for (const auto& [pid, u] : usage.processes()) {
+        auto p = processes.find(pid);
+        bool worker = p != processes.end() && (p->second.worker || p->second.worker_id >= 0);
+        std::string label = model::process_label(processes, pid);
+        uint32_t group = p == processes.end() ? pid : worker && p->second.owner ? p->second.owner : pid;
+        Key key{p != processes.end() && p->second.root ? 0 : group, worker ? 1 : 0, worker ? p->second.worker_id : -1,
+                label};
+        auto& r = roles[key];
+        rss_covered_s[key] += u.rss_s;
+        r.role = label;
+        for (UsageRow* row : {&r, &job}) {
+            row->processes++;
+            row->user_s += static_cast<double>(u.user_ns) / 1e9;
+            row->system_s += static_cast<double>(u.system_ns) / 1e9;
+            row->read_mb += static_cast<double>(u.read_bytes) / 1e6;
+            row->write_mb += static_cast<double>(u.write_bytes) / 1e6;
+            row->voluntary_cs += u.nvcsw;
+            row->involuntary_cs += u.nivcsw;
+            row->exact &= u.exact_end;
+        }
+        r.wall_s += static_cast<double>(u.last_ns - u.first_ns) / 1e9;
+        r.cpu_peak_pct = std::max(r.cpu_peak_pct, u.peak_cpu_pct);
+        r.rss_avg_mb += u.rss_kb_s / 1024; // divided by the time below
+        r.rss_peak_mb = std::max(r.rss_peak_mb, static_cast<double>(u.peak_rss_kb) / 1024);
+        if (u.peak_pss_kb)
+            r.pss_peak_mb = std::max(r.pss_peak_mb, static_cast<double>(u.peak_pss_kb) / 1024);
+        first = std::min(first, u.first_ns);
+        last = std::max(last, u.last_ns);
+    }
+    for (auto& [key, r] : roles) {
+        double covered = rss_covered_s[key];
+        r.rss_avg_mb = covered > 0 ? r.rss_avg_mb / covered : 0;
+        r.cpu_avg_pct = r.wall_s > 0 ? 100 * (r.user_s + r.system_s) / r.wall_s : 0;
+        out.push_back(r);
+    }
+    const auto& j = usage.job();
+    job.wall_s = last > first ? static_cast<double>(last - first) / 1e9 : 0;
+    job.cpu_avg_pct = job.wall_s > 0 ? 100 * (job.user_s + job.system_s) / job.wall_s : 0;
+    job.cpu_peak_pct = j.peak_cpu_pct;
+    job.rss_peak_mb = static_cast<double>(j.peak_rss_sum_kb) / 1024;
+    job.pss_peak_mb = j.peak_pss_sum_kb ? static_cast<double>(j.peak_pss_sum_kb) / 1024 : -1;
+    double rss_kb_s = 0;
+    for (const auto& [pid, u] : usage.processes())
+        rss_kb_s += u.rss_kb_s;
+    job.rss_avg_mb = job.wall_s > 0 ? rss_kb_s / 1024 / job.wall_s : 0;
+    out.push_back(job);
+    return out;
+}
+
+void print_usage(FILE* out, const std::vector<UsageRow>& rows, unsigned interval_ms)
+{
+    if (rows.empty())
+        return;
+    fmt::print(out, "\n{:<20} {:>5} {:>8} {:>8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10}\n", "resources", "procs",
+               "wall s", "CPU s", "avg CPU%", "peak CPU%", "avg RSS", "peak RSS", "peak PSS", "read MB", "write MB",
+               "ctx sw");
+    bool running = false;
+    for (const auto& r : rows) {
+        running |= !r.exact;
+        fmt::print(out, "{:<20} {:>5} {:>8.1f} {:>8.2f} {:>9.0f} {:>8.0f} {:>8.0f} {:>9.0f} {:>9} {:>9.1f} {:>9.1f} {:>10}{}\n",
+                   r.role, r.processes, r.wall_s, r.user_s + r.system_s, r.cpu_avg_pct, r.cpu_peak_pct, r.rss_avg_mb,
+                   r.rss_peak_mb, r.pss_peak_mb < 0 ? "-" : fmt::format("{:.0f}", r.pss_peak_mb), r.read_mb, r.write_mb,
+                   r.voluntary_cs + r.involuntary_cs, r.exact ? "" : " *");
+    }
+    print_wrapped(out, fmt::format("(read from /proc every {} ms and from the kernel as each process exited; CPU % of one CPU, "
+                                   "peaks over 1 s or more; memory in MB: RSS counts pages shared between processes "
+                                   "once in each, PSS splits them; read/write: storage I/O the processes caused; the "
+                                   "job's peaks are of the processes' sum{})",
+                                   interval_ms, running ? "; *: still running at the end, its totals up to its last reading" : ""));
+}
+
+std::string usage_json(const std::vector<UsageRow>& rows, unsigned interval_ms)
+{
+    std::string roles, job = "null";
+    for (const auto& r : rows) {
+        std::string o = fmt::format(
+            "{{\"role\":{},\"processes\":{},\"wall_s\":{:.3f},\"user_s\":{:.3f},\"system_s\":{:.3f},\"cpu_avg_pct\":{:.2f},"
+            "\"cpu_peak_pct\":{:.2f},\"rss_avg_mb\":{:.2f},\"rss_peak_mb\":{:.2f},\"pss_peak_mb\":{},\"read_mb\":{:.3f},"
+            "\"write_mb\":{:.3f},\"voluntary_cs\":{},\"involuntary_cs\":{},\"exact\":{}}}",
+            json_string(r.role), r.processes, r.wall_s, r.user_s, r.system_s, r.cpu_avg_pct, r.cpu_peak_pct, r.rss_avg_mb,
+            r.rss_peak_mb, r.pss_peak_mb < 0 ? "null" : fmt::format("{:.2f}", r.pss_peak_mb), r.read_mb, r.write_mb,
+            r.voluntary_cs, r.involuntary_cs, r.exact);
+        if (&r == &rows.back())
+            job = o;
+        else
+            roles += (roles.empty() ? "" : ",") + o;
+    }
+    return fmt::format("{{\"interval_ms\":{},\"roles\":[{}],\"job\":{},\"network\":null}}", interval_ms, roles, job);
+}
+
+void UsageCsv::add(const model::UsagePoint& p)
+{
+    if (points_.size() < kMaxPoints)
+        points_.push_back(p);
+    else
+        dropped_++;
+}
+
+std::string UsageCsv::text(const std::map<uint32_t, model::ProcessInfo>& processes, uint64_t t0_ns) const
+{
+    std::string out = "time_s,interval_s,pid,process,cpu_user_pct,cpu_system_pct,rss_mb,pss_mb,read_bytes_per_s,"
+                      "write_bytes_per_s,voluntary_cs_per_s,involuntary_cs_per_s\n";
+    std::map<uint32_t, std::string> labels;
+    for (const auto& p : points_) {
+        auto [it, fresh] = labels.try_emplace(p.pid);
+        if (fresh) { // a CSV field: quoted where it holds a comma or a quote
+            std::string l = model::process_label(processes, p.pid);
+            if (l.find_first_of(",\"") != std::string::npos) {
+                std::string q = "\"";
+                for (char c : l)
+                    q += c == '"' ? std::string("\"\"") : std::string(1, c);
+                l = q + "\"";
+            }
+            it->second = l;
+        }
+        out += fmt::format("{:.3f},{:.3f},{},{},{:.1f},{:.1f},{:.2f},{},{:.0f},{:.0f},{:.1f},{:.1f}\n",
+                           static_cast<double>(p.ts_ns > t0_ns ? p.ts_ns - t0_ns : 0) / 1e9, p.interval_s, p.pid,
+                           it->second, p.user_pct, p.system_pct, p.rss_mb, p.pss_mb < 0 ? "" : fmt::format("{:.2f}", p.pss_mb),
+                           p.read_bps, p.write_bps, p.voluntary_cs_ps, p.involuntary_cs_ps);
+    }
+    return out;
+}
+
+} // namespace lotus::exporter

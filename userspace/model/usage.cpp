@@ -1,0 +1,181 @@
+#include "usage.h"
+
+#include <algorithm>
+
+#include "lotus_abi.h"
+
+namespace lotus::model {
+
+namespace {
+
+constexpr uint64_t kPeakWindowNs = 1'000'000'000;
+
+uint64_t since(uint64_t now, uint64_t before) { return now > before ? now - before : 0; }
+
+} // namespace
+
+void UsageTracker::consume(const void* data, size_t len)
+{
+    if (len < sizeof(lotus_event_header))
+        return;
+    auto* h = static_cast<const lotus_event_header*>(data);
+    if (h->type == kRecordUsage && len >= sizeof(RecordUsage)) {
+        reading(*static_cast<const RecordUsage*>(data));
+    } else if (h->type == LOTUS_EV_FORK && len >= sizeof(lotus_proc_event)) {
+        forked_at_[h->tgid] = h->ts_ns;
+    } else if (h->type == LOTUS_EV_USAGE && len >= sizeof(lotus_usage)) {
+        // Its exit: the kernel's totals over its life, against its last reading (or its fork).
+        auto* x = static_cast<const lotus_usage*>(data);
+        auto l = last_.find(x->h.tgid);
+        auto fork = forked_at_.find(x->h.tgid);
+        if ((l == last_.end() || !l->second.have) && fork == forked_at_.end())
+            return; // never read and not forked while traced: nothing to measure from
+        auto& u = usage_[x->h.tgid];
+        RecordUsage prev{};
+        prev.ts_ns = fork != forked_at_.end() ? fork->second : 0;
+        if (l != last_.end() && l->second.have)
+            prev = l->second.r;
+        else
+            u.forked = true, u.first_ns = prev.ts_ns;
+        // the exact CPU time, split user/system as the kernel's ticks split it
+        uint64_t ticks = x->utime_ns + x->stime_ns;
+        uint64_t user = ticks ? static_cast<uint64_t>(static_cast<double>(x->runtime_ns) *
+                                                      static_cast<double>(x->utime_ns) / static_cast<double>(ticks))
+                              : x->runtime_ns;
+        uint64_t system = x->runtime_ns - std::min<uint64_t>(user, x->runtime_ns);
+        uint64_t d_cpu = since(user, prev.user_ns) + since(system, prev.system_ns);
+        u.user_ns += since(user, prev.user_ns);
+        u.system_ns += since(system, prev.system_ns);
+        u.read_bytes += since(x->read_bytes, prev.read_bytes);
+        u.write_bytes += since(x->write_bytes, prev.write_bytes);
+        u.nvcsw += since(x->nvcsw, prev.nvcsw);
+        u.nivcsw += since(x->nivcsw, prev.nivcsw);
+        u.last_ns = std::max<uint64_t>(u.last_ns, x->h.ts_ns);
+        u.exact_end = true;
+        job_window_cpu_ns_ += d_cpu;
+        if (l != last_.end()) {
+            l->second.peak_cpu_ns += d_cpu;
+            close_peak(u, l->second, x->h.ts_ns);
+            last_.erase(l);
+        } else if (x->h.ts_ns > prev.ts_ns) { // forked and gone before its first reading
+            u.peak_cpu_pct = 100.0 * static_cast<double>(d_cpu) / static_cast<double>(x->h.ts_ns - prev.ts_ns);
+        }
+    }
+}
+
+void UsageTracker::reading(const RecordUsage& r)
+{
+    if (r.ts_ns != sweep_ts_) {
+        if (sweep_ts_)
+            end_sweep();
+        sweep_ts_ = r.ts_ns;
+        sweep_rss_kb_ = sweep_pss_kb_ = 0;
+        sweep_pss_all_ = true;
+        if (!job_window_from_)
+            job_window_from_ = r.ts_ns;
+    }
+    sweep_rss_kb_ += r.rss_kb;
+    if (r.pss_kb == kNoPss)
+        sweep_pss_all_ = false;
+    else
+        sweep_pss_kb_ += r.pss_kb;
+
+    auto& u = usage_[r.tgid];
+    auto& l = last_[r.tgid];
+    u.peak_rss_kb = std::max(u.peak_rss_kb, r.hwm_kb);
+    if (r.pss_kb != kNoPss)
+        u.peak_pss_kb = std::max(u.peak_pss_kb, r.pss_kb);
+    RecordUsage prev{};
+    if (l.have) {
+        prev = l.r;
+    } else if (auto f = forked_at_.find(r.tgid); f != forked_at_.end()) {
+        prev.ts_ns = f->second; // a new process: everything from zero at its fork
+        u.forked = true;
+        u.first_ns = l.peak_from_ns = f->second;
+    } else { // alive when tracing began: its figures count from this first reading
+        l.r = r;
+        l.have = true;
+        u.first_ns = u.last_ns = l.peak_from_ns = r.ts_ns;
+        u.readings = 1;
+        return;
+    }
+    uint64_t dt = since(r.ts_ns, prev.ts_ns);
+    l.r = r;
+    l.have = true;
+    u.last_ns = r.ts_ns;
+    u.readings++;
+    if (!dt)
+        return;
+    uint64_t du = since(r.user_ns, prev.user_ns), ds = since(r.system_ns, prev.system_ns);
+    uint64_t dr = since(r.read_bytes, prev.read_bytes), dw = since(r.write_bytes, prev.write_bytes);
+    uint64_t dv = since(r.nvcsw, prev.nvcsw), di = since(r.nivcsw, prev.nivcsw);
+    u.user_ns += du;
+    u.system_ns += ds;
+    u.read_bytes += dr;
+    u.write_bytes += dw;
+    u.nvcsw += dv;
+    u.nivcsw += di;
+    double secs = static_cast<double>(dt) / 1e9;
+    u.rss_kb_s += static_cast<double>(r.rss_kb) * secs;
+    u.rss_s += secs;
+    l.peak_cpu_ns += du + ds;
+    if (r.ts_ns - l.peak_from_ns >= kPeakWindowNs)
+        close_peak(u, l, r.ts_ns);
+    job_window_cpu_ns_ += du + ds;
+    if (sink_)
+        sink_(UsagePoint{r.tgid, r.ts_ns, secs, 100 * static_cast<double>(du) / 1e9 / secs,
+                         100 * static_cast<double>(ds) / 1e9 / secs, static_cast<double>(r.rss_kb) / 1024,
+                         r.pss_kb == kNoPss ? -1 : static_cast<double>(r.pss_kb) / 1024, static_cast<double>(dr) / secs,
+                         static_cast<double>(dw) / secs, static_cast<double>(dv) / secs, static_cast<double>(di) / secs});
+}
+
+void UsageTracker::close_peak(ProcessUsage& u, Last& l, uint64_t now)
+{
+    uint64_t window = since(now, l.peak_from_ns);
+    if (window && (window >= kPeakWindowNs || !l.peaked)) {
+        u.peak_cpu_pct = std::max(u.peak_cpu_pct, 100.0 * static_cast<double>(l.peak_cpu_ns) / static_cast<double>(window));
+        l.peaked = window >= kPeakWindowNs;
+    }
+    l.peak_from_ns = now;
+    l.peak_cpu_ns = 0;
+}
+
+void UsageTracker::end_sweep()
+{
+    if (!job_.sweeps)
+        job_.first_ns = sweep_ts_;
+    job_.sweeps++;
+    job_.last_ns = sweep_ts_;
+    job_.peak_rss_sum_kb = std::max(job_.peak_rss_sum_kb, sweep_rss_kb_);
+    if (sweep_pss_all_)
+        job_.peak_pss_sum_kb = std::max(job_.peak_pss_sum_kb, sweep_pss_kb_);
+    if (sweep_ts_ - job_window_from_ >= kPeakWindowNs)
+        close_job_peak();
+}
+
+void UsageTracker::close_job_peak()
+{
+    uint64_t window = since(sweep_ts_, job_window_from_);
+    if (window && (window >= kPeakWindowNs || !job_peaked_)) {
+        job_.peak_cpu_pct = std::max(job_.peak_cpu_pct, 100.0 * static_cast<double>(job_window_cpu_ns_) /
+                                                            static_cast<double>(window));
+        job_peaked_ = window >= kPeakWindowNs;
+    }
+    job_window_from_ = sweep_ts_;
+    job_window_cpu_ns_ = 0;
+}
+
+void UsageTracker::finish()
+{
+    if (sweep_ts_) {
+        end_sweep();
+        if (!job_peaked_)
+            close_job_peak(); // a run shorter than 1 s: its mean
+    }
+    for (auto& [pid, l] : last_) // still running: their last window, if it is their only one
+        if (!l.peaked)
+            close_peak(usage_[pid], l, l.r.ts_ns);
+    sweep_ts_ = 0;
+}
+
+} // namespace lotus::model

@@ -1,0 +1,82 @@
+// Resource use over time per traced process, from the stream alone: /proc readings (RecordUsage, one sweep over
+// the traced processes at a time), forks (a process forked while traced starts from zero) and the kernel's exact
+// figures when a process exits (LOTUS_EV_USAGE). Pure: fed records, like the engine.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+
+#include "model/user_records.h"
+
+namespace lotus::model {
+
+// One process over the interval between two of its readings (or its fork and its first reading).
+struct UsagePoint {
+    uint32_t pid = 0;
+    uint64_t ts_ns = 0;      // the interval's end (the sweep's time)
+    double interval_s = 0;
+    double user_pct = 0, system_pct = 0; // of one CPU; /proc counts in 10 ms clock ticks
+    double rss_mb = 0;
+    double pss_mb = -1;                  // -1: not read in this sweep
+    double read_bps = 0, write_bps = 0;  // storage I/O, bytes/s
+    double voluntary_cs_ps = 0, involuntary_cs_ps = 0;
+};
+
+// One process over the time it was traced: from its first reading (from its fork when it was forked while
+// traced) to its exit (exact, from the kernel) or its last reading.
+struct ProcessUsage {
+    uint64_t first_ns = 0, last_ns = 0;
+    bool forked = false;     // forked while traced: its figures start from zero at its fork
+    bool exact_end = false;  // its exit was seen: totals from the kernel's own counts at that moment
+    uint64_t readings = 0;
+    uint64_t user_ns = 0, system_ns = 0, read_bytes = 0, write_bytes = 0, nvcsw = 0, nivcsw = 0; // while traced
+    double peak_cpu_pct = 0;   // over intervals of at least 1 s (a 10 ms tick is 1 % of it); a process traced for
+                               // less than that: its mean over that time
+    double rss_kb_s = 0, rss_s = 0; // the integral of RSS over time, and the time it covers (for the mean)
+    uint64_t peak_rss_kb = 0;  // VmHWM: the kernel's own peak
+    uint64_t peak_pss_kb = 0;  // 0: never read
+};
+
+// The traced processes together, sweep by sweep.
+struct JobUsage {
+    uint64_t first_ns = 0, last_ns = 0, sweeps = 0;
+    double peak_cpu_pct = 0;        // over intervals of at least 1 s
+    uint64_t peak_rss_sum_kb = 0;   // a sweep's RSS summed over processes (shared pages counted in each)
+    uint64_t peak_pss_sum_kb = 0;   // the same with PSS (shared pages split): 0 when never read
+};
+
+class UsageTracker {
+public:
+    using Sink = std::function<void(const UsagePoint&)>;
+    explicit UsageTracker(Sink sink = {}) : sink_(std::move(sink)) {}
+    void consume(const void* data, size_t len);
+    void finish(); // closes the last sweep
+    const std::map<uint32_t, ProcessUsage>& processes() const { return usage_; }
+    const JobUsage& job() const { return job_; }
+
+private:
+    struct Last {
+        RecordUsage r{};
+        bool have = false;
+        uint64_t peak_from_ns = 0, peak_cpu_ns = 0; // the current ≥ 1 s window for the peak
+        bool peaked = false; // a window was closed
+    };
+    void reading(const RecordUsage& r);
+    void end_sweep();
+    void close_job_peak();
+    // A process's last peak window (at its exit or the end): counted when it is its only one or 1 s long.
+    void close_peak(ProcessUsage& u, Last& l, uint64_t now);
+    Sink sink_;
+    std::map<uint32_t, ProcessUsage> usage_;
+    std::map<uint32_t, Last> last_;
+    std::map<uint32_t, uint64_t> forked_at_;
+    JobUsage job_;
+    uint64_t sweep_ts_ = 0, sweep_rss_kb_ = 0, sweep_pss_kb_ = 0;
+    bool sweep_pss_all_ = true;
+    // the job's CPU: summed over the processes' readings, per ≥ 1 s window of sweeps
+    uint64_t job_window_from_ = 0, job_window_cpu_ns_ = 0;
+    bool job_peaked_ = false;
+};
+
+} // namespace lotus::model
