@@ -19,11 +19,11 @@ _lotus_bpf()
             return ;;
     esac
     if [[ $cword -eq 1 && $cur != -* ]]; then
-        COMPREPLY=($(compgen -W "record export report top" -- "$cur"))
+        COMPREPLY=($(compgen -W "record export report top diff" -- "$cur"))
         return
     fi
     case ${words[1]} in
-        export|report)
+        export|report|diff)
             if [[ $cur != -* ]]; then
                 _filedir lbt
                 return

@@ -8,7 +8,7 @@ import os
 import re
 from collections import defaultdict
 
-from harness import EXAMPLE, PY, BpfTestCase, dataset, load_trace, run_lotus
+from harness import EXAMPLE, OPS, PY, BpfTestCase, dataset, load_trace, run_lotus
 
 
 class Resources(BpfTestCase):
@@ -105,3 +105,36 @@ class Resources(BpfTestCase):
             self.assertIsNone(json.load(f)["resources"])
         self.assertFalse(any(e["ph"] == "C" and e["name"] == "CPU %" for e in load_trace(out)["traceEvents"]))
         self.assertNotIn("\nresources ", r.stdout)
+
+    def test_diff_of_two_runs(self):
+        # One run kept as a record file, the other as a summary JSON: `diff` puts them side by side.
+        data = dataset(64)
+        a_rec, a_js, b_js = self.path("a.lbt"), self.path("a.json"), self.path("b.json")
+        r = run_lotus(["-q", "-o", self.path("ta.json"), "--record", a_rec, "--summary-json", a_js, "--", PY, EXAMPLE,
+                       data, "--workers", "1"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = run_lotus(["-q", "-o", self.path("tb.json"), "--summary-json", b_js, "--", PY, EXAMPLE, data, "--workers",
+                       "2", "--epochs", "2"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = run_lotus(["diff", a_rec, b_js])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(a_js) as f:
+            a = json.load(f)
+        with open(b_js) as f:
+            b = json.load(f)
+        self.assertRegex(r.stdout, r"\nsamples +64 +128 +\+64 \(\+100\.0 %\)\n")
+        for op in OPS + ["loader", "sample (whole pipeline)"]:
+            key = "sample" if op.startswith("sample") else op
+            row = re.search(rf"\n{re.escape(op)} +(\d+) +(\d+) +([\d.]+) +([\d.]+) +([+-][\d.]+) ", r.stdout)
+            self.assertIsNotNone(row, (op, r.stdout))
+            self.assertEqual(int(row.group(1)), a["ops"][key]["count"])
+            self.assertEqual(int(row.group(2)), b["ops"][key]["count"])
+            self.assertAlmostEqual(float(row.group(3)), a["ops"][key]["mean_ms"], delta=0.0006)
+            self.assertAlmostEqual(float(row.group(5)), b["ops"][key]["mean_ms"] - a["ops"][key]["mean_ms"], delta=0.0011)
+        self.assertIn("verdict A: " + a["batches"]["verdict"], r.stdout)
+        self.assertIn("verdict B: " + b["batches"]["verdict"], r.stdout)
+        self.assertRegex(r.stdout, r"\nCPU s +[\d.]+ +[\d.]+ +[+-]")
+        # a file that is neither: one line, status 1
+        r = run_lotus(["diff", a_js, self.path("ta.json")])
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)

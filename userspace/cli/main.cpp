@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "capture/perf_events.h"
+#include "diff.h"
 #include "session.h"
 #include "target/native_functions.h"
 
@@ -152,6 +153,7 @@ int main(int argc, char** argv)
   lotus-bpf export run.lbt -o run.json             the Chrome trace (no root needed)
   lotus-bpf report run.lbt --html run.html         the HTML report with charts (offline, one file)
   sudo lotus-bpf top --pid 4242                    a live table, refreshed every second; q to quit
+  lotus-bpf diff before.lbt after.json             two runs side by side (record files or summary JSONs)
 
 Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (one line on stderr);
 2 usage error; 74 an output could not be written (the others were). man lotus-bpf for more.)");
@@ -209,11 +211,18 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
     rep->add_option("--resources-csv", sp.opts.resources_csv, "also write the resource readings as CSV to this file")
         ->check(kNonEmpty);
     add_rule_options(rep, sp);
+    std::string diff_a, diff_b;
+    auto* diff = app.add_subcommand("diff", "compare two runs, each a summary JSON (--summary-json) or a record file "
+                                            "(no root needed)");
+    diff->add_option("A", diff_a, "the first run")->required()->check(kNonEmpty);
+    diff->add_option("B", diff_b, "the second run")->required()->check(kNonEmpty);
     app.require_subcommand(0, 1);
 
     Parsed* chosen = &p;
     try {
         app.parse(argc, argv);
+        if (diff->parsed())
+            return lotus::cli::run_diff(diff_a, diff_b);
         if (record->parsed()) {
             chosen = &rp;
             rp.opts.output.clear();
@@ -249,7 +258,7 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
                 throw CLI::ValidationError("--replay reads a record file: no --pid, command or --record with it");
             if (!pid_opt->count() && opts.command.empty() && opts.replay.empty())
                 throw CLI::ValidationError("give --pid PID or -- COMMAND (or --replay FILE, or a subcommand: "
-                                           "record, export, report, top)");
+                                           "record, export, report, top, diff)");
             if (pid_opt->count())
                 opts.pid = p.pid;
             parse_window(p);

@@ -277,6 +277,10 @@ void Summary::add(const model::Span& s)
     if (s.kind != model::SpanKind::Sample && s.kind != model::SpanKind::Op && s.kind != model::SpanKind::Loader &&
         s.kind != model::SpanKind::Collate && s.kind != model::SpanKind::Py)
         return; // batches and waits have their own section
+    if (s.kind == model::SpanKind::Sample) {
+        first_sample_ns_ = std::min(first_sample_ns_, s.start_ns);
+        last_sample_ns_ = std::max(last_sample_ns_, s.end_ns);
+    }
     if (s.kind == model::SpanKind::Loader) {
         loaders_++;
         for (const auto& [k, v] : s.args)
@@ -333,6 +337,13 @@ Rows Summary::rows_of(const Group& g) const
 }
 
 Rows Summary::rows() const { return rows_of(all_); }
+
+double Summary::samples_per_s() const
+{
+    if (all_.samples.count() < 2 || last_sample_ns_ <= first_sample_ns_)
+        return 0;
+    return static_cast<double>(all_.samples.count()) / (static_cast<double>(last_sample_ns_ - first_sample_ns_) / 1e9);
+}
 
 std::vector<std::pair<GroupKey, Rows>> Summary::groups() const
 {
@@ -434,6 +445,10 @@ void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& pro
                 print_batches(out, b);
             }
     }
+    if (samples_per_s() > 0)
+        fmt::print(out, "\nsamples/s: {:.1f} ({} samples from the first one's start to the last one's end, {:.2f} s)\n",
+                   samples_per_s(), all_.samples.count(),
+                   static_cast<double>(last_sample_ns_ - first_sample_ns_) / 1e9);
     if (!batches.loops.empty())
         fmt::print(out, "\n");
     for (const auto& l : batches.loops) {
@@ -573,8 +588,13 @@ std::string Summary::json(const std::map<uint32_t, model::ProcessInfo>& processe
     }
     std::string r = run_json_members(run);
     return fmt::format("{{\"run\":{{{}}},\"ops\":{},\"batches\":{},\"loaders\":[{}],\"training\":[{}],\"processes\":[{}],"
-                       "\"counters\":{},\"native_map\":{},\"resources\":{}}}\n",
-                       r, rows_json(rows()), merged, loaders, loops, procs, counters_json(), native_map_json(), resources);
+                       "\"counters\":{},\"native_map\":{},\"resources\":{},\"throughput\":{}}}\n",
+                       r, rows_json(rows()), merged, loaders, loops, procs, counters_json(), native_map_json(), resources,
+                       samples_per_s() > 0
+                           ? fmt::format("{{\"samples\":{},\"seconds\":{:.4f},\"samples_per_s\":{:.3f}}}",
+                                         all_.samples.count(),
+                                         static_cast<double>(last_sample_ns_ - first_sample_ns_) / 1e9, samples_per_s())
+                           : "null");
 }
 
 } // namespace lotus::exporter

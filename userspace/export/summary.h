@@ -93,6 +93,8 @@ public:
     const std::vector<std::string>& counter_names() const { return counter_names_; }
     // Op names in first-seen order with their stats over every DataLoader; "sample" (a whole pipeline call) last.
     Rows rows() const;
+    // Samples (pipeline calls) per second, from the first sample's start to the last one's end; 0: fewer than 2.
+    double samples_per_s() const;
     // Whether most loader spans opened a file (an image dataset: loading is reading and decoding it).
     bool loaders_read_files() const { return loaders_ && files_opened_ * 2 > loaders_; }
     // The same per DataLoader of each training process, in first-seen order.
@@ -125,6 +127,7 @@ private:
     std::map<GroupKey, Group> groups_;
     std::vector<GroupKey> group_order_;
     uint64_t loaders_ = 0, files_opened_ = 0;
+    uint64_t first_sample_ns_ = UINT64_MAX, last_sample_ns_ = 0; // the first sample's start, the last one's end
 };
 
 // A counter that counts nanoseconds (task-clock, cpu-clock): shown in ms.
