@@ -9,6 +9,7 @@
 #include "capture/perf_events.h"
 #include "diff.h"
 #include "session.h"
+#include "target/cgroup.h"
 #include "target/native_functions.h"
 
 namespace {
@@ -60,8 +61,29 @@ const CLI::Validator kNativeSpec(
 struct Parsed {
     lotus::cli::Options opts;
     int pid = 0;
-    std::string window;
+    std::string window, memory;
 };
+
+const CLI::Validator kBytes(
+    [](std::string& v) {
+        try {
+            lotus::target::parse_bytes(v);
+        } catch (const std::exception& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    },
+    "SIZE", "Bytes");
+
+// --cpus/--memory/--cpuset: the job lotus-bpf launches runs in a cgroup it makes; an attached one's is not its own.
+void check_limits(Parsed& p, bool attach)
+{
+    if (!p.memory.empty())
+        p.opts.limits.memory_bytes = lotus::target::parse_bytes(p.memory);
+    if (attach && p.opts.limits.any())
+        throw CLI::ValidationError("--cpus, --memory and --cpuset need launch mode (-- COMMAND): the cgroup of a "
+                                   "process lotus-bpf did not start is not its to change");
+}
 
 // What decides which spans exist: the engine's rules (used live and on replay).
 void add_rule_options(CLI::App* app, Parsed& p)
@@ -108,6 +130,14 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
                     "milliseconds (0: never)")
         ->capture_default_str()
         ->check(CLI::Range(0, 60000));
+    app->add_option("--cpus", p.opts.limits.cpus, "launch mode: run the job limited to this many CPUs' time (2.5: "
+                                                  "250 ms per 100 ms), in a cgroup lotus-bpf makes and removes")
+        ->check(CLI::Range(0.01, 4096.0));
+    app->add_option("--memory", p.memory, "launch mode: limit the job's memory (4G, 512M...): the kernel's OOM killer "
+                                          "acts past it, as in a container")
+        ->check(kBytes);
+    app->add_option("--cpuset", p.opts.limits.cpuset, "launch mode: run the job on these CPUs only (0-1,3)")
+        ->check(kNonEmpty);
     app->add_flag("-q,--quiet", p.opts.quiet, "no live status line");
     app->add_option("command", p.opts.command, "launch mode: the command to run and trace (after --)");
     app->positionals_at_end();
@@ -233,6 +263,7 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
                 throw CLI::ValidationError("give either --pid or a command, not both");
             if (!rec_pid->count() && rp.opts.command.empty())
                 throw CLI::ValidationError("record: give --pid PID or -- COMMAND");
+            check_limits(rp, rec_pid->count());
         } else if (top->parsed()) {
             chosen = &tp;
             tp.opts.output.clear();
@@ -244,6 +275,7 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
                 throw CLI::ValidationError("give either --pid or a command, not both");
             if (!top_pid->count() && tp.opts.command.empty())
                 throw CLI::ValidationError("top: give --pid PID or -- COMMAND");
+            check_limits(tp, top_pid->count());
         } else if (exp->parsed()) {
             chosen = &ep;
             ep.opts.print_summary = false;
@@ -261,6 +293,7 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
                                            "record, export, report, top, diff)");
             if (pid_opt->count())
                 opts.pid = p.pid;
+            check_limits(p, pid_opt->count() || !opts.replay.empty());
             parse_window(p);
         }
     } catch (const CLI::CallForHelp& e) {

@@ -122,6 +122,9 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
                                     "the trace.",
                                     c.incomplete + c.lost_returns));
     notes.insert(notes.end(), end_notes.begin(), end_notes.end());
+    if (run.limits)
+        for (auto& n : limit_notes(*run.limits, engine_.processes(), ended))
+            notes.push_back(std::move(n));
     for (const auto& f : outputs_.failures())
         notes.push_back("Not written: " + f);
     auto write_reports = [&] {
@@ -158,6 +161,50 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
     fflush(stdout);
     write_reports();
     return outputs_.failures().empty();
+}
+
+std::vector<std::string> limit_notes(const exporter::RunInfo::Limits& l,
+                                     const std::map<uint32_t, model::ProcessInfo>& processes,
+                                     const std::vector<std::pair<uint64_t, uint32_t>>& ended)
+{
+    std::vector<std::string> out;
+    auto mib = [](uint64_t b) { return static_cast<double>(b) / (1 << 20); };
+    std::string asked;
+    if (l.cpus > 0)
+        asked += fmt::format("{}{:g} CPU(s)", asked.empty() ? "" : ", ", l.cpus);
+    if (l.memory_bytes)
+        asked += fmt::format("{}memory {:.0f} MiB", asked.empty() ? "" : ", ", mib(l.memory_bytes));
+    if (!l.cpuset.empty())
+        asked += fmt::format("{}CPUs {}", asked.empty() ? "" : ", ", l.cpuset);
+    std::string seen;
+    if (l.have_cpu && l.cpus > 0)
+        seen += fmt::format("; CPU throttled in {} of {} periods of 100 ms, {:.2f} s in all", l.throttled_periods,
+                            l.periods, static_cast<double>(l.throttled_ns) / 1e9);
+    if (l.have_memory && l.memory_bytes)
+        seen += fmt::format("; memory peak {:.0f} MiB of {:.0f} MiB, the limit reached {} time(s)", mib(l.memory_peak_bytes),
+                            mib(l.memory_bytes), l.memory_limit_hits);
+    out.push_back(fmt::format("Limits (cgroup {}, made for this run and removed): {}{}.", l.cgroup, asked, seen));
+    if (l.oom_kills) {
+        std::vector<std::string> killed;
+        for (const auto& [ns, pid] : ended)
+            if (model::exit_signal(processes.at(pid)) == 9)
+                killed.push_back(fmt::format("{} (PID {})", model::process_label(processes, pid), pid));
+        if (killed.size() == l.oom_kills)
+            for (const auto& k : killed)
+                out.push_back(fmt::format("{} was killed by the kernel's OOM killer: the job's memory limit is {:.0f} MiB "
+                                          "(--memory), its peak {:.0f} MiB.",
+                                          k, mib(l.memory_bytes), mib(l.memory_peak_bytes)));
+        else
+            out.push_back(fmt::format("The kernel's OOM killer killed {} process(es) in the job's cgroup (memory limit "
+                                      "{:.0f} MiB, peak {:.0f} MiB); killed by SIGKILL while traced: {}.",
+                                      l.oom_kills, mib(l.memory_bytes), mib(l.memory_peak_bytes),
+                                      killed.empty() ? std::string("none seen") : fmt::format("{}", fmt::join(killed, ", "))));
+    }
+    if (l.left_running)
+        out.push_back(fmt::format("{} process(es) of the job were still running when tracing stopped: moved out of its "
+                                  "cgroup, they run on without the limits.",
+                                  l.left_running));
+    return out;
 }
 
 bool calls_inlined(const std::string& python, bool all_calls)

@@ -31,6 +31,13 @@ RuleLists rule_lists(const Options& opts);
 // --all-calls.
 bool calls_inlined(const std::string& python, bool all_calls);
 
+// What the summary says of --cpus/--memory/--cpuset: the limits and what the kernel counted, the processes the
+// OOM killer killed (named where the count matches the processes seen killed by SIGKILL), a job left running.
+// ended: (end time, pid) of the processes that did not end cleanly.
+std::vector<std::string> limit_notes(const exporter::RunInfo::Limits& limits,
+                                     const std::map<uint32_t, model::ProcessInfo>& processes,
+                                     const std::vector<std::pair<uint64_t, uint32_t>>& ended);
+
 class Reconstruction {
 public:
     // t0: the run's start (CLOCK_MONOTONIC ns); counter_names: --counters' events, in slot order. roles/types:

@@ -27,6 +27,7 @@
 #include "target/elf_file.h"
 #include "target/interpreter.h"
 #include "target/opcode_handlers.h"
+#include "target/cgroup.h"
 #include "target/cpython_layouts.h"
 #include "target/launcher.h"
 #include "target/proc_maps.h"
@@ -146,6 +147,11 @@ int run_session(const Options& opts)
         }
 
 
+        // --cpus/--memory/--cpuset: the launched job's cgroup, made before it starts and removed after the launcher
+        // is gone (declared first: destroyed last).
+        std::unique_ptr<target::JobCgroup> cgroup;
+        if (!opts.pid && opts.limits.any())
+            cgroup = std::make_unique<target::JobCgroup>(opts.limits);
         std::unique_ptr<target::Launcher> launcher;
         target::Interpreter interp;
         int root = 0;
@@ -169,6 +175,11 @@ int run_session(const Options& opts)
                 env.push_back("PYTHONPERFSUPPORT=1");
             launcher = std::make_unique<target::Launcher>(opts.command, env);
             root = launcher->pid();
+            if (cgroup) { // before it runs: what it forks stays in the cgroup
+                cgroup->add(launcher->command_pid());
+                if (launcher->pid() != launcher->command_pid())
+                    cgroup->add(launcher->pid());
+            }
             interp = launcher->interpreter();
         }
         // --all-calls where calls are inlined and there is no trampoline (3.11): probes on the evaluator's
@@ -407,6 +418,24 @@ int run_session(const Options& opts)
         run.layout = interp.layout_source;
         run.cpus = cpus;
         run.resources_interval_ms = opts.resources_interval_ms;
+        if (cgroup) {
+            auto st = cgroup->stats();
+            exporter::RunInfo::Limits l;
+            l.cpus = opts.limits.cpus;
+            l.memory_bytes = opts.limits.memory_bytes;
+            l.cpuset = opts.limits.cpuset;
+            l.cgroup = cgroup->version();
+            l.have_cpu = st.have_cpu;
+            l.have_memory = st.have_memory;
+            l.periods = st.periods;
+            l.throttled_periods = st.throttled_periods;
+            l.throttled_ns = st.throttled_ns;
+            l.memory_peak_bytes = st.memory_peak_bytes;
+            l.memory_limit_hits = st.memory_limit_hits;
+            l.oom_kills = st.oom_kills;
+            l.left_running = cgroup->members().size();
+            run.limits = l;
+        }
         run.evaluator_probe = evaluator_probe;
         run.events = stats.submitted;
         run.events_delivered = delivered;

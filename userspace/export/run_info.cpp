@@ -51,6 +51,20 @@ std::string run_json_members(const RunInfo& r)
         m["sampling_event"] = json_string(r.native->sampling_event);
         m["native_specs_unmatched"] = json_strings(r.native->specs_unmatched);
     }
+    if (r.limits) {
+        const auto& l = *r.limits;
+        std::string o = fmt::format("\"cgroup\":{},\"cpus\":{},\"memory_bytes\":{},\"cpuset\":{},\"left_running\":{}",
+                                    json_string(l.cgroup), l.cpus > 0 ? fmt::format("{:g}", l.cpus) : "null",
+                                    l.memory_bytes ? std::to_string(l.memory_bytes) : "null",
+                                    l.cpuset.empty() ? "null" : json_string(l.cpuset), l.left_running);
+        if (l.have_cpu)
+            o += fmt::format(",\"periods\":{},\"throttled_periods\":{},\"throttled_s\":{:.3f}", l.periods,
+                             l.throttled_periods, static_cast<double>(l.throttled_ns) / 1e9);
+        if (l.have_memory)
+            o += fmt::format(",\"memory_peak_bytes\":{},\"memory_limit_hits\":{},\"oom_kills\":{}", l.memory_peak_bytes,
+                             l.memory_limit_hits, l.oom_kills);
+        m["limits"] = "{" + o + "}";
+    }
     if (!r.native_map_json.empty())
         m["native_map"] = r.native_map_json;
     if (!r.counters_json.empty())

@@ -42,6 +42,17 @@ struct RunInfo {
         std::vector<std::string> specs_unmatched;
     };
     std::optional<Native> native; // --native-map, --native
+    // --cpus/--memory/--cpuset (launch mode): what was asked, the cgroup it ran in, and what the kernel counted.
+    struct Limits {
+        double cpus = 0;
+        uint64_t memory_bytes = 0;
+        std::string cpuset, cgroup; // cgroup: "v1" or "v2"
+        bool have_cpu = false, have_memory = false;
+        uint64_t periods = 0, throttled_periods = 0, throttled_ns = 0;
+        uint64_t memory_peak_bytes = 0, memory_limit_hits = 0, oom_kills = 0;
+        size_t left_running = 0; // processes still running when tracing stopped: moved out, no longer limited
+    };
+    std::optional<Limits> limits;
     // The summary's native map and counters tables (export/summary.h encodes them), when there are any.
     std::string native_map_json, counters_json;
 };

@@ -22,6 +22,7 @@ public:
     Launcher& operator=(const Launcher&) = delete;
     // The process running CPython (the command itself, or a process it forked).
     pid_t pid() const { return target_; }
+    pid_t command_pid() const { return pid_; } // the command as started (a wrapper, or the interpreter itself)
     const Interpreter& interpreter() const { return interp_; }
     // Lets the stopped interpreter run (detaches ptrace).
     void release();

@@ -1,0 +1,121 @@
+"""Simulated device limits without containers (issue 19, item 2): --cpus, --memory and --cpuset in launch mode put
+the job in a cgroup lotus-bpf makes (v1 here: /sys/fs/cgroup/{cpu,memory,cpuset}; v2 where the controllers are on
+the unified hierarchy), report what the kernel counted (throttling, memory peak, OOM kills) and remove it."""
+import glob
+import json
+import os
+
+from harness import EXAMPLE, PY, BpfTestCase, dataset, run_lotus
+
+
+def leftovers():
+    return glob.glob("/sys/fs/cgroup/**/lotus-bpf-*", recursive=True)
+
+
+class Limits(BpfTestCase):
+    def setUp(self):
+        super().setUp()
+        self.assertEqual(leftovers(), [], "cgroups of an earlier run are left")
+
+    def tearDown(self):
+        self.assertEqual(leftovers(), [], "lotus-bpf left a cgroup behind")
+        super().tearDown()
+
+    def run_limited(self, limit, images=512, epochs=2):
+        js = self.path("s.json")
+        r = run_lotus(["-q", "-o", self.path("t.json"), "--summary-json", js] + limit +
+                      ["--", PY, EXAMPLE, dataset(images), "--epochs", str(epochs), "--workers", "2"])
+        with open(js) as f:
+            return r, json.load(f)
+
+    def test_cpus_one_against_two(self):
+        # An input-bound pipeline with 2 workers: one CPU's time gives about half the samples/s of two.
+        r1, one = self.run_limited(["--cpus", "1"])
+        self.assertEqual(r1.returncode, 0, r1.stderr)
+        r2, two = self.run_limited(["--cpus", "2"])
+        self.assertEqual(r2.returncode, 0, r2.stderr)
+        ratio = two["throughput"]["samples_per_s"] / one["throughput"]["samples_per_s"]
+        self.assertGreater(ratio, 1.4, ratio)
+        self.assertLess(ratio, 2.8, ratio)
+        lim = one["run"]["limits"]
+        self.assertEqual((lim["cgroup"], lim["cpus"]), ("v1" if not os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+                                                        else "v2", 1))
+        self.assertGreater(lim["throttled_periods"], 0)
+        self.assertGreater(lim["throttled_s"], 0)
+        # the job's average CPU never above the limit (+5 %)
+        self.assertLessEqual(one["resources"]["job"]["cpu_avg_pct"], 105, one["resources"]["job"])
+        self.assertIn("Limits (cgroup", r1.stdout)
+        self.assertRegex(r1.stdout, r"CPU throttled in \d+ of \d+ periods")
+
+    def test_memory_below_need_names_the_oom_kill(self):
+        r, s = self.run_limited(["--memory", "300M"])
+        self.assertNotEqual(r.returncode, 0)  # the job failed, and so does the run
+        lim = s["run"]["limits"]
+        self.assertEqual(lim["memory_bytes"], 300 << 20)
+        self.assertGreaterEqual(lim["oom_kills"], 1)
+        self.assertGreaterEqual(lim["memory_peak_bytes"], (300 << 20) * 0.95)
+        killed = [e for e in s["run"]["process_ends"] if e["signal"] == 9]
+        self.assertGreaterEqual(len(killed), 1)
+        self.assertRegex(r.stdout, r"(was killed by the kernel's OOM killer: the job's memory limit is 300 MiB"
+                                   r"|The kernel's OOM killer killed \d+ process\(es\) in the job's cgroup \(memory limit "
+                                   r"300 MiB)")
+        self.assertIn(f"(PID {killed[0]['pid']})", r.stdout)
+
+    def test_cpuset(self):
+        r, s = self.run_limited(["--cpuset", "0"], images=64, epochs=1)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(s["run"]["cpus"], 1)  # the job's affinity, as the advice reads it
+        self.assertEqual(s["run"]["limits"]["cpuset"], "0")
+
+    def test_usage_errors(self):
+        for args, why in ((["--pid", str(os.getpid()), "--cpus", "1"], "need launch mode"),
+                          (["--memory", "12Q", "--", PY, "-c", "pass"], "is not a size"),
+                          (["--cpus", "0", "--", PY, "-c", "pass"], "--cpus")):
+            r = run_lotus(args)
+            self.assertEqual(r.returncode, 2, (args, r.stderr))
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+            self.assertIn(why, r.stderr)
+
+    def test_nothing_left_when_stopped_or_killed(self):
+        import signal
+        import subprocess
+        import time
+        from harness import LOTUS, kill_group
+        # SIGTERM while the job runs: the job gets it too (launch mode), the cgroup goes.
+        p = subprocess.Popen([LOTUS, "-q", "-o", self.path("t.json"), "--cpus", "1.5", "--memory", "2G", "--", PY,
+                              EXAMPLE, dataset(128), "--epochs", "50"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        while not leftovers():
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.1)
+        time.sleep(2)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(leftovers(), [], err)
+        self.assert_detached()
+        # SIGKILL: no destructor runs; the next run removes the cgroup once its job is gone.
+        job_log = self.path("job.log")
+        with open(job_log, "w") as log:
+            p = subprocess.Popen([LOTUS, "-q", "-o", self.path("t2.json"), "--cpus", "1", "--", PY, EXAMPLE,
+                                  dataset(128), "--epochs", "50"], stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+        def started():
+            with open(job_log) as f:
+                return "train.py: pid" in f.read()
+        while not started():
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.1)
+        p.kill()
+        p.wait()
+        stale = leftovers()
+        self.assertEqual(len(stale), 1, stale)
+        kill_group(p)  # the job, in the tracer's process group
+        for _ in range(100):  # its processes leave the cgroup as they are reaped
+            with open(stale[0] + "/cgroup.procs") as f:
+                if not f.read().strip():
+                    break
+            time.sleep(0.05)
+        r, _ = self.run_limited(["--cpus", "1"], images=64, epochs=1)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(leftovers(), [])
