@@ -19,7 +19,7 @@ _lotus_bpf()
             return ;;
     esac
     if [[ $cword -eq 1 && $cur != -* ]]; then
-        COMPREPLY=($(compgen -W "record export report top diff" -- "$cur"))
+        COMPREPLY=($(compgen -W "record export report top diff sweep" -- "$cur"))
         return
     fi
     case ${words[1]} in

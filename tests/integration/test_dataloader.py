@@ -137,7 +137,10 @@ class DataLoaderSemantics(BpfTestCase):
         self.assertEqual(summary["ops"]["ToTensor"]["count"], 4 * IMAGES)  # and together
         self.assertIn("DataLoader 0 of main", self.stdout)
         self.assertIn("DataLoader 1 of main", self.stdout)
-        worker_rows = [l.split() for l in self.stdout.splitlines() if l.startswith("worker ")]
+        lines = self.stdout.splitlines()
+        table = lines[next(i for i, l in enumerate(lines) if l.startswith("process ")) + 1:]
+        table = table[:next(i for i, l in enumerate(table) if not l.strip() or l.startswith("("))]
+        worker_rows = [l.split() for l in table if l.startswith("worker ")]
         self.assertEqual(sorted((r[1], r[2]) for r in worker_rows), [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")])
 
     def test_iterable_dataset_batches(self):

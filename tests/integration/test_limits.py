@@ -2,6 +2,7 @@
 the job in a cgroup lotus-bpf makes (v1 here: /sys/fs/cgroup/{cpu,memory,cpuset}; v2 where the controllers are on
 the unified hierarchy), report what the kernel counted (throttling, memory peak, OOM kills) and remove it."""
 import glob
+import re
 import json
 import os
 
@@ -118,4 +119,30 @@ class Limits(BpfTestCase):
             time.sleep(0.05)
         r, _ = self.run_limited(["--cpus", "1"], images=64, epochs=1)
         self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(leftovers(), [])
+
+    def test_sweep_over_three_cpu_limits(self):
+        out_dir, table = self.path("sweep"), self.path("sweep.json")
+        r = run_lotus(["sweep", "--cpus", "0.5,1,2", "--output-dir", out_dir, "--summary-json", table, "--", PY,
+                       EXAMPLE, dataset(256), "--workers", "2"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(table) as f:
+            runs = json.load(f)["runs"]
+        self.assertEqual([x["cpus"] for x in runs], ["0.5", "1", "2"])
+        for x in runs:
+            self.assertEqual(x["exit_status"], 0)
+            with open(x["summary"]) as f:  # each run's own outputs
+                s = json.load(f)
+            self.assertEqual(s["run"]["limits"]["cpus"], float(x["cpus"]))
+            self.assertAlmostEqual(x["samples_per_s"], s["throughput"]["samples_per_s"], delta=0.001)
+            self.assertIn(x["verdict"], ("input-bound", "keeps up"))
+            self.assertLessEqual(x["cpu_avg_pct"], 100 * float(x["cpus"]) * 1.05)
+            self.assertTrue(os.path.exists(os.path.join(out_dir, f"cpus-{x['cpus']}.html")))
+        rates = [x["samples_per_s"] for x in runs]
+        self.assertLess(rates[0], rates[1])
+        self.assertLess(rates[1], rates[2])
+        self.assertGreater(runs[0]["throttled_s"], 0)
+        # one row per limit in the printed table
+        for c in ("0.5", "1", "2"):
+            self.assertRegex(r.stdout, rf"\ncpus-{re.escape(c)} +0 +[\d.]+ ")
         self.assertEqual(leftovers(), [])

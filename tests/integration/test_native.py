@@ -108,7 +108,7 @@ class NativeMapTest(BpfTestCase):
         for op in spans(trace, "op"):
             for n in names:
                 self.assertIn(n, op["args"])
-        self.assertEqual(sum(1 for e in trace["traceEvents"] if e["ph"] == "C"), 4 * self.images)
+        self.assertEqual(sum(1 for e in trace["traceEvents"] if e["ph"] == "C" and e["name"] == "op counters"), 4 * self.images)
         if "page-faults" in names:  # ToTensor allocates fresh tensors: it faults, the flip mostly does not
             self.assertGreater(rows["ToTensor"]["mean"]["page-faults"], rows["RandomHorizontalFlip"]["mean"]["page-faults"])
         self.assertIn("native_map", trace["otherData"])

@@ -5,9 +5,11 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <sstream>
 
 #include "capture/perf_events.h"
 #include "diff.h"
+#include "sweep.h"
 #include "session.h"
 #include "target/cgroup.h"
 #include "target/native_functions.h"
@@ -184,6 +186,7 @@ int main(int argc, char** argv)
   lotus-bpf report run.lbt --html run.html         the HTML report with charts (offline, one file)
   sudo lotus-bpf top --pid 4242                    a live table, refreshed every second; q to quit
   lotus-bpf diff before.lbt after.json             two runs side by side (record files or summary JSONs)
+  sudo lotus-bpf sweep --cpus 1,2,4 -- python3 train.py   one run per CPU limit, one table
 
 Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (one line on stderr);
 2 usage error; 74 an output could not be written (the others were). man lotus-bpf for more.)");
@@ -241,6 +244,26 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
     rep->add_option("--resources-csv", sp.opts.resources_csv, "also write the resource readings as CSV to this file")
         ->check(kNonEmpty);
     add_rule_options(rep, sp);
+    lotus::cli::SweepOptions sw;
+    std::string sw_cpus, sw_memory, sw_duration, sw_interval;
+    std::vector<std::string> sw_pipelines, sw_spans, sw_rules;
+    auto* sweep = app.add_subcommand("sweep", "launch and trace a command once per configuration of limits, then one "
+                                              "table: lotus-bpf sweep --cpus 1,2,4 [--memory 2G,4G] -- CMD");
+    sweep->add_option("--cpus", sw_cpus, "comma list of CPU limits (each a run)")->check(kNonEmpty);
+    sweep->add_option("--memory", sw_memory, "comma list of memory limits (each a run; with --cpus: every pair)")
+        ->check(kNonEmpty);
+    sweep->add_option("--output-dir", sw.dir, "where each run's summary (.txt), trace (.json), summary JSON and HTML "
+                                              "report go")
+        ->capture_default_str()
+        ->check(kNonEmpty);
+    sweep->add_option("--summary-json", sw.summary_json, "also write the table as JSON to this file")->check(kNonEmpty);
+    sweep->add_option("-d,--duration", sw_duration, "stop each run after this many seconds")->check(kSeconds);
+    sweep->add_option("--resources-interval", sw_interval, "as for a single run")->check(CLI::Range(0, 60000));
+    sweep->add_option("--pipeline", sw_pipelines, "as for a single run (repeatable)")->check(kNonEmpty);
+    sweep->add_option("--span", sw_spans, "as for a single run (repeatable)")->check(kNonEmpty);
+    sweep->add_option("--rules", sw_rules, "as for a single run")->check(kNonEmpty);
+    sweep->add_option("command", sw.command, "the command to run (after --)")->required();
+    sweep->positionals_at_end();
     std::string diff_a, diff_b;
     auto* diff = app.add_subcommand("diff", "compare two runs, each a summary JSON (--summary-json) or a record file "
                                             "(no root needed)");
@@ -253,6 +276,44 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
         app.parse(argc, argv);
         if (diff->parsed())
             return lotus::cli::run_diff(diff_a, diff_b);
+        if (sweep->parsed()) {
+            auto split = [](const std::string& list) {
+                std::vector<std::string> out;
+                std::stringstream in(list);
+                for (std::string v; std::getline(in, v, ',');)
+                    out.push_back(v);
+                return out;
+            };
+            sw.cpus = split(sw_cpus);
+            sw.memory = split(sw_memory);
+            if (sw.cpus.empty() && sw.memory.empty())
+                throw CLI::ValidationError("sweep: give --cpus LIST and/or --memory LIST");
+            for (const auto& c : sw.cpus) {
+                char* end = nullptr;
+                double v = strtod(c.c_str(), &end);
+                if (c.empty() || *end || !(v >= 0.01 && v <= 4096))
+                    throw CLI::ValidationError(fmt::format("sweep: --cpus wants numbers of CPUs, not '{}'", c));
+            }
+            for (const auto& m : sw.memory)
+                try {
+                    lotus::target::parse_bytes(m);
+                } catch (const std::exception& e) {
+                    throw CLI::ValidationError(fmt::format("sweep: --memory: {}", e.what()));
+                }
+            auto pass = [&](const char* flag, const std::string& v) {
+                if (!v.empty())
+                    sw.pass.insert(sw.pass.end(), {flag, v});
+            };
+            pass("-d", sw_duration);
+            pass("--resources-interval", sw_interval);
+            for (const auto& v : sw_pipelines)
+                pass("--pipeline", v);
+            for (const auto& v : sw_spans)
+                pass("--span", v);
+            for (const auto& v : sw_rules)
+                pass("--rules", v);
+            return lotus::cli::run_sweep(sw);
+        }
         if (record->parsed()) {
             chosen = &rp;
             rp.opts.output.clear();
@@ -290,7 +351,7 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
                 throw CLI::ValidationError("--replay reads a record file: no --pid, command or --record with it");
             if (!pid_opt->count() && opts.command.empty() && opts.replay.empty())
                 throw CLI::ValidationError("give --pid PID or -- COMMAND (or --replay FILE, or a subcommand: "
-                                           "record, export, report, top, diff)");
+                                           "record, export, report, top, diff, sweep)");
             if (pid_opt->count())
                 opts.pid = p.pid;
             check_limits(p, pid_opt->count() || !opts.replay.empty());

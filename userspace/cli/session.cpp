@@ -330,8 +330,10 @@ int run_session(const Options& opts)
                                                      "traced and no output was written", root));
             throw;
         }
-        if (opts.resources_interval_ms)
-            sweep(monotonic_ns()); // the baseline of every process alive now
+        if (opts.resources_interval_ms) {
+            last_pss = monotonic_ns(); // a first PSS 2 s in: at the start the launched job has only just exec'd
+            sweep(last_pss);           // the baseline of every process alive now
+        }
         if (launcher)
             launcher->release();
         fmt::print(stderr, "lotus-bpf: tracing PID {} (CPython {}, {}) and {} descendant(s); Ctrl-C to stop\n",

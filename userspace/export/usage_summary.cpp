@@ -17,7 +17,11 @@ std::vector<UsageRow> usage_rows(const model::UsageTracker& usage,
     if (usage.processes().empty())
         return out;
     // Rows keyed like the summary's process table: training processes, then their workers by id.
-    using Key = std::tuple<uint32_t, int, int, std::string>;
+    using Key = std::tuple<uint32_t, int, int, int, std::string>; // owner, worker, loader, worker id, label
+    bool loaders = false; // workers of more than one DataLoader: each row says which
+    for (const auto& [pid, u] : usage.processes())
+        if (auto p = processes.find(pid); p != processes.end() && p->second.loader > 0)
+            loaders = true;
     std::map<Key, UsageRow> roles;
     std::map<Key, double> rss_covered_s; // the time its RSS readings cover, for their mean
     UsageRow job;
@@ -28,8 +32,11 @@ std::vector<UsageRow> usage_rows(const model::UsageTracker& usage,
         bool worker = p != processes.end() && (p->second.worker || p->second.worker_id >= 0);
         std::string label = model::process_label(processes, pid);
         uint32_t group = p == processes.end() ? pid : worker && p->second.owner ? p->second.owner : pid;
-        Key key{p != processes.end() && p->second.root ? 0 : group, worker ? 1 : 0, worker ? p->second.worker_id : -1,
-                label};
+        int loader = worker ? p->second.loader : -1;
+        if (worker && loaders)
+            label += loader >= 0 ? fmt::format(" (DataLoader {})", loader) : " (DataLoader ?)";
+        Key key{p != processes.end() && p->second.root ? 0 : group, worker ? 1 : 0, loader,
+                worker ? p->second.worker_id : -1, label};
         auto& r = roles[key];
         rss_covered_s[key] += u.rss_s;
         r.role = label;
@@ -76,13 +83,13 @@ void print_usage(FILE* out, const std::vector<UsageRow>& rows, unsigned interval
 {
     if (rows.empty())
         return;
-    fmt::print(out, "\n{:<20} {:>5} {:>8} {:>8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10}\n", "resources", "procs",
+    fmt::print(out, "\n{:<26} {:>5} {:>8} {:>8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10}\n", "resources", "procs",
                "wall s", "CPU s", "avg CPU%", "peak CPU%", "avg RSS", "peak RSS", "peak PSS", "read MB", "write MB",
                "ctx sw");
     bool running = false;
     for (const auto& r : rows) {
         running |= !r.exact;
-        fmt::print(out, "{:<20} {:>5} {:>8.1f} {:>8.2f} {:>9.0f} {:>8.0f} {:>8.0f} {:>9.0f} {:>9} {:>9.1f} {:>9.1f} {:>10}{}\n",
+        fmt::print(out, "{:<26} {:>5} {:>8.1f} {:>8.2f} {:>9.0f} {:>8.0f} {:>8.0f} {:>9.0f} {:>9} {:>9.1f} {:>9.1f} {:>10}{}\n",
                    r.role, r.processes, r.wall_s, r.user_s + r.system_s, r.cpu_avg_pct, r.cpu_peak_pct, r.rss_avg_mb,
                    r.rss_peak_mb, r.pss_peak_mb < 0 ? "-" : fmt::format("{:.0f}", r.pss_peak_mb), r.read_mb, r.write_mb,
                    r.voluntary_cs + r.involuntary_cs, r.exact ? "" : " *");
