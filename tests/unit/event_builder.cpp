@@ -118,6 +118,22 @@ void EventBuilder::thread_name(uint32_t tgid, uint32_t tid, uint64_t ts, const s
     engine_.consume(&t, sizeof(t));
 }
 
+void add_workers(std::map<uint32_t, model::ProcessInfo>& processes, uint32_t owner, std::vector<uint32_t> pids,
+                 uint64_t batches, uint64_t busy_ns, int loader)
+{
+    for (size_t i = 0; i < pids.size(); i++) {
+        auto& p = processes[pids[i]];
+        p.owner = owner;
+        p.worker = true;
+        p.worker_id = static_cast<int>(i);
+        p.loader = loader;
+        p.batches = batches;
+        p.first_ns = 0;
+        p.last_ns = 1'000'000'000;
+        p.busy_ns = busy_ns;
+    }
+}
+
 static std::string framed(const std::string& body)
 {
     std::string p = "\x80\x04\x95";

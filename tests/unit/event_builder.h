@@ -2,10 +2,14 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <map>
+
+#include <gtest/gtest.h>
 #include <tuple>
 #include <vector>
 
 #include "lotus_abi.h"
+#include "export/summary.h"
 #include "model/engine.h"
 
 namespace lotus::test {
@@ -43,6 +47,20 @@ public:
 private:
     model::Engine& engine_;
 };
+
+// A training process P with DataLoader workers W0 and W1: the batch tracker and the summary a test feeds by hand.
+struct JobFixture : ::testing::Test {
+    static constexpr uint32_t P = 10, W0 = 11, W1 = 12;
+    std::vector<model::Span> sunk;
+    model::BatchTracker::SpanSink sink = [this](const model::Span& s) { sunk.push_back(s); };
+    std::map<uint32_t, model::ProcessInfo> processes;
+    model::BatchTracker tracker{sink, processes};
+    exporter::Summary summary;
+};
+
+// DataLoader workers of `owner` (ids 0, 1... in the order given), seen for 1 s from 0 with `busy_ns` in batches.
+void add_workers(std::map<uint32_t, model::ProcessInfo>& processes, uint32_t owner, std::vector<uint32_t> pids,
+                 uint64_t batches, uint64_t busy_ns, int loader = -1);
 
 // The first bytes of the pickles a DataLoader's queues carry (protocol 4, as ForkingPickler writes them).
 std::string pickled_indexed(int64_t index, bool stop = false); // (index, [...]) or (index, stop marker)

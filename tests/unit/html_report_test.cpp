@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <string>
 
+#include "event_builder.h"
 #include "export/html_report.h"
 #include "export/timeline.h"
 
@@ -67,13 +68,7 @@ TEST(Timeline, WidensBinsInsteadOfGrowingPastTheLimit)
 }
 
 // A small job as the engine would report it: a training loop, two workers, ops, loaders, batches and waits.
-struct HtmlReport : ::testing::Test {
-    static constexpr uint32_t P = 10, W0 = 11, W1 = 12;
-    std::vector<model::Span> sunk;
-    model::BatchTracker::SpanSink sink = [this](const model::Span& s) { sunk.push_back(s); };
-    std::map<uint32_t, model::ProcessInfo> processes;
-    model::BatchTracker tracker{sink, processes};
-    exporter::Summary summary;
+struct HtmlReport : test::JobFixture {
     exporter::Timeline timeline{0};
     exporter::RunInfo run;
 
@@ -85,17 +80,7 @@ struct HtmlReport : ::testing::Test {
         run.cpus = 2;
         processes[P].root = true;
         processes[P].consumer = true;
-        for (uint32_t w : {W0, W1}) {
-            auto& p = processes[w];
-            p.owner = P;
-            p.worker = true;
-            p.worker_id = static_cast<int>(w - W0);
-            p.loader = 0;
-            p.batches = 5;
-            p.first_ns = 0;
-            p.last_ns = 1'000'000'000;
-            p.busy_ns = 500'000'000;
-        }
+        test::add_workers(processes, P, {W0, W1}, 5, 500'000'000, 0);
         uint64_t t = 0;
         for (int i = 0; i < 10; i++, t += 100'000'000) {
             tracker.next_started(P, P, t, 0x70, false);

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "event_builder.h"
 #include "export/summary.h"
 
 using namespace lotus;
@@ -62,13 +63,7 @@ TEST(Summary, SaysWhenNoPipelineWasSeen)
 
 // The advice under a verdict, from the numbers: the dominant part of per-sample time, whether more workers would
 // help (their busy share against the CPUs the job may use), and a pipeline mostly off-CPU.
-struct Advice : ::testing::Test {
-    static constexpr uint32_t P = 10, W0 = 11, W1 = 12;
-    std::vector<model::Span> sunk;
-    model::BatchTracker::SpanSink sink = [this](const model::Span& s) { sunk.push_back(s); };
-    std::map<uint32_t, model::ProcessInfo> processes;
-    model::BatchTracker tracker{sink, processes};
-    exporter::Summary summary;
+struct Advice : test::JobFixture {
 
     // A training loop that waited `wait_ms` of every 10 ms; workers busy `busy_pct` % of their time; per sample
     // a loader of `loader_ms`, a crop of `crop_ms` and a flip of 0.1 ms, on a CPU `on_cpu_pct` % of the time.
@@ -76,16 +71,7 @@ struct Advice : ::testing::Test {
              bool files = true)
     {
         processes[P].root = true;
-        for (uint32_t w : {W0, W1}) {
-            auto& p = processes[w];
-            p.owner = P;
-            p.worker = true;
-            p.worker_id = static_cast<int>(w - W0);
-            p.batches = 10;
-            p.first_ns = 0;
-            p.last_ns = 1'000'000'000;
-            p.busy_ns = static_cast<uint64_t>(busy_pct * 1e7);
-        }
+        test::add_workers(processes, P, {W0, W1}, 10, static_cast<uint64_t>(busy_pct * 1e7));
         uint64_t t = 0;
         for (int i = 0; i < 10; i++, t += 10'000'000) {
             tracker.next_started(P, P, t, 0x70, false);
