@@ -1,6 +1,7 @@
 #include "usage_summary.h"
 
 #include <algorithm>
+#include <set>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -18,10 +19,11 @@ std::vector<UsageRow> usage_rows(const model::UsageTracker& usage,
         return out;
     // Rows keyed like the summary's process table: training processes, then their workers by id.
     using Key = std::tuple<uint32_t, int, int, int, std::string>; // owner, worker, loader, worker id, label
-    bool loaders = false; // workers of more than one DataLoader: each row says which
+    std::set<int> seen_loaders; // workers of more than one DataLoader (or of one not known): each row says which
     for (const auto& [pid, u] : usage.processes())
-        if (auto p = processes.find(pid); p != processes.end() && p->second.loader > 0)
-            loaders = true;
+        if (auto p = processes.find(pid); p != processes.end() && (p->second.worker || p->second.worker_id >= 0))
+            seen_loaders.insert(p->second.loader);
+    bool loaders = seen_loaders.size() > 1;
     std::map<Key, UsageRow> roles;
     std::map<Key, double> rss_covered_s; // the time its RSS readings cover, for their mean
     UsageRow job;
