@@ -3,12 +3,14 @@ workers; per process and for the job, CPU, memory, storage I/O and context switc
 and exactly from the kernel at each exit. Ground truth from the same run: the job prints its own CPU time (getrusage
 of itself and its reaped workers) as it ends."""
 import csv
+import html
 import json
 import os
 import re
 from collections import defaultdict
 
 from harness import EXAMPLE, OPS, PY, BpfTestCase, dataset, load_trace, run_lotus
+from test_browser import ARTEFACTS
 
 
 class Resources(BpfTestCase):
@@ -116,7 +118,8 @@ class Resources(BpfTestCase):
         r = run_lotus(["-q", "-o", self.path("tb.json"), "--summary-json", b_js, "--", PY, EXAMPLE, data, "--workers",
                        "2", "--epochs", "2"])
         self.assertEqual(r.returncode, 0, r.stderr)
-        r = run_lotus(["diff", a_rec, b_js])
+        page = self.path("diff.html")
+        r = run_lotus(["diff", a_rec, b_js, "--html", page])
         self.assertEqual(r.returncode, 0, r.stderr)
         with open(a_js) as f:
             a = json.load(f)
@@ -134,6 +137,15 @@ class Resources(BpfTestCase):
         self.assertIn("verdict A: " + a["batches"]["verdict"], r.stdout)
         self.assertIn("verdict B: " + b["batches"]["verdict"], r.stdout)
         self.assertRegex(r.stdout, r"\nCPU s +[\d.]+ +[\d.]+ +[+-]")
+        # the same as a page, drawn in headless Chromium: the table and a pair of bars per op
+        from test_browser import render
+        os.makedirs(ARTEFACTS, exist_ok=True)
+        seen = render(self, page, os.path.join(ARTEFACTS, "diff.png"))
+        self.assertEqual((seen["errors"], seen["requests"]), ([], []))
+        self.assertEqual(sorted(seen["charts"]), ["diff-ops", "diff-table"])
+        self.assertEqual(seen["charts"]["diff-ops"][0]["shapes"], 2 * len(a["ops"]))
+        with open(page) as f:
+            self.assertIn(html.escape(r.stdout.splitlines()[5]), f.read())  # samples/s
         # a file that is neither: one line, status 1
         r = run_lotus(["diff", a_js, self.path("ta.json")])
         self.assertEqual(r.returncode, 1)

@@ -55,3 +55,18 @@ TEST(RunDiff, SideBySideWithAbsoluteAndRelativeChange)
     EXPECT_TRUE(has(crop, " +3.000")) << crop;
     EXPECT_FALSE(has(crop, "%")) << crop;
 }
+
+TEST(RunDiff, AsAnOfflinePageWithPairedBars)
+{
+    auto a = run(2.0, 400, 0.5, true), b = run(1.5, 500, 0.1, false);
+    a["ops"]["<Crop&>"] = a["ops"]["Crop"];
+    std::string h = exporter::diff_html(a, b, "a.json", "b.lbt");
+    EXPECT_EQ(h.rfind("<!DOCTYPE html>", 0), 0u);
+    EXPECT_EQ(h.find("http"), std::string::npos);
+    EXPECT_EQ(h.find("<script"), std::string::npos);
+    EXPECT_TRUE(has(h, "<title>A Crop: 2.000 ms per call</title>")) << h;
+    EXPECT_TRUE(has(h, "<title>B Crop: 1.500 ms per call</title>"));
+    EXPECT_TRUE(has(h, "&lt;Crop&amp;&gt;"));
+    EXPECT_TRUE(has(h, "B: not in this run")); // the op only A has
+    EXPECT_TRUE(has(h, "samples/s                                 400.0        500.0  +100.0 (+25.0 %)")); // the table
+}

@@ -3,11 +3,13 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "export/output_file.h"
 #include "export/run_diff.h"
 #include "replay.h"
 #include "session.h"
@@ -62,11 +64,21 @@ nlohmann::ordered_json load(const std::string& path)
 
 } // namespace
 
-int run_diff(const std::string& a, const std::string& b)
+int run_diff(const std::string& a, const std::string& b, const std::string& html)
 {
     try {
+        std::unique_ptr<exporter::OutputFile> page; // opened first: a bad destination is told before any work
+        if (!html.empty())
+            page = std::make_unique<exporter::OutputFile>(
+                html, exporter::OutputOptions{false, "--html"},
+                [](const std::string& line) { fmt::print(stderr, "lotus-bpf: {}\n", line); });
         auto ja = load(a), jb = load(b);
         fmt::print("{}", exporter::diff_runs(ja, jb, a, b));
+        if (page) {
+            page->write(exporter::diff_html(ja, jb, a, b));
+            if (!page->commit())
+                return 74;
+        }
         return 0;
     } catch (const std::exception& e) {
         fmt::print(stderr, "lotus-bpf: {}\n", e.what());

@@ -264,18 +264,20 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
     sweep->add_option("--rules", sw_rules, "as for a single run")->check(kNonEmpty);
     sweep->add_option("command", sw.command, "the command to run (after --)")->required();
     sweep->positionals_at_end();
-    std::string diff_a, diff_b;
+    std::string diff_a, diff_b, diff_html;
     auto* diff = app.add_subcommand("diff", "compare two runs, each a summary JSON (--summary-json) or a record file "
                                             "(no root needed)");
     diff->add_option("A", diff_a, "the first run")->required()->check(kNonEmpty);
     diff->add_option("B", diff_b, "the second run")->required()->check(kNonEmpty);
+    diff->add_option("--html", diff_html, "also write the comparison as an HTML page (offline, one file)")
+        ->check(kNonEmpty);
     app.require_subcommand(0, 1);
 
     Parsed* chosen = &p;
     try {
         app.parse(argc, argv);
         if (diff->parsed())
-            return lotus::cli::run_diff(diff_a, diff_b);
+            return lotus::cli::run_diff(diff_a, diff_b, diff_html);
         if (sweep->parsed()) {
             auto split = [](const std::string& list) {
                 std::vector<std::string> out;

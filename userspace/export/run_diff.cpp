@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
+
+#include "export/html_report.h"
 
 namespace lotus::exporter {
 
@@ -127,6 +130,58 @@ std::string diff_runs(const json& a, const json& b, const std::string& name_a, c
     }
     out += "\n(change: B minus A, and relative to A; pts: percentage points; -: not in that run)\n";
     return out;
+}
+
+std::string diff_html(const json& a, const json& b, const std::string& name_a, const std::string& name_b)
+{
+    // per op (and loader, collation, the whole pipeline), its mean per call in each run
+    std::vector<std::tuple<std::string, std::optional<double>, std::optional<double>>> bars;
+    double top = 0;
+    std::vector<std::string> ops;
+    for (const json* j : {&a, &b})
+        if (j->contains("ops") && (*j)["ops"].is_object())
+            for (const auto& [name, st] : (*j)["ops"].items())
+                if (std::find(ops.begin(), ops.end(), name) == ops.end())
+                    ops.push_back(name);
+    for (const auto& op : ops) {
+        auto ma = number(a, {"ops", op.c_str(), "mean_ms"}), mb = number(b, {"ops", op.c_str(), "mean_ms"});
+        top = std::max({top, ma.value_or(0), mb.value_or(0)});
+        bars.emplace_back(op == "sample" ? "sample (whole pipeline)" : op, ma, mb);
+    }
+    if (top <= 0)
+        top = 1;
+    const double L = 240, W = 560, rowh = 30;
+    std::string svg = fmt::format("<svg viewBox=\"0 0 960 {:.0f}\" role=\"img\" aria-label=\"mean per call, A and B\">\n",
+                                  rowh * static_cast<double>(bars.size()) + 30);
+    for (size_t i = 0; i < bars.size(); i++) {
+        const auto& [name, ma, mb] = bars[i];
+        double y = rowh * static_cast<double>(i) + 4;
+        svg += fmt::format("<text class=\"label\" x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"end\">{}</text>\n", L - 8,
+                           y + 16, html_escape(name));
+        int k = 0;
+        for (const auto& [v, cls, who] : {std::tuple{ma, "a", "A"}, std::tuple{mb, "b", "B"}}) {
+            double yy = y + 12.0 * k++;
+            if (!v) {
+                svg += fmt::format("<text class=\"value\" x=\"{:.0f}\" y=\"{:.0f}\">{}: not in this run</text>\n", L,
+                                   yy + 10, who);
+                continue;
+            }
+            svg += fmt::format("<g><title>{} {}: {:.3f} ms per call</title><rect class=\"{}\" x=\"{:.0f}\" y=\"{:.0f}\" "
+                               "width=\"{:.1f}\" height=\"10\"/><text class=\"value\" x=\"{:.1f}\" y=\"{:.0f}\">{} "
+                               "{:.3f} ms</text></g>\n",
+                               who, html_escape(name), *v, cls, L, yy, std::max(0.5, W * *v / top),
+                               L + W * *v / top + 6, yy + 9, who, *v);
+        }
+    }
+    svg += "</svg>\n";
+    return fmt::format("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>lotus-bpf diff</title>\n"
+                       "<style>\nbody{{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1000px;padding:0 12px}}"
+                       "pre{{font-size:12px;overflow-x:auto}}svg{{width:100%;height:auto}}svg text{{font:11px system-ui,"
+                       "sans-serif}}.a{{fill:#1a56b0}}.b{{fill:#d9480f}}\n</style>\n</head>\n<body>\n<h1>lotus-bpf diff</h1>\n"
+                       "<figure class=\"chart\" data-chart=\"diff-ops\">\n{}<figcaption>Mean wall-clock time per call of "
+                       "each op in A (blue) and B (orange).</figcaption>\n</figure>\n<div data-chart=\"diff-table\">"
+                       "<pre>{}</pre></div>\n</body>\n</html>\n",
+                       svg, html_escape(diff_runs(a, b, name_a, name_b)));
 }
 
 } // namespace lotus::exporter

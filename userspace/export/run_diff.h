@@ -10,5 +10,9 @@ namespace lotus::exporter {
 
 std::string diff_runs(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b, const std::string& name_a,
                       const std::string& name_b);
+// The same as one offline HTML page (no script, nothing fetched): the comparison, and per op its mean time per
+// call in A and in B as paired bars.
+std::string diff_html(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b, const std::string& name_a,
+                      const std::string& name_b);
 
 } // namespace lotus::exporter
