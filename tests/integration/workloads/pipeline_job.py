@@ -38,6 +38,32 @@ class NameWorker:
         name_thread(f"lotus-w{worker_id}", self.log)
 
 
+class LoggedPut:
+    """worker_init_fn: logs when each of the worker's data_queue.put calls returns, i.e. when a batch has been
+    handed over (a worker's k-th line is its k-th batch): PID MONOTONIC_NS."""
+    def __init__(self, log):
+        self.log = log
+
+    def __call__(self, worker_id):
+        import multiprocessing.queues
+        put, log = multiprocessing.queues.Queue.put, self.log
+
+        def logged_put(queue, obj, *args, **kwargs):
+            put(queue, obj, *args, **kwargs)
+            _append(log, f"{os.getpid()} {time.monotonic_ns()}\n")
+        multiprocessing.queues.Queue.put = logged_put
+
+
+class WorkerInit:
+    """worker_init_fn: several in turn."""
+    def __init__(self, *fns):
+        self.fns = fns
+
+    def __call__(self, worker_id):
+        for fn in self.fns:
+            fn(worker_id)
+
+
 def _append(path, line):
     # O_APPEND writes of one short line are atomic across the worker processes.
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -157,6 +183,7 @@ def main():
     ap.add_argument("--containers", action="store_true",
                     help="container transforms: RandomApply([ColorJitter], p=1) and a nested Compose([Grayscale(3)])")
     ap.add_argument("--collate-log", help="one line per batch when its collation ends: PID BATCH_SIZE MONOTONIC_NS")
+    ap.add_argument("--put-log", help="one line per batch when the worker's data_queue.put returns: PID MONOTONIC_NS")
     ap.add_argument("--thread-log", help="name the main thread lotus-main and each worker's lotus-w<id> (prctl); "
                                          "one line per naming: PID TID NAME")
     args = ap.parse_args()
@@ -194,10 +221,14 @@ def main():
         extra["pin_memory"] = True
     if args.collate_log:
         extra["collate_fn"] = LoggedCollate(args.collate_log)
+    init = []
     if args.thread_log:
         name_thread("lotus-main", args.thread_log)
-        if args.workers:
-            extra["worker_init_fn"] = NameWorker(args.thread_log)
+        init.append(NameWorker(args.thread_log))
+    if args.put_log:
+        init.append(LoggedPut(args.put_log))
+    if args.workers and init:
+        extra["worker_init_fn"] = WorkerInit(*init)
     loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, **extra)
     if args.own_dataset:
         ds = OwnFolder(args.data)
