@@ -1,6 +1,7 @@
-"""What any tracer pays that sees Python calls with a uprobe on the evaluator's entry, whatever its BPF does: the
-kernel's trap per call, measured with a bare uprobe (a tracefs event in a trace instance that is switched off,
-so the handler writes nothing; no BPF at all). Its hits count the calls (bench/run.py: per sample)."""
+"""What any tracer pays that sees Python calls with uprobes, whatever its BPF does: the kernel's trap per call,
+measured with bare uprobes (tracefs events in a trace instance that is switched off, so the handler writes
+nothing; no BPF at all) on the points lotus-bpf probes: the type-slot functions (the default) or the evaluator's
+entry. Their hits count the calls (bench/run.py: per sample)."""
 import contextlib
 import os
 import re
@@ -8,9 +9,8 @@ import statistics
 import subprocess
 
 TRACEFS = "/sys/kernel/tracing"
-GROUP, EVENT = "lotus_bench", "evalf"
+GROUP = "lotus_bench"
 INSTANCE = os.path.join(TRACEFS, "instances", GROUP)
-EVALUATOR = "_PyEval_EvalFrameDefault"
 
 
 def _write(path, text):
@@ -22,38 +22,25 @@ def _write(path, text):
         os.close(fd)
 
 
-def _defines(path, symbol):
-    out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        f = line.split()
-        if len(f) == 3 and f[2] == symbol:
-            return int(f[0], 16)
-    return None
-
-
-def evaluator_location(python):
-    """(ELF file, file offset) of the evaluator that `python` runs: the executable's, else its libpython's."""
-    exe = os.path.realpath(python)
-    candidates = [exe]
-    ldd = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
-    candidates += re.findall(r"=> (\S*libpython\S*) ", ldd)
-    for path in candidates:
-        vaddr = _defines(path, EVALUATOR)
-        if vaddr is None:
-            continue
-        segments = subprocess.run(["readelf", "-lW", path], capture_output=True, text=True, check=True).stdout
-        for m in re.finditer(r"LOAD\s+(0x[0-9a-f]+)\s+(0x[0-9a-f]+)\s+0x[0-9a-f]+\s+(0x[0-9a-f]+)", segments):
-            off, start, size = (int(x, 16) for x in m.groups())
-            if start <= vaddr < start + size:
-                return path, vaddr - start + off
-    raise RuntimeError(f"bench: no {EVALUATOR} in {exe} or its libpython")
+def probe_points(lotus, python, where):
+    """[(file, file offset)] where lotus-bpf probes `python`'s calls: "slots" (the type-slot functions) or
+    "evaluator" (`lotus-bpf probes` says)."""
+    out = subprocess.run([lotus, "probes", python], capture_output=True, text=True, check=True).stdout
+    path = re.search(r"^interpreter (\S+)$", out, re.M).group(1)
+    if where == "evaluator":
+        return [(path, int(re.search(r"^evaluator \S+ (0x[0-9a-f]+)$", out, re.M).group(1), 16))]
+    points = [(path, int(m, 16)) for m in re.findall(r"^slot \S+ (0x[0-9a-f]+)$", out, re.M)]
+    if not points:
+        raise RuntimeError(f"bench: lotus-bpf finds no type slots in {python}:\n{out}")
+    return points
 
 
 class BareUprobe:
-    """A uprobe on the evaluator's entry with no BPF program and no output, for the `with` block."""
+    """Uprobes on these points with no BPF program and no output, for the `with` block."""
 
-    def __init__(self, python):
-        self.path, self.offset = evaluator_location(python)
+    def __init__(self, points):
+        self.points = points
+        self.events = [f"p{i}" for i in range(len(points))]
 
     def __enter__(self):
         if not os.path.isdir(os.path.join(TRACEFS, "instances")):
@@ -61,50 +48,56 @@ class BareUprobe:
         if os.path.isdir(INSTANCE):  # left by a bench run that was killed
             self._remove()
         os.makedirs(INSTANCE)
-        _write(os.path.join(TRACEFS, "uprobe_events"), f"p:{GROUP}/{EVENT} {self.path}:{self.offset:#x}\n")
+        for event, (path, offset) in zip(self.events, self.points):
+            _write(os.path.join(TRACEFS, "uprobe_events"), f"p:{GROUP}/{event} {path}:{offset:#x}\n")
         _write(os.path.join(INSTANCE, "tracing_on"), "0\n")
-        _write(os.path.join(INSTANCE, "events", GROUP, EVENT, "enable"), "1\n")
+        for event in self.events:
+            _write(os.path.join(INSTANCE, "events", GROUP, event, "enable"), "1\n")
         return self
 
     def hits(self):
+        total = 0
         with open(os.path.join(TRACEFS, "uprobe_profile")) as f:
             for line in f:
                 fields = line.split()
-                if len(fields) >= 3 and fields[1] in (EVENT, f"{GROUP}/{EVENT}"):
-                    return int(fields[2])
-        return 0
+                if len(fields) >= 3 and fields[1].removeprefix(f"{GROUP}/") in self.events:
+                    total += int(fields[2])
+        return total
 
     def __exit__(self, *exc):
         self._remove()
 
     @staticmethod
     def _remove():
-        enable = os.path.join(INSTANCE, "events", GROUP, EVENT, "enable")
-        if os.path.exists(enable):
-            _write(enable, "0\n")
-            _write(os.path.join(TRACEFS, "uprobe_events"), f"-:{GROUP}/{EVENT}\n")
+        events = os.path.join(INSTANCE, "events", GROUP)
+        for event in sorted(os.listdir(events)) if os.path.isdir(events) else []:
+            enable = os.path.join(events, event, "enable")
+            if os.path.exists(enable):
+                _write(enable, "0\n")
+                _write(os.path.join(TRACEFS, "uprobe_events"), f"-:{GROUP}/{event}\n")
         os.rmdir(INSTANCE)
 
 
 CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calls.py")
 
 
-def call_seconds(python, n, mode, lotus):
-    """Seconds of n C->Python calls (bench/calls.py): untraced, under a bare uprobe, or traced (default mode)."""
-    cmd = [python, CALLS, str(n)]
+def call_seconds(python, n, kind, mode, lotus, points):
+    """Seconds of n calls from C (bench/calls.py, `kind`: functions or objects): untraced, under the bare
+    uprobes, or traced (lotus-bpf's default mode: calls its rules skip)."""
+    cmd = [python, CALLS, str(n), kind]
     if mode == "traced":
         cmd = [lotus, "-q", "-o", os.devnull, "--"] + cmd
-    with BareUprobe(python) if mode == "bare" else contextlib.nullcontext():
+    with BareUprobe(points) if mode == "bare" else contextlib.nullcontext():
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return float(re.search(r"seconds ([0-9.]+)", out).group(1))
 
 
-def call_costs(python, lotus, repeats, n=1_000_000):
-    """ns per call over untraced, for the bare uprobe and for lotus-bpf's default mode (a call its rules skip):
-    medians of interleaved repeats."""
+def call_costs(python, lotus, repeats, kind, points, n=1_000_000):
+    """ns per call over untraced, for the bare uprobes and for lotus-bpf's default mode: medians of interleaved
+    repeats."""
     runs = {"untraced": [], "bare": [], "traced": []}
     for _ in range(repeats):
         for mode in runs:
-            runs[mode].append(call_seconds(python, n, mode, lotus))
+            runs[mode].append(call_seconds(python, n, kind, mode, lotus, points))
     med = {mode: statistics.median(v) for mode, v in runs.items()}
     return {mode: (med[mode] - med["untraced"]) * 1e9 / n for mode in ("bare", "traced")}

@@ -41,9 +41,10 @@ def train_cmd(data, epochs, script=TRAIN):
     return [PY, script, data, "--epochs", str(epochs), "--workers", "2", "--batch-size", "32"]
 
 
-def epoch_snapshots(cmd, snap, what):
+def epoch_snapshots(cmd, snap, what, env=None):
     """Runs cmd (the example, maybe traced), calling snap() as each epoch ends; the 3 or more results."""
-    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                           env={**os.environ, **(env or {})})
     snaps = [snap() for line in job.stdout if re.search(r"epoch \d+ done", line)]
     if job.wait() != 0 or len(snaps) < 3:
         raise RuntimeError(f"bench: {what} failed ({' '.join(cmd)})")
@@ -64,8 +65,9 @@ def run_train(data, epochs, traced, tmp, extra=(), script=TRAIN, env=None):
     return epoch_seconds(r.stdout), info
 
 
-LOTUS_PROGS = {"py_call", "py_entry", "py_return", "on_switch", "on_sys_enter", "on_sys_exit", "native_entry",
-               "native_return", "on_sample", "on_fork", "on_exec", "on_exit"}
+LOTUS_PROGS = {"py_call", "py_entry", "py_slot", "py_slot_entry", "py_return", "on_switch", "on_sys_enter",
+               "on_sys_exit", "native_entry", "native_return", "on_sample", "on_fork", "on_exec", "on_exit"}
+EVALUATOR = {"LOTUS_EVALUATOR_PROBE": "1"}  # Python calls probed at the evaluator (the default before issue 20)
 
 
 def prog_stats():
@@ -74,7 +76,7 @@ def prog_stats():
     return {p["id"]: (p.get("name", ""), p.get("run_cnt", 0), p.get("run_time_ns", 0)) for p in json.loads(out)}
 
 
-def bpf_cost(data, images, extra=()):
+def bpf_cost(data, images, extra=(), env=None):
     """BPF time per sample in steady state, from the kernel's own accounting (bpf_stats) of the tracer's programs
     over epochs 2 and 3 of a 3-epoch run: {program: (runs per sample, ns per run)}. It counts only the programs'
     own time, so a change to them shows here when the slowdown ratio is lost in noise; it still drifts by ~10 %
@@ -86,7 +88,7 @@ def bpf_cost(data, images, extra=()):
         f.write("1")
     try:
         snaps = epoch_snapshots([LOTUS, "-q", "-o", os.devnull, *extra, "--", *train_cmd(data, 3)], prog_stats,
-                                "traced run for BPF accounting")
+                                "traced run for BPF accounting", env)
     finally:
         with open(stats, "w") as f:
             f.write(was)
@@ -172,6 +174,30 @@ def export_rate(tmp):
         return json.load(f)["otherData"]["events"] / took
 
 
+def unrelated(repeats, kind, n=2_000_000):
+    """An unrelated process running the same interpreter (bench/calls.py: n calls of `kind`) while lotus-bpf
+    traces another job (an idle one that imported torch), against the same with nothing traced, interleaved:
+    (median seconds alone, median seconds beside the tracer, their pairs)."""
+    job = subprocess.Popen([PY, "-c", "import torch, time; print('ready', flush=True); time.sleep(900)"],
+                           stdout=subprocess.PIPE, text=True)
+    alone, beside = [], []
+    try:
+        job.stdout.readline()
+        for _ in range(repeats):
+            alone.append(floor.call_seconds(PY, n, kind, "untraced", LOTUS, []))
+            tracer = subprocess.Popen([LOTUS, "-q", "-o", os.devnull, "--pid", str(job.pid)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            while "tracing PID" not in tracer.stderr.readline():
+                pass
+            beside.append(floor.call_seconds(PY, n, kind, "untraced", LOTUS, []))
+            tracer.terminate()
+            tracer.wait()
+    finally:
+        job.kill()
+        job.wait()
+    return statistics.median(alone), statistics.median(beside), pairs(beside, alone)
+
+
 PY312 = "/root/.pyenv/versions/3.12.1/bin/python3.12"
 PY311 = "/root/.pyenv/versions/3.11.7/bin/python3.11"
 
@@ -213,22 +239,30 @@ def main():
     samples = args.images * args.epochs
     with tempfile.TemporaryDirectory() as tmp:
         run_train(data, 1, False, tmp)  # warm the page cache
+        slots, evaluator = floor.probe_points(LOTUS, PY, "slots"), floor.probe_points(LOTUS, PY, "evaluator")
         untraced, traced, native, profiled, infos, pair, cpu, bare = [], [], [], [], [], [], [], []
+        at_eval, eval_infos = [], []
         for _ in range(args.repeats):
             s, info = run_train(data, args.epochs, False, tmp)
             untraced.append(s)
             cpu.append(info["cpu_s"] / samples)
-            with floor.BareUprobe(PY):
+            with floor.BareUprobe(slots):
                 bare.append(run_train(data, args.epochs, False, tmp)[0])
             s, info = run_train(data, args.epochs, True, tmp)
             traced.append(s)
             infos.append(info)
+            s, info = run_train(data, args.epochs, True, tmp, env=EVALUATOR)
+            at_eval.append(s)
+            eval_infos.append(info)
             native.append(run_train(data, args.epochs, True, tmp, NATIVE)[0])
             pair.append(run_train(data, args.epochs, True, tmp, env={"LOTUS_NO_UPROBE_SESSION": "1"})[0])
             profiled.append(run_train(data, args.epochs, False, tmp, script=PROFILED)[0])
         u, t, nt = statistics.median(untraced), statistics.median(traced), statistics.median(native)
+        ev = statistics.median(at_eval)
         pt = statistics.median(profiled)
         pr = statistics.median(pair)
+        cpu_ratio = statistics.median(i['cpu_s'] for i in infos) / samples / statistics.median(cpu)
+        eval_cpu_ratio = statistics.median(i['cpu_s'] for i in eval_infos) / samples / statistics.median(cpu)
         events = statistics.median(i["events"] for i in infos)
         lost = max(i["lost_events"] for i in infos)
         # Marginal records and bytes per sample: the growth over more epochs, without the fixed cost of startup
@@ -248,11 +282,17 @@ def main():
         stalled = flood(tmp, 2, 4, stall=(1.5, 1.0))
         rss, record_bytes = peak_rss_kb(tmp, data, 10)
         costs = [bpf_cost(data, args.images) for _ in range(3)]
+        eval_costs = [bpf_cost(data, args.images, env=EVALUATOR) for _ in range(3)]
         native_costs = [bpf_cost(data, args.images, NATIVE) for _ in range(3)]
-        with floor.BareUprobe(PY) as probe:  # evaluator entries per sample over epochs 2-3
-            hits = epoch_snapshots(train_cmd(data, 3), probe.hits, "run under a bare uprobe")
-        entries = (hits[2] - hits[0]) / (2 * args.images)
-        per_call = floor.call_costs(PY, LOTUS, args.repeats)
+        per_sample_hits = {}
+        for where, points in (("slots", slots), ("evaluator", evaluator)):  # traps per sample over epochs 2-3
+            with floor.BareUprobe(points) as probe:
+                hits = epoch_snapshots(train_cmd(data, 3), probe.hits, "run under bare uprobes")
+            per_sample_hits[where] = (hits[2] - hits[0]) / (2 * args.images)
+        entries, slot_hits = per_sample_hits["evaluator"], per_sample_hits["slots"]
+        per_call = floor.call_costs(PY, LOTUS, args.repeats, "functions", evaluator)
+        per_object_call = floor.call_costs(PY, LOTUS, args.repeats, "objects", slots)
+        beside = {kind: unrelated(max(args.repeats, 5), kind) for kind in ("functions", "objects")}
         pure = {"untraced": [], "default": [], "all-calls": []}
         pure311 = {"untraced": [], "all-calls": []}
         if os.access(PY312, os.X_OK):
@@ -264,11 +304,15 @@ def main():
                 for mode in pure311:
                     pure311[mode].append(pure_wall(mode, 100000, PY311))
 
+    cpu_ms = 1000 * statistics.median(cpu)
     rows = [
         ("example pipeline, samples/s untraced", f"{samples / u:.0f}", f"median of {args.repeats}"),
         ("example pipeline, samples/s traced (default)", f"{samples / t:.0f}", f"ratio {t / u:.3f} (slowdown {100 * (t / u - 1):+.1f} %, {pairs(traced, untraced)}); "
-         f"CPU per sample ratio {statistics.median(i['cpu_s'] for i in infos) / samples / statistics.median(cpu):.3f} "
-         f"(the traced processes' CPU, the tracer's not in it)"),
+         f"CPU per sample ratio {cpu_ratio:.3f} (the traced processes' CPU, the tracer's not in it); Python calls "
+         f"probed at the type-slot functions"),
+        ("samples/s traced, probes at the evaluator", f"{samples / ev:.0f}", f"ratio {ev / u:.3f} (slowdown {100 * (ev / u - 1):+.1f} %, "
+         f"{pairs(at_eval, untraced)}); CPU per sample ratio {eval_cpu_ratio:.3f}; the default before issue 20 "
+         f"(LOTUS_EVALUATOR_PROBE=1; --span and --all-calls still probe there)"),
         ("samples/s traced, uprobe + uretprobe", f"{samples / pr:.0f}", f"ratio {pr / u:.3f} (slowdown {100 * (pr / u - 1):+.1f} %), "
          "default mode as kernels 6.6-6.12 run it (LOTUS_NO_UPROBE_SESSION=1: two uprobe_multi links)"),
         ("samples/s traced, --native-map --counters", f"{samples / nt:.0f}", f"ratio {nt / u:.3f} (slowdown {100 * (nt / u - 1):+.1f} %, {pairs(native, untraced)})"),
@@ -276,21 +320,33 @@ def main():
          "bench/profiled_train.py: main process only"),
         ("BPF time per sample, default (us)", f"{cost_total(costs):.1f}",
          f"kernel bpf_stats, epochs 2-3, median of 3; {cost_note(costs[1])}"),
+        ("BPF time per sample, probes at the evaluator (us)", f"{cost_total(eval_costs):.1f}",
+         f"the same; {cost_note(eval_costs[1])}"),
         ("BPF time per sample, --native-map --counters (us)", f"{cost_total(native_costs):.1f}",
          f"the same; {cost_note(native_costs[1])}"),
+        ("kernel uprobe trap per call of an object (ns)", f"{per_object_call['bare']:.0f}",
+         f"bench/calls.py objects: bare uprobes on the type-slot functions (tracefs events, no BPF), over "
+         f"untraced, median of {args.repeats}; traced (default mode, a call the rules skip): "
+         f"{per_object_call['traced']:.0f} ns"),
         ("kernel uprobe trap per C->Python call (ns)", f"{per_call['bare']:.0f}",
-         f"bench/calls.py: a bare uprobe on the evaluator (tracefs event, no BPF), over untraced, median of "
-         f"{args.repeats}; traced (default mode, a call the rules skip): {per_call['traced']:.0f} ns"),
-        ("evaluator entries per sample", f"{entries:.1f}", "the bare uprobe's hits over epochs 2-3 of the example "
-         "(main process and workers)"),
-        ("default-mode floor: the traps alone (%)", f"{100 * entries * per_call['bare'] / 1e9 / statistics.median(cpu):.1f}",
-         f"{entries:.1f} x {per_call['bare']:.0f} ns = {entries * per_call['bare'] / 1000:.0f} us per sample against "
-         f"{1000 * statistics.median(cpu):.2f} ms of CPU per sample untraced (the example's processes, median of "
-         f"{args.repeats}): what any tracer pays that probes the evaluator's entry, before its BPF runs"),
-        ("samples/s with a bare evaluator uprobe", f"{samples / statistics.median(bare):.0f}",
+         f"bench/calls.py functions: a bare uprobe on the evaluator, the same; traced (default mode: no probe "
+         f"there): {per_call['traced']:.0f} ns"),
+        ("type-slot calls per sample (default probes)", f"{slot_hits:.1f}", "bare uprobes' hits over epochs 2-3 of "
+         "the example (main process and workers): every trap the default mode takes"),
+        ("evaluator entries per sample", f"{entries:.1f}", "the same for a bare uprobe on the evaluator: the traps "
+         "of --span, --all-calls and the default before issue 20"),
+        ("default-mode floor: the traps alone (%)", f"{100 * slot_hits * per_object_call['bare'] / 1e6 / cpu_ms:.2f}",
+         f"{slot_hits:.1f} x {per_object_call['bare']:.0f} ns = {slot_hits * per_object_call['bare'] / 1000:.1f} us "
+         f"per sample against {cpu_ms:.2f} ms of CPU per sample untraced (the example's processes, median of "
+         f"{args.repeats}); at the evaluator: {entries:.1f} x {per_call['bare']:.0f} ns = "
+         f"{100 * entries * per_call['bare'] / 1e6 / cpu_ms:.2f} %"),
+        ("samples/s with bare uprobes on the slots", f"{samples / statistics.median(bare):.0f}",
          f"ratio {statistics.median(bare) / u:.3f} (slowdown {100 * (statistics.median(bare) / u - 1):+.1f} %, "
-         f"{pairs(bare, untraced)}), no "
-         f"tracer: the floor above, measured on the example (within the ratios' noise)"),
+         f"{pairs(bare, untraced)}), no tracer: the floor above, measured on the example (within the ratios' noise)"),
+        *[(f"unrelated process beside the tracer, {kind}", f"{100 * (b / a - 1):+.1f} %",
+           f"bench/calls.py {kind} (2 M calls from map) in another process of the same interpreter while "
+           f"lotus-bpf traces an idle job, over nothing traced: {a:.3f} s alone, {b:.3f} s beside, {p}, "
+           f"median of {max(args.repeats, 5)} interleaved") for kind, (a, b, p) in beside.items()],
         ("records per sample, steady state", f"{per_sample:.1f}", f"marginal over {MORE_EPOCHS} more epochs; {lost} lost; "
          f"all records incl. startup: {events / samples:.1f}/sample"),
         ("attach latency, torch loaded (s)", f"{statistics.median(latencies):.3f}", f"median of 3: {', '.join(f'{x:.3f}' for x in latencies)}"),
