@@ -48,7 +48,10 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
     __u64 code = fhp->code; /* the new frame's `previous` is not linked yet */
     __u32 flags = role_of(space, tgid, code);
     __u64 caller_code = caller ? ch->code : 0;
-    __u32 cflags = caller ? role_of(space, tgid, caller_code) : 0;
+    /* A slot entry without a Python frame below it (an object called from a thread running no Python, or a
+     * thread state that could not be read) has no caller to describe or judge it by. */
+    __u32 cflags = caller ? role_of(space, tgid, caller_code)
+                          : code < LOTUS_SLOTS ? LOTUS_ROLE_CLASSIFIED | LOTUS_ROLE_SKIP : 0;
 
     __u64 self_obj = frame_self(fhp, frame);
     __u64 self_type = 0, caller_type = 0;
@@ -177,10 +180,7 @@ static __always_inline int enter(void *tstate, void *frame_arg, bool session)
         return 1;
     __u64 id = bpf_get_current_pid_tgid();
     __u32 tgid = id >> 32, tid = (__u32)id;
-    if (!ts->named) {
-        ts->named = 1;
-        emit_thread_name(tgid, tid, 0);
-    }
+    name_once(ts, tgid, tid);
     __u32 space = ts->space;
     /* --all-calls reads the new frame's head after the depth bookkeeping below: read before, its outcomes
      * multiplied the verifier's paths through that (past its limit of 1 M instructions). */
@@ -209,6 +209,52 @@ static __always_inline int enter(void *tstate, void *frame_arg, bool session)
     if (inline_calls)
         read_head((__u64)frame_arg, &fh);
     if (!emit_entry(space, tgid, ts, depth, (__u64)frame_arg, &fh, caller, &ch) && session && !inline_calls)
+        return 1;
+    ts->depth = depth + 1;
+    return 0;
+}
+
+/* Entry into one of CPython's type-slot functions (the default probes; cookie = which, LOTUS_SLOT_*): an
+ * instance called, iter() or next() of one, one constructed. The callee's frame does not exist yet: the entry
+ * describes `self` and the running frame (its caller), found through the thread state of the GIL's holder,
+ * which is this thread. `session` and the verdict as for enter(): with a plain uprobe and uretprobe pair every
+ * call is counted in the depth, since every one returns through py_return. */
+static __always_inline int slot_enter(struct pt_regs *ctx, __u64 self, __u64 args, bool session)
+{
+    struct thread_state *ts = traced_thread();
+    if (!ts)
+        return 1;
+    __u32 depth = ts->depth;
+    if (depth >= 64)
+        return 1; /* the kernel installs no return probe this deep: this call never returns for us */
+    ts->emitted &= ~(~0ull << depth);
+    ts->lost &= ~(~0ull << depth);
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tgid = id >> 32, tid = (__u32)id;
+    name_once(ts, tgid, tid);
+    __u32 space = ts->space;
+    __u64 kind = bpf_get_attach_cookie(ctx) & 7;
+    bool wanted = kind > 0 && kind < LOTUS_SLOTS && self;
+    if (wanted && kind != LOTUS_SLOT_CALL) {
+        /* iter(), next() and constructions are wanted of a DataLoader and its iterators only (and of a type not
+         * classified yet, which user space is about to judge). */
+        __u32 tf = type_flags(space, tgid, read_ptr(self + layout.object_type));
+        wanted = !(tf & LOTUS_TYPE_CLASSIFIED) || (tf & LOTUS_TYPE_LOADER);
+    }
+    if (wanted && kind < LOTUS_SLOTS) { /* (implied by wanted: the verifier wants slot_vaddr's bound here) */
+        /* The probed function's address here, less its address in the file: where the interpreter was loaded. */
+        __u64 tstate = read_ptr(tstate_vaddr + (PT_REGS_IP(ctx) - slot_vaddr[kind]));
+        struct frame_head ch = {}, fh = {};
+        __u64 caller = tstate ? caller_frame(tstate, &ch, 0, 0) : 0;
+        fh.code = kind;
+        fh.previous = caller;
+        fh.has_locals = 1;
+        fh.local[0] = self;
+        if (kind == LOTUS_SLOT_INIT && args && (__s64)read_ptr(args + layout.tuple_size) > 0)
+            fh.local[1] = read_ptr(args + layout.tuple_items); /* the first positional argument */
+        wanted = emit_entry(space, tgid, ts, depth, 0, &fh, caller, &ch);
+    }
+    if (!wanted && session)
         return 1;
     ts->depth = depth + 1;
     return 0;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /* Walking the interpreter's frames: frame heads read at once, small int locals, self (through 3.10's cells),
- * the caller frame at evaluator entry. */
+ * the caller frame at a probed entry. */
 #ifndef __LOTUS_FRAMES_BPF_H
 #define __LOTUS_FRAMES_BPF_H
 

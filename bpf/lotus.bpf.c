@@ -13,6 +13,10 @@ char LICENSE[] SEC("license") = "GPL";
 
 const volatile struct lotus_py_layout layout = {};
 const volatile __u32 inline_calls = 0; /* --all-calls on 3.11: see struct thread_frames */
+/* The type-slot probes: each slot function's address in the interpreter's file (by LOTUS_SLOT_*), and that of
+ * the word in _PyRuntime that holds the running thread's state (the layout's runtime_tstate). */
+const volatile __u64 slot_vaddr[LOTUS_SLOTS] = {};
+const volatile __u64 tstate_vaddr = 0;
 
 #include "ring.bpf.h"
 #include "pyobj.bpf.h"
@@ -70,6 +74,23 @@ int BPF_KPROBE(py_call, void *tstate, void *frame_arg)
     if (bpf_session_is_return())
         return leave(ctx);
     return enter(tstate, frame_arg, true);
+}
+
+/* The type-slot functions' entries and returns (the default probes; see slot_enter): one uprobe session, or
+ * a pair where the kernel has no sessions. */
+SEC("uprobe")
+int BPF_KPROBE(py_slot, void *self, void *args)
+{
+    if (bpf_session_is_return())
+        return leave(ctx);
+    return slot_enter(ctx, (__u64)self, (__u64)args, true);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(py_slot_entry, void *self, void *args)
+{
+    slot_enter(ctx, (__u64)self, (__u64)args, false);
+    return 0;
 }
 
 /* --all-calls (3.11): the RESUME / RESUME_QUICK handlers, run first by every frame; inlined calls only (frames

@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define LOTUS_ABI_VERSION 5
+#define LOTUS_ABI_VERSION 6
 
 enum lotus_event_type {
     LOTUS_EV_PY_ENTRY = 1,  /* _PyEval_EvalFrameDefault entered (a C->Python transition) */
@@ -27,7 +27,7 @@ enum lotus_event_type {
     LOTUS_EV_MSG = 13,           /* a traced thread read or wrote a pickled multiprocessing message */
     LOTUS_EV_GETPPID = 14,       /* a traced process's main thread called getppid (header only): a DataLoader
                                   * worker's loop does, once per task, right after it handed a batch over */
-    LOTUS_EV_THREAD = 15,        /* a traced thread's name (comm): at its first evaluator entry, and each time it
+    LOTUS_EV_THREAD = 15,        /* a traced thread's name (comm): at its first probed call, and each time it
                                   * is renamed (prctl PR_SET_NAME, pthread_setname_np); ABI 5 */
     LOTUS_EV_USAGE = 16,         /* a traced process's resource use over its life, as it exits (right before its
                                   * EXIT): exact where sampling /proc would miss its last interval; ABI 5 */
@@ -73,10 +73,19 @@ struct lotus_counters {
 #define LOTUS_OWN_CHAIN(i) (1u << (2 + (i)))          /* ... chain_code[i] */
 #define LOTUS_OWN_CAPTURE(i) (1u << (6 + (i)))        /* ... capture_code[i] */
 
+/* Calls seen at CPython's type-slot functions for classes defined in Python (the default probes, ABI 6): an
+ * instance called, iter() or next() of one, one constructed. Their entries carry no code object (the callee's
+ * frame does not exist yet): `code` holds the slot, a value no object address can have, and `frame` is 0. */
+#define LOTUS_SLOT_CALL 1 /* slot_tp_call: obj(...), self = obj */
+#define LOTUS_SLOT_ITER 2 /* slot_tp_iter: iter(obj) */
+#define LOTUS_SLOT_NEXT 3 /* slot_tp_iternext: next(obj) */
+#define LOTUS_SLOT_INIT 4 /* slot_tp_init: Class(...), self = the new object, arg1_obj = the first argument */
+#define LOTUS_SLOTS 5
+
 struct lotus_py_entry {
     struct lotus_event_header h;
-    __u64 frame;      /* the _PyInterpreterFrame being evaluated */
-    __u64 code;       /* its code object */
+    __u64 frame;      /* the _PyInterpreterFrame being evaluated (0: a slot entry) */
+    __u64 code;       /* its code object, or LOTUS_SLOT_* */
     __u64 self_obj;   /* localsplus[0] (self for methods): identifies e.g. a DataLoader iterator */
     __u64 self_type;  /* its type, 0 if unreadable */
     __u64 arg1_obj;   /* localsplus[1] if the role is OBJ1 or not known yet, else 0: the DataLoader given to an
@@ -213,6 +222,25 @@ struct lotus_proc_event {
                                             * (a call it makes is judged by that frame's role and self) */
 #define LOTUS_ROLE_RETURNED (1u << 10)     /* its return's ret_obj is wanted (DataLoader.__iter__'s iterator) */
 
+/* The role of a slot entry's `code` (LOTUS_SLOT_*), as the rules give the code it stands for: a call of an
+ * object (__call__, forward: a pipeline when self's type is one, else its calls from a pipeline's frame are
+ * ops); a DataLoader's __iter__ (walks for a rank, returns the iterator), an iterator's __next__ (walks), its
+ * __init__ (the DataLoader it iterates). BPF and the engine both read it here. */
+static inline __u32 lotus_slot_role(__u64 slot)
+{
+    switch (slot) {
+    case LOTUS_SLOT_CALL:
+        return LOTUS_ROLE_CLASSIFIED | LOTUS_ROLE_SKIP | LOTUS_ROLE_SELF_PIPELINE;
+    case LOTUS_SLOT_ITER:
+        return LOTUS_ROLE_CLASSIFIED | LOTUS_ROLE_WALK | LOTUS_ROLE_RETURNED;
+    case LOTUS_SLOT_NEXT:
+        return LOTUS_ROLE_CLASSIFIED | LOTUS_ROLE_WALK;
+    case LOTUS_SLOT_INIT:
+        return LOTUS_ROLE_CLASSIFIED | LOTUS_ROLE_OBJ1;
+    }
+    return 0;
+}
+
 /* What user space says of a type (map lotus_types, key: role space and type address, value lotus_type_role).
  * BPF inserts DESCRIBED when it sends the TYPE record; user space adds the rest. Like code objects, types are
  * made and freed at run time (a DataLoader worker of a forkserver imports its transforms after the fork: its
@@ -227,6 +255,7 @@ struct lotus_type_role {
 #define LOTUS_TYPE_CLASSIFIED (1u << 1)
 #define LOTUS_TYPE_PIPELINE (1u << 2) /* Compose-like or a container transform: the calls it makes are ops */
 #define LOTUS_TYPE_CELL (1u << 3)     /* a cell: a frame's local that a nested scope captured; follow ob_ref */
+#define LOTUS_TYPE_LOADER (1u << 4)   /* a DataLoader or one of its iterators: its iter/next/init slots are emitted */
 
 /* Roles and type descriptions are kept per role space: the processes that share one memory image. A forked
  * child joins its parent's space (same objects at the same addresses, so it need not describe them again);
@@ -297,6 +326,10 @@ struct lotus_py_layout {
     __s32 code_cell2arg;          /* co_cell2arg (Py_ssize_t *, NULL when no argument is a cell) */
     __s32 cell_ref;               /* PyCellObject.ob_ref */
     __s32 type_base;              /* PyTypeObject.tp_base */
+    /* Where _PyRuntime keeps the thread state of the thread that holds the GIL (the one running Python): its
+     * gilstate.tstate_current before 3.12, then its main interpreter's GIL's last_holder. The type-slot probes
+     * find the running frame through it (the slot functions are not handed the thread state). ABI 6. */
+    __s32 runtime_tstate;
 };
 
 #endif /* LOTUS_ABI_H */

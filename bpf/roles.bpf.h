@@ -102,8 +102,8 @@ static __always_inline __s32 packed_slots(const struct lotus_role *r)
  * verifier checks it once, not at every call site. */
 __noinline __u32 role_of(__u32 space, __u32 tgid, __u64 code)
 {
-    if (!code)
-        return 0;
+    if (code < LOTUS_SLOTS) /* a slot entry's code stands for the slot; 0: none */
+        return lotus_slot_role(code);
     __u64 fp = code_fingerprint(code);
     struct role_slot *c = role_slot_of(space, code);
     if (c && role_slot_holds(c, space, tgid, code, fp))
@@ -126,7 +126,7 @@ __noinline __u32 role_of(__u32 space, __u32 tgid, __u64 code)
     /* New to the space (or to this process, or this process's object at the address changed). */
     struct lotus_role fresh = {.fingerprint = fp, .describer = tgid};
     bpf_map_update_elem(&lotus_roles, &key, &fresh, BPF_ANY);
-    struct lotus_code_info *e = reserve(sizeof(*e));
+    struct lotus_code_info *e = reserve_description(sizeof(*e));
     if (!e) {
         /* Forget it again so that a later sighting retries the description. */
         bpf_map_delete_elem(&lotus_roles, &key);
@@ -191,7 +191,7 @@ __noinline __u32 type_flags(__u32 space, __u32 tgid, __u64 type)
     if (r)
         return r->flags | own;
     /* New to the space, or to this process: key says which. */
-    struct lotus_type_info *e = reserve(sizeof(*e));
+    struct lotus_type_info *e = reserve_description(sizeof(*e));
     if (!e)
         return 0;
     fill_header(&e->h, LOTUS_EV_TYPE);

@@ -118,6 +118,15 @@ static __always_inline void emit_thread_name(__u32 tgid, __u32 tid, const char *
     bpf_ringbuf_submit(e, submit_flags());
 }
 
+/* The current thread's name, at the first call of it that a probe sees. */
+static __always_inline void name_once(struct thread_state *ts, __u32 tgid, __u32 tid)
+{
+    if (!ts->named) {
+        ts->named = 1;
+        emit_thread_name(tgid, tid, 0);
+    }
+}
+
 /* Counters of the current (running) thread. now: the record's own timestamp, so that for a thread that ran
  * all along cpu_ns - ts is exactly what it was at its previous record (the record file codes the change of
  * that difference, 0 when it ran throughout). */

@@ -19,10 +19,15 @@ _lotus_bpf()
             return ;;
     esac
     if [[ $cword -eq 1 && $cur != -* ]]; then
-        COMPREPLY=($(compgen -W "record export report top diff sweep" -- "$cur"))
+        COMPREPLY=($(compgen -W "record export report top diff sweep probes" -- "$cur"))
         return
     fi
     case ${words[1]} in
+        probes)
+            if [[ $cur != -* ]]; then
+                _filedir
+                return
+            fi ;;
         export|report|diff)
             if [[ $cur != -* ]]; then
                 _filedir lbt

@@ -1,9 +1,7 @@
 /* One row of userspace/target/cpython_layout_rows.inc, measured with offsetof() against one CPython version's
  * own headers (compiled by scripts/cpython-layouts.sh with that version's include directory). Prints the row
  * as C++ source. x86_64. */
-#if PY_MINOR_FOR_BUILD >= 11
-#define Py_BUILD_CORE 1 /* _PyInterpreterFrame lives in the internal headers */
-#endif
+#define Py_BUILD_CORE 1 /* _PyInterpreterFrame and _PyRuntimeState live in the internal headers */
 #include <Python.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -12,8 +10,11 @@
 #if PY_VERSION_HEX < 0x030B0000
 #include <frameobject.h>
 #include <longintrepr.h>
+#include "internal/pycore_runtime.h"
 #else
 #include "internal/pycore_frame.h"
+#include "internal/pycore_runtime.h"
+#include "internal/pycore_interp.h"
 #if PY_VERSION_HEX >= 0x030E0000
 #include "internal/pycore_interpframe.h"
 #include "internal/pycore_stackref.h"
@@ -50,6 +51,14 @@ int main(void)
     long code_name, code_localsplusnames, code_nlocals = -1, code_cellvars = -1, code_cell2arg = -1;
     long long_size, long_digits;
     int long_tagged = 0;
+    long runtime_tstate;
+#if PY_VERSION_HEX < 0x030C0000
+    /* what _PyThreadState_GET() reads: the thread state of the thread that holds the GIL */
+    runtime_tstate = OFF(_PyRuntimeState, gilstate.tstate_current);
+#else
+    /* 3.12+ keep the current thread state in a thread-local; the main interpreter's GIL names its holder */
+    runtime_tstate = OFF(_PyRuntimeState, _main_interpreter) + OFF(PyInterpreterState, _gil.last_holder);
+#endif
 #if PY_VERSION_HEX < 0x030B0000
     /* 3.10: frames are PyFrameObjects; tstate->frame; no co_qualname; arguments moved into cells */
     tstate_current_frame = OFF(PyThreadState, frame);
@@ -116,7 +125,8 @@ int main(void)
     printf("        .code_localsplusnames = %ld, .tuple_size = %ld, .tuple_items = %ld, .frame_is_entry = %ld,\n",
            code_localsplusnames, OFF(PyVarObject, ob_size), OFF(PyTupleObject, ob_item), frame_is_entry);
     printf("        .code_nlocals = %ld, .code_cellvars = %ld, .code_cell2arg = %ld, .cell_ref = %ld, "
-           ".type_base = %ld}},\n",
+           ".type_base = %ld,\n",
            code_nlocals, code_cellvars, code_cell2arg, OFF(PyCellObject, ob_ref), OFF(PyTypeObject, tp_base));
+    printf("        .runtime_tstate = %ld}},\n", runtime_tstate);
     return 0;
 }

@@ -74,7 +74,7 @@ class Faults(BpfTestCase):
     # --- full disks -------------------------------------------------------------------------------------------
 
     def test_record_on_a_full_disk_costs_nothing_else(self):
-        disk = self.small_disk(64)
+        disk = self.small_disk(16)  # the record of this job takes ~50 KB
         old = self.previous("run.lbt", disk)
         out, js = self.path("trace.json"), self.path("summary.json")
         r = run_lotus(["-q", "-o", out, "--summary-json", js, "--record", old] + short_job())

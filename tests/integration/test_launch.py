@@ -25,11 +25,20 @@ class LaunchMode(BpfTestCase):
         trace = self.check_bundled_example({})
         expected = "uprobe session" if kernel_has_uprobe_sessions() else "uprobe + uretprobe"
         self.assertEqual(trace["otherData"]["evaluator_probe"], expected)
+        self.assertEqual(trace["otherData"]["python_probes"], "type slots")
 
     def test_bundled_example_with_entry_and_return_probes(self):
         # What kernels without uprobe sessions (before 6.13) run: every call's return is probed.
         trace = self.check_bundled_example({"LOTUS_NO_UPROBE_SESSION": "1"})
         self.assertEqual(trace["otherData"]["evaluator_probe"], "uprobe + uretprobe")
+        self.assertEqual(trace["otherData"]["python_probes"], "type slots")
+
+    def test_bundled_example_at_the_evaluator(self):
+        # How --span and --all-calls probe, and interpreters whose slot table is not found: the same spans.
+        for env in ({}, {"LOTUS_NO_UPROBE_SESSION": "1"}):
+            with self.subTest(env=env):
+                trace = self.check_bundled_example({"LOTUS_EVALUATOR_PROBE": "1", **env})
+                self.assertEqual(trace["otherData"]["python_probes"], "evaluator")
 
     def check_bundled_example(self, env):
         n = 96
@@ -90,7 +99,10 @@ class LaunchMode(BpfTestCase):
         assert_nested(self, trace)
 
     def test_op_medians_match_in_process_timing(self):
-        """Per-op medians within 10 % of perf_counter_ns timings taken inside the same processes."""
+        """Per-op medians within 10 % of perf_counter_ns timings taken inside the same processes. The in-process
+        timer also brackets the probes' own work on that call (the entry's trap and BPF before its timestamp, the
+        return's trap: ~5 us here, docs/performance.md), which the traced span leaves out: a traced median may be
+        that much shorter on top of the 10 % (RandomHorizontalFlip's ~45 us median read 3-6 us short)."""
         n = 256
         data = dataset(n)
         out = self.path("trace.json")
@@ -114,7 +126,8 @@ class LaunchMode(BpfTestCase):
         print("\n".join(report))
         for op in OPS:
             a, b = statistics.median(traced[op]), statistics.median(inproc[op])
-            self.assertLessEqual(abs(a - b), 0.10 * b, "\n".join(report))
+            self.assertLessEqual(a - b, 0.10 * b, "\n".join(report))
+            self.assertLessEqual(b - a, 0.10 * b + 8.0, "\n".join(report))
 
     def test_span_option_and_what_cannot_be_seen(self):
         out = self.path("trace.json")

@@ -28,9 +28,11 @@ class Resources(BpfTestCase):
         job = res["job"]
         self.assertTrue(job["exact"], job)  # every process's exit was seen
         cpu = job["user_s"] + job["system_s"]
-        # the job's CPU agrees with its own count within 5 % (ours also has the interpreter's exit after it printed,
-        # about 0.2 s here: the job is long enough for that to stay small)
-        self.assertLess(abs(cpu - own) / own, 0.05, (cpu, own))
+        # the job's CPU agrees with its own count within 5 %, ours also having the interpreter's exit after it
+        # printed (0.2-0.3 s here, docs/resources.md; with the type-slot probes the job's CPU shrank to ~5.2 s and
+        # that exit alone read 5.3 % of it)
+        self.assertGreater(cpu, own * 0.95, (cpu, own))
+        self.assertLess(cpu, own * 1.05 + 0.3, (cpu, own))
         roles = {x["role"]: x for x in res["roles"]}
         # the workers' CPU, exact on both sides (the kernel's at their exits; getrusage of the reaped children)
         workers = sum(x["user_s"] + x["system_s"] for x in res["roles"] if x["role"].startswith("worker"))
@@ -96,7 +98,10 @@ class Resources(BpfTestCase):
         self.assertEqual(sum(x["processes"] for x in workers), 4)
         self.assertTrue(all(x["exact"] for x in workers))
         ours = sum(x["user_s"] + x["system_s"] for x in workers)
-        self.assertLess(abs(ours - own_workers) / own_workers, 0.03, (ours, own_workers))
+        # Within 3 %, less each worker's teardown after its exit figures (10-15 ms each here; docs/resources.md):
+        # the workers' share of the job shrank with the tracer's overhead, and 4 teardowns alone read 3.5 %.
+        self.assertLessEqual(ours, own_workers * 1.03, (ours, own_workers))
+        self.assertGreaterEqual(ours, own_workers * 0.97 - 0.025 * 4, (ours, own_workers))
 
     def test_interval_zero_reads_nothing(self):
         out, js = self.path("t.json"), self.path("s.json")

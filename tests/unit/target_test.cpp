@@ -3,11 +3,14 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fmt/format.h>
+#include <set>
 
 #include "target/cpython_layouts.h"
 #include "target/elf_file.h"
 #include "target/interpreter.h"
 #include "target/proc_maps.h"
+#include "target/slot_functions.h"
 
 using namespace lotus::target;
 
@@ -218,4 +221,72 @@ TEST(DebugOffsets, RealCPython314AgreesWithTheTable)
     EXPECT_EQ(i.version.minor, 14);
     auto row = *layout_for({3, 14, 0});
     EXPECT_EQ(0, memcmp(&i.layout, &row, sizeof(row)));
+}
+
+// The slot table gives the same functions as the static symbols of interpreters that keep them (pyenv's): each
+// version's slot_tp_call, slot_tp_iter, slot_tp_iternext and slot_tp_init, through the relocations of a shared
+// libpython.
+TEST(SlotFunctions, AgreeWithTheSymbolsOfEveryPyenvCPython)
+{
+    const std::pair<int, const char*> names[] = {{LOTUS_SLOT_CALL, "slot_tp_call"},
+                                                 {LOTUS_SLOT_ITER, "slot_tp_iter"},
+                                                 {LOTUS_SLOT_NEXT, "slot_tp_iternext"},
+                                                 {LOTUS_SLOT_INIT, "slot_tp_init"}};
+    int checked = 0;
+    for (const char* v : {"3.10.13", "3.11.7", "3.12.1", "3.13.0"}) {
+        std::string minor(v, std::string(v).rfind('.'));
+        std::string lib = fmt::format("/root/.pyenv/versions/{}/lib/libpython{}.so.1.0", v, minor);
+        if (access(lib.c_str(), R_OK) != 0)
+            continue;
+        SCOPED_TRACE(lib);
+        ElfFile elf(lib);
+        std::string why;
+        auto slots = find_slot_functions(elf, &why);
+        ASSERT_TRUE(slots) << why;
+        for (auto [slot, name] : names) {
+            auto sym = elf.symbol(name);
+            ASSERT_TRUE(sym) << name;
+            EXPECT_EQ(slots->vaddr[slot], sym->value) << name;
+        }
+        auto i = find_interpreter_in_executable(fmt::format("/root/.pyenv/versions/{}/bin/python{}", v, minor), "");
+        ASSERT_TRUE(i.slots);
+        EXPECT_EQ(i.slots->tstate_vaddr, elf.symbol("_PyRuntime")->value + static_cast<uint64_t>(i.layout.runtime_tstate));
+        EXPECT_EQ(i.slots->offset[LOTUS_SLOT_CALL], *elf.file_offset(elf.symbol("slot_tp_call")->value));
+        checked++;
+    }
+    if (!checked)
+        GTEST_SKIP() << "no pyenv CPython 3.10-3.13 on this machine";
+}
+
+// Stripped static interpreters (Debian's 3.11, non-PIE; Debian's 3.14): found from the table alone, inside the
+// evaluator's file and distinct.
+TEST(SlotFunctions, FoundInStrippedStaticInterpreters)
+{
+    int checked = 0;
+    for (const char* exe : {"/usr/bin/python3.11", "/opt/lotus-bpf/python3.14/usr/bin/python3.14"}) {
+        if (access(exe, R_OK) != 0)
+            continue;
+        SCOPED_TRACE(exe);
+        ElfFile elf(exe);
+        EXPECT_FALSE(elf.symbol("slot_tp_call")); // stripped: only the table tells
+        auto i = find_interpreter_in_executable(exe, "");
+        ASSERT_TRUE(i.slots) << i.slots_missing;
+        std::set<uint64_t> distinct;
+        for (int k = 1; k < LOTUS_SLOTS; k++) {
+            EXPECT_GT(i.slots->offset[k], 0u);
+            distinct.insert(i.slots->vaddr[k]);
+        }
+        EXPECT_EQ(distinct.size(), 4u);
+        checked++;
+    }
+    if (!checked)
+        GTEST_SKIP() << "neither Debian's CPython 3.11 nor 3.14 is installed";
+}
+
+TEST(SlotFunctions, AFileWithoutTheTableSaysWhy)
+{
+    ElfFile self("/proc/self/exe");
+    std::string why;
+    EXPECT_FALSE(find_slot_functions(self, &why));
+    EXPECT_FALSE(why.empty());
 }

@@ -87,14 +87,26 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
                                     : kernel_attach_type("BPF_TRACE_UPROBE_SESSION", "LOTUS_NO_UPROBE_SESSION",
                                                          "bpf_session_is_return");
     bool session = session_type_ >= 0;
-    bpf_program__set_autoload(skel_->progs.py_call, session);
-    bpf_program__set_autoload(skel_->progs.py_entry, !session);
+    // LOTUS_EVALUATOR_PROBE=1: the evaluator, as interpreters whose slot table is not found are probed.
+    const char* force = getenv("LOTUS_EVALUATOR_PROBE");
+    slots_ = interp.slots && !features.evaluator && !(force && *force && strcmp(force, "0") != 0);
+    if (slots_) {
+        for (int k = 1; k < LOTUS_SLOTS; k++)
+            skel_->rodata->slot_vaddr[k] = interp.slots->vaddr[static_cast<size_t>(k)];
+        skel_->rodata->tstate_vaddr = interp.slots->tstate_vaddr;
+    }
+    bpf_program__set_autoload(skel_->progs.py_call, session && !slots_);
+    bpf_program__set_autoload(skel_->progs.py_entry, !session && !slots_);
+    bpf_program__set_autoload(skel_->progs.py_slot, session && slots_);
+    bpf_program__set_autoload(skel_->progs.py_slot_entry, !session && slots_);
     bpf_program__set_autoload(skel_->progs.py_return, !session);
     if (session)
-        bpf_program__set_expected_attach_type(skel_->progs.py_call, static_cast<bpf_attach_type>(session_type_));
+        for (bpf_program* prog : {skel_->progs.py_call, skel_->progs.py_slot})
+            bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(session_type_));
     if (multi_type_ >= 0)
-        for (bpf_program* prog : {skel_->progs.py_entry, skel_->progs.py_return, skel_->progs.py_resume,
-                                  skel_->progs.py_retval, skel_->progs.native_entry, skel_->progs.native_return})
+        for (bpf_program* prog : {skel_->progs.py_entry, skel_->progs.py_slot_entry, skel_->progs.py_return,
+                                  skel_->progs.py_resume, skel_->progs.py_retval, skel_->progs.native_entry,
+                                  skel_->progs.native_return})
             bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(multi_type_));
     bpf_program__set_autoload(skel_->progs.py_resume, features.inline_calls);
     bpf_program__set_autoload(skel_->progs.py_retval, features.inline_calls);
@@ -279,15 +291,32 @@ bool Probe::attach_pair(bpf_program* entry, bpf_program* ret, const std::string&
 
 void Probe::attach_python()
 {
+    // The slot functions, each with its LOTUS_SLOT_* as cookie; or the evaluator.
+    std::vector<uint64_t> offsets{interp_.eval_offset}, cookies{0};
+    if (slots_) {
+        offsets.clear();
+        cookies.clear();
+        for (int k = 1; k < LOTUS_SLOTS; k++) {
+            offsets.push_back(interp_.slots->offset[static_cast<size_t>(k)]);
+            cookies.push_back(static_cast<uint64_t>(k));
+        }
+    }
     if (session_type_ >= 0) {
         // One probe for entry and return: the kernel hooks the return only of calls whose entry asks for it.
-        session_link_ = multi_link(skel_->progs.py_call, session_type_, interp_.object_path, {interp_.eval_offset});
+        session_link_ = multi_link(slots_ ? skel_->progs.py_slot : skel_->progs.py_call, session_type_,
+                                   interp_.object_path, offsets, cookies);
         if (!session_link_)
             throw CaptureError(fmt::format("cannot attach a uprobe session to {}: {}", interp_.object_path,
                                            strerror(errno)));
         return;
     }
-    if (!attach_pair(skel_->progs.py_entry, skel_->progs.py_return, interp_.object_path, {interp_.eval_offset}, {}))
+    bpf_program* entry = slots_ ? skel_->progs.py_slot_entry : skel_->progs.py_entry;
+    // Without uprobe_multi links (kernels before 6.6), one perf-event probe pair per function.
+    bool ok = multi_type_ >= 0 ? attach_pair(entry, skel_->progs.py_return, interp_.object_path, offsets, cookies)
+                               : true;
+    for (size_t i = 0; multi_type_ < 0 && ok && i < offsets.size(); i++)
+        ok = attach_pair(entry, skel_->progs.py_return, interp_.object_path, {offsets[i]}, {cookies[i]});
+    if (!ok)
         throw CaptureError(fmt::format("cannot attach a uprobe and a uretprobe to {}: {}", interp_.object_path,
                                        strerror(errno)));
 }

@@ -34,6 +34,9 @@ void check_privileges();
 
 // Programs that only some runs attach are loaded (and verified: most of the attach time) only then.
 struct ProbeFeatures {
+    // Probe the evaluator's entry (every call from C into Python: --span, --all-calls) rather than the type-slot
+    // functions (calls of objects, iter/next of DataLoaders: the default, where the interpreter's slots are found).
+    bool evaluator = false;
     bool inline_calls = false; // --all-calls where calls are inlined (3.11): attach_inline_calls follows
     bool native = false;       // attach_native may follow
     bool sampling = false;     // attach_sampling may follow
@@ -57,8 +60,9 @@ public:
     // themselves, in its space.
     void trace_process(uint32_t tgid, uint32_t root_tgid);
     bool is_traced(uint32_t tgid) const;
-    // Entry and return uprobes on the evaluator, for every process mapping it (filtered in BPF): one uprobe
-    // session where the kernel has them (returns hooked only for calls that produced an entry), else a pair.
+    // Entry and return uprobes on the type-slot functions (or on the evaluator: python_probes()), for every
+    // process mapping the interpreter (filtered in BPF): one uprobe session where the kernel has them (returns
+    // hooked only for calls that produced an entry), else a pair.
     void attach_python();
     // Opens of shared libraries by traced threads, delivered ahead of the main stream (they are in it too).
     void set_library_sink(Sink sink) { lib_sink_ = std::move(sink); }
@@ -79,8 +83,10 @@ public:
     // What a type is (LOTUS_TYPE_* flags) in a role space.
     void set_type(uint32_t space, uint64_t type, uint32_t flags);
     CaptureStats stats() const;
-    // How the evaluator is probed: "uprobe session" or "uprobe + uretprobe" (kernels before 6.13).
+    // How Python calls are probed: "uprobe session" or "uprobe + uretprobe" (kernels before 6.13)...
     const char* evaluator_probe() const { return session_type_ >= 0 ? "uprobe session" : "uprobe + uretprobe"; }
+    // ...and where: "type slots" or "evaluator".
+    const char* python_probes() const { return slots_ ? "type slots" : "evaluator"; }
     // Detach and unload now (also done by the destructor).
     void close();
 
@@ -115,12 +121,13 @@ private:
     size_t native_links_ = 0;
     int multi_type_ = -1;   // the kernel's BPF_TRACE_UPROBE_MULTI, -1 without uprobe_multi links
     int session_type_ = -1; // the kernel's BPF_TRACE_UPROBE_SESSION, -1 without sessions
+    bool slots_ = false;    // the type-slot functions are probed, not the evaluator
     std::unique_ptr<lotus_bpf, SkeletonFree> skel_; // its tracepoint links go with it
     std::unique_ptr<ring_buffer, RingFree> rb_, lib_rb_;
     std::vector<common::UniqueFd> perf_fds_;    // counters and sampling events
     std::vector<Link> links_;                   // sampling, and probes without uprobe_multi
     std::vector<common::UniqueFd> multi_links_; // uprobe_multi links: native functions, opcode handlers
-    common::UniqueFd session_link_;             // the evaluator's uprobe session link, when there is one
+    common::UniqueFd session_link_;             // the Python probes' uprobe session link, when there is one
 };
 
 } // namespace lotus::capture

@@ -9,6 +9,7 @@
 
 #include "capture/perf_events.h"
 #include "diff.h"
+#include "probes.h"
 #include "sweep.h"
 #include "session.h"
 #include "target/cgroup.h"
@@ -187,6 +188,7 @@ int main(int argc, char** argv)
   sudo lotus-bpf top --pid 4242                    a live table, refreshed every second; q to quit
   lotus-bpf diff before.lbt after.json             two runs side by side (record files or summary JSONs)
   sudo lotus-bpf sweep --cpus 1,2,4 -- python3 train.py   one run per CPU limit, one table
+  lotus-bpf probes /usr/bin/python3                where it would probe this interpreter
 
 Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (one line on stderr);
 2 usage error; 74 an output could not be written (the others were). man lotus-bpf for more.)");
@@ -271,6 +273,14 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
     diff->add_option("B", diff_b, "the second run")->required()->check(kNonEmpty);
     diff->add_option("--html", diff_html, "also write the comparison as an HTML page (offline, one file)")
         ->check(kNonEmpty);
+    std::string probes_python;
+    int probes_pid = 0;
+    auto* probes = app.add_subcommand("probes", "where lotus-bpf probes an interpreter: its file, version, and the "
+                                                "file offsets of the type-slot functions and the evaluator "
+                                                "(no root needed)");
+    auto* probes_pid_opt = probes->add_option("-p,--pid", probes_pid, "a running Python process")
+                               ->check(CLI::PositiveNumber);
+    probes->add_option("python", probes_python, "a Python executable")->check(kNonEmpty);
     app.require_subcommand(0, 1);
 
     Parsed* chosen = &p;
@@ -278,6 +288,12 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
         app.parse(argc, argv);
         if (diff->parsed())
             return lotus::cli::run_diff(diff_a, diff_b, diff_html);
+        if (probes->parsed()) {
+            if (probes_pid_opt->count() == !probes_python.empty())
+                throw CLI::ValidationError("probes: give --pid PID or a Python executable");
+            return lotus::cli::run_probes(probes_pid_opt->count() ? std::optional<int>(probes_pid) : std::nullopt,
+                                          probes_python);
+        }
         if (sweep->parsed()) {
             auto split = [](const std::string& list) {
                 std::vector<std::string> out;
@@ -353,7 +369,7 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
                 throw CLI::ValidationError("--replay reads a record file: no --pid, command or --record with it");
             if (!pid_opt->count() && opts.command.empty() && opts.replay.empty())
                 throw CLI::ValidationError("give --pid PID or -- COMMAND (or --replay FILE, or a subcommand: "
-                                           "record, export, report, top, diff, sweep)");
+                                           "record, export, report, top, diff, sweep, probes)");
             if (pid_opt->count())
                 opts.pid = p.pid;
             check_limits(p, pid_opt->count() || !opts.replay.empty());

@@ -196,6 +196,9 @@ int run_session(const Options& opts)
                                                      interp.object_path, interp.version.str()));
         }
 
+        // --span and --all-calls name functions, not objects: they need every call from C into Python, at the
+        // evaluator's entry; otherwise the type-slot functions, where only calls of objects pass.
+        const bool evaluator = opts.all_calls || !lists.spans.empty();
         uint64_t t0 = monotonic_ns();
         const unsigned cpus = target::allowed_cpus(root).value_or(0); // for the summary's advice
         if (recorder) {
@@ -285,7 +288,7 @@ int run_session(const Options& opts)
                 feed(data, len);
                 if (h->type == LOTUS_EV_EXEC) // a new program: its own environment (torchrun sets RANK)
                     rank_of(h->tgid);
-            }, counters, capture::ProbeFeatures{handlers.has_value(), !native_specs.empty(),
+            }, counters, capture::ProbeFeatures{evaluator, handlers.has_value(), !native_specs.empty(),
                                                    !native_specs.empty() && opts.sample_freq > 0});
             if (!native_specs.empty() || opts.native_map) {
                 native = std::make_unique<capture::NativeCapture>(*probe, native_specs, feed);
@@ -400,7 +403,7 @@ int run_session(const Options& opts)
         while (probe->poll(0) > 0) {
         }
         auto stats = probe->stats();
-        const std::string evaluator_probe = probe->evaluator_probe();
+        const std::string evaluator_probe = probe->evaluator_probe(), python_probes = probe->python_probes();
         const size_t native_links = probe->native_links();
         probe->close();
         if (tty)
@@ -439,6 +442,7 @@ int run_session(const Options& opts)
             run.limits = l;
         }
         run.evaluator_probe = evaluator_probe;
+        run.python_probes = python_probes;
         run.events = stats.submitted;
         run.events_delivered = delivered;
         run.lost_events = stats.lost;

@@ -19,6 +19,8 @@ std::string run_json_members(const RunInfo& r)
     m["layout"] = json_string(r.layout);
     if (!r.evaluator_probe.empty())
         m["evaluator_probe"] = json_string(r.evaluator_probe);
+    if (!r.python_probes.empty())
+        m["python_probes"] = json_string(r.python_probes);
     m["stop_reason"] = json_string(r.stop_reason);
     m["events"] = std::to_string(r.events);
     m["lost_events"] = std::to_string(r.lost_events);

@@ -14,6 +14,7 @@ struct RunInfo {
     uint64_t t0_monotonic_ns = 0;
     std::string python, interpreter, layout;
     std::string evaluator_probe; // live runs: "uprobe session" or "uprobe + uretprobe"
+    std::string python_probes;   // live runs: "type slots" or "evaluator" (where Python calls were probed)
     std::string stop_reason;
     uint64_t events = 0, lost_events = 0;
     std::optional<uint64_t> events_delivered; // live runs

@@ -199,12 +199,16 @@ void Engine::on_type(const lotus_type_info& t)
 
 const CodeInfo* Engine::code_info(uint32_t tgid, uint64_t code, bool own)
 {
+    if (auto* slot = slot_code(code))
+        return &slot->info;
     auto* d = spaces_.code(tgid, code, own);
     return d ? &d->info : nullptr;
 }
 
 const CodeRole* Engine::role(uint32_t tgid, uint64_t code, bool own)
 {
+    if (auto* slot = slot_code(code))
+        return &slot->role;
     auto* d = spaces_.code(tgid, code, own);
     return d ? &d->role : nullptr;
 }

@@ -53,6 +53,24 @@ bool container_class(const std::string& cls)
 
 } // namespace
 
+const SlotCode* slot_code(uint64_t code)
+{
+    static const auto codes = [] {
+        std::vector<SlotCode> v(LOTUS_SLOTS);
+        auto set = [&](int slot, const char* name, CodeKind kind) {
+            v[static_cast<size_t>(slot)] = SlotCode{CodeInfo{name, "", 0}, CodeRole{}};
+            v[static_cast<size_t>(slot)].role.flags = lotus_slot_role(static_cast<uint64_t>(slot));
+            v[static_cast<size_t>(slot)].role.kind = kind;
+        };
+        set(LOTUS_SLOT_CALL, "__call__", CodeKind::ObjectCall);
+        set(LOTUS_SLOT_ITER, "__iter__", CodeKind::LoaderIter);
+        set(LOTUS_SLOT_NEXT, "__next__", CodeKind::LoaderNext);
+        set(LOTUS_SLOT_INIT, "__init__", CodeKind::IterInit);
+        return v;
+    }();
+    return code > 0 && code < LOTUS_SLOTS ? &codes[code] : nullptr;
+}
+
 bool glob_match(const std::string& pattern, const std::string& text)
 {
     return fnmatch(pattern.c_str(), text.c_str(), 0) == 0;
@@ -162,6 +180,8 @@ TypeRole Rules::classify_type(const std::string& name, const std::vector<std::st
     t.single_process = iterator && classes[0].find("SingleProcess") != std::string::npos;
     if (t.pipeline())
         t.flags |= LOTUS_TYPE_PIPELINE;
+    if (t.loader() || t.loader_iterator())
+        t.flags |= LOTUS_TYPE_LOADER;
     return t;
 }
 

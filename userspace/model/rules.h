@@ -90,6 +90,15 @@ private:
     std::vector<SpanRule> spans_;
 };
 
+// What a slot entry's `code` (LOTUS_SLOT_*, lotus_abi.h: the default probes' entries carry no code object)
+// stands for: the call of an object, a DataLoader's __iter__, an iterator's __next__ or __init__, with the
+// role the rules give that code. nullptr for any other value.
+struct SlotCode {
+    CodeInfo info;
+    CodeRole role;
+};
+const SlotCode* slot_code(uint64_t code);
+
 bool glob_match(const std::string& pattern, const std::string& text);
 // "module.Class" (static types) or "Class" (heap types): the class name.
 std::string class_name(const std::string& tp_name);

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <memory>
 
+#include "common/arch.h"
 #include "common/unique_fd.h"
 #include <unordered_map>
 
@@ -166,19 +167,54 @@ std::vector<std::string> ElfFile::runpath() const
 
 std::optional<std::pair<uint64_t, uint64_t>> ElfFile::section(const std::string& name) const
 {
+    for (const auto& s : sections())
+        if (s.name == name)
+            return std::make_pair(s.offset, s.size);
+    return std::nullopt;
+}
+
+std::vector<ElfSection> ElfFile::sections() const
+{
+    std::vector<ElfSection> out;
     size_t shstrndx = 0;
     if (elf_getshdrstrndx(impl_->elf, &shstrndx) != 0)
-        return std::nullopt;
+        return out;
     Elf_Scn* scn = nullptr;
     while ((scn = elf_nextscn(impl_->elf, scn))) {
         GElf_Shdr sh;
         if (!gelf_getshdr(scn, &sh))
             continue;
         const char* n = elf_strptr(impl_->elf, shstrndx, sh.sh_name);
-        if (n && name == n)
-            return std::make_pair(uint64_t(sh.sh_offset), uint64_t(sh.sh_size));
+        out.push_back({n ? n : "", sh.sh_addr, sh.sh_offset, sh.sh_size, sh.sh_type, sh.sh_flags});
     }
-    return std::nullopt;
+    return out;
+}
+
+std::optional<std::vector<uint8_t>> ElfFile::read_at(uint64_t offset, size_t len) const
+{
+    std::vector<uint8_t> buf(len);
+    if (pread(impl_->fd.get(), buf.data(), len, static_cast<off_t>(offset)) != static_cast<ssize_t>(len))
+        return std::nullopt;
+    return buf;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> ElfFile::relative_relocations() const
+{
+    std::vector<std::pair<uint64_t, uint64_t>> out;
+    Elf_Scn* scn = nullptr;
+    while ((scn = elf_nextscn(impl_->elf, scn))) {
+        GElf_Shdr sh;
+        if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_RELA || sh.sh_entsize == 0)
+            continue;
+        Elf_Data* data = elf_getdata(scn, nullptr);
+        size_t n = sh.sh_size / sh.sh_entsize;
+        for (size_t i = 0; data && i < n; i++) {
+            GElf_Rela r;
+            if (gelf_getrela(data, static_cast<int>(i), &r) && GELF_R_TYPE(r.r_info) == common::kRelativeRelocation)
+                out.emplace_back(r.r_offset, static_cast<uint64_t>(r.r_addend));
+        }
+    }
+    return out;
 }
 
 } // namespace lotus::target

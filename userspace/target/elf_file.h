@@ -8,6 +8,13 @@
 
 namespace lotus::target {
 
+struct ElfSection {
+    std::string name;
+    uint64_t vaddr = 0, offset = 0, size = 0; // address (0 when not loaded), file offset, bytes
+    uint32_t type = 0;                        // SHT_*
+    uint64_t flags = 0;                       // SHF_*
+};
+
 struct ElfSymbol {
     uint64_t value = 0; // virtual address in the file's own address space
     uint64_t size = 0;
@@ -39,6 +46,13 @@ public:
     std::string build_id() const;
     // The first section of this name: (file offset, size).
     std::optional<std::pair<uint64_t, uint64_t>> section(const std::string& name) const;
+    std::vector<ElfSection> sections() const;
+    // Bytes stored at a file offset.
+    std::optional<std::vector<uint8_t>> read_at(uint64_t offset, size_t len) const;
+    // The relative relocations of a position-independent file: (where, value) pairs, the word at `where`
+    // holding `value` plus the load address once loaded. Pointers in such files' data are only found here
+    // (the stored word may be 0).
+    std::vector<std::pair<uint64_t, uint64_t>> relative_relocations() const;
 
 private:
     struct Impl;

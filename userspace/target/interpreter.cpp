@@ -16,6 +16,7 @@
 #include "debug_offsets.h"
 #include "elf_file.h"
 #include "proc_maps.h"
+#include "slot_functions.h"
 
 namespace lotus::target {
 
@@ -98,11 +99,28 @@ Interpreter describe(const ElfFile& elf, bool shared, const std::string& who)
     auto off = elf.file_offset(eval->value);
     if (!off)
         throw TargetError(fmt::format("{}: {} has no file offset for {}", who, elf.path(), kEvalSymbol));
-    Interpreter interp{elf.path(), elf.path(), shared, *version, *off, *layout, "table"};
+    Interpreter interp{elf.path(), elf.path(), shared, *version, *off, *layout, "table", std::nullopt, ""};
+    auto runtime = elf.symbol("_PyRuntime");
+    if (auto fns = find_slot_functions(elf, &interp.slots_missing); fns && runtime && layout->runtime_tstate > 0) {
+        SlotProbes sp;
+        sp.vaddr = fns->vaddr;
+        sp.tstate_vaddr = runtime->value + static_cast<uint64_t>(layout->runtime_tstate);
+        bool ok = true;
+        for (int k = 1; k < LOTUS_SLOTS; k++) {
+            auto o = elf.file_offset(sp.vaddr[k]);
+            ok &= o.has_value();
+            sp.offset[k] = o.value_or(0);
+        }
+        if (ok)
+            interp.slots = sp;
+        else
+            interp.slots_missing = "a slot function has no file offset";
+    } else if (fns) {
+        interp.slots_missing = "no _PyRuntime symbol";
+    }
     // 3.13+: the interpreter's own description of its structures (the table row supplies the rest, and is
     // the fallback when the description is missing or fails validation).
     if (version->major == 3 && version->minor >= 13) {
-        auto runtime = elf.symbol("_PyRuntime");
         auto bytes = runtime ? elf.read(runtime->value, kDebugOffsetsBytes) : std::nullopt;
         std::string why;
         if (bytes) {

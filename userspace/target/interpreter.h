@@ -1,6 +1,8 @@
 // Finding the CPython interpreter of a process (or of an executable about to run) and its version.
 #pragma once
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -13,6 +15,14 @@ struct TargetError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// The default probes: CPython's type-slot functions (target/slot_functions.h) and where the running thread's
+// state is kept (the layout's runtime_tstate in _PyRuntime), all as addresses in the interpreter's file; file
+// offsets for the uprobes.
+struct SlotProbes {
+    std::array<uint64_t, LOTUS_SLOTS> vaddr{}, offset{}; // by LOTUS_SLOT_*; [0] unused
+    uint64_t tstate_vaddr = 0;
+};
+
 struct Interpreter {
     std::string object_path;  // the ELF that holds the evaluator (executable or libpython), openable by us
     std::string target_path;  // the same file as the target names it (differs inside containers)
@@ -21,6 +31,8 @@ struct Interpreter {
     uint64_t eval_offset = 0; // file offset of _PyEval_EvalFrameDefault, for the uprobe
     lotus_py_layout layout{};
     std::string layout_source = "table"; // or "_Py_DebugOffsets" (3.13+, read from the interpreter's file)
+    std::optional<SlotProbes> slots;     // nullopt: only the evaluator can be probed, for slots_missing
+    std::string slots_missing;
 };
 
 // From /proc/PID/maps. Throws TargetError.

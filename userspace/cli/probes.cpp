@@ -1,0 +1,32 @@
+#include "probes.h"
+
+#include <fmt/format.h>
+
+#include <exception>
+
+#include "target/interpreter.h"
+
+namespace lotus::cli {
+
+int run_probes(std::optional<int> pid, const std::string& python)
+{
+    target::Interpreter interp;
+    try {
+        interp = pid ? target::find_interpreter(*pid) : target::find_interpreter_in_executable(python, "");
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "lotus-bpf: {}\n", e.what());
+        return 1;
+    }
+    fmt::print("interpreter {}\npython {}\nlayout {}\n", interp.object_path, interp.version.str(), interp.layout_source);
+    fmt::print("evaluator _PyEval_EvalFrameDefault {:#x}\n", interp.eval_offset);
+    if (!interp.slots) {
+        fmt::print("type slots: not found ({}); Python calls are probed at the evaluator\n", interp.slots_missing);
+        return 0;
+    }
+    const char* names[LOTUS_SLOTS] = {"", "__call__", "__iter__", "__next__", "__init__"};
+    for (int k = 1; k < LOTUS_SLOTS; k++)
+        fmt::print("slot {} {:#x}\n", names[k], interp.slots->offset[static_cast<size_t>(k)]);
+    return 0;
+}
+
+} // namespace lotus::cli
