@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /* lotus-bpf capture programs. They only produce events (see lotus_abi.h); every rule about what a span is
- * lives in user space. Probes are attached system-wide (pid -1) so forked DataLoader workers are seen; the
- * lotus_traced map, extended here on fork, decides which processes produce events. */
+ * lives in user space. The Python probes are attached per traced process where the kernel can hold a new child
+ * (holds.bpf.h), else system-wide; either way the lotus_traced map, extended here on fork, decides which
+ * processes produce events. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -27,6 +28,7 @@ const volatile __u64 tstate_vaddr = 0;
 #include "calls.bpf.h"
 #include "native.bpf.h"
 #include "syscalls.bpf.h"
+#include "holds.bpf.h"
 
 /* The programs: one per attach point. */
 
@@ -248,6 +250,14 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
     e->parent_tgid = ptgid;
     e->space = c.space;
     bpf_ringbuf_submit(e, submit_flags());
+    return 0;
+}
+
+/* Per-process probes: hold the new child until user space has attached its probes (holds.bpf.h). */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork_hold, struct task_struct *parent, struct task_struct *child)
+{
+    hold_child(parent, child);
     return 0;
 }
 

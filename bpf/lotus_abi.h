@@ -31,6 +31,8 @@ enum lotus_event_type {
                                   * is renamed (prctl PR_SET_NAME, pthread_setname_np); ABI 5 */
     LOTUS_EV_USAGE = 16,         /* a traced process's resource use over its life, as it exits (right before its
                                   * EXIT): exact where sampling /proc would miss its last interval; ABI 5 */
+    LOTUS_EV_HOLD = 17,          /* side ring only, never in the record stream: a traced process's new child is
+                                  * held (stopped) until user space has attached its probes */
 };
 
 struct lotus_event_header {

@@ -1,6 +1,9 @@
 #include "probe.h"
 
 #include <linux/capability.h>
+#include <algorithm>
+#include <csignal>
+#include <ctime>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -65,6 +68,23 @@ static int kernel_attach_type(const char* name, const char* off, const char* kfu
     return value;
 }
 
+// Whether this kernel has kfunc `name` (in its BTF).
+static bool kernel_has_kfunc(const char* name)
+{
+    btf* vmlinux = btf__load_vmlinux_btf();
+    if (!vmlinux)
+        return false;
+    bool has = btf__find_by_name_kind(vmlinux, name, BTF_KIND_FUNC) > 0;
+    btf__free(vmlinux);
+    return has;
+}
+
+static bool env_set(const char* name)
+{
+    const char* v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<CounterSpec>& counters,
              ProbeFeatures features)
     : interp_(interp), sink_(std::move(sink))
@@ -88,13 +108,23 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
                                                          "bpf_session_is_return");
     bool session = session_type_ >= 0;
     // LOTUS_EVALUATOR_PROBE=1: the evaluator, as interpreters whose slot table is not found are probed.
-    const char* force = getenv("LOTUS_EVALUATOR_PROBE");
-    slots_ = interp.slots && !features.evaluator && !(force && *force && strcmp(force, "0") != 0);
+    slots_ = interp.slots && !features.evaluator && !env_set("LOTUS_EVALUATOR_PROBE");
+    py_offsets_ = {interp.eval_offset};
+    py_cookies_ = {0};
     if (slots_) {
-        for (int k = 1; k < LOTUS_SLOTS; k++)
+        py_offsets_.clear();
+        py_cookies_.clear();
+        for (int k = 1; k < LOTUS_SLOTS; k++) {
             skel_->rodata->slot_vaddr[k] = interp.slots->vaddr[static_cast<size_t>(k)];
+            py_offsets_.push_back(interp.slots->offset[static_cast<size_t>(k)]);
+            py_cookies_.push_back(static_cast<uint64_t>(k));
+        }
         skel_->rodata->tstate_vaddr = interp.slots->tstate_vaddr;
     }
+    // Per-process Python probes need uprobe_multi links (their pid filter) and bpf_send_signal_task (6.13) to
+    // hold a new child until its own are attached. LOTUS_SYSTEM_WIDE_PROBES=1: as kernels without them.
+    hold_ = multi_type_ >= 0 && kernel_has_kfunc("bpf_send_signal_task") && !env_set("LOTUS_SYSTEM_WIDE_PROBES");
+    bpf_program__set_autoload(skel_->progs.on_fork_hold, hold_);
     bpf_program__set_autoload(skel_->progs.py_call, session && !slots_);
     bpf_program__set_autoload(skel_->progs.py_entry, !session && !slots_);
     bpf_program__set_autoload(skel_->progs.py_slot, session && slots_);
@@ -121,6 +151,9 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     lib_rb_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.lotus_lib_opens), on_library, this, nullptr));
     if (!rb_ || !lib_rb_)
         throw CaptureError(fmt::format("cannot open the ring buffer: {}", strerror(errno)));
+    // The side ring wakes poll() too: a held child waits for us.
+    if (ring_buffer__add(rb_.get(), bpf_map__fd(skel_->maps.lotus_lib_opens), on_library, this))
+        throw CaptureError(fmt::format("cannot open the ring buffer: {}", strerror(errno)));
     for (size_t k = 0; k < counters.size(); k++) {
         auto fds = open_per_cpu(counters[k]);
         for (size_t cpu = 0; cpu < fds.size(); cpu++) {
@@ -143,29 +176,23 @@ Probe::~Probe() { close(); }
 
 // Detaching uprobes waits for RCU grace periods (~0.1 s each here). A perf-event uprobe is detached under a
 // global mutex, one after another: the 40 of the native map took 3.5 s. A uprobe_multi link waits once for
-// all its probes, and waits from several threads share grace periods.
-static void close_in_parallel(const std::vector<int>& fds)
-{
-    std::vector<std::thread> threads;
-    for (int fd : fds)
-        try {
-            threads.emplace_back([fd] { ::close(fd); });
-        } catch (const std::system_error&) {
-            ::close(fd); // no thread to spare: this one waits here
-        }
-    for (auto& t : threads)
-        t.join();
-}
-
+// all its probes, and waits from several threads share grace periods (close_in_parallel).
 // In the order the members' destructors would go, but with the uprobe_multi links closed in parallel.
 void Probe::close()
 {
+    if (skel_ && skel_->links.on_fork_hold) { // no new holds, then nothing left stopped
+        bpf_link__destroy(skel_->links.on_fork_hold);
+        skel_->links.on_fork_hold = nullptr;
+    }
+    if (skel_ && hold_)
+        release_held(false);
     session_link_.reset();
-    std::vector<int> fds;
+    std::vector<common::UniqueFd> fds;
     for (auto& l : multi_links_)
-        fds.push_back(l.release());
+        fds.push_back(std::move(l));
     multi_links_.clear();
-    close_in_parallel(fds);
+    close_in_parallel(std::move(fds));
+    process_links_.clear();
     links_.clear();
     perf_fds_.clear();
     rb_.reset();
@@ -180,7 +207,12 @@ int Probe::on_record(void* ctx, void* data, size_t len)
     if (++self->since_lib_check_ >= 64) {
         self->since_lib_check_ = 0;
         ring_buffer__consume(self->lib_rb_.get());
+        if (self->hold_seen_)
+            self->release_held();
     }
+    auto* h = static_cast<const lotus_event_header*>(data);
+    if (self->hold_ && h->type == LOTUS_EV_EXIT)
+        self->process_links_.exited(h->tgid);
     self->sink_(data, len);
     return 0;
 }
@@ -188,6 +220,10 @@ int Probe::on_record(void* ctx, void* data, size_t len)
 int Probe::on_library(void* ctx, void* data, size_t len)
 {
     auto* self = static_cast<Probe*>(ctx);
+    if (static_cast<const lotus_event_header*>(data)->type == LOTUS_EV_HOLD) {
+        self->hold_seen_ = true; // a wake-up: which children are held, lotus_held says
+        return 0;
+    }
     if (self->lib_sink_)
         self->lib_sink_(data, len);
     return 0;
@@ -201,6 +237,8 @@ void Probe::attach_process_tracking()
             throw CaptureError(fmt::format("cannot attach the {} tracepoint: {}", what, strerror(errno)));
     };
     attach(skel_->progs.on_fork, skel_->links.on_fork, "sched_process_fork");
+    if (hold_)
+        attach(skel_->progs.on_fork_hold, skel_->links.on_fork_hold, "sched_process_fork");
     attach(skel_->progs.on_exec, skel_->links.on_exec, "sched_process_exec");
     attach(skel_->progs.on_exit, skel_->links.on_exit, "sched_process_exit");
     attach(skel_->progs.on_rename, skel_->links.on_rename, "task_rename");
@@ -232,7 +270,8 @@ struct UprobeMultiLinkAttr {
 constexpr uint32_t kUprobeMultiReturn = 1; // BPF_F_UPROBE_MULTI_RETURN
 
 common::UniqueFd Probe::multi_link(bpf_program* prog, int attach_type, const std::string& path,
-                                   const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies, bool ret)
+                                   const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies, bool ret,
+                                   uint32_t pid)
 {
     UprobeMultiLinkAttr attr{};
     attr.prog_fd = static_cast<uint32_t>(bpf_program__fd(prog));
@@ -242,8 +281,10 @@ common::UniqueFd Probe::multi_link(bpf_program* prog, int attach_type, const std
     attr.cookies = cookies.empty() ? 0 : reinterpret_cast<uint64_t>(cookies.data());
     attr.cnt = static_cast<uint32_t>(offsets.size());
     attr.multi_flags = ret ? kUprobeMultiReturn : 0;
-    // pid 0: every process mapping the file, so that forked workers are seen; BPF drops the events of
-    // processes outside the traced set.
+    // pid 0: every process mapping the file (BPF drops the events of processes outside the traced set). Else
+    // the kernel installs the probes in that process only (and in what it maps after an exec) and runs the
+    // program only for its threads.
+    attr.pid = pid;
     return common::UniqueFd(static_cast<int>(syscall(SYS_bpf, BPF_LINK_CREATE, &attr, sizeof(attr))));
 }
 
@@ -291,15 +332,26 @@ bool Probe::attach_pair(bpf_program* entry, bpf_program* ret, const std::string&
 
 void Probe::attach_python()
 {
-    // The slot functions, each with its LOTUS_SLOT_* as cookie; or the evaluator.
-    std::vector<uint64_t> offsets{interp_.eval_offset}, cookies{0};
-    if (slots_) {
-        offsets.clear();
-        cookies.clear();
-        for (int k = 1; k < LOTUS_SLOTS; k++) {
-            offsets.push_back(interp_.slots->offset[static_cast<size_t>(k)]);
-            cookies.push_back(static_cast<uint64_t>(k));
+    const auto& offsets = py_offsets_;
+    const auto& cookies = py_cookies_;
+    if (hold_) {
+        // The children held so far (new processes), then every other process traced so far; later children
+        // get theirs while held.
+        python_on_ = true;
+        release_held();
+        int fd = bpf_map__fd(skel_->maps.lotus_traced);
+        std::vector<uint32_t> tgids;
+        uint32_t key = 0, next = 0;
+        for (uint32_t* prev = nullptr; bpf_map_get_next_key(fd, prev, &next) == 0; prev = &key) {
+            tgids.push_back(next);
+            key = next;
         }
+        for (uint32_t tgid : tgids)
+            if (!process_links_.has(tgid))
+                attach_python_to(tgid);
+        if (!attach_error_.empty())
+            throw CaptureError(attach_error_);
+        return;
     }
     if (session_type_ >= 0) {
         // One probe for entry and return: the kernel hooks the return only of calls whose entry asks for it.
@@ -319,6 +371,57 @@ void Probe::attach_python()
     if (!ok)
         throw CaptureError(fmt::format("cannot attach a uprobe and a uretprobe to {}: {}", interp_.object_path,
                                        strerror(errno)));
+}
+
+void Probe::attach_python_to(uint32_t tgid)
+{
+    std::vector<common::UniqueFd> fds;
+    if (session_type_ >= 0) {
+        fds.push_back(multi_link(slots_ ? skel_->progs.py_slot : skel_->progs.py_call, session_type_,
+                                 interp_.object_path, py_offsets_, py_cookies_, false, tgid));
+    } else {
+        // The return probe first, as in attach_pair.
+        fds.push_back(multi_link(skel_->progs.py_return, multi_type_, interp_.object_path, py_offsets_,
+                                 py_cookies_, true, tgid));
+        if (fds.back())
+            fds.push_back(multi_link(slots_ ? skel_->progs.py_slot_entry : skel_->progs.py_entry, multi_type_,
+                                     interp_.object_path, py_offsets_, py_cookies_, false, tgid));
+    }
+    if (!fds.back()) {
+        if (errno != ESRCH && attach_error_.empty()) // ESRCH: it is gone already
+            attach_error_ = fmt::format("cannot attach the Python probes of {} to process {}: {}",
+                                        interp_.object_path, tgid, strerror(errno));
+        return;
+    }
+    process_links_.add(tgid, std::move(fds));
+}
+
+void Probe::release_held(bool attach)
+{
+    hold_seen_ = false;
+    int fd = bpf_map__fd(skel_->maps.lotus_held);
+    std::vector<std::pair<uint32_t, uint64_t>> held; // tgid, when it was held
+    uint32_t key = 0, next = 0;
+    for (uint32_t* prev = nullptr; bpf_map_get_next_key(fd, prev, &next) == 0; prev = &key) {
+        uint64_t since = 0;
+        if (bpf_map_lookup_elem(fd, &next, &since) == 0)
+            held.emplace_back(next, since);
+        key = next;
+    }
+    for (auto [tgid, since] : held) {
+        // A new process: any links under its pid were an earlier process's (ProcessLinks::add).
+        if (attach && python_on_)
+            attach_python_to(tgid);
+        ::kill(static_cast<pid_t>(tgid), SIGCONT);
+        bpf_map_delete_elem(fd, &tgid);
+        timespec now{};
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        uint64_t t = static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(now.tv_nsec);
+        uint64_t d = t > since ? t - since : 0;
+        holds_.children++;
+        holds_.total_ns += d;
+        holds_.max_ns = std::max(holds_.max_ns, d);
+    }
 }
 
 void Probe::attach_inline_calls(const std::vector<uint64_t>& resume_offsets, uint64_t return_offset)
@@ -392,6 +495,10 @@ int Probe::poll(int timeout_ms)
     int m = ring_buffer__consume(rb_.get());
     if (m < 0)
         throw CaptureError(fmt::format("ring buffer read failed: {}", strerror(-m)));
+    if (hold_)
+        release_held(); // also those whose HOLD record did not fit in the side ring
+    if (!attach_error_.empty())
+        throw CaptureError(attach_error_);
     return (n > 0 ? n : 0) + m;
 }
 

@@ -11,6 +11,7 @@
 
 #include "common/unique_fd.h"
 #include "perf_events.h"
+#include "process_links.h"
 #include "target/interpreter.h"
 
 struct lotus_bpf;
@@ -27,6 +28,13 @@ struct CaptureError : std::runtime_error {
 struct CaptureStats {
     uint64_t submitted = 0; // records written to the ring buffer
     uint64_t lost = 0;      // records dropped because it was full
+};
+
+// New children of traced processes stopped until their probes were attached (per-process probes).
+struct HoldStats {
+    uint64_t children = 0;
+    uint64_t total_ns = 0; // from the fork to the SIGCONT, summed
+    uint64_t max_ns = 0;
 };
 
 // Throws CaptureError unless this process may load BPF and open perf events (root, or CAP_BPF+CAP_PERFMON).
@@ -60,9 +68,10 @@ public:
     // themselves, in its space.
     void trace_process(uint32_t tgid, uint32_t root_tgid);
     bool is_traced(uint32_t tgid) const;
-    // Entry and return uprobes on the type-slot functions (or on the evaluator: python_probes()), for every
-    // process mapping the interpreter (filtered in BPF): one uprobe session where the kernel has them (returns
-    // hooked only for calls that produced an entry), else a pair.
+    // Entry and return uprobes on the type-slot functions (or on the evaluator: python_probes()): one uprobe
+    // session where the kernel has them (returns hooked only for calls that produced an entry), else a pair.
+    // Per traced process where the kernel can hold a new child until its probes are attached (per_process():
+    // no other process mapping the interpreter traps), else for every process mapping it (filtered in BPF).
     void attach_python();
     // Opens of shared libraries by traced threads, delivered ahead of the main stream (they are in it too).
     void set_library_sink(Sink sink) { lib_sink_ = std::move(sink); }
@@ -83,16 +92,24 @@ public:
     // What a type is (LOTUS_TYPE_* flags) in a role space.
     void set_type(uint32_t space, uint64_t type, uint32_t flags);
     CaptureStats stats() const;
+    const HoldStats& holds() const { return holds_; }
     // How Python calls are probed: "uprobe session" or "uprobe + uretprobe" (kernels before 6.13)...
     const char* evaluator_probe() const { return session_type_ >= 0 ? "uprobe session" : "uprobe + uretprobe"; }
     // ...and where: "type slots" or "evaluator".
     const char* python_probes() const { return slots_ ? "type slots" : "evaluator"; }
+    // Whether the Python probes are attached to the traced processes only (else system-wide).
+    bool per_process() const { return hold_; }
     // Detach and unload now (also done by the destructor).
     void close();
 
 private:
     static int on_record(void* ctx, void* data, size_t len);
     static int on_library(void* ctx, void* data, size_t len);
+    // The Python probes of one traced process (per-process mode), unless it has them already.
+    void attach_python_to(uint32_t tgid);
+    // Every child held in BPF (lotus_held): its probes attached (when `attach`), then continued. Never throws: a
+    // refusal is kept in attach_error_ for poll() to report.
+    void release_held(bool attach = true);
     // Owners of what libbpf hands out. Members are destroyed in reverse order: links before the programs.
     struct SkeletonFree {
         void operator()(lotus_bpf* s) const;
@@ -108,7 +125,7 @@ private:
     // errno set, if the kernel refused.
     static common::UniqueFd multi_link(bpf_program* prog, int attach_type, const std::string& path,
                                        const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies = {},
-                                       bool ret = false);
+                                       bool ret = false, uint32_t pid = 0);
     // Entry and return probes on `offsets` (one uprobe_multi link each; without them, one offset as two perf
     // event probes). False, errno set, if the kernel refused.
     bool attach_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
@@ -122,12 +139,19 @@ private:
     int multi_type_ = -1;   // the kernel's BPF_TRACE_UPROBE_MULTI, -1 without uprobe_multi links
     int session_type_ = -1; // the kernel's BPF_TRACE_UPROBE_SESSION, -1 without sessions
     bool slots_ = false;    // the type-slot functions are probed, not the evaluator
+    bool hold_ = false;     // per-process Python probes, new children held until theirs are attached
+    bool python_on_ = false; // attach_python was called: held children get their probes
+    bool hold_seen_ = false; // a HOLD record arrived since release_held last ran
+    std::string attach_error_;
+    HoldStats holds_;
+    std::vector<uint64_t> py_offsets_, py_cookies_; // where the Python probes go, and their cookies
     std::unique_ptr<lotus_bpf, SkeletonFree> skel_; // its tracepoint links go with it
     std::unique_ptr<ring_buffer, RingFree> rb_, lib_rb_;
     std::vector<common::UniqueFd> perf_fds_;    // counters and sampling events
     std::vector<Link> links_;                   // sampling, and probes without uprobe_multi
     std::vector<common::UniqueFd> multi_links_; // uprobe_multi links: native functions, opcode handlers
     common::UniqueFd session_link_;             // the Python probes' uprobe session link, when there is one
+    ProcessLinks process_links_;                // per-process mode: each traced process's Python probes
 };
 
 } // namespace lotus::capture

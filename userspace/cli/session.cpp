@@ -404,8 +404,13 @@ int run_session(const Options& opts)
         }
         auto stats = probe->stats();
         const std::string evaluator_probe = probe->evaluator_probe(), python_probes = probe->python_probes();
+        const std::string python_scope = probe->per_process() ? "traced processes" : "system-wide";
         const size_t native_links = probe->native_links();
-        probe->close();
+        probe->close(); // it also continues the children still held: count them after
+        std::optional<exporter::RunInfo::Holds> holds;
+        if (probe->per_process())
+            holds = exporter::RunInfo::Holds{probe->holds().children, probe->holds().total_ns / 1e6,
+                                             probe->holds().max_ns / 1e6};
         if (tty)
             fmt::print(stderr, "\r\033[K");
         if (screen) { // back to the normal screen, where the last view stays
@@ -443,6 +448,8 @@ int run_session(const Options& opts)
         }
         run.evaluator_probe = evaluator_probe;
         run.python_probes = python_probes;
+        run.python_probes_scope = python_scope;
+        run.holds = holds;
         run.events = stats.submitted;
         run.events_delivered = delivered;
         run.lost_events = stats.lost;

@@ -21,6 +21,11 @@ std::string run_json_members(const RunInfo& r)
         m["evaluator_probe"] = json_string(r.evaluator_probe);
     if (!r.python_probes.empty())
         m["python_probes"] = json_string(r.python_probes);
+    if (!r.python_probes_scope.empty())
+        m["python_probes_scope"] = json_string(r.python_probes_scope);
+    if (r.holds)
+        m["held_children"] = fmt::format("{{\"count\":{},\"total_ms\":{:.3f},\"max_ms\":{:.3f}}}",
+                                         r.holds->children, r.holds->total_ms, r.holds->max_ms);
     m["stop_reason"] = json_string(r.stop_reason);
     m["events"] = std::to_string(r.events);
     m["lost_events"] = std::to_string(r.lost_events);

@@ -15,6 +15,12 @@ struct RunInfo {
     std::string python, interpreter, layout;
     std::string evaluator_probe; // live runs: "uprobe session" or "uprobe + uretprobe"
     std::string python_probes;   // live runs: "type slots" or "evaluator" (where Python calls were probed)
+    std::string python_probes_scope; // live runs: "traced processes" or "system-wide" (which processes trap)
+    struct Holds {
+        uint64_t children = 0;          // new processes of the traced tree stopped until their probes were in
+        double total_ms = 0, max_ms = 0; // fork to SIGCONT
+    };
+    std::optional<Holds> holds; // live runs with per-process probes
     std::string stop_reason;
     uint64_t events = 0, lost_events = 0;
     std::optional<uint64_t> events_delivered; // live runs

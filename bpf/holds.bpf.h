@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* Per-process Python probes: they are attached to each traced process (a uprobe_multi link with its pid), so
+ * that no other process running the same interpreter ever traps. A traced process's new child gets its own
+ * link from user space, after the fork: until then it is held, stopped by a SIGSTOP that is pending before it
+ * first runs; user space continues it (SIGCONT) once its probes are in place, and on every exit path. */
+#ifndef __LOTUS_HOLDS_BPF_H
+#define __LOTUS_HOLDS_BPF_H
+
+#define LOTUS_SIGSTOP 19 /* x86-64 and arm64 */
+
+/* Linux 6.13+: a signal to another task (here the child, which has not run yet). Weak: on older kernels the
+ * program using it is not loaded (user space checks the kernel's BTF) and the probes stay system-wide. */
+extern int bpf_send_signal_task(struct task_struct *task, int sig, enum pid_type type, __u64 value) __ksym __weak;
+
+/* Children stopped here and not yet continued by user space (tgid -> when, bpf_ktime_get_ns). */
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 16384);
+    __type(key, __u32);
+    __type(value, __u64);
+} lotus_held SEC(".maps");
+
+/* Runs beside on_fork; keyed on the parent, so their order does not matter. */
+static __always_inline void hold_child(struct task_struct *parent, struct task_struct *child)
+{
+    __u32 ptgid = BPF_CORE_READ(parent, tgid);
+    __u32 ctgid = BPF_CORE_READ(child, tgid);
+    if (ptgid == ctgid || !bpf_map_lookup_elem(&lotus_traced, &ptgid))
+        return;
+    __u64 now = bpf_ktime_get_ns();
+    if (bpf_map_update_elem(&lotus_held, &ctgid, &now, BPF_ANY))
+        return; /* not held: its first calls may be missed, never stopped for good */
+    if (bpf_send_signal_task(child, LOTUS_SIGSTOP, PIDTYPE_TGID, 0)) {
+        bpf_map_delete_elem(&lotus_held, &ctgid);
+        return;
+    }
+    /* Wake user space now (the side ring is read before the main one); it reads lotus_held, not this record. */
+    struct lotus_event_header e = {};
+    fill_header(&e, LOTUS_EV_HOLD);
+    e.tgid = ctgid;
+    bpf_ringbuf_output(&lotus_lib_opens, &e, sizeof(e), BPF_RB_FORCE_WAKEUP);
+}
+
+#endif /* __LOTUS_HOLDS_BPF_H */

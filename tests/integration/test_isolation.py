@@ -1,0 +1,120 @@
+"""Per-process probes: while lotus-bpf traces a job, no other process running the same interpreter has a
+breakpoint, and the job's processes (workers forked after attaching included: held until theirs are in place)
+have theirs. Read from the processes' own memory: the first byte of each probed function is int3 (0xcc) where
+a uprobe is installed."""
+import os
+import subprocess
+import unittest
+from collections import Counter
+
+from harness import (OPS, PY, WORKLOAD, BpfTestCase, LOTUS, dataset, kernel_at_least, load_trace, read_lines, spans,
+                     start_lotus, wait_for_attach, wait_for_file)
+
+INT3 = 0xCC
+
+
+def probe_offsets(python):
+    """The file offsets lotus-bpf probes in this interpreter: {name: offset}."""
+    out = subprocess.run([LOTUS, "probes", python], capture_output=True, text=True, check=True).stdout
+    points = {}
+    for line in out.splitlines():
+        f = line.split()
+        if f[0] == "slot":
+            points[f[1]] = int(f[2], 16)
+        elif f[0] == "interpreter":
+            path = f[1]
+    return path, points
+
+
+def first_bytes(pid, path, offsets):
+    """The byte at each file offset of `path` as mapped in process pid."""
+    real = os.path.realpath(path)
+    maps = []
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 6 and os.path.realpath(parts[5]) == real and "x" in parts[1]:
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                maps.append((lo, hi, int(parts[2], 16)))
+    out = {}
+    with open(f"/proc/{pid}/mem", "rb") as mem:
+        for name, off in offsets.items():
+            for lo, hi, foff in maps:
+                if foff <= off < foff + (hi - lo):
+                    mem.seek(lo + off - foff)
+                    out[name] = mem.read(1)[0]
+    return out
+
+
+def children(pid):
+    kids = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/children") as f:
+            kids += [int(c) for c in f.read().split()]
+    return kids
+
+
+@unittest.skipUnless(kernel_at_least(6, 13), "per-process probes need bpf_send_signal_task (Linux 6.13)")
+class Isolation(BpfTestCase):
+    def traced_job(self, env):
+        """Launches the tracer on a held job; once its 2 workers (forked under the tracer) have prefetched,
+        returns (tracer, job pid, worker pids); the caller reads memory, then calls finish()."""
+        n = 64
+        self.sample_log, self.ready, self.hold = self.path("samples.log"), self.path("ready"), self.path("hold")
+        self.out = self.path("trace.json")
+        tracer = subprocess.Popen([LOTUS, "-q", "-o", self.out, "--", PY, WORKLOAD, dataset(n), "--workers", "2",
+                                   "--batch-size", "16", "--sample-log", self.sample_log, "--hold", self.hold,
+                                   "--ready", self.ready], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, **env})
+        self.addCleanup(lambda: (tracer.poll() is None and tracer.kill(), tracer.wait()))
+        wait_for_attach(tracer)
+        wait_for_file(self.ready)
+        (job,) = children(tracer.pid)
+        workers = sorted({int(pid) for pid, i, ts in read_lines(self.sample_log)})
+        self.assertEqual(len(workers), 2)
+        return tracer, job, workers, n
+
+    def finish(self, tracer, n):
+        open(self.hold, "w").close()
+        _, err = tracer.communicate(timeout=120)
+        self.assertEqual(tracer.returncode, 0, err)
+        trace = load_trace(self.out)
+        by_op = Counter(s["name"] for s in spans(trace, "op"))
+        self.assertEqual(by_op, Counter({op: n for op in OPS}))  # every sample of the epoch, each op once
+        return trace
+
+    def unrelated(self):
+        p = subprocess.Popen([PY, "-c", "import time; time.sleep(300)"])
+        self.addCleanup(lambda: (p.kill(), p.wait()))
+        return p
+
+    def test_other_processes_have_no_breakpoint(self):
+        other = self.unrelated()
+        path, points = probe_offsets(PY)
+        self.assertEqual(set(points), {"__call__", "__iter__", "__next__", "__init__"})
+        tracer, job, workers, n = self.traced_job({})
+        seen = first_bytes(other.pid, path, points)
+        self.assertEqual(set(seen), set(points))
+        self.assertNotIn(INT3, seen.values())
+        for pid in [job] + workers:
+            self.assertEqual(first_bytes(pid, path, points), {k: INT3 for k in points}, pid)
+        trace = self.finish(tracer, n)
+        self.assertEqual(trace["otherData"]["python_probes_scope"], "traced processes")
+        self.assertGreaterEqual(trace["otherData"]["held_children"]["count"], 2)  # the workers, forked under it
+        # the unrelated process still sleeps: it was never stopped
+        with open(f"/proc/{other.pid}/stat") as f:
+            self.assertNotEqual(f.read().rsplit(")", 1)[1].split()[0], "T")
+
+    def test_system_wide_probes_reach_everyone(self):
+        # What kernels without per-process probes do, and what the test above would see if they leaked.
+        other = self.unrelated()
+        path, points = probe_offsets(PY)
+        tracer, job, workers, n = self.traced_job({"LOTUS_SYSTEM_WIDE_PROBES": "1"})
+        self.assertEqual(first_bytes(other.pid, path, points), {k: INT3 for k in points})
+        trace = self.finish(tracer, n)
+        self.assertEqual(trace["otherData"]["python_probes_scope"], "system-wide")
+        self.assertNotIn("held_children", trace["otherData"])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,79 @@
+#include "process_links.h"
+
+#include <chrono>
+#include <system_error>
+#include <thread>
+
+namespace lotus::capture {
+
+void close_in_parallel(std::vector<common::UniqueFd> fds)
+{
+    std::vector<std::thread> threads;
+    for (auto& fd : fds) {
+        int raw = fd.release();
+        try {
+            threads.emplace_back([raw] { ::close(raw); });
+        } catch (const std::system_error&) {
+            ::close(raw); // no thread to spare: this one waits here
+        }
+    }
+    for (auto& t : threads)
+        t.join();
+}
+
+void ProcessLinks::add(uint32_t tgid, std::vector<common::UniqueFd> fds)
+{
+    auto it = links_.find(tgid);
+    if (it != links_.end()) {
+        close_later(std::move(it->second));
+        stale_exits_[tgid]++;
+        it->second = std::move(fds);
+        return;
+    }
+    links_.emplace(tgid, std::move(fds));
+}
+
+void ProcessLinks::exited(uint32_t tgid)
+{
+    if (auto s = stale_exits_.find(tgid); s != stale_exits_.end()) {
+        if (--s->second == 0)
+            stale_exits_.erase(s);
+        return;
+    }
+    auto it = links_.find(tgid);
+    if (it == links_.end())
+        return;
+    close_later(std::move(it->second));
+    links_.erase(it);
+}
+
+void ProcessLinks::close_later(std::vector<common::UniqueFd> fds)
+{
+    // Forget the closings that are done.
+    std::erase_if(closing_, [](std::future<void>& f) {
+        return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    });
+    try {
+        closing_.push_back(std::async(std::launch::async, [v = std::move(fds)]() mutable {
+            close_in_parallel(std::move(v));
+        }));
+    } catch (const std::system_error&) {
+        // no thread to spare: the descriptors were closed here, with the task that was not started
+    }
+}
+
+void ProcessLinks::clear()
+{
+    std::vector<common::UniqueFd> all;
+    for (auto& [tgid, fds] : links_)
+        for (auto& fd : fds)
+            all.push_back(std::move(fd));
+    links_.clear();
+    stale_exits_.clear();
+    close_in_parallel(std::move(all));
+    for (auto& f : closing_)
+        f.wait();
+    closing_.clear();
+}
+
+} // namespace lotus::capture
