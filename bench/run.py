@@ -174,10 +174,10 @@ def export_rate(tmp):
         return json.load(f)["otherData"]["events"] / took
 
 
-def unrelated(repeats, kind, n=2_000_000):
+def unrelated(repeats, kind, n=2_000_000, env=None):
     """An unrelated process running the same interpreter (bench/calls.py: n calls of `kind`) while lotus-bpf
     traces another job (an idle one that imported torch), against the same with nothing traced, interleaved:
-    (median seconds alone, median seconds beside the tracer, their pairs)."""
+    (median seconds alone, median seconds beside the tracer, their pairs). env: the tracer's extra environment."""
     job = subprocess.Popen([PY, "-c", "import torch, time; print('ready', flush=True); time.sleep(900)"],
                            stdout=subprocess.PIPE, text=True)
     alone, beside = [], []
@@ -186,7 +186,8 @@ def unrelated(repeats, kind, n=2_000_000):
         for _ in range(repeats):
             alone.append(floor.call_seconds(PY, n, kind, "untraced", LOTUS, []))
             tracer = subprocess.Popen([LOTUS, "-q", "-o", os.devnull, "--pid", str(job.pid)],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                      env={**os.environ, **(env or {})})
             while "tracing PID" not in tracer.stderr.readline():
                 pass
             beside.append(floor.call_seconds(PY, n, kind, "untraced", LOTUS, []))
@@ -293,6 +294,8 @@ def main():
         per_call = floor.call_costs(PY, LOTUS, args.repeats, "functions", evaluator)
         per_object_call = floor.call_costs(PY, LOTUS, args.repeats, "objects", slots)
         beside = {kind: unrelated(max(args.repeats, 5), kind) for kind in ("functions", "objects")}
+        # as kernels before 6.13 run (no per-process probes)
+        beside_wide = unrelated(max(args.repeats, 5), "objects", env={"LOTUS_SYSTEM_WIDE_PROBES": "1"})
         pure = {"untraced": [], "default": [], "all-calls": []}
         pure311 = {"untraced": [], "all-calls": []}
         if os.access(PY312, os.X_OK):
@@ -346,7 +349,10 @@ def main():
         *[(f"unrelated process beside the tracer, {kind}", f"{100 * (b / a - 1):+.1f} %",
            f"bench/calls.py {kind} (2 M calls from map) in another process of the same interpreter while "
            f"lotus-bpf traces an idle job, over nothing traced: {a:.3f} s alone, {b:.3f} s beside, {p}, "
-           f"median of {max(args.repeats, 5)} interleaved") for kind, (a, b, p) in beside.items()],
+           f"median of {max(args.repeats, 5)} interleaved; the Python probes in the traced processes only") for kind, (a, b, p) in beside.items()],
+        ("unrelated process, objects, system-wide probes", f"{100 * (beside_wide[1] / beside_wide[0] - 1):+.1f} %",
+         f"the same with LOTUS_SYSTEM_WIDE_PROBES=1 (kernels before 6.13): {beside_wide[0]:.3f} s alone, "
+         f"{beside_wide[1]:.3f} s beside, {beside_wide[2]}"),
         ("records per sample, steady state", f"{per_sample:.1f}", f"marginal over {MORE_EPOCHS} more epochs; {lost} lost; "
          f"all records incl. startup: {events / samples:.1f}/sample"),
         ("attach latency, torch loaded (s)", f"{statistics.median(latencies):.3f}", f"median of 3: {', '.join(f'{x:.3f}' for x in latencies)}"),
