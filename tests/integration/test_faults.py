@@ -8,7 +8,7 @@ import threading
 import time
 import unittest
 
-from harness import (LOTUS, PY, WORKLOAD, BpfTestCase, dataset, load_trace, run_lotus, spans, start_lotus,
+from harness import (LOTUS, PY, WORKLOAD, BpfTestCase, dataset, kill_group, load_trace, run_lotus, spans, start_lotus,
                      wait_for_attach)
 
 PREVIOUS = "previous contents, never to be lost\n"
@@ -56,7 +56,7 @@ class Faults(BpfTestCase):
     def long_job(self):
         job = subprocess.Popen([PY, WORKLOAD, dataset(64), "--workers", "2", "--epochs", "1000"],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-        self.addCleanup(lambda: (job.poll() is None and os.killpg(job.pid, signal.SIGKILL), job.wait()))
+        self.addCleanup(lambda: kill_group(job))  # workers orphaned by a killed main too
         while "epoch 0" not in job.stdout.readline():
             self.assertIsNone(job.poll(), "the job ended early")
         threading.Thread(target=lambda: job.stdout.read(), daemon=True).start()

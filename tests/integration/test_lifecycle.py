@@ -6,15 +6,17 @@ import threading
 import time
 import unittest
 
-from harness import (PY, WORKLOAD, BpfTestCase, assert_nested, dataset, load_trace, run_lotus, spans, start_lotus,
-                     wait_for_attach)
+from harness import (PY, WORKLOAD, BpfTestCase, assert_nested, dataset, kill_group, load_trace, run_lotus, spans,
+                     start_lotus, wait_for_attach)
 
 
 class Lifecycle(BpfTestCase):
     def long_job(self):
         job = subprocess.Popen([PY, WORKLOAD, dataset(64), "--workers", "2", "--epochs", "1000"],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self.addCleanup(lambda: (job.poll() is None and job.kill(), job.wait()))
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        # Its whole group: a worker forked just before its parent was killed may never notice (torch's watchdog
+        # takes the parent's pid from the worker's first getppid, 1 if the parent was already gone).
+        self.addCleanup(lambda: kill_group(job))
         # Imports done (it prints its pid after them), then a first epoch: workers are running.
         while "epoch 0" not in job.stdout.readline():
             self.assertIsNone(job.poll(), "the job ended early")
