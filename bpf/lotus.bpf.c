@@ -29,6 +29,7 @@ const volatile __u64 tstate_vaddr = 0;
 #include "native.bpf.h"
 #include "syscalls.bpf.h"
 #include "holds.bpf.h"
+#include "net.bpf.h"
 
 /* The programs: one per attach point. */
 
@@ -261,6 +262,22 @@ int BPF_PROG(on_fork_hold, struct task_struct *parent, struct task_struct *child
     return 0;
 }
 
+/* Network bytes of traced processes (net.bpf.h); a peek leaves the bytes for the read that takes them. */
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(on_sock_send, struct sock *sk, int ret, int flags)
+{
+    count_net_bytes(sk, ret, true);
+    return 0;
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(on_sock_recv, struct sock *sk, int ret, int flags)
+{
+    if (!(flags & LOTUS_MSG_PEEK))
+        count_net_bytes(sk, ret, false);
+    return 0;
+}
+
 /* A traced thread renamed after its name was emitted: its new name (the tracepoint fires before the copy). */
 SEC("tp_btf/task_rename")
 int BPF_PROG(on_rename, struct task_struct *task, const char *comm)
@@ -325,6 +342,7 @@ int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
             u->read_bytes += BPF_CORE_READ(leader, ioac.read_bytes);
             u->write_bytes += BPF_CORE_READ(leader, ioac.write_bytes);
         }
+        net_totals(u, tgid);
         bpf_ringbuf_submit(u, submit_flags());
     }
     struct lotus_proc_event *e = reserve(sizeof(*e));

@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define LOTUS_ABI_VERSION 6
+#define LOTUS_ABI_VERSION 7
 
 enum lotus_event_type {
     LOTUS_EV_PY_ENTRY = 1,  /* _PyEval_EvalFrameDefault entered (a C->Python transition) */
@@ -195,6 +195,16 @@ struct lotus_usage {
     __u64 utime_ns, stime_ns;    /* the kernel's tick-sampled user/system split of it */
     __u64 nvcsw, nivcsw;         /* voluntary / involuntary context switches, all its threads */
     __u64 read_bytes, write_bytes; /* storage I/O it caused (task I/O accounting: what /proc/PID/io says) */
+    /* ABI 7: payload bytes its AF_INET/AF_INET6 sockets sent and received while it was traced (what each
+     * sendmsg/recvmsg returned, at the sock_send_length/sock_recv_length tracepoints), valid when net_counted;
+     * ABI 5 and 6 records end before them */
+    __u64 net_sent, net_recv;
+    __u32 net_counted, _pad;
+};
+
+/* Network bytes per traced process so far (map lotus_net, by tgid). */
+struct lotus_net_bytes {
+    __u64 sent, recv;
 };
 
 struct lotus_proc_event {

@@ -9,8 +9,10 @@ import os
 import re
 from collections import defaultdict
 
-from harness import EXAMPLE, OPS, PY, BpfTestCase, dataset, load_trace, run_lotus
+from harness import EXAMPLE, HERE, OPS, PY, BpfTestCase, dataset, kernel_at_least, load_trace, read_lines, run_lotus
 from test_browser import ARTEFACTS
+
+NET_JOB = os.path.join(HERE, "workloads", "net_job.py")
 
 
 class Resources(BpfTestCase):
@@ -82,6 +84,43 @@ class Resources(BpfTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         with open(again) as f:
             self.assertEqual(json.load(f)["resources"], res)
+
+    def test_network_bytes_per_process(self):
+        """Workers send each sample over TCP to a server thread of the training process, which acks it: per process
+        role, the bytes counted equal what the processes' own send and recv calls returned (the workers' exact at
+        their exits), and the job's are their sum."""
+        if not kernel_at_least(6, 3):
+            self.skipTest("the socket tracepoints came with Linux 6.3")
+        out, js, table, log = (self.path(n) for n in ("t.json", "s.json", "r.csv", "net.log"))
+        r = run_lotus(["-q", "-o", out, "--summary-json", js, "--resources-csv", table, "--", PY, NET_JOB,
+                       "--samples", "64", "--workers", "2", "--net-log", log])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        trace = load_trace(out)
+        names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+        truth = defaultdict(lambda: {"sent": 0, "recv": 0})
+        for pid, kind, n in read_lines(log):
+            role = names[int(pid)].split(" (")[0]
+            for key in (role, "job"):
+                truth[key][kind] += int(n)
+        self.assertGreater(truth["worker 0"]["sent"], 0)
+        self.assertGreater(truth["main"]["recv"], 0)
+        with open(js) as f:
+            res = json.load(f)["resources"]
+        self.assertTrue(res["network"])
+        rows = {x["role"]: x for x in res["roles"] + [res["job"]]}
+        # roles as the trace names the processes (a worker whose id was not seen is "worker ?" in both)
+        self.assertEqual(set(rows), set(truth))
+        self.assertEqual(sum(x["processes"] for x in res["roles"]), 3)
+        for role, x in rows.items():
+            self.assertEqual(round(x["net_sent_mb"] * 1e6), truth[role]["sent"], role)
+            self.assertEqual(round(x["net_recv_mb"] * 1e6), truth[role]["recv"], role)
+        # over time: the trace's counter track and the CSV's columns
+        self.assertTrue(any(e["ph"] == "C" and e["name"] == "network MB/s" for e in trace["traceEvents"]))
+        with open(table) as f:
+            rows = list(csv.DictReader(f))
+        self.assertTrue(rows and all(row["net_sent_bytes_per_s"] != "" for row in rows))
+        self.assertRegex(r.stdout, r"net out +net in")
 
     def test_exit_figures_are_exact(self):
         # Readings every 5 s: the workers (about a second each) are read at most once, so their CPU comes from

@@ -1,6 +1,7 @@
 // model::UsageTracker and the usage table from synthetic records: /proc readings in sweeps, forks, exits.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <vector>
 
 #include "export/usage_summary.h"
@@ -23,7 +24,7 @@ struct Usage : ::testing::Test {
     {
         model::RecordUsage r{model::kRecordUsage, pid, pid, 0, ts, user_ms * MS, system_ms * MS, rss_mb * 1024,
                              (hwm_mb ? hwm_mb : rss_mb) * 1024, pss_mb < 0 ? model::kNoPss : uint64_t(pss_mb) * 1024,
-                             read_bytes, 0, nvcsw, 0, 1, 0};
+                             read_bytes, 0, nvcsw, 0, 1, 0, 0, 0};
         tracker.consume(&r, sizeof(r));
     }
     void fork(uint32_t child, uint32_t parent, uint64_t ts)
@@ -148,7 +149,7 @@ TEST_F(Usage, CsvRowsWithTheirProcessLabels)
 {
     exporter::UsageCsv csv;
     model::UsageTracker t([&](const model::UsagePoint& p) { csv.add(p); });
-    model::RecordUsage a{model::kRecordUsage, 7, 7, 0, 2 * S, 0, 0, 1024, 1024, model::kNoPss, 0, 0, 0, 0, 1, 0};
+    model::RecordUsage a{model::kRecordUsage, 7, 7, 0, 2 * S, 0, 0, 1024, 1024, model::kNoPss, 0, 0, 0, 0, 1, 0, 0, 0};
     model::RecordUsage b = a;
     b.ts_ns = 2 * S + 100 * MS;
     b.user_ns = 50 * MS;
@@ -159,6 +160,77 @@ TEST_F(Usage, CsvRowsWithTheirProcessLabels)
     std::string text = csv.text(procs, 1 * S);
     EXPECT_EQ(text.substr(0, text.find('\n')),
               "time_s,interval_s,pid,process,cpu_user_pct,cpu_system_pct,rss_mb,pss_mb,read_bytes_per_s,"
-              "write_bytes_per_s,voluntary_cs_per_s,involuntary_cs_per_s");
-    EXPECT_NE(text.find("\n1.100,0.100,7,main,50.0,0.0,1.00,,0,0,0.0,0.0\n"), std::string::npos) << text;
+              "write_bytes_per_s,voluntary_cs_per_s,involuntary_cs_per_s,net_sent_bytes_per_s,net_recv_bytes_per_s");
+    // network bytes not counted: empty, not 0
+    EXPECT_NE(text.find("\n1.100,0.100,7,main,50.0,0.0,1.00,,0,0,0.0,0.0,,\n"), std::string::npos) << text;
+}
+
+namespace {
+
+model::RecordUsage net_reading(uint32_t pid, uint64_t ts, uint64_t sent, uint64_t recv, bool counted = true)
+{
+    return model::RecordUsage{model::kRecordUsage, pid, pid, 0, ts, 0, 0, 1024, 1024, model::kNoPss, 0, 0, 0, 0, 1,
+                              counted ? model::kUsageNet : 0u, sent, recv};
+}
+
+lotus_usage net_exit(uint32_t pid, uint64_t ts, uint64_t sent, uint64_t recv, bool counted = true)
+{
+    lotus_usage u{};
+    u.h = {LOTUS_EV_USAGE, pid, pid, 0, ts};
+    u.net_counted = counted;
+    u.net_sent = sent;
+    u.net_recv = recv;
+    return u;
+}
+
+} // namespace
+
+TEST_F(Usage, NetworkBytesFromTheFirstReadingAndExactAtExit)
+{
+    // alive at the start (counting began at attach: its first reading is the base), then a forked worker
+    for (auto r : {net_reading(1, 1 * S, 100, 50), net_reading(1, 2 * S, 1100, 2050)})
+        tracker.consume(&r, sizeof(r));
+    fork(2, 1, 1 * S + 500 * MS);
+    auto w = net_reading(2, 2 * S, 300, 0);
+    tracker.consume(&w, sizeof(w));
+    auto x = net_exit(2, 2 * S + 10 * MS, 700, 40);
+    tracker.consume(&x, sizeof(x));
+    tracker.finish();
+    const auto& main = tracker.processes().at(1);
+    EXPECT_TRUE(main.net_known());
+    EXPECT_EQ(main.net_sent, 1000u);
+    EXPECT_EQ(main.net_recv, 2000u);
+    const auto& worker = tracker.processes().at(2);
+    EXPECT_TRUE(worker.net_known());
+    EXPECT_EQ(worker.net_sent, 700u); // from zero at its fork, to the kernel's count at its exit
+    EXPECT_EQ(worker.net_recv, 40u);
+    ASSERT_EQ(points.size(), 2u);
+    EXPECT_NEAR(points[0].sent_bps, 1000, 1e-9);
+    EXPECT_NEAR(points[0].recv_bps, 2000, 1e-9);
+    auto rows = exporter::usage_rows(tracker, {});
+    ASSERT_FALSE(rows.empty());
+    EXPECT_TRUE(rows.back().net_known);
+    EXPECT_NEAR(rows.back().net_sent_mb, 1700 / 1e6, 1e-12);
+    EXPECT_NE(exporter::usage_json(rows, 100).find("\"network\":true"), std::string::npos);
+}
+
+TEST_F(Usage, NetworkBytesNotCountedAreUnknownNotZero)
+{
+    // a kernel without the socket tracepoints, and a record file made before the fields existed
+    auto a = net_reading(1, 1 * S, 0, 0, false), b = net_reading(1, 2 * S, 0, 0, false);
+    tracker.consume(&a, sizeof(a));
+    tracker.consume(&b, offsetof(model::RecordUsage, net_sent)); // the older, shorter record
+    auto c = net_reading(3, 1 * S, 0, 0), d = net_reading(3, 2 * S, 10, 10);
+    tracker.consume(&c, sizeof(c));
+    tracker.consume(&d, sizeof(d));
+    tracker.finish();
+    EXPECT_FALSE(tracker.processes().at(1).net_known());
+    EXPECT_TRUE(tracker.processes().at(3).net_known());
+    ASSERT_EQ(points.size(), 2u);
+    EXPECT_LT(points[0].sent_bps, 0); // unknown, never a 0 that looks measured
+    auto rows = exporter::usage_rows(tracker, {});
+    EXPECT_FALSE(rows.back().net_known); // the job: one of its processes was not counted
+    auto json = exporter::usage_json(rows, 100);
+    EXPECT_NE(json.find("\"network\":false"), std::string::npos);
+    EXPECT_NE(json.find("\"net_sent_mb\":null"), std::string::npos);
 }

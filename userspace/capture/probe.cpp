@@ -1,18 +1,19 @@
 #include "probe.h"
 
 #include <linux/capability.h>
-#include <algorithm>
-#include <csignal>
-#include <ctime>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
+#include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
+#include <ctime>
 #include <fmt/format.h>
+#include <initializer_list>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -68,13 +69,15 @@ static int kernel_attach_type(const char* name, const char* off, const char* kfu
     return value;
 }
 
-// Whether this kernel has kfunc `name` (in its BTF).
-static bool kernel_has_kfunc(const char* name)
+// Whether this kernel's BTF has every one of `names` of kind `kind` (a kfunc, a tracepoint's btf_trace_ typedef).
+static bool kernel_has(std::initializer_list<const char*> names, int kind)
 {
     btf* vmlinux = btf__load_vmlinux_btf();
     if (!vmlinux)
         return false;
-    bool has = btf__find_by_name_kind(vmlinux, name, BTF_KIND_FUNC) > 0;
+    bool has = true;
+    for (const char* name : names)
+        has = has && btf__find_by_name_kind(vmlinux, name, static_cast<__u32>(kind)) > 0;
     btf__free(vmlinux);
     return has;
 }
@@ -123,8 +126,15 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     }
     // Per-process Python probes need uprobe_multi links (their pid filter) and bpf_send_signal_task (6.13) to
     // hold a new child until its own are attached. LOTUS_SYSTEM_WIDE_PROBES=1: as kernels without them.
-    hold_ = multi_type_ >= 0 && kernel_has_kfunc("bpf_send_signal_task") && !env_set("LOTUS_SYSTEM_WIDE_PROBES");
+    hold_ = multi_type_ >= 0 && kernel_has({"bpf_send_signal_task"}, BTF_KIND_FUNC) &&
+            !env_set("LOTUS_SYSTEM_WIDE_PROBES");
     bpf_program__set_autoload(skel_->progs.on_fork_hold, hold_);
+    // Network bytes: the socket tracepoints of Linux 6.3+.
+    net_ = features.network &&
+           kernel_has({"btf_trace_sock_send_length", "btf_trace_sock_recv_length"}, BTF_KIND_TYPEDEF);
+    bpf_program__set_autoload(skel_->progs.on_sock_send, net_);
+    bpf_program__set_autoload(skel_->progs.on_sock_recv, net_);
+    skel_->rodata->count_net = net_ ? 1 : 0;
     bpf_program__set_autoload(skel_->progs.py_call, session && !slots_);
     bpf_program__set_autoload(skel_->progs.py_entry, !session && !slots_);
     bpf_program__set_autoload(skel_->progs.py_slot, session && slots_);
@@ -239,6 +249,10 @@ void Probe::attach_process_tracking()
     attach(skel_->progs.on_fork, skel_->links.on_fork, "sched_process_fork");
     if (hold_)
         attach(skel_->progs.on_fork_hold, skel_->links.on_fork_hold, "sched_process_fork");
+    if (net_) {
+        attach(skel_->progs.on_sock_send, skel_->links.on_sock_send, "sock_send_length");
+        attach(skel_->progs.on_sock_recv, skel_->links.on_sock_recv, "sock_recv_length");
+    }
     attach(skel_->progs.on_exec, skel_->links.on_exec, "sched_process_exec");
     attach(skel_->progs.on_exit, skel_->links.on_exit, "sched_process_exit");
     attach(skel_->progs.on_rename, skel_->links.on_rename, "task_rename");
@@ -528,6 +542,14 @@ void Probe::set_type(uint32_t space, uint64_t type, uint32_t flags)
         return;
     role.flags = flags;
     bpf_map_update_elem(fd, &key, &role, BPF_EXIST);
+}
+
+lotus_net_bytes Probe::net_bytes(uint32_t tgid) const
+{
+    lotus_net_bytes b{};
+    if (net_ && bpf_map_lookup_elem(bpf_map__fd(skel_->maps.lotus_net), &tgid, &b) != 0)
+        b = {};
+    return b;
 }
 
 CaptureStats Probe::stats() const

@@ -12,6 +12,7 @@
 #include "common/unique_fd.h"
 #include "perf_events.h"
 #include "process_links.h"
+#include "lotus_abi.h"
 #include "target/interpreter.h"
 
 struct lotus_bpf;
@@ -48,6 +49,7 @@ struct ProbeFeatures {
     bool inline_calls = false; // --all-calls where calls are inlined (3.11): attach_inline_calls follows
     bool native = false;       // attach_native may follow
     bool sampling = false;     // attach_sampling may follow
+    bool network = false;      // count network bytes per traced process (resources), where the kernel can
 };
 
 class Probe {
@@ -93,6 +95,10 @@ public:
     void set_type(uint32_t space, uint64_t type, uint32_t flags);
     CaptureStats stats() const;
     const HoldStats& holds() const { return holds_; }
+    // Network bytes sent and received by a traced process so far (ProbeFeatures::network, where the kernel has
+    // the tracepoints: counts_network()); its exit record carries the last figures.
+    bool counts_network() const { return net_; }
+    lotus_net_bytes net_bytes(uint32_t tgid) const;
     // How Python calls are probed: "uprobe session" or "uprobe + uretprobe" (kernels before 6.13)...
     const char* evaluator_probe() const { return session_type_ >= 0 ? "uprobe session" : "uprobe + uretprobe"; }
     // ...and where: "type slots" or "evaluator".
@@ -144,6 +150,7 @@ private:
     bool hold_seen_ = false; // a HOLD record arrived since release_held last ran
     std::string attach_error_;
     HoldStats holds_;
+    bool net_ = false; // the network tracepoints are loaded
     std::vector<uint64_t> py_offsets_, py_cookies_; // where the Python probes go, and their cookies
     std::unique_ptr<lotus_bpf, SkeletonFree> skel_; // its tracepoint links go with it
     std::unique_ptr<ring_buffer, RingFree> rb_, lib_rb_;

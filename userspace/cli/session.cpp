@@ -266,9 +266,11 @@ int run_session(const Options& opts)
                 auto u = target::read_proc_usage(static_cast<int>(pid), pss);
                 if (!u)
                     continue;
+                auto net = probe->net_bytes(pid);
                 model::RecordUsage r{model::kRecordUsage, pid, pid, 0, now, u->user_ns, u->system_ns, u->rss_kb,
                                      u->hwm_kb, u->pss_kb.value_or(model::kNoPss), u->read_bytes, u->write_bytes,
-                                     u->nvcsw, u->nivcsw, u->threads, 0};
+                                     u->nvcsw, u->nivcsw, u->threads, probe->counts_network() ? model::kUsageNet : 0,
+                                     net.sent, net.recv};
                 feed(&r, sizeof(r));
             }
         };
@@ -289,7 +291,8 @@ int run_session(const Options& opts)
                 if (h->type == LOTUS_EV_EXEC) // a new program: its own environment (torchrun sets RANK)
                     rank_of(h->tgid);
             }, counters, capture::ProbeFeatures{evaluator, handlers.has_value(), !native_specs.empty(),
-                                                   !native_specs.empty() && opts.sample_freq > 0});
+                                                   !native_specs.empty() && opts.sample_freq > 0,
+                                                   opts.resources_interval_ms > 0});
             if (!native_specs.empty() || opts.native_map) {
                 native = std::make_unique<capture::NativeCapture>(*probe, native_specs, feed);
                 probe->set_library_sink([&](const void* data, size_t len) { native->on_library_open(data, len); });

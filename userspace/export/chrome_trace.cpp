@@ -49,6 +49,10 @@ void ChromeTraceWriter::usage(const model::UsagePoint& p)
                       "\"involuntary\":{9:.0f}}}}}",
                       p.pid, ts, p.user_pct, p.system_pct, p.rss_mb, pss, p.read_bps / 1e6, p.write_bps / 1e6,
                       p.voluntary_cs_ps, p.involuntary_cs_ps));
+    if (p.sent_bps >= 0 && p.recv_bps >= 0)
+        event(fmt::format("{{\"ph\":\"C\",\"name\":\"network MB/s\",\"pid\":{},\"ts\":{},\"args\":{{\"sent\":{:.3f},"
+                          "\"received\":{:.3f}}}}}",
+                          p.pid, ts, p.sent_bps / 1e6, p.recv_bps / 1e6));
 }
 
 static void put_uint(std::string& b, uint64_t v)

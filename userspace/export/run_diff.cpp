@@ -127,6 +127,8 @@ std::string diff_runs(const json& a, const json& b, const std::string& name_a, c
         out += line("peak PSS MB", job(a, "pss_peak_mb"), job(b, "pss_peak_mb"), 0);
         out += line("storage read MB", job(a, "read_mb"), job(b, "read_mb"), 1);
         out += line("storage written MB", job(a, "write_mb"), job(b, "write_mb"), 1);
+        out += line("network sent MB", job(a, "net_sent_mb"), job(b, "net_sent_mb"), 1);
+        out += line("network received MB", job(a, "net_recv_mb"), job(b, "net_recv_mb"), 1);
     }
     out += "\n(change: B minus A, and relative to A; pts: percentage points; -: not in that run)\n";
     return out;

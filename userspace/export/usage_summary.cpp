@@ -48,6 +48,9 @@ std::vector<UsageRow> usage_rows(const model::UsageTracker& usage,
             row->system_s += static_cast<double>(u.system_ns) / 1e9;
             row->read_mb += static_cast<double>(u.read_bytes) / 1e6;
             row->write_mb += static_cast<double>(u.write_bytes) / 1e6;
+            row->net_sent_mb += static_cast<double>(u.net_sent) / 1e6;
+            row->net_recv_mb += static_cast<double>(u.net_recv) / 1e6;
+            row->net_known &= u.net_known();
             row->voluntary_cs += u.nvcsw;
             row->involuntary_cs += u.nivcsw;
             row->exact &= u.exact_end;
@@ -85,22 +88,28 @@ void print_usage(FILE* out, const std::vector<UsageRow>& rows, unsigned interval
 {
     if (rows.empty())
         return;
-    fmt::print(out, "\n{:<26} {:>5} {:>8} {:>8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10}\n", "resources", "procs",
-               "wall s", "CPU s", "avg CPU%", "peak CPU%", "avg RSS", "peak RSS", "peak PSS", "read MB", "write MB",
-               "ctx sw");
+    bool net = rows.back().net_known;
+    auto net_mb = [](const UsageRow& r, double mb) { return r.net_known ? fmt::format("{:.1f}", mb) : std::string("-"); };
+    fmt::print(out, "\n{:<26} {:>5} {:>8} {:>8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>10}\n",
+               "resources", "procs", "wall s", "CPU s", "avg CPU%", "peak CPU%", "avg RSS", "peak RSS", "peak PSS",
+               "read MB", "write MB", "net out", "net in", "ctx sw");
     bool running = false;
     for (const auto& r : rows) {
         running |= !r.exact;
-        fmt::print(out, "{:<26} {:>5} {:>8.1f} {:>8.2f} {:>9.0f} {:>8.0f} {:>8.0f} {:>9.0f} {:>9} {:>9.1f} {:>9.1f} {:>10}{}\n",
+        fmt::print(out, "{:<26} {:>5} {:>8.1f} {:>8.2f} {:>9.0f} {:>8.0f} {:>8.0f} {:>9.0f} {:>9} {:>9.1f} {:>9.1f} {:>8} {:>8} "
+                        "{:>10}{}\n",
                    r.role, r.processes, r.wall_s, r.user_s + r.system_s, r.cpu_avg_pct, r.cpu_peak_pct, r.rss_avg_mb,
                    r.rss_peak_mb, r.pss_peak_mb < 0 ? "-" : fmt::format("{:.0f}", r.pss_peak_mb), r.read_mb, r.write_mb,
-                   r.voluntary_cs + r.involuntary_cs, r.exact ? "" : " *");
+                   net_mb(r, r.net_sent_mb), net_mb(r, r.net_recv_mb), r.voluntary_cs + r.involuntary_cs,
+                   r.exact ? "" : " *");
     }
     print_wrapped(out, fmt::format("(read from /proc every {} ms and from the kernel as each process exited; CPU % of one CPU, "
                                    "peaks over 1 s or more; memory in MB: RSS counts pages shared between processes "
-                                   "once in each, PSS splits them; read/write: storage I/O the processes caused; the "
-                                   "job's peaks are of the processes' sum{})",
-                                   interval_ms, running ? "; *: still running at the end, its totals up to its last reading" : ""));
+                                   "once in each, PSS splits them; read/write: storage I/O the processes caused; net "
+                                   "out/in: MB its internet sockets sent and received (payload, from the kernel's socket "
+                                   "tracepoints){}; the job's peaks are of the processes' sum{})",
+                                   interval_ms, net ? "" : ", - where not counted (kernels before 6.3)",
+                                   running ? "; *: still running at the end, its totals up to its last reading" : ""));
 }
 
 std::string usage_json(const std::vector<UsageRow>& rows, unsigned interval_ms)
@@ -110,16 +119,19 @@ std::string usage_json(const std::vector<UsageRow>& rows, unsigned interval_ms)
         std::string o = fmt::format(
             "{{\"role\":{},\"processes\":{},\"wall_s\":{:.3f},\"user_s\":{:.3f},\"system_s\":{:.3f},\"cpu_avg_pct\":{:.2f},"
             "\"cpu_peak_pct\":{:.2f},\"rss_avg_mb\":{:.2f},\"rss_peak_mb\":{:.2f},\"pss_peak_mb\":{},\"read_mb\":{:.3f},"
-            "\"write_mb\":{:.3f},\"voluntary_cs\":{},\"involuntary_cs\":{},\"exact\":{}}}",
+            "\"write_mb\":{:.3f},\"net_sent_mb\":{},\"net_recv_mb\":{},\"voluntary_cs\":{},\"involuntary_cs\":{},"
+            "\"exact\":{}}}",
             json_string(r.role), r.processes, r.wall_s, r.user_s, r.system_s, r.cpu_avg_pct, r.cpu_peak_pct, r.rss_avg_mb,
             r.rss_peak_mb, r.pss_peak_mb < 0 ? "null" : fmt::format("{:.2f}", r.pss_peak_mb), r.read_mb, r.write_mb,
-            r.voluntary_cs, r.involuntary_cs, r.exact);
+            r.net_known ? fmt::format("{:.6f}", r.net_sent_mb) : "null",
+            r.net_known ? fmt::format("{:.6f}", r.net_recv_mb) : "null", r.voluntary_cs, r.involuntary_cs, r.exact);
         if (&r == &rows.back())
             job = o;
         else
             roles += (roles.empty() ? "" : ",") + o;
     }
-    return fmt::format("{{\"interval_ms\":{},\"roles\":[{}],\"job\":{},\"network\":null}}", interval_ms, roles, job);
+    return fmt::format("{{\"interval_ms\":{},\"roles\":[{}],\"job\":{},\"network\":{}}}", interval_ms, roles, job,
+                       !rows.empty() && rows.back().net_known);
 }
 
 void UsageCsv::add(const model::UsagePoint& p)
@@ -133,7 +145,7 @@ void UsageCsv::add(const model::UsagePoint& p)
 std::string UsageCsv::text(const std::map<uint32_t, model::ProcessInfo>& processes, uint64_t t0_ns) const
 {
     std::string out = "time_s,interval_s,pid,process,cpu_user_pct,cpu_system_pct,rss_mb,pss_mb,read_bytes_per_s,"
-                      "write_bytes_per_s,voluntary_cs_per_s,involuntary_cs_per_s\n";
+                      "write_bytes_per_s,voluntary_cs_per_s,involuntary_cs_per_s,net_sent_bytes_per_s,net_recv_bytes_per_s\n";
     std::map<uint32_t, std::string> labels;
     for (const auto& p : points_) {
         auto [it, fresh] = labels.try_emplace(p.pid);
@@ -147,10 +159,12 @@ std::string UsageCsv::text(const std::map<uint32_t, model::ProcessInfo>& process
             }
             it->second = l;
         }
-        out += fmt::format("{:.3f},{:.3f},{},{},{:.1f},{:.1f},{:.2f},{},{:.0f},{:.0f},{:.1f},{:.1f}\n",
+        auto rate = [](double bps) { return bps < 0 ? std::string() : fmt::format("{:.0f}", bps); };
+        out += fmt::format("{:.3f},{:.3f},{},{},{:.1f},{:.1f},{:.2f},{},{:.0f},{:.0f},{:.1f},{:.1f},{},{}\n",
                            static_cast<double>(p.ts_ns > t0_ns ? p.ts_ns - t0_ns : 0) / 1e9, p.interval_s, p.pid,
                            it->second, p.user_pct, p.system_pct, p.rss_mb, p.pss_mb < 0 ? "" : fmt::format("{:.2f}", p.pss_mb),
-                           p.read_bps, p.write_bps, p.voluntary_cs_ps, p.involuntary_cs_ps);
+                           p.read_bps, p.write_bps, p.voluntary_cs_ps, p.involuntary_cs_ps, rate(p.sent_bps),
+                           rate(p.recv_bps));
     }
     return out;
 }

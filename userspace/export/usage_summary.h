@@ -23,6 +23,8 @@ struct UsageRow {
     double rss_avg_mb = 0, rss_peak_mb = 0; // peak: VmHWM (the job: the highest sum over processes in one reading)
     double pss_peak_mb = -1; // -1: not read
     double read_mb = 0, write_mb = 0;
+    double net_sent_mb = 0, net_recv_mb = 0; // internet sockets' payload; valid when net_known
+    bool net_known = true;                   // counted for each of its processes
     uint64_t voluntary_cs = 0, involuntary_cs = 0;
     bool exact = true;       // every process's end was seen (exact totals), none still running at the end
 };

@@ -1,6 +1,8 @@
 #include "usage.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 
 #include "lotus_abi.h"
 
@@ -19,13 +21,20 @@ void UsageTracker::consume(const void* data, size_t len)
     if (len < sizeof(lotus_event_header))
         return;
     auto* h = static_cast<const lotus_event_header*>(data);
-    if (h->type == kRecordUsage && len >= sizeof(RecordUsage)) {
-        reading(*static_cast<const RecordUsage*>(data));
+    // Records of older files end before their network fields: read as not counted.
+    if (h->type == kRecordUsage && len >= offsetof(RecordUsage, net_sent)) {
+        RecordUsage r{};
+        memcpy(&r, data, std::min(len, sizeof(r)));
+        if (len < sizeof(r))
+            r.flags = 0;
+        reading(r);
     } else if (h->type == LOTUS_EV_FORK && len >= sizeof(lotus_proc_event)) {
         forked_at_[h->tgid] = h->ts_ns;
-    } else if (h->type == LOTUS_EV_USAGE && len >= sizeof(lotus_usage)) {
+    } else if (h->type == LOTUS_EV_USAGE && len >= offsetof(lotus_usage, net_sent)) {
         // Its exit: the kernel's totals over its life, against its last reading (or its fork).
-        auto* x = static_cast<const lotus_usage*>(data);
+        lotus_usage exit{};
+        memcpy(&exit, data, std::min(len, sizeof(exit)));
+        const lotus_usage* x = &exit;
         auto l = last_.find(x->h.tgid);
         auto fork = forked_at_.find(x->h.tgid);
         if ((l == last_.end() || !l->second.have) && fork == forked_at_.end())
@@ -50,6 +59,14 @@ void UsageTracker::consume(const void* data, size_t len)
         u.write_bytes += since(x->write_bytes, prev.write_bytes);
         u.nvcsw += since(x->nvcsw, prev.nvcsw);
         u.nivcsw += since(x->nivcsw, prev.nivcsw);
+        // network: from its fork (prev all zeros) or its last reading
+        if (x->net_counted) {
+            u.net_seen = true;
+            u.net_sent += since(x->net_sent, prev.net_sent);
+            u.net_recv += since(x->net_recv, prev.net_recv);
+        } else {
+            u.net_missing = true;
+        }
         u.last_ns = std::max<uint64_t>(u.last_ns, x->h.ts_ns);
         u.exact_end = true;
         job_window_cpu_ns_ += d_cpu;
@@ -93,6 +110,7 @@ void UsageTracker::reading(const RecordUsage& r)
         u.forked = true;
         u.first_ns = l.peak_from_ns = f->second;
     } else { // alive when tracing began: its figures count from this first reading
+        (r.flags & kUsageNet ? u.net_seen : u.net_missing) = true;
         l.r = r;
         l.have = true;
         u.first_ns = u.last_ns = l.peak_from_ns = r.ts_ns;
@@ -115,6 +133,11 @@ void UsageTracker::reading(const RecordUsage& r)
     u.write_bytes += dw;
     u.nvcsw += dv;
     u.nivcsw += di;
+    bool net = r.flags & kUsageNet;
+    uint64_t dsent = net ? since(r.net_sent, prev.net_sent) : 0, drecv = net ? since(r.net_recv, prev.net_recv) : 0;
+    (net ? u.net_seen : u.net_missing) = true;
+    u.net_sent += dsent;
+    u.net_recv += drecv;
     double secs = static_cast<double>(dt) / 1e9;
     u.rss_kb_s += static_cast<double>(r.rss_kb) * secs;
     u.rss_s += secs;
@@ -126,7 +149,8 @@ void UsageTracker::reading(const RecordUsage& r)
         sink_(UsagePoint{r.tgid, r.ts_ns, secs, 100 * static_cast<double>(du) / 1e9 / secs,
                          100 * static_cast<double>(ds) / 1e9 / secs, static_cast<double>(r.rss_kb) / 1024,
                          r.pss_kb == kNoPss ? -1 : static_cast<double>(r.pss_kb) / 1024, static_cast<double>(dr) / secs,
-                         static_cast<double>(dw) / secs, static_cast<double>(dv) / secs, static_cast<double>(di) / secs});
+                         static_cast<double>(dw) / secs, static_cast<double>(dv) / secs, static_cast<double>(di) / secs,
+                         net ? static_cast<double>(dsent) / secs : -1, net ? static_cast<double>(drecv) / secs : -1});
 }
 
 void UsageTracker::close_peak(ProcessUsage& u, Last& l, uint64_t now)

@@ -21,6 +21,7 @@ struct UsagePoint {
     double pss_mb = -1;                  // -1: not read in this sweep
     double read_bps = 0, write_bps = 0;  // storage I/O, bytes/s
     double voluntary_cs_ps = 0, involuntary_cs_ps = 0;
+    double sent_bps = -1, recv_bps = -1; // network (internet sockets' payload), bytes/s; -1: not counted
 };
 
 // One process over the time it was traced: from its first reading (from its fork when it was forked while
@@ -31,6 +32,9 @@ struct ProcessUsage {
     bool exact_end = false;  // its exit was seen: totals from the kernel's own counts at that moment
     uint64_t readings = 0;
     uint64_t user_ns = 0, system_ns = 0, read_bytes = 0, write_bytes = 0, nvcsw = 0, nivcsw = 0; // while traced
+    uint64_t net_sent = 0, net_recv = 0; // while traced: valid when net_known()
+    bool net_seen = false, net_missing = false; // some figure of it carried network bytes; some did not
+    bool net_known() const { return net_seen && !net_missing; }
     double peak_cpu_pct = 0;   // over intervals of at least 1 s (a 10 ms tick is 1 % of it); a process traced for
                                // less than that: its mean over that time
     double rss_kb_s = 0, rss_s = 0; // the integral of RSS over time, and the time it covers (for the mean)

@@ -49,9 +49,12 @@ struct RecordUsage {
     uint64_t pss_kb;             // proportional set size; kNoPss when not read in this sweep
     uint64_t read_bytes, write_bytes; // storage I/O so far
     uint64_t nvcsw, nivcsw;      // context switches so far, all threads
-    uint32_t threads, _pad;
+    uint32_t threads, flags;     // flags: kUsageNet
+    uint64_t net_sent, net_recv; // internet sockets' payload bytes since it was traced (records of files made
+                                 // before these fields end at net_sent: their flags are 0)
 };
 constexpr uint64_t kNoPss = UINT64_MAX;
+constexpr uint32_t kUsageNet = 1; // net_sent and net_recv were counted
 
 constexpr unsigned kSymbolNameLen = 160, kLibraryNameLen = 64;
 
