@@ -1,12 +1,22 @@
-"""Simulated device limits without containers (issue 19, item 2): --cpus, --memory and --cpuset in launch mode put
-the job in a cgroup lotus-bpf makes (v1 here: /sys/fs/cgroup/{cpu,memory,cpuset}; v2 where the controllers are on
-the unified hierarchy), report what the kernel counted (throttling, memory peak, OOM kills) and remove it."""
+"""Simulated device limits without containers (issue 19, item 2): --cpus, --memory, --cpuset and --device-read-bps
+in launch mode put the job in a cgroup lotus-bpf makes (v1 here: /sys/fs/cgroup/{cpu,memory,cpuset,blkio}; v2 where
+the controllers are on the unified hierarchy), report what the kernel counted (throttling, memory peak, OOM kills,
+bytes on the limited disk) and remove it."""
 import glob
 import re
 import json
 import os
 
-from harness import EXAMPLE, PY, BpfTestCase, dataset, run_lotus
+from harness import EXAMPLE, LOTUS, PY, BpfTestCase, dataset, run_lotus
+
+
+def disk_of(path):
+    """/dev/NAME of the whole disk holding path (its partition's parent in sysfs)."""
+    st = os.stat(path)
+    sys_dir = os.path.realpath(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+    if os.path.exists(os.path.join(sys_dir, "partition")):
+        sys_dir = os.path.dirname(sys_dir)
+    return "/dev/" + os.path.basename(sys_dir)
 
 
 def leftovers():
@@ -68,9 +78,42 @@ class Limits(BpfTestCase):
         self.assertEqual(s["run"]["cpus"], 1)  # the job's affinity, as the advice reads it
         self.assertEqual(s["run"]["limits"]["cpuset"], "0")
 
+    def test_disk_read_bandwidth(self):
+        """--device-read-bps on the disk under the temp dir: a job reading 24 MiB it evicted from the page cache
+        (posix_fadvise DONTNEED: that file only) takes at least the size over the rate, timed in-process."""
+        # a directory on a disk: the temp dir, unless it is a tmpfs
+        where = next(d for d in (self.tmp, os.path.dirname(LOTUS)) if os.major(os.stat(d).st_dev))
+        disk = disk_of(where)
+        size, rate = 24 << 20, 8 << 20
+        data = os.path.join(where, f"lotus-test-blob-{os.getpid()}")
+        self.addCleanup(lambda: os.path.exists(data) and os.unlink(data))
+        with open(data, "wb") as f:
+            f.write(os.urandom(size))
+            os.fsync(f.fileno())
+        job = ("import os, time\n"
+               f"fd = os.open({data!r}, os.O_RDONLY)\n"
+               "os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\n"
+               "t = time.monotonic(); n = 0\n"
+               "while chunk := os.read(fd, 1 << 20): n += len(chunk)\n"
+               "print('read', n, 'in', time.monotonic() - t)\n")
+        js = self.path("s.json")
+        r = run_lotus(["-q", "-o", self.path("t.json"), "--summary-json", js, "--device-read-bps", f"{disk}:8M", "--",
+                       PY, "-c", job])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        m = re.search(r"read (\d+) in ([\d.]+)", r.stdout)
+        self.assertEqual(int(m.group(1)), size)
+        self.assertGreater(float(m.group(2)), 0.8 * size / rate, r.stdout)  # the kernel's throttle allows a burst
+        with open(js) as f:
+            lim = json.load(f)["run"]["limits"]
+        self.assertEqual(lim["device_read_bps"], [{"device": disk, "bytes_per_s": rate}])
+        self.assertGreaterEqual(lim["io_read_bytes"], size)
+        self.assertRegex(r.stdout, rf"reads from {re.escape(disk)} at most 8\.0 MiB/s")
+
     def test_usage_errors(self):
         for args, why in ((["--pid", str(os.getpid()), "--cpus", "1"], "need launch mode"),
                           (["--memory", "12Q", "--", PY, "-c", "pass"], "is not a size"),
+                          (["--device-read-bps", "/dev/null:1M", "--", PY, "-c", "pass"], "not a block device"),
+                          (["--device-write-bps", "nowhere", "--", PY, "-c", "pass"], "DEVICE:RATE"),
                           (["--cpus", "0", "--", PY, "-c", "pass"], "--cpus")):
             r = run_lotus(args)
             self.assertEqual(r.returncode, 2, (args, r.stderr))

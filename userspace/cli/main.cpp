@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <sstream>
+#include <tuple>
+#include <vector>
 
 #include "capture/perf_events.h"
 #include "diff.h"
@@ -65,6 +67,7 @@ struct Parsed {
     lotus::cli::Options opts;
     int pid = 0;
     std::string window, memory;
+    std::vector<std::string> read_bps, write_bps; // DEVICE:RATE
 };
 
 const CLI::Validator kBytes(
@@ -83,9 +86,18 @@ void check_limits(Parsed& p, bool attach)
 {
     if (!p.memory.empty())
         p.opts.limits.memory_bytes = lotus::target::parse_bytes(p.memory);
+    for (auto [given, into, flag] : {std::tuple{&p.read_bps, &p.opts.limits.read_bps, "--device-read-bps"},
+                                     std::tuple{&p.write_bps, &p.opts.limits.write_bps, "--device-write-bps"}})
+        for (const auto& text : *given) {
+            try {
+                into->push_back(lotus::target::parse_device_rate(text));
+            } catch (const std::invalid_argument& e) {
+                throw CLI::ValidationError(fmt::format("{}: {}", flag, e.what()));
+            }
+        }
     if (attach && p.opts.limits.any())
-        throw CLI::ValidationError("--cpus, --memory and --cpuset need launch mode (-- COMMAND): the cgroup of a "
-                                   "process lotus-bpf did not start is not its to change");
+        throw CLI::ValidationError("--cpus, --memory, --cpuset and the --device-*-bps limits need launch mode (-- "
+                                   "COMMAND): the cgroup of a process lotus-bpf did not start is not its to change");
 }
 
 // What decides which spans exist: the engine's rules (used live and on replay).
@@ -141,6 +153,10 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
         ->check(kBytes);
     app->add_option("--cpuset", p.opts.limits.cpuset, "launch mode: run the job on these CPUs only (0-1,3)")
         ->check(kNonEmpty);
+    app->add_option("--device-read-bps", p.read_bps, "launch mode: limit the job's reads from a disk, DEVICE:RATE "
+                                                     "(/dev/sda:10M per second; repeatable)");
+    app->add_option("--device-write-bps", p.write_bps, "launch mode: limit the job's writes to a disk, DEVICE:RATE "
+                                                       "(repeatable)");
     app->add_flag("-q,--quiet", p.opts.quiet, "no live status line");
     app->add_option("command", p.opts.command, "launch mode: the command to run and trace (after --)");
     app->positionals_at_end();

@@ -176,6 +176,10 @@ std::vector<std::string> limit_notes(const exporter::RunInfo::Limits& l,
         asked += fmt::format("{}memory {:.0f} MiB", asked.empty() ? "" : ", ", mib(l.memory_bytes));
     if (!l.cpuset.empty())
         asked += fmt::format("{}CPUs {}", asked.empty() ? "" : ", ", l.cpuset);
+    for (const auto& [dev, bps] : l.read_bps)
+        asked += fmt::format("{}reads from {} at most {:.1f} MiB/s", asked.empty() ? "" : ", ", dev, mib(bps));
+    for (const auto& [dev, bps] : l.write_bps)
+        asked += fmt::format("{}writes to {} at most {:.1f} MiB/s", asked.empty() ? "" : ", ", dev, mib(bps));
     std::string seen;
     if (l.have_cpu && l.cpus > 0)
         seen += fmt::format("; CPU throttled in {} of {} periods of 100 ms, {:.2f} s in all", l.throttled_periods,
@@ -183,6 +187,9 @@ std::vector<std::string> limit_notes(const exporter::RunInfo::Limits& l,
     if (l.have_memory && l.memory_bytes)
         seen += fmt::format("; memory peak {:.0f} MiB of {:.0f} MiB, the limit reached {} time(s)", mib(l.memory_peak_bytes),
                             mib(l.memory_bytes), l.memory_limit_hits);
+    if (l.have_io && (!l.read_bps.empty() || !l.write_bps.empty()))
+        seen += fmt::format("; {:.1f} MiB read and {:.1f} MiB written on the limited device(s)", mib(l.io_read_bytes),
+                            mib(l.io_write_bytes));
     out.push_back(fmt::format("Limits (cgroup {}, made for this run and removed): {}{}.", l.cgroup, asked, seen));
     if (l.oom_kills) {
         std::vector<std::string> killed;

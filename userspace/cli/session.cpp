@@ -437,6 +437,13 @@ int run_session(const Options& opts)
             l.cpus = opts.limits.cpus;
             l.memory_bytes = opts.limits.memory_bytes;
             l.cpuset = opts.limits.cpuset;
+            for (const auto& r : opts.limits.read_bps)
+                l.read_bps.emplace_back(r.device, r.bytes_per_s);
+            for (const auto& r : opts.limits.write_bps)
+                l.write_bps.emplace_back(r.device, r.bytes_per_s);
+            l.have_io = st.have_io;
+            l.io_read_bytes = st.io_read_bytes;
+            l.io_write_bytes = st.io_write_bytes;
             l.cgroup = cgroup->version();
             l.have_cpu = st.have_cpu;
             l.have_memory = st.have_memory;

@@ -70,6 +70,14 @@ std::string run_json_members(const RunInfo& r)
         if (l.have_memory)
             o += fmt::format(",\"memory_peak_bytes\":{},\"memory_limit_hits\":{},\"oom_kills\":{}", l.memory_peak_bytes,
                              l.memory_limit_hits, l.oom_kills);
+        for (auto [key, rates] : {std::pair{"device_read_bps", &l.read_bps}, std::pair{"device_write_bps", &l.write_bps}}) {
+            std::string a;
+            for (const auto& [dev, bps] : *rates)
+                a += fmt::format("{}{{\"device\":{},\"bytes_per_s\":{}}}", a.empty() ? "" : ",", json_string(dev), bps);
+            o += fmt::format(",\"{}\":[{}]", key, a);
+        }
+        if (l.have_io)
+            o += fmt::format(",\"io_read_bytes\":{},\"io_write_bytes\":{}", l.io_read_bytes, l.io_write_bytes);
         m["limits"] = "{" + o + "}";
     }
     if (!r.native_map_json.empty())

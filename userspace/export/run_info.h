@@ -54,7 +54,9 @@ struct RunInfo {
         double cpus = 0;
         uint64_t memory_bytes = 0;
         std::string cpuset, cgroup; // cgroup: "v1" or "v2"
-        bool have_cpu = false, have_memory = false;
+        std::vector<std::pair<std::string, uint64_t>> read_bps, write_bps; // device, bytes per second
+        bool have_cpu = false, have_memory = false, have_io = false;
+        uint64_t io_read_bytes = 0, io_write_bytes = 0; // on the limited devices
         uint64_t periods = 0, throttled_periods = 0, throttled_ns = 0;
         uint64_t memory_peak_bytes = 0, memory_limit_hits = 0, oom_kills = 0;
         size_t left_running = 0; // processes still running when tracing stopped: moved out, no longer limited

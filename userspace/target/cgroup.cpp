@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -121,6 +122,24 @@ uint64_t parse_bytes(const std::string& text)
     return static_cast<uint64_t>(v * static_cast<double>(unit));
 }
 
+DeviceRate parse_device_rate(const std::string& text)
+{
+    auto colon = text.rfind(':');
+    if (colon == std::string::npos || colon == 0)
+        throw std::invalid_argument(fmt::format("'{}' is not DEVICE:RATE (e.g. /dev/sda:10M)", text));
+    DeviceRate r;
+    r.device = text.substr(0, colon);
+    r.bytes_per_s = parse_bytes(text.substr(colon + 1));
+    struct stat st;
+    if (stat(r.device.c_str(), &st) != 0 || !S_ISBLK(st.st_mode))
+        throw std::invalid_argument(fmt::format("{} is not a block device (e.g. /dev/sda)", r.device));
+    r.major = major(st.st_rdev);
+    r.minor = minor(st.st_rdev);
+    if (access(fmt::format("/sys/dev/block/{}:{}/partition", r.major, r.minor).c_str(), F_OK) == 0)
+        throw std::invalid_argument(fmt::format("{} is a partition: the kernel limits whole disks, give its disk", r.device));
+    return r;
+}
+
 void JobCgroup::make(const std::string& dir)
 {
     remove_stale(dir.substr(0, dir.rfind('/')));
@@ -139,10 +158,11 @@ JobCgroup::JobCgroup(const Limits& limits)
         if (v2) {
             std::string parent = std::string(kRoot) + own_cgroup("");
             auto enabled = read_file(parent + "/cgroup.subtree_control").value_or("");
-            for (const char* c : {"cpu", "memory", "cpuset"}) {
+            bool io = !limits.read_bps.empty() || !limits.write_bps.empty();
+            for (const char* c : {"cpu", "memory", "cpuset", "io"}) {
                 bool wanted = (c == std::string("cpu") && limits.cpus > 0) ||
                               (c == std::string("memory") && limits.memory_bytes) ||
-                              (c == std::string("cpuset") && !limits.cpuset.empty());
+                              (c == std::string("cpuset") && !limits.cpuset.empty()) || (c == std::string("io") && io);
                 if (wanted && (" " + enabled + " ").find(std::string(" ") + c) == std::string::npos)
                     throw std::runtime_error(fmt::format("cgroup v2: the {} controller is not enabled for {} "
                                                          "(cgroup.subtree_control)",
@@ -160,6 +180,11 @@ JobCgroup::JobCgroup(const Limits& limits)
             }
             if (!limits.cpuset.empty())
                 write_file(d + "/cpuset.cpus", limits.cpuset);
+            for (const auto& [rates, key] : {std::pair{&limits.read_bps, "rbps"}, std::pair{&limits.write_bps, "wbps"}})
+                for (const auto& r : *rates) {
+                    write_file(d + "/io.max", fmt::format("{}:{} {}={}", r.major, r.minor, key, r.bytes_per_s));
+                    io_devices_.push_back(fmt::format("{}:{}", r.major, r.minor));
+                }
             return;
         }
         // v1: one directory per hierarchy, under lotus-bpf's own cgroup there.
@@ -192,6 +217,15 @@ JobCgroup::JobCgroup(const Limits& limits)
                 mems.pop_back();
             write_file(d + "/cpuset.mems", mems.empty() ? "0" : mems);
             write_file(d + "/cpuset.cpus", limits.cpuset);
+        }
+        if (!limits.read_bps.empty() || !limits.write_bps.empty()) {
+            auto d = hierarchy("blkio");
+            for (const auto& [rates, file] : {std::pair{&limits.read_bps, "/blkio.throttle.read_bps_device"},
+                                              std::pair{&limits.write_bps, "/blkio.throttle.write_bps_device"}})
+                for (const auto& r : *rates) {
+                    write_file(d + file, fmt::format("{}:{} {}", r.major, r.minor, r.bytes_per_s));
+                    io_devices_.push_back(fmt::format("{}:{}", r.major, r.minor));
+                }
         }
     } catch (...) {
         for (auto it = dirs_.rbegin(); it != dirs_.rend(); ++it)
@@ -261,6 +295,44 @@ CgroupStats JobCgroup::stats() const
             s.memory_peak_bytes = number_in(d + "/memory.max_usage_in_bytes");
             s.memory_limit_hits = std::max(number_in(d + "/memory.failcnt"), number_in(d + "/memory.memsw.failcnt"));
             s.oom_kills = keyed(read_file(d + "/memory.oom_control").value_or(""), "oom_kill");
+        }
+        if (io_devices_.empty())
+            continue;
+        // bytes moved on the limited devices: v1 "MAJ:MIN Read N" lines, v2 "MAJ:MIN rbytes=N wbytes=N ..."
+        auto counted = [&](const std::string& dev) {
+            return std::find(io_devices_.begin(), io_devices_.end(), dev) != io_devices_.end();
+        };
+        if (version_ == "v2") {
+            std::istringstream in(read_file(d + "/io.stat").value_or(""));
+            for (std::string line; std::getline(in, line);) {
+                std::istringstream f(line);
+                std::string dev, kv;
+                f >> dev;
+                while (counted(dev) && f >> kv) {
+                    if (kv.rfind("rbytes=", 0) == 0)
+                        s.io_read_bytes += strtoull(kv.c_str() + 7, nullptr, 10);
+                    else if (kv.rfind("wbytes=", 0) == 0)
+                        s.io_write_bytes += strtoull(kv.c_str() + 7, nullptr, 10);
+                }
+            }
+            s.have_io = true;
+        } else if (auto t = read_file(d + "/blkio.throttle.io_service_bytes")) {
+            s.have_io = true;
+            std::istringstream in(*t);
+            std::string dev, op;
+            uint64_t n;
+            while (in >> dev) {
+                if (dev == "Total") { // the last line: "Total N"
+                    in >> n;
+                    continue;
+                }
+                if (!(in >> op >> n))
+                    break;
+                if (counted(dev) && op == "Read")
+                    s.io_read_bytes += n;
+                else if (counted(dev) && op == "Write")
+                    s.io_write_bytes += n;
+            }
         }
     }
     return s;
