@@ -344,6 +344,18 @@ bool Probe::attach_pair(bpf_program* entry, bpf_program* ret, const std::string&
     return true;
 }
 
+// The keys of a BPF hash map keyed by tgid, as they are now.
+static std::vector<uint32_t> tgid_keys(int map_fd)
+{
+    std::vector<uint32_t> keys;
+    uint32_t key = 0, next = 0;
+    for (uint32_t* prev = nullptr; bpf_map_get_next_key(map_fd, prev, &next) == 0; prev = &key) {
+        keys.push_back(next);
+        key = next;
+    }
+    return keys;
+}
+
 void Probe::attach_python()
 {
     const auto& offsets = py_offsets_;
@@ -353,14 +365,7 @@ void Probe::attach_python()
         // get theirs while held.
         python_on_ = true;
         release_held();
-        int fd = bpf_map__fd(skel_->maps.lotus_traced);
-        std::vector<uint32_t> tgids;
-        uint32_t key = 0, next = 0;
-        for (uint32_t* prev = nullptr; bpf_map_get_next_key(fd, prev, &next) == 0; prev = &key) {
-            tgids.push_back(next);
-            key = next;
-        }
-        for (uint32_t tgid : tgids)
+        for (uint32_t tgid : tgid_keys(bpf_map__fd(skel_->maps.lotus_traced)))
             if (!process_links_.has(tgid))
                 attach_python_to(tgid);
         if (!attach_error_.empty())
@@ -414,15 +419,10 @@ void Probe::release_held(bool attach)
 {
     hold_seen_ = false;
     int fd = bpf_map__fd(skel_->maps.lotus_held);
-    std::vector<std::pair<uint32_t, uint64_t>> held; // tgid, when it was held
-    uint32_t key = 0, next = 0;
-    for (uint32_t* prev = nullptr; bpf_map_get_next_key(fd, prev, &next) == 0; prev = &key) {
-        uint64_t since = 0;
-        if (bpf_map_lookup_elem(fd, &next, &since) == 0)
-            held.emplace_back(next, since);
-        key = next;
-    }
-    for (auto [tgid, since] : held) {
+    for (uint32_t tgid : tgid_keys(fd)) {
+        uint64_t since = 0; // when it was held
+        if (bpf_map_lookup_elem(fd, &tgid, &since) != 0)
+            continue;
         // A new process: any links under its pid were an earlier process's (ProcessLinks::add).
         if (attach && python_on_)
             attach_python_to(tgid);
