@@ -215,11 +215,11 @@ static __always_inline int enter(void *tstate, void *frame_arg, bool session)
 }
 
 /* Entry into one of CPython's type-slot functions (the default probes; cookie = which, LOTUS_SLOT_*): an
- * instance called, iter() or next() of one, one constructed. The callee's frame does not exist yet: the entry
+ * instance called, iter() or next() of one. The callee's frame does not exist yet: the entry
  * describes `self` and the running frame (its caller), found through the thread state of the GIL's holder,
  * which is this thread. `session` and the verdict as for enter(): with a plain uprobe and uretprobe pair every
  * call is counted in the depth, since every one returns through py_return. */
-static __always_inline int slot_enter(struct pt_regs *ctx, __u64 self, __u64 args, bool session)
+static __always_inline int slot_enter(struct pt_regs *ctx, __u64 self, bool session)
 {
     struct thread_state *ts = traced_thread();
     if (!ts)
@@ -234,14 +234,22 @@ static __always_inline int slot_enter(struct pt_regs *ctx, __u64 self, __u64 arg
     name_once(ts, tgid, tid);
     __u32 space = ts->space;
     __u64 kind = bpf_get_attach_cookie(ctx) & 7;
-    bool wanted = kind > 0 && kind < LOTUS_SLOTS && self;
+    if (!ts->tstate_noted && kind > 0 && kind < LOTUS_SLOTS_PROBED) {
+        /* The probed function's address here, less its address in the file, is where the interpreter was loaded:
+         * where the process keeps its thread state, for walks made outside any probed call (walk_at_getppid). */
+        ts->tstate_noted = 1;
+        struct lotus_traced_proc *p = bpf_map_lookup_elem(&lotus_traced, &tgid);
+        if (p)
+            p->tstate_addr = tstate_vaddr + (PT_REGS_IP(ctx) - slot_vaddr[kind]);
+    }
+    bool wanted = kind > 0 && kind < LOTUS_SLOTS_PROBED && self;
     if (wanted && kind != LOTUS_SLOT_CALL) {
-        /* iter(), next() and constructions are wanted of a DataLoader and its iterators only (and of a type not
-         * classified yet, which user space is about to judge). */
+        /* iter() and next() are wanted of a DataLoader and its iterators only (and of a type not classified
+         * yet, which user space is about to judge). */
         __u32 tf = type_flags(space, tgid, read_ptr(self + layout.object_type));
         wanted = !(tf & LOTUS_TYPE_CLASSIFIED) || (tf & LOTUS_TYPE_LOADER);
     }
-    if (wanted && kind < LOTUS_SLOTS) { /* (implied by wanted: the verifier wants slot_vaddr's bound here) */
+    if (wanted && kind < LOTUS_SLOTS_PROBED) { /* (implied by wanted: the verifier wants slot_vaddr's bound here) */
         /* The probed function's address here, less its address in the file: where the interpreter was loaded. */
         __u64 tstate = read_ptr(tstate_vaddr + (PT_REGS_IP(ctx) - slot_vaddr[kind]));
         struct frame_head ch = {}, fh = {};
@@ -250,14 +258,50 @@ static __always_inline int slot_enter(struct pt_regs *ctx, __u64 self, __u64 arg
         fh.previous = caller;
         fh.has_locals = 1;
         fh.local[0] = self;
-        if (kind == LOTUS_SLOT_INIT && args && (__s64)read_ptr(args + layout.tuple_size) > 0)
-            fh.local[1] = read_ptr(args + layout.tuple_items); /* the first positional argument */
         wanted = emit_entry(space, tgid, ts, depth, 0, &fh, caller, &ch);
     }
     if (!wanted && session)
         return 1;
     ts->depth = depth + 1;
     return 0;
+}
+
+/* A DataLoader worker whose dataset calls no object makes no entry that walks its stack for the locals roles
+ * capture (its id in _worker_loop): its main thread's getppid (once per task) walks from the thread state
+ * instead, until a walk found them (a first walk may describe _worker_loop, which user space then classifies). */
+static __always_inline void walk_at_getppid(struct thread_state *ts, __u32 tgid)
+{
+    if (ts->capture_frame)
+        return;
+    struct lotus_traced_proc *p = bpf_map_lookup_elem(&lotus_traced, &tgid);
+    __u64 tstate = p && p->tstate_addr ? read_ptr(p->tstate_addr) : 0;
+    struct frame_head h = {};
+    __u64 f = tstate ? caller_frame(tstate, &h, 0, 0) : 0;
+    __u32 zero = 0;
+    struct lotus_py_entry *e = bpf_map_lookup_elem(&lotus_entry_scratch, &zero);
+    if (!f || !e)
+        return;
+    e->capture_count = 0;
+    e->own = 0;
+    __u32 space = ts->space;
+    for (int i = 0; i < LOTUS_WALK_MAX && f; i++) {
+        if (i > 0 && !read_head(f, &h))
+            break;
+        __u64 c = h.code;
+        role_of(space, tgid, c);
+        __s32 slots = capture_slots_of(space, tgid, c);
+        if (slots >= 0 && capture_locals(ts, e, c, f, slots) && !ts->capture_frame) {
+            ts->capture_frame = f;
+            ts->capture_code = c;
+            ts->capture_slots = slots;
+        }
+        f = h.previous;
+    }
+    if (!e->capture_count)
+        return;
+    fill_header(&e->h, LOTUS_EV_CAPTURE);
+    count(bpf_ringbuf_output(&lotus_events, e, sizeof(*e), submit_flags()) == 0 ? LOTUS_COUNT_SUBMITTED
+                                                                                 : LOTUS_COUNT_LOST);
 }
 
 /* Highest set bit of a nonzero mask. */

@@ -16,7 +16,7 @@ const volatile struct lotus_py_layout layout = {};
 const volatile __u32 inline_calls = 0; /* --all-calls on 3.11: see struct thread_frames */
 /* The type-slot probes: each slot function's address in the interpreter's file (by LOTUS_SLOT_*), and that of
  * the word in _PyRuntime that holds the running thread's state (the layout's runtime_tstate). */
-const volatile __u64 slot_vaddr[LOTUS_SLOTS] = {};
+const volatile __u64 slot_vaddr[LOTUS_SLOTS_PROBED] = {};
 const volatile __u64 tstate_vaddr = 0;
 
 #include "ring.bpf.h"
@@ -82,17 +82,17 @@ int BPF_KPROBE(py_call, void *tstate, void *frame_arg)
 /* The type-slot functions' entries and returns (the default probes; see slot_enter): one uprobe session, or
  * a pair where the kernel has no sessions. */
 SEC("uprobe")
-int BPF_KPROBE(py_slot, void *self, void *args)
+int BPF_KPROBE(py_slot, void *self)
 {
     if (bpf_session_is_return())
         return leave(ctx);
-    return slot_enter(ctx, (__u64)self, (__u64)args, true);
+    return slot_enter(ctx, (__u64)self, true);
 }
 
 SEC("uprobe")
-int BPF_KPROBE(py_slot_entry, void *self, void *args)
+int BPF_KPROBE(py_slot_entry, void *self)
 {
-    slot_enter(ctx, (__u64)self, (__u64)args, false);
+    slot_enter(ctx, (__u64)self, false);
     return 0;
 }
 
@@ -183,8 +183,11 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long nr)
     }
     if (nr == LOTUS_NR_GETPPID) {
         __u64 id = bpf_get_current_pid_tgid();
-        if (id >> 32 != (__u32)id || !bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0))
+        struct thread_state *ts = id >> 32 == (__u32)id ? traced_thread() : 0;
+        if (!ts)
             return 0;
+        if (tstate_vaddr)
+            walk_at_getppid(ts, id >> 32);
         struct lotus_event_header *e = reserve(sizeof(*e));
         if (e) {
             fill_header(e, LOTUS_EV_GETPPID);
@@ -299,6 +302,7 @@ int BPF_PROG(on_exec, struct task_struct *task, pid_t old_pid, struct linux_binp
     /* A new image: none of the old space's objects are there. (A lost EXEC record would leave user space
      * unaware of the new space: it then sets no roles there, and code keeps being emitted as unclassified.) */
     p->space = LOTUS_SPACE_EXEC_BASE + __sync_fetch_and_add(&space_seq, 1);
+    p->tstate_addr = 0;
     bpf_task_storage_delete(&lotus_threads, task); /* its next call starts afresh in the new space */
     struct lotus_proc_event *e = reserve(sizeof(*e));
     if (!e)

@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define LOTUS_ABI_VERSION 7
+#define LOTUS_ABI_VERSION 8
 
 enum lotus_event_type {
     LOTUS_EV_PY_ENTRY = 1,  /* _PyEval_EvalFrameDefault entered (a C->Python transition) */
@@ -33,6 +33,9 @@ enum lotus_event_type {
                                   * EXIT): exact where sampling /proc would miss its last interval; ABI 5 */
     LOTUS_EV_HOLD = 17,          /* side ring only, never in the record stream: a traced process's new child is
                                   * held (stopped) until user space has attached its probes */
+    LOTUS_EV_CAPTURE = 18,       /* locals captured by a walk of a main thread's stack at its getppid (a DataLoader
+                                  * worker's id, where no probed call walked for it): a lotus_py_entry of which
+                                  * only the header, own and the capture_* fields are meaningful; ABI 8 */
 };
 
 struct lotus_event_header {
@@ -76,12 +79,16 @@ struct lotus_counters {
 #define LOTUS_OWN_CAPTURE(i) (1u << (6 + (i)))        /* ... capture_code[i] */
 
 /* Calls seen at CPython's type-slot functions for classes defined in Python (the default probes, ABI 6): an
- * instance called, iter() or next() of one, one constructed. Their entries carry no code object (the callee's
- * frame does not exist yet): `code` holds the slot, a value no object address can have, and `frame` is 0. */
+ * instance called, iter() or next() of one. Their entries carry no code object (the callee's frame does not
+ * exist yet): `code` holds the slot, a value no object address can have, and `frame` is 0. */
 #define LOTUS_SLOT_CALL 1 /* slot_tp_call: obj(...), self = obj */
 #define LOTUS_SLOT_ITER 2 /* slot_tp_iter: iter(obj) */
 #define LOTUS_SLOT_NEXT 3 /* slot_tp_iternext: next(obj) */
-#define LOTUS_SLOT_INIT 4 /* slot_tp_init: Class(...), self = the new object, arg1_obj = the first argument */
+#define LOTUS_SLOTS_PROBED 4 /* the slots probed: 1 to 3 */
+/* slot_tp_init: Class(...), self = the new object, arg1_obj = the first argument. Probed in event ABI 6 and 7
+ * (every construction of a Python class trapped: ~7 of the example's ~13 traps per sample, for a DataLoader
+ * iterator's loader, which DataLoader.__iter__ gives too); kept so that their record files replay. */
+#define LOTUS_SLOT_INIT 4
 #define LOTUS_SLOTS 5
 
 struct lotus_py_entry {
@@ -297,7 +304,9 @@ struct lotus_role {
 /* Per-process state of a traced process (map lotus_traced, key tgid). */
 struct lotus_traced_proc {
     __u32 root_tgid;
-    __u32 space; /* its role space */
+    __u32 space;        /* its role space */
+    __u64 tstate_addr;  /* where the process keeps the GIL holder's thread state (the slot probes' runtime_tstate
+                         * in its memory), noted at a slot probe's first hit in a thread; 0: not known yet */
 };
 
 /* Where CPython keeps what the programs read. One row per interpreter version, filled by user space from

@@ -46,7 +46,8 @@ struct thread_state {
     __u64 capture_frame; /* the frame whose locals the last walk reported, its code and its role's slots */
     __u64 capture_code;
     __s32 capture_slots;
-    __u32 named; /* 1 once its name was emitted (LOTUS_EV_THREAD) */
+    __u16 named; /* 1 once its name was emitted (LOTUS_EV_THREAD) */
+    __u16 tstate_noted; /* 1 once it noted its process's tstate_addr */
     __u64 int_types[2]; /* static types with Py_TPFLAGS_LONG_SUBCLASS met (int, bool): see int_value */
     struct oncpu cpu;
 };

@@ -58,7 +58,7 @@ class DataLoaderSemantics(BpfTestCase):
         # Both ways of probing Python calls: the type slots (the default) and the evaluator (--span, --all-calls,
         # interpreters whose slot table is not found), which sees every call from C and so describes far more.
         for probes, env, root_min, worker_max, workers_max in (
-                ("type slots", {}, 200, 100, 250), ("evaluator", {"LOTUS_EVALUATOR_PROBE": "1"}, 1000, 250, 600)):
+                ("type slots", {}, 100, 100, 250), ("evaluator", {"LOTUS_EVALUATOR_PROBE": "1"}, 1000, 250, 600)):
             with self.subTest(probes=probes):
                 data, trace = self.trace_job(env={"LOTUS_DEBUG_EVENTS": "1", **env})  # every record on stderr
                 self.check(data, trace, 2, 2)

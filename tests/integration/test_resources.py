@@ -99,7 +99,14 @@ class Resources(BpfTestCase):
         names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
                  if e["ph"] == "M" and e["name"] == "process_name"}
         truth = defaultdict(lambda: {"sent": 0, "recv": 0})
-        for pid, kind, n in read_lines(log):
+        lines = read_lines(log)
+        # each worker named after its own id, found by a walk of its stack at getppid (it calls no object)
+        self.assertEqual({names[int(pid)].split(" (")[0] for pid, kind, _ in lines if kind == "worker"},
+                         {"worker 0", "worker 1"})
+        for pid, kind, n in lines:
+            if kind == "worker":
+                self.assertEqual(names[int(pid)].split(" (")[0], f"worker {n}")
+                continue
             role = names[int(pid)].split(" (")[0]
             for key in (role, "job"):
                 truth[key][kind] += int(n)

@@ -117,7 +117,7 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     if (slots_) {
         py_offsets_.clear();
         py_cookies_.clear();
-        for (int k = 1; k < LOTUS_SLOTS; k++) {
+        for (int k = 1; k < LOTUS_SLOTS_PROBED; k++) {
             skel_->rodata->slot_vaddr[k] = interp.slots->vaddr[static_cast<size_t>(k)];
             py_offsets_.push_back(interp.slots->offset[static_cast<size_t>(k)]);
             py_cookies_.push_back(static_cast<uint64_t>(k));
@@ -263,7 +263,7 @@ void Probe::attach_process_tracking()
 
 void Probe::trace_process(uint32_t tgid, uint32_t root_tgid)
 {
-    lotus_traced_proc v{root_tgid, tgid};
+    lotus_traced_proc v{root_tgid, tgid, 0};
     if (bpf_map_update_elem(bpf_map__fd(skel_->maps.lotus_traced), &tgid, &v, BPF_ANY))
         throw CaptureError(fmt::format("cannot add process {} to the traced set: {}", tgid, strerror(errno)));
 }

@@ -23,8 +23,8 @@ int run_probes(std::optional<int> pid, const std::string& python)
         fmt::print("type slots: not found ({}); Python calls are probed at the evaluator\n", interp.slots_missing);
         return 0;
     }
-    const char* names[LOTUS_SLOTS] = {"", "__call__", "__iter__", "__next__", "__init__"};
-    for (int k = 1; k < LOTUS_SLOTS; k++)
+    const char* names[LOTUS_SLOTS_PROBED] = {"", "__call__", "__iter__", "__next__"};
+    for (int k = 1; k < LOTUS_SLOTS_PROBED; k++)
         fmt::print("slot {} {:#x}\n", names[k], interp.slots->offset[static_cast<size_t>(k)]);
     return 0;
 }

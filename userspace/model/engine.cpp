@@ -104,6 +104,10 @@ void Engine::consume(const void* data, size_t len)
         break;
     case LOTUS_EV_GETPPID:
         return batches_.getppid(h->tgid, h->tid, h->ts_ns);
+    case LOTUS_EV_CAPTURE:
+        if (auto* e = as<lotus_py_entry>(data, len))
+            return captured(*e);
+        break;
     case LOTUS_EV_THREAD:
         if (auto* t = as<lotus_thread_name>(data, len)) {
             process(t->h.tgid).thread_names[t->h.tid] = decode(t->comm, sizeof(t->comm), 0);

@@ -106,7 +106,7 @@ Interpreter describe(const ElfFile& elf, bool shared, const std::string& who)
         sp.vaddr = fns->vaddr;
         sp.tstate_vaddr = runtime->value + static_cast<uint64_t>(layout->runtime_tstate);
         bool ok = true;
-        for (int k = 1; k < LOTUS_SLOTS; k++) {
+        for (int k = 1; k < LOTUS_SLOTS_PROBED; k++) {
             auto o = elf.file_offset(sp.vaddr[k]);
             ok &= o.has_value();
             sp.offset[k] = o.value_or(0);

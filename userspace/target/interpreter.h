@@ -19,7 +19,7 @@ struct TargetError : std::runtime_error {
 // state is kept (the layout's runtime_tstate in _PyRuntime), all as addresses in the interpreter's file; file
 // offsets for the uprobes.
 struct SlotProbes {
-    std::array<uint64_t, LOTUS_SLOTS> vaddr{}, offset{}; // by LOTUS_SLOT_*; [0] unused
+    std::array<uint64_t, LOTUS_SLOTS_PROBED> vaddr{}, offset{}; // by LOTUS_SLOT_*; [0] unused
     uint64_t tstate_vaddr = 0;
 };
 

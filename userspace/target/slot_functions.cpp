@@ -28,7 +28,6 @@ constexpr Wanted kWanted[] = {
     {LOTUS_SLOT_CALL, "__call__", 128},
     {LOTUS_SLOT_ITER, "__iter__", 216},
     {LOTUS_SLOT_NEXT, "__next__", 224},
-    {LOTUS_SLOT_INIT, "__init__", 296},
 };
 
 } // namespace

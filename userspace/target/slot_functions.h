@@ -1,5 +1,5 @@
 // Where CPython's type-slot functions for classes defined in Python are: slot_tp_call (calling an instance:
-// t(img), an nn.Module), slot_tp_iter (iter(obj)), slot_tp_iternext (next(obj)), slot_tp_init (Class(...)).
+// t(img), an nn.Module), slot_tp_iter (iter(obj)), slot_tp_iternext (next(obj)).
 // The default probes sit on them: only calls of objects pass there, not the Python functions, properties and
 // helpers that enter the evaluator too. They are static functions, absent from a stripped interpreter's
 // symbols, but the interpreter's table of slots (typeobject.c's `slotdefs`) holds each one's address next to
@@ -18,10 +18,10 @@ namespace lotus::target {
 class ElfFile;
 
 struct SlotFunctions {
-    std::array<uint64_t, LOTUS_SLOTS> vaddr{}; // by LOTUS_SLOT_*; [0] unused
+    std::array<uint64_t, LOTUS_SLOTS_PROBED> vaddr{}; // by LOTUS_SLOT_*; [0] unused
 };
 
-// The four functions' addresses in the file, or nullopt with the reason in *why.
+// The three functions' addresses in the file, or nullopt with the reason in *why.
 std::optional<SlotFunctions> find_slot_functions(const ElfFile& elf, std::string* why = nullptr);
 
 } // namespace lotus::target

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A test workload with network traffic: a DataLoader whose workers send each sample's bytes over TCP to a server
 thread of the training process, which answers each message with a 3-byte ack. Ground truth: every process logs
-the bytes its sockets' send and recv calls returned, "PID sent|recv N" per call, to --net-log."""
+the bytes its sockets' send and recv calls returned, "PID sent|recv N" per call, and each worker its id, "PID worker
+ID", to --net-log. Its workers call no Python object (the dataset's __getitem__ is inlined, the rest are functions
+and C): no probed call walks their stacks for the worker id."""
 import argparse
 import os
 import socket
@@ -82,7 +84,8 @@ def main():
     LOG = args.net_log
     listener = socket.create_server(("127.0.0.1", 0))
     threading.Thread(target=serve, args=(listener,), daemon=True).start()
-    loader = DataLoader(Sending(args.samples, listener.getsockname()[1]), batch_size=8, num_workers=args.workers)
+    loader = DataLoader(Sending(args.samples, listener.getsockname()[1]), batch_size=8, num_workers=args.workers,
+                        worker_init_fn=lambda wid: log("worker", wid))
     n = sum(len(b) for b in loader)
     print(f"net_job: {n} samples", flush=True)
 
