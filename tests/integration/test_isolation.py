@@ -1,7 +1,7 @@
-"""Per-process probes: while lotus-bpf traces a job, no other process running the same interpreter has a
-breakpoint, and the job's processes (workers forked after attaching included: held until theirs are in place)
-have theirs. Read from the processes' own memory: the first byte of each probed function is int3 (0xcc) where
-a uprobe is installed."""
+"""Per-process probes: while lotus-bpf traces a job, no other process running the same interpreter (or, with
+--native-map, using the same native library) has a breakpoint, and the job's processes (workers forked after
+attaching included: held until theirs are in place) have theirs. Read from the processes' own memory: the first
+byte of each probed function is int3 (0xcc) where a uprobe is installed."""
 import os
 import subprocess
 import unittest
@@ -46,6 +46,23 @@ def first_bytes(pid, path, offsets):
     return out
 
 
+def native_offsets(lib, names):
+    """File offsets of functions of a shared library: {name: offset}, from its dynamic symbols and segments."""
+    segments = []
+    for line in subprocess.run(["readelf", "-lW", lib], capture_output=True, text=True, check=True).stdout.splitlines():
+        f = line.split()
+        if f and f[0] == "LOAD":
+            segments.append((int(f[1], 16), int(f[2], 16), int(f[4], 16)))  # offset, vaddr, size in the file
+    out = {}
+    for line in subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True,
+                               check=True).stdout.splitlines():
+        f = line.split()
+        if len(f) == 3 and f[2] in names:
+            vaddr = int(f[0], 16)
+            out.update({f[2]: vaddr - va + off for off, va, size in segments if va <= vaddr < va + size})
+    return out
+
+
 def children(pid):
     kids = []
     for tid in os.listdir(f"/proc/{pid}/task"):
@@ -56,13 +73,13 @@ def children(pid):
 
 @unittest.skipUnless(kernel_at_least(6, 13), "per-process probes need bpf_send_signal_task (Linux 6.13)")
 class Isolation(BpfTestCase):
-    def traced_job(self, env):
+    def traced_job(self, env, *args):
         """Launches the tracer on a held job; once its 2 workers (forked under the tracer) have prefetched,
         returns (tracer, job pid, worker pids); the caller reads memory, then calls finish()."""
         n = 64
         self.sample_log, self.ready, self.hold = self.path("samples.log"), self.path("ready"), self.path("hold")
         self.out = self.path("trace.json")
-        tracer = subprocess.Popen([LOTUS, "-q", "-o", self.out, "--", PY, WORKLOAD, dataset(n), "--workers", "2",
+        tracer = subprocess.Popen([LOTUS, "-q", "-o", self.out, *args, "--", PY, WORKLOAD, dataset(n), "--workers", "2",
                                    "--batch-size", "16", "--sample-log", self.sample_log, "--hold", self.hold,
                                    "--ready", self.ready], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   env={**os.environ, **env})
@@ -104,6 +121,24 @@ class Isolation(BpfTestCase):
         # the unrelated process still sleeps: it was never stopped
         with open(f"/proc/{other.pid}/stat") as f:
             self.assertNotEqual(f.read().rsplit(")", 1)[1].split()[0], "T")
+
+    def test_native_probes_only_in_the_traced_processes(self):
+        # --native-map probes Pillow's functions: a process that only imported Pillow has none.
+        other = subprocess.Popen([PY, "-c", "import PIL._imaging as m, time; print(m.__file__, flush=True); "
+                                  "time.sleep(300)"], stdout=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: (other.kill(), other.wait()))
+        lib = other.stdout.readline().strip()
+        points = native_offsets(lib, {"ImagingResample", "ImagingCrop", "ImagingJpegDecode"})
+        self.assertEqual(len(points), 3, points)
+        tracer, job, workers, n = self.traced_job({}, "--native-map", "--sample-freq", "0")
+        seen = first_bytes(other.pid, lib, points)
+        self.assertEqual(set(seen), set(points))
+        self.assertNotIn(INT3, seen.values())
+        for pid in [job] + workers:
+            self.assertEqual(first_bytes(pid, lib, points), {k: INT3 for k in points}, pid)
+        trace = self.finish(tracer, n)
+        resample = [s for s in spans(trace, "native") if s["name"] == "ImagingResample"]
+        self.assertEqual(len(resample), n)  # one per RandomResizedCrop: the held workers had theirs from the start
 
     def test_system_wide_probes_reach_everyone(self):
         # What kernels without per-process probes do, and what the test above would see if they leaked.

@@ -412,7 +412,35 @@ void Probe::attach_python_to(uint32_t tgid)
                                         interp_.object_path, tgid, strerror(errno));
         return;
     }
+    for (const auto& lib : per_process_natives_) {
+        auto more = native_links_of(tgid, lib.path, lib.offsets, lib.cookies);
+        if (more.empty()) {
+            if (errno != ESRCH && attach_error_.empty())
+                attach_error_ = fmt::format("cannot attach the native probes of {} to process {}: {}", lib.path,
+                                            tgid, strerror(errno));
+            return; // (its Python links close with fds)
+        }
+        for (auto& fd : more)
+            fds.push_back(std::move(fd));
+    }
     process_links_.add(tgid, std::move(fds));
+}
+
+std::vector<common::UniqueFd> Probe::native_links_of(uint32_t tgid, const std::string& path,
+                                                     const std::vector<uint64_t>& offsets,
+                                                     const std::vector<uint64_t>& cookies)
+{
+    // The return probe first, as in attach_pair.
+    std::vector<common::UniqueFd> fds;
+    fds.push_back(multi_link(skel_->progs.native_return, multi_type_, path, offsets, cookies, true, tgid));
+    if (fds.back())
+        fds.push_back(multi_link(skel_->progs.native_entry, multi_type_, path, offsets, cookies, false, tgid));
+    if (!fds.back()) {
+        int err = errno;
+        fds.clear();
+        errno = err;
+    }
+    return fds;
 }
 
 void Probe::release_held(bool attach)
@@ -486,6 +514,27 @@ std::vector<bool> Probe::attach_native(const std::string& path, const std::vecto
     std::vector<bool> ok(offsets.size(), false);
     if (offsets.empty())
         return ok;
+    if (hold_) {
+        // Per traced process: those traced now (held children get theirs in attach_python_to). A process that
+        // exits meanwhile (ESRCH) needs none; any other refusal falls back to probing every process.
+        std::vector<std::pair<uint32_t, std::vector<common::UniqueFd>>> made;
+        bool refused = false;
+        for (uint32_t tgid : process_links_.tgids()) {
+            auto fds = native_links_of(tgid, path, offsets, c);
+            if (fds.empty() && errno != ESRCH) {
+                refused = true;
+                break;
+            }
+            made.emplace_back(tgid, std::move(fds));
+        }
+        if (!refused) {
+            for (auto& [tgid, fds] : made)
+                process_links_.append(tgid, std::move(fds));
+            per_process_natives_.push_back({path, offsets, c});
+            native_links_ += 2;
+            return std::vector<bool>(offsets.size(), true);
+        }
+    }
     // One link for the whole library where the kernel takes all its offsets; else one function at a time,
     // so that one it refuses does not cost the others.
     if (multi_type_ >= 0 && attach_pair(skel_->progs.native_entry, skel_->progs.native_return, path, offsets, c)) {

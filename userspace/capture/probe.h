@@ -82,10 +82,15 @@ public:
     // Samples every traced thread's user stack at freq Hz (per-CPU sampling event, filtered in BPF).
     void attach_sampling(const CounterSpec& event, uint64_t freq);
     // Entry and return probes on native functions of one file (offsets in it); function i's events carry
-    // cookies[i]. Says per function whether the kernel took its probes (errno set by the last refusal).
+    // cookies[i]. Says per function whether the kernel took its probes (errno set by the last refusal). In
+    // per-process mode, each traced process gets its own pair of links on the file (held children too), so
+    // other processes using the library never trap; a library the kernel refuses that way for a process
+    // already traced is probed for every process, as without per-process probes (one recorded before
+    // attach_python and refused then is an attach error, as for the Python probes).
     std::vector<bool> attach_native(const std::string& path, const std::vector<uint64_t>& offsets,
                                     const std::vector<uint32_t>& cookies);
-    // Kernel links those probes took: 2 per library with uprobe_multi links, else 2 per function.
+    // Kernel links those probes took: 2 per library with uprobe_multi links (per traced process in per-process
+    // mode), else 2 per function.
     size_t native_links() const { return native_links_; }
     // Delivers pending records to the sink. Returns the number delivered, or throws on error.
     int poll(int timeout_ms);
@@ -111,8 +116,12 @@ public:
 private:
     static int on_record(void* ctx, void* data, size_t len);
     static int on_library(void* ctx, void* data, size_t len);
-    // The Python probes of one traced process (per-process mode), unless it has them already.
+    // The Python probes of one traced process (per-process mode), and its native ones.
     void attach_python_to(uint32_t tgid);
+    // One process's entry and return links on a library's functions (per-process mode); empty if refused.
+    std::vector<common::UniqueFd> native_links_of(uint32_t tgid, const std::string& path,
+                                                  const std::vector<uint64_t>& offsets,
+                                                  const std::vector<uint64_t>& cookies);
     // Every child held in BPF (lotus_held): its probes attached (when `attach`), then continued. Never throws: a
     // refusal is kept in attach_error_ for poll() to report.
     void release_held(bool attach = true);
@@ -152,6 +161,11 @@ private:
     HoldStats holds_;
     bool net_ = false; // the network tracepoints are loaded
     std::vector<uint64_t> py_offsets_, py_cookies_; // where the Python probes go, and their cookies
+    struct NativeLibrary {
+        std::string path;
+        std::vector<uint64_t> offsets, cookies;
+    };
+    std::vector<NativeLibrary> per_process_natives_; // per-process mode: what each traced process gets
     std::unique_ptr<lotus_bpf, SkeletonFree> skel_; // its tracepoint links go with it
     std::unique_ptr<ring_buffer, RingFree> rb_, lib_rb_;
     std::vector<common::UniqueFd> perf_fds_;    // counters and sampling events

@@ -33,6 +33,21 @@ void ProcessLinks::add(uint32_t tgid, std::vector<common::UniqueFd> fds)
     links_.emplace(tgid, std::move(fds));
 }
 
+void ProcessLinks::append(uint32_t tgid, std::vector<common::UniqueFd> fds)
+{
+    auto& v = links_[tgid];
+    for (auto& fd : fds)
+        v.push_back(std::move(fd));
+}
+
+std::vector<uint32_t> ProcessLinks::tgids() const
+{
+    std::vector<uint32_t> out;
+    for (const auto& [tgid, fds] : links_)
+        out.push_back(tgid);
+    return out;
+}
+
 void ProcessLinks::exited(uint32_t tgid)
 {
     if (auto s = stale_exits_.find(tgid); s != stale_exits_.end()) {

@@ -26,6 +26,9 @@ public:
     // A new process's links. One already held under its pid belongs to an earlier process whose exit is still
     // to come in the record stream: those go now, and that exit, when it comes, is not this process's.
     void add(uint32_t tgid, std::vector<common::UniqueFd> fds);
+    // More links of a process that has some (a library it or a sibling opened later).
+    void append(uint32_t tgid, std::vector<common::UniqueFd> fds);
+    std::vector<uint32_t> tgids() const;
     // The process exited: its links go, in the background.
     void exited(uint32_t tgid);
     void clear();
