@@ -238,13 +238,16 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 {
     __u32 ptgid = BPF_CORE_READ(parent, tgid);
     __u32 ctgid = BPF_CORE_READ(child, tgid);
-    if (ptgid == ctgid) /* a new thread, already covered by its process */
-        return 0;
     struct lotus_traced_proc *p = bpf_map_lookup_elem(&lotus_traced, &ptgid);
     if (!p)
         return 0;
+    if (ptgid == ctgid) { /* a new thread, covered by its process */
+        adopt_thread(child, p->space);
+        return 0;
+    }
     struct lotus_traced_proc c = *p; /* same memory image: the parent's role space */
     bpf_map_update_elem(&lotus_traced, &ctgid, &c, BPF_ANY);
+    adopt_thread(child, c.space);
     struct lotus_proc_event *e = reserve(sizeof(*e));
     if (!e)
         return 0;
@@ -254,6 +257,20 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
     e->parent_tgid = ptgid;
     e->space = c.space;
     bpf_ringbuf_submit(e, submit_flags());
+    return 0;
+}
+
+/* The threads of the traced processes alive when tracing began: user space runs it once, at attach. */
+SEC("iter/task")
+int adopt_threads(struct bpf_iter__task *ctx)
+{
+    struct task_struct *t = ctx->task;
+    if (!t)
+        return 0;
+    __u32 tgid = t->tgid;
+    struct lotus_traced_proc *p = bpf_map_lookup_elem(&lotus_traced, &tgid);
+    if (p)
+        adopt_thread(t, p->space);
     return 0;
 }
 
@@ -303,7 +320,8 @@ int BPF_PROG(on_exec, struct task_struct *task, pid_t old_pid, struct linux_binp
      * unaware of the new space: it then sets no roles there, and code keeps being emitted as unclassified.) */
     p->space = LOTUS_SPACE_EXEC_BASE + __sync_fetch_and_add(&space_seq, 1);
     p->tstate_addr = 0;
-    bpf_task_storage_delete(&lotus_threads, task); /* its next call starts afresh in the new space */
+    bpf_task_storage_delete(&lotus_threads, task); /* it starts afresh in the new space */
+    adopt_thread(task, p->space);
     struct lotus_proc_event *e = reserve(sizeof(*e));
     if (!e)
         return 0;

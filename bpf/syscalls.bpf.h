@@ -8,19 +8,18 @@
  * starts in a traced thread's buffer (0, or, when `header` may precede it, 4), or -1. */
 static __always_inline int traced_pickle(__u64 buf, bool header)
 {
-    /* Traced threads only, found from the task (cheaper than a lookup for every read and write on the machine). */
-    bool known = bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0);
+    /* Traced threads only, found from the task (cheaper than a lookup for every read and write on the machine):
+     * every thread of a traced process has its state from its start (adopt_thread). */
+    if (!bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0))
+        return -1;
     __u8 b[8] = {};
     if (bpf_probe_read_user(b, sizeof(b), (void *)buf))
         return -1;
-    int at = -1;
     if (b[0] == 0x80 && (b[1] == 4 || b[1] == 5) && b[2] == 0x95)
-        at = 0;
-    else if (header && b[4] == 0x80 && (b[5] == 4 || b[5] == 5) && b[6] == 0x95)
-        at = 4;
-    /* A thread no probe has seen yet (a queue's feeder thread calls no object: it only pickles) is looked up
-     * by its process, only once it moves a pickle. */
-    return at >= 0 && (known || traced_thread()) ? at : -1;
+        return 0;
+    if (header && b[4] == 0x80 && (b[5] == 4 || b[5] == 5) && b[6] == 0x95)
+        return 4;
+    return -1;
 }
 
 /* The pickle at buf + at (n bytes on the user side), if fd is a pipe: a DataLoader's queues are pipes on Linux

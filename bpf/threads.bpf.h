@@ -46,8 +46,10 @@ struct thread_state {
     __u64 capture_frame; /* the frame whose locals the last walk reported, its code and its role's slots */
     __u64 capture_code;
     __s32 capture_slots;
-    __u16 named; /* 1 once its name was emitted (LOTUS_EV_THREAD) */
-    __u16 tstate_noted; /* 1 once it noted its process's tstate_addr */
+    __u8 named;        /* 1 once its name was emitted (LOTUS_EV_THREAD) */
+    __u8 tstate_noted; /* 1 once it noted its process's tstate_addr */
+    __u8 adopted;      /* made before its first probed call (adopt_thread): that call starts its accounting */
+    __u8 _pad;
     __u64 int_types[2]; /* static types with Py_TPFLAGS_LONG_SUBCLASS met (int, bool): see int_value */
     struct oncpu cpu;
 };
@@ -86,8 +88,14 @@ static __always_inline struct thread_state *traced_thread(void)
 {
     struct task_struct *t = bpf_get_current_task_btf();
     struct thread_state *ts = bpf_task_storage_get(&lotus_threads, t, 0, 0);
-    if (ts)
+    if (ts) {
+        if (ts->adopted) { /* running now, on this CPU: its accounting starts from here */
+            ts->adopted = 0;
+            ts->cpu.in_ns = bpf_ktime_get_ns();
+            perf_mark(&ts->cpu);
+        }
         return ts;
+    }
     __u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct lotus_traced_proc *proc = bpf_map_lookup_elem(&lotus_traced, &tgid);
     if (!proc)
@@ -99,6 +107,21 @@ static __always_inline struct thread_state *traced_thread(void)
     ts->cpu.in_ns = bpf_ktime_get_ns();
     perf_mark(&ts->cpu);
     return ts;
+}
+
+/* A thread's state made before its first probed call, so that the syscall programs know every thread of the
+ * traced processes from its task alone (a queue's feeder thread only pickles: no probe ever meets it): a new
+ * thread or process of a traced process, an exec'd one, the threads alive when tracing began (adopt_threads).
+ * Its on-CPU accounting starts at that first call (traced_thread): only there is it surely running here. */
+static __always_inline void adopt_thread(struct task_struct *t, __u32 space)
+{
+    if (bpf_task_storage_get(&lotus_threads, t, 0, 0))
+        return;
+    struct thread_state *ts = bpf_task_storage_get(&lotus_threads, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+    if (!ts)
+        return;
+    ts->space = space;
+    ts->adopted = 1;
 }
 
 /* A traced thread's name: the current one's at first sight (comm given 0), or the new name of a rename. */

@@ -356,8 +356,22 @@ static std::vector<uint32_t> tgid_keys(int map_fd)
     return keys;
 }
 
+void Probe::adopt_threads()
+{
+    // A task iterator's program runs for every task of the machine as the iterator is read.
+    Link link(bpf_program__attach_iter(skel_->progs.adopt_threads, nullptr));
+    common::UniqueFd it(link ? bpf_iter_create(bpf_link__fd(link.get())) : -1);
+    if (!it)
+        throw CaptureError(fmt::format("cannot run the BPF task iterator that finds the traced threads: {}",
+                                       strerror(errno)));
+    char buf[256];
+    while (::read(it.get(), buf, sizeof(buf)) > 0) {
+    }
+}
+
 void Probe::attach_python()
 {
+    adopt_threads();
     const auto& offsets = py_offsets_;
     const auto& cookies = py_cookies_;
     if (hold_) {

@@ -72,6 +72,7 @@ public:
     bool is_traced(uint32_t tgid) const;
     // Entry and return uprobes on the type-slot functions (or on the evaluator: python_probes()): one uprobe
     // session where the kernel has them (returns hooked only for calls that produced an entry), else a pair.
+    // First, the traced processes' threads get their BPF state (adopt_threads).
     // Per traced process where the kernel can hold a new child until its probes are attached (per_process():
     // no other process mapping the interpreter traps), else for every process mapping it (filtered in BPF).
     void attach_python();
@@ -116,6 +117,9 @@ public:
 private:
     static int on_record(void* ctx, void* data, size_t len);
     static int on_library(void* ctx, void* data, size_t len);
+    // Per-thread state in BPF for every thread of the processes traced so far (later ones get theirs as they are
+    // made): the syscall programs know a traced thread from its task alone.
+    void adopt_threads();
     // The Python probes of one traced process (per-process mode), and its native ones.
     void attach_python_to(uint32_t tgid);
     // One process's entry and return links on a library's functions (per-process mode); empty if refused.
