@@ -35,6 +35,29 @@ static __always_inline __u32 capture_locals(struct thread_state *ts, struct lotu
     return added;
 }
 
+/* Walks up to LOTUS_WALK_MAX frames from f for the locals their roles capture, into e, and remembers the first
+ * frame that had some (later walks read it directly while it runs the same code). Frames from the
+ * `describe_from`-th up are described to user space if new (those below were already). */
+static __always_inline void walk_captures(struct thread_state *ts, struct lotus_py_entry *e, __u32 space,
+                                          __u32 tgid, __u64 f, int describe_from)
+{
+    struct frame_head h;
+    for (int i = 0; i < LOTUS_WALK_MAX && f; i++) {
+        if (!read_head(f, &h))
+            break;
+        __u64 c = h.code;
+        if (i >= describe_from)
+            role_of(space, tgid, c);
+        __s32 slots = capture_slots_of(space, tgid, c);
+        if (slots >= 0 && capture_locals(ts, e, c, f, slots) && !ts->capture_frame) {
+            ts->capture_frame = f;
+            ts->capture_code = c;
+            ts->capture_slots = slots;
+        }
+        f = h.previous;
+    }
+}
+
 /* Describes the frame just entered at `depth` (called by `caller`, whose head is *ch) if the rules want it;
  * marks it emitted (or lost). Returns 1 when the call's return matters: its entry was emitted or lost.
  * Emitted: code that is not SKIP; a call of an object of a pipeline class (SELF_PIPELINE code: __call__,
@@ -139,20 +162,7 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
         capture_locals(ts, e, ts->capture_code, cf, cslots);
     } else if (deep) {
         ts->capture_frame = 0;
-        f = caller;
-        for (int i = 0; i < LOTUS_WALK_MAX && f; i++) {
-            read_head(f, &h);
-            __u64 c = h.code;
-            if (i >= LOTUS_CHAIN_LEN)
-                role_of(space, tgid, c);
-            __s32 slots = capture_slots_of(space, tgid, c);
-            if (slots >= 0 && capture_locals(ts, e, c, f, slots) && !ts->capture_frame) {
-                ts->capture_frame = f;
-                ts->capture_code = c;
-                ts->capture_slots = slots;
-            }
-            f = h.previous;
-        }
+        walk_captures(ts, e, space, tgid, caller, LOTUS_CHAIN_LEN);
     }
     if (bpf_ringbuf_output(&lotus_events, e, sizeof(*e), submit_flags()) == 0) {
         count(LOTUS_COUNT_SUBMITTED);
@@ -283,20 +293,7 @@ static __always_inline void walk_at_getppid(struct thread_state *ts, __u32 tgid)
         return;
     e->capture_count = 0;
     e->own = 0;
-    __u32 space = ts->space;
-    for (int i = 0; i < LOTUS_WALK_MAX && f; i++) {
-        if (i > 0 && !read_head(f, &h))
-            break;
-        __u64 c = h.code;
-        role_of(space, tgid, c);
-        __s32 slots = capture_slots_of(space, tgid, c);
-        if (slots >= 0 && capture_locals(ts, e, c, f, slots) && !ts->capture_frame) {
-            ts->capture_frame = f;
-            ts->capture_code = c;
-            ts->capture_slots = slots;
-        }
-        f = h.previous;
-    }
+    walk_captures(ts, e, ts->space, tgid, f, 0);
     if (!e->capture_count)
         return;
     fill_header(&e->h, LOTUS_EV_CAPTURE);
