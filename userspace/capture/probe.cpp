@@ -302,27 +302,34 @@ common::UniqueFd Probe::multi_link(bpf_program* prog, int attach_type, const std
     return common::UniqueFd(static_cast<int>(syscall(SYS_bpf, BPF_LINK_CREATE, &attr, sizeof(attr))));
 }
 
-bool Probe::attach_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
-                        const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies)
+std::vector<common::UniqueFd> Probe::multi_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
+                                                const std::vector<uint64_t>& offsets,
+                                                const std::vector<uint64_t>& cookies, uint32_t pid)
 {
     // The return probe goes first: the kernel hooks a call's return when the call begins, so a call whose
     // entry is seen must begin with the return probe in place (returns without a seen entry are ignored in
     // BPF). The other order loses the return of a call that begins between the two attachments, which left
     // every later span of that thread nested in it.
+    std::vector<common::UniqueFd> fds;
+    fds.push_back(multi_link(ret, multi_type_, path, offsets, cookies, true, pid));
+    if (fds.back())
+        fds.push_back(multi_link(entry, multi_type_, path, offsets, cookies, false, pid));
+    if (!fds.back()) {
+        int err = errno;
+        fds.clear();
+        errno = err;
+    }
+    return fds;
+}
+
+bool Probe::attach_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
+                        const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies)
+{
     if (multi_type_ >= 0) {
-        auto out = multi_link(ret, multi_type_, path, offsets, cookies, true);
-        if (!out)
-            return false;
-        auto in = multi_link(entry, multi_type_, path, offsets, cookies, false);
-        if (!in) {
-            int err = errno;
-            out.reset();
-            errno = err;
-            return false;
-        }
-        multi_links_.push_back(std::move(out));
-        multi_links_.push_back(std::move(in));
-        return true;
+        auto fds = multi_pair(entry, ret, path, offsets, cookies);
+        for (auto& fd : fds)
+            multi_links_.push_back(std::move(fd));
+        return !fds.empty();
     }
     if (offsets.size() != 1)
         return false;
@@ -413,21 +420,18 @@ void Probe::attach_python_to(uint32_t tgid)
         fds.push_back(multi_link(slots_ ? skel_->progs.py_slot : skel_->progs.py_call, session_type_,
                                  interp_.object_path, py_offsets_, py_cookies_, false, tgid));
     } else {
-        // The return probe first, as in attach_pair.
-        fds.push_back(multi_link(skel_->progs.py_return, multi_type_, interp_.object_path, py_offsets_,
-                                 py_cookies_, true, tgid));
-        if (fds.back())
-            fds.push_back(multi_link(slots_ ? skel_->progs.py_slot_entry : skel_->progs.py_entry, multi_type_,
-                                     interp_.object_path, py_offsets_, py_cookies_, false, tgid));
+        fds = multi_pair(slots_ ? skel_->progs.py_slot_entry : skel_->progs.py_entry, skel_->progs.py_return,
+                         interp_.object_path, py_offsets_, py_cookies_, tgid);
     }
-    if (!fds.back()) {
+    if (fds.empty() || !fds.back()) {
         if (errno != ESRCH && attach_error_.empty()) // ESRCH: it is gone already
             attach_error_ = fmt::format("cannot attach the Python probes of {} to process {}: {}",
                                         interp_.object_path, tgid, strerror(errno));
         return;
     }
     for (const auto& lib : per_process_natives_) {
-        auto more = native_links_of(tgid, lib.path, lib.offsets, lib.cookies);
+        auto more = multi_pair(skel_->progs.native_entry, skel_->progs.native_return, lib.path, lib.offsets,
+                               lib.cookies, tgid);
         if (more.empty()) {
             if (errno != ESRCH && attach_error_.empty())
                 attach_error_ = fmt::format("cannot attach the native probes of {} to process {}: {}", lib.path,
@@ -438,23 +442,6 @@ void Probe::attach_python_to(uint32_t tgid)
             fds.push_back(std::move(fd));
     }
     process_links_.add(tgid, std::move(fds));
-}
-
-std::vector<common::UniqueFd> Probe::native_links_of(uint32_t tgid, const std::string& path,
-                                                     const std::vector<uint64_t>& offsets,
-                                                     const std::vector<uint64_t>& cookies)
-{
-    // The return probe first, as in attach_pair.
-    std::vector<common::UniqueFd> fds;
-    fds.push_back(multi_link(skel_->progs.native_return, multi_type_, path, offsets, cookies, true, tgid));
-    if (fds.back())
-        fds.push_back(multi_link(skel_->progs.native_entry, multi_type_, path, offsets, cookies, false, tgid));
-    if (!fds.back()) {
-        int err = errno;
-        fds.clear();
-        errno = err;
-    }
-    return fds;
 }
 
 void Probe::release_held(bool attach)
@@ -534,7 +521,7 @@ std::vector<bool> Probe::attach_native(const std::string& path, const std::vecto
         std::vector<std::pair<uint32_t, std::vector<common::UniqueFd>>> made;
         bool refused = false;
         for (uint32_t tgid : process_links_.tgids()) {
-            auto fds = native_links_of(tgid, path, offsets, c);
+            auto fds = multi_pair(skel_->progs.native_entry, skel_->progs.native_return, path, offsets, c, tgid);
             if (fds.empty() && errno != ESRCH) {
                 refused = true;
                 break;

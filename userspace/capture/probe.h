@@ -122,10 +122,6 @@ private:
     void adopt_threads();
     // The Python probes of one traced process (per-process mode), and its native ones.
     void attach_python_to(uint32_t tgid);
-    // One process's entry and return links on a library's functions (per-process mode); empty if refused.
-    std::vector<common::UniqueFd> native_links_of(uint32_t tgid, const std::string& path,
-                                                  const std::vector<uint64_t>& offsets,
-                                                  const std::vector<uint64_t>& cookies);
     // Every child held in BPF (lotus_held): its probes attached (when `attach`), then continued. Never throws: a
     // refusal is kept in attach_error_ for poll() to report.
     void release_held(bool attach = true);
@@ -145,8 +141,13 @@ private:
     static common::UniqueFd multi_link(bpf_program* prog, int attach_type, const std::string& path,
                                        const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies = {},
                                        bool ret = false, uint32_t pid = 0);
-    // Entry and return probes on `offsets` (one uprobe_multi link each; without them, one offset as two perf
-    // event probes). False, errno set, if the kernel refused.
+    // A uprobe_multi link for the returns, then one for the entries, of `offsets` (pid as for multi_link);
+    // empty, errno set, if the kernel refused either.
+    std::vector<common::UniqueFd> multi_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
+                                             const std::vector<uint64_t>& offsets,
+                                             const std::vector<uint64_t>& cookies, uint32_t pid = 0);
+    // Entry and return probes on `offsets` (multi_pair, kept until close; without uprobe_multi links, one
+    // offset as two perf-event probes). False, errno set, if the kernel refused.
     bool attach_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
                      const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies);
 
