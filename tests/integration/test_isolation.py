@@ -100,6 +100,14 @@ class Isolation(BpfTestCase):
         self.assertEqual(by_op, Counter({op: n for op in OPS}))  # every sample of the epoch, each op once
         return trace
 
+    def assert_breakpoints(self, path, points, other, traced):
+        """int3 at every probed point of `path` in the traced processes, the original bytes in `other`."""
+        seen = first_bytes(other, path, points)
+        self.assertEqual(set(seen), set(points))
+        self.assertNotIn(INT3, seen.values())
+        for pid in traced:
+            self.assertEqual(first_bytes(pid, path, points), {k: INT3 for k in points}, pid)
+
     def unrelated(self):
         p = subprocess.Popen([PY, "-c", "import time; time.sleep(300)"])
         self.addCleanup(lambda: (p.kill(), p.wait()))
@@ -110,11 +118,7 @@ class Isolation(BpfTestCase):
         path, points = probe_offsets(PY)
         self.assertEqual(set(points), {"__call__", "__iter__", "__next__"})
         tracer, job, workers, n = self.traced_job({})
-        seen = first_bytes(other.pid, path, points)
-        self.assertEqual(set(seen), set(points))
-        self.assertNotIn(INT3, seen.values())
-        for pid in [job] + workers:
-            self.assertEqual(first_bytes(pid, path, points), {k: INT3 for k in points}, pid)
+        self.assert_breakpoints(path, points, other.pid, [job] + workers)
         trace = self.finish(tracer, n)
         self.assertEqual(trace["otherData"]["python_probes_scope"], "traced processes")
         self.assertGreaterEqual(trace["otherData"]["held_children"]["count"], 2)  # the workers, forked under it
@@ -131,11 +135,7 @@ class Isolation(BpfTestCase):
         points = native_offsets(lib, {"ImagingResample", "ImagingCrop", "ImagingJpegDecode"})
         self.assertEqual(len(points), 3, points)
         tracer, job, workers, n = self.traced_job({}, "--native-map", "--sample-freq", "0")
-        seen = first_bytes(other.pid, lib, points)
-        self.assertEqual(set(seen), set(points))
-        self.assertNotIn(INT3, seen.values())
-        for pid in [job] + workers:
-            self.assertEqual(first_bytes(pid, lib, points), {k: INT3 for k in points}, pid)
+        self.assert_breakpoints(lib, points, other.pid, [job] + workers)
         trace = self.finish(tracer, n)
         resample = [s for s in spans(trace, "native") if s["name"] == "ImagingResample"]
         self.assertEqual(len(resample), n)  # one per RandomResizedCrop: the held workers had theirs from the start
