@@ -150,6 +150,8 @@ int BPF_KRETPROBE(native_return) { return native_event(ctx, LOTUS_EV_NATIVE_RETU
 
 /* Sampling map: a per-CPU sampling event (cycles, or cpu-clock without a PMU) interrupts whatever runs; for
  * a traced thread, record its user stack. User space attributes it to the op open on that thread then. */
+const volatile __u32 sample_frames = 1; /* --sample-stack: the leaf, and callers up to this many frames */
+
 SEC("perf_event")
 int on_sample(struct bpf_perf_event_data *ctx)
 {
@@ -165,8 +167,16 @@ int on_sample(struct bpf_perf_event_data *ctx)
      * refuses narrower ones of regs). */
     __u64 ip = ctx->regs.ip;
     e->in_kernel = ip >= 0xffff800000000000ull;
-    long n = bpf_get_stack(ctx, e->ip, sizeof(e->ip), BPF_F_USER_STACK);
+    /* Each caller is a read of user memory by the frame-pointer walk: 1.3 us a sample for the leaf alone, 9.6 us
+     * for 8 frames on these machines, so callers are opt-in (perf record's default is the leaf too). */
+    __u32 bytes = sample_frames * sizeof(e->ip[0]);
+    if (bytes < sizeof(e->ip[0]) || bytes > sizeof(e->ip))
+        bytes = sizeof(e->ip[0]);
+    long n = bpf_get_stack(ctx, e->ip, bytes, BPF_F_USER_STACK);
     e->nr_ips = n > 0 ? (__u64)n / 8 : 0;
+    for (__u32 i = 1; i < LOTUS_STACK_DEPTH; i++) /* no stale ring-buffer bytes past the walk */
+        if (i >= e->nr_ips)
+            e->ip[i] = 0;
     bpf_ringbuf_submit(e, submit_flags());
     return 0;
 }

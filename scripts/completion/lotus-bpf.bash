@@ -4,7 +4,7 @@ _lotus_bpf()
     local cur prev words cword
     _init_completion || return
     local opts="-p --pid -d --duration -o --output --summary-json --html --resources-csv --resources-interval --cpus --memory --cpuset --device-read-bps --device-write-bps --record --replay --pipeline --span --rules
-        --all-calls --native-map --native --sample-freq --counters --coarse --window -q --quiet -V --version -h --help"
+        --all-calls --native-map --native --sample-freq --sample-stack --counters --coarse --window -q --quiet -V --version -h --help"
     case $prev in
         -p|--pid)
             COMPREPLY=($(compgen -W "$(pgrep -f python 2>/dev/null)" -- "$cur"))
@@ -15,7 +15,7 @@ _lotus_bpf()
         --counters)
             COMPREPLY=($(compgen -W "default task-clock page-faults context-switches cycles instructions cache-misses branch-misses" -- "$cur"))
             return ;;
-        -d|--duration|--resources-interval|--cpus|--memory|--cpuset|--device-read-bps|--device-write-bps|--sample-freq|--window|--pipeline|--span|--native)
+        -d|--duration|--resources-interval|--cpus|--memory|--cpuset|--device-read-bps|--device-write-bps|--sample-freq|--sample-stack|--window|--pipeline|--span|--native)
             return ;;
     esac
     if [[ $cword -eq 1 && $cur != -* ]]; then

@@ -4,6 +4,7 @@
 import collections
 import json
 import os
+import re
 import unittest
 
 import jsonschema
@@ -138,6 +139,23 @@ class NativeMapTest(BpfTestCase):
         self.assertEqual(summary["native_map"], [])  # no sampling asked for
         self.assertEqual(trace["otherData"]["sampling_event"], "none")
 
+    def test_sample_stack(self):
+        # Each sample records the leaf alone by default; --sample-stack N adds callers (a frame-pointer walk, most
+        # of the sampler's cost), so some samples carry more than one frame. Every record on stderr says how many.
+        frames = {}
+        for depth in ("1", "8"):
+            args = ["--native-map", "--sample-freq", "4999"]
+            if depth != "1":
+                args += ["--sample-stack", depth]
+            r, summary, trace = self.run_job(*args, env={"LOTUS_DEBUG_EVENTS": "1"})
+            frames[depth] = collections.Counter(int(m) for m in re.findall(r" sample frames (\d+)", r.stderr))
+            self.assertEqual(trace["otherData"]["sampling_stack_frames"], int(depth))
+            self.assertGreater(sum(frames[depth].values()), 200, depth)
+        self.assertLessEqual(set(frames["1"]), {0, 1}, frames["1"])  # 0: a thread with no user stack (exiting)
+        self.assertGreater(sum(n for k, n in frames["8"].items() if k > 1), 0.1 * sum(frames["8"].values()),
+                           frames["8"])
+        self.assertLessEqual(max(frames["8"]), 8)
+
     def test_bad_native_spec(self):
         r = run_lotus(["--native", "nocolon", "--", PY, "-c", "pass"])
         self.assertNotEqual(r.returncode, 0)
@@ -147,6 +165,10 @@ class NativeMapTest(BpfTestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
         self.assertIn("unknown counter 'bogus'", r.stderr)
+        r = run_lotus(["--native-map", "--sample-stack", "9", "--", PY, "-c", "pass"])
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn("--sample-stack", r.stderr)
 
 
 if __name__ == "__main__":

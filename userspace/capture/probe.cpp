@@ -103,6 +103,7 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     skel_->rodata->nr_perf = static_cast<uint32_t>(counters.size());
     skel_->rodata->nr_cpus = static_cast<uint32_t>(ncpu);
     skel_->rodata->inline_calls = features.inline_calls ? 1 : 0;
+    skel_->rodata->sample_frames = features.sample_frames;
     // LOTUS_NO_UPROBE_SESSION: the evaluator as kernels before 6.13 probe it; LOTUS_NO_UPROBE_MULTI: every
     // probe as kernels before 6.6 make it (one perf event each).
     multi_type_ = kernel_attach_type("BPF_TRACE_UPROBE_MULTI", "LOTUS_NO_UPROBE_MULTI");

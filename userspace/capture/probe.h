@@ -50,6 +50,7 @@ struct ProbeFeatures {
     bool native = false;       // attach_native may follow
     bool sampling = false;     // attach_sampling may follow
     bool network = false;      // count network bytes per traced process (resources), where the kernel can
+    uint32_t sample_frames = 1; // user-stack frames per sample (--sample-stack): the leaf, then callers
 };
 
 class Probe {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "capture/perf_events.h"
+#include "lotus_abi.h"
 #include "diff.h"
 #include "probes.h"
 #include "sweep.h"
@@ -136,6 +137,11 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
     app->add_option("--sample-freq", p.opts.sample_freq, "native map sampling frequency in Hz (0: no sampling)")
         ->capture_default_str()
         ->check(CLI::Range(0, 100000));
+    app->add_option("--sample-stack", p.opts.sample_stack,
+                    "user-stack frames per native-map sample: 1 the leaf (as perf record without -g), up to 8 with "
+                    "its callers where frame pointers allow (each costs the sampled thread a user-memory read)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, LOTUS_STACK_DEPTH));
     app->add_option("--counters", p.opts.counters,
                     "perf-event counters per op: 'default' (cycles,instructions,cache-misses,branch-misses) or a "
                     "comma list; software events (task-clock,page-faults,context-switches) where no PMU counts them")

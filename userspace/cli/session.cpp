@@ -115,6 +115,8 @@ void dump_event(const void* data, size_t len)
     } else if (h->type == LOTUS_EV_CODE && len >= sizeof(lotus_code_info)) {
         auto* c = static_cast<const lotus_code_info*>(data);
         line += fmt::format(" code {:#x} {:.{}}", c->code, c->name, strnlen(c->name, sizeof(c->name)));
+    } else if (h->type == LOTUS_EV_SAMPLE && len >= sizeof(lotus_sample)) {
+        line += fmt::format(" sample frames {}", static_cast<const lotus_sample*>(data)->nr_ips);
     }
     fmt::print(stderr, "{}\n", line);
 }
@@ -292,7 +294,7 @@ int run_session(const Options& opts)
                     rank_of(h->tgid);
             }, counters, capture::ProbeFeatures{evaluator, handlers.has_value(), !native_specs.empty(),
                                                    !native_specs.empty() && opts.sample_freq > 0,
-                                                   opts.resources_interval_ms > 0});
+                                                   opts.resources_interval_ms > 0, opts.sample_stack});
             if (!native_specs.empty() || opts.native_map) {
                 native = std::make_unique<capture::NativeCapture>(*probe, native_specs, feed);
                 probe->set_library_sink([&](const void* data, size_t len) { native->on_library_open(data, len); });
@@ -468,7 +470,8 @@ int run_session(const Options& opts)
         run.tracer_cpu_ms = cpu_ms();
         if (native) {
             exporter::RunInfo::Native n{native->functions(), native_links, native->attach_seconds(),
-                                        opts.sample_freq ? capture::sampling_event().name : "none", {}};
+                                        opts.sample_freq ? capture::sampling_event().name : "none",
+                                        opts.sample_freq ? opts.sample_stack : 0, {}};
             // A --native spec that selected nothing is said, not silently dropped.
             size_t first_user = native_specs.size() - opts.native.size();
             for (size_t i = first_user; i < native_specs.size(); i++) {

@@ -31,6 +31,7 @@ struct Options {
     bool native_map = false;          // sampling map + built-in native function probes
     std::vector<std::string> native;  // --native LIBGLOB:SYMBOLGLOB
     unsigned sample_freq = 999;       // Hz, for the native map
+    unsigned sample_stack = 1;        // user-stack frames per sample: 1 the leaf, more with callers
     std::string counters;             // --counters: "default" or a list; empty: none
     bool coarse = false;  // trace file: batches, waits and flows only
     double window_start_s = 0, window_end_s = 0; // trace file: spans starting in [start, end) s; end 0 = open

@@ -56,6 +56,7 @@ std::string run_json_members(const RunInfo& r)
         m["native_attach_s"] = fmt::format("{:.3f}", r.native->attach_s);
         m["native_probe_links"] = std::to_string(r.native->probe_links);
         m["sampling_event"] = json_string(r.native->sampling_event);
+        m["sampling_stack_frames"] = std::to_string(r.native->sampling_stack_frames);
         m["native_specs_unmatched"] = json_strings(r.native->specs_unmatched);
     }
     if (r.limits) {

@@ -46,6 +46,7 @@ struct RunInfo {
         uint64_t functions_probed = 0, probe_links = 0;
         double attach_s = 0;
         std::string sampling_event;
+        unsigned sampling_stack_frames = 0; // --sample-stack; 0 without sampling
         std::vector<std::string> specs_unmatched;
     };
     std::optional<Native> native; // --native-map, --native
