@@ -127,14 +127,15 @@ class Isolation(BpfTestCase):
             self.assertNotEqual(f.read().rsplit(")", 1)[1].split()[0], "T")
 
     def test_native_probes_only_in_the_traced_processes(self):
-        # --native-map probes Pillow's functions: a process that only imported Pillow has none.
+        # --native-map (and --native) probe Pillow's functions: a process that only imported Pillow has none.
         other = subprocess.Popen([PY, "-c", "import PIL._imaging as m, time; print(m.__file__, flush=True); "
                                   "time.sleep(300)"], stdout=subprocess.PIPE, text=True)
         self.addCleanup(lambda: (other.kill(), other.wait()))
         lib = other.stdout.readline().strip()
         points = native_offsets(lib, {"ImagingResample", "ImagingCrop", "ImagingJpegDecode"})
         self.assertEqual(len(points), 3, points)
-        tracer, job, workers, n = self.traced_job({}, "--native-map", "--sample-freq", "0")
+        tracer, job, workers, n = self.traced_job({}, "--native-map", "--sample-freq", "0", "--native",
+                                                  "_imaging*:ImagingResample", "--native", "_imaging*:ImagingCrop")
         self.assert_breakpoints(lib, points, other.pid, [job] + workers)
         trace = self.finish(tracer, n)
         resample = [s for s in spans(trace, "native") if s["name"] == "ImagingResample"]

@@ -13,6 +13,10 @@ from harness import (BpfTestCase, OPS, PY, SOURCE, WORKLOAD, dataset, kernel_at_
                      spans)
 
 
+PILLOW = [a for spec in ("libjpeg*:jpeg_read_header", "_imaging*:ImagingResample", "_imaging*:ImagingFlipLeftRight")
+          for a in ("--native", spec)]
+
+
 class NativeMapTest(BpfTestCase):
     @classmethod
     def setUpClass(cls):
@@ -35,8 +39,9 @@ class NativeMapTest(BpfTestCase):
 
     def test_native_map_and_counters(self):
         rec = self.path("run.lbt")
+        # Pillow's functions and libjpeg's API are named by sampling and not in the built-in set: asked for here
         r, summary, trace = self.run_job("--native-map", "--sample-freq", "4999", "--counters", "default",
-                                         "--record", rec)
+                                         "--record", rec, *PILLOW)
         names = summary["counters"]["names"]
         if "cycles" not in names:  # no PMU here: said once, software events instead
             self.assertEqual(r.stderr.count("no PMU"), 1, r.stderr)
@@ -127,12 +132,18 @@ class NativeMapTest(BpfTestCase):
         # --native adds functions; a C library the pipeline calls through Pillow: zlib is not used by JPEG,
         # libjpeg's per-row jpeg_read_scanlines is (too hot for the default set). Probed as kernels before 6.6
         # do it (a perf-event uprobe and uretprobe per function: LOTUS_NO_UPROBE_MULTI), the same counts.
-        r, summary, trace = self.run_job("--native", "libjpeg*:jpeg_read_scanlines", "--sample-freq", "0",
+        r, summary, trace = self.run_job("--native", "libjpeg*:jpeg_read_scanlines", "--native",
+                                         "libjpeg*:jpeg_*_decompress", "--sample-freq", "0",
                                          env={"LOTUS_NO_UPROBE_MULTI": "1"})
         count = collections.Counter(n["name"] for n in spans(trace, "native"))
         self.assertGreaterEqual(count["jpeg_read_scanlines"], self.images)
-        for fn in ("jpeg_read_header", "jpeg_start_decompress", "jpeg_finish_decompress"):
+        for fn in ("jpeg_start_decompress", "jpeg_finish_decompress"):
             self.assertEqual(count[fn], self.images, fn)
+        # the built-in set: the decode call and the torch ops, not what sampling names (Pillow's resize, the JPEG API)
+        self.assertGreaterEqual(count["ImagingJpegDecode"], 0.9 * self.images)
+        self.assertGreaterEqual(count["at::_ops::sub__Tensor::call"], 0.9 * self.images)
+        for fn in ("jpeg_read_header", "ImagingResample", "ImagingCrop"):
+            self.assertEqual(count[fn], 0, fn)
         other = trace["otherData"]
         self.assertEqual(other["native_probe_links"], 2 * other["native_functions_probed"])
         self.assertEqual(other["evaluator_probe"], "uprobe + uretprobe")

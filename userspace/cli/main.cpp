@@ -129,7 +129,7 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
                   "PYTHONPERFSUPPORT=1); costs a trap per call");
     app->add_flag("--native-map", p.opts.native_map,
                   "sample every traced thread (perf event) and map each op's time to native functions; probe the "
-                  "built-in native set (JPEG decode, Pillow, torch ops) as spans");
+                  "built-in native set (JPEG decode, torch ops) as spans");
     app->add_option("--native", p.opts.native,
                     "also probe these native functions as spans: 'LIBGLOB:SYMBOLGLOB' (repeatable; implies "
                     "--native-map)")
