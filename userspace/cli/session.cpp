@@ -255,6 +255,7 @@ int run_session(const Options& opts)
         // Resource use: every traced process's /proc, read in one sweep (one timestamp) every interval; PSS (a walk
         // of its page tables: ~2 ms for a process that mapped torch, and it holds the process's mmap lock) every 2 s.
         uint64_t last_sweep = 0, last_pss = 0;
+        target::ProcUsageReader proc_reader;
         auto sweep = [&](uint64_t now) {
             bool pss = now - last_pss >= 2'000'000'000ull;
             last_sweep = now;
@@ -264,8 +265,9 @@ int run_session(const Options& opts)
             for (const auto& [pid, p] : rec.engine().processes())
                 if (!p.exited)
                     live.push_back(pid);
+            proc_reader.keep_only(live);
             for (uint32_t pid : live) {
-                auto u = target::read_proc_usage(static_cast<int>(pid), pss);
+                auto u = proc_reader.read(static_cast<int>(pid), pss);
                 if (!u)
                     continue;
                 auto net = probe->net_bytes(pid);

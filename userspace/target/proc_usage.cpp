@@ -8,7 +8,10 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
+
+#include "common/unique_fd.h"
 
 namespace lotus::target {
 
@@ -46,22 +49,87 @@ std::optional<uint64_t> field(std::string_view text, std::string_view key)
     return std::nullopt;
 }
 
+// The text of a /proc file kept open, made anew by this read from its start. stat, status and io are one record
+// each (procfs single_show files): a read shorter than the buffer has all of it.
+bool reread(int fd, std::string& out)
+{
+    char buf[8192];
+    ssize_t n = pread(fd, buf, sizeof(buf), 0);
+    if (n <= 0 || static_cast<size_t>(n) == sizeof(buf))
+        return false;
+    out.assign(buf, static_cast<size_t>(n));
+    return true;
+}
+
 } // namespace
 
-std::optional<ProcUsage> read_proc_usage(int pid, bool with_pss)
+// At most this many thread files are kept open (a job of many ranks, workers and threads would run into the
+// descriptor limit); the threads beyond are opened, read and closed at each reading.
+constexpr size_t kMaxThreadFds = 512;
+
+struct ProcUsageReader::Files {
+    common::UniqueFd stat, io;
+    DIR* task = nullptr; // /proc/PID/task, listed again when its threads changed
+    std::unordered_map<int, common::UniqueFd> threads; // tid -> its status file (closed: not kept open)
+    ~Files()
+    {
+        if (task)
+            closedir(task);
+    }
+};
+
+ProcUsageReader::ProcUsageReader() = default;
+ProcUsageReader::~ProcUsageReader() = default;
+
+void ProcUsageReader::forget(int pid)
+{
+    auto it = files_.find(pid);
+    if (it == files_.end())
+        return;
+    for (const auto& [tid, fd] : it->second->threads)
+        thread_fds_ -= fd ? 1 : 0;
+    files_.erase(it);
+}
+
+void ProcUsageReader::keep_only(const std::vector<uint32_t>& pids)
+{
+    std::unordered_set<int> live(pids.begin(), pids.end());
+    std::vector<int> ended;
+    for (const auto& [pid, f] : files_)
+        if (!live.count(pid))
+            ended.push_back(pid);
+    for (int pid : ended)
+        forget(pid);
+}
+
+std::optional<ProcUsage> ProcUsageReader::read(int pid, bool with_pss)
 {
     static const uint64_t tick_ns = 1'000'000'000ull / static_cast<uint64_t>(sysconf(_SC_CLK_TCK));
     std::string dir = "/proc/" + std::to_string(pid);
-    auto stat = slurp(dir + "/stat");
-    auto status = slurp(dir + "/status");
-    if (!stat || !status)
+    auto& slot = files_[pid];
+    if (!slot) {
+        auto f = std::make_unique<Files>();
+        f->stat.reset(open((dir + "/stat").c_str(), O_RDONLY | O_CLOEXEC));
+        f->io.reset(open((dir + "/io").c_str(), O_RDONLY | O_CLOEXEC));
+        f->task = opendir((dir + "/task").c_str());
+        if (!f->stat || !f->task) {
+            files_.erase(pid);
+            return std::nullopt;
+        }
+        slot = std::move(f);
+    }
+    Files& f = *slot;
+    std::string stat;
+    if (!reread(f.stat.get(), stat)) { // ESRCH: it ended (a new process with its pid gets files of its own)
+        forget(pid);
         return std::nullopt;
+    }
     // After the command's closing parenthesis: state is field 3, utime 14, stime 15, num_threads 20.
-    size_t close = stat->rfind(')');
-    if (close == std::string::npos || close + 2 >= stat->size() || (*stat)[close + 2] == 'Z' || (*stat)[close + 2] == 'X')
+    size_t close = stat.rfind(')');
+    if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] == 'Z' || stat[close + 2] == 'X')
         return std::nullopt;
     std::vector<uint64_t> fields; // fields[i]: field i + 3 (the state is field 3)
-    for (const char* p = stat->c_str() + close + 2; *p;) {
+    for (const char* p = stat.c_str() + close + 2; *p;) {
         fields.push_back(strtoull(p, nullptr, 10));
         p = strchr(p, ' ');
         if (!p)
@@ -74,23 +142,62 @@ std::optional<ProcUsage> read_proc_usage(int pid, bool with_pss)
     u.user_ns = fields[14 - 3] * tick_ns;
     u.system_ns = fields[15 - 3] * tick_ns;
     u.threads = static_cast<uint32_t>(fields[20 - 3]);
-    u.rss_kb = field(*status, "VmRSS").value_or(0);
-    u.hwm_kb = field(*status, "VmHWM").value_or(0);
-    if (auto io = slurp(dir + "/io")) {
-        u.read_bytes = field(*io, "read_bytes").value_or(0);
-        u.write_bytes = field(*io, "write_bytes").value_or(0);
+    std::string text;
+    if (f.io && reread(f.io.get(), text)) {
+        u.read_bytes = field(text, "read_bytes").value_or(0);
+        u.write_bytes = field(text, "write_bytes").value_or(0);
     }
-    // /proc/PID/status counts the main thread's switches only: each thread's are summed.
-    if (DIR* d = opendir((dir + "/task").c_str())) {
-        while (dirent* e = readdir(d)) {
+    // /proc/PID/status counts the main thread's switches only: each thread's are summed. The main thread's file
+    // also has the process's memory (VmRSS, VmHWM). The list is read again when a thread came or went.
+    bool listed = false;
+    auto list = [&] { // all of them opened anew: a thread id may have been reused
+        listed = true;
+        for (const auto& [tid, fd] : f.threads)
+            thread_fds_ -= fd ? 1 : 0;
+        f.threads.clear();
+        rewinddir(f.task);
+        while (dirent* e = readdir(f.task)) {
             if (e->d_name[0] == '.')
                 continue;
-            if (auto ts = slurp(dir + "/task/" + e->d_name + "/status")) {
-                u.nvcsw += field(*ts, "voluntary_ctxt_switches").value_or(0);
-                u.nivcsw += field(*ts, "nonvoluntary_ctxt_switches").value_or(0);
+            common::UniqueFd fd;
+            if (thread_fds_ < kMaxThreadFds) {
+                fd.reset(openat(dirfd(f.task), (std::string(e->d_name) + "/status").c_str(), O_RDONLY | O_CLOEXEC));
+                thread_fds_ += fd ? 1 : 0;
+            }
+            f.threads.emplace(atoi(e->d_name), std::move(fd));
+        }
+    };
+    if (f.threads.size() != u.threads)
+        list();
+    for (int attempt = 0; attempt < 2; attempt++) {
+        bool gone = false, main_seen = false;
+        u.nvcsw = u.nivcsw = 0;
+        for (const auto& [tid, fd] : f.threads) {
+            bool ok;
+            if (fd) {
+                ok = reread(fd.get(), text);
+            } else { // beyond the bound: opened for this reading only
+                common::UniqueFd once(openat(dirfd(f.task), (std::to_string(tid) + "/status").c_str(),
+                                             O_RDONLY | O_CLOEXEC));
+                ok = once && reread(once.get(), text);
+            }
+            if (!ok) {
+                gone = true;
+                break;
+            }
+            u.nvcsw += field(text, "voluntary_ctxt_switches").value_or(0);
+            u.nivcsw += field(text, "nonvoluntary_ctxt_switches").value_or(0);
+            if (tid == pid) {
+                main_seen = true;
+                u.rss_kb = field(text, "VmRSS").value_or(0);
+                u.hwm_kb = field(text, "VmHWM").value_or(0);
             }
         }
-        closedir(d);
+        if (!gone && main_seen)
+            break;
+        if (listed) // read anew and still changing (or its main thread has ended): what was read stands
+            break;
+        list();
     }
     if (with_pss)
         if (auto rollup = slurp(dir + "/smaps_rollup"))

@@ -2,7 +2,10 @@
 // context switches; what `docker stats` shows per container, here per process.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <unordered_map>
+#include <vector>
 
 namespace lotus::target {
 
@@ -15,7 +18,26 @@ struct ProcUsage {
     uint32_t threads = 0;
 };
 
-// nullopt when the process is gone (or became a zombie, whose memory is gone).
-std::optional<ProcUsage> read_proc_usage(int pid, bool with_pss);
+// Reads processes again and again (every traced process every 100 ms) through files it keeps open: procfs makes
+// a file's text anew at every read from offset 0, so a reading is one pread per file instead of an open, two
+// reads and a close, and the thread list is read again only when the thread count or a thread changed.
+class ProcUsageReader {
+public:
+    ProcUsageReader();
+    ~ProcUsageReader();
+    ProcUsageReader(const ProcUsageReader&) = delete;
+    ProcUsageReader& operator=(const ProcUsageReader&) = delete;
+
+    // nullopt when the process is gone (or became a zombie, whose memory is gone).
+    std::optional<ProcUsage> read(int pid, bool with_pss);
+    // Closes the files of the processes not in pids (those that ended).
+    void keep_only(const std::vector<uint32_t>& pids);
+
+private:
+    struct Files;
+    void forget(int pid);
+    std::unordered_map<int, std::unique_ptr<Files>> files_;
+    size_t thread_fds_ = 0; // thread files kept open, all processes together (bounded: see kMaxThreadFds)
+};
 
 } // namespace lotus::target

@@ -1,0 +1,124 @@
+// The resource reader on this test's own process: its files kept open between readings still follow the threads
+// that come and go, and a process that ended reads as gone.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "target/proc_usage.h"
+
+using lotus::target::ProcUsageReader;
+
+namespace {
+
+// Threads that switched voluntarily a few times and now wait, so that their counts hold still.
+class Sleepers {
+public:
+    explicit Sleepers(int n)
+    {
+        for (int i = 0; i < n; i++)
+            threads_.emplace_back([this] {
+                for (int k = 0; k < 5; k++)
+                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                std::unique_lock<std::mutex> lock(m_);
+                ready_++;
+                cv_.notify_all();
+                cv_.wait(lock, [this] { return done_; });
+            });
+        std::unique_lock<std::mutex> lock(m_);
+        cv_.wait(lock, [&] { return ready_ == n; });
+    }
+    ~Sleepers()
+    {
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            done_ = true;
+        }
+        cv_.notify_all();
+        for (auto& t : threads_)
+            t.join();
+    }
+
+private:
+    std::mutex m_;
+    std::condition_variable cv_;
+    int ready_ = 0;
+    bool done_ = false;
+    std::vector<std::thread> threads_;
+};
+
+// The voluntary switches of every thread of this process, each thread's status read on its own; and how many.
+std::pair<uint64_t, uint32_t> truth()
+{
+    uint64_t sum = 0;
+    uint32_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+        std::ifstream f(e.path() / "status");
+        std::string line;
+        while (std::getline(f, line))
+            if (line.rfind("voluntary_ctxt_switches:", 0) == 0)
+                sum += std::stoull(line.substr(line.find(':') + 1));
+        n++;
+    }
+    return {sum, n};
+}
+
+} // namespace
+
+TEST(ProcUsageReader, FollowsThreadsThatComeAndGo)
+{
+    ProcUsageReader reader;
+    std::optional<Sleepers> first(3);
+    auto u = reader.read(getpid(), false);
+    ASSERT_TRUE(u);
+    auto [sum, n] = truth();
+    EXPECT_EQ(u->threads, n);
+    EXPECT_GE(u->threads, 4u);
+    // this thread's own voluntary switches may grow between the two readings (reading a file can block)
+    EXPECT_LE(u->nvcsw, sum);
+    EXPECT_GE(u->nvcsw + 2, sum);
+    EXPECT_GE(u->nvcsw, 15u); // each sleeper's 5 sleeps
+    EXPECT_GT(u->rss_kb, 0u);
+    EXPECT_GE(u->hwm_kb, u->rss_kb);
+
+    first.reset();      // three threads end ...
+    Sleepers second(3); // ... and three others start: as many threads as before, but not the same
+    u = reader.read(getpid(), true);
+    ASSERT_TRUE(u);
+    std::tie(sum, n) = truth();
+    EXPECT_EQ(u->threads, n);
+    EXPECT_LE(u->nvcsw, sum);
+    EXPECT_GE(u->nvcsw + 2, sum);
+    ASSERT_TRUE(u->pss_kb);
+    EXPECT_GT(*u->pss_kb, 0u);
+}
+
+TEST(ProcUsageReader, AProcessThatEndedIsGone)
+{
+    ProcUsageReader reader;
+    int pipefd[2];
+    ASSERT_EQ(pipe(pipefd), 0);
+    pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        char c;
+        close(pipefd[1]);
+        (void)!read(pipefd[0], &c, 1); // until the parent closes its end
+        _exit(0);
+    }
+    close(pipefd[0]);
+    EXPECT_TRUE(reader.read(child, false)); // alive: its files are now open
+    close(pipefd[1]);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_FALSE(reader.read(child, false));
+    EXPECT_FALSE(reader.read(child, false));
+}
