@@ -7,20 +7,21 @@ import subprocess
 import unittest
 from collections import Counter
 
-from harness import (OPS, PY, WORKLOAD, BpfTestCase, LOTUS, dataset, kernel_at_least, load_trace, read_lines, spans,
-                     start_lotus, wait_for_attach, wait_for_file)
+from harness import (INTERPRETERS, OPS, PY, WORKLOAD, BpfTestCase, LOTUS, dataset, kernel_at_least, load_trace,
+                     read_lines, spans, start_lotus, wait_for_attach, wait_for_file)
 
 INT3 = 0xCC
 
 
-def probe_offsets(python):
-    """The file offsets lotus-bpf probes in this interpreter: {name: offset}."""
+def probe_offsets(python, kind="slot"):
+    """The file offsets lotus-bpf probes in this interpreter: {name: offset}; kind "opcode": the handlers that
+    --all-calls probes on 3.11 (RESUME twice, RETURN_VALUE)."""
     out = subprocess.run([LOTUS, "probes", python], capture_output=True, text=True, check=True).stdout
     points = {}
     for line in out.splitlines():
         f = line.split()
-        if f[0] == "slot":
-            points[f[1]] = int(f[2], 16)
+        if f[0] == kind and len(f) == 3:
+            points[f[1] if f[1] not in points else f"{f[1]} {f[2]}"] = int(f[2], 16)
         elif f[0] == "interpreter":
             path = f[1]
     return path, points
@@ -140,6 +141,27 @@ class Isolation(BpfTestCase):
         trace = self.finish(tracer, n)
         resample = [s for s in spans(trace, "native") if s["name"] == "ImagingResample"]
         self.assertEqual(len(resample), n)  # one per RandomResizedCrop: the held workers had theirs from the start
+
+    def test_all_calls_opcode_probes_only_in_the_traced_process(self):
+        # --all-calls on 3.11 (calls inlined, no trampoline) probes the evaluator's RESUME and RETURN_VALUE handlers:
+        # every frame of the traced job traps there; another process of the same interpreter must not.
+        py = INTERPRETERS["3.11"]
+        path, points = probe_offsets(py, "opcode")
+        self.assertEqual(len(points), 3, points)
+        other = subprocess.Popen([py, "-c", "import time; time.sleep(300)"])
+        self.addCleanup(lambda: (other.kill(), other.wait()))
+        hold, out = self.path("hold"), self.path("all.json")
+        job = (f"import os, time\ndef helper(i):\n    return i\nwhile helper(1) and not os.path.exists({hold!r}):\n"
+               f"    time.sleep(0.01)\n")
+        tracer = start_lotus(["-q", "-o", out, "--all-calls", "--span", "helper", "--", py, "-c", job])
+        self.addCleanup(lambda: (tracer.poll() is None and tracer.kill(), tracer.wait()))
+        wait_for_attach(tracer)
+        (pid,) = children(tracer.pid)
+        self.assert_breakpoints(path, points, other.pid, [pid])
+        open(hold, "w").close()
+        _, err = tracer.communicate(timeout=120)
+        self.assertEqual(tracer.returncode, 0, err)
+        self.assertGreater(len(spans(load_trace(out), "py", "helper")), 0)
 
     def test_system_wide_probes_reach_everyone(self):
         # What kernels without per-process probes do, and what the test above would see if they leaked.

@@ -442,6 +442,17 @@ void Probe::attach_python_to(uint32_t tgid)
         for (auto& fd : more)
             fds.push_back(std::move(fd));
     }
+    if (!inline_resume_.empty()) {
+        auto more = inline_links(tgid);
+        if (more.empty()) {
+            if (errno != ESRCH && attach_error_.empty())
+                attach_error_ = fmt::format("cannot probe the opcode handlers of {} in process {}: {}",
+                                            interp_.object_path, tgid, strerror(errno));
+            return;
+        }
+        for (auto& fd : more)
+            fds.push_back(std::move(fd));
+    }
     process_links_.add(tgid, std::move(fds));
 }
 
@@ -468,12 +479,43 @@ void Probe::release_held(bool attach)
     }
 }
 
+std::vector<common::UniqueFd> Probe::inline_links(uint32_t tgid)
+{
+    std::vector<common::UniqueFd> fds;
+    fds.push_back(multi_link(skel_->progs.py_resume, multi_type_, interp_.object_path, inline_resume_, {}, false, tgid));
+    if (fds.back())
+        fds.push_back(multi_link(skel_->progs.py_retval, multi_type_, interp_.object_path, {inline_return_}, {},
+                                 false, tgid));
+    if (!fds.back()) {
+        int err = errno;
+        fds.clear();
+        errno = err;
+    }
+    return fds;
+}
+
 void Probe::attach_inline_calls(const std::vector<uint64_t>& resume_offsets, uint64_t return_offset)
 {
     auto refused = [&](uint64_t off) {
         return CaptureError(fmt::format("cannot probe the interpreter's opcode handler at {:#x} of {}: {}", off,
                                         interp_.object_path, strerror(errno)));
     };
+    if (hold_) {
+        // Per traced process, like the Python probes: another process of this interpreter never traps at its
+        // opcodes. Those traced now (launch mode: the command, not yet running); held children in attach_python_to.
+        inline_resume_ = resume_offsets;
+        inline_return_ = return_offset;
+        for (uint32_t tgid : process_links_.tgids()) {
+            auto fds = inline_links(tgid);
+            if (fds.empty()) {
+                if (errno == ESRCH)
+                    continue;
+                throw refused(resume_offsets.empty() ? return_offset : resume_offsets[0]);
+            }
+            process_links_.append(tgid, std::move(fds));
+        }
+        return;
+    }
     if (multi_type_ >= 0) {
         for (auto [prog, offsets] : {std::pair{skel_->progs.py_resume, resume_offsets},
                                      std::pair{skel_->progs.py_retval, std::vector<uint64_t>{return_offset}}}) {

@@ -142,6 +142,8 @@ private:
     static common::UniqueFd multi_link(bpf_program* prog, int attach_type, const std::string& path,
                                        const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies = {},
                                        bool ret = false, uint32_t pid = 0);
+    // --all-calls on 3.11, per-process mode: the opcode handlers' links for one process.
+    std::vector<common::UniqueFd> inline_links(uint32_t tgid);
     // A uprobe_multi link for the returns, then one for the entries, of `offsets` (pid as for multi_link);
     // empty, errno set, if the kernel refused either.
     std::vector<common::UniqueFd> multi_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
@@ -172,6 +174,8 @@ private:
         std::vector<uint64_t> offsets, cookies;
     };
     std::vector<NativeLibrary> per_process_natives_; // per-process mode: what each traced process gets
+    std::vector<uint64_t> inline_resume_;            // per-process mode, --all-calls on 3.11: the opcode handlers
+    uint64_t inline_return_ = 0;                     // each traced process gets (none while inline_resume_ is empty)
     std::unique_ptr<lotus_bpf, SkeletonFree> skel_; // its tracepoint links go with it
     std::unique_ptr<ring_buffer, RingFree> rb_, lib_rb_;
     std::vector<common::UniqueFd> perf_fds_;    // counters and sampling events

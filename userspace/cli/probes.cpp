@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "target/interpreter.h"
+#include "target/opcode_handlers.h"
 
 namespace lotus::cli {
 
@@ -19,6 +20,13 @@ int run_probes(std::optional<int> pid, const std::string& python)
     }
     fmt::print("interpreter {}\npython {}\nlayout {}\n", interp.object_path, interp.version.str(), interp.layout_source);
     fmt::print("evaluator _PyEval_EvalFrameDefault {:#x}\n", interp.eval_offset);
+    try { // --all-calls where calls are inlined (3.11): its opcode handlers, RESUME's then RETURN_VALUE's
+        auto handlers = target::inline_call_handlers(interp);
+        for (size_t i = 0; i < handlers.size(); i++)
+            fmt::print("opcode {} {:#x}\n", i + 1 < handlers.size() ? "RESUME" : "RETURN_VALUE", handlers[i]);
+    } catch (const std::exception& e) {
+        fmt::print("opcode handlers: not found ({})\n", e.what());
+    }
     if (!interp.slots) {
         fmt::print("type slots: not found ({}); Python calls are probed at the evaluator\n", interp.slots_missing);
         return 0;

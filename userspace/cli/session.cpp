@@ -187,16 +187,9 @@ int run_session(const Options& opts)
         // --all-calls where calls are inlined and there is no trampoline (3.11): probes on the evaluator's
         // RESUME and RETURN_VALUE handlers, found in its computed-goto table.
         std::optional<std::vector<uint64_t>> handlers;
-        if (auto ops = target::inline_call_opcodes(interp.version); opts.all_calls && !ops.resume.empty()) {
-            auto wanted = ops.resume;
-            wanted.push_back(ops.return_value);
-            handlers = target::find_opcode_handlers(target::ElfFile(interp.object_path), wanted);
-            if (!handlers)
-                throw std::runtime_error(fmt::format("--all-calls: no opcode_targets symbol in {} (a stripped CPython "
-                                                     "{}): cannot see inlined calls; use an interpreter with its "
-                                                     "symbols (e.g. pyenv)",
-                                                     interp.object_path, interp.version.str()));
-        }
+        if (opts.all_calls)
+            if (auto found = target::inline_call_handlers(interp); !found.empty())
+                handlers = std::move(found);
 
         // --span and --all-calls name functions, not objects: they need every call from C into Python, at the
         // evaluator's entry; otherwise the type-slot functions, where only calls of objects pass.

@@ -2,7 +2,13 @@
 
 #include <cstring>
 
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "cpython_layouts.h"
 #include "elf_file.h"
+#include "interpreter.h"
 
 namespace lotus::target {
 
@@ -47,6 +53,22 @@ std::optional<std::vector<uint64_t>> find_opcode_handlers(const ElfFile& elf, co
             if (auto h = handlers_at(elf, sym->value, lo, hi, opcodes))
                 return h;
     return std::nullopt;
+}
+
+std::vector<uint64_t> inline_call_handlers(const Interpreter& interp)
+{
+    auto ops = inline_call_opcodes(interp.version);
+    if (ops.resume.empty())
+        return {};
+    auto wanted = ops.resume;
+    wanted.push_back(ops.return_value);
+    auto handlers = find_opcode_handlers(ElfFile(interp.object_path), wanted);
+    if (!handlers)
+        throw std::runtime_error(fmt::format("--all-calls: no opcode_targets symbol in {} (a stripped CPython {}): "
+                                             "cannot see inlined calls; use an interpreter with its symbols (e.g. "
+                                             "pyenv)",
+                                             interp.object_path, interp.version.str()));
+    return *handlers;
 }
 
 } // namespace lotus::target

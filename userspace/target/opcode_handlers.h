@@ -12,8 +12,13 @@
 namespace lotus::target {
 
 class ElfFile;
+struct Interpreter;
 
 // File offsets (for uprobes) of the handlers of these opcodes, in order; nullopt when no table is found.
 std::optional<std::vector<uint64_t>> find_opcode_handlers(const ElfFile& elf, const std::vector<int>& opcodes);
+
+// What --all-calls probes in this interpreter where calls are inlined (3.11): the RESUME handlers' offsets, then
+// RETURN_VALUE's. Empty where its version needs none; throws where they are needed and its table is not found.
+std::vector<uint64_t> inline_call_handlers(const Interpreter& interp);
 
 } // namespace lotus::target
