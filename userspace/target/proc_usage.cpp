@@ -50,15 +50,21 @@ std::optional<uint64_t> field(std::string_view text, std::string_view key)
 }
 
 // The text of a /proc file kept open, made anew by this read from its start. stat, status and io are one record
-// each (procfs single_show files): a read shorter than the buffer has all of it.
+// each (procfs single_show files): a read shorter than the buffer has all of it. False when it cannot be read
+// (ESRCH: the process or thread ended).
 bool reread(int fd, std::string& out)
 {
+    out.clear();
     char buf[8192];
-    ssize_t n = pread(fd, buf, sizeof(buf), 0);
-    if (n <= 0 || static_cast<size_t>(n) == sizeof(buf))
-        return false;
-    out.assign(buf, static_cast<size_t>(n));
-    return true;
+    for (off_t at = 0;;) {
+        ssize_t n = pread(fd, buf, sizeof(buf), at);
+        if (n < 0)
+            return false;
+        out.append(buf, static_cast<size_t>(n));
+        at += n;
+        if (static_cast<size_t>(n) < sizeof(buf))
+            return !out.empty();
+    }
 }
 
 } // namespace
