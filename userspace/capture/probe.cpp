@@ -49,11 +49,10 @@ static int quiet_libbpf(enum libbpf_print_level, const char* fmt, va_list ap)
 // (or the environment variable `off` is set, to run as such a kernel does). libbpf 1.1 predates both
 // BPF_TRACE_UPROBE_MULTI (Linux 6.6) and BPF_TRACE_UPROBE_SESSION (6.13); a session also needs the
 // bpf_session_is_return kfunc.
-static int kernel_attach_type(const char* name, const char* off, const char* kfunc = nullptr)
+static int kernel_attach_type(const btf* vmlinux, const char* name, const char* off, const char* kfunc = nullptr)
 {
     if (const char* v = getenv(off); v && *v && strcmp(v, "0") != 0)
         return -1;
-    btf* vmlinux = btf__load_vmlinux_btf();
     if (!vmlinux)
         return -1;
     int value = -1;
@@ -65,20 +64,17 @@ static int kernel_attach_type(const char* name, const char* off, const char* kfu
             if (strcmp(btf__name_by_offset(vmlinux, e->name_off), name) == 0)
                 value = e->val;
     }
-    btf__free(vmlinux);
     return value;
 }
 
 // Whether this kernel's BTF has every one of `names` of kind `kind` (a kfunc, a tracepoint's btf_trace_ typedef).
-static bool kernel_has(std::initializer_list<const char*> names, int kind)
+static bool kernel_has(const btf* vmlinux, std::initializer_list<const char*> names, int kind)
 {
-    btf* vmlinux = btf__load_vmlinux_btf();
     if (!vmlinux)
         return false;
     bool has = true;
     for (const char* name : names)
         has = has && btf__find_by_name_kind(vmlinux, name, static_cast<__u32>(kind)) > 0;
-    btf__free(vmlinux);
     return has;
 }
 
@@ -106,10 +102,12 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     skel_->rodata->sample_frames = features.sample_frames;
     // LOTUS_NO_UPROBE_SESSION: the evaluator as kernels before 6.13 probe it; LOTUS_NO_UPROBE_MULTI: every
     // probe as kernels before 6.6 make it (one perf event each).
-    multi_type_ = kernel_attach_type("BPF_TRACE_UPROBE_MULTI", "LOTUS_NO_UPROBE_MULTI");
+    // The kernel's BTF, read once (~5 MB) for what the kernel offers.
+    std::unique_ptr<btf, decltype(&btf__free)> vmlinux(btf__load_vmlinux_btf(), btf__free);
+    multi_type_ = kernel_attach_type(vmlinux.get(), "BPF_TRACE_UPROBE_MULTI", "LOTUS_NO_UPROBE_MULTI");
     session_type_ = multi_type_ < 0 ? -1
-                                    : kernel_attach_type("BPF_TRACE_UPROBE_SESSION", "LOTUS_NO_UPROBE_SESSION",
-                                                         "bpf_session_is_return");
+                                    : kernel_attach_type(vmlinux.get(), "BPF_TRACE_UPROBE_SESSION",
+                                                         "LOTUS_NO_UPROBE_SESSION", "bpf_session_is_return");
     bool session = session_type_ >= 0;
     // LOTUS_EVALUATOR_PROBE=1: the evaluator, as interpreters whose slot table is not found are probed.
     slots_ = interp.slots && !features.evaluator && !env_set("LOTUS_EVALUATOR_PROBE");
@@ -127,12 +125,12 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     }
     // Per-process Python probes need uprobe_multi links (their pid filter) and bpf_send_signal_task (6.13) to
     // hold a new child until its own are attached. LOTUS_SYSTEM_WIDE_PROBES=1: as kernels without them.
-    hold_ = multi_type_ >= 0 && kernel_has({"bpf_send_signal_task"}, BTF_KIND_FUNC) &&
+    hold_ = multi_type_ >= 0 && kernel_has(vmlinux.get(), {"bpf_send_signal_task"}, BTF_KIND_FUNC) &&
             !env_set("LOTUS_SYSTEM_WIDE_PROBES");
     bpf_program__set_autoload(skel_->progs.on_fork_hold, hold_);
     // Network bytes: the socket tracepoints of Linux 6.3+.
     net_ = features.network &&
-           kernel_has({"btf_trace_sock_send_length", "btf_trace_sock_recv_length"}, BTF_KIND_TYPEDEF);
+           kernel_has(vmlinux.get(), {"btf_trace_sock_send_length", "btf_trace_sock_recv_length"}, BTF_KIND_TYPEDEF);
     bpf_program__set_autoload(skel_->progs.on_sock_send, net_);
     bpf_program__set_autoload(skel_->progs.on_sock_recv, net_);
     skel_->rodata->count_net = net_ ? 1 : 0;
@@ -197,13 +195,14 @@ void Probe::close()
     }
     if (skel_ && hold_)
         release_held(false);
-    session_link_.reset();
-    std::vector<common::UniqueFd> fds;
+    // Every uprobe link in one batch: each close waits for RCU grace periods, and waits that overlap share them.
+    std::vector<common::UniqueFd> fds = process_links_.release_all();
+    fds.push_back(std::move(session_link_));
     for (auto& l : multi_links_)
         fds.push_back(std::move(l));
     multi_links_.clear();
     close_in_parallel(std::move(fds));
-    process_links_.clear();
+    process_links_.clear(); // and the processes' closings still under way
     links_.clear();
     perf_fds_.clear();
     rb_.reset();

@@ -10,6 +10,8 @@ void close_in_parallel(std::vector<common::UniqueFd> fds)
 {
     std::vector<std::thread> threads;
     for (auto& fd : fds) {
+        if (!fd)
+            continue;
         int raw = fd.release();
         try {
             threads.emplace_back([raw] { ::close(raw); });
@@ -77,7 +79,7 @@ void ProcessLinks::close_later(std::vector<common::UniqueFd> fds)
     }
 }
 
-void ProcessLinks::clear()
+std::vector<common::UniqueFd> ProcessLinks::release_all()
 {
     std::vector<common::UniqueFd> all;
     for (auto& [tgid, fds] : links_)
@@ -85,7 +87,12 @@ void ProcessLinks::clear()
             all.push_back(std::move(fd));
     links_.clear();
     stale_exits_.clear();
-    close_in_parallel(std::move(all));
+    return all;
+}
+
+void ProcessLinks::clear()
+{
+    close_in_parallel(release_all());
     for (auto& f : closing_)
         f.wait();
     closing_.clear();

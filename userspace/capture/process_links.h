@@ -31,7 +31,10 @@ public:
     std::vector<uint32_t> tgids() const;
     // The process exited: its links go, in the background.
     void exited(uint32_t tgid);
-    void clear();
+    // Every link it holds, for the caller to close together with others (one batch: one wait for the grace
+    // periods); the closings already under way go on until clear().
+    std::vector<common::UniqueFd> release_all();
+    void clear(); // closes every link and waits, also for the closings under way
 
 private:
     void close_later(std::vector<common::UniqueFd> fds);
