@@ -242,7 +242,7 @@ def main():
         run_train(data, 1, False, tmp)  # warm the page cache
         slots, evaluator = floor.probe_points(LOTUS, PY, "slots"), floor.probe_points(LOTUS, PY, "evaluator")
         untraced, traced, native, profiled, infos, pair, cpu, bare = [], [], [], [], [], [], [], []
-        at_eval, eval_infos = [], []
+        at_eval, eval_infos, native_infos = [], [], []
         for _ in range(args.repeats):
             s, info = run_train(data, args.epochs, False, tmp)
             untraced.append(s)
@@ -255,7 +255,9 @@ def main():
             s, info = run_train(data, args.epochs, True, tmp, env=EVALUATOR)
             at_eval.append(s)
             eval_infos.append(info)
-            native.append(run_train(data, args.epochs, True, tmp, NATIVE)[0])
+            s, info = run_train(data, args.epochs, True, tmp, NATIVE)
+            native.append(s)
+            native_infos.append(info)
             pair.append(run_train(data, args.epochs, True, tmp, env={"LOTUS_NO_UPROBE_SESSION": "1"})[0])
             profiled.append(run_train(data, args.epochs, False, tmp, script=PROFILED)[0])
         u, t, nt = statistics.median(untraced), statistics.median(traced), statistics.median(native)
@@ -264,6 +266,7 @@ def main():
         pr = statistics.median(pair)
         cpu_ratio = statistics.median(i['cpu_s'] for i in infos) / samples / statistics.median(cpu)
         eval_cpu_ratio = statistics.median(i['cpu_s'] for i in eval_infos) / samples / statistics.median(cpu)
+        native_cpu_ratio = statistics.median(i['cpu_s'] for i in native_infos) / samples / statistics.median(cpu)
         events = statistics.median(i["events"] for i in infos)
         lost = max(i["lost_events"] for i in infos)
         # Marginal records and bytes per sample: the growth over more epochs, without the fixed cost of startup
@@ -318,7 +321,7 @@ def main():
          f"(LOTUS_EVALUATOR_PROBE=1; --span and --all-calls still probe there)"),
         ("samples/s traced, uprobe + uretprobe", f"{samples / pr:.0f}", f"ratio {pr / u:.3f} (slowdown {100 * (pr / u - 1):+.1f} %), "
          "default mode as kernels 6.6-6.12 run it (LOTUS_NO_UPROBE_SESSION=1: two uprobe_multi links)"),
-        ("samples/s traced, --native-map --counters", f"{samples / nt:.0f}", f"ratio {nt / u:.3f} (slowdown {100 * (nt / u - 1):+.1f} %, {pairs(native, untraced)})"),
+        ("samples/s traced, --native-map --counters", f"{samples / nt:.0f}", f"ratio {nt / u:.3f} (slowdown {100 * (nt / u - 1):+.1f} %, {pairs(native, untraced)}); CPU per sample ratio {native_cpu_ratio:.3f}"),
         ("samples/s under torch.profiler (CPU)", f"{samples / pt:.0f}", f"ratio {pt / u:.3f} (slowdown {100 * (pt / u - 1):+.1f} %), "
          "bench/profiled_train.py: main process only"),
         ("BPF time per sample, default (us)", f"{cost_total(costs):.1f}",
