@@ -416,42 +416,35 @@ void Probe::attach_python()
 void Probe::attach_python_to(uint32_t tgid)
 {
     std::vector<common::UniqueFd> fds;
-    if (session_type_ >= 0) {
-        fds.push_back(multi_link(slots_ ? skel_->progs.py_slot : skel_->progs.py_call, session_type_,
-                                 interp_.object_path, py_offsets_, py_cookies_, false, tgid));
-    } else {
-        fds = multi_pair(slots_ ? skel_->progs.py_slot_entry : skel_->progs.py_entry, skel_->progs.py_return,
-                         interp_.object_path, py_offsets_, py_cookies_, tgid);
-    }
-    if (fds.empty() || !fds.back()) {
-        if (errno != ESRCH && attach_error_.empty()) // ESRCH: it is gone already
-            attach_error_ = fmt::format("cannot attach the Python probes of {} to process {}: {}",
-                                        interp_.object_path, tgid, strerror(errno));
+    // A set of this process's links, or false with the refusal noted (ESRCH: it is gone already, nothing to say);
+    // the links made before it close with fds.
+    auto made = [&](std::vector<common::UniqueFd> more, const char* what, const std::string& path) {
+        if (more.empty() || !more.back()) {
+            if (errno != ESRCH && attach_error_.empty())
+                attach_error_ = fmt::format("cannot attach the {} probes of {} to process {}: {}", what, path, tgid,
+                                            strerror(errno));
+            return false;
+        }
+        for (auto& fd : more)
+            fds.push_back(std::move(fd));
+        return true;
+    };
+    std::vector<common::UniqueFd> python;
+    if (session_type_ >= 0)
+        python.push_back(multi_link(slots_ ? skel_->progs.py_slot : skel_->progs.py_call, session_type_,
+                                    interp_.object_path, py_offsets_, py_cookies_, false, tgid));
+    else
+        python = multi_pair(slots_ ? skel_->progs.py_slot_entry : skel_->progs.py_entry, skel_->progs.py_return,
+                            interp_.object_path, py_offsets_, py_cookies_, tgid);
+    if (!made(std::move(python), "Python", interp_.object_path))
         return;
-    }
-    for (const auto& lib : per_process_natives_) {
-        auto more = multi_pair(skel_->progs.native_entry, skel_->progs.native_return, lib.path, lib.offsets,
-                               lib.cookies, tgid);
-        if (more.empty()) {
-            if (errno != ESRCH && attach_error_.empty())
-                attach_error_ = fmt::format("cannot attach the native probes of {} to process {}: {}", lib.path,
-                                            tgid, strerror(errno));
-            return; // (its Python links close with fds)
-        }
-        for (auto& fd : more)
-            fds.push_back(std::move(fd));
-    }
-    if (!inline_resume_.empty()) {
-        auto more = inline_links(tgid);
-        if (more.empty()) {
-            if (errno != ESRCH && attach_error_.empty())
-                attach_error_ = fmt::format("cannot probe the opcode handlers of {} in process {}: {}",
-                                            interp_.object_path, tgid, strerror(errno));
+    for (const auto& lib : per_process_natives_)
+        if (!made(multi_pair(skel_->progs.native_entry, skel_->progs.native_return, lib.path, lib.offsets,
+                             lib.cookies, tgid),
+                  "native", lib.path))
             return;
-        }
-        for (auto& fd : more)
-            fds.push_back(std::move(fd));
-    }
+    if (!inline_resume_.empty() && !made(inline_links(tgid), "opcode-handler", interp_.object_path))
+        return;
     process_links_.add(tgid, std::move(fds));
 }
 
