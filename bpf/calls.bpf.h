@@ -78,7 +78,7 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
 
     __u64 self_obj = frame_self(fhp, frame);
     __u64 self_type = 0, caller_type = 0;
-    bool self_pipeline = (flags & LOTUS_ROLE_SELF_PIPELINE) && may_be_pipeline(space, tgid, self_obj, &self_type);
+    bool self_pipeline = (flags & LOTUS_ROLE_SELF_PIPELINE) && may_be_pipeline(ts, space, tgid, self_obj, &self_type);
     /* A call made from a comprehension or generator expression is judged by the frame the scope belongs to. */
     struct frame_head outer;
     const struct frame_head *jh = ch;
@@ -91,7 +91,7 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
     }
     bool caller_pipeline = (jflags & LOTUS_ROLE_PIPELINE) ||
                            ((jflags & LOTUS_ROLE_SELF_PIPELINE) &&
-                            may_be_pipeline(space, tgid, frame_self(jh, judge), &caller_type));
+                            may_be_pipeline(ts, space, tgid, frame_self(jh, judge), &caller_type));
     bool wanted = !(flags & LOTUS_ROLE_SKIP) || self_pipeline || caller_pipeline ||
                   !(cflags & LOTUS_ROLE_CLASSIFIED) || (cflags & LOTUS_ROLE_EMIT_CALLEES);
     if (!wanted)
@@ -256,7 +256,7 @@ static __always_inline int slot_enter(struct pt_regs *ctx, __u64 self, bool sess
     if (wanted && kind != LOTUS_SLOT_CALL) {
         /* iter() and next() are wanted of a DataLoader and its iterators only (and of a type not classified
          * yet, which user space is about to judge). */
-        __u32 tf = type_flags(space, tgid, read_ptr(self + layout.object_type));
+        __u32 tf = memo_type_flags(ts, space, tgid, self, read_ptr(self + layout.object_type));
         wanted = !(tf & LOTUS_TYPE_CLASSIFIED) || (tf & LOTUS_TYPE_LOADER);
     }
     if (wanted && kind < LOTUS_SLOTS_PROBED) { /* (implied by wanted: the verifier wants slot_vaddr's bound here) */

@@ -21,8 +21,8 @@ const volatile __u64 tstate_vaddr = 0;
 
 #include "ring.bpf.h"
 #include "pyobj.bpf.h"
-#include "roles.bpf.h"
 #include "threads.bpf.h"
+#include "roles.bpf.h"
 #include "frames.bpf.h"
 #include "inline_calls.bpf.h"
 #include "calls.bpf.h"

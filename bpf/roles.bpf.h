@@ -217,17 +217,36 @@ __noinline __u32 type_flags(__u32 space, __u32 tgid, __u64 type)
     return own;
 }
 
+/* type_flags of obj's type t, through this thread's memo of the objects it met: an object called again (an
+ * op of a pipeline, every sample) costs the read of its type alone, not that of the type's name and the lookup
+ * in the large hash (each a cache miss here: ~400 ns). A classified description never changes, and a type lives
+ * as long as its instances: the same address and type pointer are another type only if the object and its type
+ * were both freed and both addresses taken again since (the name pointer checked otherwise can be reused too). */
+static __always_inline __u32 memo_type_flags(struct thread_state *ts, __u32 space, __u32 tgid, __u64 obj, __u64 t)
+{
+    struct type_memo *m = &ts->types[((obj >> 4) ^ (obj >> 12)) & (TYPE_MEMO - 1)];
+    if (t && m->obj == obj && m->type == t)
+        return m->flags;
+    __u32 f = type_flags(space, tgid, t);
+    if (t && (f & LOTUS_TYPE_CLASSIFIED)) {
+        m->obj = obj;
+        m->type = t;
+        m->flags = f;
+    }
+    return f;
+}
+
 /* Whether obj (a frame's self) may be of a pipeline class: yes when its type is one, or not classified yet
  * (user space decides then). A cell (self captured by a nested scope, 3.11+ once the frame ran) is followed.
  * *type: obj's type. */
-static __noinline bool may_be_pipeline(__u32 space, __u32 tgid, __u64 obj, __u64 *type)
+static __noinline bool may_be_pipeline(struct thread_state *ts, __u32 space, __u32 tgid, __u64 obj, __u64 *type)
 {
     __u64 t = obj ? read_ptr(obj + layout.object_type) : 0;
-    __u32 f = type_flags(space, tgid, t);
+    __u32 f = memo_type_flags(ts, space, tgid, obj, t);
     if ((f & LOTUS_TYPE_CELL) && layout.cell_ref >= 0) {
         obj = read_ptr(obj + layout.cell_ref);
         t = obj ? read_ptr(obj + layout.object_type) : 0;
-        f = type_flags(space, tgid, t);
+        f = memo_type_flags(ts, space, tgid, obj, t);
     }
     *type = t; /* (with bit 0 set when its description is the process's own: types are 8-byte aligned) */
     if (t && (f & FROM_OWN))

@@ -31,6 +31,16 @@ struct oncpu {
     struct bpf_perf_event_value perf_in[LOTUS_MAX_PERF]; /* readings at switch in */
 };
 
+/* An object this thread called (or judged a call by) and what its type's classified description said:
+ * direct-mapped by the object's address. */
+#define TYPE_MEMO 16
+struct type_memo {
+    __u64 obj;
+    __u64 type;
+    __u32 flags; /* type_flags' result, FROM_OWN included; only classified ones are kept */
+    __u32 _pad;
+};
+
 /* Per traced thread, in task-local storage: found from the task in a few loads (a hash lookup by tid missed
  * the caches at every call) and freed with the task. Exists only for threads of traced processes, so its
  * presence is the "traced" test of the hot paths; exec deletes it (a new image, a new role space). */
@@ -51,6 +61,7 @@ struct thread_state {
     __u8 adopted;      /* made before its first probed call (adopt_thread): that call starts its accounting */
     __u8 _pad;
     __u64 int_types[2]; /* static types with Py_TPFLAGS_LONG_SUBCLASS met (int, bool): see int_value */
+    struct type_memo types[TYPE_MEMO]; /* see memo_type_flags */
     struct oncpu cpu;
 };
 
