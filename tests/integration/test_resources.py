@@ -15,6 +15,12 @@ from test_browser import ARTEFACTS
 NET_JOB = os.path.join(HERE, "workloads", "net_job.py")
 
 
+def pss_times(trace, pid):
+    """When the trace's memory track of pid has a PSS reading, in seconds."""
+    return [e["ts"] / 1e6 for e in trace["traceEvents"]
+            if e["ph"] == "C" and e["name"] == "memory MB" and e["pid"] == pid and "pss" in e["args"]]
+
+
 class Resources(BpfTestCase):
     def test_usage_per_process_and_for_the_job(self):
         out, js, table, rec = (self.path(n) for n in ("t.json", "s.json", "r.csv", "r.lbt"))
@@ -66,6 +72,10 @@ class Resources(BpfTestCase):
         self.assertEqual(len(workers), 6)
         for pid in workers + [summary["run"]["target_pid"]]:
             self.assertGreater(counted[pid], 0, names.get(pid))
+        # PSS (--pss-interval auto): read, but never sooner than 2 s after the previous reading
+        pss = pss_times(trace, summary["run"]["target_pid"])
+        self.assertGreater(len(pss), 0)
+        self.assertGreaterEqual(min(b - a for a, b in zip(pss, pss[1:])), 1.99, pss)
 
         # the CSV: a row per process and interval, labelled; its CPU never more than the process's total
         with open(table) as f:
@@ -159,6 +169,36 @@ class Resources(BpfTestCase):
             self.assertIsNone(json.load(f)["resources"])
         self.assertFalse(any(e["ph"] == "C" and e["name"] == "CPU %" for e in load_trace(out)["traceEvents"]))
         self.assertNotIn("\nresources ", r.stdout)
+
+    def test_pss_interval(self):
+        # Every 300 ms: PSS in the readings at that pace (sweeps every 100 ms); 0: RSS alone, never PSS.
+        for interval in (300, 0):
+            out, js = self.path(f"t{interval}.json"), self.path(f"s{interval}.json")
+            r = run_lotus(["-q", "-o", out, "--summary-json", js, "--pss-interval", str(interval), "--", PY, EXAMPLE,
+                           dataset(256), "--epochs", "2", "--workers", "1"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(js) as f:
+                summary = json.load(f)
+            trace = load_trace(out)
+            pid = summary["run"]["target_pid"]
+            rss = [e for e in trace["traceEvents"] if e["ph"] == "C" and e["name"] == "memory MB" and e["pid"] == pid]
+            pss = pss_times(trace, pid)
+            main = summary["resources"]["roles"][0]
+            self.assertEqual(main["role"], "main")
+            if interval:
+                gaps = [b - a for a, b in zip(pss, pss[1:])]
+                self.assertGreater(len(pss), 4, pss)
+                self.assertGreaterEqual(min(gaps), 0.29, pss)
+                self.assertLess(sorted(gaps)[len(gaps) // 2], 0.45, pss)
+                self.assertGreater(main["pss_peak_mb"], 10)
+            else:
+                self.assertGreater(len(rss), 10)
+                self.assertEqual(pss, [])
+                self.assertIsNone(main["pss_peak_mb"])
+        r = run_lotus(["-q", "-o", self.path("x.json"), "--pss-interval", "soon", "--", PY, "-c", "pass"])
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn("--pss-interval", r.stderr)
 
     def test_diff_of_two_runs(self):
         # One run kept as a record file, the other as a summary JSON: `diff` puts them side by side.

@@ -122,3 +122,36 @@ TEST(ProcUsageReader, AProcessThatEndedIsGone)
     EXPECT_FALSE(reader.read(child, false));
     EXPECT_FALSE(reader.read(child, false));
 }
+
+using lotus::target::PssSchedule;
+constexpr uint64_t kMs = 1'000'000;
+
+TEST(PssSchedule, AutoEveryTwoSecondsWhileTheWalksAreCheap)
+{
+    PssSchedule s(-1, 2, 1000 * kMs);
+    EXPECT_FALSE(s.due(1000 * kMs));
+    EXPECT_FALSE(s.due(2999 * kMs));
+    EXPECT_TRUE(s.due(3000 * kMs));
+    s.done(3000 * kMs, 4 * kMs); // 4 ms of walks: 0.25 % of 2 CPUs for 0.8 s, under the 2 s floor
+    EXPECT_EQ(s.next_ns(), 5000 * kMs);
+}
+
+TEST(PssSchedule, AutoSpacesCostlyWalksWithinTheBudget)
+{
+    PssSchedule s(-1, 2, 0);
+    s.done(2000 * kMs, 30 * kMs); // 30 ms of walks on 2 CPUs: 0.25 % of their time over 6 s
+    EXPECT_EQ(s.next_ns(), 8000 * kMs);
+    PssSchedule wide(-1, 16, 0);
+    wide.done(2000 * kMs, 30 * kMs); // 16 CPUs: 0.75 s, so the 2 s floor
+    EXPECT_EQ(wide.next_ns(), 4000 * kMs);
+}
+
+TEST(PssSchedule, FixedIntervalOrNever)
+{
+    PssSchedule fixed(500, 2, 0);
+    EXPECT_TRUE(fixed.due(500 * kMs));
+    fixed.done(600 * kMs, 100 * kMs); // whatever the walks cost
+    EXPECT_EQ(fixed.next_ns(), 1100 * kMs);
+    PssSchedule never(0, 2, 0);
+    EXPECT_FALSE(never.due(UINT64_MAX));
+}

@@ -64,6 +64,18 @@ const CLI::Validator kNativeSpec(
     },
     "LIB:SYM", "NativeSpec");
 
+// --pss-interval: "auto" or milliseconds (0: never).
+const CLI::Validator kPssInterval(
+    [](std::string& v) {
+        if (v == "auto")
+            return std::string();
+        char* end = nullptr;
+        long ms = strtol(v.c_str(), &end, 10);
+        return !v.empty() && *end == 0 && ms >= 0 && ms <= 600000 ? std::string()
+                                                                  : std::string("not 'auto' or 0-600000 ms: ") + v;
+    },
+    "auto|MS", "PssInterval");
+
 struct Parsed {
     lotus::cli::Options opts;
     int pid = 0;
@@ -151,6 +163,14 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
                     "milliseconds (0: never)")
         ->capture_default_str()
         ->check(CLI::Range(0, 60000));
+    app->add_option_function<std::string>(
+           "--pss-interval",
+           [&p](const std::string& v) { p.opts.pss_interval_ms = v == "auto" ? -1 : std::stoi(v); },
+           "read each process's proportional memory (PSS: a walk of its page tables, 5-15 ms for a process that "
+           "mapped torch here) every MS ms at the resource readings; auto: every 2 s, or less often so that the "
+           "walks take at most 0.25 % of the time of the CPUs the job may use; 0: never")
+        ->default_str("auto")
+        ->check(kPssInterval);
     app->add_option("--cpus", p.opts.limits.cpus, "launch mode: run the job limited to this many CPUs' time (2.5: "
                                                   "250 ms per 100 ms), in a cgroup lotus-bpf makes and removes")
         ->check(CLI::Range(0.01, 4096.0));

@@ -60,6 +60,14 @@ uint64_t monotonic_ns()
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+// This thread's CPU time: what the PSS walks cost the tracer.
+uint64_t thread_cpu_ns()
+{
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 // True when the process is gone or a zombie.
 bool gone(int pid)
 {
@@ -200,7 +208,8 @@ int run_session(const Options& opts)
             nlohmann::json meta{{"python", interp.version.str()}, {"interpreter", interp.target_path}, {"cpus", cpus},
                                 {"layout", interp.layout_source}, {"counters", counter_names},
                                 {"pipelines", lists.pipelines}, {"spans", lists.spans}, {"all_calls", opts.all_calls},
-                                {"resources_interval_ms", opts.resources_interval_ms}};
+                                {"resources_interval_ms", opts.resources_interval_ms},
+                                {"pss_interval_ms", opts.pss_interval_ms}};
             recorder->begin(exporter::RecordHeader{t0, static_cast<uint32_t>(root), meta.dump()});
         }
         std::unique_ptr<capture::Probe> probe;
@@ -246,14 +255,14 @@ int run_session(const Options& opts)
             feed(&r, sizeof(r));
         };
         // Resource use: every traced process's /proc, read in one sweep (one timestamp) every interval; PSS (a walk
-        // of its page tables: ~2 ms for a process that mapped torch, and it holds the process's mmap lock) every 2 s.
-        uint64_t last_sweep = 0, last_pss = 0;
+        // of its page tables: 5-15 ms for a process that mapped torch here) as --pss-interval says.
+        uint64_t last_sweep = 0;
         target::ProcUsageReader proc_reader;
+        target::PssSchedule pss_schedule(opts.pss_interval_ms, cpus, t0);
         auto sweep = [&](uint64_t now) {
-            bool pss = now - last_pss >= 2'000'000'000ull;
+            bool pss = pss_schedule.due(now);
+            uint64_t cpu0 = pss ? thread_cpu_ns() : 0;
             last_sweep = now;
-            if (pss)
-                last_pss = now;
             std::vector<uint32_t> live;
             for (const auto& [pid, p] : rec.engine().processes())
                 if (!p.exited)
@@ -270,6 +279,8 @@ int run_session(const Options& opts)
                                      net.sent, net.recv};
                 feed(&r, sizeof(r));
             }
+            if (pss)
+                pss_schedule.done(now, thread_cpu_ns() - cpu0);
         };
         const bool debug_events = getenv("LOTUS_DEBUG_EVENTS") != nullptr;
         uint64_t delivered = 0; // records read from the ring buffer: equals BPF's submitted count once drained
@@ -334,8 +345,8 @@ int run_session(const Options& opts)
             throw;
         }
         if (opts.resources_interval_ms) {
-            last_pss = monotonic_ns(); // a first PSS 2 s in: at the start the launched job has only just exec'd
-            sweep(last_pss);           // the baseline of every process alive now
+            sweep(monotonic_ns()); // the baseline of every process alive now (a first PSS later: the launched
+                                   // job has only just exec'd)
         }
         if (launcher)
             launcher->release();

@@ -185,7 +185,8 @@ int run_sweep(const SweepOptions& o)
                           r.top_op == "-" ? "null" : exporter::json_string(r.top_op));
     }
     fmt::print("(each run's summary, trace and HTML report: {}/NAME.txt, .json, .html; peak MB: the job's PSS (read "
-               "every 2 s) where read, else its RSS sum; throttled s: time the CPU limit held the job back)\n",
+               "every 2 s or less often: --pss-interval) where read, else its RSS sum; throttled s: time the CPU "
+               "limit held the job back)\n",
                o.dir);
     if (table) {
         table->write("{\"runs\":[" + js + "]}\n");

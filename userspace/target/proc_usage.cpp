@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -209,6 +210,22 @@ std::optional<ProcUsage> ProcUsageReader::read(int pid, bool with_pss)
         if (auto rollup = slurp(dir + "/smaps_rollup"))
             u.pss_kb = field(*rollup, "Pss");
     return u;
+}
+
+PssSchedule::PssSchedule(int interval_ms, unsigned cpus, uint64_t start_ns)
+    : interval_ms_(interval_ms), cpus_(cpus ? cpus : 1),
+      next_ns_(start_ns + (interval_ms > 0 ? interval_ms * 1'000'000ull : kMinNs))
+{
+}
+
+void PssSchedule::done(uint64_t now_ns, uint64_t cpu_ns)
+{
+    if (interval_ms_ > 0) {
+        next_ns_ = now_ns + interval_ms_ * 1'000'000ull;
+        return;
+    }
+    auto budgeted = static_cast<uint64_t>(static_cast<double>(cpu_ns) / (kPssBudget * cpus_));
+    next_ns_ = now_ns + std::max(kMinNs, budgeted);
 }
 
 } // namespace lotus::target

@@ -40,4 +40,23 @@ private:
     size_t thread_fds_ = 0; // thread files kept open, all processes together (bounded: see kMaxThreadFds)
 };
 
+// When the readings include PSS: every `interval_ms`, or (auto, interval_ms < 0) every 2 s or less often, so that
+// the walks' CPU time stays within kPssBudget of the CPUs' (5-15 ms a walk for a process that mapped torch here:
+// the example's readings on 2 CPUs came 2-5 s apart; on 16 CPUs the budget is 40 ms a reading). 0: never.
+class PssSchedule {
+public:
+    static constexpr double kPssBudget = 0.0025;
+    static constexpr uint64_t kMinNs = 2'000'000'000ull;
+    PssSchedule(int interval_ms, unsigned cpus, uint64_t start_ns);
+    bool due(uint64_t now_ns) const { return interval_ms_ != 0 && now_ns >= next_ns_; }
+    // A reading with PSS was made at now_ns; its walks took cpu_ns of the tracer's CPU time.
+    void done(uint64_t now_ns, uint64_t cpu_ns);
+    uint64_t next_ns() const { return next_ns_; }
+
+private:
+    int interval_ms_;
+    unsigned cpus_;
+    uint64_t next_ns_;
+};
+
 } // namespace lotus::target
