@@ -272,9 +272,11 @@ def main():
         # Marginal records and bytes per sample: the growth over more epochs, without the fixed cost of startup
         # (imports describe thousands of code objects once; it varies by a few KB run to run).
         rec = os.path.join(tmp, "m.lbt")
-        run_train(data, args.epochs, True, tmp, ["--record", rec])
+        base_tracer = run_train(data, args.epochs, True, tmp, ["--record", rec])[1]["tracer_cpu_ms"]
         base_bytes = os.path.getsize(rec)
-        more = run_train(data, args.epochs + MORE_EPOCHS, True, tmp, ["--record", rec])[1]["events"]
+        more_info = run_train(data, args.epochs + MORE_EPOCHS, True, tmp, ["--record", rec])[1]
+        more = more_info["events"]
+        tracer_us = 1000 * (more_info["tracer_cpu_ms"] - base_tracer) / (MORE_EPOCHS * args.images)
         per_sample = (more - events) / (MORE_EPOCHS * args.images)
         bytes_per_sample = (os.path.getsize(rec) - base_bytes) / (MORE_EPOCHS * args.images)
         latencies, stops = zip(*[attach_latency(tmp) for _ in range(3)])
@@ -358,6 +360,10 @@ def main():
          f"{beside_wide[1]:.3f} s beside, {beside_wide[2]}"),
         ("records per sample, steady state", f"{per_sample:.1f}", f"marginal over {MORE_EPOCHS} more epochs; {lost} lost; "
          f"all records incl. startup: {events / samples:.1f}/sample"),
+        ("tracer CPU per sample, steady state (us)", f"{tracer_us:.0f}",
+         f"the tracer's own CPU time (ring buffer, engine, /proc readings, record file), marginal over "
+         f"{MORE_EPOCHS} more epochs, one run each: {tracer_us / 10 / cpu_ms:.2f} % of the job's CPU per sample "
+         f"untraced, on another CPU where one is free"),
         ("attach latency, torch loaded (s)", f"{statistics.median(latencies):.3f}", f"median of 3: {', '.join(f'{x:.3f}' for x in latencies)}"),
         ("attach latency, torch loaded, --native-map (s)", f"{statistics.median(native_latencies):.3f}",
          f"median of 3 (libjpeg, _imaging, libtorch_cpu resolved and probed)"),
