@@ -132,17 +132,17 @@ TEST(PssSchedule, AutoEveryTwoSecondsWhileTheWalksAreCheap)
     EXPECT_FALSE(s.due(1000 * kMs));
     EXPECT_FALSE(s.due(2999 * kMs));
     EXPECT_TRUE(s.due(3000 * kMs));
-    s.done(3000 * kMs, 4 * kMs); // 4 ms of walks: 0.25 % of 2 CPUs for 0.8 s, under the 2 s floor
+    s.done(3000 * kMs, 3 * kMs); // 3 ms of walks: 0.1 % of 2 CPUs for 1.5 s, under the 2 s floor
     EXPECT_EQ(s.next_ns(), 5000 * kMs);
 }
 
 TEST(PssSchedule, AutoSpacesCostlyWalksWithinTheBudget)
 {
     PssSchedule s(-1, 2, 0);
-    s.done(2000 * kMs, 30 * kMs); // 30 ms of walks on 2 CPUs: 0.25 % of their time over 6 s
-    EXPECT_EQ(s.next_ns(), 8000 * kMs);
+    s.done(2000 * kMs, 30 * kMs); // 30 ms of walks on 2 CPUs: 0.1 % of their time over 15 s
+    EXPECT_EQ(s.next_ns(), 17000 * kMs);
     PssSchedule wide(-1, 16, 0);
-    wide.done(2000 * kMs, 30 * kMs); // 16 CPUs: 0.75 s, so the 2 s floor
+    wide.done(2000 * kMs, 30 * kMs); // 16 CPUs: 1.875 s, so the 2 s floor
     EXPECT_EQ(wide.next_ns(), 4000 * kMs);
 }
 

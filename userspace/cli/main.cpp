@@ -168,7 +168,7 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
            [&p](const std::string& v) { p.opts.pss_interval_ms = v == "auto" ? -1 : std::stoi(v); },
            "read each process's proportional memory (PSS: a walk of its page tables, 5-15 ms for a process that "
            "mapped torch here) every MS ms at the resource readings; auto: every 2 s, or less often so that the "
-           "walks take at most 0.25 % of the time of the CPUs the job may use; 0: never")
+           "walks take at most 0.1 % of the time of the CPUs the job may use; 0: never")
         ->default_str("auto")
         ->check(kPssInterval);
     app->add_option("--cpus", p.opts.limits.cpus, "launch mode: run the job limited to this many CPUs' time (2.5: "

@@ -42,10 +42,10 @@ private:
 
 // When the readings include PSS: every `interval_ms`, or (auto, interval_ms < 0) every 2 s or less often, so that
 // the walks' CPU time stays within kPssBudget of the CPUs' (5-15 ms a walk for a process that mapped torch here:
-// the example's readings on 2 CPUs came 2-5 s apart; on 16 CPUs the budget is 40 ms a reading). 0: never.
+// the example's 3 processes on 2 CPUs: 2-13 s apart; on 16 CPUs, 32 ms of walks every 2 s). 0: never.
 class PssSchedule {
 public:
-    static constexpr double kPssBudget = 0.0025;
+    static constexpr double kPssBudget = 0.001;
     static constexpr uint64_t kMinNs = 2'000'000'000ull;
     PssSchedule(int interval_ms, unsigned cpus, uint64_t start_ns);
     bool due(uint64_t now_ns) const { return interval_ms_ != 0 && now_ns >= next_ns_; }
