@@ -53,19 +53,22 @@ void install_signal_handlers()
     sigaction(SIGHUP, &sa, nullptr);
 }
 
-uint64_t monotonic_ns()
+uint64_t clock_ns(clockid_t clock)
 {
     timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint64_t monotonic_ns()
+{
+    return clock_ns(CLOCK_MONOTONIC);
 }
 
 // This thread's CPU time: what the PSS walks cost the tracer.
 uint64_t thread_cpu_ns()
 {
-    timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+    return clock_ns(CLOCK_THREAD_CPUTIME_ID);
 }
 
 // True when the process is gone or a zombie.
