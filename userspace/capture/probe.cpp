@@ -256,8 +256,10 @@ void Probe::attach_process_tracking()
     attach(skel_->progs.on_exec, skel_->links.on_exec, "sched_process_exec");
     attach(skel_->progs.on_exit, skel_->links.on_exit, "sched_process_exit");
     attach(skel_->progs.on_rename, skel_->links.on_rename, "task_rename");
-    attach(skel_->progs.on_sys_enter, skel_->links.on_sys_enter, "sys_enter");
-    attach(skel_->progs.on_sys_exit, skel_->links.on_sys_exit, "sys_exit");
+    attach(skel_->progs.on_write, skel_->links.on_write, "syscalls:sys_enter_write");
+    attach(skel_->progs.on_getppid, skel_->links.on_getppid, "syscalls:sys_enter_getppid");
+    attach(skel_->progs.on_openat, skel_->links.on_openat, "syscalls:sys_enter_openat");
+    attach(skel_->progs.on_read_done, skel_->links.on_read_done, "syscalls:sys_exit_read");
     attach(skel_->progs.on_switch, skel_->links.on_switch, "sched_switch");
 }
 
