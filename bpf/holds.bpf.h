@@ -20,6 +20,12 @@ struct {
     __type(value, __u64);
 } lotus_held SEC(".maps");
 
+#define LOTUS_SIGCONT 18 /* x86-64 and arm64 */
+
+/* Children held so far. User space reads it from the mapped .bss, no syscall: it walks lotus_held only when this
+ * moved since its last walk began (each hold counts after its entry is in the map). */
+__u64 held_total = 0;
+
 /* Runs beside on_fork; keyed on the parent, so their order does not matter. */
 static __always_inline void hold_child(struct task_struct *parent, struct task_struct *child)
 {
@@ -27,13 +33,16 @@ static __always_inline void hold_child(struct task_struct *parent, struct task_s
     __u32 ctgid = BPF_CORE_READ(child, tgid);
     if (ptgid == ctgid || !bpf_map_lookup_elem(&lotus_traced, &ptgid))
         return;
-    __u64 now = bpf_ktime_get_ns();
-    if (bpf_map_update_elem(&lotus_held, &ctgid, &now, BPF_ANY))
+    /* The stop is pending before the child is in the map: a release user space makes (SIGCONT, which discards a
+     * pending stop) always comes after it. */
+    if (bpf_send_signal_task(child, LOTUS_SIGSTOP, PIDTYPE_TGID, 0))
         return; /* not held: its first calls may be missed, never stopped for good */
-    if (bpf_send_signal_task(child, LOTUS_SIGSTOP, PIDTYPE_TGID, 0)) {
-        bpf_map_delete_elem(&lotus_held, &ctgid);
+    __u64 now = bpf_ktime_get_ns();
+    if (bpf_map_update_elem(&lotus_held, &ctgid, &now, BPF_ANY)) {
+        bpf_send_signal_task(child, LOTUS_SIGCONT, PIDTYPE_TGID, 0);
         return;
     }
+    __sync_fetch_and_add(&held_total, 1);
     /* Wake user space now (the side ring is read before the main one); it reads lotus_held, not this record. */
     struct lotus_event_header e = {};
     fill_header(&e, LOTUS_EV_HOLD);

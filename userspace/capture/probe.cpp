@@ -194,7 +194,7 @@ void Probe::close()
         skel_->links.on_fork_hold = nullptr;
     }
     if (skel_ && hold_)
-        release_held(false);
+        release_held(false, true);
     // Every uprobe link in one batch: each close waits for RCU grace periods, and waits that overlap share them.
     std::vector<common::UniqueFd> fds = process_links_.release_all();
     fds.push_back(std::move(session_link_));
@@ -217,7 +217,7 @@ int Probe::on_record(void* ctx, void* data, size_t len)
     if (++self->since_lib_check_ >= 64) {
         self->since_lib_check_ = 0;
         ring_buffer__consume(self->lib_rb_.get());
-        if (self->hold_seen_)
+        if (self->hold_)
             self->release_held();
     }
     auto* h = static_cast<const lotus_event_header*>(data);
@@ -230,10 +230,8 @@ int Probe::on_record(void* ctx, void* data, size_t len)
 int Probe::on_library(void* ctx, void* data, size_t len)
 {
     auto* self = static_cast<Probe*>(ctx);
-    if (static_cast<const lotus_event_header*>(data)->type == LOTUS_EV_HOLD) {
-        self->hold_seen_ = true; // a wake-up: which children are held, lotus_held says
-        return 0;
-    }
+    if (static_cast<const lotus_event_header*>(data)->type == LOTUS_EV_HOLD)
+        return 0; // a wake-up: which children are held, lotus_held says
     if (self->lib_sink_)
         self->lib_sink_(data, len);
     return 0;
@@ -387,7 +385,7 @@ void Probe::attach_python()
         // The children held so far (new processes), then every other process traced so far; later children
         // get theirs while held.
         python_on_ = true;
-        release_held();
+        release_held(true, true);
         for (uint32_t tgid : tgid_keys(bpf_map__fd(skel_->maps.lotus_traced)))
             if (!process_links_.has(tgid))
                 attach_python_to(tgid);
@@ -450,9 +448,13 @@ void Probe::attach_python_to(uint32_t tgid)
     process_links_.add(tgid, std::move(fds));
 }
 
-void Probe::release_held(bool attach)
+void Probe::release_held(bool attach, bool all)
 {
-    hold_seen_ = false;
+    // Read before the walk: a child held during it moves the count again, and the next call walks again.
+    uint64_t held = __atomic_load_n(&skel_->bss->held_total, __ATOMIC_ACQUIRE);
+    if (held == held_walked_ && !all)
+        return;
+    held_walked_ = held;
     int fd = bpf_map__fd(skel_->maps.lotus_held);
     for (uint32_t tgid : tgid_keys(fd)) {
         uint64_t since = 0; // when it was held
@@ -597,7 +599,7 @@ int Probe::poll(int timeout_ms)
     if (m < 0)
         throw CaptureError(fmt::format("ring buffer read failed: {}", strerror(-m)));
     if (hold_)
-        release_held(); // also those whose HOLD record did not fit in the side ring
+        release_held(); // also those whose HOLD record did not fit in the side ring (BPF's count says)
     if (!attach_error_.empty())
         throw CaptureError(attach_error_);
     return (n > 0 ? n : 0) + m;

@@ -123,9 +123,10 @@ private:
     void adopt_threads();
     // The Python probes of one traced process (per-process mode), and its native ones.
     void attach_python_to(uint32_t tgid);
-    // Every child held in BPF (lotus_held): its probes attached (when `attach`), then continued. Never throws: a
-    // refusal is kept in attach_error_ for poll() to report.
-    void release_held(bool attach = true);
+    // Every child held in BPF (lotus_held): its probes attached (when `attach`), then continued. Nothing to do
+    // (no syscall) unless a child was held since the last walk, or `all`. Never throws: a refusal is kept in
+    // attach_error_ for poll() to report.
+    void release_held(bool attach = true, bool all = false);
     // Owners of what libbpf hands out. Members are destroyed in reverse order: links before the programs.
     struct SkeletonFree {
         void operator()(lotus_bpf* s) const;
@@ -164,7 +165,7 @@ private:
     bool slots_ = false;    // the type-slot functions are probed, not the evaluator
     bool hold_ = false;     // per-process Python probes, new children held until theirs are attached
     bool python_on_ = false; // attach_python was called: held children get their probes
-    bool hold_seen_ = false; // a HOLD record arrived since release_held last ran
+    uint64_t held_walked_ = 0; // BPF's held_total when release_held last walked lotus_held
     std::string attach_error_;
     HoldStats holds_;
     bool net_ = false; // the network tracepoints are loaded
