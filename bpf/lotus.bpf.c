@@ -181,26 +181,20 @@ int on_sample(struct bpf_perf_event_data *ctx)
     return 0;
 }
 
-/* Syscalls: one program per syscall watched, on its own `syscalls:` event, so that no other syscall on the
- * machine runs any of lotus-bpf (a program on raw sys_enter and sys_exit ran for every syscall of every process:
- * 300-600 ns more per syscall here, a fifth of a cheap syscall's time, for processes never traced). */
-SEC("tracepoint/syscalls/sys_enter_write")
-int on_write(struct trace_event_raw_sys_enter *ctx)
+/* Syscalls of traced threads (syscalls.bpf.h), by number: the bodies both attachments below share. */
+static __always_inline void sys_write(int fd, __u64 buf, long n)
 {
-    long n = ctx->args[2];
-    int at = n >= MSG_MIN ? traced_pickle(ctx->args[1], true) : -1;
+    int at = n >= MSG_MIN ? traced_pickle(buf, true) : -1;
     if (at >= 0 && n > at + MSG_MIN - 1)
-        emit_msg(ctx->args[0], ctx->args[1], n, at, LOTUS_MSG_OUT);
-    return 0;
+        emit_msg(fd, buf, n, at, LOTUS_MSG_OUT);
 }
 
-SEC("tracepoint/syscalls/sys_enter_getppid")
-int on_getppid(struct trace_event_raw_sys_enter *ctx)
+static __always_inline void sys_getppid(void)
 {
     __u64 id = bpf_get_current_pid_tgid();
     struct thread_state *ts = id >> 32 == (__u32)id ? traced_thread() : 0;
     if (!ts)
-        return 0;
+        return;
     if (tstate_vaddr)
         walk_at_getppid(ts, id >> 32);
     struct lotus_event_header *e = reserve(sizeof(*e));
@@ -208,20 +202,17 @@ int on_getppid(struct trace_event_raw_sys_enter *ctx)
         fill_header(e, LOTUS_EV_GETPPID);
         bpf_ringbuf_submit(e, submit_flags());
     }
-    return 0;
 }
 
-SEC("tracepoint/syscalls/sys_enter_openat")
-int on_openat(struct trace_event_raw_sys_enter *ctx)
+static __always_inline void sys_openat(const char *path)
 {
     __u32 tgid = bpf_get_current_pid_tgid() >> 32;
     if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
-        return 0;
+        return;
     struct lotus_open *e = reserve(sizeof(*e));
     if (!e)
-        return 0;
+        return;
     fill_header(&e->h, LOTUS_EV_OPEN);
-    const char *path = (const char *)ctx->args[1];
     long n = bpf_probe_read_user_str(e->path, sizeof(e->path), path);
     if (n < 0)
         e->path[0] = 0;
@@ -232,6 +223,38 @@ int on_openat(struct trace_event_raw_sys_enter *ctx)
         }
     }
     bpf_ringbuf_submit(e, submit_flags());
+}
+
+/* A read's result: the buffer holds its bytes now. multiprocessing reads the length header and the pickle
+ * apart: the pickle is at the buffer's start. */
+static __always_inline void sys_read_done(int fd, __u64 buf, long ret)
+{
+    if (ret >= MSG_MIN && traced_pickle(buf, false) == 0)
+        emit_msg(fd, buf, ret, 0, LOTUS_MSG_IN);
+}
+
+/* One program per syscall watched, each on its own `syscalls:` event, so that no other syscall on the machine
+ * runs any of lotus-bpf (a program on raw sys_enter and sys_exit ran for every syscall of every process:
+ * ~300 ns more per syscall here, a fifth of a getpid's time, for processes never traced). Their ids come
+ * from tracefs; where it cannot be read (CAP_BPF and CAP_PERFMON without root), the raw pair below instead. */
+SEC("tracepoint/syscalls/sys_enter_write")
+int on_write(struct trace_event_raw_sys_enter *ctx)
+{
+    sys_write(ctx->args[0], ctx->args[1], ctx->args[2]);
+    return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_getppid")
+int on_getppid(struct trace_event_raw_sys_enter *ctx)
+{
+    sys_getppid();
+    return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_openat")
+int on_openat(struct trace_event_raw_sys_enter *ctx)
+{
+    sys_openat((const char *)ctx->args[1]);
     return 0;
 }
 
@@ -241,12 +264,30 @@ int on_read_done(struct trace_event_raw_sys_exit *ctx)
     long ret = ctx->ret;
     if (ret < MSG_MIN)
         return 0;
-    /* The buffer holds the bytes now; the read's arguments are still in the registers saved at its entry. */
+    /* The read's arguments are in the registers saved at its entry. */
     struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-    __u64 buf = BPF_CORE_READ(regs, LOTUS_SYSCALL_ARG2_REG);
-    /* multiprocessing reads the length header and the pickle apart: the pickle is at the buffer's start */
-    if (traced_pickle(buf, false) == 0)
-        emit_msg(BPF_CORE_READ(regs, LOTUS_SYSCALL_ARG1_REG), buf, ret, 0, LOTUS_MSG_IN);
+    sys_read_done(BPF_CORE_READ(regs, LOTUS_SYSCALL_ARG1_REG), BPF_CORE_READ(regs, LOTUS_SYSCALL_ARG2_REG), ret);
+    return 0;
+}
+
+/* The raw pair: every syscall of every process, the number first. */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(on_sys_enter, struct pt_regs *regs, long nr)
+{
+    if (nr == LOTUS_NR_WRITE)
+        sys_write(regs->LOTUS_SYSCALL_ARG1_REG, regs->LOTUS_SYSCALL_ARG2_REG, regs->LOTUS_SYSCALL_ARG3_REG);
+    else if (nr == LOTUS_NR_GETPPID)
+        sys_getppid();
+    else if (nr == LOTUS_NR_OPENAT)
+        sys_openat((const char *)regs->LOTUS_SYSCALL_ARG2_REG);
+    return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
+{
+    if (regs->LOTUS_SYSCALL_NR_REG == LOTUS_NR_READ)
+        sys_read_done(regs->LOTUS_SYSCALL_ARG1_REG, regs->LOTUS_SYSCALL_ARG2_REG, ret);
     return 0;
 }
 

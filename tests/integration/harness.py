@@ -50,8 +50,8 @@ EXAMPLE = os.path.join(SOURCE, "examples", "train.py")
 OPS = ["RandomResizedCrop", "RandomHorizontalFlip", "ToTensor", "Normalize"]
 PROGRAM_NAMES = {"py_call", "py_entry", "py_slot", "py_slot_entry", "py_return", "py_resume", "py_retval", "on_fork",
                  "on_fork_hold", "on_sock_send", "on_sock_recv", "on_exec", "on_exit", "on_rename", "role_of",
-                 "describe_type", "on_switch", "on_write", "on_getppid", "on_openat", "on_read_done", "adopt_threads",
-                 "on_sample", "native_entry", "native_return"}
+                 "describe_type", "on_switch", "on_write", "on_getppid", "on_openat", "on_read_done", "on_sys_enter",
+                 "on_sys_exit", "adopt_threads", "on_sample", "native_entry", "native_return"}
 
 
 def bpf_unavailable():

@@ -84,6 +84,16 @@ class DataLoaderSemantics(BpfTestCase):
                 self.assertLess(sum(per_pid[w] for w in workers), workers_max, per_pid)
                 self.assertLessEqual(max(n for (pid, _), n in described.items() if pid in workers), 3)
 
+    def test_both_syscall_attachments(self):
+        """The DataLoader's pickles, the samples' file opens and the workers' getppid reach the engine the same
+        through the syscalls: events (as root) and through the raw sys_enter/sys_exit pair (where tracefs cannot be
+        read, as with CAP_BPF + CAP_PERFMON alone; LOTUS_RAW_SYSCALLS=1 forces it here)."""
+        for env, programs in (({}, "watched syscalls"), ({"LOTUS_RAW_SYSCALLS": "1"}, "every syscall")):
+            with self.subTest(programs=programs):
+                data, trace = self.trace_job(env=env)
+                self.check(data, trace, 2, 2)
+                self.assertEqual(trace["otherData"]["syscall_programs"], programs)
+
     def test_wait_times_match_in_process_next(self):
         data, trace = self.trace_job()
         measured = {(int(l[0]), int(l[1])): int(l[2]) / 1000.0 for l in read_lines(self.wait_log)}

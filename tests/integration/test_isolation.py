@@ -194,11 +194,11 @@ def run_counts(ids):
 
 
 class SyscallIsolation(BpfTestCase):
-    def test_other_processes_syscalls_run_no_program(self):
-        """The syscalls lotus-bpf watches have one program each on their own event: a syscall of another kind, by
-        any process, runs none of lotus-bpf's programs (one on every sys_enter and sys_exit made a cheap syscall
-        of a process never traced a fifth slower). Counted by the kernel (bpf_stats) around 100,000 getpid()
-        calls of an unrelated process, while lotus-bpf traces an idle job."""
+    calls = 100_000
+
+    def syscall_runs(self, env):
+        """Runs of the tracer's programs (bpf_stats) over 100,000 getpid() calls of a process it does not trace,
+        while it traces an idle job; and the run's otherData."""
         stats = "/proc/sys/kernel/bpf_stats_enabled"
 
         def write_stats(value):
@@ -209,21 +209,38 @@ class SyscallIsolation(BpfTestCase):
         write_stats("1")
         job = subprocess.Popen([PY, "-c", "import time; time.sleep(300)"])
         self.addCleanup(lambda: (job.kill(), job.wait()))
-        tracer = start_lotus(["-q", "-o", self.path("trace.json"), "--pid", str(job.pid)])
+        out = self.path("trace.json")
+        tracer = subprocess.Popen([LOTUS, "-q", "-o", out, "--pid", str(job.pid)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
         self.addCleanup(lambda: (tracer.poll() is None and tracer.kill(), tracer.wait()))
         wait_for_attach(tracer)
         ids = tracer_program_ids(tracer.pid)
         self.assertGreater(len(ids), 5)
-        calls = 100_000
         before = run_counts(ids)
-        subprocess.run([PY, "-c", f"import os\nfor _ in range({calls}): os.getpid()"], check=True)
+        subprocess.run([PY, "-c", f"import os\nfor _ in range({self.calls}): os.getpid()"], check=True)
         after = run_counts(ids)
-        runs = {name: cnt - before[i][1] for i, (name, cnt) in after.items() if i in before}
-        # What else ran meanwhile (the tracer's own file opens, context switches) is a few hundred at most.
-        self.assertLess(sum(runs.values()), calls // 20, runs)
         tracer.terminate()
         _, err = tracer.communicate(timeout=60)
         self.assertEqual(tracer.returncode, 0, err)
+        return {name: cnt - before[i][1] for i, (name, cnt) in after.items() if i in before}, \
+            load_trace(out)["otherData"]
+
+    def test_other_processes_syscalls_run_no_program(self):
+        """The syscalls lotus-bpf watches have one program each on their own event: a syscall of another kind, by
+        any process, runs none of lotus-bpf's programs (one on every sys_enter and sys_exit made a cheap syscall
+        of a process never traced a fifth slower)."""
+        runs, other = self.syscall_runs({})
+        self.assertEqual(other["syscall_programs"], "watched syscalls")
+        # What else ran meanwhile (the tracer's own file opens, context switches) is a few hundred at most.
+        self.assertLess(sum(runs.values()), self.calls // 20, runs)
+
+    def test_raw_syscall_pair_runs_on_every_syscall(self):
+        """Where tracefs cannot be read (CAP_BPF + CAP_PERFMON without root; forced here), the raw pair runs on
+        every syscall of the machine, and the trace says so."""
+        runs, other = self.syscall_runs({"LOTUS_RAW_SYSCALLS": "1"})
+        self.assertEqual(other["syscall_programs"], "every syscall")
+        self.assertGreaterEqual(runs["on_sys_enter"], self.calls, runs)
+        self.assertGreaterEqual(runs["on_sys_exit"], self.calls, runs)
 
 
 if __name__ == "__main__":

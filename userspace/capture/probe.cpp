@@ -1,5 +1,6 @@
 #include "probe.h"
 
+#include <fcntl.h>
 #include <linux/capability.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -84,6 +85,19 @@ static bool env_set(const char* name)
     return v && *v && strcmp(v, "0") != 0;
 }
 
+// Whether libbpf can attach to the syscalls: events, whose ids only tracefs says (where libbpf looks: tracefs,
+// else debugfs). Root reads it; CAP_BPF + CAP_PERFMON alone do not.
+static bool syscall_events_readable()
+{
+    const char* root = access("/sys/kernel/tracing", F_OK) == 0 ? "/sys/kernel/tracing" : "/sys/kernel/debug/tracing";
+    for (const char* ev : {"sys_enter_write", "sys_enter_getppid", "sys_enter_openat", "sys_exit_read"}) {
+        common::UniqueFd fd(open(fmt::format("{}/events/syscalls/{}/id", root, ev).c_str(), O_RDONLY | O_CLOEXEC));
+        if (!fd)
+            return false;
+    }
+    return true;
+}
+
 Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<CounterSpec>& counters,
              ProbeFeatures features)
     : interp_(interp), sink_(std::move(sink))
@@ -152,6 +166,13 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     bpf_program__set_autoload(skel_->progs.native_entry, features.native);
     bpf_program__set_autoload(skel_->progs.native_return, features.native);
     bpf_program__set_autoload(skel_->progs.on_sample, features.sampling);
+    // The watched syscalls on their own events; else (or LOTUS_RAW_SYSCALLS=1) on every syscall's.
+    syscall_events_ = !env_set("LOTUS_RAW_SYSCALLS") && syscall_events_readable();
+    for (bpf_program* prog : {skel_->progs.on_write, skel_->progs.on_getppid, skel_->progs.on_openat,
+                              skel_->progs.on_read_done})
+        bpf_program__set_autoload(prog, syscall_events_);
+    for (bpf_program* prog : {skel_->progs.on_sys_enter, skel_->progs.on_sys_exit})
+        bpf_program__set_autoload(prog, !syscall_events_);
     bpf_map__set_max_entries(skel_->maps.lotus_perf, static_cast<uint32_t>(LOTUS_MAX_PERF * ncpu));
     if (int err = lotus_bpf__load(skel_.get()))
         throw CaptureError(fmt::format("cannot load the BPF programs: {} (set LOTUS_BPF_DEBUG=1 for the log)",
@@ -254,10 +275,15 @@ void Probe::attach_process_tracking()
     attach(skel_->progs.on_exec, skel_->links.on_exec, "sched_process_exec");
     attach(skel_->progs.on_exit, skel_->links.on_exit, "sched_process_exit");
     attach(skel_->progs.on_rename, skel_->links.on_rename, "task_rename");
-    attach(skel_->progs.on_write, skel_->links.on_write, "syscalls:sys_enter_write");
-    attach(skel_->progs.on_getppid, skel_->links.on_getppid, "syscalls:sys_enter_getppid");
-    attach(skel_->progs.on_openat, skel_->links.on_openat, "syscalls:sys_enter_openat");
-    attach(skel_->progs.on_read_done, skel_->links.on_read_done, "syscalls:sys_exit_read");
+    if (syscall_events_) {
+        attach(skel_->progs.on_write, skel_->links.on_write, "syscalls:sys_enter_write");
+        attach(skel_->progs.on_getppid, skel_->links.on_getppid, "syscalls:sys_enter_getppid");
+        attach(skel_->progs.on_openat, skel_->links.on_openat, "syscalls:sys_enter_openat");
+        attach(skel_->progs.on_read_done, skel_->links.on_read_done, "syscalls:sys_exit_read");
+    } else {
+        attach(skel_->progs.on_sys_enter, skel_->links.on_sys_enter, "sys_enter");
+        attach(skel_->progs.on_sys_exit, skel_->links.on_sys_exit, "sys_exit");
+    }
     attach(skel_->progs.on_switch, skel_->links.on_switch, "sched_switch");
 }
 

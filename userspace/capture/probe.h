@@ -112,6 +112,9 @@ public:
     const char* python_probes() const { return slots_ ? "type slots" : "evaluator"; }
     // Whether the Python probes are attached to the traced processes only (else system-wide).
     bool per_process() const { return hold_; }
+    // Which syscalls run the syscall programs: "watched syscalls" (each on its own syscalls: event) or "every
+    // syscall" (the raw sys_enter/sys_exit pair, where tracefs cannot be read).
+    const char* syscall_programs() const { return syscall_events_ ? "watched syscalls" : "every syscall"; }
     // Detach and unload now (also done by the destructor).
     void close();
 
@@ -164,6 +167,7 @@ private:
     int session_type_ = -1; // the kernel's BPF_TRACE_UPROBE_SESSION, -1 without sessions
     bool slots_ = false;    // the type-slot functions are probed, not the evaluator
     bool hold_ = false;     // per-process Python probes, new children held until theirs are attached
+    bool syscall_events_ = false; // the syscall programs on the syscalls: events (else raw sys_enter/sys_exit)
     bool python_on_ = false; // attach_python was called: held children get their probes
     uint64_t held_walked_ = 0; // BPF's held_total when release_held last walked lotus_held
     std::string attach_error_;

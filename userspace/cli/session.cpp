@@ -419,6 +419,7 @@ int run_session(const Options& opts)
         auto stats = probe->stats();
         const std::string evaluator_probe = probe->evaluator_probe(), python_probes = probe->python_probes();
         const std::string python_scope = probe->per_process() ? "traced processes" : "system-wide";
+        const std::string syscall_programs = probe->syscall_programs();
         const size_t native_links = probe->native_links();
         probe->close(); // it also continues the children still held: count them after
         std::optional<exporter::RunInfo::Holds> holds;
@@ -470,6 +471,7 @@ int run_session(const Options& opts)
         run.evaluator_probe = evaluator_probe;
         run.python_probes = python_probes;
         run.python_probes_scope = python_scope;
+        run.syscall_programs = syscall_programs;
         run.holds = holds;
         run.events = stats.submitted;
         run.events_delivered = delivered;

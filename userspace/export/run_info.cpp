@@ -23,6 +23,8 @@ std::string run_json_members(const RunInfo& r)
         m["python_probes"] = json_string(r.python_probes);
     if (!r.python_probes_scope.empty())
         m["python_probes_scope"] = json_string(r.python_probes_scope);
+    if (!r.syscall_programs.empty())
+        m["syscall_programs"] = json_string(r.syscall_programs);
     if (r.holds)
         m["held_children"] = fmt::format("{{\"count\":{},\"total_ms\":{:.3f},\"max_ms\":{:.3f}}}",
                                          r.holds->children, r.holds->total_ms, r.holds->max_ms);

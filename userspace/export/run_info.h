@@ -16,6 +16,7 @@ struct RunInfo {
     std::string evaluator_probe; // live runs: "uprobe session" or "uprobe + uretprobe"
     std::string python_probes;   // live runs: "type slots" or "evaluator" (where Python calls were probed)
     std::string python_probes_scope; // live runs: "traced processes" or "system-wide" (which processes trap)
+    std::string syscall_programs;    // live runs: "watched syscalls" or "every syscall" (which run BPF)
     struct Holds {
         uint64_t children = 0;          // new processes of the traced tree stopped until their probes were in
         double total_ms = 0, max_ms = 0; // fork to SIGCONT
