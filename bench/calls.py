@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """N calls from C (map) into Python, after a warm-up (so the interpreter's start and a tracer's attach are not
-in it); prints the loop's seconds. Usage: calls.py N [functions|objects|syscalls]
+in it); prints the loop's seconds. Usage: calls.py N [functions|objects|syscalls|switches]
   functions: a plain function, each call an entry of the evaluator (and of no type slot)
   objects:   an instance of a class with __call__, each call through slot_tp_call, then the evaluator
-  syscalls:  os.getpid() from C (starmap), each a getpid syscall, one that lotus-bpf does not watch"""
+  syscalls:  os.getpid() from C (starmap), each a getpid syscall, one that lotus-bpf does not watch
+  switches:  a byte to a child process and back over two pipes (writev/readv, syscalls lotus-bpf does not
+             watch), both pinned to one CPU: two context switches each"""
 import itertools
 import os
 import sys
@@ -19,10 +21,34 @@ class Op:
         return x
 
 
+def ping_pong():
+    """The loop of `switches`: a child echoes each byte back; both on the CPU this process may use first."""
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    (r1, w1), (r2, w2) = os.pipe(), os.pipe()
+    if os.fork() == 0:  # until the parent's end closes (at its exit)
+        os.close(w1)
+        os.close(r2)
+        buf = bytearray(1)
+        while os.readv(r1, [buf]) == 1:
+            os.writev(w2, [buf])
+        os._exit(0)
+    os.close(r1)
+    os.close(w2)
+    buf = bytearray(1)
+
+    def loop(k):
+        for _ in range(k):
+            os.writev(w1, [b"x"])
+            os.readv(r2, [buf])
+    return loop
+
+
 def main():
     n = int(sys.argv[1])
     kind = sys.argv[2] if len(sys.argv) > 2 else "functions"
-    if kind == "syscalls":
+    if kind == "switches":
+        loop = ping_pong()
+    elif kind == "syscalls":
         loop = lambda k: list(itertools.starmap(os.getpid, itertools.repeat((), k)))
     else:
         fn = Op() if kind == "objects" else f

@@ -175,9 +175,9 @@ def export_rate(tmp):
         return json.load(f)["otherData"]["events"] / took
 
 
-# An unrelated process's calls beside the tracer: Python calls (functions, objects), and syscalls lotus-bpf does
-# not watch (getpid: ~1.3 us each here, so the fewest of them).
-UNRELATED = {"functions": 2_000_000, "objects": 2_000_000, "syscalls": 500_000}
+# An unrelated process's calls beside the tracer: Python calls (functions, objects), syscalls lotus-bpf does not
+# watch (getpid: ~1.3 us each here) and context switches (pipe round trips, ~15 us each here).
+UNRELATED = {"functions": 2_000_000, "objects": 2_000_000, "syscalls": 500_000, "switches": 100_000}
 
 
 def unrelated(repeats, kind, n=2_000_000, env=None):
@@ -361,8 +361,10 @@ def main():
            f"bench/calls.py {kind} ({UNRELATED[kind] / 1e6:g} M calls from C) in another process of the same "
            f"interpreter while lotus-bpf traces an idle job, over nothing traced: {a:.3f} s alone, {b:.3f} s "
            f"beside, {p}, median of {max(args.repeats, 5)} interleaved; "
-           + ("a program on each watched syscall's own event only" if kind == "syscalls" else
-              "the Python probes in the traced processes only")) for kind, (a, b, p) in beside.items()],
+           + {"syscalls": "a program on each watched syscall's own event only",
+              "switches": "on_switch runs at every context switch of the machine: a load tells a task never "
+                          "traced"}.get(kind, "the Python probes in the traced processes only"))
+          for kind, (a, b, p) in beside.items()],
         ("unrelated process, objects, system-wide probes", f"{100 * (beside_wide[1] / beside_wide[0] - 1):+.1f} %",
          f"the same with LOTUS_SYSTEM_WIDE_PROBES=1 (kernels before 6.13): {beside_wide[0]:.3f} s alone, "
          f"{beside_wide[1]:.3f} s beside, {beside_wide[2]}"),

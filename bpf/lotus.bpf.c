@@ -33,10 +33,15 @@ const volatile __u64 tstate_vaddr = 0;
 
 /* The programs: one per attach point. */
 
-/* A traced thread's state (created on its first probe hit, see traced_thread) accounts from then on. */
+/* A traced thread's state (created on its first probe hit, see traced_thread) accounts from then on. Every
+ * context switch on the machine comes here: a task with no BPF task storage at all (any process never traced)
+ * is told apart by a load of its pointer, before any helper call (two storage lookups and the clock took
+ * ~390 ns a switch here, a switch-heavy process never traced ran 5 % slower). */
 SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
+    if (!prev->bpf_storage && !next->bpf_storage)
+        return 0;
     __u64 now = bpf_ktime_get_ns();
     struct thread_state *ts = bpf_task_storage_get(&lotus_threads, prev, 0, 0);
     if (ts && ts->cpu.in_ns) {

@@ -9,8 +9,10 @@
 static __always_inline int traced_pickle(__u64 buf, bool header)
 {
     /* Traced threads only, found from the task (cheaper than a lookup for every read and write on the machine):
-     * every thread of a traced process has its state from its start (adopt_thread). */
-    if (!bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0))
+     * every thread of a traced process has its state from its start (adopt_thread). A task with no BPF task
+     * storage at all, as any process never traced, is told apart by a load, without the helper call. */
+    struct task_struct *task = bpf_get_current_task_btf();
+    if (!task->bpf_storage || !bpf_task_storage_get(&lotus_threads, task, 0, 0))
         return -1;
     __u8 b[8] = {};
     if (bpf_probe_read_user(b, sizeof(b), (void *)buf))
