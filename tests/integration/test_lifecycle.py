@@ -6,8 +6,8 @@ import threading
 import time
 import unittest
 
-from harness import (PY, WORKLOAD, BpfTestCase, assert_nested, dataset, kill_group, load_trace, run_lotus, spans,
-                     start_lotus, wait_for_attach)
+from harness import (LOTUS, PY, WORKLOAD, BpfTestCase, assert_nested, dataset, kill_group, load_trace, run_lotus,
+                     spans, start_lotus, wait_for_attach)
 
 
 class Lifecycle(BpfTestCase):
@@ -88,6 +88,56 @@ class Lifecycle(BpfTestCase):
         r = run_lotus(["-q", "-o", self.path("t.json"), "--", PY, "-c", "raise SystemExit(3)"])
         self.assertEqual(r.returncode, 3)
         self.assertTrue(os.path.exists(self.path("t.json")))
+
+    def test_sigterm_while_a_worker_is_held_orphans_none(self):
+        """A stop signal forwarded to the launched job while a new DataLoader worker is held (stopped until its
+        probes are in): the worker is let run to its first getppid before its parent gets the signal, so torch's
+        watchdog has the parent's pid and the worker ends once the parent died. Forwarded at once, the worker
+        started with init as its parent and waited for work forever. The hold is made certain by stopping the
+        tracer (SIGSTOP) while the job forks."""
+        go = self.path("go")
+        job = ("import os, sys, time, torch\nfrom torch.utils.data import DataLoader\n"
+               "loader = DataLoader(list(range(100000)), batch_size=1, num_workers=1)\n"
+               f"while not os.path.exists({go!r}): time.sleep(0.02)\n"
+               "for _ in loader: time.sleep(0.01)\n")
+        tracer = subprocess.Popen([LOTUS, "-q", "-o", self.path("t.json"), "--", PY, "-c", job],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True)
+        self.addCleanup(lambda: kill_group(tracer))
+        wait_for_attach(tracer)
+        (main,) = children(tracer.pid)
+        tracer.send_signal(signal.SIGSTOP)
+        open(go, "w").close()
+        deadline = time.time() + 60
+        while not children(main) or state(children(main)[0]) != "T":  # forked, and held
+            self.assertLess(time.time(), deadline, "no worker was held")
+            time.sleep(0.05)
+        (worker,) = children(main)
+        tracer.send_signal(signal.SIGTERM)
+        tracer.send_signal(signal.SIGCONT)
+        tracer.wait(timeout=60)
+        deadline = time.time() + 20  # torch's watchdog looks every 5 s
+        while state(worker) not in (None, "Z"):
+            self.assertLess(time.time(), deadline, f"worker {worker} outlived its parent")
+            time.sleep(0.1)
+        self.assert_detached()
+
+
+def children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def state(pid):
+    """The process's state letter, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return None
 
 
 if __name__ == "__main__":

@@ -72,10 +72,12 @@ class Resources(BpfTestCase):
         self.assertEqual(len(workers), 6)
         for pid in workers + [summary["run"]["target_pid"]]:
             self.assertGreater(counted[pid], 0, names.get(pid))
-        # PSS (--pss-interval auto): read, but never sooner than 2 s after the previous reading
+        # PSS (--pss-interval auto): read, but never sooner than 2 s after the previous reading (on a loaded
+        # machine the walks' CPU budget may leave room for one reading only in this run)
         pss = pss_times(trace, summary["run"]["target_pid"])
         self.assertGreater(len(pss), 0)
-        self.assertGreaterEqual(min(b - a for a, b in zip(pss, pss[1:])), 1.99, pss)
+        gaps = [b - a for a, b in zip(pss, pss[1:])]
+        self.assertTrue(all(g >= 1.99 for g in gaps), pss)
 
         # the CSV: a row per process and interval, labelled; its CPU never more than the process's total
         with open(table) as f:

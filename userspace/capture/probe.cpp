@@ -79,6 +79,13 @@ static bool kernel_has(const btf* vmlinux, std::initializer_list<const char*> na
     return has;
 }
 
+static uint64_t monotonic_ns()
+{
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(now.tv_nsec);
+}
+
 static bool env_set(const char* name)
 {
     const char* v = getenv(name);
@@ -244,6 +251,8 @@ int Probe::on_record(void* ctx, void* data, size_t len)
     auto* h = static_cast<const lotus_event_header*>(data);
     if (self->hold_ && h->type == LOTUS_EV_EXIT)
         self->process_links_.exited(h->tgid);
+    if (h->type == LOTUS_EV_GETPPID || h->type == LOTUS_EV_EXIT)
+        self->starting_.erase(h->tgid);
     self->sink_(data, len);
     return 0;
 }
@@ -491,13 +500,28 @@ void Probe::release_held(bool attach, bool all)
             attach_python_to(tgid);
         ::kill(static_cast<pid_t>(tgid), SIGCONT);
         bpf_map_delete_elem(fd, &tgid);
-        timespec now{};
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        uint64_t t = static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(now.tv_nsec);
+        uint64_t t = monotonic_ns();
+        std::erase_if(starting_, [&](const auto& kv) { return t - kv.second > 2'000'000'000ull; });
+        starting_[tgid] = t;
         uint64_t d = t > since ? t - since : 0;
         holds_.children++;
         holds_.total_ns += d;
         holds_.max_ns = std::max(holds_.max_ns, d);
+    }
+}
+
+size_t Probe::let_children_start(int wait_ms)
+{
+    if (!hold_)
+        return 0;
+    release_held(true, true);
+    uint64_t now = monotonic_ns(), until = now + static_cast<uint64_t>(wait_ms) * 1'000'000ull;
+    while (true) {
+        std::erase_if(starting_, [&](const auto& kv) { return now - kv.second > 2'000'000'000ull; });
+        if (starting_.empty() || now >= until)
+            return starting_.size();
+        poll(10); // their GETPPID or EXIT records erase them
+        now = monotonic_ns();
     }
 }
 

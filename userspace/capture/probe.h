@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <unordered_map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -112,6 +113,11 @@ public:
     const char* python_probes() const { return slots_ ? "type slots" : "evaluator"; }
     // Whether the Python probes are attached to the traced processes only (else system-wide).
     bool per_process() const { return hold_; }
+    // Continues the children held now (their probes attached), then polls until each child continued in the
+    // last 2 s has called getppid or exited, for at most `wait_ms`. Before a stop signal goes to the job: a
+    // DataLoader worker takes its parent's pid from its first getppid (torch's watchdog), and one that starts
+    // after its parent died never sees it die. Returns how many were still starting.
+    size_t let_children_start(int wait_ms);
     // Which syscalls run the syscall programs: "watched syscalls" (each on its own syscalls: event) or "every
     // syscall" (the raw sys_enter/sys_exit pair, where tracefs cannot be read).
     const char* syscall_programs() const { return syscall_events_ ? "watched syscalls" : "every syscall"; }
@@ -170,6 +176,7 @@ private:
     bool syscall_events_ = false; // the syscall programs on the syscalls: events (else raw sys_enter/sys_exit)
     bool python_on_ = false; // attach_python was called: held children get their probes
     uint64_t held_walked_ = 0; // BPF's held_total when release_held last walked lotus_held
+    std::unordered_map<uint32_t, uint64_t> starting_; // continued children (monotonic ns) yet to call getppid
     std::string attach_error_;
     HoldStats holds_;
     bool net_ = false; // the network tracepoints are loaded

@@ -381,8 +381,10 @@ int run_session(const Options& opts)
             uint64_t now = monotonic_ns();
             if (g_stop_signal) {
                 stop_reason = g_stop_signal == SIGINT ? "interrupted" : "terminated by signal";
-                if (launcher && g_stop_signal != SIGINT)
+                if (launcher && g_stop_signal != SIGINT) {
+                    probe->let_children_start(1000); // none orphaned by a signal that came while it was held
                     launcher->signal(g_stop_signal);
+                }
                 break;
             }
             if (opts.duration_s > 0 && static_cast<double>(now - t0) / 1e9 >= opts.duration_s) {
