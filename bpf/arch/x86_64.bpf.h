@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /* What is x86_64's in the programs: the numbers of the syscalls they watch (for the raw sys_enter/sys_exit
- * pair) and which of the registers saved at a syscall's entry hold its number and arguments. (Function arguments of probed functions go through
- * BPF_KPROBE / PT_REGS_PARM*, which bpf_tracing.h maps per -D__TARGET_ARCH_x86.) lotus-bpf builds for x86_64
- * only: another architecture needs its own header here and CPython layouts measured there. */
+ * pair) and which of the registers saved at a syscall's entry hold its number and arguments. (Function
+ * arguments of probed functions go through BPF_KPROBE / PT_REGS_PARM*, which bpf_tracing.h maps per
+ * -D__TARGET_ARCH_x86.) lotus-bpf builds for x86_64 only: another architecture needs its own header here and
+ * CPython layouts measured there. */
 #ifndef __LOTUS_ARCH_X86_64_BPF_H
 #define __LOTUS_ARCH_X86_64_BPF_H
 
