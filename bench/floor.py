@@ -78,6 +78,37 @@ class BareUprobe:
         os.rmdir(INSTANCE)
 
 
+class BareSyscallEvents:
+    """What any syscall tracer costs every task on the machine, whatever its programs do: a syscall entry and a
+    syscall exit event enabled (tracefs, in a trace instance that is switched off; no BPF). While any syscall
+    event is in use the kernel sends every syscall of every task through its tracing path (a flag it sets on all
+    tasks); the events are the directions lotus-bpf watches (openat at entry, read at exit)."""
+
+    EVENTS = ("sys_enter_openat", "sys_exit_read")
+    NAME = GROUP + "_syscalls"
+
+    def __enter__(self):
+        root = os.path.join(TRACEFS, "instances")
+        if not os.path.isdir(root):
+            raise RuntimeError(f"bench: no tracefs at {TRACEFS} (mount -t tracefs nodev {TRACEFS})")
+        self.instance = os.path.join(root, self.NAME)
+        if os.path.isdir(self.instance):  # left by a bench run that was killed
+            self._remove()
+        os.makedirs(self.instance)
+        _write(os.path.join(self.instance, "tracing_on"), "0\n")
+        for event in self.EVENTS:
+            _write(os.path.join(self.instance, "events", "syscalls", event, "enable"), "1\n")
+        return self
+
+    def __exit__(self, *exc):
+        self._remove()
+
+    def _remove(self):
+        for event in self.EVENTS:
+            _write(os.path.join(self.instance, "events", "syscalls", event, "enable"), "0\n")
+        os.rmdir(self.instance)
+
+
 CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calls.py")
 
 

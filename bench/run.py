@@ -176,7 +176,7 @@ def export_rate(tmp):
 
 
 # An unrelated process's calls beside the tracer: Python calls (functions, objects), syscalls lotus-bpf does not
-# watch (getpid: ~1.3 us each here) and context switches (pipe round trips, ~15 us each here).
+# watch (os.getpid: ~0.14 us each here) and context switches (pipe round trips, ~15 us each here).
 UNRELATED = {"functions": 2_000_000, "objects": 2_000_000, "syscalls": 500_000, "switches": 100_000}
 
 
@@ -202,6 +202,17 @@ def unrelated(repeats, kind, n=2_000_000, env=None):
     finally:
         job.kill()
         job.wait()
+    return statistics.median(alone), statistics.median(beside), pairs(beside, alone)
+
+
+def unrelated_bare_syscalls(repeats, n):
+    """The syscall loop (bench/calls.py syscalls) with two syscall events enabled and no tracer, against the same
+    with none, interleaved: the floor of any syscall tracer on other processes (floor.BareSyscallEvents)."""
+    alone, beside = [], []
+    for _ in range(repeats):
+        alone.append(floor.call_seconds(PY, n, "syscalls", "untraced", LOTUS, []))
+        with floor.BareSyscallEvents():
+            beside.append(floor.call_seconds(PY, n, "syscalls", "untraced", LOTUS, []))
     return statistics.median(alone), statistics.median(beside), pairs(beside, alone)
 
 
@@ -307,6 +318,7 @@ def main():
         beside = {kind: unrelated(max(args.repeats, 5), kind, n) for kind, n in UNRELATED.items()}
         # as kernels before 6.13 run (no per-process probes)
         beside_wide = unrelated(max(args.repeats, 5), "objects", env={"LOTUS_SYSTEM_WIDE_PROBES": "1"})
+        beside_bare = unrelated_bare_syscalls(max(args.repeats, 5), UNRELATED["syscalls"])
         pure = {"untraced": [], "default": [], "all-calls": []}
         pure311 = {"untraced": [], "all-calls": []}
         if os.access(PY312, os.X_OK):
@@ -360,11 +372,17 @@ def main():
         *[(f"unrelated process beside the tracer, {kind}", f"{100 * (b / a - 1):+.1f} %",
            f"bench/calls.py {kind} ({UNRELATED[kind] / 1e6:g} M calls from C) in another process of the same "
            f"interpreter while lotus-bpf traces an idle job, over nothing traced: {a:.3f} s alone, {b:.3f} s "
-           f"beside, {p}, median of {max(args.repeats, 5)} interleaved; "
-           + {"syscalls": "a program on each watched syscall's own event only",
+           f"beside ({(b - a) * 1e9 / UNRELATED[kind]:+.0f} ns a call), {p}, median of {max(args.repeats, 5)} "
+           "interleaved; "
+           + {"syscalls": "a program on each watched syscall's own event only; the next row is the kernel's part",
               "switches": "on_switch runs at every context switch of the machine: a load tells a task never "
                           "traced"}.get(kind, "the Python probes in the traced processes only"))
           for kind, (a, b, p) in beside.items()],
+        ("unrelated process, syscalls, bare syscall events", f"{100 * (beside_bare[1] / beside_bare[0] - 1):+.1f} %",
+         f"the same loop with no tracer and two syscall events enabled (tracefs, output off, no BPF): "
+         f"{beside_bare[0]:.3f} s alone, {beside_bare[1]:.3f} s beside "
+         f"({(beside_bare[1] - beside_bare[0]) * 1e9 / UNRELATED['syscalls']:+.0f} ns a syscall), {beside_bare[2]}; "
+         "while any syscall event is in use the kernel takes its tracing path at every syscall of every task"),
         ("unrelated process, objects, system-wide probes", f"{100 * (beside_wide[1] / beside_wide[0] - 1):+.1f} %",
          f"the same with LOTUS_SYSTEM_WIDE_PROBES=1 (kernels before 6.13): {beside_wide[0]:.3f} s alone, "
          f"{beside_wide[1]:.3f} s beside, {beside_wide[2]}"),
