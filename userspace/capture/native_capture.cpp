@@ -3,12 +3,12 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include <cstring>
 #include <fmt/format.h>
 #include <string_view>
 
+#include "common/clock.h"
 #include "lotus_abi.h"
 #include "model/user_records.h"
 #include "target/proc_maps.h"
@@ -19,9 +19,7 @@ namespace {
 
 double now_s()
 {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+    return static_cast<double>(common::monotonic_ns()) / 1e9;
 }
 
 template <size_t N>

@@ -12,13 +12,13 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
-#include <ctime>
 #include <fmt/format.h>
 #include <initializer_list>
 #include <system_error>
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "lotus.skel.h"
 #include "lotus_abi.h"
 
@@ -79,12 +79,9 @@ static bool kernel_has(const btf* vmlinux, std::initializer_list<const char*> na
     return has;
 }
 
-static uint64_t monotonic_ns()
-{
-    timespec now{};
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(now.tv_nsec);
-}
+// How long a continued child counts as still starting (let_children_start waits for its getppid or exit): one
+// that has not called getppid by then never will soon.
+constexpr uint64_t kStartingNs = 2'000'000'000ull;
 
 static bool env_set(const char* name)
 {
@@ -500,8 +497,8 @@ void Probe::release_held(bool attach, bool all)
             attach_python_to(tgid);
         ::kill(static_cast<pid_t>(tgid), SIGCONT);
         bpf_map_delete_elem(fd, &tgid);
-        uint64_t t = monotonic_ns();
-        std::erase_if(starting_, [&](const auto& kv) { return t - kv.second > 2'000'000'000ull; });
+        uint64_t t = common::monotonic_ns();
+        std::erase_if(starting_, [&](const auto& kv) { return t - kv.second > kStartingNs; });
         starting_[tgid] = t;
         uint64_t d = t > since ? t - since : 0;
         holds_.children++;
@@ -515,13 +512,13 @@ size_t Probe::let_children_start(int wait_ms)
     if (!hold_)
         return 0;
     release_held(true, true);
-    uint64_t now = monotonic_ns(), until = now + static_cast<uint64_t>(wait_ms) * 1'000'000ull;
+    uint64_t now = common::monotonic_ns(), until = now + static_cast<uint64_t>(wait_ms) * 1'000'000ull;
     while (true) {
-        std::erase_if(starting_, [&](const auto& kv) { return now - kv.second > 2'000'000'000ull; });
+        std::erase_if(starting_, [&](const auto& kv) { return now - kv.second > kStartingNs; });
         if (starting_.empty() || now >= until)
             return starting_.size();
         poll(10); // their GETPPID or EXIT records erase them
-        now = monotonic_ns();
+        now = common::monotonic_ns();
     }
 }
 

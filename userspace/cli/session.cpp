@@ -3,7 +3,6 @@
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,6 +11,7 @@
 #include <memory>
 
 #include "capture/perf_events.h"
+#include "common/clock.h"
 #include "capture/probe.h"
 #include "capture/native_capture.h"
 #include "outputs.h"
@@ -38,6 +38,9 @@ namespace lotus::cli {
 
 namespace {
 
+using common::clock_ns;
+using common::monotonic_ns;
+
 std::atomic<int> g_stop_signal{0};
 
 void on_signal(int sig) { g_stop_signal = sig; }
@@ -51,18 +54,6 @@ void install_signal_handlers()
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
     sigaction(SIGHUP, &sa, nullptr);
-}
-
-uint64_t clock_ns(clockid_t clock)
-{
-    timespec ts;
-    clock_gettime(clock, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-uint64_t monotonic_ns()
-{
-    return clock_ns(CLOCK_MONOTONIC);
 }
 
 // This thread's CPU time: what the PSS walks cost the tracer.

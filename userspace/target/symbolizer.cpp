@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
-#include <time.h>
 
+#include "common/clock.h"
 #include "elf_file.h"
 
 namespace lotus::target {
@@ -14,9 +14,7 @@ namespace lotus::target {
 namespace {
 uint64_t monotonic_ms()
 {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+    return common::monotonic_ns() / 1'000'000;
 }
 } // namespace
 
