@@ -122,6 +122,37 @@ class Lifecycle(BpfTestCase):
             time.sleep(0.1)
         self.assert_detached()
 
+    def test_target_killed_while_its_worker_is_held(self):
+        """The traced job (--pid) killed and reaped while its new DataLoader worker is held: the worker's probes
+        name the interpreter through the tracer's own open file, not the path under /proc/JOB/root that the
+        tracer found it by, gone with the job (the tracer exited 1 with "cannot attach the Python probes of
+        /proc/JOB/root/... No such file or directory"; test_target_killed_mid_trace met it by chance). The
+        tracer ends as the job ended, with its trace, and detaches. The hold is made certain by stopping the
+        tracer while the job forks. (The worker then waits for work forever: docs/limits.md.)"""
+        go = self.path("go")
+        job = subprocess.Popen([PY, "-c", "import os, sys, time, torch\nfrom torch.utils.data import DataLoader\n"
+                                "loader = DataLoader(list(range(100000)), batch_size=1, num_workers=1)\n"
+                                f"while not os.path.exists({go!r}): time.sleep(0.02)\n"
+                                "for _ in loader: time.sleep(0.01)\n"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.addCleanup(lambda: kill_group(job))
+        out = self.path("t.json")
+        tracer = start_lotus(["-q", "-o", out, "--pid", str(job.pid)])
+        self.addCleanup(lambda: tracer.poll() is None and tracer.kill())
+        wait_for_attach(tracer)
+        tracer.send_signal(signal.SIGSTOP)
+        open(go, "w").close()
+        deadline = time.time() + 60
+        while not children(job.pid) or state(children(job.pid)[0]) != "T":  # forked, and held
+            self.assertLess(time.time(), deadline, "no worker was held")
+            time.sleep(0.05)
+        job.kill()
+        job.wait()  # reaped: /proc/JOB is gone
+        tracer.send_signal(signal.SIGCONT)
+        _, stderr = tracer.communicate(timeout=60)
+        self.assertEqual(tracer.returncode, 0, stderr)
+        self.assertEqual(load_trace(out)["otherData"]["stop_reason"], "target exited")
+        self.assert_detached()
 
 def children(pid):
     try:

@@ -411,6 +411,7 @@ void Probe::adopt_threads()
 void Probe::attach_python()
 {
     adopt_threads();
+    pin(interp_.object_path); // while the process it was found in surely lives
     const auto& offsets = py_offsets_;
     const auto& cookies = py_cookies_;
     if (hold_) {
@@ -445,6 +446,18 @@ void Probe::attach_python()
                                        strerror(errno)));
 }
 
+std::string Probe::pin(const std::string& path)
+{
+    auto it = pinned_.find(path);
+    if (it == pinned_.end()) {
+        common::UniqueFd fd(::open(path.c_str(), O_PATH | O_CLOEXEC));
+        if (!fd)
+            return path; // the attach then fails with the reason
+        it = pinned_.emplace(path, std::move(fd)).first;
+    }
+    return fmt::format("/proc/self/fd/{}", it->second.get());
+}
+
 void Probe::attach_python_to(uint32_t tgid)
 {
     std::vector<common::UniqueFd> fds;
@@ -462,16 +475,17 @@ void Probe::attach_python_to(uint32_t tgid)
         return true;
     };
     std::vector<common::UniqueFd> python;
+    std::string interp = pin(interp_.object_path);
     if (session_type_ >= 0)
-        python.push_back(multi_link(slots_ ? skel_->progs.py_slot : skel_->progs.py_call, session_type_,
-                                    interp_.object_path, py_offsets_, py_cookies_, false, tgid));
+        python.push_back(multi_link(slots_ ? skel_->progs.py_slot : skel_->progs.py_call, session_type_, interp,
+                                    py_offsets_, py_cookies_, false, tgid));
     else
         python = multi_pair(slots_ ? skel_->progs.py_slot_entry : skel_->progs.py_entry, skel_->progs.py_return,
-                            interp_.object_path, py_offsets_, py_cookies_, tgid);
+                            interp, py_offsets_, py_cookies_, tgid);
     if (!made(std::move(python), "Python", interp_.object_path))
         return;
     for (const auto& lib : per_process_natives_)
-        if (!made(multi_pair(skel_->progs.native_entry, skel_->progs.native_return, lib.path, lib.offsets,
+        if (!made(multi_pair(skel_->progs.native_entry, skel_->progs.native_return, pin(lib.path), lib.offsets,
                              lib.cookies, tgid),
                   "native", lib.path))
             return;
@@ -525,10 +539,10 @@ size_t Probe::let_children_start(int wait_ms)
 std::vector<common::UniqueFd> Probe::inline_links(uint32_t tgid)
 {
     std::vector<common::UniqueFd> fds;
-    fds.push_back(multi_link(skel_->progs.py_resume, multi_type_, interp_.object_path, inline_resume_, {}, false, tgid));
+    std::string interp = pin(interp_.object_path);
+    fds.push_back(multi_link(skel_->progs.py_resume, multi_type_, interp, inline_resume_, {}, false, tgid));
     if (fds.back())
-        fds.push_back(multi_link(skel_->progs.py_retval, multi_type_, interp_.object_path, {inline_return_}, {},
-                                 false, tgid));
+        fds.push_back(multi_link(skel_->progs.py_retval, multi_type_, interp, {inline_return_}, {}, false, tgid));
     if (!fds.back()) {
         int err = errno;
         fds.clear();
@@ -618,6 +632,7 @@ std::vector<bool> Probe::attach_native(const std::string& path, const std::vecto
             for (auto& [tgid, fds] : made)
                 process_links_.append(tgid, std::move(fds));
             per_process_natives_.push_back({path, offsets, c});
+            pin(path);
             native_links_ += 2;
             return std::vector<bool>(offsets.size(), true);
         }

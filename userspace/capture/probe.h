@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <map>
 #include <memory>
 
 #include "common/unique_fd.h"
@@ -154,6 +155,8 @@ private:
                                        bool ret = false, uint32_t pid = 0);
     // --all-calls on 3.11, per-process mode: the opcode handlers' links for one process.
     std::vector<common::UniqueFd> inline_links(uint32_t tgid);
+    // A name for the file at `path` that holds while the tracer runs (see pinned_).
+    std::string pin(const std::string& path);
     // A uprobe_multi link for the returns, then one for the entries, of `offsets` (pid as for multi_link);
     // empty, errno set, if the kernel refused either.
     std::vector<common::UniqueFd> multi_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
@@ -186,6 +189,10 @@ private:
         std::vector<uint64_t> offsets, cookies;
     };
     std::vector<NativeLibrary> per_process_natives_; // per-process mode: what each traced process gets
+    // The files probed per process, open from when their probes were first attached: a child attached later
+    // names them by this fd (/proc/self/fd/N). Their paths may be under /proc/PID/root of a process that has
+    // exited since (a parent killed while its new worker was held).
+    std::map<std::string, common::UniqueFd> pinned_;
     std::vector<uint64_t> inline_resume_;            // per-process mode, --all-calls on 3.11: the opcode handlers
     uint64_t inline_return_ = 0;                     // each traced process gets (none while inline_resume_ is empty)
     std::unique_ptr<lotus_bpf, SkeletonFree> skel_; // its tracepoint links go with it
