@@ -102,6 +102,22 @@ TEST_F(Usage, ForkedProcessesFromZeroAndExitsExact)
     EXPECT_EQ(tracker.processes().at(3).user_ns, 30 * MS);
 }
 
+TEST_F(Usage, AnExitWhoseTicksOverflowSplitsWithinItsRuntime)
+{
+    // A damaged record file (the fuzzer's find): utime + stime wraps around 64 bits. The split stays within
+    // the exact runtime, with no undefined conversion.
+    fork(4, 1, 1 * S);
+    lotus_usage u{};
+    u.h = {LOTUS_EV_USAGE, 4, 4, 0, 2 * S};
+    u.runtime_ns = ~0ull;
+    u.utime_ns = ~0ull - 5;
+    u.stime_ns = 10;
+    tracker.consume(&u, sizeof(u));
+    const auto& p = tracker.processes().at(4);
+    EXPECT_EQ(p.user_ns, ~0ull); // ticks almost all user: all of it (the unchecked conversion gave 2^63 here)
+    EXPECT_EQ(p.system_ns, 0u);
+}
+
 TEST_F(Usage, PeaksOverOneSecondAndTheJobsSums)
 {
     // Two processes read together every 250 ms for 2 s: process 1 busy 100 % the first second then 20 %,

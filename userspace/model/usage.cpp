@@ -14,6 +14,17 @@ constexpr uint64_t kPeakWindowNs = 1'000'000'000;
 
 uint64_t since(uint64_t now, uint64_t before) { return now > before ? now - before : 0; }
 
+// The exact runtime's user part, split as the kernel's ticks split it: runtime * utime / (utime + stime), never
+// more than runtime (the sum may not fit 64 bits in a damaged record file; no ticks at all: all of it).
+uint64_t user_part(uint64_t runtime, uint64_t utime, uint64_t stime)
+{
+    double ticks = static_cast<double>(utime) + static_cast<double>(stime);
+    if (ticks <= 0)
+        return runtime;
+    double v = static_cast<double>(runtime) * static_cast<double>(utime) / ticks;
+    return v >= static_cast<double>(runtime) ? runtime : static_cast<uint64_t>(v);
+}
+
 } // namespace
 
 void UsageTracker::consume(const void* data, size_t len)
@@ -47,10 +58,7 @@ void UsageTracker::consume(const void* data, size_t len)
         else
             u.forked = true, u.first_ns = prev.ts_ns;
         // the exact CPU time, split user/system as the kernel's ticks split it
-        uint64_t ticks = x->utime_ns + x->stime_ns;
-        uint64_t user = ticks ? static_cast<uint64_t>(static_cast<double>(x->runtime_ns) *
-                                                      static_cast<double>(x->utime_ns) / static_cast<double>(ticks))
-                              : x->runtime_ns;
+        uint64_t user = user_part(x->runtime_ns, x->utime_ns, x->stime_ns);
         uint64_t system = x->runtime_ns - std::min<uint64_t>(user, x->runtime_ns);
         uint64_t d_cpu = since(user, prev.user_ns) + since(system, prev.system_ns);
         u.user_ns += since(user, prev.user_ns);
