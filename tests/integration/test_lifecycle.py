@@ -154,6 +154,7 @@ class Lifecycle(BpfTestCase):
         self.assertEqual(load_trace(out)["otherData"]["stop_reason"], "target exited")
         self.assert_detached()
 
+
 def children(pid):
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:
