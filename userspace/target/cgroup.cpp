@@ -10,27 +10,18 @@
 #include <cerrno>
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
 
 #include <fmt/format.h>
+
+#include "common/read_file.h"
 
 namespace lotus::target {
 
 namespace {
 
 constexpr const char* kRoot = "/sys/fs/cgroup";
-
-std::optional<std::string> read_file(const std::string& path)
-{
-    std::ifstream f(path);
-    if (!f)
-        return std::nullopt;
-    std::ostringstream s;
-    s << f.rdbuf();
-    return s.str();
-}
 
 // Writes text to a cgroup file in one write(2), as the kernel wants; throws with the file and the reason.
 void write_file(const std::string& path, const std::string& text)
@@ -59,14 +50,14 @@ uint64_t keyed(const std::string& text, const std::string& key)
 
 uint64_t number_in(const std::string& path)
 {
-    auto t = read_file(path);
+    auto t = common::read_file(path);
     return t ? strtoull(t->c_str(), nullptr, 10) : 0;
 }
 
 // This process's cgroup in a v1 hierarchy (by controller) or the v2 one (""), from /proc/self/cgroup.
 std::string own_cgroup(const std::string& controller)
 {
-    auto text = read_file("/proc/self/cgroup").value_or("");
+    auto text = common::read_file("/proc/self/cgroup").value_or("");
     std::istringstream in(text);
     for (std::string line; std::getline(in, line);) {
         auto a = line.find(':'), b = line.find(':', a + 1);
@@ -153,11 +144,11 @@ JobCgroup::JobCgroup(const Limits& limits)
     std::string name = fmt::format("lotus-bpf-{}", getpid());
     try {
         // v2 where the unified hierarchy holds the controllers this needs (current distributions).
-        auto controllers = read_file(std::string(kRoot) + "/cgroup.controllers");
+        auto controllers = common::read_file(std::string(kRoot) + "/cgroup.controllers");
         bool v2 = controllers.has_value();
         if (v2) {
             std::string parent = std::string(kRoot) + own_cgroup("");
-            auto enabled = read_file(parent + "/cgroup.subtree_control").value_or("");
+            auto enabled = common::read_file(parent + "/cgroup.subtree_control").value_or("");
             bool io = !limits.read_bps.empty() || !limits.write_bps.empty();
             for (const char* c : {"cpu", "memory", "cpuset", "io"}) {
                 bool wanted = (c == std::string("cpu") && limits.cpus > 0) ||
@@ -212,7 +203,7 @@ JobCgroup::JobCgroup(const Limits& limits)
             auto d = hierarchy("cpuset");
             // a v1 cpuset needs its memory nodes before it takes a process: the parent's
             std::string parent = d.substr(0, d.rfind('/'));
-            auto mems = read_file(parent + "/cpuset.mems").value_or("0");
+            auto mems = common::read_file(parent + "/cpuset.mems").value_or("0");
             while (!mems.empty() && (mems.back() == '\n' || mems.back() == ' '))
                 mems.pop_back();
             write_file(d + "/cpuset.mems", mems.empty() ? "0" : mems);
@@ -240,7 +231,7 @@ JobCgroup::~JobCgroup()
         std::string parent = it->substr(0, it->rfind('/'));
         // a job that outlived tracing: back to where lotus-bpf runs, without the limits
         for (int attempt = 0; attempt < 50 && rmdir(it->c_str()) != 0 && errno == EBUSY; attempt++) {
-            auto procs = read_file(*it + "/cgroup.procs").value_or("");
+            auto procs = common::read_file(*it + "/cgroup.procs").value_or("");
             std::istringstream in(procs);
             for (pid_t p; in >> p;) {
                 int fd = open((parent + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
@@ -266,7 +257,7 @@ std::vector<pid_t> JobCgroup::members() const
     std::vector<pid_t> out;
     if (dirs_.empty())
         return out;
-    std::istringstream in(read_file(dirs_.front() + "/cgroup.procs").value_or(""));
+    std::istringstream in(common::read_file(dirs_.front() + "/cgroup.procs").value_or(""));
     for (pid_t p; in >> p;)
         out.push_back(p);
     return out;
@@ -276,7 +267,7 @@ CgroupStats JobCgroup::stats() const
 {
     CgroupStats s;
     for (const auto& d : dirs_) {
-        if (auto cpu = read_file(d + "/cpu.stat"); cpu && (version_ == "v2" || d.find("/cpu/") != std::string::npos ||
+        if (auto cpu = common::read_file(d + "/cpu.stat"); cpu && (version_ == "v2" || d.find("/cpu/") != std::string::npos ||
                                                           d.find("/cpu,") != std::string::npos)) {
             s.have_cpu = true;
             s.periods = keyed(*cpu, "nr_periods");
@@ -284,7 +275,7 @@ CgroupStats JobCgroup::stats() const
             s.throttled_ns = version_ == "v2" ? keyed(*cpu, "throttled_usec") * 1000 : keyed(*cpu, "throttled_time");
         }
         if (version_ == "v2") {
-            if (auto ev = read_file(d + "/memory.events")) {
+            if (auto ev = common::read_file(d + "/memory.events")) {
                 s.have_memory = true;
                 s.memory_peak_bytes = number_in(d + "/memory.peak");
                 s.memory_limit_hits = keyed(*ev, "max");
@@ -294,7 +285,7 @@ CgroupStats JobCgroup::stats() const
             s.have_memory = true;
             s.memory_peak_bytes = number_in(d + "/memory.max_usage_in_bytes");
             s.memory_limit_hits = std::max(number_in(d + "/memory.failcnt"), number_in(d + "/memory.memsw.failcnt"));
-            s.oom_kills = keyed(read_file(d + "/memory.oom_control").value_or(""), "oom_kill");
+            s.oom_kills = keyed(common::read_file(d + "/memory.oom_control").value_or(""), "oom_kill");
         }
         if (io_devices_.empty())
             continue;
@@ -303,7 +294,7 @@ CgroupStats JobCgroup::stats() const
             return std::find(io_devices_.begin(), io_devices_.end(), dev) != io_devices_.end();
         };
         if (version_ == "v2") {
-            std::istringstream in(read_file(d + "/io.stat").value_or(""));
+            std::istringstream in(common::read_file(d + "/io.stat").value_or(""));
             for (std::string line; std::getline(in, line);) {
                 std::istringstream f(line);
                 std::string dev, kv;
@@ -316,7 +307,7 @@ CgroupStats JobCgroup::stats() const
                 }
             }
             s.have_io = true;
-        } else if (auto t = read_file(d + "/blkio.throttle.io_service_bytes")) {
+        } else if (auto t = common::read_file(d + "/blkio.throttle.io_service_bytes")) {
             s.have_io = true;
             std::istringstream in(*t);
             std::string dev, op;

@@ -12,28 +12,12 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/read_file.h"
 #include "common/unique_fd.h"
 
 namespace lotus::target {
 
 namespace {
-
-// The whole of a small /proc file (one read: they are generated at open), or nullopt.
-std::optional<std::string> slurp(const std::string& path)
-{
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return std::nullopt;
-    std::string out;
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof(buf))) > 0)
-        out.append(buf, static_cast<size_t>(n));
-    close(fd);
-    if (n < 0)
-        return std::nullopt;
-    return out;
-}
 
 // The number after "Key:" in a "Key: value" file, or nullopt.
 std::optional<uint64_t> field(std::string_view text, std::string_view key)
@@ -207,7 +191,7 @@ std::optional<ProcUsage> ProcUsageReader::read(int pid, bool with_pss)
         list();
     }
     if (with_pss)
-        if (auto rollup = slurp(dir + "/smaps_rollup"))
+        if (auto rollup = common::read_file(dir + "/smaps_rollup"))
             u.pss_kb = field(*rollup, "Pss");
     return u;
 }
