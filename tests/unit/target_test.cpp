@@ -20,14 +20,29 @@ TEST(ProcMaps, ParsesPathsWithSpacesAndAnonymousMappings)
         "55d0c0000000-55d0c0021000 r-xp 00001000 fd:01 1234   /usr/bin/python3.11\n"
         "7f00-8f00 rw-p 00000000 00:00 0 \n"
         "7f0000000000-7f0000001000 r-xp 00002000 fd:01 99   /opt/my env/lib/libpython3.11.so.1.0\n"
-        "garbage line\n");
-    ASSERT_EQ(maps.size(), 3u);
+        "garbage line\n"
+        "7f0000002000-7f0000003000 r--p 00000000 00:00 0\n" // no path, not even the space before one
+        "7f0000004000-7f0000005000 rw-p 00000000 08:1f 77 [heap]");
+    ASSERT_EQ(maps.size(), 5u);
     EXPECT_EQ(maps[0].start, 0x55d0c0000000u);
     EXPECT_EQ(maps[0].offset, 0x1000u);
     EXPECT_EQ(maps[0].perms, "r-xp");
     EXPECT_EQ(maps[0].path, "/usr/bin/python3.11");
     EXPECT_EQ(maps[1].path, "");
     EXPECT_EQ(maps[2].path, "/opt/my env/lib/libpython3.11.so.1.0");
+    EXPECT_EQ(maps[0].end, 0x55d0c0021000u);
+    EXPECT_EQ(maps[0].inode, 1234u);
+    EXPECT_EQ(maps[0].dev_major, 0xfdu);
+    EXPECT_EQ(maps[0].dev_minor, 1u);
+    EXPECT_EQ(maps[2].offset, 0x2000u);
+    EXPECT_EQ(maps[3].start, 0x7f0000002000u);
+    EXPECT_EQ(maps[3].perms, "r--p");
+    EXPECT_EQ(maps[3].path, "");
+    EXPECT_EQ(maps[4].dev_minor, 0x1fu);
+    EXPECT_EQ(maps[4].inode, 77u);
+    EXPECT_EQ(maps[4].path, "[heap]");
+    // Damaged lines are skipped, never half read.
+    EXPECT_TRUE(parse_maps("7f00-8f00 rw-p 00000000 00:00\n7f00-8f00\n-8f00 r 0 0:0 0\n7f00-8f00 r 0 0:0 x\n").empty());
 }
 
 TEST(ProcMaps, OwnProcessAndTree)

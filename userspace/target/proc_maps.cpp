@@ -8,40 +8,69 @@
 #include <dirent.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
+
+#include "common/read_file.h"
 
 namespace lotus::target {
 
+namespace {
+
+// The hex or decimal number at the front of s, consumed with the separator after it (or the end of s); false
+// when there is none.
+bool take_number(std::string_view& s, int base, char separator, uint64_t& out)
+{
+    uint64_t v = 0;
+    size_t i = 0;
+    for (; i < s.size(); i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : base == 16 && c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            break;
+        v = v * static_cast<uint64_t>(base) + static_cast<uint64_t>(d);
+    }
+    if (i == 0 || (i < s.size() && s[i] != separator))
+        return false;
+    out = v;
+    s.remove_prefix(std::min(i + 1, s.size()));
+    return true;
+}
+
+} // namespace
+
+// By hand, not sscanf: a process that loaded torch maps ~1,700 lines, read again for each new worker.
 std::vector<Mapping> parse_maps(const std::string& text)
 {
     std::vector<Mapping> out;
-    std::istringstream in(text);
-    std::string line;
-    while (std::getline(in, line)) {
+    std::string_view rest(text);
+    while (!rest.empty()) {
+        size_t eol = rest.find('\n');
+        std::string_view line = rest.substr(0, eol);
+        rest.remove_prefix(eol == std::string_view::npos ? rest.size() : eol + 1);
+        // start-end perms offset major:minor inode [path]
         Mapping m;
-        char perms[8] = {};
-        unsigned long long start, end, offset, inode;
-        char dev[16] = {};
-        int consumed = 0;
-        if (sscanf(line.c_str(), "%llx-%llx %7s %llx %15s %llu %n", &start, &end, perms, &offset, dev, &inode,
-                   &consumed) < 6)
+        uint64_t major = 0, minor = 0;
+        if (!take_number(line, 16, '-', m.start) || !take_number(line, 16, ' ', m.end))
             continue;
-        m.start = start;
-        m.end = end;
-        m.offset = offset;
-        m.inode = inode;
-        unsigned major = 0, minor = 0;
-        if (sscanf(dev, "%x:%x", &major, &minor) == 2)
-            m.dev_major = major, m.dev_minor = minor;
-        m.perms = perms;
-        if (consumed > 0 && static_cast<size_t>(consumed) < line.size())
-            m.path = line.substr(consumed);
-        while (!m.path.empty() && m.path.back() == ' ')
-            m.path.pop_back();
+        size_t perms = line.find(' ');
+        if (perms == 0 || perms > 7 || perms == line.npos)
+            continue;
+        m.perms = std::string(line.substr(0, perms));
+        line.remove_prefix(perms + 1);
+        if (!take_number(line, 16, ' ', m.offset) || !take_number(line, 16, ':', major) ||
+            !take_number(line, 16, ' ', minor) || !take_number(line, 10, ' ', m.inode))
+            continue;
+        size_t first = line.find_first_not_of(' '), last = line.find_last_not_of(' ');
+        if (first != line.npos)
+            m.path = std::string(line.substr(first, last - first + 1));
+        m.dev_major = static_cast<uint32_t>(major);
+        m.dev_minor = static_cast<uint32_t>(minor);
         out.push_back(std::move(m));
     }
     return out;
@@ -49,12 +78,11 @@ std::vector<Mapping> parse_maps(const std::string& text)
 
 std::vector<Mapping> read_maps(int pid)
 {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/maps");
-    if (!f)
-        throw std::runtime_error("cannot read /proc/" + std::to_string(pid) + "/maps");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return parse_maps(ss.str());
+    std::string path = "/proc/" + std::to_string(pid) + "/maps";
+    auto text = common::read_file(path);
+    if (!text)
+        throw std::runtime_error("cannot read " + path);
+    return parse_maps(*text);
 }
 
 std::string openable_path(int pid, const std::string& path, uint64_t inode, uint32_t dev_major, uint32_t dev_minor)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <stdexcept>
 
 #include "common/clock.h"
@@ -53,7 +54,7 @@ FunctionTable::FunctionTable(const std::string& path) : elf_(std::make_unique<El
         for (auto& [name, sym] : f.functions()) {
             if (!sym.size)
                 continue;
-            names_.push_back(demangle(name));
+            names_.push_back(std::move(name));
             entries_.push_back({sym.value, sym.value + sym.size, static_cast<uint32_t>(names_.size() - 1)});
         }
     };
@@ -69,6 +70,7 @@ FunctionTable::FunctionTable(const std::string& path) : elf_(std::make_unique<El
         }
     }
     std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) { return a.start < b.start; });
+    demangled_.assign(names_.size(), false);
 }
 
 FunctionTable::~FunctionTable() = default;
@@ -86,8 +88,13 @@ const std::string* FunctionTable::find(uint64_t vaddr) const
     // Symbols may overlap (aliases): look back over the few that start at or before vaddr.
     for (int back = 0; back < 4 && it != entries_.begin(); back++) {
         --it;
-        if (vaddr >= it->start && vaddr < it->end)
+        if (vaddr >= it->start && vaddr < it->end) {
+            if (!demangled_[it->name]) { // on first use: libtorch_cpu has ~10^5 names, a run meets a few hundred
+                names_[it->name] = demangle(names_[it->name]);
+                demangled_[it->name] = true;
+            }
             return &names_[it->name];
+        }
     }
     return nullptr;
 }
@@ -146,9 +153,11 @@ NativeFrame Symbolizer::resolve(uint32_t pid, uint64_t ip)
             const auto* m = maps(p, refresh);
             if (!m)
                 break;
-            for (const auto& map : *m) {
-                if (ip < map.start || ip >= map.end)
-                    continue;
+            // The kernel lists mappings by address: the last one starting at or below ip.
+            auto after = std::upper_bound(m->begin(), m->end(), ip,
+                                          [](uint64_t v, const Mapping& map) { return v < map.start; });
+            if (after != m->begin() && ip < std::prev(after)->end) {
+                const Mapping& map = *std::prev(after);
                 NativeFrame f;
                 if (map.path.empty() || map.path[0] != '/')
                     return f; // anonymous memory (JIT code), the stack, [vdso]...

@@ -34,7 +34,10 @@ private:
         uint32_t name;
     };
     std::vector<Entry> entries_;
-    std::vector<std::string> names_;
+    // Mangled until first found (then demangled in place): demangling every symbol up front cost 70 ms for
+    // libtorch_cpu. Not thread-safe, like the rest of the symbolizer.
+    mutable std::vector<std::string> names_;
+    mutable std::vector<bool> demangled_;
 };
 
 struct NativeFrame {
