@@ -35,6 +35,17 @@ def probe_points(lotus, python, where):
     return points
 
 
+def _fresh_instance(path, remove):
+    """A new trace instance at path, switched off (its events count but write nothing); `remove` first takes
+    away one left by a bench run that was killed."""
+    if not os.path.isdir(os.path.join(TRACEFS, "instances")):
+        raise RuntimeError(f"bench: no tracefs at {TRACEFS} (mount -t tracefs nodev {TRACEFS})")
+    if os.path.isdir(path):
+        remove()
+    os.makedirs(path)
+    _write(os.path.join(path, "tracing_on"), "0\n")
+
+
 class BareUprobe:
     """Uprobes on these points with no BPF program and no output, for the `with` block."""
 
@@ -43,14 +54,9 @@ class BareUprobe:
         self.events = [f"p{i}" for i in range(len(points))]
 
     def __enter__(self):
-        if not os.path.isdir(os.path.join(TRACEFS, "instances")):
-            raise RuntimeError(f"bench: no tracefs at {TRACEFS} (mount -t tracefs nodev {TRACEFS})")
-        if os.path.isdir(INSTANCE):  # left by a bench run that was killed
-            self._remove()
-        os.makedirs(INSTANCE)
+        _fresh_instance(INSTANCE, self._remove)
         for event, (path, offset) in zip(self.events, self.points):
             _write(os.path.join(TRACEFS, "uprobe_events"), f"p:{GROUP}/{event} {path}:{offset:#x}\n")
-        _write(os.path.join(INSTANCE, "tracing_on"), "0\n")
         for event in self.events:
             _write(os.path.join(INSTANCE, "events", GROUP, event, "enable"), "1\n")
         return self
@@ -88,14 +94,8 @@ class BareSyscallEvents:
     NAME = GROUP + "_syscalls"
 
     def __enter__(self):
-        root = os.path.join(TRACEFS, "instances")
-        if not os.path.isdir(root):
-            raise RuntimeError(f"bench: no tracefs at {TRACEFS} (mount -t tracefs nodev {TRACEFS})")
-        self.instance = os.path.join(root, self.NAME)
-        if os.path.isdir(self.instance):  # left by a bench run that was killed
-            self._remove()
-        os.makedirs(self.instance)
-        _write(os.path.join(self.instance, "tracing_on"), "0\n")
+        self.instance = os.path.join(TRACEFS, "instances", self.NAME)
+        _fresh_instance(self.instance, self._remove)
         for event in self.EVENTS:
             _write(os.path.join(self.instance, "events", "syscalls", event, "enable"), "1\n")
         return self
