@@ -411,10 +411,10 @@ void Probe::adopt_threads()
 void Probe::attach_python()
 {
     adopt_threads();
-    pin(interp_.object_path); // while the process it was found in surely lives
     const auto& offsets = py_offsets_;
     const auto& cookies = py_cookies_;
     if (hold_) {
+        pin(interp_.object_path); // for the links of later children; now, while the process it was found in lives
         // The children held so far (new processes), then every other process traced so far; later children
         // get theirs while held.
         python_on_ = true;
