@@ -42,10 +42,10 @@ def train_cmd(data, epochs, script=TRAIN):
 
 
 def epoch_snapshots(cmd, snap, what, env=None):
-    """Runs cmd (the example, maybe traced), calling snap() as each epoch ends; the 3 or more results."""
+    """Runs cmd (the example, maybe traced), calling snap(pid of cmd) as each epoch ends; the 3 or more results."""
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                            env={**os.environ, **(env or {})})
-    snaps = [snap() for line in job.stdout if re.search(r"epoch \d+ done", line)]
+    snaps = [snap(job.pid) for line in job.stdout if re.search(r"epoch \d+ done", line)]
     if job.wait() != 0 or len(snaps) < 3:
         raise RuntimeError(f"bench: {what} failed ({' '.join(cmd)})")
     return snaps
@@ -71,7 +71,7 @@ LOTUS_PROGS = {"py_call", "py_entry", "py_slot", "py_slot_entry", "py_return", "
 EVALUATOR = {"LOTUS_EVALUATOR_PROBE": "1"}  # Python calls probed at the evaluator (the default before issue 20)
 
 
-def prog_stats():
+def prog_stats(_pid=None):
     """The kernel's run count and run time of every loaded BPF program (needs kernel.bpf_stats_enabled=1)."""
     out = subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True, check=True).stdout
     return {p["id"]: (p.get("name", ""), p.get("run_cnt", 0), p.get("run_time_ns", 0)) for p in json.loads(out)}
@@ -101,6 +101,23 @@ def bpf_cost(data, images, extra=(), env=None):
             n0, r0 = cost.get(name, (0, 0))
             cost[name] = (n0 + runs, r0 + took)
     return {name: (runs / (2 * images), took / runs) for name, (runs, took) in cost.items()}
+
+
+def task_cpu_ns(pid):
+    """CPU time of every thread of a process, in ns (schedstat: exact, where /proc/PID/stat counts 10 ms ticks)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+            total += int(f.read().split()[0])
+    return total
+
+
+def tracer_run_cpu(data, images, extra=()):
+    """The tracer's CPU per sample (us) over epochs 2-4 of a 4-epoch run: what it takes from the machine while the
+    job runs, without its start (attach, symbol tables) and its end (writing the outputs)."""
+    snaps = epoch_snapshots([LOTUS, "-q", "-o", os.devnull, *extra, "--", *train_cmd(data, 4)], task_cpu_ns,
+                            "traced run for the tracer's CPU")
+    return (snaps[3] - snaps[0]) / 1000 / (3 * images)
 
 
 def pairs(xs, base):
@@ -284,6 +301,9 @@ def main():
         cpu_ratio = statistics.median(i['cpu_s'] for i in infos) / samples / statistics.median(cpu)
         eval_cpu_ratio = statistics.median(i['cpu_s'] for i in eval_infos) / samples / statistics.median(cpu)
         native_cpu_ratio = statistics.median(i['cpu_s'] for i in native_infos) / samples / statistics.median(cpu)
+
+        def cpu_pairs(traced_infos):
+            return pairs([i["cpu_s"] / samples for i in traced_infos], cpu)
         events = statistics.median(i["events"] for i in infos)
         lost = max(i["lost_events"] for i in infos)
         # Marginal records and bytes per sample: the growth over more epochs, without the fixed cost of startup
@@ -296,6 +316,8 @@ def main():
         tracer_us = 1000 * (more_info["tracer_cpu_ms"] - base_tracer) / (MORE_EPOCHS * args.images)
         per_sample = (more - events) / (MORE_EPOCHS * args.images)
         bytes_per_sample = (os.path.getsize(rec) - base_bytes) / (MORE_EPOCHS * args.images)
+        run_cpu = [tracer_run_cpu(data, args.images) for _ in range(3)]
+        native_run_cpu = [tracer_run_cpu(data, args.images, NATIVE) for _ in range(3)]
         latencies, stops = zip(*[attach_latency(tmp) for _ in range(3)])
         native_latencies, native_stops = zip(*[attach_latency(tmp, ["--native-map"]) for _ in range(3)])
         _, event_stops = zip(*[attach_latency(tmp, ["--native-map"], {"LOTUS_NO_UPROBE_MULTI": "1"})
@@ -310,7 +332,7 @@ def main():
         per_sample_hits = {}
         for where, points in (("slots", slots), ("evaluator", evaluator)):  # traps per sample over epochs 2-3
             with floor.BareUprobe(points) as probe:
-                hits = epoch_snapshots(train_cmd(data, 3), probe.hits, "run under bare uprobes")
+                hits = epoch_snapshots(train_cmd(data, 3), lambda _: probe.hits(), "run under bare uprobes")
             per_sample_hits[where] = (hits[2] - hits[0]) / (2 * args.images)
         entries, slot_hits = per_sample_hits["evaluator"], per_sample_hits["slots"]
         per_call = floor.call_costs(PY, LOTUS, args.repeats, "functions", evaluator)
@@ -334,14 +356,14 @@ def main():
     rows = [
         ("example pipeline, samples/s untraced", f"{samples / u:.0f}", f"median of {args.repeats}"),
         ("example pipeline, samples/s traced (default)", f"{samples / t:.0f}", f"ratio {t / u:.3f} (slowdown {100 * (t / u - 1):+.1f} %, {pairs(traced, untraced)}); "
-         f"CPU per sample ratio {cpu_ratio:.3f} (the traced processes' CPU, the tracer's not in it); Python calls "
+         f"CPU per sample ratio {cpu_ratio:.3f} ({cpu_pairs(infos)}; the traced processes' CPU, the tracer's not in it); Python calls "
          f"probed at the type-slot functions"),
         ("samples/s traced, probes at the evaluator", f"{samples / ev:.0f}", f"ratio {ev / u:.3f} (slowdown {100 * (ev / u - 1):+.1f} %, "
          f"{pairs(at_eval, untraced)}); CPU per sample ratio {eval_cpu_ratio:.3f}; the default before issue 20 "
          f"(LOTUS_EVALUATOR_PROBE=1; --span and --all-calls still probe there)"),
         ("samples/s traced, uprobe + uretprobe", f"{samples / pr:.0f}", f"ratio {pr / u:.3f} (slowdown {100 * (pr / u - 1):+.1f} %), "
          "default mode as kernels 6.6-6.12 run it (LOTUS_NO_UPROBE_SESSION=1: two uprobe_multi links)"),
-        ("samples/s traced, --native-map --counters", f"{samples / nt:.0f}", f"ratio {nt / u:.3f} (slowdown {100 * (nt / u - 1):+.1f} %, {pairs(native, untraced)}); CPU per sample ratio {native_cpu_ratio:.3f}"),
+        ("samples/s traced, --native-map --counters", f"{samples / nt:.0f}", f"ratio {nt / u:.3f} (slowdown {100 * (nt / u - 1):+.1f} %, {pairs(native, untraced)}); CPU per sample ratio {native_cpu_ratio:.3f} ({cpu_pairs(native_infos)})"),
         ("samples/s under torch.profiler (CPU)", f"{samples / pt:.0f}", f"ratio {pt / u:.3f} (slowdown {100 * (pt / u - 1):+.1f} %), "
          "bench/profiled_train.py: main process only"),
         ("BPF time per sample, default (us)", f"{cost_total(costs):.1f}",
@@ -389,9 +411,15 @@ def main():
         ("records per sample, steady state", f"{per_sample:.1f}", f"marginal over {MORE_EPOCHS} more epochs; {lost} lost; "
          f"all records incl. startup: {events / samples:.1f}/sample"),
         ("tracer CPU per sample, steady state (us)", f"{tracer_us:.0f}",
-         f"the tracer's own CPU time (ring buffer, engine, /proc readings, record file), marginal over "
-         f"{MORE_EPOCHS} more epochs, one run each: {tracer_us / 10 / cpu_ms:.2f} % of the job's CPU per sample "
-         f"untraced, on another CPU where one is free"),
+         f"the tracer's own CPU time (ring buffer, engine, /proc readings, record file, and the outputs written "
+         f"at the end), marginal over {MORE_EPOCHS} more epochs, one run each: {tracer_us / 10 / cpu_ms:.2f} % "
+         f"of the job's CPU per sample untraced"),
+        ("tracer CPU per sample while the job runs (us)", f"{statistics.median(run_cpu):.0f}",
+         f"epochs 2-4 of 4 (schedstat of the tracer's threads), median of 3 ({min(run_cpu):.0f}-{max(run_cpu):.0f}):"
+         f" {statistics.median(run_cpu) / 10 / cpu_ms:.2f} % of the job's CPU per sample untraced, taken from the "
+         f"job's CPUs when none is free; --native-map --counters: {statistics.median(native_run_cpu):.0f} us "
+         f"({min(native_run_cpu):.0f}-{max(native_run_cpu):.0f}, "
+         f"{statistics.median(native_run_cpu) / 10 / cpu_ms:.2f} %)"),
         ("attach latency, torch loaded (s)", f"{statistics.median(latencies):.3f}", f"median of 3: {', '.join(f'{x:.3f}' for x in latencies)}"),
         ("attach latency, torch loaded, --native-map (s)", f"{statistics.median(native_latencies):.3f}",
          f"median of 3 (libjpeg, _imaging, libtorch_cpu resolved and probed)"),
