@@ -3,6 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "capture/perf_events.h"
@@ -243,6 +248,50 @@ TEST(Symbols, FunctionTableFindsAFunctionByFileOffset)
     const std::string* name = t.find_offset(fns[0].offset + 1);
     ASSERT_NE(name, nullptr);
     EXPECT_TRUE(*name == "getpid" || *name == "__getpid") << *name;
+}
+
+// A fork child is symbolised with its parent's maps (not read again: a DataLoader worker each epoch), and what
+// it maps after the fork, missing from them, makes it read its own.
+TEST(Symbols, AForkChildUsesItsParentsMapsUntilItMissesThem)
+{
+    const char* libc = "/lib/x86_64-linux-gnu/libc.so.6";
+    auto fns = target::resolve_native({{"libc.so*", "getpid"}}, libc);
+    ASSERT_EQ(fns.size(), 1u);
+    auto is_getpid = [](const target::NativeFrame& f) {
+        return (f.function == "getpid" || f.function == "__getpid") && f.library == "libc.so.6";
+    };
+    target::Symbolizer s;
+    auto own = reinterpret_cast<uint64_t>(&getpid);
+    EXPECT_TRUE(is_getpid(s.resolve(static_cast<uint32_t>(getpid()), own)));
+    EXPECT_EQ(s.maps_read(), 1u);
+
+    int ready[2];
+    ASSERT_EQ(pipe(ready), 0);
+    pid_t child = fork();
+    if (child == 0) { // a second mapping of libc, made after the fork
+        int fd = open(libc, O_RDONLY);
+        struct stat st;
+        void* at = fd >= 0 && fstat(fd, &st) == 0
+                       ? mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0)
+                       : MAP_FAILED;
+        uint64_t addr = at == MAP_FAILED ? 0 : reinterpret_cast<uint64_t>(at);
+        if (write(ready[1], &addr, sizeof(addr)) != sizeof(addr))
+            _exit(1);
+        pause();
+        _exit(0);
+    }
+    uint64_t mapped = 0;
+    ASSERT_EQ(read(ready[0], &mapped, sizeof(mapped)), static_cast<ssize_t>(sizeof(mapped)));
+    close(ready[0]);
+    close(ready[1]);
+    s.set_parent(static_cast<uint32_t>(child), static_cast<uint32_t>(getpid()));
+    EXPECT_TRUE(is_getpid(s.resolve(static_cast<uint32_t>(child), own)));
+    EXPECT_EQ(s.maps_read(), 1u); // the parent's
+    ASSERT_NE(mapped, 0u);
+    EXPECT_TRUE(is_getpid(s.resolve(static_cast<uint32_t>(child), mapped + fns[0].offset)));
+    EXPECT_EQ(s.maps_read(), 2u); // its own, on the miss
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
 }
 
 TEST(Counters, ParseNamesAndRefuseUnknownOnes)

@@ -107,22 +107,39 @@ const std::vector<Mapping>* Symbolizer::maps(uint32_t pid, bool refresh)
 {
     auto it = maps_.find(pid);
     if (it != maps_.end() && !refresh)
-        return &it->second.maps;
+        return it->second.maps.get();
     // A miss re-reads the maps only for a while after the process opened a library, at most every 100 ms:
     // garbage caller addresses (stacks without frame pointers) miss all the time, and a torch process's maps
     // are thousands of lines (re-reading them 10 times a second was most of the tracer's sampling cost).
+    // A forked child's first miss reads its own.
     uint64_t now = monotonic_ms();
-    if (it != maps_.end() && (now >= it->second.reread_until_ms || now - it->second.read_ms < 100))
-        return &it->second.maps;
+    if (it != maps_.end() && !it->second.inherited &&
+        (now >= it->second.reread_until_ms || now - it->second.read_ms < 100))
+        return it->second.maps.get();
     try {
-        auto m = read_maps(static_cast<int>(pid));
+        auto m = std::make_shared<const std::vector<Mapping>>(read_maps(static_cast<int>(pid)));
+        maps_read_++;
         auto& entry = maps_[pid];
         entry.maps = std::move(m);
         entry.read_ms = now;
-        return &entry.maps;
+        entry.inherited = false;
+        return entry.maps.get();
     } catch (const std::exception&) {
-        return it != maps_.end() ? &it->second.maps : nullptr; // gone: what was read before still holds
+        return it != maps_.end() ? it->second.maps.get() : nullptr; // gone: what was read before still holds
     }
+}
+
+void Symbolizer::set_parent(uint32_t pid, uint32_t parent)
+{
+    parents_[pid] = parent;
+    // A fork child starts with its parent's mappings: a DataLoader worker is symbolised without reading its
+    // ~1,700 lines of maps again (every epoch, for every worker). What it maps later misses, and a miss reads
+    // its own; what it opens later (dlopen) re-reads them as for any process.
+    auto p = maps_.find(parent);
+    if (p == maps_.end() || maps_.count(pid))
+        return;
+    auto shared = p->second.maps;
+    maps_[pid] = Maps{std::move(shared), 0, 0, true};
 }
 
 const FunctionTable* Symbolizer::table(const std::string& path)

@@ -53,21 +53,25 @@ public:
     // The process opened a shared library (it may map it now), or exec'd (everything changed).
     void library_opened(uint32_t pid);
     void execed(uint32_t pid) { maps_.erase(pid); }
-    // A forked child has its parent's mappings: used once the child itself is gone.
-    void set_parent(uint32_t pid, uint32_t parent) { parents_[pid] = parent; }
+    // A forked child has its parent's mappings (as far as they were read): used until it misses them, and once
+    // the child itself is gone.
+    void set_parent(uint32_t pid, uint32_t parent);
     size_t files_loaded() const { return files_.size(); }
+    size_t maps_read() const { return maps_read_; } // /proc/PID/maps files read so far
 
 private:
     const std::vector<Mapping>* maps(uint32_t pid, bool refresh);
     const FunctionTable* table(const std::string& path);
     struct Maps {
-        std::vector<Mapping> maps;
+        std::shared_ptr<const std::vector<Mapping>> maps;
         uint64_t read_ms = 0;
         uint64_t reread_until_ms = 0; // a miss re-reads the maps until then (a library was opened)
+        bool inherited = false;       // the parent's at fork, shared: a miss reads the process's own
     };
     std::unordered_map<uint32_t, Maps> maps_;
     std::unordered_map<uint32_t, uint32_t> parents_;
     std::map<std::string, std::unique_ptr<FunctionTable>> files_; // null: unreadable
+    size_t maps_read_ = 0;
 };
 
 } // namespace lotus::target
