@@ -172,6 +172,19 @@ int on_sample(struct bpf_perf_event_data *ctx)
      * refuses narrower ones of regs). */
     __u64 ip = ctx->regs.ip;
     e->in_kernel = ip >= 0xffff800000000000ull;
+    if (sample_frames <= 1) {
+        /* The leaf alone is the user ip, interrupted here or saved when the thread entered the kernel (none once
+         * an exiting thread dropped its memory): what bpf_get_stack returns for one frame, without its
+         * callchain machinery. */
+        struct task_struct *t = bpf_get_current_task_btf();
+        __u64 leaf = !e->in_kernel ? ip : t->mm ? PT_REGS_IP_CORE((struct pt_regs *)bpf_task_pt_regs(t)) : 0;
+        e->ip[0] = leaf;
+        e->nr_ips = leaf ? 1 : 0;
+        for (__u32 i = 1; i < LOTUS_STACK_DEPTH; i++)
+            e->ip[i] = 0;
+        bpf_ringbuf_submit(e, submit_flags());
+        return 0;
+    }
     /* Each caller is a read of user memory by the frame-pointer walk: 1.3 us a sample for the leaf alone, 9.6 us
      * for 8 frames on these machines, so callers are opt-in (perf record's default is the leaf too). */
     __u32 bytes = sample_frames * sizeof(e->ip[0]);
