@@ -185,8 +185,8 @@ int on_sample(struct bpf_perf_event_data *ctx)
         bpf_ringbuf_submit(e, submit_flags());
         return 0;
     }
-    /* Each caller is a read of user memory by the frame-pointer walk: 1.3 us a sample for the leaf alone, 9.6 us
-     * for 8 frames on these machines, so callers are opt-in (perf record's default is the leaf too). */
+    /* Each caller is a read of user memory by the frame-pointer walk (9.6 us a sample for 8 frames on these
+     * machines), so callers are opt-in (perf record's default is the leaf too). */
     __u32 bytes = sample_frames * sizeof(e->ip[0]);
     if (bytes < sizeof(e->ip[0]) || bytes > sizeof(e->ip))
         bytes = sizeof(e->ip[0]);
