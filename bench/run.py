@@ -35,10 +35,11 @@ MORE_EPOCHS = 4  # steady-state records and bytes per sample: the growth over th
 
 
 PROFILED = os.path.join(ROOT, "bench", "profiled_train.py")
+WORKERS = 2  # DataLoader workers of the example (bench/many_cores.py sets more)
 
 
 def train_cmd(data, epochs, script=TRAIN):
-    return [PY, script, data, "--epochs", str(epochs), "--workers", "2", "--batch-size", "32"]
+    return [PY, script, data, "--epochs", str(epochs), "--workers", str(WORKERS), "--batch-size", "32"]
 
 
 def epoch_snapshots(cmd, snap, what, env=None):
