@@ -196,9 +196,10 @@ def run_counts(ids):
 class SyscallIsolation(BpfTestCase):
     calls = 100_000
 
-    def syscall_runs(self, env):
+    def syscall_runs(self, env, wrap=()):
         """Runs of the tracer's programs (bpf_stats) over 100,000 getpid() calls of a process it does not trace,
-        while it traces an idle job; and the run's otherData."""
+        while it traces an idle job (the tracer started through `wrap`, which execs it); and the run's
+        otherData."""
         stats = "/proc/sys/kernel/bpf_stats_enabled"
 
         def write_stats(value):
@@ -210,7 +211,7 @@ class SyscallIsolation(BpfTestCase):
         job = subprocess.Popen([PY, "-c", "import time; time.sleep(300)"])
         self.addCleanup(lambda: (job.kill(), job.wait()))
         out = self.path("trace.json")
-        tracer = subprocess.Popen([LOTUS, "-q", "-o", out, "--pid", str(job.pid)], stdout=subprocess.PIPE,
+        tracer = subprocess.Popen([*wrap, LOTUS, "-q", "-o", out, "--pid", str(job.pid)], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
         self.addCleanup(lambda: (tracer.poll() is None and tracer.kill(), tracer.wait()))
         wait_for_attach(tracer)
@@ -233,6 +234,20 @@ class SyscallIsolation(BpfTestCase):
         self.assertEqual(other["syscall_programs"], "watched syscalls")
         # What else ran meanwhile (the tracer's own file opens, context switches) is a few hundred at most.
         self.assertLess(sum(runs.values()), self.calls // 20, runs)
+
+    def test_syscall_events_where_tracefs_is_not_mounted(self):
+        """Many machines never mount tracefs, where the events' ids are: lotus-bpf reads them from one it mounts
+        in a child's own mount namespace (the machine's mounts untouched), and still runs only on the watched
+        syscalls. The tracer runs here in a mount namespace with no tracefs in it."""
+        no_tracefs = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                      "umount -l /sys/kernel/tracing 2>/dev/null; umount -l /sys/kernel/debug 2>/dev/null; "
+                      "test -e /sys/kernel/tracing/events && exit 97; "
+                      "test -e /sys/kernel/debug/tracing && exit 98; exec \"$0\" \"$@\""]
+        runs, other = self.syscall_runs({}, no_tracefs)
+        self.assertEqual(other["syscall_programs"], "watched syscalls")
+        self.assertLess(sum(runs.values()), self.calls // 20, runs)
+        self.assertGreater(runs.get("on_getppid", 0) + runs.get("on_openat", 0) + runs.get("on_read_done", 0)
+                           + runs.get("on_write", 0), 0, runs)
 
     def test_raw_syscall_pair_runs_on_every_syscall(self):
         """Where tracefs cannot be read (CAP_BPF + CAP_PERFMON without root; forced here), the raw pair runs on

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/perf_event.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "tracepoint_ids.h"
 #include "lotus.skel.h"
 #include "lotus_abi.h"
 
@@ -89,17 +91,28 @@ static bool env_set(const char* name)
     return v && *v && strcmp(v, "0") != 0;
 }
 
-// Whether libbpf can attach to the syscalls: events, whose ids only tracefs says (where libbpf looks: tracefs,
-// else debugfs). Root reads it; CAP_BPF + CAP_PERFMON alone do not.
-static bool syscall_events_readable()
+// The watched syscalls' own events, in the order of the programs attached to them below.
+static const std::vector<std::string> kSyscallEvents = {"syscalls/sys_enter_write", "syscalls/sys_enter_getppid",
+                                                        "syscalls/sys_enter_openat", "syscalls/sys_exit_read"};
+
+// A program on a tracepoint event by its id (what libbpf's attach by name does, with the id read by us: tracefs
+// need not be mounted where lotus-bpf runs).
+static bpf_link* attach_tracepoint_id(bpf_program* prog, uint32_t id)
 {
-    const char* root = access("/sys/kernel/tracing", F_OK) == 0 ? "/sys/kernel/tracing" : "/sys/kernel/debug/tracing";
-    for (const char* ev : {"sys_enter_write", "sys_enter_getppid", "sys_enter_openat", "sys_exit_read"}) {
-        common::UniqueFd fd(open(fmt::format("{}/events/syscalls/{}/id", root, ev).c_str(), O_RDONLY | O_CLOEXEC));
-        if (!fd)
-            return false;
+    perf_event_attr attr{};
+    attr.type = PERF_TYPE_TRACEPOINT;
+    attr.size = sizeof(attr);
+    attr.config = id;
+    int pfd = static_cast<int>(syscall(__NR_perf_event_open, &attr, -1, 0, -1, PERF_FLAG_FD_CLOEXEC));
+    if (pfd < 0)
+        return nullptr;
+    bpf_link* link = bpf_program__attach_perf_event(prog, pfd); // owns pfd from here
+    if (!link) {
+        int err = errno;
+        close(pfd);
+        errno = err;
     }
-    return true;
+    return link;
 }
 
 Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<CounterSpec>& counters,
@@ -171,7 +184,10 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     bpf_program__set_autoload(skel_->progs.native_return, features.native);
     bpf_program__set_autoload(skel_->progs.on_sample, features.sampling);
     // The watched syscalls on their own events; else (or LOTUS_RAW_SYSCALLS=1) on every syscall's.
-    syscall_events_ = !env_set("LOTUS_RAW_SYSCALLS") && syscall_events_readable();
+    if (!env_set("LOTUS_RAW_SYSCALLS"))
+        if (auto ids = tracepoint_ids(kSyscallEvents))
+            syscall_ids_ = std::move(*ids);
+    syscall_events_ = !syscall_ids_.empty();
     for (bpf_program* prog : {skel_->progs.on_write, skel_->progs.on_getppid, skel_->progs.on_openat,
                               skel_->progs.on_read_done})
         bpf_program__set_autoload(prog, syscall_events_);
@@ -282,10 +298,14 @@ void Probe::attach_process_tracking()
     attach(skel_->progs.on_exit, skel_->links.on_exit, "sched_process_exit");
     attach(skel_->progs.on_rename, skel_->links.on_rename, "task_rename");
     if (syscall_events_) {
-        attach(skel_->progs.on_write, skel_->links.on_write, "syscalls:sys_enter_write");
-        attach(skel_->progs.on_getppid, skel_->links.on_getppid, "syscalls:sys_enter_getppid");
-        attach(skel_->progs.on_openat, skel_->links.on_openat, "syscalls:sys_enter_openat");
-        attach(skel_->progs.on_read_done, skel_->links.on_read_done, "syscalls:sys_exit_read");
+        bpf_program* progs[] = {skel_->progs.on_write, skel_->progs.on_getppid, skel_->progs.on_openat,
+                                skel_->progs.on_read_done};
+        bpf_link** links[] = {&skel_->links.on_write, &skel_->links.on_getppid, &skel_->links.on_openat,
+                              &skel_->links.on_read_done};
+        for (size_t i = 0; i < kSyscallEvents.size(); i++)
+            if (!(*links[i] = attach_tracepoint_id(progs[i], syscall_ids_[i])))
+                throw CaptureError(fmt::format("cannot attach the {} tracepoint: {}", kSyscallEvents[i],
+                                               strerror(errno)));
     } else {
         attach(skel_->progs.on_sys_enter, skel_->links.on_sys_enter, "sys_enter");
         attach(skel_->progs.on_sys_exit, skel_->links.on_sys_exit, "sys_exit");

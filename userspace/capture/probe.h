@@ -177,6 +177,7 @@ private:
     bool slots_ = false;    // the type-slot functions are probed, not the evaluator
     bool hold_ = false;     // per-process Python probes, new children held until theirs are attached
     bool syscall_events_ = false; // the syscall programs on the syscalls: events (else raw sys_enter/sys_exit)
+    std::vector<uint32_t> syscall_ids_; // those events' ids (kSyscallEvents' order)
     bool python_on_ = false; // attach_python was called: held children get their probes
     uint64_t held_walked_ = 0; // BPF's held_total when release_held last walked lotus_held
     std::unordered_map<uint32_t, uint64_t> starting_; // continued children (monotonic ns) yet to call getppid
