@@ -118,6 +118,9 @@ void NativeCapture::on_event(const void* data, size_t len)
         symbolizer_.set_parent(h->tgid, static_cast<const lotus_proc_event*>(data)->parent_tgid);
     } else if (h->type == LOTUS_EV_EXEC) {
         symbolizer_.execed(h->tgid);
+        written_.erase(h->tgid);
+    } else if (h->type == LOTUS_EV_EXIT) {
+        written_.erase(h->tgid);
     } else if (h->type == LOTUS_EV_OPEN && len >= sizeof(lotus_open)) {
         auto* o = static_cast<const lotus_open*>(data);
         if (std::string_view(o->path, strnlen(o->path, sizeof(o->path))).find(".so") != std::string_view::npos)
@@ -127,14 +130,15 @@ void NativeCapture::on_event(const void* data, size_t len)
         auto* s = static_cast<const lotus_sample*>(data);
         // Callers are only looked at when the leaf has no name (the engine's rule); without frame pointers
         // they are mostly noise, and each new one would cost a lookup and a record.
+        auto& written = written_[h->tgid];
         for (uint32_t i = 0; i < s->nr_ips && i < LOTUS_STACK_DEPTH; i++) {
-            if (i == 1 && leaf_named_.count({h->tgid, s->ip[0]}))
+            if (i == 1 && written[s->ip[0]])
                 break;
-            if (!resolved_.insert({h->tgid, s->ip[i]}).second)
+            auto [it, fresh] = written.try_emplace(s->ip[i], false);
+            if (!fresh)
                 continue;
             auto f = symbolizer_.resolve(h->tgid, s->ip[i]);
-            if (i == 0 && !f.function.empty())
-                leaf_named_.insert({h->tgid, s->ip[0]});
+            it->second = !f.function.empty();
             model::RecordSymbol rec{};
             rec.type = model::kRecordSymbol;
             rec.tgid = h->tgid;

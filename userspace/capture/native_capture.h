@@ -6,7 +6,7 @@
 #include <functional>
 #include <set>
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 #include "probe.h"
@@ -40,8 +40,9 @@ private:
     Emit emit_;
     target::Symbolizer symbolizer_;
     std::set<std::pair<uint64_t, uint64_t>> libraries_; // (dev, inode) already resolved (attached or found empty)
-    std::set<std::pair<uint32_t, uint64_t>> resolved_;   // (pid, ip): symbol records already written
-    std::set<std::pair<uint32_t, uint64_t>> leaf_named_; // ... of which these have a function name
+    // Per process, the sampled addresses whose symbol records are written (true: with a function name). Forgotten
+    // when it execs or exits, as the engine forgets the names: a reused pid gets its records again.
+    std::unordered_map<uint32_t, std::unordered_map<uint64_t, bool>> written_;
     std::vector<size_t> matched_;
     uint32_t functions_ = 0, refused_ = 0;
     double attach_s_ = 0;
