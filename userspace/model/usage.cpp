@@ -59,7 +59,7 @@ void UsageTracker::consume(const void* data, size_t len)
             u.forked = true, u.first_ns = prev.ts_ns;
         // the exact CPU time, split user/system as the kernel's ticks split it
         uint64_t user = user_part(x->runtime_ns, x->utime_ns, x->stime_ns);
-        uint64_t system = x->runtime_ns - std::min<uint64_t>(user, x->runtime_ns);
+        uint64_t system = x->runtime_ns - user; // user_part never exceeds the runtime
         uint64_t d_cpu = since(user, prev.user_ns) + since(system, prev.system_ns);
         u.user_ns += since(user, prev.user_ns);
         u.system_ns += since(system, prev.system_ns);
