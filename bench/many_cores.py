@@ -5,8 +5,11 @@ the default mode and with --native-map --counters, interleaved; the BPF time per
 the tracer's CPU while the job runs; an unrelated process's slowdown beside the tracer.
 
 It prints each repeat as it ends and stops taking new repeats at --budget seconds, so a machine lent for a few
-minutes still returns every figure it measured. Needs root (BPF); built lotus-bpf at build/lotus-bpf.
-Usage: bench/many_cores.py [--python PY] [--workers 8] [--images 2048] [--repeats 10] [--budget SECONDS]"""
+minutes still returns every figure it measured; --rows picks the parts (pairs, bpf, tracer, unrelated). Needs root
+(BPF) and lotus-bpf at build/lotus-bpf. On a machine that cannot build it: a stripped copy of the binary with
+libbpf.so.1, libelf.so.1 and libfmt.so.9 (and bpftool with libcap.so.2 for the BPF rows) on LD_LIBRARY_PATH.
+Usage: bench/many_cores.py [--python PY] [--workers 8] [--images 2048] [--repeats 10] [--budget SECONDS]
+                           [--rows pairs,bpf,tracer,unrelated]"""
 import argparse
 import os
 import shutil
@@ -41,8 +44,11 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--budget", type=float, default=1e9, help="seconds after which no new repeat starts")
-    ap.add_argument("--pairs-only", action="store_true", help="only the interleaved runs of the example")
+    ap.add_argument("--rows", default="pairs,bpf,tracer,unrelated", help="the parts to measure, in this order")
     args = ap.parse_args()
+    rows_wanted = set(args.rows.split(","))
+    if not rows_wanted <= {"pairs", "bpf", "tracer", "unrelated"}:
+        sys.exit(f"bench: --rows takes pairs, bpf, tracer, unrelated (got {args.rows})")
     if os.geteuid() != 0:
         sys.exit("bench: needs root (BPF)")
     start = time.monotonic()
@@ -59,8 +65,10 @@ def main():
         run.run_train(data, 1, False, tmp)  # the page cache
         base, base_cpu = [], []
         modes = {"default": ((), [], []), "--native-map --counters": (run.NATIVE, [], [])}
-        for i in range(args.repeats):
-            if i >= 3 and left() < (0.1 if args.pairs_only else 0.55) * args.budget:  # the rows below need the rest
+        # what the pairs may take of the budget: the other rows need the rest
+        share = 0.9 if rows_wanted == {"pairs"} else 0.45
+        for i in range(args.repeats if "pairs" in rows_wanted else 0):
+            if i >= 3 and left() < (1 - share) * args.budget:
                 break
             s, info = run.run_train(data, args.epochs, False, tmp)
             base.append(s)
@@ -72,27 +80,27 @@ def main():
                 cpu.append(info["cpu_s"] / samples)
                 line += f", {name} {samples / s:.0f} ({info['lost_events']} lost)"
             say(line)
-        rows.append(f"samples/s untraced: {samples / statistics.median(base):.0f} (median of {len(base)})")
-        rows += [ratio_row(name, runs, base, cpu, base_cpu) for name, (_, runs, cpu) in modes.items()]
-        say(rows[-2])
-        say(rows[-1])
-        if args.pairs_only:
-            return
-        if shutil.which("bpftool") and left() > 0.35 * args.budget:
+        if base:
+            rows.append(f"samples/s untraced: {samples / statistics.median(base):.0f} (median of {len(base)})")
+            rows += [ratio_row(name, runs, base, cpu, base_cpu) for name, (_, runs, cpu) in modes.items()]
+            say(rows[-2])
+            say(rows[-1])
+        if "bpf" in rows_wanted and shutil.which("bpftool") and left() > 0.35 * args.budget:
             for name, extra in (("default", ()), ("--native-map --counters", run.NATIVE)):
                 costs = [run.bpf_cost(data, args.images, extra) for _ in range(2)]
                 rows.append(f"BPF per sample, {name}: {run.cost_total(costs):.1f} us (epochs 2-3, median of 2; "
                             f"{run.cost_note(costs[-1])})")
                 say(rows[-1])
-        if left() > 0.25 * args.budget:
-            cpu_ms = 1000 * statistics.median(base_cpu)
+        if "tracer" in rows_wanted and left() > 0.25 * args.budget:
+            cpu_ms = 1000 * statistics.median(base_cpu) if base_cpu else None
             for name, extra in (("default", ()), ("--native-map --counters", run.NATIVE)):
                 us = [run.tracer_run_cpu(data, args.images, extra) for _ in range(2)]
+                share_note = (f"; {statistics.median(us) / 10 / cpu_ms:.2f} % of the job's {cpu_ms:.2f} ms of CPU "
+                              "per sample untraced" if cpu_ms else "")
                 rows.append(f"tracer CPU per sample while the job runs, {name}: {statistics.median(us):.0f} us "
-                            f"({min(us):.0f}-{max(us):.0f}; {statistics.median(us) / 10 / cpu_ms:.2f} % of the "
-                            f"job's {cpu_ms:.2f} ms of CPU per sample untraced)")
+                            f"({min(us):.0f}-{max(us):.0f}{share_note})")
                 say(rows[-1])
-        for kind, n in UNRELATED.items():
+        for kind, n in UNRELATED.items() if "unrelated" in rows_wanted else ():
             if left() < 20:
                 rows.append(f"unrelated process, {kind}: not measured (out of time)")
                 continue
