@@ -68,7 +68,7 @@ def run_train(data, epochs, traced, tmp, extra=(), script=TRAIN, env=None):
 
 LOTUS_PROGS = {"py_call", "py_entry", "py_slot", "py_slot_entry", "py_return", "on_switch", "on_write", "on_getppid",
                "on_openat", "on_read_done", "on_sys_enter", "on_sys_exit", "native_entry", "native_return", "on_sample",
-               "on_fork", "on_exec", "on_exit"}
+               "on_fork", "on_exec", "on_exit", "libc_call", "libc_read"}
 EVALUATOR = {"LOTUS_EVALUATOR_PROBE": "1"}  # Python calls probed at the evaluator (the default before issue 20)
 
 

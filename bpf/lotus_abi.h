@@ -128,6 +128,12 @@ struct lotus_py_return {
  * multiprocessing queues carry objects (a DataLoader's tasks and batches among them). The pickle's first bytes
  * are kept; what they mean is the model's business (model/messages.h). */
 #define LOTUS_MSG_BYTES 64
+
+/* libc's wrappers of the watched syscalls, probed in the traced processes (the cookie of each libc_call probe). */
+#define LOTUS_LIBC_WRITE 0
+#define LOTUS_LIBC_GETPPID 1
+#define LOTUS_LIBC_OPEN 2   /* open(path, ...), open64 */
+#define LOTUS_LIBC_OPENAT 3 /* openat(dirfd, path, ...), openat64 */
 #define LOTUS_MSG_IN 0  /* read(): received, the pickle from the buffer's start */
 #define LOTUS_MSG_OUT 1 /* write(): sent, the pickle after multiprocessing's 4-byte length header if any */
 struct lotus_msg {

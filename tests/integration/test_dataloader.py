@@ -84,11 +84,13 @@ class DataLoaderSemantics(BpfTestCase):
                 self.assertLess(sum(per_pid[w] for w in workers), workers_max, per_pid)
                 self.assertLessEqual(max(n for (pid, _), n in described.items() if pid in workers), 3)
 
-    def test_both_syscall_attachments(self):
+    def test_every_syscall_attachment(self):
         """The DataLoader's pickles, the samples' file opens and the workers' getppid reach the engine the same
-        through the syscalls: events (as root) and through the raw sys_enter/sys_exit pair (where tracefs cannot be
-        read, as with CAP_BPF + CAP_PERFMON alone; LOTUS_RAW_SYSCALLS=1 forces it here)."""
-        for env, programs in (({}, "watched syscalls"), ({"LOTUS_RAW_SYSCALLS": "1"}, "every syscall")):
+        through libc's wrappers in the traced processes (the default where probes are per process), through the
+        syscalls: events (LOTUS_SYSCALL_EVENTS=1; the native map's way) and through the raw sys_enter/sys_exit pair
+        (where tracefs cannot be read, as with CAP_BPF + CAP_PERFMON alone; LOTUS_RAW_SYSCALLS=1 forces it here)."""
+        for env, programs in (({}, "traced processes' libc calls"), ({"LOTUS_SYSCALL_EVENTS": "1"}, "watched syscalls"),
+                              ({"LOTUS_RAW_SYSCALLS": "1"}, "every syscall")):
             with self.subTest(programs=programs):
                 data, trace = self.trace_job(env=env)
                 self.check(data, trace, 2, 2)

@@ -227,10 +227,22 @@ class SyscallIsolation(BpfTestCase):
             load_trace(out)["otherData"]
 
     def test_other_processes_syscalls_run_no_program(self):
-        """The syscalls lotus-bpf watches have one program each on their own event: a syscall of another kind, by
-        any process, runs none of lotus-bpf's programs (one on every sys_enter and sys_exit made a cheap syscall
-        of a process never traced a fifth slower)."""
+        """By default the syscalls lotus-bpf watches are seen at libc's wrappers in the traced processes alone: no
+        syscall event is in use, so another process's syscalls take no tracing path and run none of its
+        programs (what else ran meanwhile is context switches, a few hundred at most)."""
         runs, other = self.syscall_runs({})
+        self.assertEqual(other["syscall_programs"], "traced processes' libc calls")
+        self.assertLess(sum(runs.values()), self.calls // 20, runs)
+        # no syscall program loaded at all (runs holds every program the tracer holds, those that never ran too)
+        self.assertIn("libc_call", runs)
+        for name in ("on_openat", "on_read_done", "on_write", "on_getppid", "on_sys_enter", "on_sys_exit"):
+            self.assertNotIn(name, runs)
+
+    def test_watched_syscalls_on_their_own_events(self):
+        """With the events (LOTUS_SYSCALL_EVENTS=1, the native map's way) each watched syscall has one program on
+        its own event: a syscall of another kind, by any process, runs none of lotus-bpf's programs (one on every
+        sys_enter and sys_exit made a cheap syscall of a process never traced a fifth slower)."""
+        runs, other = self.syscall_runs({"LOTUS_SYSCALL_EVENTS": "1"})
         self.assertEqual(other["syscall_programs"], "watched syscalls")
         # What else ran meanwhile (the tracer's own file opens, context switches) is a few hundred at most.
         self.assertLess(sum(runs.values()), self.calls // 20, runs)
@@ -243,7 +255,7 @@ class SyscallIsolation(BpfTestCase):
                       "umount -l /sys/kernel/tracing 2>/dev/null; umount -l /sys/kernel/debug 2>/dev/null; "
                       "test -e /sys/kernel/tracing/events && exit 97; "
                       "test -e /sys/kernel/debug/tracing && exit 98; exec \"$0\" \"$@\""]
-        runs, other = self.syscall_runs({}, no_tracefs)
+        runs, other = self.syscall_runs({"LOTUS_SYSCALL_EVENTS": "1"}, no_tracefs)
         self.assertEqual(other["syscall_programs"], "watched syscalls")
         self.assertLess(sum(runs.values()), self.calls // 20, runs)
         self.assertGreater(runs.get("on_getppid", 0) + runs.get("on_openat", 0) + runs.get("on_read_done", 0)

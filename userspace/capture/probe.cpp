@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "target/proc_maps.h"
 #include "tracepoint_ids.h"
 #include "lotus.skel.h"
 #include "lotus_abi.h"
@@ -183,8 +184,14 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     bpf_program__set_autoload(skel_->progs.native_entry, features.native);
     bpf_program__set_autoload(skel_->progs.native_return, features.native);
     bpf_program__set_autoload(skel_->progs.on_sample, features.sampling);
-    // The watched syscalls on their own events; else (or LOTUS_RAW_SYSCALLS=1) on every syscall's.
-    if (!env_set("LOTUS_RAW_SYSCALLS"))
+    // The watched syscalls. Where probes are per process and the kernel has uprobe sessions: libc's wrappers, in
+    // the traced processes only, so that no syscall event is in use and no task's syscalls take the kernel's
+    // tracing path. The native map keeps the events: it probes libraries as the dynamic loader opens them, which
+    // goes around libc. Else their own events; else (or LOTUS_RAW_SYSCALLS=1) every syscall's.
+    // LOTUS_SYSCALL_EVENTS=1: the events, as without per-process probes.
+    libc_ = hold_ && session && !features.native && !env_set("LOTUS_RAW_SYSCALLS") &&
+            !env_set("LOTUS_SYSCALL_EVENTS") && target::links_libc(interp.object_path);
+    if (!libc_ && !env_set("LOTUS_RAW_SYSCALLS"))
         if (auto ids = tracepoint_ids(kSyscallEvents))
             syscall_ids_ = std::move(*ids);
     syscall_events_ = !syscall_ids_.empty();
@@ -192,7 +199,13 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
                               skel_->progs.on_read_done})
         bpf_program__set_autoload(prog, syscall_events_);
     for (bpf_program* prog : {skel_->progs.on_sys_enter, skel_->progs.on_sys_exit})
-        bpf_program__set_autoload(prog, !syscall_events_);
+        bpf_program__set_autoload(prog, !libc_ && !syscall_events_);
+    bpf_program__set_autoload(skel_->progs.libc_call, libc_);
+    bpf_program__set_autoload(skel_->progs.libc_read, libc_);
+    if (libc_) {
+        bpf_program__set_expected_attach_type(skel_->progs.libc_call, static_cast<bpf_attach_type>(multi_type_));
+        bpf_program__set_expected_attach_type(skel_->progs.libc_read, static_cast<bpf_attach_type>(session_type_));
+    }
     bpf_map__set_max_entries(skel_->maps.lotus_perf, static_cast<uint32_t>(LOTUS_MAX_PERF * ncpu));
     if (int err = lotus_bpf__load(skel_.get()))
         throw CaptureError(fmt::format("cannot load the BPF programs: {} (set LOTUS_BPF_DEBUG=1 for the log)",
@@ -264,6 +277,13 @@ int Probe::on_record(void* ctx, void* data, size_t len)
     auto* h = static_cast<const lotus_event_header*>(data);
     if (self->hold_ && h->type == LOTUS_EV_EXIT)
         self->process_links_.exited(h->tgid);
+    if (self->libc_ && h->type == LOTUS_EV_EXIT) {
+        self->libc_linked_.erase(h->tgid);
+        self->libc_pending_.erase(h->tgid);
+    }
+    // A new image may map another libc (an exec into another root): looked at once it has mapped one.
+    if (self->libc_ && h->type == LOTUS_EV_EXEC && self->process_links_.has(h->tgid))
+        self->libc_pending_.emplace(h->tgid, common::monotonic_ns());
     if (h->type == LOTUS_EV_GETPPID || h->type == LOTUS_EV_EXIT)
         self->starting_.erase(h->tgid);
     self->sink_(data, len);
@@ -306,7 +326,7 @@ void Probe::attach_process_tracking()
             if (!(*links[i] = attach_tracepoint_id(progs[i], syscall_ids_[i])))
                 throw CaptureError(fmt::format("cannot attach the {} tracepoint: {}", kSyscallEvents[i],
                                                strerror(errno)));
-    } else {
+    } else if (!libc_) {
         attach(skel_->progs.on_sys_enter, skel_->links.on_sys_enter, "sys_enter");
         attach(skel_->progs.on_sys_exit, skel_->links.on_sys_exit, "sys_exit");
     }
@@ -511,7 +531,65 @@ void Probe::attach_python_to(uint32_t tgid)
             return;
     if (!inline_resume_.empty() && !made(inline_links(tgid), "opcode-handler", interp_.object_path))
         return;
+    libc_linked_.erase(tgid); // an earlier process's, under the same pid
+    if (libc_ && !attach_libc_to(tgid, fds))
+        libc_pending_.emplace(tgid, common::monotonic_ns()); // stopped at its exec: no libc mapped yet
     process_links_.add(tgid, std::move(fds));
+}
+
+bool Probe::attach_libc_to(uint32_t tgid, std::vector<common::UniqueFd>& fds)
+{
+    auto libc = target::mapped_libc(static_cast<int>(tgid));
+    if (!libc)
+        return false;
+    auto file = std::make_tuple(libc->dev_major, libc->dev_minor, libc->inode);
+    auto& linked = libc_linked_[tgid];
+    if (linked.count(file))
+        return true; // an exec that mapped the same libc again: its links hold for the new image
+    auto it = libc_files_.find(file);
+    if (it == libc_files_.end())
+        it = libc_files_.emplace(file, target::libc_wrappers(libc->path)).first;
+    if (!it->second) {
+        if (attach_error_.empty())
+            attach_error_ = fmt::format("process {} maps {}, where read, write, open, openat or getppid is not found "
+                                        "(LOTUS_SYSCALL_EVENTS=1 watches their syscalls instead)",
+                                        tgid, libc->path);
+        return true;
+    }
+    const auto& w = *it->second;
+    std::string path = pin(libc->path);
+    common::UniqueFd call = multi_link(skel_->progs.libc_call, multi_type_, path, w.call_offsets, w.call_cookies,
+                                       false, tgid);
+    common::UniqueFd read = call ? multi_link(skel_->progs.libc_read, session_type_, path, {w.read_offset}, {},
+                                              false, tgid)
+                                 : common::UniqueFd();
+    if (!read) {
+        if (errno != ESRCH && attach_error_.empty())
+            attach_error_ = fmt::format("cannot attach the libc probes of {} to process {}: {}", libc->path, tgid,
+                                        strerror(errno));
+        return true;
+    }
+    fds.push_back(std::move(call));
+    fds.push_back(std::move(read));
+    linked.insert(file);
+    return true;
+}
+
+void Probe::retry_libc()
+{
+    // A process maps its libc within milliseconds of its exec; one that maps none by then has no wrapper to see.
+    constexpr uint64_t kLibcWaitNs = 10'000'000'000ull;
+    uint64_t now = common::monotonic_ns();
+    for (auto it = libc_pending_.begin(); it != libc_pending_.end();) {
+        std::vector<common::UniqueFd> fds;
+        bool done = !target::process_exists(static_cast<int>(it->first)) || attach_libc_to(it->first, fds);
+        if (!fds.empty())
+            process_links_.append(it->first, std::move(fds));
+        if (done || now - it->second > kLibcWaitNs)
+            it = libc_pending_.erase(it);
+        else
+            ++it;
+    }
 }
 
 void Probe::release_held(bool attach, bool all)
@@ -682,6 +760,8 @@ int Probe::poll(int timeout_ms)
         throw CaptureError(fmt::format("ring buffer read failed: {}", strerror(-m)));
     if (hold_)
         release_held(); // also those whose HOLD record did not fit in the side ring (BPF's count says)
+    if (!libc_pending_.empty())
+        retry_libc();
     if (!attach_error_.empty())
         throw CaptureError(attach_error_);
     return (n > 0 ? n : 0) + m;

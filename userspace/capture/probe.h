@@ -7,6 +7,9 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+#include <set>
+#include <tuple>
+#include <optional>
 
 #include <map>
 #include <memory>
@@ -14,6 +17,7 @@
 #include "common/unique_fd.h"
 #include "perf_events.h"
 #include "process_links.h"
+#include "target/libc_wrappers.h"
 #include "lotus_abi.h"
 #include "target/interpreter.h"
 
@@ -121,7 +125,10 @@ public:
     size_t let_children_start(int wait_ms);
     // Which syscalls run the syscall programs: "watched syscalls" (each on its own syscalls: event) or "every
     // syscall" (the raw sys_enter/sys_exit pair, where tracefs cannot be read).
-    const char* syscall_programs() const { return syscall_events_ ? "watched syscalls" : "every syscall"; }
+    const char* syscall_programs() const
+    {
+        return libc_ ? "traced processes' libc calls" : syscall_events_ ? "watched syscalls" : "every syscall";
+    }
     // Detach and unload now (also done by the destructor).
     void close();
 
@@ -133,6 +140,9 @@ private:
     void adopt_threads();
     // The Python probes of one traced process (per-process mode), and its native ones.
     void attach_python_to(uint32_t tgid);
+    // libc mode: the process's links on the wrappers of the libc it maps; false while it maps none yet.
+    bool attach_libc_to(uint32_t tgid, std::vector<common::UniqueFd>& fds);
+    void retry_libc(); // the processes still to map their libc (started, or exec'd, since their links were made)
     // Every child held in BPF (lotus_held): its probes attached (when `attach`), then continued. Nothing to do
     // (no syscall) unless a child was held since the last walk, or `all`. Never throws: a refusal is kept in
     // attach_error_ for poll() to report.
@@ -178,6 +188,11 @@ private:
     bool hold_ = false;     // per-process Python probes, new children held until theirs are attached
     bool syscall_events_ = false; // the syscall programs on the syscalls: events (else raw sys_enter/sys_exit)
     std::vector<uint32_t> syscall_ids_; // those events' ids (kSyscallEvents' order)
+    // The syscalls through libc's wrappers in the traced processes (per-process links; no syscall event).
+    bool libc_ = false;
+    std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::optional<target::LibcWrappers>> libc_files_; // by file
+    std::map<uint32_t, std::set<std::tuple<uint32_t, uint32_t, uint64_t>>> libc_linked_; // per process: its files
+    std::unordered_map<uint32_t, uint64_t> libc_pending_; // process -> when it was found without a libc (ns)
     bool python_on_ = false; // attach_python was called: held children get their probes
     uint64_t held_walked_ = 0; // BPF's held_total when release_held last walked lotus_held
     std::unordered_map<uint32_t, uint64_t> starting_; // continued children (monotonic ns) yet to call getppid

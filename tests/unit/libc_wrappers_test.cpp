@@ -1,0 +1,47 @@
+// libc's wrappers of the watched syscalls, found in this process's own libc: the file offsets lotus-bpf would
+// probe are where this process's read, write and getppid are loaded.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include "lotus_abi.h"
+#include "target/libc_wrappers.h"
+#include "target/proc_maps.h"
+
+using namespace lotus::target;
+
+namespace {
+
+// The file offset of a loaded address, from this process's maps.
+uint64_t file_offset_of(const void* addr)
+{
+    auto a = reinterpret_cast<uint64_t>(addr);
+    for (const auto& m : read_maps(getpid()))
+        if (a >= m.start && a < m.end)
+            return a - m.start + m.offset;
+    return 0;
+}
+
+} // namespace
+
+TEST(LibcWrappers, FoundWhereThisProcessLoadsThem)
+{
+    auto libc = mapped_libc(getpid());
+    ASSERT_TRUE(libc);
+    auto w = libc_wrappers(libc->path);
+    ASSERT_TRUE(w);
+    ASSERT_GE(w->call_offsets.size(), 4u);
+    EXPECT_EQ(w->call_cookies[0], LOTUS_LIBC_WRITE);
+    EXPECT_EQ(w->call_offsets[0], file_offset_of(reinterpret_cast<const void*>(&::write)));
+    EXPECT_EQ(w->call_cookies[1], LOTUS_LIBC_GETPPID);
+    EXPECT_EQ(w->call_offsets[1], file_offset_of(reinterpret_cast<const void*>(&::getppid)));
+    EXPECT_EQ(w->read_offset, file_offset_of(reinterpret_cast<const void*>(&::read)));
+    EXPECT_TRUE(links_libc("/proc/self/exe"));
+}
+
+TEST(LibcWrappers, NoneInAFileThatIsNotALibc)
+{
+    EXPECT_FALSE(libc_wrappers("/proc/self/exe")); // no read/write/getppid defined in it
+    EXPECT_FALSE(libc_wrappers("/nonexistent"));
+    EXPECT_FALSE(links_libc("/nonexistent"));
+}

@@ -1,0 +1,101 @@
+#include "libc_wrappers.h"
+
+#include <exception>
+
+#include "elf_file.h"
+#include "lotus_abi.h"
+#include "proc_maps.h"
+
+namespace lotus::target {
+
+namespace {
+
+bool is_libc_name(const std::string& base)
+{
+    return base.starts_with("libc.so") || (base.starts_with("libc-") && base.ends_with(".so")) ||
+           base.starts_with("ld-musl-");
+}
+
+std::string basename_of(const std::string& path)
+{
+    auto slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+} // namespace
+
+std::optional<LibcMapping> mapped_libc(int pid)
+{
+    std::vector<Mapping> maps;
+    try {
+        maps = read_maps(pid);
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+    for (const auto& m : maps) {
+        if (m.path.empty() || m.path[0] != '/' || m.perms.find('x') == std::string::npos ||
+            !is_libc_name(basename_of(m.path)))
+            continue;
+        std::string local = openable_path(pid, m.path, m.inode, m.dev_major, m.dev_minor);
+        if (!local.empty())
+            return LibcMapping{local, m.inode, m.dev_major, m.dev_minor};
+    }
+    return std::nullopt;
+}
+
+std::optional<LibcWrappers> libc_wrappers(const std::string& path)
+{
+    try {
+        ElfFile elf(path);
+        // the first name each has (glibc: open64 and open are one function, openat64 and openat too)
+        auto offset = [&](const char* name, const char* alias) -> std::optional<uint64_t> {
+            for (const char* n : {name, alias})
+                if (n)
+                    if (auto sym = elf.symbol(n); sym && sym->value)
+                        if (auto off = elf.file_offset(sym->value))
+                            return off;
+            return std::nullopt;
+        };
+        struct Call {
+            const char *name, *alias;
+            uint64_t cookie;
+        };
+        constexpr Call calls[] = {{"write", nullptr, LOTUS_LIBC_WRITE},
+                                  {"getppid", nullptr, LOTUS_LIBC_GETPPID},
+                                  {"open64", "open", LOTUS_LIBC_OPEN},
+                                  {"openat64", "openat", LOTUS_LIBC_OPENAT}};
+        LibcWrappers w;
+        for (const auto& c : calls) {
+            auto off = offset(c.name, c.alias);
+            if (!off)
+                return std::nullopt;
+            w.call_offsets.push_back(*off);
+            w.call_cookies.push_back(c.cookie);
+        }
+        // glibc's own opens that do not go through open64 (opendir, fopen "e"): where it exports them
+        if (auto off = offset("__open64_nocancel", "__open_nocancel")) {
+            w.call_offsets.push_back(*off);
+            w.call_cookies.push_back(LOTUS_LIBC_OPEN);
+        }
+        auto read = offset("read", nullptr);
+        if (!read)
+            return std::nullopt;
+        w.read_offset = *read;
+        return w;
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+}
+
+bool links_libc(const std::string& path)
+{
+    try {
+        for (const auto& lib : ElfFile(path).needed())
+            if (is_libc_name(lib))
+                return true;
+    } catch (const std::exception&) {
+    }
+    return false;
+}
+
+} // namespace lotus::target
