@@ -397,7 +397,8 @@ def main():
            f"interpreter while lotus-bpf traces an idle job, over nothing traced: {a:.3f} s alone, {b:.3f} s "
            f"beside ({(b - a) * 1e9 / UNRELATED[kind]:+.0f} ns a call), {p}, median of {max(args.repeats, 5)} "
            "interleaved; "
-           + {"syscalls": "a program on each watched syscall's own event only; the next row is the kernel's part",
+           + {"syscalls": "the watched syscalls seen at libc's wrappers in the traced processes (no syscall event "
+                          "in use); the next row is what the events would cost",
               "switches": "on_switch runs at every context switch of the machine: a load tells a task never "
                           "traced"}.get(kind, "the Python probes in the traced processes only"))
           for kind, (a, b, p) in beside.items()],
