@@ -557,7 +557,9 @@ bool Probe::attach_libc_to(uint32_t tgid, std::vector<common::UniqueFd>& fds)
         return true;
     }
     const auto& w = *it->second;
-    std::string path = pin(libc->path);
+    // One pinned name per file: the path differs by process (/proc/PID/root/...), and a pin per worker would
+    // hold a descriptor for every process the job ever ran.
+    std::string path = pin(libc_paths_.emplace(file, libc->path).first->second);
     common::UniqueFd call = multi_link(skel_->progs.libc_call, multi_type_, path, w.call_offsets, w.call_cookies,
                                        false, tgid);
     common::UniqueFd read = call ? multi_link(skel_->progs.libc_read, session_type_, path, {w.read_offset}, {},

@@ -192,6 +192,7 @@ private:
     bool libc_ = false;
     std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::optional<target::LibcWrappers>> libc_files_; // by file
     std::map<uint32_t, std::set<std::tuple<uint32_t, uint32_t, uint64_t>>> libc_linked_; // per process: its files
+    std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::string> libc_paths_; // by file: the path it is pinned by
     std::unordered_map<uint32_t, uint64_t> libc_pending_; // process -> when it was found without a libc (ns)
     bool python_on_ = false; // attach_python was called: held children get their probes
     uint64_t held_walked_ = 0; // BPF's held_total when release_held last walked lotus_held
