@@ -169,7 +169,9 @@ class Faults(BpfTestCase):
                     fds = [os.readlink(f"/proc/{tracer.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{tracer.pid}/fd")]
                 except OSError:
                     fds = []
-                if any("bpf_link" in f or "perf_event" in f for f in fds):
+                # its first BPF object (the programs loading): the attach, from there to the last probe, is
+                # the window the kill must fall in
+                if any("bpf" in f or "perf_event" in f for f in fds):
                     break
                 time.sleep(0.001)
             target.kill()
