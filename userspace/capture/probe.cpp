@@ -754,6 +754,9 @@ int Probe::poll(int timeout_ms)
 {
     // BPF wakes us only once a batch has accumulated; after the timeout, consume what is there anyway.
     ring_buffer__consume(lib_rb_.get());
+    // Before sleeping: the side ring's wake-up for a child held since was just consumed, and would not wake us.
+    if (hold_)
+        release_held();
     int n = ring_buffer__poll(rb_.get(), timeout_ms);
     if (n < 0 && n != -EINTR)
         throw CaptureError(fmt::format("ring buffer poll failed: {}", strerror(-n)));
