@@ -68,7 +68,7 @@ def run_train(data, epochs, traced, tmp, extra=(), script=TRAIN, env=None):
 
 LOTUS_PROGS = {"py_call", "py_entry", "py_slot", "py_slot_entry", "py_return", "on_switch", "on_write", "on_getppid",
                "on_openat", "on_read_done", "on_sys_enter", "on_sys_exit", "native_entry", "native_return", "on_sample",
-               "on_fork", "on_exec", "on_exit", "libc_call", "libc_read"}
+               "on_fork", "on_exec", "on_exit", "libc_call"}
 EVALUATOR = {"LOTUS_EVALUATOR_PROBE": "1"}  # Python calls probed at the evaluator (the default before issue 20)
 
 
@@ -444,6 +444,13 @@ def main():
          f"{record_bytes / 1e6:.1f} MB incl. startup (code objects of every import)"),
         ("export throughput (events/s)", f"{export_eps:.0f}", f"lotus-bpf export of the flood's record file ({cap[0]} events) -> Chrome JSON"),
     ]
+    holds = [i["held_children"] for i in infos if i.get("held_children", {}).get("count")]
+    if holds:  # per-process probes (6.13+): each new worker waits for its own
+        rows.append(("DataLoader worker held at its fork (ms)",
+                     f"{statistics.median(h['total_ms'] / h['count'] for h in holds):.1f}",
+                     f"per worker, until its probes are in place (otherData.held_children of the default runs), "
+                     f"median of {len(holds)}; the longest in any run {max(h['max_ms'] for h in holds):.1f} ms, "
+                     f"{holds[0]['count']} workers a run"))
     if pure["untraced"]:
         base = statistics.median(pure["untraced"])
         for mode in ("default", "all-calls"):

@@ -12,12 +12,12 @@
  * program using it is not loaded (user space checks the kernel's BTF) and the probes stay system-wide. */
 extern int bpf_send_signal_task(struct task_struct *task, int sig, enum pid_type type, __u64 value) __ksym __weak;
 
-/* Children stopped here and not yet continued by user space (tgid -> when, bpf_ktime_get_ns). */
+/* Children stopped here and not yet continued by user space. */
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
     __uint(max_entries, 16384);
     __type(key, __u32);
-    __type(value, __u64);
+    __type(value, struct lotus_hold);
 } lotus_held SEC(".maps");
 
 #define LOTUS_SIGCONT 18 /* x86-64 and arm64 */
@@ -37,8 +37,8 @@ static __always_inline void hold_child(struct task_struct *parent, struct task_s
      * pending stop) always comes after it. */
     if (bpf_send_signal_task(child, LOTUS_SIGSTOP, PIDTYPE_TGID, 0))
         return; /* not held: its first calls may be missed, never stopped for good */
-    __u64 now = bpf_ktime_get_ns();
-    if (bpf_map_update_elem(&lotus_held, &ctgid, &now, BPF_ANY)) {
+    struct lotus_hold hold = {.since_ns = bpf_ktime_get_ns(), .parent_tgid = ptgid};
+    if (bpf_map_update_elem(&lotus_held, &ctgid, &hold, BPF_ANY)) {
         bpf_send_signal_task(child, LOTUS_SIGCONT, PIDTYPE_TGID, 0);
         return;
     }

@@ -309,28 +309,9 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
     return 0;
 }
 
-/* Or libc's wrappers of those syscalls, probed in the traced processes alone (per-process links, like the
+/* Or libc's wrappers of those syscalls, probed in the traced processes alone (one per-process link, like the
  * Python probes): no syscall event is then in use, so no task's syscalls take the kernel's tracing path. What
  * goes around the wrappers (the dynamic loader's own opens and reads) is not needed there. */
-SEC("uprobe")
-int BPF_KPROBE(libc_call, long a0, long a1, long a2)
-{
-    switch (bpf_get_attach_cookie(ctx)) {
-    case LOTUS_LIBC_WRITE:
-        sys_write(a0, a1, a2);
-        break;
-    case LOTUS_LIBC_GETPPID:
-        sys_getppid();
-        break;
-    case LOTUS_LIBC_OPEN:
-        sys_openat((const char *)a0);
-        break;
-    case LOTUS_LIBC_OPENAT:
-        sys_openat((const char *)a1);
-        break;
-    }
-    return 0;
-}
 
 /* A read's fd and buffer from its entry to its return (the registers are gone by then). */
 struct libc_read_args {
@@ -345,25 +326,43 @@ struct {
     __type(value, struct libc_read_args);
 } lotus_reads SEC(".maps");
 
-/* read() as a uprobe session: a read too short to hold a pickle asks for no return probe. */
+/* Every wrapper in one uprobe session (the cookie says which): only a read long enough to hold a pickle asks
+ * for its return. One link per process rather than one per kind: placing and removing a per-process probe
+ * walks every mapping of the file on the machine, and every process maps libc. */
 SEC("uprobe")
-int BPF_KPROBE(libc_read, long fd, long buf, long n)
+int BPF_KPROBE(libc_call, long a0, long a1, long a2)
 {
     __u64 id = bpf_get_current_pid_tgid();
-    if (!bpf_session_is_return()) {
-        if (n < MSG_MIN)
-            return 1;
-        struct libc_read_args a = {.buf = buf, .fd = fd};
-        bpf_map_update_elem(&lotus_reads, &id, &a, BPF_ANY);
+    if (bpf_session_is_return()) {
+        struct libc_read_args *a = bpf_map_lookup_elem(&lotus_reads, &id);
+        if (!a)
+            return 0;
+        struct libc_read_args args = *a;
+        bpf_map_delete_elem(&lotus_reads, &id);
+        sys_read_done(args.fd, args.buf, PT_REGS_RC(ctx));
         return 0;
     }
-    struct libc_read_args *a = bpf_map_lookup_elem(&lotus_reads, &id);
-    if (!a)
+    switch (bpf_get_attach_cookie(ctx)) {
+    case LOTUS_LIBC_READ:
+        if (a2 < MSG_MIN)
+            return 1;
+        struct libc_read_args a = {.buf = a1, .fd = a0};
+        bpf_map_update_elem(&lotus_reads, &id, &a, BPF_ANY);
         return 0;
-    struct libc_read_args args = *a;
-    bpf_map_delete_elem(&lotus_reads, &id);
-    sys_read_done(args.fd, args.buf, PT_REGS_RC(ctx));
-    return 0;
+    case LOTUS_LIBC_WRITE:
+        sys_write(a0, a1, a2);
+        break;
+    case LOTUS_LIBC_GETPPID:
+        sys_getppid();
+        break;
+    case LOTUS_LIBC_OPEN:
+        sys_openat((const char *)a0);
+        break;
+    case LOTUS_LIBC_OPENAT:
+        sys_openat((const char *)a1);
+        break;
+    }
+    return 1; /* no return probe */
 }
 
 SEC("tp_btf/sched_process_fork")

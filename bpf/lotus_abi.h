@@ -134,6 +134,7 @@ struct lotus_py_return {
 #define LOTUS_LIBC_GETPPID 1
 #define LOTUS_LIBC_OPEN 2   /* open(path, ...), open64 */
 #define LOTUS_LIBC_OPENAT 3 /* openat(dirfd, path, ...), openat64 */
+#define LOTUS_LIBC_READ 4
 #define LOTUS_MSG_IN 0  /* read(): received, the pickle from the buffer's start */
 #define LOTUS_MSG_OUT 1 /* write(): sent, the pickle after multiprocessing's 4-byte length header if any */
 struct lotus_msg {
@@ -305,6 +306,13 @@ struct lotus_role {
     __u64 fingerprint;
     __u8 capture_slot[LOTUS_SLOTS_PER_ROLE]; /* LOTUS_NO_SLOT when unused */
     __u8 _pad[6];
+};
+
+/* A traced process's child held at its fork until its probes are in place (map lotus_held, key its tgid). */
+struct lotus_hold {
+    __u64 since_ns;    /* bpf_ktime_get_ns at the fork */
+    __u32 parent_tgid; /* the child's memory image is this process's, as at the fork */
+    __u32 pad;
 };
 
 /* Per-process state of a traced process (map lotus_traced, key tgid). */

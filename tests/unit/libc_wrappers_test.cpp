@@ -30,12 +30,14 @@ TEST(LibcWrappers, FoundWhereThisProcessLoadsThem)
     ASSERT_TRUE(libc);
     auto w = libc_wrappers(libc->path);
     ASSERT_TRUE(w);
-    ASSERT_GE(w->call_offsets.size(), 4u);
-    EXPECT_EQ(w->call_cookies[0], LOTUS_LIBC_WRITE);
-    EXPECT_EQ(w->call_offsets[0], file_offset_of(reinterpret_cast<const void*>(&::write)));
-    EXPECT_EQ(w->call_cookies[1], LOTUS_LIBC_GETPPID);
-    EXPECT_EQ(w->call_offsets[1], file_offset_of(reinterpret_cast<const void*>(&::getppid)));
-    EXPECT_EQ(w->read_offset, file_offset_of(reinterpret_cast<const void*>(&::read)));
+    ASSERT_GE(w->offsets.size(), 5u);
+    ASSERT_EQ(w->offsets.size(), w->cookies.size());
+    EXPECT_EQ(w->cookies[0], LOTUS_LIBC_READ);
+    EXPECT_EQ(w->offsets[0], file_offset_of(reinterpret_cast<const void*>(&::read)));
+    EXPECT_EQ(w->cookies[1], LOTUS_LIBC_WRITE);
+    EXPECT_EQ(w->offsets[1], file_offset_of(reinterpret_cast<const void*>(&::write)));
+    EXPECT_EQ(w->cookies[2], LOTUS_LIBC_GETPPID);
+    EXPECT_EQ(w->offsets[2], file_offset_of(reinterpret_cast<const void*>(&::getppid)));
     EXPECT_TRUE(links_libc("/proc/self/exe"));
 }
 

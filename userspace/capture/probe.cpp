@@ -201,11 +201,8 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     for (bpf_program* prog : {skel_->progs.on_sys_enter, skel_->progs.on_sys_exit})
         bpf_program__set_autoload(prog, !libc_ && !syscall_events_);
     bpf_program__set_autoload(skel_->progs.libc_call, libc_);
-    bpf_program__set_autoload(skel_->progs.libc_read, libc_);
-    if (libc_) {
-        bpf_program__set_expected_attach_type(skel_->progs.libc_call, static_cast<bpf_attach_type>(multi_type_));
-        bpf_program__set_expected_attach_type(skel_->progs.libc_read, static_cast<bpf_attach_type>(session_type_));
-    }
+    if (libc_)
+        bpf_program__set_expected_attach_type(skel_->progs.libc_call, static_cast<bpf_attach_type>(session_type_));
     bpf_map__set_max_entries(skel_->maps.lotus_perf, static_cast<uint32_t>(LOTUS_MAX_PERF * ncpu));
     if (int err = lotus_bpf__load(skel_.get()))
         throw CaptureError(fmt::format("cannot load the BPF programs: {} (set LOTUS_BPF_DEBUG=1 for the log)",
@@ -280,10 +277,23 @@ int Probe::on_record(void* ctx, void* data, size_t len)
     if (self->libc_ && h->type == LOTUS_EV_EXIT) {
         self->libc_linked_.erase(h->tgid);
         self->libc_pending_.erase(h->tgid);
+        self->libc_borrowed_.erase(h->tgid);
     }
-    // A new image may map another libc (an exec into another root): looked at once it has mapped one.
-    if (self->libc_ && h->type == LOTUS_EV_EXEC && self->process_links_.has(h->tgid))
-        self->libc_pending_.emplace(h->tgid, common::monotonic_ns());
+    // A new image may map another libc (an exec into another root): looked at once it has mapped one. So may the
+    // children that took this process's libc as theirs: one forked after this exec, held and attached before
+    // this record was read, took the old image's.
+    if (self->libc_ && h->type == LOTUS_EV_EXEC && self->process_links_.has(h->tgid)) {
+        uint64_t now = common::monotonic_ns();
+        self->libc_pending_.emplace(h->tgid, now);
+        for (auto it = self->libc_borrowed_.begin(); it != self->libc_borrowed_.end();) {
+            if (it->second == h->tgid) {
+                self->libc_pending_.emplace(it->first, now);
+                it = self->libc_borrowed_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
     if (h->type == LOTUS_EV_GETPPID || h->type == LOTUS_EV_EXIT)
         self->starting_.erase(h->tgid);
     self->sink_(data, len);
@@ -498,7 +508,7 @@ std::string Probe::pin(const std::string& path)
     return fmt::format("/proc/self/fd/{}", it->second.get());
 }
 
-void Probe::attach_python_to(uint32_t tgid)
+void Probe::attach_python_to(uint32_t tgid, uint32_t forked_from)
 {
     std::vector<common::UniqueFd> fds;
     // A set of this process's links, or false with the refusal noted (ESRCH: it is gone already, nothing to say);
@@ -532,14 +542,24 @@ void Probe::attach_python_to(uint32_t tgid)
     if (!inline_resume_.empty() && !made(inline_links(tgid), "opcode-handler", interp_.object_path))
         return;
     libc_linked_.erase(tgid); // an earlier process's, under the same pid
-    if (libc_ && !attach_libc_to(tgid, fds))
+    if (libc_ && !attach_libc_to(tgid, fds, forked_from))
         libc_pending_.emplace(tgid, common::monotonic_ns()); // stopped at its exec: no libc mapped yet
     process_links_.add(tgid, std::move(fds));
 }
 
-bool Probe::attach_libc_to(uint32_t tgid, std::vector<common::UniqueFd>& fds)
+bool Probe::attach_libc_to(uint32_t tgid, std::vector<common::UniqueFd>& fds, uint32_t forked_from)
 {
-    auto libc = target::mapped_libc(static_cast<int>(tgid));
+    // A child just forked maps what its parent mapped: the parent's libc, without reading the child's maps
+    // (~2 ms for a process that loaded torch, while the child is held).
+    std::optional<target::LibcMapping> libc;
+    if (auto parent = libc_linked_.find(forked_from); forked_from && parent != libc_linked_.end() &&
+                                                        parent->second.size() == 1) {
+        const auto& [major, minor, inode] = *parent->second.begin();
+        libc = target::LibcMapping{libc_paths_.at(*parent->second.begin()), inode, major, minor};
+        libc_borrowed_[tgid] = forked_from;
+    } else {
+        libc = target::mapped_libc(static_cast<int>(tgid));
+    }
     if (!libc)
         return false;
     auto file = std::make_tuple(libc->dev_major, libc->dev_minor, libc->inode);
@@ -560,19 +580,14 @@ bool Probe::attach_libc_to(uint32_t tgid, std::vector<common::UniqueFd>& fds)
     // One pinned name per file: the path differs by process (/proc/PID/root/...), and a pin per worker would
     // hold a descriptor for every process the job ever ran.
     std::string path = pin(libc_paths_.emplace(file, libc->path).first->second);
-    common::UniqueFd call = multi_link(skel_->progs.libc_call, multi_type_, path, w.call_offsets, w.call_cookies,
-                                       false, tgid);
-    common::UniqueFd read = call ? multi_link(skel_->progs.libc_read, session_type_, path, {w.read_offset}, {},
-                                              false, tgid)
-                                 : common::UniqueFd();
-    if (!read) {
+    common::UniqueFd link = multi_link(skel_->progs.libc_call, session_type_, path, w.offsets, w.cookies, false, tgid);
+    if (!link) {
         if (errno != ESRCH && attach_error_.empty())
             attach_error_ = fmt::format("cannot attach the libc probes of {} to process {}: {}", libc->path, tgid,
                                         strerror(errno));
         return true;
     }
-    fds.push_back(std::move(call));
-    fds.push_back(std::move(read));
+    fds.push_back(std::move(link));
     linked.insert(file);
     return true;
 }
@@ -603,18 +618,18 @@ void Probe::release_held(bool attach, bool all)
     held_walked_ = held;
     int fd = bpf_map__fd(skel_->maps.lotus_held);
     for (uint32_t tgid : tgid_keys(fd)) {
-        uint64_t since = 0; // when it was held
-        if (bpf_map_lookup_elem(fd, &tgid, &since) != 0)
+        lotus_hold hold{};
+        if (bpf_map_lookup_elem(fd, &tgid, &hold) != 0)
             continue;
         // A new process: any links under its pid were an earlier process's (ProcessLinks::add).
         if (attach && python_on_)
-            attach_python_to(tgid);
+            attach_python_to(tgid, hold.parent_tgid);
         ::kill(static_cast<pid_t>(tgid), SIGCONT);
         bpf_map_delete_elem(fd, &tgid);
         uint64_t t = common::monotonic_ns();
         std::erase_if(starting_, [&](const auto& kv) { return t - kv.second > kStartingNs; });
         starting_[tgid] = t;
-        uint64_t d = t > since ? t - since : 0;
+        uint64_t d = t > hold.since_ns ? t - hold.since_ns : 0;
         holds_.children++;
         holds_.total_ns += d;
         holds_.max_ns = std::max(holds_.max_ns, d);

@@ -138,10 +138,11 @@ private:
     // Per-thread state in BPF for every thread of the processes traced so far (later ones get theirs as they are
     // made): the syscall programs know a traced thread from its task alone.
     void adopt_threads();
-    // The Python probes of one traced process (per-process mode), and its native ones.
-    void attach_python_to(uint32_t tgid);
-    // libc mode: the process's links on the wrappers of the libc it maps; false while it maps none yet.
-    bool attach_libc_to(uint32_t tgid, std::vector<common::UniqueFd>& fds);
+    // The Python probes of one traced process (per-process mode), and its native ones; forked_from: the traced
+    // process it was just forked from (held since, so its memory is still that process's), else 0.
+    void attach_python_to(uint32_t tgid, uint32_t forked_from = 0);
+    // libc mode: the process's link on the wrappers of the libc it maps; false while it maps none yet.
+    bool attach_libc_to(uint32_t tgid, std::vector<common::UniqueFd>& fds, uint32_t forked_from = 0);
     void retry_libc(); // the processes still to map their libc (started, or exec'd, since their links were made)
     // Every child held in BPF (lotus_held): its probes attached (when `attach`), then continued. Nothing to do
     // (no syscall) unless a child was held since the last walk, or `all`. Never throws: a refusal is kept in
@@ -194,6 +195,7 @@ private:
     std::map<uint32_t, std::set<std::tuple<uint32_t, uint32_t, uint64_t>>> libc_linked_; // per process: its files
     std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::string> libc_paths_; // by file: the path it is pinned by
     std::unordered_map<uint32_t, uint64_t> libc_pending_; // process -> when it was found without a libc (ns)
+    std::unordered_map<uint32_t, uint32_t> libc_borrowed_; // child -> the parent whose libc it took at its fork
     bool python_on_ = false; // attach_python was called: held children get their probes
     uint64_t held_walked_ = 0; // BPF's held_total when release_held last walked lotus_held
     std::unordered_map<uint32_t, uint64_t> starting_; // continued children (monotonic ns) yet to call getppid

@@ -2,6 +2,7 @@
 
 #include <exception>
 
+#include "common/path.h"
 #include "elf_file.h"
 #include "lotus_abi.h"
 #include "proc_maps.h"
@@ -16,12 +17,6 @@ bool is_libc_name(const std::string& base)
            base.starts_with("ld-musl-");
 }
 
-std::string basename_of(const std::string& path)
-{
-    auto slash = path.rfind('/');
-    return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 } // namespace
 
 std::optional<LibcMapping> mapped_libc(int pid)
@@ -34,7 +29,7 @@ std::optional<LibcMapping> mapped_libc(int pid)
     }
     for (const auto& m : maps) {
         if (m.path.empty() || m.path[0] != '/' || m.perms.find('x') == std::string::npos ||
-            !is_libc_name(basename_of(m.path)))
+            !is_libc_name(common::base_name(m.path)))
             continue;
         std::string local = openable_path(pid, m.path, m.inode, m.dev_major, m.dev_minor);
         if (!local.empty())
@@ -60,7 +55,8 @@ std::optional<LibcWrappers> libc_wrappers(const std::string& path)
             const char *name, *alias;
             uint64_t cookie;
         };
-        constexpr Call calls[] = {{"write", nullptr, LOTUS_LIBC_WRITE},
+        constexpr Call calls[] = {{"read", nullptr, LOTUS_LIBC_READ},
+                                  {"write", nullptr, LOTUS_LIBC_WRITE},
                                   {"getppid", nullptr, LOTUS_LIBC_GETPPID},
                                   {"open64", "open", LOTUS_LIBC_OPEN},
                                   {"openat64", "openat", LOTUS_LIBC_OPENAT}};
@@ -69,18 +65,14 @@ std::optional<LibcWrappers> libc_wrappers(const std::string& path)
             auto off = offset(c.name, c.alias);
             if (!off)
                 return std::nullopt;
-            w.call_offsets.push_back(*off);
-            w.call_cookies.push_back(c.cookie);
+            w.offsets.push_back(*off);
+            w.cookies.push_back(c.cookie);
         }
         // glibc's own opens that do not go through open64 (opendir, fopen "e"): where it exports them
         if (auto off = offset("__open64_nocancel", "__open_nocancel")) {
-            w.call_offsets.push_back(*off);
-            w.call_cookies.push_back(LOTUS_LIBC_OPEN);
+            w.offsets.push_back(*off);
+            w.cookies.push_back(LOTUS_LIBC_OPEN);
         }
-        auto read = offset("read", nullptr);
-        if (!read)
-            return std::nullopt;
-        w.read_offset = *read;
         return w;
     } catch (const std::exception&) {
         return std::nullopt;

@@ -16,12 +16,12 @@ struct LibcMapping {
     uint32_t dev_major = 0, dev_minor = 0;
 };
 
-// The wrappers' file offsets in one libc.
+// The wrappers' file offsets in one libc, each with its cookie: read, write, getppid, open, openat
+// (LOTUS_LIBC_READ, ..._WRITE, ..._GETPPID, ..._OPEN, ..._OPENAT), and glibc's __open64_nocancel where it
+// exports it (LOTUS_LIBC_OPEN).
 struct LibcWrappers {
-    std::vector<uint64_t> call_offsets; // write, getppid, open, openat (cookies LOTUS_LIBC_WRITE..OPENAT), and
-                                        // glibc's __open64_nocancel where it exports it (LOTUS_LIBC_OPEN)
-    std::vector<uint64_t> call_cookies;
-    uint64_t read_offset = 0;
+    std::vector<uint64_t> offsets;
+    std::vector<uint64_t> cookies;
 };
 
 // The libc pid maps (glibc's libc.so.6, musl's libc.so or ld-musl), or nullopt when it maps none (yet: a process

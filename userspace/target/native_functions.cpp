@@ -8,18 +8,13 @@
 #include <set>
 #include <stdexcept>
 
+#include "common/path.h"
 #include "elf_file.h"
 #include "symbolizer.h"
 
 namespace lotus::target {
 
 namespace {
-
-std::string basename_of(const std::string& path)
-{
-    auto slash = path.rfind('/');
-    return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 // Identifier pieces of a glob ("at::_ops::copy_::call" -> at, _ops, copy_, call) that a mangled name must
 // contain too: demangling 30,000 libtorch symbols per spec would make attach slow.
@@ -78,7 +73,7 @@ std::vector<NativeSpec> default_native_specs()
 
 bool library_wanted(const std::vector<NativeSpec>& specs, const std::string& path)
 {
-    std::string base = basename_of(path);
+    std::string base = common::base_name(path);
     for (const auto& s : specs)
         if (fnmatch(s.library.c_str(), base.c_str(), 0) == 0)
             return true;
@@ -90,7 +85,7 @@ std::vector<NativeFunction> resolve_native(const std::vector<NativeSpec>& specs,
     // The file itself, as /proc/PID/maps names it (a library is often opened through a symlink).
     char real[PATH_MAX];
     std::string path = realpath(path_in.c_str(), real) ? std::string(real) : path_in;
-    std::string base = basename_of(path);
+    std::string base = common::base_name(path);
     std::vector<const NativeSpec*> mine;
     for (const auto& s : specs)
         if (fnmatch(s.library.c_str(), base.c_str(), 0) == 0)

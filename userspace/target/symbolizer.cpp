@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "common/clock.h"
+#include "common/path.h"
 #include "elf_file.h"
 
 namespace lotus::target {
@@ -178,8 +179,7 @@ NativeFrame Symbolizer::resolve(uint32_t pid, uint64_t ip)
                 NativeFrame f;
                 if (map.path.empty() || map.path[0] != '/')
                     return f; // anonymous memory (JIT code), the stack, [vdso]...
-                auto slash = map.path.rfind('/');
-                f.library = map.path.substr(slash + 1);
+                f.library = common::base_name(map.path);
                 if (const auto* t = table(map.path))
                     if (const auto* name = t->find_offset(ip - map.start + map.offset))
                         f.function = *name;
