@@ -313,42 +313,31 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
  * Python probes): no syscall event is then in use, so no task's syscalls take the kernel's tracing path. What
  * goes around the wrappers (the dynamic loader's own opens and reads) is not needed there. */
 
-/* A read's fd and buffer from its entry to its return (the registers are gone by then). */
-struct libc_read_args {
-    __u64 buf;
-    int fd;
-};
-
-struct {
-    __uint(type, BPF_MAP_TYPE_LRU_HASH);
-    __uint(max_entries, 4096);
-    __type(key, __u64); /* pid_tgid */
-    __type(value, struct libc_read_args);
-} lotus_reads SEC(".maps");
-
 /* Every wrapper in one uprobe session (the cookie says which): only a read long enough to hold a pickle asks
  * for its return. One link per process rather than one per kind: placing and removing a per-process probe
  * walks every mapping of the file on the machine, and every process maps libc. */
 SEC("uprobe")
 int BPF_KPROBE(libc_call, long a0, long a1, long a2)
 {
-    __u64 id = bpf_get_current_pid_tgid();
-    if (bpf_session_is_return()) {
-        struct libc_read_args *a = bpf_map_lookup_elem(&lotus_reads, &id);
-        if (!a)
+    if (bpf_session_is_return()) { /* a read's: its fd and buffer were kept at its entry (registers are gone) */
+        struct thread_state *ts = bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0);
+        if (!ts || !ts->read_buf)
             return 0;
-        struct libc_read_args args = *a;
-        bpf_map_delete_elem(&lotus_reads, &id);
-        sys_read_done(args.fd, args.buf, PT_REGS_RC(ctx));
+        __u64 buf = ts->read_buf;
+        ts->read_buf = 0;
+        sys_read_done(ts->read_fd, buf, PT_REGS_RC(ctx));
         return 0;
     }
     switch (bpf_get_attach_cookie(ctx)) {
-    case LOTUS_LIBC_READ:
-        if (a2 < MSG_MIN)
+    case LOTUS_LIBC_READ: {
+        struct thread_state *ts =
+            a2 >= MSG_MIN && a1 ? bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0) : 0;
+        if (!ts)
             return 1;
-        struct libc_read_args a = {.buf = a1, .fd = a0};
-        bpf_map_update_elem(&lotus_reads, &id, &a, BPF_ANY);
+        ts->read_buf = a1;
+        ts->read_fd = a0;
         return 0;
+    }
     case LOTUS_LIBC_WRITE:
         sys_write(a0, a1, a2);
         break;
