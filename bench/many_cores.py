@@ -63,7 +63,7 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         run.run_train(data, 1, False, tmp)  # the page cache
-        base, base_cpu = [], []
+        base, base_cpu, holds = [], [], []
         modes = {"default": ((), [], []), "--native-map --counters": (run.NATIVE, [], [])}
         # what the pairs may take of the budget: the other rows need the rest
         share = 0.9 if rows_wanted == {"pairs"} else 0.45
@@ -79,11 +79,20 @@ def main():
                 runs.append(s)
                 cpu.append(info["cpu_s"] / samples)
                 line += f", {name} {samples / s:.0f} ({info['lost_events']} lost)"
+                held = info.get("held_children", {})
+                if name == "default" and held.get("count"):
+                    holds.append(held)
+                    line += f" (workers held {held['total_ms'] / held['count']:.1f} ms each, at most {held['max_ms']:.1f})"
             say(line)
         if base:
             rows.append(f"samples/s untraced: {samples / statistics.median(base):.0f} (median of {len(base)})")
             rows += [ratio_row(name, runs, base, cpu, base_cpu) for name, (_, runs, cpu) in modes.items()]
             say(rows[-2])
+            say(rows[-1])
+        if holds:
+            rows.append(f"DataLoader worker held at its fork, default: "
+                        f"{statistics.median(h['total_ms'] / h['count'] for h in holds):.1f} ms (median of "
+                        f"{len(holds)} runs), at most {max(h['max_ms'] for h in holds):.1f} ms")
             say(rows[-1])
         if "bpf" in rows_wanted and shutil.which("bpftool") and left() > 0.35 * args.budget:
             for name, extra in (("default", ()), ("--native-map --counters", run.NATIVE)):
