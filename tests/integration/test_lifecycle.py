@@ -122,6 +122,28 @@ class Lifecycle(BpfTestCase):
             time.sleep(0.1)
         self.assert_detached()
 
+    def test_a_child_forked_while_another_is_attached_is_not_left_waiting(self):
+        """Two children forked 2 ms apart: the second is held while the tracer attaches the first (placing its
+        probes waits for an RCU grace period in the kernel). The tracer's wake-up for it was consumed as its loop
+        began again and the loop then slept its whole timeout with the child held: 57-73 ms at the usual 50 ms,
+        here made 3 s (LOTUS_POLL_MS), against the ~10-30 ms that attaching takes."""
+        job = ("import os, time\n"
+               "time.sleep(1)\n"  # no probe placed for a while: the first child's attach waits a grace period
+               "kids = []\n"
+               "for _ in range(2):\n"
+               "    pid = os.fork()\n"
+               "    if pid == 0:\n"
+               "        time.sleep(0.5); os._exit(0)\n"
+               "    kids.append(pid); time.sleep(0.002)\n"
+               "for k in kids: os.waitpid(k, 0)\n")
+        out = self.path("t.json")
+        r = run_lotus(["-q", "-o", out, "--", PY, "-c", job], env={**os.environ, "LOTUS_POLL_MS": "3000"},
+                      timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        held = load_trace(out)["otherData"]["held_children"]
+        self.assertEqual(held["count"], 2)
+        self.assertLess(held["max_ms"], 1500, held)
+
     def test_target_killed_while_its_worker_is_held(self):
         """The traced job (--pid) killed and reaped while its new DataLoader worker is held: the worker's probes
         name the interpreter through the tracer's own open file, not the path under /proc/JOB/root that the

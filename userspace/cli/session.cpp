@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
 #include <memory>
@@ -367,8 +368,12 @@ int run_session(const Options& opts)
         }
         std::string stop_reason;
         int launched_status = 0;
+        // How long the loop may sleep on the rings with nothing to read (LOTUS_POLL_MS: tests make it long, so
+        // that a wake-up lost while it was busy shows as a child held that long).
+        const char* poll_env = getenv("LOTUS_POLL_MS");
+        const int poll_ms = poll_env && atoi(poll_env) > 0 ? atoi(poll_env) : 50;
         while (true) {
-            probe->poll(50);
+            probe->poll(poll_ms);
             uint64_t now = monotonic_ns();
             if (g_stop_signal) {
                 stop_reason = g_stop_signal == SIGINT ? "interrupted" : "terminated by signal";
