@@ -319,6 +319,12 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 SEC("uprobe")
 int BPF_KPROBE(libc_call, long a0, long a1, long a2)
 {
+    if (bpf_session_is_return() && bpf_get_attach_cookie(ctx) == LOTUS_LIBC_DLOPEN) {
+        struct lotus_event_header e = {};
+        fill_header(&e, LOTUS_EV_LOADED);
+        bpf_ringbuf_output(&lotus_lib_opens, &e, sizeof(e), BPF_RB_FORCE_WAKEUP);
+        return 0;
+    }
     if (bpf_session_is_return()) { /* a read's: its fd and buffer were kept at its entry (registers are gone) */
         struct thread_state *ts = bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0);
         if (!ts || !ts->read_buf)
@@ -338,6 +344,8 @@ int BPF_KPROBE(libc_call, long a0, long a1, long a2)
         ts->read_fd = a0;
         return 0;
     }
+    case LOTUS_LIBC_DLOPEN:
+        return 0; /* its return */
     case LOTUS_LIBC_WRITE:
         sys_write(a0, a1, a2);
         break;

@@ -36,6 +36,8 @@ enum lotus_event_type {
     LOTUS_EV_CAPTURE = 18,       /* locals captured by a walk of a main thread's stack at its getppid (a DataLoader
                                   * worker's id, where no probed call walked for it): a lotus_py_entry of which
                                   * only the header, own and the capture_* fields are meaningful; ABI 8 */
+    LOTUS_EV_LOADED = 19,        /* side ring only, never in the record stream: a traced thread's dlopen()
+                                  * returned (the native map with libc's wrappers): what it mapped is to be probed */
 };
 
 struct lotus_event_header {
@@ -135,6 +137,7 @@ struct lotus_py_return {
 #define LOTUS_LIBC_OPEN 2   /* open(path, ...), open64 */
 #define LOTUS_LIBC_OPENAT 3 /* openat(dirfd, path, ...), openat64 */
 #define LOTUS_LIBC_READ 4
+#define LOTUS_LIBC_DLOPEN 5 /* probed for the native map: at its return the library and its dependencies are mapped */
 #define LOTUS_MSG_IN 0  /* read(): received, the pickle from the buffer's start */
 #define LOTUS_MSG_OUT 1 /* write(): sent, the pickle after multiprocessing's 4-byte length header if any */
 struct lotus_msg {

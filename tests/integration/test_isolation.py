@@ -196,7 +196,7 @@ def run_counts(ids):
 class SyscallIsolation(BpfTestCase):
     calls = 100_000
 
-    def syscall_runs(self, env, wrap=()):
+    def syscall_runs(self, env, wrap=(), args=()):
         """Runs of the tracer's programs (bpf_stats) over 100,000 getpid() calls of a process it does not trace,
         while it traces an idle job (the tracer started through `wrap`, which execs it); and the run's
         otherData."""
@@ -211,8 +211,8 @@ class SyscallIsolation(BpfTestCase):
         job = subprocess.Popen([PY, "-c", "import time; time.sleep(300)"])
         self.addCleanup(lambda: (job.kill(), job.wait()))
         out = self.path("trace.json")
-        tracer = subprocess.Popen([*wrap, LOTUS, "-q", "-o", out, "--pid", str(job.pid)], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+        tracer = subprocess.Popen([*wrap, LOTUS, "-q", "-o", out, *args, "--pid", str(job.pid)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
         self.addCleanup(lambda: (tracer.poll() is None and tracer.kill(), tracer.wait()))
         wait_for_attach(tracer)
         ids = tracer_program_ids(tracer.pid)
@@ -234,6 +234,16 @@ class SyscallIsolation(BpfTestCase):
         self.assertEqual(other["syscall_programs"], "traced processes' libc calls")
         self.assertLess(sum(runs.values()), self.calls // 20, runs)
         # no syscall program loaded at all (runs holds every program the tracer holds, those that never ran too)
+        self.assertIn("libc_call", runs)
+        for name in ("on_openat", "on_read_done", "on_write", "on_getppid", "on_sys_enter", "on_sys_exit"):
+            self.assertNotIn(name, runs)
+
+    def test_native_map_sees_syscalls_and_library_loads_at_libc(self):
+        """The native map too: the libraries the dynamic loader maps (around libc) are seen at the return of libc's
+        dlopen, so it needs no syscall event either (test_native's launched jobs load Pillow and torch that way)."""
+        runs, other = self.syscall_runs({}, args=("--native-map", "--sample-freq", "0"))
+        self.assertEqual(other["syscall_programs"], "traced processes' libc calls")
+        self.assertLess(sum(runs.values()), self.calls // 20, runs)
         self.assertIn("libc_call", runs)
         for name in ("on_openat", "on_read_done", "on_write", "on_getppid", "on_sys_enter", "on_sys_exit"):
             self.assertNotIn(name, runs)

@@ -2,6 +2,7 @@
 // probe are where this process's read, write and getppid are loaded.
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include "lotus_abi.h"
@@ -39,6 +40,32 @@ TEST(LibcWrappers, FoundWhereThisProcessLoadsThem)
     EXPECT_EQ(w->cookies[2], LOTUS_LIBC_GETPPID);
     EXPECT_EQ(w->offsets[2], file_offset_of(reinterpret_cast<const void*>(&::getppid)));
     EXPECT_TRUE(links_libc("/proc/self/exe"));
+}
+
+TEST(LibcWrappers, DlopenWhereLibcHasIt)
+{
+    auto libc = mapped_libc(getpid());
+    ASSERT_TRUE(libc);
+    auto w = libc_wrappers(libc->path);
+    ASSERT_TRUE(w);
+    // glibc 2.34+ (this machine's) has dlopen in libc itself
+    ASSERT_TRUE(w->dlopen);
+    EXPECT_EQ(*w->dlopen, file_offset_of(reinterpret_cast<const void*>(&::dlopen)));
+}
+
+TEST(LibcWrappers, TheLibcAnExecutableLinksUnderItsRoot)
+{
+    // This test's own executable links libc.so.6: found where the loader looks, and under /proc/PID/root when
+    // named through it (a process in another root).
+    auto plain = linked_libc("/proc/self/exe");
+    ASSERT_TRUE(plain);
+    EXPECT_TRUE(plain->ends_with("/libc.so.6")) << *plain;
+    EXPECT_EQ(plain->find("/proc/"), std::string::npos) << *plain; // /proc/self/exe is not a root prefix
+    std::string root = "/proc/" + std::to_string(getpid()) + "/root";
+    auto rooted = linked_libc(root + "/proc/self/exe");
+    ASSERT_TRUE(rooted);
+    EXPECT_EQ(*rooted, root + *plain);
+    EXPECT_FALSE(linked_libc("/nonexistent"));
 }
 
 TEST(LibcWrappers, NoneInAFileThatIsNotALibc)

@@ -88,15 +88,27 @@ void NativeCapture::scan_process(uint32_t pid)
     for (const auto& m : maps) {
         if (m.path.empty() || m.path[0] != '/' || m.perms.find('x') == std::string::npos)
             continue;
+        // Each file once (a scan follows every dlopen): what attach_library does with it holds for every process.
+        auto file = std::make_tuple(m.dev_major, m.dev_minor, m.inode);
+        if (examined_.count(file))
+            continue;
         std::string local = target::openable_path(static_cast<int>(pid), m.path, m.inode, m.dev_major, m.dev_minor);
-        if (!local.empty())
-            attach_library(local);
+        if (local.empty())
+            continue;
+        examined_.insert(file);
+        attach_library(local);
     }
 }
 
 void NativeCapture::on_library_open(const void* data, size_t len)
 {
-    if (len < sizeof(lotus_open) || specs_.empty())
+    auto* h = static_cast<const lotus_event_header*>(data);
+    if (len >= sizeof(*h) && h->type == LOTUS_EV_LOADED) { // a dlopen returned: what it mapped
+        symbolizer_.library_opened(h->tgid);
+        scan_process(h->tgid);
+        return;
+    }
+    if (len < sizeof(lotus_open) || specs_.empty() || h->type != LOTUS_EV_OPEN)
         return;
     // A library about to be loaded (dlopen opens it first): probe it by file, before it is mapped.
     auto* o = static_cast<const lotus_open*>(data);

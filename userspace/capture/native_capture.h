@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <set>
+#include <tuple>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -40,6 +41,7 @@ private:
     Emit emit_;
     target::Symbolizer symbolizer_;
     std::set<std::pair<uint64_t, uint64_t>> libraries_; // (dev, inode) already resolved (attached or found empty)
+    std::set<std::tuple<uint32_t, uint32_t, uint64_t>> examined_; // mapped files scan_process has looked at
     // Per process, the sampled addresses whose symbol records are written (true: with a function name). Forgotten
     // when it execs or exits, as the engine forgets the names: a reused pid gets its records again.
     std::unordered_map<uint32_t, std::unordered_map<uint64_t, bool>> written_;

@@ -186,11 +186,18 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     bpf_program__set_autoload(skel_->progs.on_sample, features.sampling);
     // The watched syscalls. Where probes are per process and the kernel has uprobe sessions: libc's wrappers, in
     // the traced processes only, so that no syscall event is in use and no task's syscalls take the kernel's
-    // tracing path. The native map keeps the events: it probes libraries as the dynamic loader opens them, which
-    // goes around libc. Else their own events; else (or LOTUS_RAW_SYSCALLS=1) every syscall's.
-    // LOTUS_SYSCALL_EVENTS=1: the events, as without per-process probes.
-    libc_ = hold_ && session && !features.native && !env_set("LOTUS_RAW_SYSCALLS") &&
-            !env_set("LOTUS_SYSCALL_EVENTS") && target::links_libc(interp.object_path);
+    // tracing path. The native map also needs the libraries the dynamic loader maps, which it opens around
+    // libc: seen at the return of libc's dlopen where libc has one (glibc 2.34+), else at the open events.
+    // Else their own events; else (or LOTUS_RAW_SYSCALLS=1) every syscall's. LOTUS_SYSCALL_EVENTS=1: the
+    // events, as without per-process probes.
+    native_ = features.native;
+    libc_ = hold_ && session && !env_set("LOTUS_RAW_SYSCALLS") && !env_set("LOTUS_SYSCALL_EVENTS") &&
+            target::links_libc(interp.object_path);
+    if (libc_ && native_) {
+        auto libc = target::linked_libc(interp.object_path);
+        auto w = libc ? target::libc_wrappers(*libc) : std::nullopt;
+        libc_ = w && w->dlopen;
+    }
     if (!libc_ && !env_set("LOTUS_RAW_SYSCALLS"))
         if (auto ids = tracepoint_ids(kSyscallEvents))
             syscall_ids_ = std::move(*ids);
@@ -577,10 +584,23 @@ bool Probe::attach_libc_to(uint32_t tgid, std::vector<common::UniqueFd>& fds, ui
         return true;
     }
     const auto& w = *it->second;
+    if (native_ && !w.dlopen) {
+        if (attach_error_.empty())
+            attach_error_ = fmt::format("process {} maps {}, which has no dlopen (glibc before 2.34): the libraries "
+                                        "it loads cannot be seen at libc's wrappers (LOTUS_SYSCALL_EVENTS=1 sees "
+                                        "them at the open syscalls)",
+                                        tgid, libc->path);
+        return true;
+    }
+    std::vector<uint64_t> offsets = w.offsets, cookies = w.cookies;
+    if (native_) { // the libraries it loads later, for the native map
+        offsets.push_back(*w.dlopen);
+        cookies.push_back(LOTUS_LIBC_DLOPEN);
+    }
     // One pinned name per file: the path differs by process (/proc/PID/root/...), and a pin per worker would
     // hold a descriptor for every process the job ever ran.
     std::string path = pin(libc_paths_.emplace(file, libc->path).first->second);
-    common::UniqueFd link = multi_link(skel_->progs.libc_call, session_type_, path, w.offsets, w.cookies, false, tgid);
+    common::UniqueFd link = multi_link(skel_->progs.libc_call, session_type_, path, offsets, cookies, false, tgid);
     if (!link) {
         if (errno != ESRCH && attach_error_.empty())
             attach_error_ = fmt::format("cannot attach the libc probes of {} to process {}: {}", libc->path, tgid,
@@ -600,8 +620,16 @@ void Probe::retry_libc()
     for (auto it = libc_pending_.begin(); it != libc_pending_.end();) {
         std::vector<common::UniqueFd> fds;
         bool done = !target::process_exists(static_cast<int>(it->first)) || attach_libc_to(it->first, fds);
-        if (!fds.empty())
+        if (!fds.empty()) {
             process_links_.append(it->first, std::move(fds));
+            // It has run its dynamic loader since its exec: the native map probes what that mapped.
+            if (native_ && lib_sink_) {
+                lotus_event_header loaded{};
+                loaded.type = LOTUS_EV_LOADED;
+                loaded.tgid = loaded.tid = it->first;
+                lib_sink_(&loaded, sizeof(loaded));
+            }
+        }
         if (done || now - it->second > kLibcWaitNs)
             it = libc_pending_.erase(it);
         else

@@ -191,6 +191,7 @@ private:
     std::vector<uint32_t> syscall_ids_; // those events' ids (kSyscallEvents' order)
     // The syscalls through libc's wrappers in the traced processes (per-process links; no syscall event).
     bool libc_ = false;
+    bool native_ = false; // the native map: libc's dlopen is probed too (its returns: LOTUS_EV_LOADED)
     std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::optional<target::LibcWrappers>> libc_files_; // by file
     std::map<uint32_t, std::set<std::tuple<uint32_t, uint32_t, uint64_t>>> libc_linked_; // per process: its files
     std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::string> libc_paths_; // by file: the path it is pinned by

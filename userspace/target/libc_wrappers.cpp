@@ -1,7 +1,11 @@
 #include "libc_wrappers.h"
 
-#include <exception>
+#include <unistd.h>
 
+#include <exception>
+#include <iterator>
+
+#include "common/arch.h"
 #include "common/path.h"
 #include "elf_file.h"
 #include "lotus_abi.h"
@@ -73,10 +77,34 @@ std::optional<LibcWrappers> libc_wrappers(const std::string& path)
             w.offsets.push_back(*off);
             w.cookies.push_back(LOTUS_LIBC_OPEN);
         }
+        w.dlopen = offset("dlopen", nullptr);
         return w;
     } catch (const std::exception&) {
         return std::nullopt;
     }
+}
+
+std::optional<std::string> linked_libc(const std::string& path)
+{
+    try {
+        // A path under /proc/PID/root names files of that process's root: its libc is under the same root.
+        std::string root;
+        if (path.starts_with("/proc/"))
+            if (auto at = path.find("/root/"); at != std::string::npos)
+                root = path.substr(0, at + 5);
+        for (const auto& lib : ElfFile(path).needed()) {
+            if (!is_libc_name(lib))
+                continue;
+            std::vector<std::string> dirs(std::begin(common::kMultiarchLibDirs), std::end(common::kMultiarchLibDirs));
+            for (const char* d : {"/lib64", "/usr/lib64", "/lib", "/usr/lib"})
+                dirs.emplace_back(d);
+            for (const auto& d : dirs)
+                if (std::string p = root + d + "/" + lib; access(p.c_str(), R_OK) == 0)
+                    return p;
+        }
+    } catch (const std::exception&) {
+    }
+    return std::nullopt;
 }
 
 bool links_libc(const std::string& path)

@@ -22,6 +22,7 @@ struct LibcMapping {
 struct LibcWrappers {
     std::vector<uint64_t> offsets;
     std::vector<uint64_t> cookies;
+    std::optional<uint64_t> dlopen; // where libc has it (glibc 2.34+, musl; before, libdl's): LOTUS_LIBC_DLOPEN
 };
 
 // The libc pid maps (glibc's libc.so.6, musl's libc.so or ld-musl), or nullopt when it maps none (yet: a process
@@ -31,5 +32,8 @@ std::optional<LibcMapping> mapped_libc(int pid);
 std::optional<LibcWrappers> libc_wrappers(const std::string& path);
 // Whether an ELF file (an interpreter) links a libc dynamically: its processes will map one.
 bool links_libc(const std::string& path);
+// The libc an ELF file (an interpreter) links, found where the dynamic loader looks for it (the system's
+// library directories, under the /proc/PID/root the file's path may begin with); nullopt if not found.
+std::optional<std::string> linked_libc(const std::string& path);
 
 } // namespace lotus::target
