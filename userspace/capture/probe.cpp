@@ -619,16 +619,17 @@ void Probe::retry_libc()
     uint64_t now = common::monotonic_ns();
     for (auto it = libc_pending_.begin(); it != libc_pending_.end();) {
         std::vector<common::UniqueFd> fds;
-        bool done = !target::process_exists(static_cast<int>(it->first)) || attach_libc_to(it->first, fds);
-        if (!fds.empty()) {
+        bool gone = !target::process_exists(static_cast<int>(it->first));
+        bool done = gone || attach_libc_to(it->first, fds);
+        if (!fds.empty())
             process_links_.append(it->first, std::move(fds));
-            // It has run its dynamic loader since its exec: the native map probes what that mapped.
-            if (native_ && lib_sink_) {
-                lotus_event_header loaded{};
-                loaded.type = LOTUS_EV_LOADED;
-                loaded.tgid = loaded.tid = it->first;
-                lib_sink_(&loaded, sizeof(loaded));
-            }
+        // It has run its dynamic loader since its exec (the same libc again, or another): the native map probes
+        // what that mapped.
+        if (done && !gone && native_ && lib_sink_) {
+            lotus_event_header loaded{};
+            loaded.type = LOTUS_EV_LOADED;
+            loaded.tgid = loaded.tid = it->first;
+            lib_sink_(&loaded, sizeof(loaded));
         }
         if (done || now - it->second > kLibcWaitNs)
             it = libc_pending_.erase(it);
