@@ -226,32 +226,32 @@ class SyscallIsolation(BpfTestCase):
         return {name: cnt - before[i][1] for i, (name, cnt) in after.items() if i in before}, \
             load_trace(out)["otherData"]
 
+    def assert_at_libc(self, runs, other):
+        """The watched syscalls seen at libc's wrappers alone: another process's syscalls ran almost no program
+        of the tracer's, and no syscall program is loaded at all (runs holds every program the tracer holds,
+        those that never ran too)."""
+        self.assertEqual(other["syscall_programs"], "traced processes' libc calls")
+        self.assertLess(sum(runs.values()), self.calls // 20, runs)
+        self.assertIn("libc_call", runs)
+        for name in ("on_openat", "on_read_done", "on_write", "on_getppid", "on_sys_enter", "on_sys_exit"):
+            self.assertNotIn(name, runs)
+
     def test_other_processes_syscalls_run_no_program(self):
         """By default the syscalls lotus-bpf watches are seen at libc's wrappers in the traced processes alone: no
         syscall event is in use, so another process's syscalls take no tracing path and run none of its
         programs (what else ran meanwhile is context switches, a few hundred at most)."""
-        runs, other = self.syscall_runs({})
-        self.assertEqual(other["syscall_programs"], "traced processes' libc calls")
-        self.assertLess(sum(runs.values()), self.calls // 20, runs)
-        # no syscall program loaded at all (runs holds every program the tracer holds, those that never ran too)
-        self.assertIn("libc_call", runs)
-        for name in ("on_openat", "on_read_done", "on_write", "on_getppid", "on_sys_enter", "on_sys_exit"):
-            self.assertNotIn(name, runs)
+        self.assert_at_libc(*self.syscall_runs({}))
 
     def test_native_map_sees_syscalls_and_library_loads_at_libc(self):
         """The native map too: the libraries the dynamic loader maps (around libc) are seen at the return of libc's
         dlopen, so it needs no syscall event either (test_native's launched jobs load Pillow and torch that way)."""
-        runs, other = self.syscall_runs({}, args=("--native-map", "--sample-freq", "0"))
-        self.assertEqual(other["syscall_programs"], "traced processes' libc calls")
-        self.assertLess(sum(runs.values()), self.calls // 20, runs)
-        self.assertIn("libc_call", runs)
-        for name in ("on_openat", "on_read_done", "on_write", "on_getppid", "on_sys_enter", "on_sys_exit"):
-            self.assertNotIn(name, runs)
+        self.assert_at_libc(*self.syscall_runs({}, args=("--native-map", "--sample-freq", "0")))
 
     def test_watched_syscalls_on_their_own_events(self):
-        """With the events (LOTUS_SYSCALL_EVENTS=1, the native map's way) each watched syscall has one program on
-        its own event: a syscall of another kind, by any process, runs none of lotus-bpf's programs (one on every
-        sys_enter and sys_exit made a cheap syscall of a process never traced a fifth slower)."""
+        """With the events (LOTUS_SYSCALL_EVENTS=1; the native map on a libc without dlopen) each watched syscall
+        has one program on its own event: a syscall of another kind, by any process, runs none of lotus-bpf's
+        programs (one on every sys_enter and sys_exit made a cheap syscall of a process never traced a fifth
+        slower)."""
         runs, other = self.syscall_runs({"LOTUS_SYSCALL_EVENTS": "1"})
         self.assertEqual(other["syscall_programs"], "watched syscalls")
         # What else ran meanwhile (the tracer's own file opens, context switches) is a few hundred at most.
