@@ -187,6 +187,12 @@ def tracer_program_ids(pid):
     return ids
 
 
+def off_switch(runs):
+    """Runs of every program but on_switch, which runs at each context switch of the machine: however busy the
+    machine was meanwhile, a program on every syscall would still show here as 100,000 runs."""
+    return sum(n for name, n in runs.items() if name != "on_switch")
+
+
 def run_counts(ids):
     """{program id: (name, runs so far)} by the kernel's bpf_stats."""
     out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
@@ -231,7 +237,7 @@ class SyscallIsolation(BpfTestCase):
         of the tracer's, and no syscall program is loaded at all (runs holds every program the tracer holds,
         those that never ran too)."""
         self.assertEqual(other["syscall_programs"], "traced processes' libc calls")
-        self.assertLess(sum(runs.values()), self.calls // 20, runs)
+        self.assertLess(off_switch(runs), self.calls // 20, runs)
         self.assertIn("libc_call", runs)
         for name in ("on_openat", "on_read_done", "on_write", "on_getppid", "on_sys_enter", "on_sys_exit"):
             self.assertNotIn(name, runs)
@@ -255,7 +261,7 @@ class SyscallIsolation(BpfTestCase):
         runs, other = self.syscall_runs({"LOTUS_SYSCALL_EVENTS": "1"})
         self.assertEqual(other["syscall_programs"], "watched syscalls")
         # What else ran meanwhile (the tracer's own file opens, context switches) is a few hundred at most.
-        self.assertLess(sum(runs.values()), self.calls // 20, runs)
+        self.assertLess(off_switch(runs), self.calls // 20, runs)
 
     def test_syscall_events_where_tracefs_is_not_mounted(self):
         """Many machines never mount tracefs, where the events' ids are: lotus-bpf reads them from one it mounts
@@ -267,7 +273,7 @@ class SyscallIsolation(BpfTestCase):
                       "test -e /sys/kernel/debug/tracing && exit 98; exec \"$0\" \"$@\""]
         runs, other = self.syscall_runs({"LOTUS_SYSCALL_EVENTS": "1"}, no_tracefs)
         self.assertEqual(other["syscall_programs"], "watched syscalls")
-        self.assertLess(sum(runs.values()), self.calls // 20, runs)
+        self.assertLess(off_switch(runs), self.calls // 20, runs)
         self.assertGreater(runs.get("on_getppid", 0) + runs.get("on_openat", 0) + runs.get("on_read_done", 0)
                            + runs.get("on_write", 0), 0, runs)
 
