@@ -230,6 +230,35 @@ TEST_F(Usage, NetworkBytesFromTheFirstReadingAndExactAtExit)
     EXPECT_NE(exporter::usage_json(rows, 100).find("\"network\":true"), std::string::npos);
 }
 
+TEST_F(Usage, AReadingAfterTheExitTookTheNetworkEntryCountsNothingTwice)
+{
+    // The sweep read both processes after their exits had taken their entries (0) and before their exit records
+    // came: the exit counts from the highest base, not from that 0.
+    fork(2, 1, 1 * S + 500 * MS);
+    for (auto r : {net_reading(1, 1 * S, 100, 50), net_reading(2, 2 * S, 300, 0), net_reading(1, 2 * S, 1100, 2050),
+                   net_reading(2, 3 * S, 0, 0), net_reading(1, 3 * S, 0, 0)})
+        tracker.consume(&r, sizeof(r));
+    for (auto x : {net_exit(2, 2 * S + 900 * MS, 700, 40), net_exit(1, 2 * S + 950 * MS, 1100, 2050)})
+        tracker.consume(&x, sizeof(x));
+    tracker.finish();
+    EXPECT_EQ(tracker.processes().at(1).net_sent, 1000u);
+    EXPECT_EQ(tracker.processes().at(1).net_recv, 2000u);
+    EXPECT_EQ(tracker.processes().at(2).net_sent, 700u);
+    EXPECT_EQ(tracker.processes().at(2).net_recv, 40u);
+}
+
+TEST_F(Usage, APidReusedAfterALostExitCountsFromItsFork)
+{
+    auto a = net_reading(5, 1 * S, 100, 100);
+    tracker.consume(&a, sizeof(a));
+    fork(5, 1, 2 * S); // the first process's exit record was lost
+    auto b = net_reading(5, 3 * S, 30, 20);
+    tracker.consume(&b, sizeof(b));
+    tracker.finish();
+    EXPECT_EQ(tracker.processes().at(5).net_sent, 30u);
+    EXPECT_EQ(tracker.processes().at(5).net_recv, 20u);
+}
+
 TEST_F(Usage, NetworkBytesNotCountedAreUnknownNotZero)
 {
     // a kernel without the socket tracepoints, and a record file made before the fields existed

@@ -41,6 +41,7 @@ void UsageTracker::consume(const void* data, size_t len)
         reading(r);
     } else if (h->type == LOTUS_EV_FORK && len >= sizeof(lotus_proc_event)) {
         forked_at_[h->tgid] = h->ts_ns;
+        last_.erase(h->tgid); // a reused pid whose exit record was lost: not its base
     } else if (h->type == LOTUS_EV_USAGE && len >= offsetof(lotus_usage, net_sent)) {
         // Its exit: the kernel's totals over its life, against its last reading (or its fork).
         lotus_usage exit{};
@@ -128,6 +129,11 @@ void UsageTracker::reading(const RecordUsage& r)
     uint64_t dt = since(r.ts_ns, prev.ts_ns);
     l.r = r;
     l.have = true;
+    // The base for the next interval never goes back: the sweep may read a process after its exit took its
+    // network entry (read as 0) and before its exit record comes, which then counts from this base.
+    for (auto f : {&RecordUsage::user_ns, &RecordUsage::system_ns, &RecordUsage::read_bytes, &RecordUsage::write_bytes,
+                   &RecordUsage::nvcsw, &RecordUsage::nivcsw, &RecordUsage::net_sent, &RecordUsage::net_recv})
+        l.r.*f = std::max(r.*f, prev.*f);
     u.last_ns = r.ts_ns;
     u.readings++;
     if (!dt)
