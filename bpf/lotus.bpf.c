@@ -319,13 +319,14 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 SEC("uprobe")
 int BPF_KPROBE(libc_call, long a0, long a1, long a2)
 {
-    if (bpf_session_is_return() && bpf_get_attach_cookie(ctx) == LOTUS_LIBC_DLOPEN) {
-        struct lotus_event_header e = {};
-        fill_header(&e, LOTUS_EV_LOADED);
-        bpf_ringbuf_output(&lotus_lib_opens, &e, sizeof(e), BPF_RB_FORCE_WAKEUP);
-        return 0;
-    }
-    if (bpf_session_is_return()) { /* a read's: its fd and buffer were kept at its entry (registers are gone) */
+    if (bpf_session_is_return()) { /* a dlopen's or a read's (only those ask for theirs) */
+        if (bpf_get_attach_cookie(ctx) == LOTUS_LIBC_DLOPEN) {
+            struct lotus_event_header e = {};
+            fill_header(&e, LOTUS_EV_LOADED);
+            bpf_ringbuf_output(&lotus_lib_opens, &e, sizeof(e), BPF_RB_FORCE_WAKEUP);
+            return 0;
+        }
+        /* a read's: its fd and buffer were kept at its entry (registers are gone) */
         struct thread_state *ts = bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0);
         if (!ts || !ts->read_buf)
             return 0;
