@@ -247,6 +247,27 @@ TEST_F(Usage, AReadingAfterTheExitTookTheNetworkEntryCountsNothingTwice)
     EXPECT_EQ(tracker.processes().at(2).net_recv, 40u);
 }
 
+TEST_F(Usage, AReadingAfterTheExitFiguresCountsNothingAgain)
+{
+    // The sweep read a forked worker after its exit figures came (its exit record was still to come): that
+    // reading would count from its fork again.
+    fork(2, 1, 1 * S);
+    auto w = net_reading(2, 2 * S, 300, 10);
+    tracker.consume(&w, sizeof(w));
+    auto x = net_exit(2, 2 * S + 900 * MS, 700, 40);
+    tracker.consume(&x, sizeof(x));
+    auto late = net_reading(2, 3 * S, 0, 0);
+    late.user_ns = 5 * S;
+    tracker.consume(&late, sizeof(late));
+    tracker.consume(&x, sizeof(x)); // and the same figures twice
+    tracker.finish();
+    const auto& u = tracker.processes().at(2);
+    EXPECT_EQ(u.net_sent, 700u);
+    EXPECT_EQ(u.net_recv, 40u);
+    EXPECT_EQ(u.user_ns, 0u);
+    EXPECT_EQ(u.readings, 1u);
+}
+
 TEST_F(Usage, APidReusedAfterALostExitCountsFromItsFork)
 {
     auto a = net_reading(5, 1 * S, 100, 100);

@@ -42,6 +42,7 @@ void UsageTracker::consume(const void* data, size_t len)
     } else if (h->type == LOTUS_EV_FORK && len >= sizeof(lotus_proc_event)) {
         forked_at_[h->tgid] = h->ts_ns;
         last_.erase(h->tgid); // a reused pid whose exit record was lost: not its base
+        ended_.erase(h->tgid);
     } else if (h->type == LOTUS_EV_USAGE && len >= offsetof(lotus_usage, net_sent)) {
         // Its exit: the kernel's totals over its life, against its last reading (or its fork).
         lotus_usage exit{};
@@ -49,7 +50,7 @@ void UsageTracker::consume(const void* data, size_t len)
         const lotus_usage* x = &exit;
         auto l = last_.find(x->h.tgid);
         auto fork = forked_at_.find(x->h.tgid);
-        if ((l == last_.end() || !l->second.have) && fork == forked_at_.end())
+        if (!ended_.insert(x->h.tgid).second || ((l == last_.end() || !l->second.have) && fork == forked_at_.end()))
             return; // never read and not forked while traced: nothing to measure from
         auto& u = usage_[x->h.tgid];
         RecordUsage prev{};
@@ -91,6 +92,8 @@ void UsageTracker::consume(const void* data, size_t len)
 
 void UsageTracker::reading(const RecordUsage& r)
 {
+    if (ended_.count(r.tgid))
+        return; // read between its exit figures and its exit (the sweep had not seen it go)
     if (r.ts_ns != sweep_ts_) {
         if (sweep_ts_)
             end_sweep();

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "model/user_records.h"
 
@@ -75,6 +76,7 @@ private:
     std::map<uint32_t, ProcessUsage> usage_;
     std::map<uint32_t, Last> last_;
     std::map<uint32_t, uint64_t> forked_at_;
+    std::set<uint32_t> ended_; // exit figures taken: a later reading (its zombie) would count from zero again
     JobUsage job_;
     uint64_t sweep_ts_ = 0, sweep_rss_kb_ = 0, sweep_pss_kb_ = 0;
     bool sweep_pss_all_ = true;
