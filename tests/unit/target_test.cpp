@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <set>
+#include <tuple>
 
 #include "target/cpython_layouts.h"
 #include "target/elf_file.h"
@@ -51,6 +52,28 @@ TEST(ProcMaps, OwnProcessAndTree)
     EXPECT_FALSE(process_exists(0));
     EXPECT_EQ(parent_pid(getpid()).value_or(-1), getppid());
     EXPECT_FALSE(read_maps(getpid()).empty());
+}
+
+TEST(ProcMaps, ExecutableFileMappingsQueriedOneByOneAreThoseOfTheMapsText)
+{
+    auto queried = exec_file_maps(getpid(), [](const Mapping&) { return false; });
+    if (!queried)
+        GTEST_SKIP() << "no PROCMAP_QUERY (Linux 6.11+)";
+    std::vector<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, std::string, std::string>> text, asked;
+    for (const auto& m : read_maps(getpid()))
+        if (m.inode && m.perms.find('x') != std::string::npos)
+            text.emplace_back(m.start, m.end, m.offset, m.inode, m.perms, m.path);
+    for (const auto& m : *queried)
+        asked.emplace_back(m.start, m.end, m.offset, m.inode, m.perms, m.path);
+    ASSERT_FALSE(asked.empty());
+    EXPECT_EQ(asked, text);
+    // files already known come without their path
+    auto known = exec_file_maps(getpid(), [](const Mapping& m) { return m.inode != 0; });
+    ASSERT_TRUE(known);
+    EXPECT_EQ(known->size(), queried->size());
+    for (const auto& m : *known)
+        EXPECT_TRUE(m.path.empty()) << m.start;
+    EXPECT_THROW(exec_file_maps(0, [](const Mapping&) { return false; }), std::runtime_error);
 }
 
 TEST(ElfFile, FindsOwnSymbolsAndFileOffsets)

@@ -79,19 +79,23 @@ void NativeCapture::attach_library(const std::string& path)
 
 void NativeCapture::scan_process(uint32_t pid)
 {
+    // Each file once (a scan follows every dlopen): what attach_library does with it holds for every process.
+    auto examined = [this](const target::Mapping& m) {
+        return examined_.count(std::make_tuple(m.dev_major, m.dev_minor, m.inode)) != 0;
+    };
     std::vector<target::Mapping> maps;
     try {
-        maps = target::read_maps(static_cast<int>(pid));
+        // Asked of the kernel mapping by mapping, paths only for new files: the whole maps text of a process that
+        // loaded torch is ~1,700 lines, read again at each of its ~100 dlopens while it imports.
+        auto queried = target::exec_file_maps(static_cast<int>(pid), examined);
+        maps = queried ? std::move(*queried) : target::read_maps(static_cast<int>(pid));
     } catch (const std::exception&) {
         return;
     }
     for (const auto& m : maps) {
-        if (m.path.empty() || m.path[0] != '/' || m.perms.find('x') == std::string::npos)
+        if (m.path.empty() || m.path[0] != '/' || m.perms.find('x') == std::string::npos || examined(m))
             continue;
-        // Each file once (a scan follows every dlopen): what attach_library does with it holds for every process.
         auto file = std::make_tuple(m.dev_major, m.dev_minor, m.inode);
-        if (examined_.count(file))
-            continue;
         std::string local = target::openable_path(static_cast<int>(pid), m.path, m.inode, m.dev_major, m.dev_minor);
         if (local.empty())
             continue;

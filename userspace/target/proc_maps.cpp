@@ -6,10 +6,15 @@
 #include <sys/sysmacros.h>
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -17,6 +22,7 @@
 #include <string_view>
 
 #include "common/read_file.h"
+#include "common/unique_fd.h"
 
 namespace lotus::target {
 
@@ -83,6 +89,73 @@ std::vector<Mapping> read_maps(int pid)
     if (!text)
         throw std::runtime_error("cannot read " + path);
     return parse_maps(*text);
+}
+
+namespace {
+
+// The PROCMAP_QUERY ioctl of /proc/PID/maps (uapi linux/fs.h, Linux 6.11; Debian's headers may predate it).
+struct ProcmapQuery {
+    uint64_t size, query_flags, query_addr;
+    uint64_t vma_start, vma_end, vma_flags, vma_page_size, vma_offset, inode;
+    uint32_t dev_major, dev_minor, vma_name_size, build_id_size;
+    uint64_t vma_name_addr, build_id_addr;
+};
+static_assert(sizeof(ProcmapQuery) == 104);
+constexpr unsigned long kProcmapQuery = _IOWR('f', 17, ProcmapQuery);
+constexpr uint64_t kVmaRead = 1, kVmaWrite = 2, kVmaExec = 4, kVmaShared = 8;
+constexpr uint64_t kCoveringOrNext = 0x10, kFileBacked = 0x20;
+
+} // namespace
+
+std::optional<std::vector<Mapping>> exec_file_maps(int pid, const std::function<bool(const Mapping&)>& known)
+{
+    static bool unsupported = false;
+    if (unsupported)
+        return std::nullopt;
+    std::string path = "/proc/" + std::to_string(pid) + "/maps";
+    common::UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd)
+        throw std::runtime_error("cannot read " + path);
+    std::vector<Mapping> out;
+    char name[PATH_MAX + 32];
+    for (uint64_t addr = 0;;) {
+        ProcmapQuery q{};
+        q.size = sizeof(q);
+        q.query_flags = kCoveringOrNext | kFileBacked | kVmaExec;
+        q.query_addr = addr;
+        if (ioctl(fd.get(), kProcmapQuery, &q) != 0) {
+            if (errno == ENOENT) // no such mapping above addr: all seen
+                return out;
+            if (errno == ENOTTY || errno == EINVAL) { // a kernel without it (or with another layout)
+                unsupported = true;
+                return std::nullopt;
+            }
+            throw std::runtime_error("cannot query " + path);
+        }
+        Mapping m;
+        m.start = q.vma_start;
+        m.end = q.vma_end;
+        m.offset = q.vma_offset;
+        m.inode = q.inode;
+        m.dev_major = q.dev_major;
+        m.dev_minor = q.dev_minor;
+        m.perms = {q.vma_flags & kVmaRead ? 'r' : '-', q.vma_flags & kVmaWrite ? 'w' : '-',
+                   q.vma_flags & kVmaExec ? 'x' : '-', q.vma_flags & kVmaShared ? 's' : 'p'};
+        if (!known(m)) { // its path: asked for this mapping alone
+            q = {};
+            q.size = sizeof(q);
+            q.query_flags = kFileBacked;
+            q.query_addr = m.start;
+            q.vma_name_addr = reinterpret_cast<uint64_t>(name);
+            q.vma_name_size = sizeof(name);
+            if (ioctl(fd.get(), kProcmapQuery, &q) == 0 && q.vma_name_size > 0 && q.inode == m.inode)
+                m.path.assign(name, strnlen(name, q.vma_name_size));
+        }
+        if (m.end <= addr)
+            return out; // (never: the next mapping the kernel gives lies above addr)
+        addr = m.end;
+        out.push_back(std::move(m));
+    }
 }
 
 std::string openable_path(int pid, const std::string& path, uint64_t inode, uint32_t dev_major, uint32_t dev_minor)

@@ -1,6 +1,7 @@
 // /proc/PID/maps and the process tree, read-only.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +19,10 @@ struct Mapping {
 std::vector<Mapping> parse_maps(const std::string& text);
 // Throws std::runtime_error when the file cannot be read.
 std::vector<Mapping> read_maps(int pid);
+// pid's executable mappings of files, asked of the kernel one at a time (the PROCMAP_QUERY ioctl, Linux 6.11+)
+// rather than as the whole maps text: a path only for those `known` does not know (the others' is left empty).
+// nullopt where the kernel has no such ioctl; throws std::runtime_error when the process cannot be read.
+std::optional<std::vector<Mapping>> exec_file_maps(int pid, const std::function<bool(const Mapping&)>& known);
 
 // A path we can open for the file (inode on dev) that pid maps or runs at `path`: the kernel names it as our
 // root reaches it (a chroot: the path is ours as it is) or, when our root does not reach it (another mount
