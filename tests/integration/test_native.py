@@ -9,8 +9,8 @@ import unittest
 
 import jsonschema
 
-from harness import (BpfTestCase, OPS, PY, SOURCE, WORKLOAD, dataset, kernel_at_least, load_trace, run_lotus,
-                     spans)
+from harness import (BpfTestCase, OPS, PY, SOURCE, WORKLOAD, dataset, kernel_at_least, load_trace, read_lines,
+                     run_lotus, spans)
 
 
 PILLOW = [a for spec in ("libjpeg*:jpeg_read_header", "_imaging*:ImagingResample", "_imaging*:ImagingFlipLeftRight")
@@ -149,6 +149,45 @@ class NativeMapTest(BpfTestCase):
         self.assertEqual(other["evaluator_probe"], "uprobe + uretprobe")
         self.assertEqual(summary["native_map"], [])  # no sampling asked for
         self.assertEqual(trace["otherData"]["sampling_event"], "none")
+
+    def test_library_loaded_while_running_is_said(self):
+        """A worker loads a library in its first sample (ctypes.CDLL) and calls it in every sample: lotus-bpf
+        probes it once the dlopen has returned. Every call made after the probes went live is a native span; those
+        before may not be, and the trace and the summary say which process loaded what, and when."""
+        log, out, summ, rec = (self.path(n) for n in ("calls.log", "t.json", "s.json", "r.lbt"))
+        r = run_lotus(["-o", out, "--summary-json", summ, "--record", rec, "--native", "libgdbm*:gdbm_strerror",
+                       "--", PY, os.path.join(os.path.dirname(WORKLOAD), "late_library.py"), "64", log])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        trace = load_trace(out)
+        other = trace["otherData"]
+        with open(os.path.join(SOURCE, "schemas", "chrome-trace.schema.json")) as f:
+            jsonschema.validate(trace, json.load(f))
+        calls = collections.defaultdict(list)
+        for pid, ns in read_lines(log):
+            calls[int(pid)].append((int(ns) - other["t0_monotonic_ns"]) / 1e9)
+        self.assertEqual(sum(map(len, calls.values())), 64)
+        traced = collections.Counter(n["pid"] for n in spans(trace, "native") if n["name"] == "gdbm_strerror")
+        late = {x["pid"]: x for x in other["native_probed_late"] if x["library"].startswith("libgdbm")}
+        self.assertTrue(late, other["native_probed_late"])  # the first to load it did so before any probe
+        self.assertLessEqual(set(late), set(calls))
+        for pid, times in calls.items():
+            if pid not in late:  # loaded after the probes were on the file: every call seen
+                self.assertEqual(traced[pid], len(times), pid)
+                continue
+            x = late[pid]
+            self.assertTrue(x["during_work"], x)
+            live = x["loaded_s"] + x["probed_after_ms"] / 1e3
+            self.assertLessEqual(x["loaded_s"], min(times) + 1e-3)  # loaded right before its first call
+            after = sum(t > live + 1e-5 for t in times)
+            # those made in between may be seen or not (a worker preempted before its first call)
+            self.assertGreaterEqual(traced[pid], after, (pid, x, sorted(times)[:4]))
+            self.assertLessEqual(traced[pid], len(times), (pid, x))
+            self.assertIn(f"(PID {pid}) loaded {x['library']} at", r.stdout)
+        # replayed: the same
+        rr = run_lotus(["report", rec, "--summary-json", summ])
+        self.assertEqual(rr.returncode, 0, rr.stderr)
+        with open(summ) as f:
+            self.assertEqual(json.load(f)["run"]["native_probed_late"], other["native_probed_late"])
 
     def test_sample_stack(self):
         # Each sample records the leaf alone by default; --sample-stack N adds callers (a frame-pointer walk, most

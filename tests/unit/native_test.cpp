@@ -2,6 +2,7 @@
 // from symbol records, and the parsing of --native / --counters and C++ names.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstring>
 #include <fcntl.h>
 #include <signal.h>
@@ -162,6 +163,33 @@ TEST(EngineNative, NativeCallsBecomeSpansAndNameTheSamplesTheyHold)
     EXPECT_EQ(fns["ImagingResampleHorizontal_8bpc"], "_imaging.so");
     EXPECT_EQ(fns["PyObject_Call"], "python3.11");
     EXPECT_EQ(fns["[unknown]"], "python3.11");
+}
+
+TEST(EngineNative, LibrariesProbedLateAndWhenTheProcessBeganItsSpans)
+{
+    model::Rules rules;
+    model::Engine e(rules, [](const Span&) {});
+    model::RecordNativeLate late{};
+    late.type = model::kRecordNativeLate;
+    late.tgid = 7;
+    late.ts_ns = 5000;
+    late.loaded_ns = 4000;
+    strcpy(late.library, "libgdbm.so.6");
+    e.consume(&late, sizeof(late));
+    e.consume(&late, offsetof(model::RecordNativeLate, library)); // cut short: malformed, not read
+    native_func(e, 0, "gdbm_strerror", "libgdbm.so.6");
+    native(e, LOTUS_EV_NATIVE_ENTRY, 7, 6000, 0);
+    native(e, LOTUS_EV_NATIVE_RETURN, 7, 6100, 0);
+    e.finish();
+    ASSERT_EQ(e.native_late().size(), 1u);
+    EXPECT_EQ(e.native_late()[0].pid, 7u);
+    EXPECT_EQ(e.native_late()[0].library, "libgdbm.so.6");
+    EXPECT_EQ(e.native_late()[0].loaded_ns, 4000u);
+    EXPECT_EQ(e.native_late()[0].live_ns, 5000u);
+    EXPECT_EQ(e.counters().malformed, 1u);
+    // a native span is not the process's work: no first span
+    auto p = e.processes().find(1);
+    EXPECT_TRUE(p == e.processes().end() || p->second.first_span_ns == 0);
 }
 
 TEST(EngineNative, PerfCounterDeltasReachTheOpSpans)

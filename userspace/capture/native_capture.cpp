@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <cstring>
 #include <fmt/format.h>
@@ -37,20 +38,25 @@ NativeCapture::NativeCapture(Probe& probe, std::vector<target::NativeSpec> specs
 {
 }
 
-void NativeCapture::attach_library(const std::string& path)
+const NativeCapture::Probed* NativeCapture::attach_library(const std::string& path)
 {
     // Once per file, however it was named (maps show the real path, dlopen often opens a symlink; a process
     // under another root is reached through /proc/PID/root).
     struct stat st;
-    if (specs_.empty() || stat(path.c_str(), &st) != 0 || !libraries_.insert({st.st_dev, st.st_ino}).second ||
-        !target::library_wanted(specs_, path))
-        return;
+    if (specs_.empty() || stat(path.c_str(), &st) != 0)
+        return nullptr;
+    if (!libraries_.insert({st.st_dev, st.st_ino}).second) {
+        auto p = probed_.find({st.st_dev, st.st_ino});
+        return p != probed_.end() ? &p->second : nullptr;
+    }
+    if (!target::library_wanted(specs_, path))
+        return nullptr;
     double t = now_s();
     std::vector<target::NativeFunction> fns;
     try {
         fns = target::resolve_native(specs_, path);
     } catch (const std::exception&) {
-        return; // not an ELF file after all: nothing to probe
+        return nullptr; // not an ELF file after all: nothing to probe
     }
     std::vector<uint64_t> offsets;
     std::vector<uint32_t> ids;
@@ -59,6 +65,7 @@ void NativeCapture::attach_library(const std::string& path)
         ids.push_back(functions_ + refused_ + static_cast<uint32_t>(ids.size()));
     }
     auto ok = probe_.attach_native(path, offsets, ids);
+    bool live = false;
     for (size_t i = 0; i < fns.size(); i++) {
         if (fns[i].spec < matched_.size())
             matched_[fns[i].spec]++;
@@ -67,6 +74,7 @@ void NativeCapture::attach_library(const std::string& path)
             continue;
         }
         functions_++;
+        live = true;
         model::RecordNativeFunc rec{};
         rec.type = model::kRecordNativeFunc;
         rec.func = ids[i];
@@ -75,9 +83,25 @@ void NativeCapture::attach_library(const std::string& path)
         emit_(&rec, sizeof(rec));
     }
     attach_s_ += now_s() - t;
+    if (!live)
+        return nullptr;
+    return &(probed_[{st.st_dev, st.st_ino}] = Probed{common::monotonic_ns(), fns.front().library});
 }
 
-void NativeCapture::scan_process(uint32_t pid)
+void NativeCapture::probed_late(uint32_t pid, uint64_t loaded_ns, const Probed& p)
+{
+    if (!loaded_ns || p.live_ns <= loaded_ns || !said_late_.insert({pid, p.library}).second)
+        return;
+    model::RecordNativeLate late{};
+    late.type = model::kRecordNativeLate;
+    late.tgid = pid;
+    late.ts_ns = p.live_ns;
+    late.loaded_ns = loaded_ns;
+    copy_str(late.library, p.library);
+    emit_(&late, sizeof(late));
+}
+
+void NativeCapture::scan_process(uint32_t pid, uint64_t loaded_ns)
 {
     // Each file once (a scan follows every dlopen): what attach_library does with it holds for every process.
     auto examined = [this](const target::Mapping& m) {
@@ -93,14 +117,23 @@ void NativeCapture::scan_process(uint32_t pid)
         return;
     }
     for (const auto& m : maps) {
-        if (m.path.empty() || m.path[0] != '/' || m.perms.find('x') == std::string::npos || examined(m))
+        if (m.perms.find('x') == std::string::npos)
             continue;
-        auto file = std::make_tuple(m.dev_major, m.dev_minor, m.inode);
+        // A file probed since this process's dlopen returned (by this scan, or another process's meanwhile: the
+        // probes are on the file): this process may have called it before.
+        if (examined(m)) {
+            if (auto p = probed_.find({makedev(m.dev_major, m.dev_minor), m.inode}); p != probed_.end())
+                probed_late(pid, loaded_ns, p->second);
+            continue;
+        }
+        if (m.path.empty() || m.path[0] != '/')
+            continue;
         std::string local = target::openable_path(static_cast<int>(pid), m.path, m.inode, m.dev_major, m.dev_minor);
         if (local.empty())
             continue;
-        examined_.insert(file);
-        attach_library(local);
+        examined_.insert(std::make_tuple(m.dev_major, m.dev_minor, m.inode));
+        if (auto* p = attach_library(local))
+            probed_late(pid, loaded_ns, *p);
     }
 }
 
@@ -109,7 +142,7 @@ void NativeCapture::on_library_open(const void* data, size_t len)
     auto* h = static_cast<const lotus_event_header*>(data);
     if (len >= sizeof(*h) && h->type == LOTUS_EV_LOADED) { // a dlopen returned: what it mapped
         symbolizer_.library_opened(h->tgid);
-        scan_process(h->tgid);
+        scan_process(h->tgid, h->ts_ns);
         return;
     }
     if (len < sizeof(lotus_open) || specs_.empty() || h->type != LOTUS_EV_OPEN)
@@ -121,8 +154,10 @@ void NativeCapture::on_library_open(const void* data, size_t len)
     std::string local = fmt::format("/proc/{}/root{}", o->h.tgid, path);
     struct stat st;
     if (!path.empty() && path[0] == '/' && path.find(".so") != std::string::npos &&
-        target::library_wanted(specs_, path) && stat(local.c_str(), &st) == 0 && S_ISREG(st.st_mode))
-        attach_library(local);
+        target::library_wanted(specs_, path) && stat(local.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+        if (auto* p = attach_library(local)) // by file: usually before the loader has mapped it, maybe not
+            probed_late(o->h.tgid, o->h.ts_ns, *p);
+    }
 }
 
 void NativeCapture::on_event(const void* data, size_t len)
@@ -132,11 +167,11 @@ void NativeCapture::on_event(const void* data, size_t len)
         return;
     if (h->type == LOTUS_EV_FORK && len >= sizeof(lotus_proc_event)) {
         symbolizer_.set_parent(h->tgid, static_cast<const lotus_proc_event*>(data)->parent_tgid);
-    } else if (h->type == LOTUS_EV_EXEC) {
-        symbolizer_.execed(h->tgid);
+    } else if (h->type == LOTUS_EV_EXEC || h->type == LOTUS_EV_EXIT) {
+        if (h->type == LOTUS_EV_EXEC)
+            symbolizer_.execed(h->tgid);
         written_.erase(h->tgid);
-    } else if (h->type == LOTUS_EV_EXIT) {
-        written_.erase(h->tgid);
+        std::erase_if(said_late_, [&](const auto& s) { return s.first == h->tgid; });
     } else if (h->type == LOTUS_EV_OPEN && len >= sizeof(lotus_open)) {
         auto* o = static_cast<const lotus_open*>(data);
         if (std::string_view(o->path, strnlen(o->path, sizeof(o->path))).find(".so") != std::string_view::npos)

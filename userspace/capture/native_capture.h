@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <set>
 #include <tuple>
 #include <string>
@@ -22,7 +23,8 @@ public:
     NativeCapture(Probe& probe, std::vector<target::NativeSpec> specs, Emit emit);
 
     // Probes the wanted functions of every library the process maps now.
-    void scan_process(uint32_t pid);
+    // loaded_ns: when the process loaded what is new (a dlopen's return), 0 at attach
+    void scan_process(uint32_t pid, uint64_t loaded_ns = 0);
     // Sees every kernel record before the engine: opens of wanted libraries, forks, samples.
     void on_event(const void* data, size_t len);
     // A library open seen ahead of the stream (Probe::set_library_sink).
@@ -35,13 +37,22 @@ public:
     double attach_seconds() const { return attach_s_; }
 
 private:
-    void attach_library(const std::string& path);
+    struct Probed {
+        uint64_t live_ns = 0; // when its probes were in place
+        std::string library;  // its basename
+    };
+    // The file's probes, once, with when they went live; nullptr where none is (not wanted, none refused).
+    const Probed* attach_library(const std::string& path);
+    // pid had loaded the library at loaded_ns, before its probes went live: its calls in between are not seen.
+    void probed_late(uint32_t pid, uint64_t loaded_ns, const Probed& p);
     Probe& probe_;
     std::vector<target::NativeSpec> specs_;
     Emit emit_;
     target::Symbolizer symbolizer_;
     std::set<std::pair<uint64_t, uint64_t>> libraries_; // (dev, inode) already resolved (attached or found empty)
     std::set<std::tuple<uint32_t, uint32_t, uint64_t>> examined_; // mapped files scan_process has looked at
+    std::map<std::pair<uint64_t, uint64_t>, Probed> probed_;       // (dev, inode): libraries with live probes
+    std::set<std::pair<uint32_t, std::string>> said_late_;         // (pid, library) told once (until it execs)
     // Per process, the sampled addresses whose symbol records are written (true: with a function name). Forgotten
     // when it execs or exits, as the engine forgets the names: a reused pid gets its records again.
     std::unordered_map<uint32_t, std::unordered_map<uint64_t, bool>> written_;

@@ -90,6 +90,24 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
         end_notes.push_back(fmt::format("{} (PID {}) {} at {:.2f} s.", e.label, pid, e.how, e.at_s));
         run.process_ends.push_back(std::move(e));
     }
+    // Native calls a process made into a library it loaded before lotus-bpf had probed it are not in the trace:
+    // said where the process had begun its work by then (loaded at startup, before any span, it did not matter).
+    std::vector<std::string> late_notes;
+    for (const auto& l : engine_.native_late()) {
+        auto p = engine_.processes().find(l.pid);
+        uint64_t first = p != engine_.processes().end() ? p->second.first_span_ns : 0;
+        uint64_t t0 = trace_.t0_ns();
+        exporter::RunInfo::NativeLate n{l.pid, model::process_label(engine_.processes(), l.pid), l.library,
+                                        l.loaded_ns > t0 ? static_cast<double>(l.loaded_ns - t0) / 1e9 : 0,
+                                        l.live_ns > l.loaded_ns ? static_cast<double>(l.live_ns - l.loaded_ns) / 1e6 : 0,
+                                        first && first < l.live_ns};
+        if (n.during_work)
+            late_notes.push_back(fmt::format(
+                "{} (PID {}) loaded {} at {:.2f} s, while it ran spans, and its native probes were in place {:.1f} ms "
+                "later: calls it made into it before then may be missing from the trace and the native counts.",
+                n.label, l.pid, l.library, n.loaded_s, n.probed_after_ms));
+        run.native_late.push_back(std::move(n));
+    }
     run.output_failures = outputs_.failures();
     trace_.finish(engine_.processes(), run);
     outputs_.trace().commit();
@@ -121,6 +139,7 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
         notes.push_back(fmt::format("{} span(s) were still open at the end or lost their return and are not in "
                                     "the trace.",
                                     c.incomplete + c.lost_returns));
+    notes.insert(notes.end(), late_notes.begin(), late_notes.end());
     notes.insert(notes.end(), end_notes.begin(), end_notes.end());
     if (run.limits)
         for (auto& n : limit_notes(*run.limits, engine_.processes(), ended))

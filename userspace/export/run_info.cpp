@@ -61,6 +61,15 @@ std::string run_json_members(const RunInfo& r)
         m["sampling_stack_frames"] = std::to_string(r.native->sampling_stack_frames);
         m["native_specs_unmatched"] = json_strings(r.native->specs_unmatched);
     }
+    if (r.native || !r.native_late.empty()) {
+        std::string late;
+        for (const auto& l : r.native_late)
+            late += fmt::format("{}{{\"pid\":{},\"label\":{},\"library\":{},\"loaded_s\":{:.6f},"
+                                "\"probed_after_ms\":{:.3f},\"during_work\":{}}}",
+                                late.empty() ? "" : ",", l.pid, json_string(l.label), json_string(l.library),
+                                l.loaded_s, l.probed_after_ms, l.during_work);
+        m["native_probed_late"] = "[" + late + "]";
+    }
     if (r.limits) {
         const auto& l = *r.limits;
         std::string o = fmt::format("\"cgroup\":{},\"cpus\":{},\"memory_bytes\":{},\"cpuset\":{},\"left_running\":{}",

@@ -51,6 +51,15 @@ struct RunInfo {
         std::vector<std::string> specs_unmatched;
     };
     std::optional<Native> native; // --native-map, --native
+    // A library whose probes went live after a traced process had loaded it: that process's calls into it in
+    // between are not in the trace. during_work: the process had begun the job's work (a span) before then.
+    struct NativeLate {
+        uint32_t pid = 0;
+        std::string label, library;
+        double loaded_s = 0, probed_after_ms = 0;
+        bool during_work = false;
+    };
+    std::vector<NativeLate> native_late;
     // --cpus/--memory/--cpuset (launch mode): what was asked, the cgroup it ran in, and what the kernel counted.
     struct Limits {
         double cpus = 0;

@@ -41,6 +41,10 @@ Engine::Engine(const Rules& rules, SpanSink spans, RoleSink roles, TypeSink type
     : rules_(rules),
       span_sink_([this, sink = std::move(spans)](const Span& s) {
           native_map_.span(s);
+          if (s.kind != SpanKind::Native) {
+              auto& first = process(s.pid).first_span_ns;
+              first = first ? std::min(first, s.start_ns) : s.start_ns;
+          }
           if (sink)
               sink(s);
       }),
@@ -130,6 +134,12 @@ void Engine::consume(const void* data, size_t len)
     case kRecordNativeFunc:
         if (auto* f = as<RecordNativeFunc>(data, len)) {
             native_funcs_[f->func] = {decode(f->name, sizeof(f->name), 0), decode(f->library, sizeof(f->library), 0)};
+            return;
+        }
+        break;
+    case kRecordNativeLate:
+        if (auto* r = as<RecordNativeLate>(data, len)) {
+            native_late_.push_back({r->tgid, decode(r->library, sizeof(r->library), 0), r->loaded_ns, r->ts_ns});
             return;
         }
         break;

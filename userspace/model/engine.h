@@ -58,6 +58,13 @@ public:
     bool pipeline_seen() const { return pipeline_seen_; }
     // Calls seen of each --span pattern (Rules::spans() order).
     const std::vector<uint64_t>& span_calls() const { return span_calls_; }
+    // Libraries whose native probes went live after a traced process had loaded them (RecordNativeLate).
+    struct NativeLate {
+        uint32_t pid = 0;
+        std::string library;
+        uint64_t loaded_ns = 0, live_ns = 0;
+    };
+    const std::vector<NativeLate>& native_late() const { return native_late_; }
 
 private:
     // Open calls of a thread. A sample or a container op is a level: the calls made from its frames (at the
@@ -149,6 +156,7 @@ private:
     static constexpr size_t kMaxHeld = 1 << 14;
     std::unordered_map<uint32_t, std::vector<OpenNative>> natives_; // per thread id
     std::unordered_map<uint32_t, NativeFunc> native_funcs_;  // by func number (RecordNativeFunc)
+    std::vector<NativeLate> native_late_;
     EngineCounters counters_;
     uint64_t sample_seq_ = 0;
     bool pipeline_seen_ = false;

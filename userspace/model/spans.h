@@ -85,6 +85,7 @@ struct ProcessInfo {
     uint64_t batches = 0; // batches prepared
     uint64_t busy_ns = 0; // time inside batch spans
     uint64_t first_ns = 0, last_ns = 0; // first and last event seen from it
+    uint64_t first_span_ns = 0; // the start of its first span of the job's work (any kind but native); 0: none
     int loader = -1;      // a worker: which DataLoader of its owner (numbered in order of first use); -1: unknown
     bool exited = false;
     int exit_status = -1;  // as the kernel keeps it (exit code << 8, or the killing signal | 0x80 core); -1 unknown

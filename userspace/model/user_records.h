@@ -16,6 +16,7 @@ enum : uint32_t {
     kRecordSymbol = 104,     // the function and library at a sampled address of a process
     kRecordRank = 105,       // a process's RANK (torchrun and other launchers set it in its environment)
     kRecordUsage = 106,      // a process's resource use as /proc said it (--resources-interval)
+    kRecordNativeLate = 107, // a library's native probes went live after a traced process had loaded it
 };
 
 // The slots of the locals a code object's role captures (its CODE record's code), as read from the target's
@@ -63,6 +64,15 @@ struct RecordNativeFunc {
     uint64_t ts_ns;
     uint32_t func, _pad;
     char name[kSymbolNameLen];
+    char library[kLibraryNameLen];
+};
+
+// tgid loaded `library` (its dlopen returned, or the loader opened it) at loaded_ns, before lotus-bpf had probed
+// it; its probes were in place at ts_ns: the calls it made in between are not seen.
+struct RecordNativeLate {
+    uint32_t type, tgid, tid, cpu;
+    uint64_t ts_ns;
+    uint64_t loaded_ns;
     char library[kLibraryNameLen];
 };
 
