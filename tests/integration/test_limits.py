@@ -59,17 +59,19 @@ class Limits(BpfTestCase):
         self.assertRegex(r1.stdout, r"CPU throttled in \d+ of \d+ periods")
 
     def test_memory_below_need_names_the_oom_kill(self):
-        r, s = self.run_limited(["--memory", "300M"])
+        # The example's job peaks at ~340 MiB charged to its cgroup with torch's files already in the page cache
+        # (charged elsewhere); a run under 300M once fitted: 200M is well below what it needs.
+        r, s = self.run_limited(["--memory", "200M"])
         self.assertNotEqual(r.returncode, 0)  # the job failed, and so does the run
         lim = s["run"]["limits"]
-        self.assertEqual(lim["memory_bytes"], 300 << 20)
+        self.assertEqual(lim["memory_bytes"], 200 << 20)
         self.assertGreaterEqual(lim["oom_kills"], 1)
-        self.assertGreaterEqual(lim["memory_peak_bytes"], (300 << 20) * 0.95)
+        self.assertGreaterEqual(lim["memory_peak_bytes"], (200 << 20) * 0.95)
         killed = [e for e in s["run"]["process_ends"] if e["signal"] == 9]
         self.assertGreaterEqual(len(killed), 1)
-        self.assertRegex(r.stdout, r"(was killed by the kernel's OOM killer: the job's memory limit is 300 MiB"
+        self.assertRegex(r.stdout, r"(was killed by the kernel's OOM killer: the job's memory limit is 200 MiB"
                                    r"|The kernel's OOM killer killed \d+ process\(es\) in the job's cgroup \(memory limit "
-                                   r"300 MiB)")
+                                   r"200 MiB)")
         self.assertIn(f"(PID {killed[0]['pid']})", r.stdout)
 
     def test_cpuset(self):
