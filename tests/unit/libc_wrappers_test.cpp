@@ -3,15 +3,33 @@
 #include <gtest/gtest.h>
 
 #include <dlfcn.h>
+#include <link.h>
+
+#include <span>
 #include <unistd.h>
 
 #include "lotus_abi.h"
 #include "target/libc_wrappers.h"
+#include "target/probe_point.h"
 #include "target/proc_maps.h"
 
 using namespace lotus::target;
 
 namespace {
+
+uint64_t file_offset_of(const void* addr);
+
+// Where lotus-bpf probes a loaded function: its entry, or past its first instructions (target/probe_point.h),
+// judged on the loaded code and the symbol's size.
+uint64_t probe_offset_of(const void* fn)
+{
+    Dl_info info{};
+    ElfW(Sym)* sym = nullptr;
+    if (!dladdr1(fn, &info, reinterpret_cast<void**>(&sym), RTLD_DL_SYMENT) || !sym || !sym->st_size)
+        return 0;
+    std::span<const uint8_t> code(static_cast<const uint8_t*>(fn), sym->st_size);
+    return file_offset_of(fn) + cheap_probe_shift(code);
+}
 
 // The file offset of a loaded address, from this process's maps.
 uint64_t file_offset_of(const void* addr)
@@ -34,11 +52,11 @@ TEST(LibcWrappers, FoundWhereThisProcessLoadsThem)
     ASSERT_GE(w->offsets.size(), 5u);
     ASSERT_EQ(w->offsets.size(), w->cookies.size());
     EXPECT_EQ(w->cookies[0], LOTUS_LIBC_READ);
-    EXPECT_EQ(w->offsets[0], file_offset_of(reinterpret_cast<const void*>(&::read)));
+    EXPECT_EQ(w->offsets[0], probe_offset_of(reinterpret_cast<const void*>(&::read)));
     EXPECT_EQ(w->cookies[1], LOTUS_LIBC_WRITE);
-    EXPECT_EQ(w->offsets[1], file_offset_of(reinterpret_cast<const void*>(&::write)));
+    EXPECT_EQ(w->offsets[1], probe_offset_of(reinterpret_cast<const void*>(&::write)));
     EXPECT_EQ(w->cookies[2], LOTUS_LIBC_GETPPID);
-    EXPECT_EQ(w->offsets[2], file_offset_of(reinterpret_cast<const void*>(&::getppid)));
+    EXPECT_EQ(w->offsets[2], probe_offset_of(reinterpret_cast<const void*>(&::getppid)));
     EXPECT_TRUE(links_libc("/proc/self/exe"));
 }
 
@@ -50,7 +68,7 @@ TEST(LibcWrappers, DlopenWhereLibcHasIt)
     ASSERT_TRUE(w);
     // glibc 2.34+ (this machine's) has dlopen in libc itself
     ASSERT_TRUE(w->dlopen);
-    EXPECT_EQ(*w->dlopen, file_offset_of(reinterpret_cast<const void*>(&::dlopen)));
+    EXPECT_EQ(*w->dlopen, probe_offset_of(reinterpret_cast<const void*>(&::dlopen)));
 }
 
 TEST(LibcWrappers, TheLibcAnExecutableLinksUnderItsRoot)

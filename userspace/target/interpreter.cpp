@@ -15,6 +15,7 @@
 #include "common/arch.h"
 #include "debug_offsets.h"
 #include "elf_file.h"
+#include "probe_point.h"
 #include "proc_maps.h"
 #include "slot_functions.h"
 
@@ -96,7 +97,7 @@ Interpreter describe(const ElfFile& elf, bool shared, const std::string& who)
     if (!layout || !eval)
         throw TargetError(fmt::format("{}: CPython {}.{} is not supported (supported: {})", who, version->major,
                                       version->minor, supported_versions()));
-    auto off = elf.file_offset(eval->value);
+    auto off = elf.file_offset(eval->value + cheap_probe_shift(elf, eval->value, eval->size));
     if (!off)
         throw TargetError(fmt::format("{}: {} has no file offset for {}", who, elf.path(), kEvalSymbol));
     Interpreter interp{elf.path(), elf.path(), shared, *version, *off, *layout, "table", std::nullopt, ""};
@@ -107,6 +108,7 @@ Interpreter describe(const ElfFile& elf, bool shared, const std::string& who)
         sp.tstate_vaddr = runtime->value + static_cast<uint64_t>(layout->runtime_tstate);
         bool ok = true;
         for (int k = 1; k < LOTUS_SLOTS_PROBED; k++) {
+            sp.vaddr[k] += cheap_probe_shift(elf, sp.vaddr[k], 0); // the probe's address (BPF: IP less it)
             auto o = elf.file_offset(sp.vaddr[k]);
             ok &= o.has_value();
             sp.offset[k] = o.value_or(0);

@@ -19,7 +19,7 @@ struct TargetError : std::runtime_error {
 // state is kept (the layout's runtime_tstate in _PyRuntime), all as addresses in the interpreter's file; file
 // offsets for the uprobes.
 struct SlotProbes {
-    std::array<uint64_t, LOTUS_SLOTS_PROBED> vaddr{}, offset{}; // by LOTUS_SLOT_*; [0] unused
+    std::array<uint64_t, LOTUS_SLOTS_PROBED> vaddr{}, offset{}; // their probes (target/probe_point.h), by LOTUS_SLOT_*
     uint64_t tstate_vaddr = 0;
 };
 
@@ -28,7 +28,7 @@ struct Interpreter {
     std::string target_path;  // the same file as the target names it (differs inside containers)
     bool shared = false;      // true when it is a libpython shared object
     PyVersion version;
-    uint64_t eval_offset = 0; // file offset of _PyEval_EvalFrameDefault, for the uprobe
+    uint64_t eval_offset = 0; // file offset of _PyEval_EvalFrameDefault's uprobe (target/probe_point.h)
     lotus_py_layout layout{};
     std::string layout_source = "table"; // or "_Py_DebugOffsets" (3.13+, read from the interpreter's file)
     std::optional<SlotProbes> slots;     // nullopt: only the evaluator can be probed, for slots_missing

@@ -9,6 +9,7 @@
 #include "common/path.h"
 #include "elf_file.h"
 #include "lotus_abi.h"
+#include "probe_point.h"
 #include "proc_maps.h"
 
 namespace lotus::target {
@@ -51,7 +52,7 @@ std::optional<LibcWrappers> libc_wrappers(const std::string& path)
             for (const char* n : {name, alias})
                 if (n)
                     if (auto sym = elf.symbol(n); sym && sym->value)
-                        if (auto off = elf.file_offset(sym->value))
+                        if (auto off = elf.file_offset(sym->value + cheap_probe_shift(elf, sym->value, sym->size)))
                             return off;
             return std::nullopt;
         };

@@ -10,6 +10,7 @@
 
 #include "common/path.h"
 #include "elf_file.h"
+#include "probe_point.h"
 #include "symbolizer.h"
 
 namespace lotus::target {
@@ -109,7 +110,7 @@ std::vector<NativeFunction> resolve_native(const std::vector<NativeSpec>& specs,
             if (fnmatch(mine[i]->symbol.c_str(), name.c_str(), 0) != 0 &&
                 fnmatch(mine[i]->symbol.c_str(), raw.c_str(), 0) != 0)
                 continue;
-            auto off = elf.file_offset(sym.value);
+            auto off = elf.file_offset(sym.value + cheap_probe_shift(elf, sym.value, sym.size));
             if (off && seen.insert(*off).second)
                 out.push_back({path, base, name, *off, static_cast<size_t>(mine[i] - specs.data())});
             break;
