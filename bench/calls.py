@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """N calls from C (map) into Python, after a warm-up (so the interpreter's start and a tracer's attach are not
-in it); prints the loop's seconds. Usage: calls.py N [functions|objects|syscalls|switches]
+in it); prints the loop's seconds. Usage: calls.py N [functions|objects|syscalls|reads|switches]
   functions: a plain function, each call an entry of the evaluator (and of no type slot)
   objects:   an instance of a class with __call__, each call through slot_tp_call, then the evaluator
   syscalls:  os.getpid() from C (starmap), each a getpid syscall, one that lotus-bpf does not watch
+  reads:     os.read(fd, 1) of /dev/zero from C (starmap), each through libc's read, which lotus-bpf probes in
+             the processes it traces
   switches:  a byte to a child process and back over two pipes (writev/readv, syscalls lotus-bpf does not
              watch), both pinned to one CPU: two context switches each"""
 import itertools
@@ -48,6 +50,9 @@ def main():
     kind = sys.argv[2] if len(sys.argv) > 2 else "functions"
     if kind == "switches":
         loop = ping_pong()
+    elif kind == "reads":
+        fd = os.open("/dev/zero", os.O_RDONLY)
+        loop = lambda k: list(itertools.starmap(os.read, itertools.repeat((fd, 1), k)))
     elif kind == "syscalls":
         loop = lambda k: list(itertools.starmap(os.getpid, itertools.repeat((), k)))
     else:

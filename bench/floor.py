@@ -112,14 +112,15 @@ class BareSyscallEvents:
 CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calls.py")
 
 
-def call_seconds(python, n, kind, mode, lotus, points):
-    """Seconds of n calls from C (bench/calls.py, `kind`: functions or objects): untraced, under the bare
-    uprobes, or traced (lotus-bpf's default mode: calls its rules skip)."""
+def call_seconds(python, n, kind, mode, lotus, points, env=None):
+    """Seconds of n calls from C (bench/calls.py, `kind`: functions, objects, ...): untraced, under the bare
+    uprobes, or traced (lotus-bpf's default mode: calls its rules skip; env: the tracer's extra environment)."""
     cmd = [python, CALLS, str(n), kind]
     if mode == "traced":
         cmd = [lotus, "-q", "-o", os.devnull, "--"] + cmd
     with BareUprobe(points) if mode == "bare" else contextlib.nullcontext():
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                             env={**os.environ, **(env or {})}).stdout
     return float(re.search(r"seconds ([0-9.]+)", out).group(1))
 
 

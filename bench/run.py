@@ -223,6 +223,18 @@ def unrelated(repeats, kind, n=2_000_000, env=None):
     return statistics.median(alone), statistics.median(beside), pairs(beside, alone)
 
 
+def libc_read_costs(repeats, n=500_000):
+    """ns a traced process's libc read costs over untraced (bench/calls.py reads), with read's probe where
+    lotus-bpf puts it and at read's entry (LOTUS_PROBE_AT_ENTRY=1), interleaved: (where it is, at the entry)."""
+    runs = {"untraced": [], "traced": [], "entry": []}
+    for _ in range(repeats):
+        for mode in runs:
+            runs[mode].append(floor.call_seconds(PY, n, "reads", "untraced" if mode == "untraced" else "traced",
+                                                 LOTUS, [], {"LOTUS_PROBE_AT_ENTRY": "1"} if mode == "entry" else {}))
+    med = {mode: statistics.median(v) for mode, v in runs.items()}
+    return tuple((med[m] - med["untraced"]) * 1e9 / n for m in ("traced", "entry"))
+
+
 def unrelated_bare_syscalls(repeats, n):
     """The syscall loop (bench/calls.py syscalls) with two syscall events enabled and no tracer, against the same
     with none, interleaved: the floor of any syscall tracer on other processes (floor.BareSyscallEvents)."""
@@ -338,6 +350,7 @@ def main():
         entries, slot_hits = per_sample_hits["evaluator"], per_sample_hits["slots"]
         per_call = floor.call_costs(PY, LOTUS, args.repeats, "functions", evaluator)
         per_object_call = floor.call_costs(PY, LOTUS, args.repeats, "objects", slots)
+        reads = libc_read_costs(args.repeats)
         beside = {kind: unrelated(max(args.repeats, 5), kind, n) for kind, n in UNRELATED.items()}
         # as kernels before 6.13 run (no per-process probes)
         beside_wide = unrelated(max(args.repeats, 5), "objects", env={"LOTUS_SYSTEM_WIDE_PROBES": "1"})
@@ -380,6 +393,10 @@ def main():
         ("kernel uprobe trap per C->Python call (ns)", f"{per_call['bare']:.0f}",
          f"bench/calls.py functions: a bare uprobe on the evaluator, the same; traced (default mode: no probe "
          f"there): {per_call['traced']:.0f} ns"),
+        ("libc read in a traced process (ns)", f"{reads[0]:.0f}",
+         f"bench/calls.py reads (os.read of 1 byte from C), traced over untraced, median of {args.repeats} "
+         f"interleaved; the probe on read's first jump, past glibc's single-threaded check (target/probe_point.h); "
+         f"at read's entry, single-stepped (LOTUS_PROBE_AT_ENTRY=1): {reads[1]:.0f} ns"),
         ("type-slot calls per sample (default probes)", f"{slot_hits:.1f}", "bare uprobes' hits over epochs 2-3 of "
          "the example (main process and workers): every trap the default mode takes"),
         ("evaluator entries per sample", f"{entries:.1f}", "the same for a bare uprobe on the evaluator: the traps "

@@ -1,6 +1,7 @@
 #include "probe_point.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "elf_file.h"
@@ -77,6 +78,8 @@ uint64_t cheap_probe_shift(std::span<const uint8_t> body)
 
 uint64_t cheap_probe_shift(const ElfFile& elf, uint64_t vaddr, uint64_t size)
 {
+    if (const char* e = getenv("LOTUS_PROBE_AT_ENTRY"); e && *e && strcmp(e, "0") != 0)
+        return 0; // the bench's comparison
     constexpr uint64_t kUnknownSize = 4096;
     uint64_t len = size ? size : kUnknownSize;
     auto bytes = elf.read(vaddr, len);

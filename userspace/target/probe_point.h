@@ -20,7 +20,7 @@ class ElfFile;
 uint64_t cheap_probe_shift(std::span<const uint8_t> body);
 
 // The same for the function at `vaddr` in an ELF file, `size` bytes long (0: unknown, the next 4 KiB are
-// scanned for jumps); 0 where its bytes cannot be read.
+// scanned for jumps); 0 where its bytes cannot be read, or LOTUS_PROBE_AT_ENTRY=1 (the bench's comparison).
 uint64_t cheap_probe_shift(const ElfFile& elf, uint64_t vaddr, uint64_t size);
 
 } // namespace lotus::target
