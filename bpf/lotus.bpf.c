@@ -337,8 +337,11 @@ int BPF_KPROBE(libc_call, long a0, long a1, long a2)
     }
     switch (bpf_get_attach_cookie(ctx)) {
     case LOTUS_LIBC_READ: {
-        struct thread_state *ts =
-            a2 >= MSG_MIN && a1 ? bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0) : 0;
+        /* Only a pipe's bytes can be a message (emit_msg): a file's read (an image's, most reads of a sample)
+         * asks for no return, whose trap costs more than the look at its fd here. */
+        struct thread_state *ts = a2 >= MSG_MIN && a1 && is_pipe(task_file(a0))
+                                      ? bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0)
+                                      : 0;
         if (!ts)
             return 1;
         ts->read_buf = a1;

@@ -29,18 +29,29 @@ static __always_inline int traced_pickle(__u64 buf, bool header)
  * answers two pickles per shared tensor), which would only cost records. */
 #define LOTUS_S_IFMT 0170000
 #define LOTUS_S_IFIFO 0010000
-static __always_inline void emit_msg(int fd, __u64 buf, long n, int at, __u8 dir)
+
+/* The current task's open file fd, or 0. */
+static __always_inline struct file *task_file(int fd)
 {
     struct task_struct *t = bpf_get_current_task_btf();
     struct file **fds = BPF_CORE_READ(t, files, fdt, fd);
     struct file *f = 0;
     if (fds && fd >= 0 && fd < 65536)
         bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
-    if (!f)
+    return f;
+}
+
+static __always_inline bool is_pipe(struct file *f)
+{
+    return f && (BPF_CORE_READ(f, f_inode, i_mode) & LOTUS_S_IFMT) == LOTUS_S_IFIFO;
+}
+
+static __always_inline void emit_msg(int fd, __u64 buf, long n, int at, __u8 dir)
+{
+    struct file *f = task_file(fd);
+    if (!is_pipe(f))
         return;
     __u16 mode = BPF_CORE_READ(f, f_inode, i_mode);
-    if ((mode & LOTUS_S_IFMT) != LOTUS_S_IFIFO)
-        return;
     struct lotus_msg *e = reserve(sizeof(*e));
     if (!e)
         return;
