@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 
+import alternate
 import floor
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -32,6 +33,7 @@ def epoch_cpu(output):
 
 NATIVE = ["--native-map", "--counters", "default"]  # native map + counters: the issue-4 mode
 MORE_EPOCHS = 4  # steady-state records and bytes per sample: the growth over this many more epochs
+ALT_CYCLES = 20  # cycles of bench/alternate.py (each: an untraced epoch, and two per traced arm)
 
 
 PROFILED = os.path.join(ROOT, "bench", "profiled_train.py")
@@ -135,6 +137,17 @@ def cost_total(costs):
 def cost_note(cost):
     top = sorted(cost.items(), key=lambda kv: -kv[1][0] * kv[1][1])[:3]
     return "; ".join(f"{name} {runs:.1f} runs x {ns:.0f} ns" for name, (runs, ns) in top)
+
+
+def alternate_row(arm, cycles):
+    """A row of bench/alternate.py's results: the arm's median slowdown and its cycles' spread."""
+    m, lo, hi, cm, clo, chi, w = alternate.summary(cycles)
+    how = ("no tracer attached, the same cycles: the method's own noise" if arm == "untraced" else
+           f"lotus-bpf --pid {' '.join(NATIVE) + ' ' if arm == 'native' else ''}attached for two epochs, detached "
+           f"for one; the second traced epoch over the untraced one of its cycle")
+    return (f"epoch attached over detached, {arm}", f"{100 * (m - 1):+.1f} %",
+            f"bench/alternate.py, one job: {how}, median of {len(cycles)} cycles {lo:.3f}-{hi:.3f}; CPU "
+            f"{100 * (cm - 1):+.1f} % ({clo:.3f}-{chi:.3f}); the first epoch after attaching {100 * (w - 1):+.1f} %")
 
 
 def attach_latency(tmp, extra=(), env=None):
@@ -339,6 +352,10 @@ def main():
         export_eps = export_rate(tmp)
         stalled = flood(tmp, 2, 4, stall=(1.5, 1.0))
         rss, record_bytes = peak_rss_kb(tmp, data, 10)
+        # The same slowdowns inside one job, lotus-bpf attached (--pid) and detached between epochs; the untraced
+        # arm is the method's own noise.
+        alt = alternate.alternate(data, {"untraced": None, "default": (LOTUS, [], None),
+                                         "native": (LOTUS, NATIVE, None)}, ALT_CYCLES, WORKERS)
         costs = [bpf_cost(data, args.images) for _ in range(3)]
         eval_costs = [bpf_cost(data, args.images, env=EVALUATOR) for _ in range(3)]
         native_costs = [bpf_cost(data, args.images, NATIVE) for _ in range(3)]
@@ -378,6 +395,7 @@ def main():
         ("samples/s traced, uprobe + uretprobe", f"{samples / pr:.0f}", f"ratio {pr / u:.3f} (slowdown {100 * (pr / u - 1):+.1f} %), "
          "default mode as kernels 6.6-6.12 run it (LOTUS_NO_UPROBE_SESSION=1: two uprobe_multi links)"),
         ("samples/s traced, --native-map --counters", f"{samples / nt:.0f}", f"ratio {nt / u:.3f} (slowdown {100 * (nt / u - 1):+.1f} %, {pairs(native, untraced)}); CPU per sample ratio {native_cpu_ratio:.3f} ({cpu_pairs(native_infos)})"),
+        *[alternate_row(arm, pairs_) for arm, pairs_ in alt.items()],
         ("samples/s under torch.profiler (CPU)", f"{samples / pt:.0f}", f"ratio {pt / u:.3f} (slowdown {100 * (pt / u - 1):+.1f} %), "
          "bench/profiled_train.py: main process only"),
         ("BPF time per sample, default (us)", f"{cost_total(costs):.1f}",

@@ -5,7 +5,9 @@ and a small CNN training step. Nothing in it knows about lotus-bpf.
 
 --hold FILE: after the first iterator has started (workers alive and prefetching), wait until FILE exists
 before consuming batches, so a tracer can attach to workers that are already alive and idle.
---log FILE: append one line per consumed batch ("batch EPOCH INDEX N") for tests."""
+--log FILE: append one line per consumed batch ("batch EPOCH INDEX N") for tests.
+--steps DIR: before each epoch N, wait until DIR/go-N exists (bench/alternate.py attaches and detaches a tracer
+between epochs)."""
 import argparse
 import os
 import resource
@@ -32,6 +34,7 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--hold", help="wait for this file before consuming batches")
     ap.add_argument("--log", help="append a line per consumed batch")
+    ap.add_argument("--steps", help="before each epoch N, wait for the file DIR/go-N")
     ap.add_argument("--no-train", action="store_true", help="skip the model step")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -53,6 +56,8 @@ def main():
     log = open(args.log, "a") if args.log else None
     print(f"train.py: pid {os.getpid()}, {len(ds)} images, {args.workers} workers", flush=True)
     for epoch in range(args.epochs):
+        while args.steps and not os.path.exists(os.path.join(args.steps, f"go-{epoch}")):
+            time.sleep(0.005)
         c0 = cpu_seconds()
         it = iter(loader)
         if args.hold and epoch == 0:
