@@ -82,9 +82,10 @@ class Attached:
             raise RuntimeError(f"bench: {' '.join(self.cmd)} exited {rc}: {text.strip()[-500:]}")
 
 
-def alternate(data, arms, cycles, workers=2):
-    """arms: {name: (lotus binary, extra args, env), or None for an untraced arm (the method's own noise)}. Returns {name: [(traced s, untraced s, traced cpu,
-    untraced cpu, warm-up epoch s)]}, one tuple per cycle."""
+def alternate(data, arms, cycles, workers=2, deadline=None):
+    """arms: {name: (lotus binary, extra args, env), or None for an untraced arm (the method's own noise)}. Returns
+    {name: [(traced s, untraced s, traced cpu, untraced cpu, warm-up epoch s)]}, one tuple per cycle; no cycle
+    starts after `deadline` (time.monotonic())."""
     names = list(arms)
     order = [None] + names  # None: the untraced epoch
     epochs = 1 + cycles * (1 + 2 * len(names))
@@ -94,6 +95,8 @@ def alternate(data, arms, cycles, workers=2):
         try:
             job.epoch()  # the first epoch: imports and the page cache, untraced
             for c in range(cycles):
+                if deadline is not None and c > 0 and time.monotonic() > deadline:
+                    break
                 k = c % len(order)
                 got = {}
                 for arm in order[k:] + order[:k]:

@@ -2,14 +2,16 @@
 """The overhead rows of bench/run.py on a machine with many cores, where the 2-core machines hide what the
 tracer takes: the example with more DataLoader workers (8 by default) and a larger dataset, untraced, traced in
 the default mode and with --native-map --counters, interleaved; the BPF time per sample (where bpftool runs);
-the tracer's CPU while the job runs; an unrelated process's slowdown beside the tracer.
+the tracer's CPU while the job runs; an unrelated process's slowdown beside the tracer; the same slowdowns inside
+one job, lotus-bpf attached and detached between epochs (bench/alternate.py).
 
 It prints each repeat as it ends and stops taking new repeats at --budget seconds, so a machine lent for a few
-minutes still returns every figure it measured; --rows picks the parts (pairs, bpf, tracer, unrelated). Needs root
+minutes still returns every figure it measured; --rows picks the parts (pairs, bpf, tracer, unrelated, alternate).
+Needs root
 (BPF) and lotus-bpf at build/lotus-bpf. On a machine that cannot build it: a stripped copy of the binary with
 libbpf.so.1, libelf.so.1 and libfmt.so.9 (and bpftool with libcap.so.2 for the BPF rows) on LD_LIBRARY_PATH.
 Usage: bench/many_cores.py [--python PY] [--workers 8] [--images 2048] [--repeats 10] [--budget SECONDS]
-                           [--rows pairs,bpf,tracer,unrelated]"""
+                           [--rows pairs,bpf,tracer,unrelated,alternate]"""
 import argparse
 import os
 import shutil
@@ -19,6 +21,7 @@ import sys
 import tempfile
 import time
 
+import alternate
 import run
 
 UNRELATED = {"functions": 2_000_000, "objects": 2_000_000, "syscalls": 500_000, "switches": 100_000}
@@ -44,16 +47,17 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--budget", type=float, default=1e9, help="seconds after which no new repeat starts")
-    ap.add_argument("--rows", default="pairs,bpf,tracer,unrelated", help="the parts to measure, in this order")
+    ap.add_argument("--rows", default="pairs,bpf,tracer,unrelated,alternate",
+                    help="the parts to measure, in this order")
     args = ap.parse_args()
     rows_wanted = set(args.rows.split(","))
-    if not rows_wanted <= {"pairs", "bpf", "tracer", "unrelated"}:
-        sys.exit(f"bench: --rows takes pairs, bpf, tracer, unrelated (got {args.rows})")
+    if not rows_wanted <= {"pairs", "bpf", "tracer", "unrelated", "alternate"}:
+        sys.exit(f"bench: --rows takes pairs, bpf, tracer, unrelated, alternate (got {args.rows})")
     if os.geteuid() != 0:
         sys.exit("bench: needs root (BPF)")
     start = time.monotonic()
     left = lambda: args.budget - (time.monotonic() - start)
-    run.PY, run.WORKERS = args.python, args.workers
+    run.PY, run.WORKERS, alternate.PY = args.python, args.workers, args.python
     say(f"many_cores: {os.cpu_count()} CPUs, {args.workers} workers, {args.images} images x {args.epochs} epochs, "
         f"{args.python}")
     data = os.path.join(tempfile.gettempdir(), f"lotus-bench-images-{args.images}")
@@ -117,6 +121,17 @@ def main():
             rows.append(f"unrelated process beside the tracer, {kind}: {100 * (b / a - 1):+.1f} % ({a:.3f} s alone, "
                         f"{b:.3f} s beside, {(b - a) * 1e9 / n:+.0f} ns a call, {p}, 5 interleaved)")
             say(rows[-1])
+        if "alternate" in rows_wanted and left() > 60:
+            arms = {"untraced": None, "default": (run.LOTUS, [], None),
+                    "--native-map --counters": (run.LOTUS, run.NATIVE, None)}
+            got = alternate.alternate(data, arms, args.repeats, args.workers,
+                                      deadline=time.monotonic() + left() - 45)
+            for name, cycles in got.items():
+                m, lo, hi, cm, clo, chi, w = alternate.summary(cycles)
+                rows.append(f"epoch attached over detached, {name}: {100 * (m - 1):+.1f} % (cycles {lo:.3f}-{hi:.3f}), "
+                            f"CPU {100 * (cm - 1):+.1f} % ({clo:.3f}-{chi:.3f}), {len(cycles)} cycles; the first "
+                            f"epoch after attaching {100 * (w - 1):+.1f} %")
+                say(rows[-1])
     say("\nmany_cores summary")
     for row in rows:
         say("  " + row)
