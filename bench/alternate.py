@@ -24,6 +24,14 @@ TRAIN = os.path.join(ROOT, "examples", "train.py")
 DONE = re.compile(r"epoch (\d+) done in ([0-9.]+) s, cpu ([0-9.]+) s")
 
 
+def example_data(images, python=PY):
+    """The example's dataset of `images` JPEGs (made once, kept in the temporary directory): its path."""
+    data = os.path.join(tempfile.gettempdir(), f"lotus-bench-images-{images}")
+    subprocess.run([python, os.path.join(ROOT, "examples", "make_dataset.py"), data, "--images", str(images)],
+                   check=True)
+    return data
+
+
 class Job:
     """The example, waiting before each epoch for its go file."""
 
@@ -137,9 +145,7 @@ def main():
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench: needs root (BPF)")
-    data = os.path.join(tempfile.gettempdir(), f"lotus-bench-images-{args.images}")
-    subprocess.run([PY, os.path.join(ROOT, "examples", "make_dataset.py"), data, "--images", str(args.images)],
-                   check=True)
+    data = example_data(args.images)
     binaries = args.lotus or [os.path.join(ROOT, "build", "lotus-bpf")]
     extras = args.extra or [""]
     arms = {f"{b} {e}".strip(): (b, e.split(), None) for b in binaries for e in extras}

@@ -16,7 +16,6 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -60,9 +59,7 @@ def main():
     run.PY, run.WORKERS, alternate.PY = args.python, args.workers, args.python
     say(f"many_cores: {os.cpu_count()} CPUs, {args.workers} workers, {args.images} images x {args.epochs} epochs, "
         f"{args.python}")
-    data = os.path.join(tempfile.gettempdir(), f"lotus-bench-images-{args.images}")
-    subprocess.run([args.python, os.path.join(run.ROOT, "examples", "make_dataset.py"), data,
-                    "--images", str(args.images)], check=True)
+    data = alternate.example_data(args.images, args.python)
     samples = args.images * args.epochs
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

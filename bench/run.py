@@ -294,9 +294,7 @@ def main():
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench: needs root (BPF)")
-    data = os.path.join(tempfile.gettempdir(), f"lotus-bench-images-{args.images}")
-    subprocess.run([PY, os.path.join(ROOT, "examples", "make_dataset.py"), data, "--images", str(args.images)],
-                   check=True)
+    data = alternate.example_data(args.images, PY)
     samples = args.images * args.epochs
     with tempfile.TemporaryDirectory() as tmp:
         run_train(data, 1, False, tmp)  # warm the page cache
