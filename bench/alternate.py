@@ -3,9 +3,10 @@
 (`--pid`, the product's own use) for some epochs and detached for others. Each cycle runs one untraced epoch
 and, for each traced arm, attaches, lets one epoch go by (the attach's own warm-up: code and types described
 for the first time), times the next epoch and detaches. A traced epoch is compared with the untraced one of the
-same cycle, seconds apart, in the same process with the same page cache: separate runs of the job drift by
-±10 % on these shared machines within minutes, which hides a 1 % effect in dozens of pairs. The arms' order
-rotates from cycle to cycle, so a drift favours none.
+same cycle, seconds apart, in the same process with the same page cache, and the arms' order rotates from cycle
+to cycle, so a drift favours none. Adjacent epochs still differ by a few percent on these shared machines (as
+much as separate runs do): the method is faster than separate runs and goes through `--pid`, not more precise;
+the untraced arm prints its noise.
 
 Usage (root): bench/alternate.py [--cycles N] [--images N] [--lotus BINARY]... [--extra "ARGS"]..."""
 import argparse

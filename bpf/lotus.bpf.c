@@ -339,7 +339,7 @@ int BPF_KPROBE(libc_call, long a0, long a1, long a2)
     case LOTUS_LIBC_READ: {
         /* Only a pipe's bytes can be a message (emit_msg): a file's read (an image's, most reads of a sample)
          * asks for no return, whose trap costs more than the look at its fd here. */
-        struct thread_state *ts = a2 >= MSG_MIN && a1 && is_pipe(task_file(a0))
+        struct thread_state *ts = a2 >= MSG_MIN && a1 && is_pipe_mode(file_mode(task_file(a0)))
                                       ? bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0)
                                       : 0;
         if (!ts)

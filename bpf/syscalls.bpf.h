@@ -41,17 +41,23 @@ static __always_inline struct file *task_file(int fd)
     return f;
 }
 
-static __always_inline bool is_pipe(struct file *f)
+/* The mode of a file's inode (0 for none). */
+static __always_inline __u16 file_mode(struct file *f)
 {
-    return f && (BPF_CORE_READ(f, f_inode, i_mode) & LOTUS_S_IFMT) == LOTUS_S_IFIFO;
+    return f ? BPF_CORE_READ(f, f_inode, i_mode) : 0;
+}
+
+static __always_inline bool is_pipe_mode(__u16 mode)
+{
+    return (mode & LOTUS_S_IFMT) == LOTUS_S_IFIFO;
 }
 
 static __always_inline void emit_msg(int fd, __u64 buf, long n, int at, __u8 dir)
 {
     struct file *f = task_file(fd);
-    if (!is_pipe(f))
+    __u16 mode = file_mode(f);
+    if (!is_pipe_mode(mode))
         return;
-    __u16 mode = BPF_CORE_READ(f, f_inode, i_mode);
     struct lotus_msg *e = reserve(sizeof(*e));
     if (!e)
         return;
