@@ -149,14 +149,19 @@ class Isolation(BpfTestCase):
         py = INTERPRETERS["3.11"]
         path, points = probe_offsets(py, "opcode")
         self.assertEqual(len(points), 3, points)
-        other = subprocess.Popen([py, "-c", "import time; time.sleep(300)"])
-        self.addCleanup(lambda: (other.kill(), other.wait()))
-        hold, out = self.path("hold"), self.path("all.json")
-        job = (f"import os, time\ndef helper(i):\n    return i\nwhile helper(1) and not os.path.exists({hold!r}):\n"
-               f"    time.sleep(0.01)\n")
+        other = subprocess.Popen([py, "-c", "import time; print('ready', flush=True); time.sleep(300)"],
+                                 stdout=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: (other.kill(), other.wait(), other.stdout.close()))
+        other.stdout.readline()  # it runs Python: its libpython is mapped
+        hold, ready, out = self.path("hold"), self.path("ready"), self.path("all.json")
+        job = (f"import os, time\ndef helper(i):\n    return i\nopen({ready!r}, 'w').close()\n"
+               f"while helper(1) and not os.path.exists({hold!r}):\n    time.sleep(0.01)\n")
         tracer = start_lotus(["-q", "-o", out, "--all-calls", "--span", "helper", "--", py, "-c", job])
         self.addCleanup(lambda: (tracer.poll() is None and tracer.kill(), tracer.wait()))
         wait_for_attach(tracer)
+        # The job is released at its exec: this interpreter's libpython is mapped (and its probes placed) by the
+        # dynamic loader after that. Once it runs Python, it is.
+        wait_for_file(ready)
         (pid,) = children(tracer.pid)
         self.assert_breakpoints(path, points, other.pid, [pid])
         open(hold, "w").close()
