@@ -7,8 +7,7 @@ one job, lotus-bpf attached and detached between epochs (bench/alternate.py).
 
 It prints each repeat as it ends and stops taking new repeats at --budget seconds, so a machine lent for a few
 minutes still returns every figure it measured; --rows picks the parts (pairs, bpf, tracer, unrelated, alternate).
-Needs root
-(BPF) and lotus-bpf at build/lotus-bpf. On a machine that cannot build it: a stripped copy of the binary with
+Needs root (BPF) and lotus-bpf at build/lotus-bpf. On a machine that cannot build it: a stripped copy of the binary with
 libbpf.so.1, libelf.so.1 and libfmt.so.9 (and bpftool with libcap.so.2 for the BPF rows) on LD_LIBRARY_PATH.
 Usage: bench/many_cores.py [--python PY] [--workers 8] [--images 2048] [--repeats 10] [--budget SECONDS]
                            [--rows pairs,bpf,tracer,unrelated,alternate]"""
@@ -119,15 +118,12 @@ def main():
                         f"{b:.3f} s beside, {(b - a) * 1e9 / n:+.0f} ns a call, {p}, 5 interleaved)")
             say(rows[-1])
         if "alternate" in rows_wanted and left() > 60:
-            arms = {"untraced": None, "default": (run.LOTUS, [], None),
-                    "--native-map --counters": (run.LOTUS, run.NATIVE, None)}
+            arms = {"untraced": None, "default": (run.LOTUS, [], None), "native": (run.LOTUS, run.NATIVE, None)}
             got = alternate.alternate(data, arms, args.repeats, args.workers,
                                       deadline=time.monotonic() + left() - 45)
-            for name, cycles in got.items():
-                m, lo, hi, cm, clo, chi, w = alternate.summary(cycles)
-                rows.append(f"epoch attached over detached, {name}: {100 * (m - 1):+.1f} % (cycles {lo:.3f}-{hi:.3f}), "
-                            f"CPU {100 * (cm - 1):+.1f} % ({clo:.3f}-{chi:.3f}), {len(cycles)} cycles; the first "
-                            f"epoch after attaching {100 * (w - 1):+.1f} %")
+            for arm, cycles in got.items():
+                name, value, note = run.alternate_row(arm, cycles)
+                rows.append(f"{name}: {value} ({note})")
                 say(rows[-1])
     say("\nmany_cores summary")
     for row in rows:
