@@ -2,6 +2,7 @@
 main process and in two multiprocessing workers) gives exact span counts on each interpreter, static
 (Debian's /usr/bin/python3.11 and Debian unstable's python3.14) or shared libpython (pyenv)."""
 import os
+import signal
 import subprocess
 import unittest
 from collections import Counter
@@ -155,3 +156,65 @@ class Versions(BpfTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# A parent that runs each interpreter given as a child, one after the other; each child prints its pid, then stays
+# (long enough to be looked at; --pid tests read its line while it sleeps).
+PARENT = """import subprocess, sys
+child = 'import os, sys, time; print("child-pid", os.getpid(), flush=True); time.sleep(float(sys.argv[1]))'
+for exe in sys.argv[2:]:
+    subprocess.run([exe, '-c', child, sys.argv[1]], check=True)
+"""
+
+
+class OtherInterpreter(BpfTestCase):
+    """A traced process that runs another CPython than the probed file reaches no probe: named, never silent."""
+
+    def setUp(self):
+        super().setUp()
+        self.other = INTERPRETERS["3.12"]  # pyenv's: a libpython of its own, mapped by its loader after the exec
+        self.parent = self.path("parent.py")
+        with open(self.parent, "w") as f:
+            f.write(PARENT)
+
+    def check_named(self, trace, stdout, pid):
+        listed = trace["otherData"].get("unprobed_interpreters", [])
+        self.assertEqual([o["pid"] for o in listed], [pid], listed)
+        root = os.path.dirname(os.path.dirname(self.other))  # .../versions/3.12.N
+        self.assertTrue(listed[0]["interpreter"].startswith(root + "/"), listed)
+        self.assertIn(f"(PID {pid}) runs {listed[0]['interpreter']}, another CPython interpreter than the one "
+                      f"lotus-bpf probes", " ".join(stdout.split()))
+
+    def test_launched_child_of_another_interpreter(self):
+        out = self.path("trace.json")
+        # the same interpreter first (not named), then the other one
+        record = self.path("run.lbt")
+        r = run_lotus(["-q", "-o", out, "--record", record, "--", PY, self.parent, "0.5", PY, self.other])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        pids = [int(l.split()[1]) for l in r.stdout.splitlines() if l.startswith("child-pid ")]
+        self.assertEqual(len(pids), 2, r.stdout)
+        self.check_named(load_trace(out), r.stdout, pids[1])
+        # the record file keeps it: a replay names it too
+        replayed = self.path("replayed.json")
+        r = run_lotus(["export", record, "-o", replayed])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(load_trace(replayed)["otherData"]["unprobed_interpreters"],
+                         load_trace(out)["otherData"]["unprobed_interpreters"])
+        self.assert_detached()
+
+    def test_attached_while_a_child_of_another_interpreter_runs(self):
+        job = subprocess.Popen([PY, self.parent, "30", self.other], stdout=subprocess.PIPE, text=True)
+        line = job.stdout.readline().split()
+        try:
+            self.assertEqual(line[:1], ["child-pid"], line)
+            out = self.path("trace.json")
+            r = run_lotus(["-q", "-o", out, "--pid", str(job.pid), "-d", "1"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.check_named(load_trace(out), r.stdout, int(line[1]))
+            self.assert_detached()
+        finally:
+            if line[:1] == ["child-pid"]:
+                os.kill(int(line[1]), signal.SIGKILL)
+            job.kill()
+            job.wait()
+            job.stdout.close()

@@ -539,3 +539,19 @@ TEST_F(Fixture, ThreadNamesFromTheKernel)
     EXPECT_EQ(p.at(7).thread_names.at(9), "lotus-w\xEF\xBF\xBD");
     EXPECT_EQ(p.at(8).thread_names.at(8), "a-name-longer-t");
 }
+
+TEST_F(Fixture, ProcessesOfAnotherInterpreterAreKeptAsRecorded)
+{
+    model::RecordOtherInterpreter r{};
+    r.type = model::kRecordOtherInterpreter;
+    r.tgid = r.tid = W;
+    r.ts_ns = 5;
+    std::string path = "/opt/conda/bin/python3.12";
+    path.copy(r.path, path.size());
+    engine.consume(&r, sizeof(r));
+    engine.consume(&r, offsetof(model::RecordOtherInterpreter, path)); // cut short: malformed, not read
+    ASSERT_EQ(engine.other_interpreters().size(), 1u);
+    EXPECT_EQ(engine.other_interpreters()[0].pid, W);
+    EXPECT_EQ(engine.other_interpreters()[0].path, path);
+    EXPECT_EQ(engine.counters().malformed, 1u);
+}

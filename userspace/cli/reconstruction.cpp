@@ -108,6 +108,17 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
                 n.label, l.pid, l.library, n.loaded_s, n.probed_after_ms));
         run.native_late.push_back(std::move(n));
     }
+    // A traced process that runs another interpreter than the probed file reaches no Python probe: its ops and
+    // samples are missing, which the tables alone would not tell.
+    std::vector<std::string> interp_notes;
+    for (const auto& o : engine_.other_interpreters()) {
+        exporter::RunInfo::OtherInterpreter n{o.pid, model::process_label(engine_.processes(), o.pid), o.path};
+        interp_notes.push_back(fmt::format(
+            "{} (PID {}) runs {}, another CPython interpreter than the one lotus-bpf probes ({}): its Python calls "
+            "and those of the processes it forks (their ops and samples) are not in the trace.",
+            n.label, o.pid, o.path, run.interpreter.empty() ? "unknown" : run.interpreter));
+        run.other_interpreters.push_back(std::move(n));
+    }
     run.output_failures = outputs_.failures();
     trace_.finish(engine_.processes(), run);
     outputs_.trace().commit();
@@ -119,6 +130,7 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
                                 opts_.output.empty() ? "none" : outputs_.trace().failed() ? "not written" : opts_.output));
     if (run.lost_events)
         notes.push_back("Spans that lost an event are left out, never guessed.");
+    notes.insert(notes.end(), interp_notes.begin(), interp_notes.end());
     for (size_t i = 0; i < rules_.spans().size(); i++) {
         const auto& rule = rules_.spans()[i];
         uint64_t calls = i < engine_.span_calls().size() ? engine_.span_calls()[i] : 0;

@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "capture/probe.h"
 #include "capture/native_capture.h"
+#include "capture/interpreter_watch.h"
 #include "outputs.h"
 #include "replay.h"
 #include "reconstruction.h"
@@ -277,6 +278,7 @@ int run_session(const Options& opts)
             if (pss)
                 pss_schedule.done(now, thread_cpu_ns() - cpu0);
         };
+        capture::InterpreterWatch interpreters(interp, feed); // traced processes that run another interpreter
         const bool debug_events = getenv("LOTUS_DEBUG_EVENTS") != nullptr;
         uint64_t delivered = 0; // records read from the ring buffer: equals BPF's submitted count once drained
         size_t initial = 1;
@@ -291,8 +293,10 @@ int run_session(const Options& opts)
                 if (native)
                     native->on_event(data, len); // symbol records go first: the sample's names
                 feed(data, len);
-                if (h->type == LOTUS_EV_EXEC) // a new program: its own environment (torchrun sets RANK)
+                if (h->type == LOTUS_EV_EXEC) { // a new program: its own environment (torchrun sets RANK)
                     rank_of(h->tgid);
+                    interpreters.look_at(h->tgid, monotonic_ns());
+                }
             }, counters, capture::ProbeFeatures{evaluator, handlers.has_value(), !native_specs.empty(),
                                                    !native_specs.empty() && opts.sample_freq > 0,
                                                    opts.resources_interval_ms > 0, opts.sample_stack});
@@ -316,6 +320,7 @@ int run_session(const Options& opts)
                     probe->trace_process(static_cast<uint32_t>(d), static_cast<uint32_t>(root));
                     known(static_cast<uint32_t>(d), static_cast<uint32_t>(target::parent_pid(d).value_or(0)), false);
                     rank_of(static_cast<uint32_t>(d));
+                    interpreters.look_at(static_cast<uint32_t>(d), monotonic_ns());
                     initial++;
                 }
             }
@@ -399,6 +404,7 @@ int run_session(const Options& opts)
             }
             if (opts.resources_interval_ms && now - last_sweep >= opts.resources_interval_ms * 1'000'000ull)
                 sweep(now);
+            interpreters.check(now);
             if (screen && now - last_frame_ns >= 1'000'000'000ull)
                 draw(now);
             if (tty && now - last_status > 500000000ull) {
@@ -414,6 +420,7 @@ int run_session(const Options& opts)
         // Drain what is already in the ring buffer, then detach before doing the heavy writing.
         while (probe->poll(0) > 0) {
         }
+        interpreters.check(monotonic_ns());
         auto stats = probe->stats();
         const std::string evaluator_probe = probe->evaluator_probe(), python_probes = probe->python_probes();
         const std::string python_scope = probe->per_process() ? "traced processes" : "system-wide";

@@ -70,6 +70,13 @@ std::string run_json_members(const RunInfo& r)
                                 l.loaded_s, l.probed_after_ms, l.during_work);
         m["native_probed_late"] = "[" + late + "]";
     }
+    if (!r.other_interpreters.empty()) {
+        std::string list;
+        for (const auto& o : r.other_interpreters)
+            list += fmt::format("{}{{\"pid\":{},\"label\":{},\"interpreter\":{}}}", list.empty() ? "" : ",", o.pid,
+                                json_string(o.label), json_string(o.interpreter));
+        m["unprobed_interpreters"] = "[" + list + "]";
+    }
     if (r.limits) {
         const auto& l = *r.limits;
         std::string o = fmt::format("\"cgroup\":{},\"cpus\":{},\"memory_bytes\":{},\"cpuset\":{},\"left_running\":{}",

@@ -60,6 +60,12 @@ struct RunInfo {
         bool during_work = false;
     };
     std::vector<NativeLate> native_late;
+    // Traced processes that ran a CPython interpreter other than the probed file: their Python calls are not seen.
+    struct OtherInterpreter {
+        uint32_t pid = 0;
+        std::string label, interpreter;
+    };
+    std::vector<OtherInterpreter> other_interpreters;
     // --cpus/--memory/--cpuset (launch mode): what was asked, the cgroup it ran in, and what the kernel counted.
     struct Limits {
         double cpus = 0;

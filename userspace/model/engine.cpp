@@ -143,6 +143,12 @@ void Engine::consume(const void* data, size_t len)
             return;
         }
         break;
+    case kRecordOtherInterpreter:
+        if (auto* r = as<RecordOtherInterpreter>(data, len)) {
+            other_interpreters_.push_back({r->tgid, decode(r->path, sizeof(r->path), 0)});
+            return;
+        }
+        break;
     case kRecordRank:
         if (auto* r = as<RecordRank>(data, len)) {
             process(r->tgid).env_rank = r->rank;

@@ -65,6 +65,12 @@ public:
         uint64_t loaded_ns = 0, live_ns = 0;
     };
     const std::vector<NativeLate>& native_late() const { return native_late_; }
+    // Traced processes that ran another CPython interpreter than the probed one (RecordOtherInterpreter).
+    struct OtherInterpreter {
+        uint32_t pid = 0;
+        std::string path;
+    };
+    const std::vector<OtherInterpreter>& other_interpreters() const { return other_interpreters_; }
 
 private:
     // Open calls of a thread. A sample or a container op is a level: the calls made from its frames (at the
@@ -157,6 +163,7 @@ private:
     std::unordered_map<uint32_t, std::vector<OpenNative>> natives_; // per thread id
     std::unordered_map<uint32_t, NativeFunc> native_funcs_;  // by func number (RecordNativeFunc)
     std::vector<NativeLate> native_late_;
+    std::vector<OtherInterpreter> other_interpreters_;
     EngineCounters counters_;
     uint64_t sample_seq_ = 0;
     bool pipeline_seen_ = false;

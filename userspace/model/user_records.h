@@ -17,6 +17,7 @@ enum : uint32_t {
     kRecordRank = 105,       // a process's RANK (torchrun and other launchers set it in its environment)
     kRecordUsage = 106,      // a process's resource use as /proc said it (--resources-interval)
     kRecordNativeLate = 107, // a library's native probes went live after a traced process had loaded it
+    kRecordOtherInterpreter = 108, // a traced process runs a CPython interpreter other than the probed one
 };
 
 // The slots of the locals a code object's role captures (its CODE record's code), as read from the target's
@@ -74,6 +75,16 @@ struct RecordNativeLate {
     uint64_t ts_ns;
     uint64_t loaded_ns;
     char library[kLibraryNameLen];
+};
+
+constexpr unsigned kInterpreterPathLen = 256;
+
+// tgid runs `path` (its executable or libpython, as it names it), a CPython interpreter other than the file
+// lotus-bpf probes: none of its Python calls reach a probe. Once per process and exec, when that was told.
+struct RecordOtherInterpreter {
+    uint32_t type, tgid, tid, cpu;
+    uint64_t ts_ns;
+    char path[kInterpreterPathLen];
 };
 
 struct RecordSymbol {

@@ -1,6 +1,7 @@
 #include "interpreter.h"
 
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -164,6 +165,38 @@ std::optional<std::string> permission_problem(int pid, const std::string& who,
     return std::nullopt;
 }
 
+std::string exe_of(int pid)
+{
+    char buf[4096];
+    ssize_t n = readlink(fmt::format("/proc/{}/exe", pid).c_str(), buf, sizeof(buf) - 1);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+// Where a process's interpreter may be: its executable first (static interpreters), then any libpython it
+// mapped; each as (path as the process names it, path we open: the very file it runs, whether it lives under a
+// chroot, another mount namespace, or ours).
+std::vector<std::pair<std::string, std::string>> interpreter_candidates(int pid, const std::string& exe,
+                                                                        const std::vector<Mapping>& maps)
+{
+    std::vector<std::pair<std::string, std::string>> candidates;
+    if (!exe.empty())
+        candidates.emplace_back(exe, openable_exe(pid, exe));
+    std::set<std::string> seen;
+    for (const auto& m : maps)
+        if (!m.path.empty() && m.path[0] == '/' && looks_like_libpython(m.path) && seen.insert(m.path).second)
+            candidates.emplace_back(m.path, openable_path(pid, m.path, m.inode, m.dev_major, m.dev_minor));
+    return candidates;
+}
+
+std::unique_ptr<ElfFile> open_elf(const std::string& path)
+{
+    try {
+        return std::make_unique<ElfFile>(path);
+    } catch (const std::exception&) {
+        return nullptr;
+    }
+}
+
 } // namespace
 
 Interpreter find_interpreter(int pid)
@@ -180,32 +213,11 @@ Interpreter find_interpreter(int pid)
                                           ? "permission denied; another user's process needs CAP_SYS_PTRACE or root"
                                           : strerror(errno)));
     }
-    std::string exe;
-    {
-        char buf[4096];
-        ssize_t n = readlink(fmt::format("/proc/{}/exe", pid).c_str(), buf, sizeof(buf) - 1);
-        if (n > 0)
-            exe.assign(buf, static_cast<size_t>(n));
-    }
-    // The executable first (static interpreters), then any libpython it mapped; each opened as the very file
-    // the process runs (whether it lives under a chroot, another mount namespace, or ours).
-    std::vector<std::pair<std::string, std::string>> candidates; // (path as named, path we open)
-    if (!exe.empty())
-        candidates.emplace_back(exe, openable_exe(pid, exe));
-    std::set<std::string> seen;
-    for (const auto& m : maps)
-        if (!m.path.empty() && m.path[0] == '/' && looks_like_libpython(m.path) && seen.insert(m.path).second)
-            candidates.emplace_back(m.path, openable_path(pid, m.path, m.inode, m.dev_major, m.dev_minor));
+    std::string exe = exe_of(pid);
+    auto candidates = interpreter_candidates(pid, exe, maps);
     for (const auto& [path, local] : candidates) {
-        if (local.empty())
-            continue;
-        std::unique_ptr<ElfFile> elf;
-        try {
-            elf = std::make_unique<ElfFile>(local);
-        } catch (const std::exception&) {
-            continue;
-        }
-        if (is_python(*elf)) {
+        auto elf = local.empty() ? nullptr : open_elf(local);
+        if (elf && is_python(*elf)) {
             auto interp = describe(*elf, path != exe, who);
             interp.target_path = path;
             return interp;
@@ -256,6 +268,35 @@ Interpreter find_interpreter_in_executable(const std::string& exe_path, const st
         }
     }
     throw TargetError(fmt::format("{} is not a CPython interpreter", exe_path));
+}
+
+std::optional<std::string> other_interpreter(int pid, const Interpreter& probed)
+{
+    std::vector<Mapping> maps;
+    try {
+        maps = read_maps(pid);
+    } catch (const std::exception&) {
+        return std::string(); // gone
+    }
+    struct stat st{};
+    bool known = stat(probed.object_path.c_str(), &st) == 0;
+    for (const auto& m : maps)
+        if (m.path == probed.target_path ||
+            (known && m.inode == st.st_ino && m.dev_major == major(st.st_dev) && m.dev_minor == minor(st.st_dev)))
+            return std::string();
+    std::string exe = exe_of(pid);
+    for (const auto& [path, local] : interpreter_candidates(pid, exe, maps)) {
+        auto elf = local.empty() ? nullptr : open_elf(local);
+        if (elf && is_python(*elf))
+            return path;
+    }
+    // An executable linked to a libpython that its dynamic loader has not mapped yet is still to be told.
+    auto elf = exe.empty() ? nullptr : open_elf(openable_exe(pid, exe));
+    if (elf)
+        for (const auto& lib : elf->needed())
+            if (looks_like_libpython(lib))
+                return std::nullopt;
+    return std::string();
 }
 
 } // namespace lotus::target

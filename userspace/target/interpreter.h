@@ -39,5 +39,9 @@ struct Interpreter {
 Interpreter find_interpreter(int pid);
 // From an executable file and the library search path it would run with. Throws TargetError.
 Interpreter find_interpreter_in_executable(const std::string& exe_path, const std::string& ld_library_path);
+// What process pid runs as against `probed`, the interpreter whose file lotus-bpf probes: "" when it maps that
+// file, runs no CPython or is gone; else the path (as it names it) of the other CPython interpreter it runs, whose
+// calls no probe sees; nullopt while its executable needs a libpython that its dynamic loader has not mapped yet.
+std::optional<std::string> other_interpreter(int pid, const Interpreter& probed);
 
 } // namespace lotus::target
