@@ -124,10 +124,12 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
 
     /* Pipeline calls, WALK code (a DataLoader's next()), callees of EMIT_CALLEES code (a __getitem__'s
      * transforms) and code not classified yet describe 4 callers with their first argument (a sample's dataset
-     * index); the others, ops above all, only 2 callers without arguments: fewer reads per call. */
+     * index); the others, ops above all, only their caller, whose head is read already: the engine looks further
+     * up the chain only for deep entries (a pipeline call's __getitem__, a __getitem__'s fetcher), and each
+     * caller more cost two user-memory reads (its head, its code's fingerprint), ~0.2 us each here. */
     bool deep = !(flags & LOTUS_ROLE_CLASSIFIED) || (flags & (LOTUS_ROLE_PIPELINE | LOTUS_ROLE_WALK)) ||
                 self_pipeline || !(cflags & LOTUS_ROLE_CLASSIFIED) || (cflags & LOTUS_ROLE_EMIT_CALLEES);
-    __u32 chain_max = deep ? LOTUS_CHAIN_LEN : 2;
+    __u32 chain_max = deep ? LOTUS_CHAIN_LEN : 1;
     __u64 f = caller;
     struct frame_head h = *ch;
     for (int i = 0; i < LOTUS_CHAIN_LEN && i < chain_max; i++) {
