@@ -285,15 +285,17 @@ std::optional<std::string> other_interpreter(int pid, const Interpreter& probed)
             (known && m.inode == st.st_ino && m.dev_major == major(st.st_dev) && m.dev_minor == minor(st.st_dev)))
             return std::string();
     std::string exe = exe_of(pid);
+    std::unique_ptr<ElfFile> exe_elf;
     for (const auto& [path, local] : interpreter_candidates(pid, exe, maps)) {
         auto elf = local.empty() ? nullptr : open_elf(local);
         if (elf && is_python(*elf))
             return path;
+        if (path == exe && !exe_elf)
+            exe_elf = std::move(elf);
     }
     // An executable linked to a libpython that its dynamic loader has not mapped yet is still to be told.
-    auto elf = exe.empty() ? nullptr : open_elf(openable_exe(pid, exe));
-    if (elf)
-        for (const auto& lib : elf->needed())
+    if (exe_elf)
+        for (const auto& lib : exe_elf->needed())
             if (looks_like_libpython(lib))
                 return std::nullopt;
     return std::string();
