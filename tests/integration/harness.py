@@ -158,8 +158,10 @@ def read_lines(path):
 
 def assert_nested(test, trace):
     """Every op lies inside a sample span of the same thread, with the same sample id; no traced process ran
-    another interpreter than the probed one (a false alarm there would tell users that spans are missing)."""
+    another interpreter than the probed one, nor ran CPython outside the traced tree (a false alarm there would tell
+    users that spans are missing)."""
     test.assertNotIn("unprobed_interpreters", trace["otherData"])
+    test.assertNotIn("untraced_python_processes", trace["otherData"])
     samples = {}
     for s in spans(trace, "sample"):
         samples[(s["pid"], s["tid"], s["args"]["sample_id"])] = s

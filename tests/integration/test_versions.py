@@ -168,7 +168,8 @@ for exe in sys.argv[2:]:
 
 
 class OtherInterpreter(BpfTestCase):
-    """A traced process that runs another CPython than the probed file reaches no probe: named, never silent."""
+    """Python processes no probe sees are named, never silent: a traced process that runs another CPython than
+    the probed file, and in launch mode a process of the command outside the traced tree."""
 
     def setUp(self):
         super().setUp()
@@ -218,3 +219,22 @@ class OtherInterpreter(BpfTestCase):
             job.kill()
             job.wait()
             job.stdout.close()
+
+    def test_a_wrapper_scripts_second_python(self):
+        # The first python the script runs is traced; the one it runs next is outside that one's tree.
+        script = self.path("run.sh")
+        with open(script, "w") as f:
+            f.write(f"#!/bin/sh\n{PY} -c pass\n"
+                    f"{PY} -c 'import os, time; print(\"child-pid\", os.getpid(), flush=True); time.sleep(2.5)'\n")
+        os.chmod(script, 0o755)
+        out = self.path("trace.json")
+        r = run_lotus(["-q", "-o", out, "--", script])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        pids = [int(l.split()[1]) for l in r.stdout.splitlines() if l.startswith("child-pid ")]
+        self.assertEqual(len(pids), 1, r.stdout)
+        trace = load_trace(out)
+        listed = trace["otherData"].get("untraced_python_processes", [])
+        self.assertEqual([(o["pid"], o["interpreter"]) for o in listed], [(pids[0], trace["otherData"]["interpreter"])])
+        self.assertNotIn("unprobed_interpreters", trace["otherData"])
+        self.assertIn(f"PID {pids[0]} ({listed[0]['comm']}) ran CPython", " ".join(r.stdout.split()))
+        self.assert_detached()

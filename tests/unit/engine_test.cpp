@@ -555,3 +555,21 @@ TEST_F(Fixture, ProcessesOfAnotherInterpreterAreKeptAsRecorded)
     EXPECT_EQ(engine.other_interpreters()[0].path, path);
     EXPECT_EQ(engine.counters().malformed, 1u);
 }
+
+TEST_F(Fixture, PythonsOutsideTheTracedTreeAreKeptAsRecorded)
+{
+    model::RecordUntracedPython r{};
+    r.type = model::kRecordUntracedPython;
+    r.tgid = r.tid = W;
+    r.ts_ns = 5;
+    std::string comm = "python3", path = "/usr/bin/python3.11";
+    comm.copy(r.comm, comm.size());
+    path.copy(r.path, path.size());
+    engine.consume(&r, sizeof(r));
+    engine.consume(&r, offsetof(model::RecordUntracedPython, path)); // cut short: malformed, not read
+    ASSERT_EQ(engine.untraced_pythons().size(), 1u);
+    EXPECT_EQ(engine.untraced_pythons()[0].pid, W);
+    EXPECT_EQ(engine.untraced_pythons()[0].comm, comm);
+    EXPECT_EQ(engine.untraced_pythons()[0].path, path);
+    EXPECT_EQ(engine.counters().malformed, 1u);
+}

@@ -1,11 +1,15 @@
-// Traced processes that run a CPython interpreter other than the probed file (a child that execs another
-// python, the python child of a launcher that maps a libpython itself): none of their Python calls reaches a
-// probe. Each one is said once in the stream (model::RecordOtherInterpreter), so that the summary, the trace and
-// replays name it rather than showing a process without samples.
+// Python processes no probe sees, said in the stream so that the summary, the trace and replays name them
+// rather than show them without samples (or not at all):
+// - traced processes that run a CPython interpreter other than the probed file (a child that execs another
+//   python, the python child of a launcher that maps a libpython itself): model::RecordOtherInterpreter;
+// - launch mode: processes of the command outside the traced tree (a wrapper script's second python, or a
+//   rank started beside the first): model::RecordUntracedPython.
+// Each once.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <string>
 
 #include "target/interpreter.h"
 
@@ -21,11 +25,16 @@ public:
     // Tells what the pending processes run; one whose dynamic loader has yet to map its libpython stays pending
     // (for at most 10 s).
     void check(uint64_t now_ns);
+    // Launch mode with a wrapper (`command` is not the traced `root`): the command's processes outside root's
+    // tree that run CPython, looked for every second (`force`: now). One that lives less than that may be missed.
+    void scan_command(uint32_t command, uint32_t root, uint64_t now_ns, bool force = false);
 
 private:
     target::Interpreter probed_;
     Emit emit_;
     std::map<uint32_t, uint64_t> pending_; // pid -> since (monotonic ns)
+    std::map<uint32_t, std::string> examined_; // the command's processes told by scan_command: their executable
+    uint64_t last_scan_ns_ = 0;
 };
 
 } // namespace lotus::capture

@@ -119,6 +119,14 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
             n.label, o.pid, o.path, run.interpreter.empty() ? "unknown" : run.interpreter));
         run.other_interpreters.push_back(std::move(n));
     }
+    for (const auto& u : engine_.untraced_pythons()) {
+        interp_notes.push_back(fmt::format(
+            "PID {} ({}) ran CPython ({}) under the launched command but outside the traced process's tree: it was "
+            "not traced. Launch mode traces the first of the command's processes to run CPython (PID {}) and the "
+            "processes it starts; attach to another one with --pid.",
+            u.pid, u.comm, u.path, run.target_pid));
+        run.untraced_pythons.push_back({u.pid, u.comm, u.path});
+    }
     run.output_failures = outputs_.failures();
     trace_.finish(engine_.processes(), run);
     outputs_.trace().commit();

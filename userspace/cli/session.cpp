@@ -405,6 +405,8 @@ int run_session(const Options& opts)
             if (opts.resources_interval_ms && now - last_sweep >= opts.resources_interval_ms * 1'000'000ull)
                 sweep(now);
             interpreters.check(now);
+            if (launcher)
+                interpreters.scan_command(static_cast<uint32_t>(launcher->command_pid()), static_cast<uint32_t>(root), now);
             if (screen && now - last_frame_ns >= 1'000'000'000ull)
                 draw(now);
             if (tty && now - last_status > 500000000ull) {
@@ -421,6 +423,9 @@ int run_session(const Options& opts)
         while (probe->poll(0) > 0) {
         }
         interpreters.check(monotonic_ns());
+        if (launcher)
+            interpreters.scan_command(static_cast<uint32_t>(launcher->command_pid()), static_cast<uint32_t>(root),
+                                      monotonic_ns(), true);
         auto stats = probe->stats();
         const std::string evaluator_probe = probe->evaluator_probe(), python_probes = probe->python_probes();
         const std::string python_scope = probe->per_process() ? "traced processes" : "system-wide";

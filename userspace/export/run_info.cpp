@@ -77,6 +77,13 @@ std::string run_json_members(const RunInfo& r)
                                 json_string(o.label), json_string(o.interpreter));
         m["unprobed_interpreters"] = "[" + list + "]";
     }
+    if (!r.untraced_pythons.empty()) {
+        std::string list;
+        for (const auto& u : r.untraced_pythons)
+            list += fmt::format("{}{{\"pid\":{},\"comm\":{},\"interpreter\":{}}}", list.empty() ? "" : ",", u.pid,
+                                json_string(u.comm), json_string(u.interpreter));
+        m["untraced_python_processes"] = "[" + list + "]";
+    }
     if (r.limits) {
         const auto& l = *r.limits;
         std::string o = fmt::format("\"cgroup\":{},\"cpus\":{},\"memory_bytes\":{},\"cpuset\":{},\"left_running\":{}",

@@ -66,6 +66,12 @@ struct RunInfo {
         std::string label, interpreter;
     };
     std::vector<OtherInterpreter> other_interpreters;
+    // Launch mode: processes of the command that ran CPython outside the traced tree, so not traced.
+    struct UntracedPython {
+        uint32_t pid = 0;
+        std::string comm, interpreter;
+    };
+    std::vector<UntracedPython> untraced_pythons;
     // --cpus/--memory/--cpuset (launch mode): what was asked, the cgroup it ran in, and what the kernel counted.
     struct Limits {
         double cpus = 0;

@@ -149,6 +149,12 @@ void Engine::consume(const void* data, size_t len)
             return;
         }
         break;
+    case kRecordUntracedPython:
+        if (auto* r = as<RecordUntracedPython>(data, len)) {
+            untraced_pythons_.push_back({r->tgid, decode(r->comm, sizeof(r->comm), 0), decode(r->path, sizeof(r->path), 0)});
+            return;
+        }
+        break;
     case kRecordRank:
         if (auto* r = as<RecordRank>(data, len)) {
             process(r->tgid).env_rank = r->rank;

@@ -71,6 +71,12 @@ public:
         std::string path;
     };
     const std::vector<OtherInterpreter>& other_interpreters() const { return other_interpreters_; }
+    // Launch mode: processes of the command that ran CPython outside the traced tree (RecordUntracedPython).
+    struct UntracedPython {
+        uint32_t pid = 0;
+        std::string comm, path;
+    };
+    const std::vector<UntracedPython>& untraced_pythons() const { return untraced_pythons_; }
 
 private:
     // Open calls of a thread. A sample or a container op is a level: the calls made from its frames (at the
@@ -164,6 +170,7 @@ private:
     std::unordered_map<uint32_t, NativeFunc> native_funcs_;  // by func number (RecordNativeFunc)
     std::vector<NativeLate> native_late_;
     std::vector<OtherInterpreter> other_interpreters_;
+    std::vector<UntracedPython> untraced_pythons_;
     EngineCounters counters_;
     uint64_t sample_seq_ = 0;
     bool pipeline_seen_ = false;

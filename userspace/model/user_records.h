@@ -18,6 +18,7 @@ enum : uint32_t {
     kRecordUsage = 106,      // a process's resource use as /proc said it (--resources-interval)
     kRecordNativeLate = 107, // a library's native probes went live after a traced process had loaded it
     kRecordOtherInterpreter = 108, // a traced process runs a CPython interpreter other than the probed one
+    kRecordUntracedPython = 109,   // a process of the launched command ran CPython outside the traced tree
 };
 
 // The slots of the locals a code object's role captures (its CODE record's code), as read from the target's
@@ -84,6 +85,15 @@ constexpr unsigned kInterpreterPathLen = 256;
 struct RecordOtherInterpreter {
     uint32_t type, tgid, tid, cpu;
     uint64_t ts_ns;
+    char path[kInterpreterPathLen];
+};
+
+// Launch mode: tgid, a process of the launched command outside the traced process's tree (the first of the
+// command's processes to run CPython, and its children), runs CPython `path`: it is not traced. Once per process.
+struct RecordUntracedPython {
+    uint32_t type, tgid, tid, cpu;
+    uint64_t ts_ns;
+    char comm[16];
     char path[kInterpreterPathLen];
 };
 

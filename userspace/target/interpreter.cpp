@@ -270,7 +270,7 @@ Interpreter find_interpreter_in_executable(const std::string& exe_path, const st
     throw TargetError(fmt::format("{} is not a CPython interpreter", exe_path));
 }
 
-std::optional<std::string> other_interpreter(int pid, const Interpreter& probed)
+std::optional<std::string> cpython_of(int pid)
 {
     std::vector<Mapping> maps;
     try {
@@ -278,12 +278,6 @@ std::optional<std::string> other_interpreter(int pid, const Interpreter& probed)
     } catch (const std::exception&) {
         return std::string(); // gone
     }
-    struct stat st{};
-    bool known = stat(probed.object_path.c_str(), &st) == 0;
-    for (const auto& m : maps)
-        if (m.path == probed.target_path ||
-            (known && m.inode == st.st_ino && m.dev_major == major(st.st_dev) && m.dev_minor == minor(st.st_dev)))
-            return std::string();
     std::string exe = exe_of(pid);
     std::unique_ptr<ElfFile> exe_elf;
     for (const auto& [path, local] : interpreter_candidates(pid, exe, maps)) {
@@ -299,6 +293,23 @@ std::optional<std::string> other_interpreter(int pid, const Interpreter& probed)
             if (looks_like_libpython(lib))
                 return std::nullopt;
     return std::string();
+}
+
+std::optional<std::string> other_interpreter(int pid, const Interpreter& probed)
+{
+    std::vector<Mapping> maps;
+    try {
+        maps = read_maps(pid);
+    } catch (const std::exception&) {
+        return std::string(); // gone
+    }
+    struct stat st{};
+    bool known = stat(probed.object_path.c_str(), &st) == 0;
+    for (const auto& m : maps)
+        if (m.path == probed.target_path ||
+            (known && m.inode == st.st_ino && m.dev_major == major(st.st_dev) && m.dev_minor == minor(st.st_dev)))
+            return std::string();
+    return cpython_of(pid);
 }
 
 } // namespace lotus::target

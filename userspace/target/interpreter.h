@@ -43,5 +43,8 @@ Interpreter find_interpreter_in_executable(const std::string& exe_path, const st
 // file, runs no CPython or is gone; else the path (as it names it) of the other CPython interpreter it runs, whose
 // calls no probe sees; nullopt while its executable needs a libpython that its dynamic loader has not mapped yet.
 std::optional<std::string> other_interpreter(int pid, const Interpreter& probed);
+// The CPython interpreter process pid runs (its executable, or a libpython it mapped; the path as it names it):
+// "" when it runs none or is gone, nullopt while its executable needs a libpython not mapped yet.
+std::optional<std::string> cpython_of(int pid);
 
 } // namespace lotus::target
