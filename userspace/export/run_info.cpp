@@ -70,20 +70,17 @@ std::string run_json_members(const RunInfo& r)
                                 l.loaded_s, l.probed_after_ms, l.during_work);
         m["native_probed_late"] = "[" + late + "]";
     }
-    if (!r.other_interpreters.empty()) {
-        std::string list;
-        for (const auto& o : r.other_interpreters)
-            list += fmt::format("{}{{\"pid\":{},\"label\":{},\"interpreter\":{}}}", list.empty() ? "" : ",", o.pid,
-                                json_string(o.label), json_string(o.interpreter));
-        m["unprobed_interpreters"] = "[" + list + "]";
-    }
-    if (!r.untraced_pythons.empty()) {
-        std::string list;
-        for (const auto& u : r.untraced_pythons)
-            list += fmt::format("{}{{\"pid\":{},\"comm\":{},\"interpreter\":{}}}", list.empty() ? "" : ",", u.pid,
-                                json_string(u.comm), json_string(u.interpreter));
-        m["untraced_python_processes"] = "[" + list + "]";
-    }
+    // Python processes no probe saw: [{"pid":..,"<name_key>":..,"interpreter":..}], only when there is one.
+    auto unseen = [&](const char* key, const char* name_key, const auto& list, auto name) {
+        std::string items;
+        for (const auto& p : list)
+            items += fmt::format("{}{{\"pid\":{},\"{}\":{},\"interpreter\":{}}}", items.empty() ? "" : ",", p.pid,
+                                 name_key, json_string(name(p)), json_string(p.interpreter));
+        if (!items.empty())
+            m[key] = "[" + items + "]";
+    };
+    unseen("unprobed_interpreters", "label", r.other_interpreters, [](const auto& o) { return o.label; });
+    unseen("untraced_python_processes", "comm", r.untraced_pythons, [](const auto& u) { return u.comm; });
     if (r.limits) {
         const auto& l = *r.limits;
         std::string o = fmt::format("\"cgroup\":{},\"cpus\":{},\"memory_bytes\":{},\"cpuset\":{},\"left_running\":{}",
