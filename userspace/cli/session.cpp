@@ -278,7 +278,7 @@ int run_session(const Options& opts)
             if (pss)
                 pss_schedule.done(now, thread_cpu_ns() - cpu0);
         };
-        capture::InterpreterWatch interpreters(interp, feed); // traced processes that run another interpreter
+        capture::InterpreterWatch interpreters(interp, feed); // Python processes no probe sees
         const bool debug_events = getenv("LOTUS_DEBUG_EVENTS") != nullptr;
         uint64_t delivered = 0; // records read from the ring buffer: equals BPF's submitted count once drained
         size_t initial = 1;
