@@ -270,14 +270,11 @@ Interpreter find_interpreter_in_executable(const std::string& exe_path, const st
     throw TargetError(fmt::format("{} is not a CPython interpreter", exe_path));
 }
 
-std::optional<std::string> cpython_of(int pid)
+namespace {
+
+// cpython_of, from maps already read.
+std::optional<std::string> cpython_in(int pid, const std::vector<Mapping>& maps)
 {
-    std::vector<Mapping> maps;
-    try {
-        maps = read_maps(pid);
-    } catch (const std::exception&) {
-        return std::string(); // gone
-    }
     std::string exe = exe_of(pid);
     std::unique_ptr<ElfFile> exe_elf;
     for (const auto& [path, local] : interpreter_candidates(pid, exe, maps)) {
@@ -295,21 +292,35 @@ std::optional<std::string> cpython_of(int pid)
     return std::string();
 }
 
+std::optional<std::vector<Mapping>> maps_of(int pid)
+{
+    try {
+        return read_maps(pid);
+    } catch (const std::exception&) {
+        return std::nullopt; // gone
+    }
+}
+
+} // namespace
+
+std::optional<std::string> cpython_of(int pid)
+{
+    auto maps = maps_of(pid);
+    return maps ? cpython_in(pid, *maps) : std::string();
+}
+
 std::optional<std::string> other_interpreter(int pid, const Interpreter& probed)
 {
-    std::vector<Mapping> maps;
-    try {
-        maps = read_maps(pid);
-    } catch (const std::exception&) {
-        return std::string(); // gone
-    }
+    auto maps = maps_of(pid);
+    if (!maps)
+        return std::string();
     struct stat st{};
     bool known = stat(probed.object_path.c_str(), &st) == 0;
-    for (const auto& m : maps)
+    for (const auto& m : *maps)
         if (m.path == probed.target_path ||
             (known && m.inode == st.st_ino && m.dev_major == major(st.st_dev) && m.dev_minor == minor(st.st_dev)))
             return std::string();
-    return cpython_of(pid);
+    return cpython_in(pid, *maps);
 }
 
 } // namespace lotus::target
