@@ -25,8 +25,12 @@ import run
 UNRELATED = {"functions": 2_000_000, "objects": 2_000_000, "syscalls": 500_000, "switches": 100_000}
 
 
+T0 = time.monotonic()
+
+
 def say(text):
-    print(text, flush=True)
+    """A line, after the seconds since the start (what each part took, to size a short lease)."""
+    print(f"[{time.monotonic() - T0:4.0f} s] {text}", flush=True)
 
 
 def ratio_row(name, runs, base, cpu, base_cpu):
@@ -109,14 +113,14 @@ def main():
                 rows.append(f"tracer CPU per sample while the job runs, {name}: {statistics.median(us):.0f} us "
                             f"({min(us):.0f}-{max(us):.0f}{share_note})")
                 say(rows[-1])
-        for kind, n in UNRELATED.items() if "unrelated" in rows_wanted else ():
-            if left() < 20:
-                rows.append(f"unrelated process, {kind}: not measured (out of time)")
-                continue
-            a, b, p = run.unrelated(5, kind, n)
-            rows.append(f"unrelated process beside the tracer, {kind}: {100 * (b / a - 1):+.1f} % ({a:.3f} s alone, "
-                        f"{b:.3f} s beside, {(b - a) * 1e9 / n:+.0f} ns a call, {p}, 5 interleaved)")
-            say(rows[-1])
+        if "unrelated" in rows_wanted and left() < 20:
+            rows.append("unrelated process: not measured (out of time)")
+        elif "unrelated" in rows_wanted:
+            for kind, (a, b, p) in run.unrelated(5, UNRELATED).items():
+                n = UNRELATED[kind]
+                rows.append(f"unrelated process beside the tracer, {kind}: {100 * (b / a - 1):+.1f} % ({a:.3f} s alone, "
+                            f"{b:.3f} s beside, {(b - a) * 1e9 / n:+.0f} ns a call, {p}, 5 interleaved)")
+                say(rows[-1])
         if "alternate" in rows_wanted and left() > 60:
             arms = {"untraced": None, "default": (run.LOTUS, [], None), "native": (run.LOTUS, run.NATIVE, None)}
             got = alternate.alternate(data, arms, args.repeats, args.workers,
@@ -125,9 +129,9 @@ def main():
                 name, value, note = run.alternate_row(arm, cycles)
                 rows.append(f"{name}: {value} ({note})")
                 say(rows[-1])
-    say("\nmany_cores summary")
+    say("many_cores summary")
     for row in rows:
-        say("  " + row)
+        print("  " + row, flush=True)
 
 
 if __name__ == "__main__":

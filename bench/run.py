@@ -211,29 +211,34 @@ def export_rate(tmp):
 UNRELATED = {"functions": 2_000_000, "objects": 2_000_000, "syscalls": 500_000, "switches": 100_000}
 
 
-def unrelated(repeats, kind, n=2_000_000, env=None):
-    """An unrelated process running the same interpreter (bench/calls.py: n calls of `kind`) while lotus-bpf
-    traces another job (an idle one that imported torch), against the same with nothing traced, interleaved:
-    (median seconds alone, median seconds beside the tracer, their pairs). env: the tracer's extra environment."""
+def unrelated(repeats, kinds, env=None):
+    """An unrelated process running the same interpreter (bench/calls.py: n calls of each kind in `kinds`, a dict
+    kind -> n) while lotus-bpf traces another job (an idle one that imported torch), against the same with
+    nothing traced, interleaved: per repeat each kind alone, the tracer attached, each kind beside it, the tracer
+    stopped (one attach a repeat for all kinds). env: the tracer's extra environment. Per kind: (median seconds
+    alone, median seconds beside the tracer, their pairs)."""
     job = subprocess.Popen([PY, "-c", "import torch, time; print('ready', flush=True); time.sleep(900)"],
                            stdout=subprocess.PIPE, text=True)
-    alone, beside = [], []
+    alone, beside = {kind: [] for kind in kinds}, {kind: [] for kind in kinds}
     try:
         job.stdout.readline()
         for _ in range(repeats):
-            alone.append(floor.call_seconds(PY, n, kind, "untraced", LOTUS, []))
+            for kind, n in kinds.items():
+                alone[kind].append(floor.call_seconds(PY, n, kind, "untraced", LOTUS, []))
             tracer = subprocess.Popen([LOTUS, "-q", "-o", os.devnull, "--pid", str(job.pid)],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                       env={**os.environ, **(env or {})})
             while "tracing PID" not in tracer.stderr.readline():
                 pass
-            beside.append(floor.call_seconds(PY, n, kind, "untraced", LOTUS, []))
+            for kind, n in kinds.items():
+                beside[kind].append(floor.call_seconds(PY, n, kind, "untraced", LOTUS, []))
             tracer.terminate()
             tracer.wait()
     finally:
         job.kill()
         job.wait()
-    return statistics.median(alone), statistics.median(beside), pairs(beside, alone)
+    return {kind: (statistics.median(alone[kind]), statistics.median(beside[kind]), pairs(beside[kind], alone[kind]))
+            for kind in kinds}
 
 
 def libc_read_costs(repeats, n=500_000):
@@ -366,9 +371,10 @@ def main():
         per_call = floor.call_costs(PY, LOTUS, args.repeats, "functions", evaluator)
         per_object_call = floor.call_costs(PY, LOTUS, args.repeats, "objects", slots)
         reads = libc_read_costs(args.repeats)
-        beside = {kind: unrelated(max(args.repeats, 5), kind, n) for kind, n in UNRELATED.items()}
+        beside = unrelated(max(args.repeats, 5), UNRELATED)
         # as kernels before 6.13 run (no per-process probes)
-        beside_wide = unrelated(max(args.repeats, 5), "objects", env={"LOTUS_SYSTEM_WIDE_PROBES": "1"})
+        beside_wide = unrelated(max(args.repeats, 5), {"objects": UNRELATED["objects"]},
+                                env={"LOTUS_SYSTEM_WIDE_PROBES": "1"})["objects"]
         beside_bare = unrelated_bare_syscalls(max(args.repeats, 5), UNRELATED["syscalls"])
         pure = {"untraced": [], "default": [], "all-calls": []}
         pure311 = {"untraced": [], "all-calls": []}
