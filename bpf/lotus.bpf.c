@@ -49,7 +49,8 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
         c->acc_ns += now - c->in_ns;
         c->in_ns = 0;
         for (__u32 k = 0; k < LOTUS_MAX_PERF && k < nr_perf; k++)
-            c->perf_acc[k] += perf_since(k, &c->perf_in[k]);
+            if (perf_src[k] == LOTUS_SRC_PERF_EVENT)
+                c->perf_acc[k] += perf_since(k, &c->perf_in[k]);
     }
     ts = bpf_task_storage_get(&lotus_threads, next, 0, 0);
     if (ts) {

@@ -58,14 +58,24 @@ enum lotus_counter_slot {
 /* Exact per-thread software counters at a probe: on-CPU time (accumulated at every context switch of a traced
  * thread) and the kernel's own per-task fault and context-switch counts. Op spans carry their deltas. */
 #define LOTUS_MAX_PERF 4 /* perf-event counters (--counters) per thread */
+/* Where counter k's counts come from (perf_src[k] in BPF): a per-CPU perf event, or the thread's own accounting,
+ * which needs no event (the software set where no PMU counts the hardware counters: per-CPU software events
+ * would tax every page fault and switch of the machine, and their values are these). */
+enum lotus_counter_source {
+    LOTUS_SRC_PERF_EVENT = 0,
+    LOTUS_SRC_ON_CPU_NS = 1, /* cpu_ns */
+    LOTUS_SRC_FAULTS = 2,    /* min_flt + maj_flt */
+    LOTUS_SRC_SWITCHES = 3,  /* nvcsw + nivcsw */
+};
 struct lotus_counters {
     __u64 cpu_ns;
     __u64 min_flt;
     __u64 maj_flt;
     __u64 nvcsw;  /* voluntary context switches (blocking) */
     __u64 nivcsw; /* involuntary ones (preempted) */
-    /* Perf-event counters of this thread since tracing began: per-CPU events read at every switch of the
-     * thread and accumulated (scaled by enabled/running when multiplexed). 0 when not configured. */
+    /* Counters (--counters) of this thread since tracing began: per-CPU events read at every switch of the
+     * thread and accumulated (scaled by enabled/running when multiplexed), or the thread's own accounting
+     * (lotus_counter_source). 0 when not configured. */
     __u64 perf[LOTUS_MAX_PERF];
 };
 

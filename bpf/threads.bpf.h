@@ -15,6 +15,7 @@ struct {
  * --bpf-counters, so preemption and migration do not pollute it. */
 const volatile __u32 nr_perf = 0;
 const volatile __u32 nr_cpus = 1;
+const volatile __u32 perf_src[LOTUS_MAX_PERF] = {}; /* lotus_counter_source; only perf events are read here */
 
 struct {
     __uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
@@ -90,6 +91,8 @@ static __always_inline __u64 perf_since(__u32 k, const struct bpf_perf_event_val
 static __always_inline void perf_mark(struct oncpu *c)
 {
     for (__u32 k = 0; k < LOTUS_MAX_PERF && k < nr_perf; k++) {
+        if (perf_src[k] != LOTUS_SRC_PERF_EVENT)
+            continue;
         __u64 idx = (__u64)k * nr_cpus + bpf_get_smp_processor_id();
         if (bpf_perf_event_read_value(&lotus_perf, idx, &c->perf_in[k], sizeof(c->perf_in[k])))
             __builtin_memset(&c->perf_in[k], 0, sizeof(c->perf_in[k]));
@@ -172,15 +175,24 @@ static __always_inline void read_counters(struct lotus_counters *out, struct thr
 {
     struct oncpu *c = &ts->cpu;
     out->cpu_ns = c->acc_ns + (c->in_ns && now > c->in_ns ? now - c->in_ns : 0);
-    for (__u32 k = 0; k < LOTUS_MAX_PERF; k++)
-        out->perf[k] = 0;
-    for (__u32 k = 0; k < LOTUS_MAX_PERF && k < nr_perf; k++)
-        out->perf[k] = c->perf_acc[k] + (c->in_ns ? perf_since(k, &c->perf_in[k]) : 0);
     struct task_struct *t = bpf_get_current_task_btf();
     out->min_flt = t->min_flt;
     out->maj_flt = t->maj_flt;
     out->nvcsw = t->nvcsw;
     out->nivcsw = t->nivcsw;
+    for (__u32 k = 0; k < LOTUS_MAX_PERF; k++)
+        out->perf[k] = 0;
+    for (__u32 k = 0; k < LOTUS_MAX_PERF && k < nr_perf; k++) {
+        __u32 src = perf_src[k];
+        if (src == LOTUS_SRC_ON_CPU_NS)
+            out->perf[k] = out->cpu_ns;
+        else if (src == LOTUS_SRC_FAULTS)
+            out->perf[k] = out->min_flt + out->maj_flt;
+        else if (src == LOTUS_SRC_SWITCHES)
+            out->perf[k] = out->nvcsw + out->nivcsw;
+        else
+            out->perf[k] = c->perf_acc[k] + (c->in_ns ? perf_since(k, &c->perf_in[k]) : 0);
+    }
 }
 
 #endif /* __LOTUS_THREADS_BPF_H */

@@ -1,6 +1,7 @@
 """Native attribution and counters (issue 4), on the real ImageFolder pipeline in DataLoader workers:
 --native-map (perf-event sampling + probes on libjpeg, Pillow's _imaging and libtorch_cpu functions) and
---counters (this machine has no PMU: the software fallback goes through the same path)."""
+--counters (this machine has no PMU: the default set falls back to each thread's own counts; software perf events
+asked for by name go through the per-CPU event path)."""
 import collections
 import json
 import os
@@ -43,9 +44,14 @@ class NativeMapTest(BpfTestCase):
         r, summary, trace = self.run_job("--native-map", "--sample-freq", "4999", "--counters", "default",
                                          "--record", rec, *PILLOW)
         names = summary["counters"]["names"]
-        if "cycles" not in names:  # no PMU here: said once, software events instead
+        if "cycles" not in names:  # no PMU here: said once, the threads' own counts instead (no perf event)
             self.assertEqual(r.stderr.count("no PMU"), 1, r.stderr)
-            self.assertEqual(names, ["task-clock", "page-faults", "context-switches"])
+            self.assertEqual(names, ["task-clock", "faults", "context-switches"])
+            for op in spans(trace, "op"):  # each the same per-thread count as the span's own fields
+                a = op["args"]
+                self.assertAlmostEqual(a["task-clock"] / 1e6, a["cpu_ms"], delta=6e-5, msg=op)
+                self.assertEqual(a["faults"], a["minor_faults"] + a["major_faults"], op)
+                self.assertEqual(a["context-switches"], a["voluntary_cs"] + a["involuntary_cs"], op)
 
         # Native spans: each probed call nested in the op that made it, exact counts.
         ops = collections.defaultdict(list)
@@ -102,21 +108,8 @@ class NativeMapTest(BpfTestCase):
         # symbol (docs/native-map.md); still most of it is named.
         self.assertGreaterEqual(named_share("loader"), 0.6, top("loader"))
 
-        # Counters: exact per thread. task-clock over each op agrees with the on-CPU time BPF accumulates at
-        # context switches (a different mechanism), within 5 %.
-        rows = summary["counters"]["ops"]
-        for op in OPS:
-            self.assertEqual(rows[op]["count"], self.images)
-            if "task-clock" in names:
-                tc_ms = rows[op]["mean"]["task-clock"] / 1e6
-                self.assertAlmostEqual(tc_ms / summary["ops"][op]["cpu_ms"], 1.0, delta=0.05, msg=op)
-        # ... and in each op span's args, and on the counter track.
-        for op in spans(trace, "op"):
-            for n in names:
-                self.assertIn(n, op["args"])
-        self.assertEqual(sum(1 for e in trace["traceEvents"] if e["ph"] == "C" and e["name"] == "op counters"), 4 * self.images)
-        if "page-faults" in names:  # ToTensor allocates fresh tensors: it faults, the flip mostly does not
-            self.assertGreater(rows["ToTensor"]["mean"]["page-faults"], rows["RandomHorizontalFlip"]["mean"]["page-faults"])
+        # Counters: per op, in each op span's args and on the counter track.
+        self.check_counters(summary, trace, names)
         self.assertIn("native_map", trace["otherData"])
 
         # The record file keeps the names (symbol records) and counter names: a replay agrees exactly.
@@ -205,6 +198,36 @@ class NativeMapTest(BpfTestCase):
         self.assertGreater(sum(n for k, n in frames["8"].items() if k > 1), 0.1 * sum(frames["8"].values()),
                            frames["8"])
         self.assertLessEqual(max(frames["8"]), 8)
+
+    def check_counters(self, summary, trace, names):
+        """Every op counted; task-clock over each op agrees with the on-CPU time BPF accumulates at context
+        switches within 5 % (per-CPU events read at each switch where they are perf events); ToTensor, which
+        allocates fresh tensors, faults more than the flip."""
+        rows = summary["counters"]["ops"]
+        for op in OPS:
+            self.assertEqual(rows[op]["count"], self.images)
+            if "task-clock" in names:
+                tc_ms = rows[op]["mean"]["task-clock"] / 1e6
+                self.assertAlmostEqual(tc_ms / summary["ops"][op]["cpu_ms"], 1.0, delta=0.05, msg=op)
+        for op in spans(trace, "op"):
+            for n in names:
+                self.assertIn(n, op["args"])
+        self.assertEqual(sum(1 for e in trace["traceEvents"] if e["ph"] == "C" and e["name"] == "op counters"),
+                         4 * self.images)
+        faults = next(n for n in names if n in ("page-faults", "faults"))
+        self.assertGreater(rows["ToTensor"]["mean"][faults], rows["RandomHorizontalFlip"]["mean"][faults])
+
+    def test_counters_asked_by_name_are_perf_events(self):
+        """Software counters asked for by name are perf's own events (per-CPU, read by BPF at each switch of a
+        traced thread), not the threads' accounting that stands in where no PMU counts the default set."""
+        names = ["task-clock", "page-faults", "context-switches"]
+        r, summary, trace = self.run_job("--counters", ",".join(names))
+        self.assertNotIn("no PMU", r.stderr)
+        self.assertEqual(summary["counters"]["names"], names)
+        self.check_counters(summary, trace, names)
+        # another mechanism than the span's own on-CPU time (which the stand-in task-clock equals to 50 ns)
+        self.assertTrue(any(abs(op["args"]["task-clock"] / 1e6 - op["args"]["cpu_ms"]) > 6e-5
+                            for op in spans(trace, "op")))
 
     def test_bad_native_spec(self):
         r = run_lotus(["--native", "nocolon", "--", PY, "-c", "pass"])

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "capture/perf_events.h"
+#include "lotus_abi.h"
 #include "event_builder.h"
 #include "model/engine.h"
 #include "model/native_map.h"
@@ -328,9 +329,20 @@ TEST(Counters, ParseNamesAndRefuseUnknownOnes)
     ASSERT_EQ(c.size(), 4u);
     EXPECT_EQ(c[0].name, "cycles");
     EXPECT_TRUE(c[0].hardware);
-    auto sw = capture::parse_counters(capture::software_counters());
+    auto sw = capture::parse_counters("task-clock,page-faults,context-switches");
     ASSERT_EQ(sw.size(), 3u);
     EXPECT_FALSE(sw[0].hardware);
+    for (const auto& c : sw) // asked for by name: perf's events
+        EXPECT_EQ(c.source, LOTUS_SRC_PERF_EVENT) << c.name;
+    // where no PMU counts the asked ones: the thread's own counts, no event
+    auto own = capture::thread_counters();
+    ASSERT_EQ(own.size(), 3u);
+    EXPECT_EQ(own[0].name, "task-clock");
+    EXPECT_EQ(own[0].source, LOTUS_SRC_ON_CPU_NS);
+    EXPECT_EQ(own[1].name, "faults");
+    EXPECT_EQ(own[1].source, LOTUS_SRC_FAULTS);
+    EXPECT_EQ(own[2].name, "context-switches");
+    EXPECT_EQ(own[2].source, LOTUS_SRC_SWITCHES);
     EXPECT_THROW(capture::parse_counters("cycles,bogus"), std::invalid_argument);
     EXPECT_THROW(capture::parse_counters(""), std::invalid_argument);
     EXPECT_THROW(capture::parse_counters("cycles,instructions,branches,cache-misses,task-clock"), std::invalid_argument);

@@ -52,7 +52,13 @@ int perf_open(const CounterSpec& c, int cpu, uint64_t freq)
 } // namespace
 
 const char* default_counters() { return "cycles,instructions,cache-misses,branch-misses"; }
-const char* software_counters() { return "task-clock,page-faults,context-switches"; }
+
+std::vector<CounterSpec> thread_counters()
+{
+    return {{"task-clock", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK, false, LOTUS_SRC_ON_CPU_NS},
+            {"faults", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_PAGE_FAULTS, false, LOTUS_SRC_FAULTS},
+            {"context-switches", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CONTEXT_SWITCHES, false, LOTUS_SRC_SWITCHES}};
+}
 
 std::vector<CounterSpec> parse_counters(const std::string& list)
 {
@@ -98,10 +104,10 @@ CounterChoice choose_counters(const std::vector<CounterSpec>& wanted)
             missing += (missing.empty() ? "" : ", ") + c.name;
     }
     if (out.counters.empty()) {
-        for (const auto& c : parse_counters(software_counters()))
-            if (counter_available(c))
-                out.counters.push_back(c);
-        out.note = fmt::format("no PMU counts {} here: counting {} instead", missing, software_counters());
+        out.counters = thread_counters();
+        out.note = fmt::format("no PMU counts {} here: counting task-clock, faults and context-switches from each "
+                               "thread's own accounting instead",
+                               missing);
     } else if (!missing.empty()) {
         out.note = fmt::format("this machine cannot count {}: left out", missing);
     }

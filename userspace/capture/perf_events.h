@@ -13,12 +13,15 @@ struct CounterSpec {
     uint32_t type = 0; // PERF_TYPE_*
     uint64_t config = 0;
     bool hardware = false;
+    uint32_t source = 0; // lotus_counter_source: a perf event (type, config), or the thread's own accounting
 };
 
 // Known counter names, for --counters. Throws std::invalid_argument naming the unknown one.
 std::vector<CounterSpec> parse_counters(const std::string& list);
 const char* default_counters();  // cycles,instructions,cache-misses,branch-misses
-const char* software_counters(); // task-clock,page-faults,context-switches
+// What stands in where no PMU counts the requested counters, from each thread's own accounting (no perf event):
+// task-clock (its on-CPU ns), faults (minor + major), context-switches (voluntary + involuntary).
+std::vector<CounterSpec> thread_counters();
 
 // Whether this machine can count it (opens it on CPU 0 for a moment).
 bool counter_available(const CounterSpec& c);
@@ -27,7 +30,7 @@ struct CounterChoice {
     std::vector<CounterSpec> counters; // at most LOTUS_MAX_PERF, all available
     std::string note; // non-empty: what was replaced and why (said once on stderr)
 };
-// The requested counters this machine has; the software set when none of them is there.
+// The requested counters this machine has; thread_counters() when none of them is there.
 CounterChoice choose_counters(const std::vector<CounterSpec>& wanted);
 
 // One event per possible CPU (pid -1). Returns the fds indexed by CPU (-1: CPU offline), or throws CaptureError. Sampling events use freq Hz.

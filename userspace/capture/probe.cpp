@@ -129,6 +129,8 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     if (ncpu <= 0 || counters.size() > LOTUS_MAX_PERF)
         throw CaptureError("cannot count the CPUs, or too many counters");
     skel_->rodata->nr_perf = static_cast<uint32_t>(counters.size());
+    for (size_t k = 0; k < counters.size(); k++)
+        skel_->rodata->perf_src[k] = counters[k].source;
     skel_->rodata->nr_cpus = static_cast<uint32_t>(ncpu);
     skel_->rodata->inline_calls = features.inline_calls ? 1 : 0;
     skel_->rodata->sample_frames = features.sample_frames;
@@ -222,6 +224,8 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     if (ring_buffer__add(rb_.get(), bpf_map__fd(skel_->maps.lotus_lib_opens), on_library, this))
         throw CaptureError(fmt::format("cannot open the ring buffer: {}", strerror(errno)));
     for (size_t k = 0; k < counters.size(); k++) {
+        if (counters[k].source != LOTUS_SRC_PERF_EVENT)
+            continue; // BPF reads the thread's own counts
         auto fds = open_per_cpu(counters[k]);
         for (size_t cpu = 0; cpu < fds.size(); cpu++) {
             if (!fds[cpu])

@@ -156,7 +156,8 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
         ->check(CLI::Range(1, LOTUS_STACK_DEPTH));
     app->add_option("--counters", p.opts.counters,
                     "perf-event counters per op: 'default' (cycles,instructions,cache-misses,branch-misses) or a "
-                    "comma list; software events (task-clock,page-faults,context-switches) where no PMU counts them")
+                    "comma list; where no PMU counts them, each thread's task-clock, faults and context-switches (its own "
+                    "accounting, no perf event)")
         ->check(kCounters);
     app->add_option("--resources-interval", p.opts.resources_interval_ms,
                     "read each traced process's CPU, memory, storage I/O and context switches from /proc every MS "
