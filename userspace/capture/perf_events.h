@@ -10,7 +10,7 @@ namespace lotus::capture {
 
 struct CounterSpec {
     std::string name; // perf's name: "cycles", "task-clock"...
-    uint32_t type = 0; // PERF_TYPE_*
+    uint32_t type = 0; // PERF_TYPE_* (a perf event's)
     uint64_t config = 0;
     bool hardware = false;
     uint32_t source = 0; // lotus_counter_source: a perf event (type, config), or the thread's own accounting
