@@ -86,7 +86,8 @@ def main():
                 held = info.get("held_children", {})
                 if name == "default" and held.get("count"):
                     holds.append(held)
-                    line += f" (workers held {held['total_ms'] / held['count']:.1f} ms each, at most {held['max_ms']:.1f})"
+                    line += (f" (workers held {held['total_ms'] / held['count']:.1f} ms each, at most "
+                             f"{held['max_ms']:.1f}, attaching {held.get('attach_ms', 0) / held['count']:.1f})")
             say(line)
         if base:
             rows.append(f"samples/s untraced: {samples / statistics.median(base):.0f} (median of {len(base)})")
@@ -96,7 +97,8 @@ def main():
         if holds:
             rows.append(f"DataLoader worker held at its fork, default: "
                         f"{statistics.median(h['total_ms'] / h['count'] for h in holds):.1f} ms (median of "
-                        f"{len(holds)} runs), at most {max(h['max_ms'] for h in holds):.1f} ms")
+                        f"{len(holds)} runs), at most {max(h['max_ms'] for h in holds):.1f} ms; of a hold, attaching its "
+                        f"probes {statistics.median(h.get('attach_ms', 0) / h['count'] for h in holds):.1f} ms")
             say(rows[-1])
         if "bpf" in rows_wanted and shutil.which("bpftool") and left() > 0.35 * args.budget:
             for name, extra in (("default", ()), ("--native-map --counters", run.NATIVE)):

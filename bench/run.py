@@ -489,7 +489,9 @@ def main():
                      f"{statistics.median(h['total_ms'] / h['count'] for h in holds):.1f}",
                      f"per worker, until its probes are in place (otherData.held_children of the default runs), "
                      f"median of {len(holds)}; the longest in any run {max(h['max_ms'] for h in holds):.1f} ms, "
-                     f"{holds[0]['count']} workers a run"))
+                     f"{holds[0]['count']} workers a run; of a hold, attaching its probes "
+                     f"{statistics.median(h.get('attach_ms', 0) / h['count'] for h in holds):.1f} ms (the rest: waiting "
+                     f"for the tracer)"))
     if pure["untraced"]:
         base = statistics.median(pure["untraced"])
         for mode in ("default", "all-calls"):

@@ -143,6 +143,8 @@ class Lifecycle(BpfTestCase):
         held = load_trace(out)["otherData"]["held_children"]
         self.assertEqual(held["count"], 2)
         self.assertLess(held["max_ms"], 1500, held)
+        self.assertGreater(held["attach_ms"], 0, held)  # of the holds, the part spent attaching the probes
+        self.assertLessEqual(held["attach_ms"], held["total_ms"], held)
 
     def test_target_killed_while_its_worker_is_held(self):
         """The traced job (--pid) killed and reaped while its new DataLoader worker is held: the worker's probes

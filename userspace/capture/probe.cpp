@@ -655,11 +655,13 @@ void Probe::release_held(bool attach, bool all)
         if (bpf_map_lookup_elem(fd, &tgid, &hold) != 0)
             continue;
         // A new process: any links under its pid were an earlier process's (ProcessLinks::add).
+        uint64_t before = common::monotonic_ns();
         if (attach && python_on_)
             attach_python_to(tgid, hold.parent_tgid);
         ::kill(static_cast<pid_t>(tgid), SIGCONT);
         bpf_map_delete_elem(fd, &tgid);
         uint64_t t = common::monotonic_ns();
+        holds_.attach_ns += t - before;
         std::erase_if(starting_, [&](const auto& kv) { return t - kv.second > kStartingNs; });
         starting_[tgid] = t;
         uint64_t d = t > hold.since_ns ? t - hold.since_ns : 0;

@@ -40,8 +40,9 @@ struct CaptureStats {
 // New children of traced processes stopped until their probes were attached (per-process probes).
 struct HoldStats {
     uint64_t children = 0;
-    uint64_t total_ns = 0; // from the fork to the SIGCONT, summed
+    uint64_t total_ns = 0;  // from the fork to the SIGCONT, summed
     uint64_t max_ns = 0;
+    uint64_t attach_ns = 0; // of that, attaching their probes (the rest: waiting for the tracer), summed
 };
 
 // Throws CaptureError unless this process may load BPF and open perf events (root, or CAP_BPF+CAP_PERFMON).

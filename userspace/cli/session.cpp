@@ -435,7 +435,7 @@ int run_session(const Options& opts)
         std::optional<exporter::RunInfo::Holds> holds;
         if (probe->per_process())
             holds = exporter::RunInfo::Holds{probe->holds().children, probe->holds().total_ns / 1e6,
-                                             probe->holds().max_ns / 1e6};
+                                             probe->holds().max_ns / 1e6, probe->holds().attach_ns / 1e6};
         if (tty)
             fmt::print(stderr, "\r\033[K");
         if (screen) { // back to the normal screen, where the last view stays

@@ -26,8 +26,8 @@ std::string run_json_members(const RunInfo& r)
     if (!r.syscall_programs.empty())
         m["syscall_programs"] = json_string(r.syscall_programs);
     if (r.holds)
-        m["held_children"] = fmt::format("{{\"count\":{},\"total_ms\":{:.3f},\"max_ms\":{:.3f}}}",
-                                         r.holds->children, r.holds->total_ms, r.holds->max_ms);
+        m["held_children"] = fmt::format("{{\"count\":{},\"total_ms\":{:.3f},\"max_ms\":{:.3f},\"attach_ms\":{:.3f}}}",
+                                         r.holds->children, r.holds->total_ms, r.holds->max_ms, r.holds->attach_ms);
     m["stop_reason"] = json_string(r.stop_reason);
     m["events"] = std::to_string(r.events);
     m["lost_events"] = std::to_string(r.lost_events);

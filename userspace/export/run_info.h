@@ -20,6 +20,7 @@ struct RunInfo {
     struct Holds {
         uint64_t children = 0;          // new processes of the traced tree stopped until their probes were in
         double total_ms = 0, max_ms = 0; // fork to SIGCONT
+        double attach_ms = 0;            // of total_ms, attaching their probes
     };
     std::optional<Holds> holds; // live runs with per-process probes
     std::string stop_reason;
