@@ -80,9 +80,10 @@ static void put_fixed(std::string& b, uint64_t units, uint64_t per, int decimals
 
 void ChromeTraceWriter::span(const model::Span& s)
 {
-    if (s.pid != last_thread_.first || s.tid != last_thread_.second) { // runs of one thread's spans are common
-        last_thread_ = {s.pid, s.tid};
+    if (!last_held_ || s.pid != last_thread_.first || s.tid != last_thread_.second) { // runs of one thread's spans
+        last_thread_ = {s.pid, s.tid};                                                  // are common
         threads_.emplace(s.pid, s.tid);
+        last_held_ = &held_[{s.pid, s.tid}]; // (a map's nodes stay where they are)
     }
     uint64_t start_ns = s.start_ns > t0_ns_ ? s.start_ns - t0_ns_ : 0;
     uint64_t end_ns = s.end_ns > s.start_ns ? start_ns + (s.end_ns - s.start_ns) : start_ns;
@@ -148,8 +149,8 @@ void ChromeTraceWriter::span(const model::Span& s)
                           cat, json_string(s.name), s.pid, s.tid, start, args));
         return;
     }
-    std::string x;
-    x.reserve(96 + s.name.size() + args.size());
+    std::string& x = x_; // its buffer goes round with the held events': no allocation once they are large enough
+    x.clear();
     x += "{\"ph\":\"X\",\"cat\":\"";
     x += cat;
     x += "\",\"name\":";
@@ -183,21 +184,23 @@ void ChromeTraceWriter::span(const model::Span& s)
         x += fmt::format(",\n{{\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"flow\",\"name\":\"batch\",\"id\":{},\"pid\":{},\"tid\":{},"
                          "\"ts\":{}}}",
                          s.flow_in, s.pid, s.tid, inside_end);
-    SameExtent& held = held_[{s.pid, s.tid}];
+    SameExtent& held = *last_held_;
     if (!held.events.empty() && held.ts == start && held.dur == dur) {
-        held.events.insert(held.events.begin(), std::move(x)); // its parent: before it
+        x += ",\n"; // its parent: before it
+        x += held.events;
+        held.events.swap(x);
         return;
     }
     flush(held);
     held.ts = start;
     held.dur = dur;
-    held.events.push_back(std::move(x));
+    held.events.swap(x);
 }
 
 void ChromeTraceWriter::flush(SameExtent& held)
 {
-    for (const auto& e : held.events)
-        event(e);
+    if (!held.events.empty())
+        event(held.events);
     held.events.clear();
 }
 

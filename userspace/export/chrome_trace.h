@@ -37,7 +37,7 @@ private:
     // take file order for parents at equal ts and dur.
     struct SameExtent {
         uint64_t ts = 0, dur = 0;
-        std::vector<std::string> events; // parent first
+        std::string events; // parent first, joined by ",\n"
     };
     void flush(SameExtent& held);
     std::map<std::pair<uint32_t, uint32_t>, SameExtent> held_;
@@ -47,6 +47,8 @@ private:
     std::set<std::pair<uint32_t, uint32_t>> threads_;
     std::set<uint32_t> counter_pids_; // processes with usage counters
     std::pair<uint32_t, uint32_t> last_thread_{0, 0};
+    SameExtent* last_held_ = nullptr; // last_thread_'s
+    std::string x_;                   // the span being written
     std::string buf_;
     std::string args_; // a span's args, reused
     std::vector<std::string> counter_names_;

@@ -52,6 +52,8 @@ Engine::Engine(const Rules& rules, SpanSink spans, RoleSink roles, TypeSink type
       type_sink_(std::move(types))
 {
     span_calls_.resize(rules.spans().size());
+    anonymous_id_ = native_map_.function_id("[unknown]", "[anonymous]");
+    no_stack_id_ = native_map_.function_id("[unknown]", "[no user stack]");
     // A batch's last implicit sample is complete once the batch ends: it belongs to that batch.
     batches_.set_batch_ending([this](uint32_t tid) { close_implicit(tid); });
 }
@@ -133,7 +135,9 @@ void Engine::consume(const void* data, size_t len)
         break;
     case kRecordNativeFunc:
         if (auto* f = as<RecordNativeFunc>(data, len)) {
-            native_funcs_[f->func] = {decode(f->name, sizeof(f->name), 0), decode(f->library, sizeof(f->library), 0)};
+            std::string name = decode(f->name, sizeof(f->name), 0), library = decode(f->library, sizeof(f->library), 0);
+            uint32_t id = native_map_.function_id(name, library);
+            native_funcs_[f->func] = {std::move(name), std::move(library), id};
             return;
         }
         break;
@@ -643,7 +647,11 @@ void Engine::on_native(const lotus_native& n)
 
 void Engine::on_symbol(const RecordSymbol& r)
 {
-    symbols_[r.tgid][r.ip] = {decode(r.name, sizeof(r.name), 0), decode(r.library, sizeof(r.library), 0)};
+    std::string function = decode(r.name, sizeof(r.name), 0), library = decode(r.library, sizeof(r.library), 0);
+    uint32_t id = !function.empty() ? native_map_.function_id(function, library)
+                  : library.empty() ? anonymous_id_
+                                    : native_map_.function_id("[unknown]", library);
+    symbols_[r.tgid][r.ip] = {id, !function.empty()};
 }
 
 void Engine::on_sample(const lotus_sample& smp)
@@ -651,31 +659,28 @@ void Engine::on_sample(const lotus_sample& smp)
     counters_.samples++;
     uint32_t n = std::min<uint32_t>(smp.nr_ips, LOTUS_STACK_DEPTH);
     auto syms = symbols_.find(smp.h.tgid);
-    auto sym = [&](uint32_t i) -> const std::pair<std::string, std::string>* {
+    auto sym = [&](uint32_t i) -> const Symbol* {
         if (n <= i || syms == symbols_.end())
             return nullptr;
         auto it = syms->second.find(smp.ip[i]);
         return it == syms->second.end() ? nullptr : &it->second;
     };
-    std::string function, library;
-    const auto* leaf = sym(0);
-    if (leaf && !leaf->first.empty()) {
-        function = leaf->first, library = leaf->second;
+    const Symbol* leaf = sym(0);
+    const uint32_t* id = nullptr; // of the named function the sample goes to
+    if (leaf && leaf->named) {
+        id = &leaf->map_id;
     } else if (auto st = natives_.find(smp.h.tid); st != natives_.end() && !st->second.empty()) {
         // Code without a symbol (a hidden or static function) inside a probed call: that call's time.
         auto f = native_funcs_.find(st->second.back().func);
-        if (f != native_funcs_.end())
-            function = f->second.name, library = f->second.library;
+        if (f != native_funcs_.end() && !f->second.name.empty())
+            id = &f->second.map_id;
     }
-    for (uint32_t i = 1; function.empty() && i < n; i++) // else the nearest caller with a name
-        if (const auto* c = sym(i); c && !c->first.empty())
-            function = c->first, library = c->second;
-    bool named = !function.empty();
-    if (!named) {
-        function = "[unknown]";
-        library = leaf && !leaf->second.empty() ? leaf->second : (n ? "[anonymous]" : "[no user stack]");
-    }
-    native_map_.sample(smp.h.tid, smp.h.ts_ns, function, library, named, smp.in_kernel != 0);
+    for (uint32_t i = 1; !id && i < n; i++) // else the nearest caller with a name
+        if (const Symbol* c = sym(i); c && c->named)
+            id = &c->map_id;
+    // Else "[unknown]" in the leaf's library, "[anonymous]" memory, or "[no user stack]".
+    uint32_t fn = id ? *id : leaf ? leaf->map_id : n ? anonymous_id_ : no_stack_id_;
+    native_map_.sample(smp.h.tid, smp.h.ts_ns, fn, id != nullptr, smp.in_kernel != 0);
 }
 
 void Engine::close_implicit(uint32_t tid)

@@ -101,13 +101,18 @@ private:
         std::vector<Span> ops; // a sample's finished ops, emitted with it so no op outlives an unfinished sample
         lotus_counters counters{};   // at entry
     };
-    using Symbols = std::unordered_map<uint64_t, std::pair<std::string, std::string>>; // ip -> function, library
+    struct Symbol {
+        uint32_t map_id; // the native map's number of the function, or of "[unknown]" in its library
+        bool named;      // a symbol covers the address
+    };
+    using Symbols = std::unordered_map<uint64_t, Symbol>; // by address
     struct OpenNative {
         uint32_t func;
         uint64_t start_ns;
     };
     struct NativeFunc {
         std::string name, library;
+        uint32_t map_id; // the native map's number of (name, library)
     };
 
     void on_entry(const lotus_py_entry& e);
@@ -150,6 +155,7 @@ private:
 
     const Rules& rules_;
     NativeMap native_map_;
+    uint32_t anonymous_id_, no_stack_id_; // the native map's "[unknown]" without a symbol or without a user stack
     SpanSink span_sink_;
     RoleSink role_sink_;
     struct LastCode {

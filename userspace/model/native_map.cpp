@@ -1,6 +1,7 @@
 #include "native_map.h"
 
 #include <algorithm>
+#include <string_view>
 
 namespace lotus::model {
 
@@ -8,7 +9,7 @@ namespace {
 
 // Which spans claim the samples inside them, and under what name. Op-like spans (2) win over the sample or
 // batch around them (1), whatever order they are emitted in.
-std::pair<int, std::string> claim_of(const Span& s)
+std::pair<int, std::string_view> claim_of(const Span& s)
 {
     switch (s.kind) {
     case SpanKind::Op:
@@ -29,17 +30,31 @@ std::pair<int, std::string> claim_of(const Span& s)
     }
 }
 
+constexpr const char* kOutside = "outside any span";
+
 } // namespace
 
-void NativeMap::sample(uint32_t tid, uint64_t ts_ns, const std::string& function, const std::string& library,
-                       bool named, bool in_kernel)
+uint32_t NativeMap::function_id(const std::string& function, const std::string& library)
 {
     auto key = std::make_pair(function, library);
     auto [it, fresh] = fn_ids_.try_emplace(key, static_cast<uint32_t>(fns_.size()));
     if (fresh)
-        fns_.push_back(key);
+        fns_.push_back(std::move(key));
+    return it->second;
+}
+
+uint32_t NativeMap::owner_id(const std::string& owner)
+{
+    auto [it, fresh] = owner_ids_.try_emplace(owner, static_cast<uint32_t>(owners_.size()));
+    if (fresh)
+        owners_.push_back(owner);
+    return it->second;
+}
+
+void NativeMap::sample(uint32_t tid, uint64_t ts_ns, uint32_t function, bool named, bool in_kernel)
+{
     auto& q = pending_[tid];
-    Pending p{ts_ns, it->second, named, in_kernel, 0, {}};
+    Pending p{ts_ns, function, named, in_kernel, 0, 0};
     // Samples of one thread arrive in time order; keep the queue sorted if one does not.
     auto pos = q.end();
     while (pos != q.begin() && std::prev(pos)->ts > ts_ns)
@@ -57,10 +72,13 @@ void NativeMap::span(const Span& s)
         return;
     auto& q = it->second;
     auto first = std::lower_bound(q.begin(), q.end(), s.start_ns, [](const Pending& p, uint64_t t) { return p.ts < t; });
+    int64_t id = -1; // the owner's number, taken only when the span claims a sample (most ops hold none)
     for (auto p = first; p != q.end() && p->ts <= s.end_ns; ++p) {
         if (p->priority < priority) {
+            if (id < 0)
+                id = owner_id(std::string(owner));
             p->priority = static_cast<uint8_t>(priority);
-            p->owner = owner;
+            p->owner = static_cast<uint32_t>(id);
         }
     }
     if (s.end_ns > horizon_ns_)
@@ -71,7 +89,9 @@ void NativeMap::settle(std::deque<Pending>& q, uint64_t before_ns)
 {
     while (!q.empty() && q.front().ts < before_ns) {
         const Pending& p = q.front();
-        auto& a = agg_[p.priority ? p.owner : "outside any span"];
+        if (!p.priority && outside_ < 0)
+            outside_ = owner_id(kOutside);
+        auto& a = agg_[p.priority ? p.owner : static_cast<uint32_t>(outside_)];
         a.samples++;
         a.named += p.named;
         a.kernel += p.kernel;
@@ -90,12 +110,14 @@ void NativeMap::finish()
 std::vector<OpNativeMap> NativeMap::table() const
 {
     std::vector<OpNativeMap> out;
-    for (const auto& [op, a] : agg_) {
-        OpNativeMap m{op, a.samples, a.named, a.kernel, {}};
+    for (const auto& [owner, a] : agg_) {
+        OpNativeMap m{owners_[owner], a.samples, a.named, a.kernel, {}};
         for (const auto& [fn, n] : a.by_fn)
             m.functions.push_back({fns_[fn].first, fns_[fn].second, n});
         std::sort(m.functions.begin(), m.functions.end(), [](const NativeHit& x, const NativeHit& y) {
-            return x.samples != y.samples ? x.samples > y.samples : x.function < y.function;
+            return x.samples != y.samples     ? x.samples > y.samples
+                   : x.function != y.function ? x.function < y.function
+                                              : x.library < y.library;
         });
         out.push_back(std::move(m));
     }

@@ -5,7 +5,6 @@
 #pragma once
 #include <cstdint>
 #include <deque>
-#include <map>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -33,8 +32,14 @@ class NativeMap {
 public:
     // Keeps a thread's samples this long after the latest span end seen on it before settling them.
     explicit NativeMap(uint64_t horizon_ns = 10'000'000'000ull) : horizon_ns_(horizon_ns) {}
+    // The number of a (function, library) pair, for sample(): the engine takes it once per symbol, not per sample.
+    uint32_t function_id(const std::string& function, const std::string& library);
+    void sample(uint32_t tid, uint64_t ts_ns, uint32_t function, bool named, bool in_kernel);
     void sample(uint32_t tid, uint64_t ts_ns, const std::string& function, const std::string& library, bool named,
-                bool in_kernel);
+                bool in_kernel)
+    {
+        sample(tid, ts_ns, function_id(function, library), named, in_kernel);
+    }
     void span(const Span& s);
     void finish(); // settles every sample still waiting
     std::vector<OpNativeMap> table() const; // ops with most samples first
@@ -46,18 +51,28 @@ private:
         uint32_t fn;
         bool named, kernel;
         uint8_t priority = 0; // 0: unclaimed, 1: by a sample or batch, 2: by an op-like span
-        std::string owner;
+        uint32_t owner = 0;   // owners_[owner] (with priority)
     };
+    uint32_t owner_id(const std::string& owner);
     void settle(std::deque<Pending>& q, uint64_t before_ns);
     uint64_t horizon_ns_;
-    std::map<std::pair<std::string, std::string>, uint32_t> fn_ids_;
+    struct PairHash {
+        size_t operator()(const std::pair<std::string, std::string>& p) const
+        {
+            return std::hash<std::string>()(p.first) * 31 + std::hash<std::string>()(p.second);
+        }
+    };
+    std::unordered_map<std::pair<std::string, std::string>, uint32_t, PairHash> fn_ids_;
     std::vector<std::pair<std::string, std::string>> fns_;
     std::unordered_map<uint32_t, std::deque<Pending>> pending_; // per thread, in time order
     struct Agg {
         uint64_t samples = 0, named = 0, kernel = 0;
         std::unordered_map<uint32_t, uint64_t> by_fn;
     };
-    std::map<std::string, Agg> agg_;
+    std::unordered_map<std::string, uint32_t> owner_ids_;
+    std::vector<std::string> owners_;
+    std::unordered_map<uint32_t, Agg> agg_; // by owner; "outside any span" is an owner too
+    int64_t outside_ = -1;                  // its number, once taken
     uint64_t total_ = 0;
 };
 

@@ -124,6 +124,7 @@ const std::vector<Mapping>* Symbolizer::maps(uint32_t pid, bool refresh)
         entry.maps = std::move(m);
         entry.read_ms = now;
         entry.inherited = false;
+        entry.generation = ++generations_;
         return entry.maps.get();
     } catch (const std::exception&) {
         return it != maps_.end() ? it->second.maps.get() : nullptr; // gone: what was read before still holds
@@ -140,7 +141,7 @@ void Symbolizer::set_parent(uint32_t pid, uint32_t parent)
     if (p == maps_.end() || maps_.count(pid))
         return;
     auto shared = p->second.maps;
-    maps_[pid] = Maps{std::move(shared), 0, 0, true};
+    maps_[pid] = Maps{std::move(shared), 0, 0, true, p->second.generation};
 }
 
 const FunctionTable* Symbolizer::table(const std::string& path)
@@ -164,6 +165,13 @@ void Symbolizer::library_opened(uint32_t pid)
 
 NativeFrame Symbolizer::resolve(uint32_t pid, uint64_t ip)
 {
+    constexpr size_t kMaxResolved = 1 << 20;
+    if (auto own = maps_.find(pid); own != maps_.end()) {
+        auto gen = resolved_.find(own->second.generation);
+        if (gen != resolved_.end())
+            if (auto hit = gen->second.find(ip); hit != gen->second.end())
+                return hit->second;
+    }
     // This process's maps (re-read on a miss), then its ancestors' (a fork child that already exited).
     uint32_t p = pid;
     for (int hop = 0; hop < 8 && p; hop++) {
@@ -183,6 +191,13 @@ NativeFrame Symbolizer::resolve(uint32_t pid, uint64_t ip)
                 if (const auto* t = table(map.path))
                     if (const auto* name = t->find_offset(ip - map.start + map.offset))
                         f.function = *name;
+                if (hop == 0) { // found in the process's own maps, as they are now
+                    if (resolved_count_ >= kMaxResolved) {
+                        resolved_.clear();
+                        resolved_count_ = 0;
+                    }
+                    resolved_count_ += resolved_[maps_[pid].generation].emplace(ip, f).second;
+                }
                 return f;
             }
             if (hop > 0)

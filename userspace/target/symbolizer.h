@@ -67,7 +67,13 @@ private:
         uint64_t read_ms = 0;
         uint64_t reread_until_ms = 0; // a miss re-reads the maps until then (a library was opened)
         bool inherited = false;       // the parent's at fork, shared: a miss reads the process's own
+        uint64_t generation = 0;      // which reading of maps this is (a fork child shares its parent's)
     };
+    // What addresses resolved to in one reading of maps: a DataLoader worker forked with its parent's maps
+    // resolves the addresses its predecessors sampled without looking them up again. Bounded (kMaxResolved).
+    std::unordered_map<uint64_t, std::unordered_map<uint64_t, NativeFrame>> resolved_;
+    size_t resolved_count_ = 0;
+    uint64_t generations_ = 0;
     std::unordered_map<uint32_t, Maps> maps_;
     std::unordered_map<uint32_t, uint32_t> parents_;
     std::map<std::string, std::unique_ptr<FunctionTable>> files_; // null: unreadable
