@@ -101,6 +101,55 @@ TEST(ProcUsageReader, FollowsThreadsThatComeAndGo)
     EXPECT_GT(*u->pss_kb, 0u);
 }
 
+// A thread that did not run between two readings keeps its counts without its status being read again; once it
+// runs and switches again, the next reading has those switches.
+TEST(ProcUsageReader, AThreadThatSwitchesAgainIsCountedAgain)
+{
+    ProcUsageReader reader;
+    std::mutex m;
+    std::condition_variable cv;
+    int rounds = 0, done_rounds = 0;
+    bool stop = false;
+    std::thread t([&] {
+        std::unique_lock<std::mutex> lock(m);
+        for (int seen = 0;;) {
+            cv.wait(lock, [&] { return stop || rounds > seen; });
+            if (stop)
+                return;
+            seen = rounds;
+            lock.unlock();
+            for (int k = 0; k < 20; k++)
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            lock.lock();
+            done_rounds = seen;
+            cv.notify_all();
+        }
+    });
+    auto round = [&] {
+        std::unique_lock<std::mutex> lock(m);
+        rounds++;
+        cv.notify_all();
+        cv.wait(lock, [&] { return done_rounds == rounds; });
+    };
+    round();
+    auto a = reader.read(getpid(), false);
+    auto b = reader.read(getpid(), false); // the thread has not run since: its counts as they were
+    round();
+    auto c = reader.read(getpid(), false);
+    auto [sum, n] = truth();
+    {
+        std::lock_guard<std::mutex> lock(m);
+        stop = true;
+    }
+    cv.notify_all();
+    t.join();
+    ASSERT_TRUE(a && b && c);
+    EXPECT_LE(b->nvcsw, a->nvcsw + 2); // this thread's own switches may grow
+    EXPECT_GE(c->nvcsw, b->nvcsw + 20);
+    EXPECT_LE(c->nvcsw, sum);
+    EXPECT_GE(c->nvcsw + 2, sum);
+}
+
 TEST(ProcUsageReader, AProcessThatEndedIsGone)
 {
     ProcUsageReader reader;

@@ -61,7 +61,16 @@ constexpr size_t kMaxThreadFds = 512;
 struct ProcUsageReader::Files {
     common::UniqueFd stat, io;
     DIR* task = nullptr; // /proc/PID/task, listed again when its threads changed
-    std::unordered_map<int, common::UniqueFd> threads; // tid -> its status file (closed: not kept open)
+    // A thread's status file and its schedstat (closed: not kept open), and what they said last. A thread whose
+    // schedstat (its run time and how many times it got a CPU) did not move has not been switched out since:
+    // its switch counts stand, and its status (~6-13 us a read, against ~1 us) is not read again. The main
+    // thread's status is read every time: it also has the process's memory.
+    struct Thread {
+        common::UniqueFd status, schedstat;
+        uint64_t run_ns = 0, pcount = 0, nvcsw = 0, nivcsw = 0;
+        bool seen = false;
+    };
+    std::unordered_map<int, Thread> threads; // by tid
     ~Files()
     {
         if (task)
@@ -77,8 +86,8 @@ void ProcUsageReader::forget(int pid)
     auto it = files_.find(pid);
     if (it == files_.end())
         return;
-    for (const auto& [tid, fd] : it->second->threads)
-        thread_fds_ -= fd ? 1 : 0;
+    for (const auto& [tid, t] : it->second->threads)
+        thread_fds_ -= (t.status ? 1 : 0) + (t.schedstat ? 1 : 0);
     files_.erase(it);
 }
 
@@ -143,19 +152,23 @@ std::optional<ProcUsage> ProcUsageReader::read(int pid, bool with_pss)
     bool listed = false;
     auto list = [&] { // all of them opened anew: a thread id may have been reused
         listed = true;
-        for (const auto& [tid, fd] : f.threads)
-            thread_fds_ -= fd ? 1 : 0;
+        for (const auto& [tid, t] : f.threads)
+            thread_fds_ -= (t.status ? 1 : 0) + (t.schedstat ? 1 : 0);
         f.threads.clear();
         rewinddir(f.task);
         while (dirent* e = readdir(f.task)) {
             if (e->d_name[0] == '.')
                 continue;
-            common::UniqueFd fd;
-            if (thread_fds_ < kMaxThreadFds) {
-                fd.reset(openat(dirfd(f.task), (std::string(e->d_name) + "/status").c_str(), O_RDONLY | O_CLOEXEC));
-                thread_fds_ += fd ? 1 : 0;
+            Files::Thread t;
+            auto open_at = [&](const char* name) {
+                return openat(dirfd(f.task), (std::string(e->d_name) + "/" + name).c_str(), O_RDONLY | O_CLOEXEC);
+            };
+            if (thread_fds_ + 2 <= kMaxThreadFds) {
+                t.status.reset(open_at("status"));
+                t.schedstat.reset(open_at("schedstat"));
+                thread_fds_ += (t.status ? 1 : 0) + (t.schedstat ? 1 : 0);
             }
-            f.threads.emplace(atoi(e->d_name), std::move(fd));
+            f.threads.emplace(atoi(e->d_name), std::move(t));
         }
     };
     if (f.threads.size() != u.threads)
@@ -163,10 +176,29 @@ std::optional<ProcUsage> ProcUsageReader::read(int pid, bool with_pss)
     for (int attempt = 0; attempt < 2; attempt++) {
         bool gone = false, main_seen = false;
         u.nvcsw = u.nivcsw = 0;
-        for (const auto& [tid, fd] : f.threads) {
+        for (auto& [tid, t] : f.threads) {
             bool ok;
-            if (fd) {
-                ok = reread(fd.get(), text);
+            if (t.status && t.schedstat && tid != pid) {
+                // "run_ns wait_ns pcount"; all 0 where the kernel keeps no such figures (then never trusted)
+                std::string sched;
+                if (!reread(t.schedstat.get(), sched)) {
+                    gone = true;
+                    break;
+                }
+                char* end = nullptr;
+                uint64_t run = strtoull(sched.c_str(), &end, 10);
+                strtoull(end, &end, 10);
+                uint64_t pcount = strtoull(end, nullptr, 10);
+                if (t.seen && pcount && run == t.run_ns && pcount == t.pcount) {
+                    u.nvcsw += t.nvcsw;
+                    u.nivcsw += t.nivcsw;
+                    continue;
+                }
+                t.run_ns = run;
+                t.pcount = pcount;
+            }
+            if (t.status) {
+                ok = reread(t.status.get(), text);
             } else { // beyond the bound: opened for this reading only
                 common::UniqueFd once(openat(dirfd(f.task), (std::to_string(tid) + "/status").c_str(),
                                              O_RDONLY | O_CLOEXEC));
@@ -176,8 +208,11 @@ std::optional<ProcUsage> ProcUsageReader::read(int pid, bool with_pss)
                 gone = true;
                 break;
             }
-            u.nvcsw += field(text, "voluntary_ctxt_switches").value_or(0);
-            u.nivcsw += field(text, "nonvoluntary_ctxt_switches").value_or(0);
+            t.nvcsw = field(text, "voluntary_ctxt_switches").value_or(0);
+            t.nivcsw = field(text, "nonvoluntary_ctxt_switches").value_or(0);
+            t.seen = true;
+            u.nvcsw += t.nvcsw;
+            u.nivcsw += t.nivcsw;
             if (tid == pid) {
                 main_seen = true;
                 u.rss_kb = field(text, "VmRSS").value_or(0);
