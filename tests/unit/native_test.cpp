@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -166,6 +168,50 @@ TEST(EngineNative, NativeCallsBecomeSpansAndNameTheSamplesTheyHold)
     EXPECT_EQ(fns["[unknown]"], "python3.11");
 }
 
+namespace {
+
+void symbol_range(model::Engine& e, uint32_t tgid, uint64_t lo, uint64_t hi, const char* name, const char* lib)
+{
+    model::RecordSymbolRange r{};
+    r.type = model::kRecordSymbolRange;
+    r.tgid = tgid;
+    r.ip_lo = lo;
+    r.ip_hi = hi;
+    strncpy(r.name, name, sizeof(r.name) - 1);
+    strncpy(r.library, lib, sizeof(r.library) - 1);
+    e.consume(&r, sizeof(r));
+}
+
+} // namespace
+
+// A range record names every sampled address in it, and none outside; a later range over it replaces it.
+TEST(EngineNative, SymbolRangesNameTheAddressesInThem)
+{
+    model::Rules rules;
+    model::Engine e(rules, [](const Span&) {});
+    symbol_range(e, 1, 0x1000, 0x1100, "f", "a.so");
+    symbol_range(e, 1, 0x1100, 0x1200, "", "a.so"); // a gap between symbols
+    symbol_range(e, 2, 0x1000, 0x1100, "g", "b.so"); // another process
+    sample(e, 5, 100, {0x1000});
+    sample(e, 5, 110, {0x10ff});
+    sample(e, 5, 120, {0x1100}); // in the gap: [unknown] in a.so
+    sample(e, 5, 130, {0x1200}); // in no range
+    symbol_range(e, 1, 0x1080, 0x1180, "h", "c.so"); // over both: they go
+    sample(e, 5, 140, {0x1000});
+    sample(e, 5, 150, {0x1090});
+    e.finish();
+    auto t = e.native_map().table();
+    ASSERT_EQ(t.size(), 1u);
+    std::map<std::pair<std::string, std::string>, uint64_t> n;
+    for (const auto& f : t[0].functions)
+        n[{f.function, f.library}] = f.samples;
+    EXPECT_EQ(n[std::make_pair(std::string("f"), std::string("a.so"))], 2u);
+    EXPECT_EQ(n[std::make_pair(std::string("[unknown]"), std::string("a.so"))], 1u);
+    EXPECT_EQ(n[std::make_pair(std::string("[unknown]"), std::string("[anonymous]"))], 2u); // 0x1200, and 0x1000 after
+    EXPECT_EQ(n[std::make_pair(std::string("h"), std::string("c.so"))], 1u);
+    EXPECT_EQ(t[0].named, 3u);
+}
+
 TEST(EngineNative, LibrariesProbedLateAndWhenTheProcessBeganItsSpans)
 {
     model::Rules rules;
@@ -277,6 +323,78 @@ TEST(Symbols, FunctionTableFindsAFunctionByFileOffset)
     const std::string* name = t.find_offset(fns[0].offset + 1);
     ASSERT_NE(name, nullptr);
     EXPECT_TRUE(*name == "getpid" || *name == "__getpid") << *name;
+}
+
+// Every offset of the range find_offset_range gives for an offset is named as that offset is (the same
+// function, or none): checked at the range's ends and through it, at offsets spread over real files.
+TEST(Symbols, AnOffsetsRangeResolvesAsTheOffsetDoes)
+{
+    for (const char* path : {"/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/python3.11"}) {
+        target::FunctionTable t(path);
+        struct stat st;
+        ASSERT_EQ(stat(path, &st), 0);
+        uint64_t size = static_cast<uint64_t>(st.st_size), named = 0, widths = 0, checked = 0;
+        for (uint64_t off = 4096; off < size; off += 997) {
+            uint64_t lo, hi;
+            const std::string* name = t.find_offset_range(off, &lo, &hi);
+            ASSERT_EQ(name, t.find_offset(off)) << path << " +" << off;
+            ASSERT_LE(lo, off);
+            ASSERT_LT(off, hi);
+            named += name != nullptr;
+            widths += hi - lo;
+            checked++;
+            for (uint64_t o : {lo, hi - 1, lo + (hi - lo) / 2, lo + (hi - lo) / 3})
+                ASSERT_EQ(t.find_offset(o), name) << path << " +" << o << " in [" << lo << ", " << hi << ")";
+        }
+        EXPECT_GT(named, 100u) << path; // (a stripped interpreter names its exported functions only)
+        EXPECT_GT(widths / checked, 64u) << path; // ranges are functions and gaps, not single addresses
+    }
+}
+
+// The symbolizer's range for an address of this process: the function around it, as process addresses.
+TEST(Symbols, AnAddressRangeIsTheFunctionAroundIt)
+{
+    target::Symbolizer s;
+    auto pid = static_cast<uint32_t>(getpid());
+    auto own = reinterpret_cast<uint64_t>(&getpid);
+    auto f = s.resolve(pid, own + 1);
+    ASSERT_TRUE(f.function == "getpid" || f.function == "__getpid") << f.function;
+    EXPECT_LE(f.lo, own);
+    EXPECT_GT(f.hi, own + 1);
+    EXPECT_LT(f.hi - f.lo, 4096u);
+    for (uint64_t a : {f.lo, f.hi - 1}) {
+        auto g = s.resolve(pid, a);
+        EXPECT_EQ(g.function, f.function);
+        EXPECT_EQ(g.library, f.library);
+        EXPECT_EQ(g.lo, f.lo);
+        EXPECT_EQ(g.hi, f.hi);
+    }
+    // Addresses spread over libc's code as this process maps it: each range's ends and middle resolve as the
+    // address did, and ranges are disjoint where they differ.
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    uint64_t start = 0, end = 0;
+    while (std::getline(maps, line))
+        if (line.find("r-xp") != std::string::npos && line.find("/libc.so.6") != std::string::npos) {
+            start = std::stoull(line.substr(0, line.find('-')), nullptr, 16);
+            end = std::stoull(line.substr(line.find('-') + 1), nullptr, 16);
+        }
+    ASSERT_LT(start, end);
+    uint64_t named = 0;
+    for (uint64_t a = start; a < end; a += 1009) {
+        auto r = s.resolve(pid, a);
+        ASSERT_LE(r.lo, a);
+        ASSERT_LT(a, r.hi);
+        ASSERT_GE(r.lo, start);
+        ASSERT_LE(r.hi, end);
+        named += !r.function.empty();
+        for (uint64_t b : {r.lo, r.hi - 1, r.lo + (r.hi - r.lo) / 2}) {
+            auto g = s.resolve(pid, b);
+            ASSERT_EQ(g.function, r.function) << std::hex << a << " " << b;
+            ASSERT_EQ(g.library, r.library);
+        }
+    }
+    EXPECT_GT(named, 100u);
 }
 
 // A fork child is symbolised with its parent's maps (not read again: a DataLoader worker each epoch), and what

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fmt/format.h>
 #include <string_view>
@@ -181,20 +182,49 @@ void NativeCapture::on_event(const void* data, size_t len)
         auto* s = static_cast<const lotus_sample*>(data);
         // Callers are only looked at when the leaf has no name (the engine's rule); without frame pointers
         // they are mostly noise, and each new one would cost a lookup and a record.
-        auto& written = written_[h->tgid];
+        // One record per function (or gap between them) a process's samples meet, not per address: every
+        // address of its range resolves the same.
+        auto& process = written_[h->tgid];
+        auto& written = process.ranges;
+        auto through_current_maps = [&] {
+            uint64_t g = symbolizer_.maps_generation(h->tgid);
+            if (g != process.generation) {
+                written.clear();
+                process.generation = g;
+            }
+        };
+        through_current_maps();
+        bool leaf_named = false;
         for (uint32_t i = 0; i < s->nr_ips && i < LOTUS_STACK_DEPTH; i++) {
-            if (i == 1 && written[s->ip[0]])
+            if (i == 1 && leaf_named)
                 break;
-            auto [it, fresh] = written.try_emplace(s->ip[i], false);
-            if (!fresh)
+            uint64_t ip = s->ip[i];
+            auto next = written.upper_bound(ip); // the first range starting after ip
+            if (next != written.begin() && ip < std::prev(next)->second.hi) {
+                leaf_named = i == 0 ? std::prev(next)->second.named : leaf_named;
                 continue;
-            auto f = symbolizer_.resolve(h->tgid, s->ip[i]);
-            it->second = !f.function.empty();
-            model::RecordSymbol rec{};
-            rec.type = model::kRecordSymbol;
+            }
+            auto f = symbolizer_.resolve(h->tgid, ip);
+            if (!(f.lo <= ip && ip < f.hi))
+                f.lo = ip, f.hi = ip + 1;
+            if (symbolizer_.maps_generation(h->tgid) != process.generation) { // resolving read them again
+                through_current_maps();
+                next = written.end();
+            }
+            // Within what is not written yet (a range written from other maps may lie across it).
+            if (next != written.end())
+                f.hi = std::min(f.hi, next->first);
+            if (next != written.begin())
+                f.lo = std::max(f.lo, std::prev(next)->second.hi);
+            bool named = !f.function.empty();
+            written.emplace_hint(next, f.lo, Written{f.hi, named});
+            leaf_named = i == 0 ? named : leaf_named;
+            model::RecordSymbolRange rec{};
+            rec.type = model::kRecordSymbolRange;
             rec.tgid = h->tgid;
             rec.ts_ns = h->ts_ns;
-            rec.ip = s->ip[i];
+            rec.ip_lo = f.lo;
+            rec.ip_hi = f.hi;
             copy_str(rec.name, f.function);
             copy_str(rec.library, f.library);
             emit_(&rec, sizeof(rec));

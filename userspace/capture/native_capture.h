@@ -53,9 +53,19 @@ private:
     std::set<std::tuple<uint32_t, uint32_t, uint64_t>> examined_; // mapped files scan_process has looked at
     std::map<std::pair<uint64_t, uint64_t>, Probed> probed_;       // (dev, inode): libraries with live probes
     std::set<std::pair<uint32_t, std::string>> said_late_;         // (pid, library) told once (until it execs)
-    // Per process, the sampled addresses whose symbol records are written (true: with a function name). Forgotten
-    // when it execs or exits, as the engine forgets the names: a reused pid gets its records again.
-    std::unordered_map<uint32_t, std::unordered_map<uint64_t, bool>> written_;
+    // Per process, the address ranges whose symbol records are written, by start: [start, hi), named (with a
+    // function name); they never overlap. Forgotten when it execs or exits, as the engine forgets the names: a
+    // reused pid gets its records again; and when its maps are read again (a library came, or went): each address
+    // sampled after that is resolved again, and its new range replaces what it overlaps in the engine.
+    struct Written {
+        uint64_t hi;
+        bool named;
+    };
+    struct WrittenRanges {
+        uint64_t generation = 0; // the reading of the process's maps they were resolved through
+        std::map<uint64_t, Written> ranges;
+    };
+    std::unordered_map<uint32_t, WrittenRanges> written_;
     std::vector<size_t> matched_;
     uint32_t functions_ = 0, refused_ = 0;
     double attach_s_ = 0;

@@ -59,7 +59,8 @@ bool may_repeat(uint32_t type) { return type != LOTUS_EV_PY_ENTRY && type != LOT
 bool raw_body(uint32_t type, uint32_t format)
 {
     return format >= 3 && (type == LOTUS_EV_OPEN || type == LOTUS_EV_CODE || type == LOTUS_EV_TYPE ||
-                           type == model::kRecordNativeFunc || type == model::kRecordSymbol);
+                           type == model::kRecordNativeFunc || type == model::kRecordSymbol ||
+                           type == model::kRecordSymbolRange);
 }
 
 uint64_t zigzag(uint64_t delta) { return (delta << 1) ^ (0 - (delta >> 63)); }

@@ -167,7 +167,11 @@ void Engine::consume(const void* data, size_t len)
         break;
     case kRecordSymbol:
         if (auto* r = as<RecordSymbol>(data, len))
-            return on_symbol(*r);
+            return on_symbol(r->tgid, r->ip, r->ip + 1, r->name, r->library);
+        break;
+    case kRecordSymbolRange:
+        if (auto* r = as<RecordSymbolRange>(data, len))
+            return on_symbol(r->tgid, r->ip_lo, r->ip_hi, r->name, r->library);
         break;
     case kRecordSlots:
         if (auto* r = as<RecordSlots>(data, len))
@@ -645,13 +649,23 @@ void Engine::on_native(const lotus_native& n)
     span_sink_(s);
 }
 
-void Engine::on_symbol(const RecordSymbol& r)
+void Engine::on_symbol(uint32_t tgid, uint64_t lo, uint64_t hi, const char (&name)[kSymbolNameLen],
+                       const char (&library)[kLibraryNameLen])
 {
-    std::string function = decode(r.name, sizeof(r.name), 0), library = decode(r.library, sizeof(r.library), 0);
-    uint32_t id = !function.empty() ? native_map_.function_id(function, library)
-                  : library.empty() ? anonymous_id_
-                                    : native_map_.function_id("[unknown]", library);
-    symbols_[r.tgid][r.ip] = {id, !function.empty()};
+    std::string function = decode(name, sizeof(name), 0), lib = decode(library, sizeof(library), 0);
+    uint32_t id = !function.empty() ? native_map_.function_id(function, lib)
+                  : lib.empty()      ? anonymous_id_
+                                     : native_map_.function_id("[unknown]", lib);
+    if (hi <= lo)
+        return;
+    // What this range overlaps was written from older maps (lotus-bpf writes no overlapping ranges): it goes.
+    auto& syms = symbols_[tgid];
+    auto it = syms.upper_bound(lo);
+    if (it != syms.begin() && std::prev(it)->second.hi > lo)
+        --it;
+    while (it != syms.end() && it->first < hi)
+        it = syms.erase(it);
+    syms.emplace(lo, Symbol{hi, id, !function.empty()});
 }
 
 void Engine::on_sample(const lotus_sample& smp)
@@ -662,8 +676,10 @@ void Engine::on_sample(const lotus_sample& smp)
     auto sym = [&](uint32_t i) -> const Symbol* {
         if (n <= i || syms == symbols_.end())
             return nullptr;
-        auto it = syms->second.find(smp.ip[i]);
-        return it == syms->second.end() ? nullptr : &it->second;
+        auto it = syms->second.upper_bound(smp.ip[i]);
+        if (it == syms->second.begin() || smp.ip[i] >= std::prev(it)->second.hi)
+            return nullptr;
+        return &std::prev(it)->second;
     };
     const Symbol* leaf = sym(0);
     const uint32_t* id = nullptr; // of the named function the sample goes to

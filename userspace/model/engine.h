@@ -102,10 +102,11 @@ private:
         lotus_counters counters{};   // at entry
     };
     struct Symbol {
+        uint64_t hi;     // the range's end (its start is its key)
         uint32_t map_id; // the native map's number of the function, or of "[unknown]" in its library
-        bool named;      // a symbol covers the address
+        bool named;      // a symbol covers the addresses
     };
-    using Symbols = std::unordered_map<uint64_t, Symbol>; // by address
+    using Symbols = std::map<uint64_t, Symbol>; // by the start of the address range, ranges not overlapping
     struct OpenNative {
         uint32_t func;
         uint64_t start_ns;
@@ -122,7 +123,9 @@ private:
     void on_process(const lotus_proc_event& p);
     void on_native(const lotus_native& n);
     void on_sample(const lotus_sample& s);
-    void on_symbol(const RecordSymbol& r);
+    // [lo, hi) of process tgid resolve to this function (empty: none) and library.
+    void on_symbol(uint32_t tgid, uint64_t lo, uint64_t hi, const char (&name)[kSymbolNameLen],
+                   const char (&library)[kLibraryNameLen]);
     void close_thread(uint32_t tid);
     // A dataset without a pipeline call: the Python calls its __getitem__ makes (its own transforms) are the
     // ops of an implicit sample, which spans the first call's start to the last call's end.

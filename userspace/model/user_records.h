@@ -19,6 +19,7 @@ enum : uint32_t {
     kRecordNativeLate = 107, // a library's native probes went live after a traced process had loaded it
     kRecordOtherInterpreter = 108, // a traced process runs a CPython interpreter other than the probed one
     kRecordUntracedPython = 109,   // a process of the launched command ran CPython outside the traced tree
+    kRecordSymbolRange = 110,      // the function and library at a range of addresses of a process (104's successor)
 };
 
 // The slots of the locals a code object's role captures (its CODE record's code), as read from the target's
@@ -97,12 +98,24 @@ struct RecordUntracedPython {
     char path[kInterpreterPathLen];
 };
 
+// Written by lotus-bpf before 110; still read from record files.
 struct RecordSymbol {
     uint32_t type, tgid, tid, cpu; // tgid: the process the address belongs to
     uint64_t ts_ns;
     uint64_t ip;
     char name[kSymbolNameLen];      // empty: no symbol covers it
     char library[kLibraryNameLen];  // empty: in no file mapping
+};
+
+// Every address in [ip_lo, ip_hi) of the process resolves to this function and library, as its maps and the
+// file's symbols stood (the function's extent, cut where another symbol starts or ends, to the mapping and to
+// one loadable segment; or the gap between symbols, where none covers). Ranges of one process never overlap.
+struct RecordSymbolRange {
+    uint32_t type, tgid, tid, cpu; // tgid: the process the addresses belong to
+    uint64_t ts_ns;
+    uint64_t ip_lo, ip_hi;
+    char name[kSymbolNameLen];     // empty: no symbol covers them
+    char library[kLibraryNameLen]; // empty: in no file mapping
 };
 
 } // namespace lotus::model

@@ -5,6 +5,7 @@
 #include <libelf.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
@@ -144,6 +145,27 @@ std::optional<uint64_t> ElfFile::vaddr_of(uint64_t off) const
     for (const auto& ph : impl_->loads)
         if (off >= ph.p_offset && off < ph.p_offset + ph.p_filesz)
             return off - ph.p_offset + ph.p_vaddr;
+    return std::nullopt;
+}
+
+std::optional<ElfFile::LoadPiece> ElfFile::load_piece(uint64_t off) const
+{
+    const auto& loads = impl_->loads;
+    for (size_t i = 0; i < loads.size(); i++) {
+        const auto& ph = loads[i];
+        if (off < ph.p_offset || off >= ph.p_offset + ph.p_filesz)
+            continue;
+        // vaddr_of takes the first segment that holds an offset: leave out what an earlier one holds.
+        uint64_t lo = ph.p_offset, hi = ph.p_offset + ph.p_filesz;
+        for (size_t k = 0; k < i; k++) {
+            uint64_t elo = loads[k].p_offset, ehi = loads[k].p_offset + loads[k].p_filesz;
+            if (elo > off)
+                hi = std::min(hi, elo);
+            else // ehi <= off: it does not hold off
+                lo = std::max(lo, ehi);
+        }
+        return LoadPiece{lo, hi, lo - ph.p_offset + ph.p_vaddr};
+    }
     return std::nullopt;
 }
 

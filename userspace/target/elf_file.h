@@ -38,6 +38,11 @@ public:
     std::optional<uint64_t> file_offset(uint64_t vaddr) const;
     // ...and back: the virtual address a file offset is loaded at (for a sampled address in a mapping).
     std::optional<uint64_t> vaddr_of(uint64_t file_offset) const;
+    // The file offsets around file_offset that vaddr_of moves by one constant, [lo, hi), and the address of lo.
+    struct LoadPiece {
+        uint64_t lo, hi, vaddr;
+    };
+    std::optional<LoadPiece> load_piece(uint64_t file_offset) const;
     // Bytes stored in the file at a virtual address (for constants such as Py_Version).
     std::optional<std::vector<uint8_t>> read(uint64_t vaddr, size_t len) const;
     std::vector<std::string> needed() const;  // DT_NEEDED

@@ -82,20 +82,48 @@ const std::string* FunctionTable::find_offset(uint64_t file_offset) const
     return v ? find(*v) : nullptr;
 }
 
+const std::string* FunctionTable::find_offset_range(uint64_t file_offset, uint64_t* lo, uint64_t* hi) const
+{
+    auto piece = elf_->load_piece(file_offset);
+    if (!piece) {
+        *lo = file_offset, *hi = file_offset + 1;
+        return nullptr;
+    }
+    uint64_t v = file_offset - piece->lo + piece->vaddr, vlo, vhi;
+    const std::string* name = find_range(v, &vlo, &vhi);
+    // Within the piece, an offset and its address differ by one constant.
+    *lo = piece->lo + (std::max(vlo, piece->vaddr) - piece->vaddr);
+    *hi = piece->lo + (std::min(vhi, piece->vaddr + (piece->hi - piece->lo)) - piece->vaddr);
+    return name;
+}
+
 const std::string* FunctionTable::find(uint64_t vaddr) const
+{
+    uint64_t lo, hi;
+    return find_range(vaddr, &lo, &hi);
+}
+
+const std::string* FunctionTable::find_range(uint64_t vaddr, uint64_t* lo, uint64_t* hi) const
 {
     auto it = std::upper_bound(entries_.begin(), entries_.end(), vaddr,
                                [](uint64_t v, const Entry& e) { return v < e.start; });
+    // Every address from the last symbol start at or before vaddr to the next start meets the same symbols below:
+    // it gets the same answer from the first of them (looking back) that covers it, where the ones looked at
+    // before it have ended.
+    *hi = it == entries_.end() ? UINT64_MAX : it->start;
+    *lo = it == entries_.begin() ? 0 : std::prev(it)->start;
     // Symbols may overlap (aliases): look back over the few that start at or before vaddr.
     for (int back = 0; back < 4 && it != entries_.begin(); back++) {
         --it;
         if (vaddr >= it->start && vaddr < it->end) {
+            *hi = std::min(*hi, it->end);
             if (!demangled_[it->name]) { // on first use: libtorch_cpu has ~10^5 names, a run meets a few hundred
                 names_[it->name] = demangle(names_[it->name]);
                 demangled_[it->name] = true;
             }
             return &names_[it->name];
         }
+        *lo = std::max(*lo, it->end); // it ends at or before vaddr: below that end it would answer
     }
     return nullptr;
 }
@@ -165,13 +193,6 @@ void Symbolizer::library_opened(uint32_t pid)
 
 NativeFrame Symbolizer::resolve(uint32_t pid, uint64_t ip)
 {
-    constexpr size_t kMaxResolved = 1 << 20;
-    if (auto own = maps_.find(pid); own != maps_.end()) {
-        auto gen = resolved_.find(own->second.generation);
-        if (gen != resolved_.end())
-            if (auto hit = gen->second.find(ip); hit != gen->second.end())
-                return hit->second;
-    }
     // This process's maps (re-read on a miss), then its ancestors' (a fork child that already exited).
     uint32_t p = pid;
     for (int hop = 0; hop < 8 && p; hop++) {
@@ -185,19 +206,23 @@ NativeFrame Symbolizer::resolve(uint32_t pid, uint64_t ip)
             if (after != m->begin() && ip < std::prev(after)->end) {
                 const Mapping& map = *std::prev(after);
                 NativeFrame f;
-                if (map.path.empty() || map.path[0] != '/')
+                f.lo = map.start, f.hi = map.end;
+                if (map.path.empty() || map.path[0] != '/') {
+                    if (hop > 0)
+                        f.lo = ip, f.hi = ip + 1;
                     return f; // anonymous memory (JIT code), the stack, [vdso]...
-                f.library = common::base_name(map.path);
-                if (const auto* t = table(map.path))
-                    if (const auto* name = t->find_offset(ip - map.start + map.offset))
-                        f.function = *name;
-                if (hop == 0) { // found in the process's own maps, as they are now
-                    if (resolved_count_ >= kMaxResolved) {
-                        resolved_.clear();
-                        resolved_count_ = 0;
-                    }
-                    resolved_count_ += resolved_[maps_[pid].generation].emplace(ip, f).second;
                 }
+                f.library = common::base_name(map.path);
+                if (const auto* t = table(map.path)) {
+                    uint64_t off = ip - map.start + map.offset, lo, hi;
+                    if (const auto* name = t->find_offset_range(off, &lo, &hi))
+                        f.function = *name;
+                    // From file offsets back to addresses, within the mapping.
+                    f.lo = lo >= map.offset ? std::max(map.start, map.start + (lo - map.offset)) : map.start;
+                    f.hi = hi >= map.offset ? std::min(map.end, map.start + (hi - map.offset)) : map.start;
+                }
+                if (hop > 0) // an ancestor's maps: for this address only
+                    f.lo = ip, f.hi = ip + 1;
                 return f;
             }
             if (hop > 0)
