@@ -30,6 +30,7 @@ const volatile __u64 tstate_vaddr = 0;
 #include "syscalls.bpf.h"
 #include "holds.bpf.h"
 #include "net.bpf.h"
+#include "sampling.bpf.h"
 
 /* The programs: one per attach point. */
 
@@ -154,8 +155,9 @@ int BPF_KPROBE(native_entry) { return native_event(ctx, LOTUS_EV_NATIVE_ENTRY); 
 SEC("uretprobe")
 int BPF_KRETPROBE(native_return) { return native_event(ctx, LOTUS_EV_NATIVE_RETURN); }
 
-/* Sampling map: a per-CPU sampling event (cycles, or cpu-clock without a PMU) interrupts whatever runs; for
- * a traced thread, record its user stack. User space attributes it to the op open on that thread then. */
+/* Sampling map: a sampling event (cycles, or cpu-clock without a PMU) on each traced thread (sampling.bpf.h),
+ * or, on kernels without the per-process probes, one per CPU, which interrupts whatever runs; for a traced thread,
+ * record its user stack. User space attributes it to the op open on that thread then. */
 const volatile __u32 sample_frames = 1; /* --sample-stack: the leaf, and callers up to this many frames */
 
 SEC("perf_event")
@@ -163,8 +165,10 @@ int on_sample(struct bpf_perf_event_data *ctx)
 {
     __u64 id = bpf_get_current_pid_tgid();
     __u32 tgid = id >> 32;
-    if (!tgid || !bpf_map_lookup_elem(&lotus_traced, &tgid))
+    if (!tgid || !bpf_map_lookup_elem(&lotus_traced, &tgid)) {
+        count(LOTUS_COUNT_SAMPLED_ELSEWHERE); /* never, where the events are the traced threads' own */
         return 0;
+    }
     struct lotus_sample *e = reserve(sizeof(*e));
     if (!e)
         return 0;

@@ -52,7 +52,8 @@ struct lotus_event_header {
 enum lotus_counter_slot {
     LOTUS_COUNT_LOST = 0,      /* records the ring buffer could not take */
     LOTUS_COUNT_SUBMITTED = 1, /* records written to it */
-    LOTUS_COUNT_SLOTS = 2,
+    LOTUS_COUNT_SAMPLED_ELSEWHERE = 2, /* sampling interrupts of a thread outside the traced processes */
+    LOTUS_COUNT_SLOTS = 3,
 };
 
 /* Exact per-thread software counters at a probe: on-CPU time (accumulated at every context switch of a traced
@@ -181,6 +182,15 @@ struct lotus_sample {
     __u32 nr_ips;    /* valid entries in ip */
     __u32 in_kernel; /* 1: the sample hit kernel code; ip[0] is where user space entered it */
     __u64 ip[LOTUS_STACK_DEPTH]; /* user-space stack, leaf first (callers where frame pointers allow) */
+};
+
+/* What the unsampled_threads iterator writes: a traced thread without a sampling event of lotus-bpf's. */
+#define LOTUS_SAMPLER_NONE 0
+#define LOTUS_SAMPLER_HAS 1
+#define LOTUS_SAMPLER_UNKNOWN 2 /* more events on the thread than BPF walks */
+struct lotus_unsampled {
+    __u32 tid;
+    __u32 state; /* LOTUS_SAMPLER_NONE or LOTUS_SAMPLER_UNKNOWN */
 };
 
 #define LOTUS_NAME_LEN 128

@@ -6,12 +6,13 @@ import collections
 import json
 import os
 import re
+import subprocess
 import unittest
 
 import jsonschema
 
 from harness import (BpfTestCase, OPS, PY, SOURCE, WORKLOAD, dataset, kernel_at_least, load_trace, read_lines,
-                     run_lotus, spans)
+                     run_lotus, spans, start_lotus, wait_for_attach, wait_for_file)
 
 
 PILLOW = [a for spec in ("libjpeg*:jpeg_read_header", "_imaging*:ImagingResample", "_imaging*:ImagingFlipLeftRight")
@@ -198,6 +199,56 @@ class NativeMapTest(BpfTestCase):
         self.assertGreater(sum(n for k, n in frames["8"].items() if k > 1), 0.1 * sum(frames["8"].values()),
                            frames["8"])
         self.assertLessEqual(max(frames["8"]), 8)
+
+    def samples_per_cpu_ms(self, summary):
+        """All samples of the run (every op, the gaps, outside any span) per ms of the job's CPU time while
+        traced: ~1 at the default 999 Hz of cpu-clock, which fires per ms a sampled thread runs; 2 if some
+        thread were sampled twice."""
+        job = summary["resources"]["job"]
+        return sum(m["samples"] for m in summary["native_map"]) / (1000 * (job["user_s"] + job["system_s"]))
+
+    @unittest.skipUnless(kernel_at_least(6, 13), "per-thread sampling comes with the per-process probes (Linux 6.13)")
+    def test_sampling_interrupts_only_the_traced_threads(self):
+        # Each traced thread carries its own sampling event (its DataLoader workers inherit theirs at fork): a busy
+        # process beside the job is never interrupted. With one event per CPU (what kernels without per-process
+        # probes get) it is, and those interrupts are counted; the job's samples are the same either way.
+        busy = subprocess.Popen([PY, "-c", "while True: pass"])
+        self.addCleanup(lambda: (busy.kill(), busy.wait()))
+        for env, scope in (({}, "threads"), ({"LOTUS_PER_CPU_SAMPLING": "1"}, "cpus")):
+            r, summary, trace = self.run_job("--native-map", env=env)
+            other = trace["otherData"]
+            self.assertEqual(other["sampling_scope"], scope)
+            if scope == "threads":
+                self.assertEqual(other["sampled_elsewhere"], 0)
+            else:  # the busy process, at 999 Hz of the CPU time it got (about half of one CPU, several seconds)
+                self.assertGreater(other["sampled_elsewhere"], 1000)
+            self.assertAlmostEqual(self.samples_per_cpu_ms(summary), 1.0, delta=0.12, msg=scope)
+
+    @unittest.skipUnless(kernel_at_least(6, 13), "per-thread sampling comes with the per-process probes (Linux 6.13)")
+    def test_attached_job_threads_sampled_once(self):
+        # Attached by PID to a job whose persistent workers (and the training process's threads) already run:
+        # lotus-bpf opens an event on each of those threads, and none twice (an event inherited from the thread
+        # that started it counts as one).
+        hold, ready = self.path("hold"), self.path("ready")
+        job = subprocess.Popen([PY, WORKLOAD, self.data, "--workers", "2", "--epochs", "2", "--persistent",
+                                "--hold", hold, "--ready", ready], stdout=subprocess.DEVNULL)
+        self.addCleanup(lambda: (job.poll() is None and job.kill(), job.wait()))
+        wait_for_file(ready)
+        out, summ = self.path("trace.json"), self.path("summary.json")
+        tracer = start_lotus(["-q", "-o", out, "--summary-json", summ, "--native-map", "--pid", str(job.pid)])
+        self.addCleanup(lambda: (tracer.poll() is None and tracer.kill(), tracer.wait()))
+        wait_for_attach(tracer)
+        open(hold, "w").close()
+        _, err = tracer.communicate(timeout=120)
+        self.assertEqual(tracer.returncode, 0, err)
+        self.assertEqual(job.wait(), 0)
+        with open(summ) as f:
+            summary = json.load(f)
+        other = load_trace(out)["otherData"]
+        self.assertEqual((other["sampling_scope"], other["sampled_elsewhere"]), ("threads", 0))
+        # the second epoch whole (of the first, the batches prefetched before it attached are not)
+        self.assertGreaterEqual(sum(summary["ops"][op]["count"] for op in OPS), len(OPS) * self.images)
+        self.assertAlmostEqual(self.samples_per_cpu_ms(summary), 1.0, delta=0.12)
 
     def check_counters(self, summary, trace, names):
         """Every op counted; task-clock over each op agrees with the on-CPU time BPF accumulates at context

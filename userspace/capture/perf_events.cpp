@@ -35,7 +35,7 @@ const CounterSpec kKnown[] = {
     {"major-faults", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_PAGE_FAULTS_MAJ, false},
 };
 
-int perf_open(const CounterSpec& c, int cpu, uint64_t freq)
+int perf_open(const CounterSpec& c, int cpu, uint64_t freq, int tid = -1)
 {
     perf_event_attr attr{};
     attr.size = sizeof(attr);
@@ -46,7 +46,8 @@ int perf_open(const CounterSpec& c, int cpu, uint64_t freq)
         attr.freq = 1;
         attr.sample_freq = freq;
     }
-    return static_cast<int>(syscall(SYS_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+    attr.inherit = tid >= 0;
+    return static_cast<int>(syscall(SYS_perf_event_open, &attr, tid, cpu, -1, PERF_FLAG_FD_CLOEXEC));
 }
 
 } // namespace
@@ -113,6 +114,11 @@ CounterChoice choose_counters(const std::vector<CounterSpec>& wanted)
         out.note = fmt::format("this machine cannot count {}: left out", missing);
     }
     return out;
+}
+
+common::UniqueFd open_inherited(const CounterSpec& c, int tid, uint64_t sample_freq)
+{
+    return common::UniqueFd(perf_open(c, -1, sample_freq, tid));
 }
 
 std::vector<common::UniqueFd> open_per_cpu(const CounterSpec& c, uint64_t sample_freq)

@@ -33,6 +33,9 @@ struct CounterChoice {
 // The requested counters this machine has; thread_counters() when none of them is there.
 CounterChoice choose_counters(const std::vector<CounterSpec>& wanted);
 
+// One sampling event on thread `tid`, inherited by the threads and processes it starts from then on (each copy
+// runs the program attached to it). Empty, with errno set, where the kernel refused.
+common::UniqueFd open_inherited(const CounterSpec& c, int tid, uint64_t sample_freq);
 // One event per possible CPU (pid -1). Returns the fds indexed by CPU (-1: CPU offline), or throws CaptureError. Sampling events use freq Hz.
 std::vector<common::UniqueFd> open_per_cpu(const CounterSpec& c, uint64_t sample_freq = 0);
 // cycles where a PMU counts them, else cpu-clock.

@@ -21,6 +21,7 @@
 
 #include "common/clock.h"
 #include "target/proc_maps.h"
+#include "thread_sampling.h"
 #include "tracepoint_ids.h"
 #include "lotus.skel.h"
 #include "lotus_abi.h"
@@ -186,6 +187,10 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     bpf_program__set_autoload(skel_->progs.native_entry, features.native);
     bpf_program__set_autoload(skel_->progs.native_return, features.native);
     bpf_program__set_autoload(skel_->progs.on_sample, features.sampling);
+    // Sampling events on the traced threads (the iterator reads a task's perf context: one pointer since 6.2).
+    // LOTUS_PER_CPU_SAMPLING=1: one per CPU, as without per-process probes.
+    thread_sampling_ = features.sampling && hold_ && !env_set("LOTUS_PER_CPU_SAMPLING");
+    bpf_program__set_autoload(skel_->progs.unsampled_threads, thread_sampling_);
     // The watched syscalls. Where probes are per process and the kernel has uprobe sessions: libc's wrappers, in
     // the traced processes only, so that no syscall event is in use and no task's syscalls take the kernel's
     // tracing path. The native map also needs the libraries the dynamic loader maps, which it opens around
@@ -216,6 +221,13 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     if (int err = lotus_bpf__load(skel_.get()))
         throw CaptureError(fmt::format("cannot load the BPF programs: {} (set LOTUS_BPF_DEBUG=1 for the log)",
                                        strerror(-err)));
+    if (thread_sampling_) {
+        bpf_prog_info info{};
+        uint32_t len = sizeof(info);
+        if (bpf_obj_get_info_by_fd(bpf_program__fd(skel_->progs.on_sample), &info, &len))
+            throw CaptureError(fmt::format("cannot read the sampling program's id: {}", strerror(errno)));
+        skel_->bss->sampler_prog_id = info.id;
+    }
     rb_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.lotus_events), on_record, this, nullptr));
     lib_rb_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.lotus_lib_opens), on_library, this, nullptr));
     if (!rb_ || !lib_rb_)
@@ -265,6 +277,7 @@ void Probe::close()
     multi_links_.clear();
     close_in_parallel(std::move(fds));
     process_links_.clear(); // and the processes' closings still under way
+    sampling_.reset();
     links_.clear();
     perf_fds_.clear();
     rb_.reset();
@@ -747,16 +760,25 @@ void Probe::attach_inline_calls(const std::vector<uint64_t>& resume_offsets, uin
 
 void Probe::attach_sampling(const CounterSpec& event, uint64_t freq)
 {
+    if (thread_sampling_) {
+        sampling_ = std::make_unique<ThreadSampling>(skel_->progs.on_sample, skel_->progs.unsampled_threads, event,
+                                                     freq);
+        sampling_scope_ = "threads";
+        return;
+    }
+    sampling_scope_ = "cpus";
     for (auto& fd : open_per_cpu(event, freq)) {
         if (!fd)
             continue;
         Link l(bpf_program__attach_perf_event(skel_->progs.on_sample, fd.get()));
-        perf_fds_.push_back(std::move(fd));
         if (!l)
             throw CaptureError(fmt::format("cannot attach the sampling program: {}", strerror(errno)));
+        fd.release(); // the link closes it
         links_.push_back(std::move(l));
     }
 }
+
+size_t Probe::threads_unsampled() const { return sampling_ ? sampling_->unknown() : 0; }
 
 std::vector<bool> Probe::attach_native(const std::string& path, const std::vector<uint64_t>& offsets,
                                        const std::vector<uint32_t>& cookies)
@@ -864,13 +886,13 @@ CaptureStats Probe::stats() const
     int fd = bpf_map__fd(skel_->maps.lotus_counters);
     int ncpu = libbpf_num_possible_cpus();
     std::vector<uint64_t> vals(static_cast<size_t>(ncpu > 0 ? ncpu : 1));
-    for (uint32_t idx : {LOTUS_COUNT_LOST, LOTUS_COUNT_SUBMITTED}) {
+    for (uint32_t idx : {LOTUS_COUNT_LOST, LOTUS_COUNT_SUBMITTED, LOTUS_COUNT_SAMPLED_ELSEWHERE}) {
         if (bpf_map_lookup_elem(fd, &idx, vals.data()))
             continue;
         uint64_t sum = 0;
         for (auto v : vals)
             sum += v;
-        (idx == LOTUS_COUNT_LOST ? s.lost : s.submitted) = sum;
+        (idx == LOTUS_COUNT_LOST ? s.lost : idx == LOTUS_COUNT_SUBMITTED ? s.submitted : s.sampled_elsewhere) = sum;
     }
     return s;
 }

@@ -28,6 +28,8 @@ struct bpf_link;
 
 namespace lotus::capture {
 
+class ThreadSampling;
+
 struct CaptureError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
@@ -35,6 +37,7 @@ struct CaptureError : std::runtime_error {
 struct CaptureStats {
     uint64_t submitted = 0; // records written to the ring buffer
     uint64_t lost = 0;      // records dropped because it was full
+    uint64_t sampled_elsewhere = 0; // sampling interrupts of threads outside the traced processes (per-CPU events)
 };
 
 // New children of traced processes stopped until their probes were attached (per-process probes).
@@ -88,8 +91,13 @@ public:
     void set_library_sink(Sink sink) { lib_sink_ = std::move(sink); }
     // Probes on the evaluator's RESUME handlers and its RETURN_VALUE handler (file offsets): inlined calls.
     void attach_inline_calls(const std::vector<uint64_t>& resume_offsets, uint64_t return_offset);
-    // Samples every traced thread's user stack at freq Hz (per-CPU sampling event, filtered in BPF).
+    // Samples every traced thread's user stack at freq Hz: an event on each traced thread, inherited by those it
+    // starts (ThreadSampling), in per-process mode; else one per CPU, filtered in BPF.
     void attach_sampling(const CounterSpec& event, uint64_t freq);
+    // "threads" or "cpus" (what attach_sampling opened its events on), "none" before it.
+    const char* sampling_scope() const { return sampling_scope_; }
+    // Threads left unsampled (ThreadSampling::unknown).
+    size_t threads_unsampled() const;
     // Entry and return probes on native functions of one file (offsets in it); function i's events carry
     // cookies[i]. Says per function whether the kernel took its probes (errno set by the last refusal). In
     // per-process mode, each traced process gets its own pair of links on the file (held children too), so
@@ -218,8 +226,11 @@ private:
     uint64_t inline_return_ = 0;                     // each traced process gets (none while inline_resume_ is empty)
     std::unique_ptr<lotus_bpf, SkeletonFree> skel_; // its tracepoint links go with it
     std::unique_ptr<ring_buffer, RingFree> rb_, lib_rb_;
-    std::vector<common::UniqueFd> perf_fds_;    // counters and sampling events
-    std::vector<Link> links_;                   // sampling, and probes without uprobe_multi
+    std::vector<common::UniqueFd> perf_fds_;    // counters
+    std::vector<Link> links_;                   // per-CPU sampling, and probes without uprobe_multi
+    bool thread_sampling_ = false;              // sampling events on the traced threads (attach_sampling)
+    std::unique_ptr<ThreadSampling> sampling_;  // those events' links
+    const char* sampling_scope_ = "none";
     std::vector<common::UniqueFd> multi_links_; // uprobe_multi links: native functions, opcode handlers
     common::UniqueFd session_link_;             // the Python probes' uprobe session link, when there is one
     ProcessLinks process_links_;                // per-process mode: each traced process's Python probes

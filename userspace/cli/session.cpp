@@ -329,8 +329,13 @@ int run_session(const Options& opts)
                 native->scan_process(static_cast<uint32_t>(root));
                 for (int d : target::descendants(root))
                     native->scan_process(static_cast<uint32_t>(d));
-                if (opts.sample_freq)
+                if (opts.sample_freq) {
                     probe->attach_sampling(capture::sampling_event(), opts.sample_freq);
+                    if (size_t n = probe->threads_unsampled())
+                        fmt::print(stderr, "lotus-bpf: {} thread{} of the traced processes carr{} more perf events "
+                                           "than lotus-bpf looks through: not sampled, the native map has none of "
+                                           "their samples\n", n, n == 1 ? "" : "s", n == 1 ? "ies" : "y");
+                }
             }
             probe->attach_python();
             if (handlers) {
@@ -492,7 +497,8 @@ int run_session(const Options& opts)
         if (native) {
             exporter::RunInfo::Native n{native->functions(), native_links, native->attach_seconds(),
                                         opts.sample_freq ? capture::sampling_event().name : "none",
-                                        opts.sample_freq ? opts.sample_stack : 0, {}};
+                                        opts.sample_freq ? opts.sample_stack : 0, probe->sampling_scope(),
+                                        stats.sampled_elsewhere, {}};
             // A --native spec that selected nothing is said, not silently dropped.
             size_t first_user = native_specs.size() - opts.native.size();
             for (size_t i = first_user; i < native_specs.size(); i++) {

@@ -59,6 +59,8 @@ std::string run_json_members(const RunInfo& r)
         m["native_probe_links"] = std::to_string(r.native->probe_links);
         m["sampling_event"] = json_string(r.native->sampling_event);
         m["sampling_stack_frames"] = std::to_string(r.native->sampling_stack_frames);
+        m["sampling_scope"] = json_string(r.native->sampling_scope);
+        m["sampled_elsewhere"] = std::to_string(r.native->sampled_elsewhere);
         m["native_specs_unmatched"] = json_strings(r.native->specs_unmatched);
     }
     if (r.native || !r.native_late.empty()) {

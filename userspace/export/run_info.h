@@ -49,6 +49,8 @@ struct RunInfo {
         double attach_s = 0;
         std::string sampling_event;
         unsigned sampling_stack_frames = 0; // --sample-stack; 0 without sampling
+        std::string sampling_scope;          // "threads" (each traced thread's own events), "cpus", "none"
+        uint64_t sampled_elsewhere = 0;      // sampling interrupts of threads outside the traced processes
         std::vector<std::string> specs_unmatched;
     };
     std::optional<Native> native; // --native-map, --native

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* --native-map's sampling events, where they are opened per traced thread: which traced threads have none yet. */
+#ifndef __LOTUS_SAMPLING_BPF_H
+#define __LOTUS_SAMPLING_BPF_H
+
+/* on_sample's program id, set by user space once loaded: an event runs it whether user space opened it on that
+ * thread or the thread inherited it (a perf event opened with inherit is copied into each thread and process
+ * the thread starts, with its program). */
+__u32 sampler_prog_id = 0;
+
+#define LOTUS_PF_EXITING 0x00000004
+#define LOTUS_PF_USER_WORKER 0x00004000 /* io_uring and vhost workers: they never run user code */
+#define LOTUS_EVENTS_WALKED 256
+
+/* Whether one of the events of the task's perf context runs on_sample: LOTUS_SAMPLER_*. The context is read
+ * without its lock (it is freed after an RCU grace period, and an iterator runs under RCU): a list changing
+ * meanwhile, which only an event opened or closed on this very task does, may read as not walked to its end. */
+static __always_inline __u32 sampler_state(struct task_struct *t)
+{
+    struct perf_event_context *pctx = BPF_CORE_READ(t, perf_event_ctxp);
+    if (!pctx)
+        return LOTUS_SAMPLER_NONE;
+    struct list_head *head = &pctx->event_list;
+    struct list_head *pos = BPF_CORE_READ(pctx, event_list.next);
+    for (__u32 i = 0; i < LOTUS_EVENTS_WALKED; i++) {
+        if (!pos || pos == head)
+            return LOTUS_SAMPLER_NONE;
+        struct perf_event *ev = container_of(pos, struct perf_event, event_entry);
+        if (BPF_CORE_READ(ev, prog, aux, id) == sampler_prog_id)
+            return LOTUS_SAMPLER_HAS;
+        pos = BPF_CORE_READ(pos, next);
+    }
+    return LOTUS_SAMPLER_UNKNOWN;
+}
+
+/* Each thread of a traced process that has no sampling event of ours (or whose events could not all be looked
+ * at), as a struct lotus_unsampled: user space opens one on each, and asks again until none is left, as threads
+ * started by a thread that had none yet have none either. */
+SEC("iter/task")
+int unsampled_threads(struct bpf_iter__task *ctx)
+{
+    struct task_struct *t = ctx->task;
+    if (!t)
+        return 0;
+    __u32 tgid = t->tgid;
+    if (!bpf_map_lookup_elem(&lotus_traced, &tgid) || (t->flags & (LOTUS_PF_EXITING | LOTUS_PF_USER_WORKER)))
+        return 0;
+    struct lotus_unsampled u = {t->pid, sampler_state(t)};
+    if (u.state != LOTUS_SAMPLER_HAS)
+        bpf_seq_write(ctx->meta->seq, &u, sizeof(u));
+    return 0;
+}
+
+#endif /* __LOTUS_SAMPLING_BPF_H */
