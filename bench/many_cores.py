@@ -13,6 +13,7 @@ Usage: bench/many_cores.py [--python PY] [--workers 8] [--images 2048] [--repeat
                            [--rows pairs,bpf,tracer,unrelated,alternate]"""
 import argparse
 import os
+import shlex
 import shutil
 import statistics
 import sys
@@ -51,6 +52,8 @@ def main():
     ap.add_argument("--budget", type=float, default=1e9, help="seconds after which no new repeat starts")
     ap.add_argument("--rows", default="pairs,bpf,tracer,unrelated,alternate",
                     help="the parts to measure, in this order")
+    ap.add_argument("--extra-mode", action="append", default=[],
+                    help="one more traced mode in the pairs: lotus-bpf's options, e.g. '--native-map --sample-freq 99'")
     args = ap.parse_args()
     rows_wanted = set(args.rows.split(","))
     if not rows_wanted <= {"pairs", "bpf", "tracer", "unrelated", "alternate"}:
@@ -67,8 +70,10 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         run.run_train(data, 1, False, tmp)  # the page cache
-        base, base_cpu, holds = [], [], []
+        base, base_cpu = [], []
         modes = {"default": ((), [], []), "--native-map --counters": (run.NATIVE, [], [])}
+        modes.update({m: (shlex.split(m), [], []) for m in args.extra_mode})
+        holds = {name: [] for name in modes}
         # what the pairs may take of the budget: the other rows need the rest
         share = 0.9 if rows_wanted == {"pairs"} else 0.45
         for i in range(args.repeats if "pairs" in rows_wanted else 0):
@@ -84,8 +89,8 @@ def main():
                 cpu.append(info["cpu_s"] / samples)
                 line += f", {name} {samples / s:.0f} ({info['lost_events']} lost)"
                 held = info.get("held_children", {})
-                if name == "default" and held.get("count"):
-                    holds.append(held)
+                if held.get("count"):
+                    holds[name].append(held)
                     line += (f" (workers held {held['total_ms'] / held['count']:.1f} ms each, at most "
                              f"{held['max_ms']:.1f}, attaching {held.get('attach_ms', 0) / held['count']:.1f})")
             say(line)
@@ -94,11 +99,13 @@ def main():
             rows += [ratio_row(name, runs, base, cpu, base_cpu) for name, (_, runs, cpu) in modes.items()]
             say(rows[-2])
             say(rows[-1])
-        if holds:
-            rows.append(f"DataLoader worker held at its fork, default: "
-                        f"{statistics.median(h['total_ms'] / h['count'] for h in holds):.1f} ms (median of "
-                        f"{len(holds)} runs), at most {max(h['max_ms'] for h in holds):.1f} ms; of a hold, attaching its "
-                        f"probes {statistics.median(h.get('attach_ms', 0) / h['count'] for h in holds):.1f} ms")
+        for name, hs in holds.items():
+            if not hs:
+                continue
+            rows.append(f"DataLoader worker held at its fork, {name}: "
+                        f"{statistics.median(h['total_ms'] / h['count'] for h in hs):.1f} ms (median of "
+                        f"{len(hs)} runs), at most {max(h['max_ms'] for h in hs):.1f} ms; of a hold, attaching its "
+                        f"probes {statistics.median(h.get('attach_ms', 0) / h['count'] for h in hs):.1f} ms")
             say(rows[-1])
         if "bpf" in rows_wanted and shutil.which("bpftool") and left() > 0.35 * args.budget:
             for name, extra in (("default", ()), ("--native-map --counters", run.NATIVE)):
@@ -118,11 +125,12 @@ def main():
         if "unrelated" in rows_wanted and left() < 20:
             rows.append("unrelated process: not measured (out of time)")
         elif "unrelated" in rows_wanted:
-            for kind, (a, b, p) in run.unrelated(5, UNRELATED).items():
-                n = UNRELATED[kind]
-                rows.append(f"unrelated process beside the tracer, {kind}: {100 * (b / a - 1):+.1f} % ({a:.3f} s alone, "
-                            f"{b:.3f} s beside, {(b - a) * 1e9 / n:+.0f} ns a call, {p}, 5 interleaved)")
-                say(rows[-1])
+            for mode, extra in (("", ()), (" --native-map --counters", run.NATIVE)):
+                for kind, (a, b, p) in run.unrelated(5, UNRELATED, extra=extra).items():
+                    n = UNRELATED[kind]
+                    rows.append(f"unrelated process beside the tracer{mode}, {kind}: {100 * (b / a - 1):+.1f} % ({a:.3f} "
+                                f"s alone, {b:.3f} s beside, {(b - a) * 1e9 / n:+.0f} ns a call, {p}, 5 interleaved)")
+                    say(rows[-1])
         if "alternate" in rows_wanted and left() > 60:
             arms = {"untraced": None, "default": (run.LOTUS, [], None), "native": (run.LOTUS, run.NATIVE, None)}
             got = alternate.alternate(data, arms, args.repeats, args.workers,

@@ -211,11 +211,11 @@ def export_rate(tmp):
 UNRELATED = {"functions": 2_000_000, "objects": 2_000_000, "syscalls": 500_000, "switches": 100_000}
 
 
-def unrelated(repeats, kinds, env=None):
+def unrelated(repeats, kinds, env=None, extra=()):
     """An unrelated process running the same interpreter (bench/calls.py: n calls of each kind in `kinds`, a dict
     kind -> n) while lotus-bpf traces another job (an idle one that imported torch), against the same with
     nothing traced, interleaved: per repeat each kind alone, the tracer attached, each kind beside it, the tracer
-    stopped (one attach a repeat for all kinds). env: the tracer's extra environment. Per kind: (median seconds
+    stopped (one attach a repeat for all kinds). env: the tracer's extra environment; extra: its options. Per kind: (median seconds
     alone, median seconds beside the tracer, their pairs)."""
     job = subprocess.Popen([PY, "-c", "import torch, time; print('ready', flush=True); time.sleep(900)"],
                            stdout=subprocess.PIPE, text=True)
@@ -225,7 +225,7 @@ def unrelated(repeats, kinds, env=None):
         for _ in range(repeats):
             for kind, n in kinds.items():
                 alone[kind].append(floor.call_seconds(PY, n, kind, "untraced", LOTUS, []))
-            tracer = subprocess.Popen([LOTUS, "-q", "-o", os.devnull, "--pid", str(job.pid)],
+            tracer = subprocess.Popen([LOTUS, "-q", "-o", os.devnull, *extra, "--pid", str(job.pid)],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                       env={**os.environ, **(env or {})})
             while "tracing PID" not in tracer.stderr.readline():
