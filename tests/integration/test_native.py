@@ -202,8 +202,8 @@ class NativeMapTest(BpfTestCase):
 
     def samples_per_cpu_ms(self, summary):
         """All samples of the run (every op, the gaps, outside any span) per ms of the job's CPU time while
-        traced: ~1 at the default 999 Hz of cpu-clock, which fires per ms a sampled thread runs; 2 if some
-        thread were sampled twice."""
+        traced: cpu-clock fires once per period a sampled thread runs, so ~Hz/1000; twice that if some thread
+        were sampled twice."""
         job = summary["resources"]["job"]
         return sum(m["samples"] for m in summary["native_map"]) / (1000 * (job["user_s"] + job["system_s"]))
 
@@ -211,18 +211,20 @@ class NativeMapTest(BpfTestCase):
     def test_sampling_interrupts_only_the_traced_threads(self):
         # Each traced thread carries its own sampling event (its DataLoader workers inherit theirs at fork): a busy
         # process beside the job is never interrupted. With one event per CPU (what kernels without per-process
-        # probes get) it is, and those interrupts are counted; the job's samples are the same either way.
+        # probes get) it is, and those interrupts are counted. The job's samples: one per period of its CPU time,
+        # at the default 99 Hz and at 999.
         busy = subprocess.Popen([PY, "-c", "while True: pass"])
         self.addCleanup(lambda: (busy.kill(), busy.wait()))
-        for env, scope in (({}, "threads"), ({"LOTUS_PER_CPU_SAMPLING": "1"}, "cpus")):
-            r, summary, trace = self.run_job("--native-map", env=env)
+        for env, scope, hz in (({}, "threads", 99), ({"LOTUS_PER_CPU_SAMPLING": "1"}, "cpus", 999)):
+            freq = () if hz == 99 else ("--sample-freq", str(hz))
+            r, summary, trace = self.run_job("--native-map", *freq, env=env)
             other = trace["otherData"]
             self.assertEqual(other["sampling_scope"], scope)
             if scope == "threads":
                 self.assertEqual(other["sampled_elsewhere"], 0)
             else:  # the busy process, at 999 Hz of the CPU time it got (about half of one CPU, several seconds)
                 self.assertGreater(other["sampled_elsewhere"], 1000)
-            self.assertAlmostEqual(self.samples_per_cpu_ms(summary), 1.0, delta=0.12, msg=scope)
+            self.assertAlmostEqual(self.samples_per_cpu_ms(summary) / (hz / 1000), 1.0, delta=0.12, msg=scope)
 
     @unittest.skipUnless(kernel_at_least(6, 13), "per-thread sampling comes with the per-process probes (Linux 6.13)")
     def test_attached_job_threads_sampled_once(self):
@@ -235,7 +237,8 @@ class NativeMapTest(BpfTestCase):
         self.addCleanup(lambda: (job.poll() is None and job.kill(), job.wait()))
         wait_for_file(ready)
         out, summ = self.path("trace.json"), self.path("summary.json")
-        tracer = start_lotus(["-q", "-o", out, "--summary-json", summ, "--native-map", "--pid", str(job.pid)])
+        tracer = start_lotus(["-q", "-o", out, "--summary-json", summ, "--native-map", "--sample-freq", "999", "--pid",
+                              str(job.pid)])
         self.addCleanup(lambda: (tracer.poll() is None and tracer.kill(), tracer.wait()))
         wait_for_attach(tracer)
         open(hold, "w").close()
@@ -248,7 +251,7 @@ class NativeMapTest(BpfTestCase):
         self.assertEqual((other["sampling_scope"], other["sampled_elsewhere"]), ("threads", 0))
         # the second epoch whole (of the first, the batches prefetched before it attached are not)
         self.assertGreaterEqual(sum(summary["ops"][op]["count"] for op in OPS), len(OPS) * self.images)
-        self.assertAlmostEqual(self.samples_per_cpu_ms(summary), 1.0, delta=0.12)
+        self.assertAlmostEqual(self.samples_per_cpu_ms(summary) / 0.999, 1.0, delta=0.12)
 
     def check_counters(self, summary, trace, names):
         """Every op counted; task-clock over each op agrees with the on-CPU time BPF accumulates at context

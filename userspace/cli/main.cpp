@@ -146,7 +146,8 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
                     "also probe these native functions as spans: 'LIBGLOB:SYMBOLGLOB' (repeatable; implies "
                     "--native-map)")
         ->check(kNativeSpec);
-    app->add_option("--sample-freq", p.opts.sample_freq, "native map sampling frequency in Hz (0: no sampling)")
+    app->add_option("--sample-freq", p.opts.sample_freq,
+                    "native map sampling frequency in Hz, per traced thread (0: no sampling)")
         ->capture_default_str()
         ->check(CLI::Range(0, 100000));
     app->add_option("--sample-stack", p.opts.sample_stack,

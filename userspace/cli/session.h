@@ -31,7 +31,7 @@ struct Options {
     target::Limits limits; // --cpus, --memory, --cpuset: launch mode only
     bool native_map = false;          // sampling map + built-in native function probes
     std::vector<std::string> native;  // --native LIBGLOB:SYMBOLGLOB
-    unsigned sample_freq = 999;       // Hz, for the native map
+    unsigned sample_freq = 99;        // Hz, for the native map (docs/native-map.md: what a sample costs)
     unsigned sample_stack = 1;        // user-stack frames per sample: 1 the leaf, more with callers
     std::string counters;             // --counters: "default" or a list; empty: none
     bool coarse = false;  // trace file: batches, waits and flows only
