@@ -376,6 +376,12 @@ def main():
         beside_wide = unrelated(max(args.repeats, 5), {"objects": UNRELATED["objects"]},
                                 env={"LOTUS_SYSTEM_WIDE_PROBES": "1"})["objects"]
         beside_bare = unrelated_bare_syscalls(max(args.repeats, 5), UNRELATED["syscalls"])
+        # the native map's sampling: events on the traced threads (the default), and one per CPU at 999 Hz (what
+        # it was before, and what kernels before 6.13 get at that frequency)
+        syscalls_only = {"syscalls": UNRELATED["syscalls"]}
+        beside_native = unrelated(max(args.repeats, 5), syscalls_only, extra=NATIVE)["syscalls"]
+        beside_per_cpu = unrelated(max(args.repeats, 5), syscalls_only, env={"LOTUS_PER_CPU_SAMPLING": "1"},
+                                   extra=NATIVE + ["--sample-freq", "999"])["syscalls"]
         pure = {"untraced": [], "default": [], "all-calls": []}
         pure311 = {"untraced": [], "all-calls": []}
         if os.access(PY312, os.X_OK):
@@ -449,6 +455,12 @@ def main():
         ("unrelated process, objects, system-wide probes", f"{100 * (beside_wide[1] / beside_wide[0] - 1):+.1f} %",
          f"the same with LOTUS_SYSTEM_WIDE_PROBES=1 (kernels before 6.13): {beside_wide[0]:.3f} s alone, "
          f"{beside_wide[1]:.3f} s beside, {beside_wide[2]}"),
+        ("unrelated process, syscalls, beside --native-map --counters", f"{100 * (beside_native[1] / beside_native[0] - 1):+.1f} %",
+         f"{beside_native[0]:.3f} s alone, {beside_native[1]:.3f} s beside, {beside_native[2]}; the sampling events are "
+         f"on the traced threads alone (99 Hz)"),
+        ("unrelated process, syscalls, per-CPU sampling at 999 Hz", f"{100 * (beside_per_cpu[1] / beside_per_cpu[0] - 1):+.1f} %",
+         f"{beside_per_cpu[0]:.3f} s alone, {beside_per_cpu[1]:.3f} s beside, {beside_per_cpu[2]}; LOTUS_PER_CPU_SAMPLING=1 "
+         f"--sample-freq 999: the native map before 5de3f28, and kernels before 6.13 at that frequency"),
         ("records per sample, steady state", f"{per_sample:.1f}", f"marginal over {MORE_EPOCHS} more epochs; {lost} lost; "
          f"all records incl. startup: {events / samples:.1f}/sample"),
         ("tracer CPU per sample, steady state (us)", f"{tracer_us:.0f}",
