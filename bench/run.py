@@ -110,8 +110,11 @@ def task_cpu_ns(pid):
     """CPU time of every thread of a process, in ns (schedstat: exact, where /proc/PID/stat counts 10 ms ticks)."""
     total = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-            total += int(f.read().split()[0])
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except FileNotFoundError:  # a thread that ended meanwhile (the tracer's link closers: microseconds)
+            pass
     return total
 
 

@@ -25,7 +25,8 @@ static __always_inline __u32 sampler_state(struct task_struct *t)
     for (__u32 i = 0; i < LOTUS_EVENTS_WALKED; i++) {
         if (!pos || pos == head)
             return LOTUS_SAMPLER_NONE;
-        struct perf_event *ev = container_of(pos, struct perf_event, event_entry);
+        /* container_of with the offset relocated (CO-RE): struct perf_event differs between kernels */
+        struct perf_event *ev = (void *)pos - bpf_core_field_offset(struct perf_event, event_entry);
         if (BPF_CORE_READ(ev, prog, aux, id) == sampler_prog_id)
             return LOTUS_SAMPLER_HAS;
         pos = BPF_CORE_READ(pos, next);

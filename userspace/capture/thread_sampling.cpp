@@ -61,7 +61,7 @@ ThreadSampling::ThreadSampling(bpf_program* sampler, bpf_program* unsampled, con
     if (!raw)
         throw CaptureError(fmt::format("cannot list the traced threads: {}", strerror(errno)));
     std::unique_ptr<bpf_link, int (*)(bpf_link*)> iter(raw, bpf_link__destroy);
-    std::set<uint32_t> unknown;
+    std::set<uint32_t> unknown, opened_on;
     // Each round opens events on threads that exist; one started after its creator's event was opened has
     // that event's copy. A thread that starts threads faster than this loop opens events keeps it going.
     for (int round = 0;; round++) {
@@ -71,6 +71,11 @@ ThreadSampling::ThreadSampling(bpf_program* sampler, bpf_program* unsampled, con
                 unknown.insert(u.tid);
                 continue;
             }
+            // Listed again after its event was opened: BPF cannot see lotus-bpf's events in this kernel's perf
+            // contexts, so it could not tell an inherited event either; opening more would sample threads twice.
+            if (opened_on.count(u.tid))
+                throw CaptureError(fmt::format("cannot tell which threads carry a sampling event (thread {} still "
+                                               "shows none after one was opened)", u.tid));
             common::UniqueFd pfd = open_inherited(event, static_cast<int>(u.tid), freq);
             if (!pfd && errno == ESRCH)
                 continue; // it exited
@@ -82,6 +87,7 @@ ThreadSampling::ThreadSampling(bpf_program* sampler, bpf_program* unsampled, con
             if (!link)
                 throw CaptureError(fmt::format("cannot attach the sampling program: {}", strerror(errno)));
             links_.push_back(std::move(link));
+            opened_on.insert(u.tid);
             opened = true;
         }
         if (!opened)
