@@ -19,6 +19,9 @@ const volatile __u32 inline_calls = 0; /* --all-calls on 3.11: see struct thread
 const volatile __u64 slot_vaddr[LOTUS_SLOTS_PROBED] = {};
 const volatile __u64 tstate_vaddr = 0;
 
+/* In a uprobe session: whether this run is the return's. */
+extern bool bpf_session_is_return(void) __ksym __weak;
+
 #include "ring.bpf.h"
 #include "pyobj.bpf.h"
 #include "threads.bpf.h"
@@ -76,7 +79,6 @@ int BPF_KRETPROBE(py_return)
 
 /* The evaluator's entry and return as one uprobe session (user space sets its attach type and attaches it
  * when the kernel has sessions; it is not loaded otherwise). */
-extern bool bpf_session_is_return(void) __ksym __weak;
 
 SEC("uprobe")
 int BPF_KPROBE(py_call, void *tstate, void *frame_arg)
@@ -91,6 +93,8 @@ int BPF_KPROBE(py_call, void *tstate, void *frame_arg)
 SEC("uprobe")
 int BPF_KPROBE(py_slot, void *self)
 {
+    if (bpf_get_attach_cookie(ctx) == LOTUS_PY_OS_READ)
+        return os_read_call(ctx);
     if (bpf_session_is_return())
         return leave(ctx);
     return slot_enter(ctx, (__u64)self, true);
@@ -246,14 +250,6 @@ static __always_inline void sys_openat(const char *path)
         }
     }
     bpf_ringbuf_submit(e, submit_flags());
-}
-
-/* A read's result: the buffer holds its bytes now. multiprocessing reads the length header and the pickle
- * apart: the pickle is at the buffer's start. */
-static __always_inline void sys_read_done(int fd, __u64 buf, long ret)
-{
-    if (ret >= MSG_MIN && traced_pickle(buf, false) == 0)
-        emit_msg(fd, buf, ret, 0, LOTUS_MSG_IN);
 }
 
 /* One program per syscall watched, each on its own `syscalls:` event, so that no other syscall on the machine

@@ -103,6 +103,9 @@ struct lotus_counters {
  * iterator's loader, which DataLoader.__iter__ gives too); kept so that their record files replay. */
 #define LOTUS_SLOT_INIT 4
 #define LOTUS_SLOTS 5
+/* Not a slot: CPython's os.read, probed in the same uprobe session as the slots (its cookie), in place of libc's
+ * read() where found (target/builtin_functions.h): pickles received on pipes, none of a sample's file reads. */
+#define LOTUS_PY_OS_READ 8
 
 struct lotus_py_entry {
     struct lotus_event_header h;
@@ -388,6 +391,7 @@ struct lotus_py_layout {
      * gilstate.tstate_current before 3.12, then its main interpreter's GIL's last_holder. The type-slot probes
      * find the running frame through it (the slot functions are not handed the thread state). ABI 6. */
     __s32 runtime_tstate;
+    __s32 bytes_data;             /* PyBytesObject.ob_sval: what os.read returned (its size: tuple_size) */
 };
 
 #endif /* LOTUS_ABI_H */

@@ -3,6 +3,9 @@
 #ifndef __LOTUS_SYSCALLS_BPF_H
 #define __LOTUS_SYSCALLS_BPF_H
 
+/* A read or write of at least this many bytes may carry a message: 11 bytes of PROTO + FRAME, then an opcode. */
+#define MSG_MIN 12
+
 /* multiprocessing sends an object as a 4-byte big-endian length and its pickle (in one write when it is small);
  * ForkingPickler's protocol 4 and 5 pickles begin with PROTO and a FRAME opcode: \x80 4|5 \x95. Where the pickle
  * starts in a traced thread's buffer (0, or, when `header` may precede it, 4), or -1. */
@@ -76,7 +79,42 @@ static __always_inline void emit_msg(int fd, __u64 buf, long n, int at, __u8 dir
     bpf_ringbuf_submit(e, submit_flags());
 }
 
-/* A read or write of at least this many bytes may carry a message: 11 bytes of PROTO + FRAME, then an opcode. */
-#define MSG_MIN 12
+
+/* A read's result: the buffer holds its bytes now. multiprocessing reads the length header and the pickle
+ * apart: the pickle is at the buffer's start. */
+static __always_inline void sys_read_done(int fd, __u64 buf, long ret)
+{
+    if (ret >= MSG_MIN && traced_pickle(buf, false) == 0)
+        emit_msg(fd, buf, ret, 0, LOTUS_MSG_IN);
+}
+
+/* os.read(fd, length) in a traced thread: the interpreter's os_read(module, args, nargs), in py_slot's session
+ * (LOTUS_PY_OS_READ). Its entry asks for the return of a read from a pipe long enough to hold a pickle; at the
+ * return the bytes are in the object os.read made (its size and data: layout.tuple_size, bytes_data). */
+static __always_inline int os_read_call(struct pt_regs *ctx)
+{
+    struct thread_state *ts = bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0);
+    if (!ts)
+        return 1;
+    if (bpf_session_is_return()) {
+        if (ts->read_buf != 1)
+            return 0;
+        ts->read_buf = 0;
+        __u64 bytes = PT_REGS_RC(ctx);
+        __s64 n = 0;
+        if (bytes && !bpf_probe_read_user(&n, sizeof(n), (void *)(bytes + layout.tuple_size)))
+            sys_read_done(ts->read_fd, bytes + layout.bytes_data, n);
+        return 0;
+    }
+    __u64 args[2];
+    if (PT_REGS_PARM3(ctx) != 2 || bpf_probe_read_user(args, sizeof(args), (void *)PT_REGS_PARM2(ctx)))
+        return 1;
+    __s64 fd = int_value(ts, args[0]), len = int_value(ts, args[1]);
+    if (fd < 0 || fd >= 65536 || len < MSG_MIN || !is_pipe_mode(file_mode(task_file(fd))))
+        return 1;
+    ts->read_buf = 1;
+    ts->read_fd = fd;
+    return 0;
+}
 
 #endif /* __LOTUS_SYSCALLS_BPF_H */

@@ -62,7 +62,8 @@ struct thread_state {
     __u8 adopted;      /* made before its first probed call (adopt_thread): that call starts its accounting */
     __u8 _pad;
     __u64 int_types[2]; /* static types with Py_TPFLAGS_LONG_SUBCLASS met (int, bool): see int_value */
-    __u64 read_buf; /* a libc read() in progress that may carry a pickle (libc_call): its buffer and fd */
+    __u64 read_buf; /* a read in progress that may carry a pickle: libc's read() (libc_call), its buffer and fd;
+                     * os.read (os_read_call), 1 and its fd (its bytes are in the object it returns) */
     __s32 read_fd;
     __u32 _pad2;
     struct type_memo types[TYPE_MEMO]; /* see memo_type_flags */

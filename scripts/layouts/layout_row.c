@@ -127,6 +127,6 @@ int main(void)
     printf("        .code_nlocals = %ld, .code_cellvars = %ld, .code_cell2arg = %ld, .cell_ref = %ld, "
            ".type_base = %ld,\n",
            code_nlocals, code_cellvars, code_cell2arg, OFF(PyCellObject, ob_ref), OFF(PyTypeObject, tp_base));
-    printf("        .runtime_tstate = %ld}},\n", runtime_tstate);
+    printf("        .runtime_tstate = %ld, .bytes_data = %ld}},\n", runtime_tstate, OFF(PyBytesObject, ob_sval));
     return 0;
 }

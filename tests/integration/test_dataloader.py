@@ -86,10 +86,13 @@ class DataLoaderSemantics(BpfTestCase):
 
     def test_every_syscall_attachment(self):
         """The DataLoader's pickles, the samples' file opens and the workers' getppid reach the engine the same
-        through libc's wrappers in the traced processes (the default where probes are per process), through the
-        syscalls: events (LOTUS_SYSCALL_EVENTS=1; the native map's way) and through the raw sys_enter/sys_exit pair
-        (where tracefs cannot be read, as with CAP_BPF + CAP_PERFMON alone; LOTUS_RAW_SYSCALLS=1 forces it here)."""
-        for env, programs in (({}, "traced processes' libc calls"), ({"LOTUS_SYSCALL_EVENTS": "1"}, "watched syscalls"),
+        through libc's wrappers in the traced processes, with the pickles received at the interpreter's os.read (the
+        default where probes are per process) or at libc's read() (LOTUS_LIBC_READ=1), through the syscalls: events
+        (LOTUS_SYSCALL_EVENTS=1; the native map's way) and through the raw sys_enter/sys_exit pair (where tracefs
+        cannot be read, as with CAP_BPF + CAP_PERFMON alone; LOTUS_RAW_SYSCALLS=1 forces it here)."""
+        for env, programs in (({}, "traced processes' libc calls and os.read"),
+                              ({"LOTUS_LIBC_READ": "1"}, "traced processes' libc calls"),
+                              ({"LOTUS_SYSCALL_EVENTS": "1"}, "watched syscalls"),
                               ({"LOTUS_RAW_SYSCALLS": "1"}, "every syscall")):
             with self.subTest(programs=programs):
                 data, trace = self.trace_job(env=env)

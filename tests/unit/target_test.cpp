@@ -11,6 +11,7 @@
 #include "target/elf_file.h"
 #include "target/interpreter.h"
 #include "target/proc_maps.h"
+#include "target/builtin_functions.h"
 #include "target/slot_functions.h"
 
 using namespace lotus::target;
@@ -318,6 +319,45 @@ TEST(SlotFunctions, FoundInStrippedStaticInterpreters)
     }
     if (!checked)
         GTEST_SKIP() << "neither Debian's CPython 3.11 nor 3.14 is installed";
+}
+
+// os.read through the posix module's method table: the same function as the static symbol os_read of the
+// interpreters that keep it (pyenv's), and found in the stripped ones (Debian's 3.11 and 3.14), where the
+// interpreter's description carries its probe's file offset.
+TEST(BuiltinFunctions, OsReadAgreesWithTheSymbolsAndIsFoundInStrippedInterpreters)
+{
+    int checked = 0;
+    for (const char* v : {"3.10.13", "3.11.7", "3.12.1", "3.13.0"}) {
+        std::string minor(v, std::string(v).rfind('.'));
+        std::string lib = fmt::format("/root/.pyenv/versions/{}/lib/libpython{}.so.1.0", v, minor);
+        if (access(lib.c_str(), R_OK) != 0)
+            continue;
+        SCOPED_TRACE(lib);
+        ElfFile elf(lib);
+        std::string why;
+        auto os_read = find_os_read(elf, &why);
+        ASSERT_TRUE(os_read) << why;
+        ASSERT_TRUE(elf.symbol("os_read"));
+        EXPECT_EQ(*os_read, elf.symbol("os_read")->value);
+        EXPECT_NE(*os_read, elf.symbol("os_write")->value);
+        checked++;
+    }
+    for (const char* exe : {"/usr/bin/python3.11", "/opt/lotus-bpf/python3.14/usr/bin/python3.14"}) {
+        if (access(exe, R_OK) != 0)
+            continue;
+        SCOPED_TRACE(exe);
+        EXPECT_FALSE(ElfFile(exe).symbol("os_read")); // stripped: only the table tells
+        auto i = find_interpreter_in_executable(exe, "");
+        ASSERT_TRUE(i.os_read_offset) << i.os_read_missing;
+        EXPECT_GT(*i.os_read_offset, 0u);
+        checked++;
+    }
+    if (!checked)
+        GTEST_SKIP() << "no CPython 3.10-3.14 on this machine";
+    ElfFile self("/proc/self/exe");
+    std::string why;
+    EXPECT_FALSE(find_os_read(self, &why));
+    EXPECT_FALSE(why.empty());
 }
 
 TEST(SlotFunctions, AFileWithoutTheTableSaysWhy)

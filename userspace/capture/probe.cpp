@@ -205,6 +205,13 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
         auto w = libc ? target::libc_wrappers(*libc) : std::nullopt;
         libc_ = w && w->dlopen;
     }
+    // Pickles received: at os.read (in the Python probes' session), where found, rather than at libc's read(),
+    // which every file read of a sample (an image's) trapped on. LOTUS_LIBC_READ=1: at libc's read().
+    os_read_ = libc_ && slots_ && interp.os_read_offset && !env_set("LOTUS_LIBC_READ");
+    if (os_read_) {
+        py_offsets_.push_back(*interp.os_read_offset);
+        py_cookies_.push_back(LOTUS_PY_OS_READ);
+    }
     if (!libc_ && !env_set("LOTUS_RAW_SYSCALLS"))
         if (auto ids = tracepoint_ids(kSyscallEvents))
             syscall_ids_ = std::move(*ids);
@@ -609,7 +616,12 @@ bool Probe::attach_libc_to(uint32_t tgid, std::vector<common::UniqueFd>& fds, ui
                                         tgid, libc->path);
         return true;
     }
-    std::vector<uint64_t> offsets = w.offsets, cookies = w.cookies;
+    std::vector<uint64_t> offsets, cookies;
+    for (size_t i = 0; i < w.offsets.size(); i++)
+        if (!os_read_ || w.cookies[i] != LOTUS_LIBC_READ) {
+            offsets.push_back(w.offsets[i]);
+            cookies.push_back(w.cookies[i]);
+        }
     if (native_) { // the libraries it loads later, for the native map
         offsets.push_back(*w.dlopen);
         cookies.push_back(LOTUS_LIBC_DLOPEN);

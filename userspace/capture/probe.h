@@ -132,11 +132,15 @@ public:
     // DataLoader worker takes its parent's pid from its first getppid (torch's watchdog), and one that starts
     // after its parent died never sees it die. Returns how many were still starting.
     size_t let_children_start(int wait_ms);
-    // Which syscalls run the syscall programs: "watched syscalls" (each on its own syscalls: event) or "every
-    // syscall" (the raw sys_enter/sys_exit pair, where tracefs cannot be read).
+    // Where the watched syscalls are seen: libc's wrappers in the traced processes (reads at os.read where it is
+    // found), "watched syscalls" (each on its own syscalls: event) or "every syscall" (the raw sys_enter/sys_exit
+    // pair, where tracefs cannot be read).
     const char* syscall_programs() const
     {
-        return libc_ ? "traced processes' libc calls" : syscall_events_ ? "watched syscalls" : "every syscall";
+        return os_read_  ? "traced processes' libc calls and os.read"
+               : libc_   ? "traced processes' libc calls"
+               : syscall_events_ ? "watched syscalls"
+                                 : "every syscall";
     }
     // Detach and unload now (also done by the destructor).
     void close();
@@ -200,6 +204,7 @@ private:
     std::vector<uint32_t> syscall_ids_; // those events' ids (kSyscallEvents' order)
     // The syscalls through libc's wrappers in the traced processes (per-process links; no syscall event).
     bool libc_ = false;
+    bool os_read_ = false; // reads at the interpreter's os.read (LOTUS_PY_OS_READ), not at libc's read()
     bool native_ = false; // the native map: libc's dlopen is probed too (its returns: LOTUS_EV_LOADED)
     std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::optional<target::LibcWrappers>> libc_files_; // by file
     std::map<uint32_t, std::set<std::tuple<uint32_t, uint32_t, uint64_t>>> libc_linked_; // per process: its files

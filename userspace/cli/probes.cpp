@@ -34,6 +34,11 @@ int run_probes(std::optional<int> pid, const std::string& python)
     const char* names[LOTUS_SLOTS_PROBED] = {"", "__call__", "__iter__", "__next__"};
     for (int k = 1; k < LOTUS_SLOTS_PROBED; k++)
         fmt::print("slot {} {:#x}\n", names[k], interp.slots->offset[static_cast<size_t>(k)]);
+    // Pickles read from pipes are seen there (in the slots' session) rather than at libc's read().
+    if (interp.os_read_offset)
+        fmt::print("builtin os.read {:#x}\n", *interp.os_read_offset);
+    else
+        fmt::print("builtin os.read: not found ({}); pipe reads are seen at libc's read()\n", interp.os_read_missing);
     return 0;
 }
 

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <cerrno>
 
+#include "builtin_functions.h"
 #include "common/arch.h"
 #include "debug_offsets.h"
 #include "elf_file.h"
@@ -101,7 +102,7 @@ Interpreter describe(const ElfFile& elf, bool shared, const std::string& who)
     auto off = elf.file_offset(eval->value + cheap_probe_shift(elf, eval->value, eval->size));
     if (!off)
         throw TargetError(fmt::format("{}: {} has no file offset for {}", who, elf.path(), kEvalSymbol));
-    Interpreter interp{elf.path(), elf.path(), shared, *version, *off, *layout, "table", std::nullopt, ""};
+    Interpreter interp{elf.path(), elf.path(), shared, *version, *off, *layout, "table", std::nullopt, "", std::nullopt, ""};
     auto runtime = elf.symbol("_PyRuntime");
     if (auto fns = find_slot_functions(elf, &interp.slots_missing); fns && runtime && layout->runtime_tstate > 0) {
         SlotProbes sp;
@@ -120,6 +121,11 @@ Interpreter describe(const ElfFile& elf, bool shared, const std::string& who)
             interp.slots_missing = "a slot function has no file offset";
     } else if (fns) {
         interp.slots_missing = "no _PyRuntime symbol";
+    }
+    if (auto os_read = find_os_read(elf, &interp.os_read_missing)) {
+        interp.os_read_offset = elf.file_offset(*os_read + cheap_probe_shift(elf, *os_read, 0));
+        if (!interp.os_read_offset)
+            interp.os_read_missing = "os.read has no file offset";
     }
     // 3.13+: the interpreter's own description of its structures (the table row supplies the rest, and is
     // the fallback when the description is missing or fails validation).

@@ -33,6 +33,8 @@ struct Interpreter {
     std::string layout_source = "table"; // or "_Py_DebugOffsets" (3.13+, read from the interpreter's file)
     std::optional<SlotProbes> slots;     // nullopt: only the evaluator can be probed, for slots_missing
     std::string slots_missing;
+    std::optional<uint64_t> os_read_offset; // file offset of os.read's uprobe (target/builtin_functions.h)
+    std::string os_read_missing;
 };
 
 // From /proc/PID/maps. Throws TargetError.

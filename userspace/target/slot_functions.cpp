@@ -1,15 +1,13 @@
 #include "slot_functions.h"
 
-#include <elf.h>
-
 #include <cstring>
 #include <fmt/format.h>
 #include <map>
 #include <set>
 #include <string_view>
-#include <vector>
 
 #include "elf_file.h"
+#include "static_tables.h"
 
 namespace lotus::target {
 
@@ -39,70 +37,38 @@ std::optional<SlotFunctions> find_slot_functions(const ElfFile& elf, std::string
             *why = std::move(reason);
         return std::nullopt;
     };
-    auto sections = elf.sections();
-    // The names' addresses: NUL-terminated strings in .rodata (the linker may have merged one into the tail of
-    // a longer string, so any occurrence counts).
+    StaticTables tables(elf);
+    // The names' addresses, NUL-terminated strings in .rodata, and the table entries that point at them.
+    std::set<uint64_t> names;
     std::map<uint64_t, int> name_at; // address of a name -> slot
-    for (const auto& s : sections) {
-        if (s.name != ".rodata" || s.type != SHT_PROGBITS || s.size > (64u << 20))
-            continue;
-        auto bytes = elf.read_at(s.offset, s.size);
-        if (!bytes)
+    for (const auto& w : kWanted) {
+        std::string needle(w.name);
+        needle.push_back('\0');
+        auto at = tables.rodata(needle);
+        if (!at)
             return fail("cannot read .rodata");
-        std::string_view data(reinterpret_cast<const char*>(bytes->data()), bytes->size());
-        for (const auto& w : kWanted) {
-            std::string needle(w.name);
-            needle.push_back('\0');
-            for (size_t at = data.find(needle); at != std::string_view::npos; at = data.find(needle, at + 1))
-                name_at[s.vaddr + at] = w.slot;
+        for (uint64_t a : *at) {
+            names.insert(a);
+            name_at[a] = w.slot;
         }
     }
     if (name_at.empty())
         return fail("no dunder names in .rodata");
-    // Pointers to them: relocated words of a position-independent file, else words stored as they are.
-    std::map<uint64_t, uint64_t> relocated; // where -> value
-    for (auto [where, value] : elf.relative_relocations())
-        relocated[where] = value;
-    std::vector<std::pair<uint64_t, int>> entries; // (entry address, slot)
-    for (const auto& [where, value] : relocated)
-        if (auto it = name_at.find(value); it != name_at.end())
-            entries.emplace_back(where, it->second);
-    if (relocated.empty()) {
-        for (const auto& s : sections) {
-            if (s.type != SHT_PROGBITS || !(s.flags & SHF_ALLOC) || !(s.flags & SHF_WRITE) || s.size > (64u << 20))
-                continue;
-            auto bytes = elf.read_at(s.offset, s.size);
-            for (size_t i = 0; bytes && i + 8 <= bytes->size(); i += 8) {
-                uint64_t v;
-                memcpy(&v, bytes->data() + i, 8);
-                if (auto it = name_at.find(v); it != name_at.end())
-                    entries.emplace_back(s.vaddr + i, it->second);
-            }
-        }
-    }
     // Each entry must name the PyTypeObject field of its slot, and point at code.
-    auto executable = [&](uint64_t a) {
-        for (const auto& s : sections)
-            if ((s.flags & SHF_EXECINSTR) && a >= s.vaddr && a < s.vaddr + s.size)
-                return true;
-        return false;
-    };
-    SlotFunctions out;
     std::map<int, std::set<uint64_t>> found;
-    for (auto [at, slot] : entries) {
-        auto head = elf.read(at, kEntryFunction + 8);
-        if (!head)
+    for (auto [at, name] : tables.words_to(names)) {
+        int slot = name_at[name];
+        auto head = elf.read(at, kEntryOffset + 4);
+        auto fn = tables.word(at + kEntryFunction);
+        if (!head || !fn)
             continue;
         int32_t offset;
-        uint64_t fn;
         memcpy(&offset, head->data() + kEntryOffset, 4);
-        memcpy(&fn, head->data() + kEntryFunction, 8);
-        if (auto r = relocated.find(at + kEntryFunction); r != relocated.end())
-            fn = r->second;
         for (const auto& w : kWanted)
-            if (w.slot == slot && w.type_offset == offset && executable(fn))
-                found[slot].insert(fn);
+            if (w.slot == slot && w.type_offset == offset && tables.executable(*fn))
+                found[slot].insert(*fn);
     }
+    SlotFunctions out;
     for (const auto& w : kWanted) {
         const auto& fns = found[w.slot];
         if (fns.size() != 1)
