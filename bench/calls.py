@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """N calls from C (map) into Python, after a warm-up (so the interpreter's start and a tracer's attach are not
-in it); prints the loop's seconds. Usage: calls.py N [functions|objects|syscalls|reads|switches]
+in it); prints the loop's seconds. Usage: calls.py N [functions|objects|syscalls|reads|filereads|switches]
   functions: a plain function, each call an entry of the evaluator (and of no type slot)
   objects:   an instance of a class with __call__, each call through slot_tp_call, then the evaluator
   syscalls:  os.getpid() from C (starmap), each a getpid syscall, one that lotus-bpf does not watch
-  reads:     os.read(fd, 1) of /dev/zero from C (starmap), each through libc's read, which lotus-bpf probes in
-             the processes it traces
+  reads:     os.read(fd, 1) of /dev/zero from C (starmap), each through the interpreter's os.read, where
+             lotus-bpf sees the pipes' reads in the processes it traces (libc's read with LOTUS_LIBC_READ=1)
+  filereads: FileIO.read(1) of /dev/zero (unbuffered) from C (starmap), each through libc's read: a file
+             read, as an image's, which lotus-bpf does not probe (with LOTUS_LIBC_READ=1 it does)
   switches:  a byte to a child process and back over two pipes (writev/readv, syscalls lotus-bpf does not
              watch), both pinned to one CPU: two context switches each"""
 import itertools
@@ -53,6 +55,9 @@ def main():
     elif kind == "reads":
         fd = os.open("/dev/zero", os.O_RDONLY)
         loop = lambda k: list(itertools.starmap(os.read, itertools.repeat((fd, 1), k)))
+    elif kind == "filereads":
+        zero = open("/dev/zero", "rb", buffering=0)
+        loop = lambda k: list(itertools.starmap(zero.read, itertools.repeat((1,), k)))
     elif kind == "syscalls":
         loop = lambda k: list(itertools.starmap(os.getpid, itertools.repeat((), k)))
     else:

@@ -23,13 +23,16 @@ def _write(path, text):
 
 
 def probe_points(lotus, python, where):
-    """[(file, file offset)] where lotus-bpf probes `python`'s calls: "slots" (the type-slot functions) or
-    "evaluator" (`lotus-bpf probes` says)."""
+    """[(file, file offset)] where lotus-bpf probes `python`'s calls: "slots" (the type-slot functions, and
+    os.read where its pipe reads are seen: the default mode's Python probes) or "evaluator" (`lotus-bpf probes`
+    says)."""
     out = subprocess.run([lotus, "probes", python], capture_output=True, text=True, check=True).stdout
     path = re.search(r"^interpreter (\S+)$", out, re.M).group(1)
     if where == "evaluator":
         return [(path, int(re.search(r"^evaluator \S+ (0x[0-9a-f]+)$", out, re.M).group(1), 16))]
     points = [(path, int(m, 16)) for m in re.findall(r"^slot \S+ (0x[0-9a-f]+)$", out, re.M)]
+    if points:
+        points += [(path, int(m, 16)) for m in re.findall(r"^builtin os\.read (0x[0-9a-f]+)$", out, re.M)]
     if not points:
         raise RuntimeError(f"bench: lotus-bpf finds no type slots in {python}:\n{out}")
     return points

@@ -244,16 +244,20 @@ def unrelated(repeats, kinds, env=None, extra=()):
             for kind in kinds}
 
 
-def libc_read_costs(repeats, n=500_000):
-    """ns a traced process's libc read costs over untraced (bench/calls.py reads), with read's probe where
-    lotus-bpf puts it and at read's entry (LOTUS_PROBE_AT_ENTRY=1), interleaved: (where it is, at the entry)."""
-    runs = {"untraced": [], "traced": [], "entry": []}
+def read_costs(repeats, n=500_000):
+    """ns a traced process's reads cost over untraced, interleaved: a file read (bench/calls.py filereads, libc's
+    read: not probed), the same with libc's read probed (LOTUS_LIBC_READ=1, before 3411edf) and os.read
+    (bench/calls.py reads: the probe where pipes' reads are seen, a read too short for a pickle)."""
+    modes = {"file untraced": ("filereads", "untraced", {}), "file traced": ("filereads", "traced", {}),
+             "file libc": ("filereads", "traced", {"LOTUS_LIBC_READ": "1"}),
+             "os untraced": ("reads", "untraced", {}), "os traced": ("reads", "traced", {})}
+    runs = {mode: [] for mode in modes}
     for _ in range(repeats):
-        for mode in runs:
-            runs[mode].append(floor.call_seconds(PY, n, "reads", "untraced" if mode == "untraced" else "traced",
-                                                 LOTUS, [], {"LOTUS_PROBE_AT_ENTRY": "1"} if mode == "entry" else {}))
+        for mode, (kind, how, env) in modes.items():
+            runs[mode].append(floor.call_seconds(PY, n, kind, how, LOTUS, [], env))
     med = {mode: statistics.median(v) for mode, v in runs.items()}
-    return tuple((med[m] - med["untraced"]) * 1e9 / n for m in ("traced", "entry"))
+    ns = lambda mode, base: (med[mode] - med[base]) * 1e9 / n
+    return ns("file traced", "file untraced"), ns("file libc", "file untraced"), ns("os traced", "os untraced")
 
 
 def unrelated_bare_syscalls(repeats, n):
@@ -373,7 +377,7 @@ def main():
         entries, slot_hits = per_sample_hits["evaluator"], per_sample_hits["slots"]
         per_call = floor.call_costs(PY, LOTUS, args.repeats, "functions", evaluator)
         per_object_call = floor.call_costs(PY, LOTUS, args.repeats, "objects", slots)
-        reads = libc_read_costs(args.repeats)
+        reads = read_costs(args.repeats)
         beside = unrelated(max(args.repeats, 5), UNRELATED)
         # as kernels before 6.13 run (no per-process probes)
         beside_wide = unrelated(max(args.repeats, 5), {"objects": UNRELATED["objects"]},
@@ -424,20 +428,26 @@ def main():
         ("kernel uprobe trap per C->Python call (ns)", f"{per_call['bare']:.0f}",
          f"bench/calls.py functions: a bare uprobe on the evaluator, the same; traced (default mode: no probe "
          f"there): {per_call['traced']:.0f} ns"),
-        ("libc read in a traced process (ns)", f"{reads[0]:.0f}",
-         f"bench/calls.py reads (os.read of 1 byte from C), traced over untraced, median of {args.repeats} "
-         f"interleaved; the probe on read's first jump, past glibc's single-threaded check (target/probe_point.h); "
-         f"at read's entry, single-stepped (LOTUS_PROBE_AT_ENTRY=1): {reads[1]:.0f} ns"),
-        ("type-slot calls per sample (default probes)", f"{slot_hits:.1f}", "bare uprobes' hits over epochs 2-3 of "
-         "the example (main process and workers): every trap the default mode takes"),
+        ("file read in a traced process (ns)", f"{reads[0]:.0f}",
+         f"bench/calls.py filereads (FileIO.read of 1 byte from C: libc's read, not probed), traced over untraced, "
+         f"median of {args.repeats} interleaved; with libc's read probed (LOTUS_LIBC_READ=1, as before 3411edf): "
+         f"{reads[1]:.0f} ns"),
+        ("os.read in a traced process (ns)", f"{reads[2]:.0f}",
+         "bench/calls.py reads (os.read of 1 byte from C), the same: the probe where the pipes' reads are seen, a "
+         "read too short for a pickle"),
+        ("Python-probe calls per sample (default probes)", f"{slot_hits:.1f}", "bare uprobes' hits on the "
+         "type-slot functions and os.read over epochs 2-3 of the example (main process and workers): the default "
+         "mode's entry traps there; the calls it emits also trap at their return, and libc's wrappers trap too "
+         "(the BPF rows' runs)"),
         ("evaluator entries per sample", f"{entries:.1f}", "the same for a bare uprobe on the evaluator: the traps "
          "of --span, --all-calls and the default before issue 20"),
-        ("default-mode floor: the traps alone (%)", f"{100 * slot_hits * per_object_call['bare'] / 1e6 / cpu_ms:.2f}",
+        ("default-mode floor: the entry traps alone (%)", f"{100 * slot_hits * per_object_call['bare'] / 1e6 / cpu_ms:.2f}",
          f"{slot_hits:.1f} x {per_object_call['bare']:.0f} ns = {slot_hits * per_object_call['bare'] / 1000:.1f} us "
          f"per sample against {cpu_ms:.2f} ms of CPU per sample untraced (the example's processes, median of "
          f"{args.repeats}); at the evaluator: {entries:.1f} x {per_call['bare']:.0f} ns = "
-         f"{100 * entries * per_call['bare'] / 1e6 / cpu_ms:.2f} %"),
-        ("samples/s with bare uprobes on the slots", f"{samples / statistics.median(bare):.0f}",
+         f"{100 * entries * per_call['bare'] / 1e6 / cpu_ms:.2f} %; not counted: the emitted calls' returns and "
+         f"libc's wrappers (their runs: the BPF rows)"),
+        ("samples/s with bare uprobes on the slots and os.read", f"{samples / statistics.median(bare):.0f}",
          f"ratio {statistics.median(bare) / u:.3f} (slowdown {100 * (statistics.median(bare) / u - 1):+.1f} %, "
          f"{pairs(bare, untraced)}), no tracer: the floor above, measured on the example (within the ratios' noise)"),
         *[(f"unrelated process beside the tracer, {kind}", f"{100 * (b / a - 1):+.1f} %",

@@ -79,7 +79,6 @@ int BPF_KRETPROBE(py_return)
 
 /* The evaluator's entry and return as one uprobe session (user space sets its attach type and attaches it
  * when the kernel has sessions; it is not loaded otherwise). */
-
 SEC("uprobe")
 int BPF_KPROBE(py_call, void *tstate, void *frame_arg)
 {

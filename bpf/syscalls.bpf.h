@@ -79,7 +79,6 @@ static __always_inline void emit_msg(int fd, __u64 buf, long n, int at, __u8 dir
     bpf_ringbuf_submit(e, submit_flags());
 }
 
-
 /* A read's result: the buffer holds its bytes now. multiprocessing reads the length header and the pickle
  * apart: the pickle is at the buffer's start. */
 static __always_inline void sys_read_done(int fd, __u64 buf, long ret)
