@@ -262,6 +262,19 @@ TEST(DebugOffsets, RealCPython314AgreesWithTheTable)
     EXPECT_EQ(0, memcmp(&i.layout, &row, sizeof(row)));
 }
 
+// pyenv's CPython 3.10-3.13 on this machine, which keep their static symbols: (version, libpython, executable).
+static std::vector<std::array<std::string, 3>> pyenv_interpreters()
+{
+    std::vector<std::array<std::string, 3>> out;
+    for (std::string v : {"3.10.13", "3.11.7", "3.12.1", "3.13.0"}) {
+        std::string minor = v.substr(0, v.rfind('.'));
+        std::string lib = fmt::format("/root/.pyenv/versions/{}/lib/libpython{}.so.1.0", v, minor);
+        if (access(lib.c_str(), R_OK) == 0)
+            out.push_back({v, lib, fmt::format("/root/.pyenv/versions/{}/bin/python{}", v, minor)});
+    }
+    return out;
+}
+
 // The slot table gives the same functions as the static symbols of interpreters that keep them (pyenv's): each
 // version's slot_tp_call, slot_tp_iter and slot_tp_iternext, through the relocations of a shared
 // libpython.
@@ -271,11 +284,7 @@ TEST(SlotFunctions, AgreeWithTheSymbolsOfEveryPyenvCPython)
                                                  {LOTUS_SLOT_ITER, "slot_tp_iter"},
                                                  {LOTUS_SLOT_NEXT, "slot_tp_iternext"}};
     int checked = 0;
-    for (const char* v : {"3.10.13", "3.11.7", "3.12.1", "3.13.0"}) {
-        std::string minor(v, std::string(v).rfind('.'));
-        std::string lib = fmt::format("/root/.pyenv/versions/{}/lib/libpython{}.so.1.0", v, minor);
-        if (access(lib.c_str(), R_OK) != 0)
-            continue;
+    for (const auto& [v, lib, exe] : pyenv_interpreters()) {
         SCOPED_TRACE(lib);
         ElfFile elf(lib);
         std::string why;
@@ -286,7 +295,7 @@ TEST(SlotFunctions, AgreeWithTheSymbolsOfEveryPyenvCPython)
             ASSERT_TRUE(sym) << name;
             EXPECT_EQ(slots->vaddr[slot], sym->value) << name;
         }
-        auto i = find_interpreter_in_executable(fmt::format("/root/.pyenv/versions/{}/bin/python{}", v, minor), "");
+        auto i = find_interpreter_in_executable(exe, "");
         ASSERT_TRUE(i.slots);
         EXPECT_EQ(i.slots->tstate_vaddr, elf.symbol("_PyRuntime")->value + static_cast<uint64_t>(i.layout.runtime_tstate));
         EXPECT_EQ(i.slots->offset[LOTUS_SLOT_CALL], *elf.file_offset(elf.symbol("slot_tp_call")->value));
@@ -327,11 +336,7 @@ TEST(SlotFunctions, FoundInStrippedStaticInterpreters)
 TEST(BuiltinFunctions, OsReadAgreesWithTheSymbolsAndIsFoundInStrippedInterpreters)
 {
     int checked = 0;
-    for (const char* v : {"3.10.13", "3.11.7", "3.12.1", "3.13.0"}) {
-        std::string minor(v, std::string(v).rfind('.'));
-        std::string lib = fmt::format("/root/.pyenv/versions/{}/lib/libpython{}.so.1.0", v, minor);
-        if (access(lib.c_str(), R_OK) != 0)
-            continue;
+    for (const auto& [v, lib, exe] : pyenv_interpreters()) {
         SCOPED_TRACE(lib);
         ElfFile elf(lib);
         std::string why;
