@@ -231,7 +231,7 @@ static __always_inline int enter(void *tstate, void *frame_arg, bool session)
  * describes `self` and the running frame (its caller), found through the thread state of the GIL's holder,
  * which is this thread. `session` and the verdict as for enter(): with a plain uprobe and uretprobe pair every
  * call is counted in the depth, since every one returns through py_return. */
-static __always_inline int slot_enter(struct pt_regs *ctx, __u64 self, bool session)
+static __always_inline int slot_enter(struct pt_regs *ctx, __u64 self, __u64 cookie, bool session)
 {
     struct thread_state *ts = traced_thread();
     if (!ts)
@@ -245,7 +245,7 @@ static __always_inline int slot_enter(struct pt_regs *ctx, __u64 self, bool sess
     __u32 tgid = id >> 32, tid = (__u32)id;
     name_once(ts, tgid, tid);
     __u32 space = ts->space;
-    __u64 kind = bpf_get_attach_cookie(ctx) & 7;
+    __u64 kind = cookie & 7;
     if (!ts->tstate_noted && kind > 0 && kind < LOTUS_SLOTS_PROBED) {
         /* The probed function's address here, less its address in the file, is where the interpreter was loaded:
          * where the process keeps its thread state, for walks made outside any probed call (walk_at_getppid). */

@@ -92,17 +92,18 @@ int BPF_KPROBE(py_call, void *tstate, void *frame_arg)
 SEC("uprobe")
 int BPF_KPROBE(py_slot, void *self)
 {
-    if (bpf_get_attach_cookie(ctx) == LOTUS_PY_OS_READ)
+    __u64 cookie = bpf_get_attach_cookie(ctx);
+    if (cookie == LOTUS_PY_OS_READ)
         return os_read_call(ctx);
     if (bpf_session_is_return())
         return leave(ctx);
-    return slot_enter(ctx, (__u64)self, true);
+    return slot_enter(ctx, (__u64)self, cookie, true);
 }
 
 SEC("uprobe")
 int BPF_KPROBE(py_slot_entry, void *self)
 {
-    slot_enter(ctx, (__u64)self, false);
+    slot_enter(ctx, (__u64)self, bpf_get_attach_cookie(ctx), false);
     return 0;
 }
 
