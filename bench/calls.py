@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """N calls from C (map) into Python, after a warm-up (so the interpreter's start and a tracer's attach are not
-in it); prints the loop's seconds. Usage: calls.py N [functions|objects|syscalls|reads|filereads|switches]
+in it); prints the loop's seconds. Usage: calls.py N [functions|objects|syscalls|reads|filereads|switches|sockets]
   functions: a plain function, each call an entry of the evaluator (and of no type slot)
   objects:   an instance of a class with __call__, each call through slot_tp_call, then the evaluator
   syscalls:  os.getpid() from C (starmap), each a getpid syscall, one that lotus-bpf does not watch
@@ -9,9 +9,12 @@ in it); prints the loop's seconds. Usage: calls.py N [functions|objects|syscalls
   filereads: FileIO.read(1) of /dev/zero (unbuffered) from C (starmap), each through libc's read: a file
              read, as an image's, which lotus-bpf does not probe (with LOTUS_LIBC_READ=1 it does)
   switches:  a byte to a child process and back over two pipes (writev/readv, syscalls lotus-bpf does not
-             watch), both pinned to one CPU: two context switches each"""
+             watch), both pinned to one CPU: two context switches each
+  sockets:   a byte sent over a loopback UDP socket and received on another (no switch): two socket calls,
+             each one that lotus-bpf's socket tracepoints (--net) run at, whatever process makes it"""
 import itertools
 import os
+import socket
 import sys
 import time
 
@@ -52,6 +55,15 @@ def main():
     kind = sys.argv[2] if len(sys.argv) > 2 else "functions"
     if kind == "switches":
         loop = ping_pong()
+    elif kind == "sockets":
+        a, b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM), socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        b.bind(("127.0.0.1", 0))
+        a.connect(b.getsockname())
+
+        def loop(k):
+            for _ in range(k):
+                a.send(b"x")
+                b.recv(1)
     elif kind == "reads":
         fd = os.open("/dev/zero", os.O_RDONLY)
         loop = lambda k: list(itertools.starmap(os.read, itertools.repeat((fd, 1), k)))

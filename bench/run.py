@@ -210,8 +210,10 @@ def export_rate(tmp):
 
 
 # An unrelated process's calls beside the tracer: Python calls (functions, objects), syscalls lotus-bpf does not
-# watch (os.getpid: ~0.14 us each here) and context switches (pipe round trips, ~15 us each here).
-UNRELATED = {"functions": 2_000_000, "objects": 2_000_000, "syscalls": 500_000, "switches": 100_000}
+# watch (os.getpid: ~0.14 us each here), context switches (pipe round trips, ~15 us each here) and socket calls
+# (a loopback UDP send and receive, ~5 us here).
+UNRELATED = {"functions": 2_000_000, "objects": 2_000_000, "syscalls": 500_000, "switches": 100_000,
+             "sockets": 300_000}
 
 
 def unrelated(repeats, kinds, env=None, extra=()):
@@ -387,6 +389,7 @@ def main():
         # it was before, and what kernels before 6.13 get at that frequency)
         syscalls_only = {"syscalls": UNRELATED["syscalls"]}
         beside_native = unrelated(max(args.repeats, 5), syscalls_only, extra=NATIVE)["syscalls"]
+        beside_net = unrelated(max(args.repeats, 5), {"sockets": UNRELATED["sockets"]}, extra=["--net"])["sockets"]
         beside_per_cpu = unrelated(max(args.repeats, 5), syscalls_only, env={"LOTUS_PER_CPU_SAMPLING": "1"},
                                    extra=NATIVE + ["--sample-freq", "999"])["syscalls"]
         pure = {"untraced": [], "default": [], "all-calls": []}
@@ -458,7 +461,9 @@ def main():
            + {"syscalls": "the watched syscalls seen at libc's wrappers in the traced processes (no syscall event "
                           "in use); the next row is what the events would cost",
               "switches": "on_switch runs at every context switch of the machine: a load tells a task never "
-                          "traced"}.get(kind, "the Python probes in the traced processes only"))
+                          "traced",
+              "sockets": "no socket tracepoint without --net (next row)"}.get(
+                  kind, "the Python probes in the traced processes only"))
           for kind, (a, b, p) in beside.items()],
         ("unrelated process, syscalls, bare syscall events", f"{100 * (beside_bare[1] / beside_bare[0] - 1):+.1f} %",
          f"the same loop with no tracer and two syscall events enabled (tracefs, output off, no BPF): "
@@ -468,6 +473,10 @@ def main():
         ("unrelated process, objects, system-wide probes", f"{100 * (beside_wide[1] / beside_wide[0] - 1):+.1f} %",
          f"the same with LOTUS_SYSTEM_WIDE_PROBES=1 (kernels before 6.13): {beside_wide[0]:.3f} s alone, "
          f"{beside_wide[1]:.3f} s beside, {beside_wide[2]}"),
+        ("unrelated process, sockets, beside --net", f"{100 * (beside_net[1] / beside_net[0] - 1):+.1f} %",
+         f"{beside_net[0]:.3f} s alone, {beside_net[1]:.3f} s beside "
+         f"({(beside_net[1] - beside_net[0]) * 1e9 / UNRELATED['sockets']:+.0f} ns a send and receive), {beside_net[2]}; "
+         "the socket tracepoints run at every socket call of the machine (a load tells a task never traced)"),
         ("unrelated process, syscalls, beside --native-map --counters", f"{100 * (beside_native[1] / beside_native[0] - 1):+.1f} %",
          f"{beside_native[0]:.3f} s alone, {beside_native[1]:.3f} s beside, {beside_native[2]}; the sampling events are "
          f"on the traced threads alone (99 Hz)"),

@@ -2,7 +2,8 @@
 /* Network bytes per traced process: the payload its internet sockets (AF_INET, AF_INET6: TCP, UDP, ...) sent
  * and received, as sendmsg/recvmsg returned it (tracepoints sock_send_length, sock_recv_length, Linux 6.3+).
  * Unix sockets and pipes (DataLoader queues) are not network. User space reads the map at each resource sweep;
- * a process's exit record carries its totals. */
+ * a process's exit record carries its totals. Loaded with --net only: the tracepoints run at every socket call of
+ * the machine (docs/limits.md). */
 #ifndef __LOTUS_NET_BPF_H
 #define __LOTUS_NET_BPF_H
 
@@ -21,7 +22,9 @@ struct {
 
 static __always_inline void count_net_bytes(struct sock *sk, int ret, bool sent)
 {
-    if (ret <= 0)
+    /* Every socket call of the machine comes here: a task with no BPF task storage (a process never traced:
+     * each traced thread has its state from its start, adopt_thread) is told apart by a load. */
+    if (ret <= 0 || !bpf_get_current_task_btf()->bpf_storage)
         return;
     __u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
     if (family != LOTUS_AF_INET && family != LOTUS_AF_INET6)

@@ -9,7 +9,10 @@ import os
 import re
 from collections import defaultdict
 
-from harness import EXAMPLE, HERE, OPS, PY, BpfTestCase, dataset, kernel_at_least, load_trace, read_lines, run_lotus
+import subprocess
+
+from harness import (EXAMPLE, HERE, OPS, PY, BpfTestCase, dataset, kernel_at_least, load_trace, read_lines, run_lotus,
+                     start_lotus, wait_for_attach)
 from test_browser import ARTEFACTS
 
 NET_JOB = os.path.join(HERE, "workloads", "net_job.py")
@@ -104,7 +107,7 @@ class Resources(BpfTestCase):
         if not kernel_at_least(6, 3):
             self.skipTest("the socket tracepoints came with Linux 6.3")
         out, js, table, log = (self.path(n) for n in ("t.json", "s.json", "r.csv", "net.log"))
-        r = run_lotus(["-q", "-o", out, "--summary-json", js, "--resources-csv", table, "--", PY, NET_JOB,
+        r = run_lotus(["-q", "-o", out, "--summary-json", js, "--resources-csv", table, "--net", "--", PY, NET_JOB,
                        "--samples", "64", "--workers", "2", "--net-log", log])
         self.assertEqual(r.returncode, 0, r.stderr)
         trace = load_trace(out)
@@ -141,6 +144,50 @@ class Resources(BpfTestCase):
             rows = list(csv.DictReader(f))
         self.assertTrue(rows and all(row["net_sent_bytes_per_s"] != "" for row in rows))
         self.assertRegex(r.stdout, r"net out +net in")
+
+    def test_network_is_opt_in(self):
+        """The socket tracepoints run at every socket call of the machine (docs/limits.md): attached with --net
+        alone. Without it the same job's bytes are not counted and the outputs say so (null, '-', the note)."""
+        if not kernel_at_least(6, 3):
+            self.skipTest("the socket tracepoints came with Linux 6.3")
+        job = subprocess.Popen([PY, "-c", "import time; print('ready', flush=True); time.sleep(600)"],
+                               stdout=subprocess.PIPE, text=True)
+        try:
+            job.stdout.readline()
+            for extra, want in (([], False), (["--net"], True)):
+                tracer = start_lotus(["-q", "-o", self.path("idle.json"), *extra, "--pid", str(job.pid)])
+                try:
+                    wait_for_attach(tracer)
+                    links = subprocess.run(["bpftool", "-j", "link", "show"], capture_output=True, text=True,
+                                           check=True).stdout
+                    tps = {x.get("tp_name") for x in json.loads(links or "[]") if x.get("type") == "raw_tracepoint"}
+                finally:
+                    tracer.terminate()
+                    tracer.communicate(timeout=60)
+                self.assertIn("sched_switch", tps)  # the listing sees the tracer's tracepoints
+                self.assertEqual("sock_send_length" in tps, want, (extra, tps))
+                self.assertEqual("sock_recv_length" in tps, want, (extra, tps))
+        finally:
+            job.kill()
+            job.wait()
+        self.assert_detached()
+        out, js, table = (self.path(n) for n in ("t.json", "s.json", "r.csv"))
+        r = run_lotus(["-o", out, "--summary-json", js, "--resources-csv", table, "--", PY, NET_JOB,
+                       "--samples", "32", "--workers", "2", "--net-log", self.path("net.log")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(js) as f:
+            res = json.load(f)["resources"]
+        self.assertFalse(res["network"])
+        for x in res["roles"] + [res["job"]]:
+            self.assertIsNone(x["net_sent_mb"], x)
+            self.assertIsNone(x["net_recv_mb"], x)
+        self.assertFalse(any(e["ph"] == "C" and e["name"] == "network MB/s" for e in load_trace(out)["traceEvents"]))
+        with open(table) as f:
+            self.assertTrue(all(row["net_sent_bytes_per_s"] == "" for row in csv.DictReader(f)))
+        self.assertIn("- where not counted: with --net", re.sub(r"\s+", " ", r.stdout))
+        r = run_lotus(["--net", "--resources-interval", "0", "--", PY, "-c", "pass"])
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
 
     def test_exit_figures_are_exact(self):
         # Readings every 5 s: the workers (about a second each) are read at most once, so their CPU comes from

@@ -108,6 +108,8 @@ void check_limits(Parsed& p, bool attach)
                 throw CLI::ValidationError(fmt::format("{}: {}", flag, e.what()));
             }
         }
+    if (p.opts.net && p.opts.resources_interval_ms == 0)
+        throw CLI::ValidationError("--net counts network bytes at the resource readings: not with --resources-interval 0");
     if (attach && p.opts.limits.any())
         throw CLI::ValidationError("--cpus, --memory, --cpuset and the --device-*-bps limits need launch mode (-- "
                                    "COMMAND): the cgroup of a process lotus-bpf did not start is not its to change");
@@ -165,6 +167,10 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
                     "milliseconds (0: never)")
         ->capture_default_str()
         ->check(CLI::Range(0, 60000));
+    app->add_flag("--net", p.opts.net,
+                  "also count each traced process's network bytes (internet sockets' payload) at the resource "
+                  "readings, from the kernel's socket tracepoints: they run at every socket send and receive of the "
+                  "machine, other processes' too (docs/limits.md), so this is off by default");
     app->add_option_function<std::string>(
            "--pss-interval",
            [&p](const std::string& v) { p.opts.pss_interval_ms = v == "auto" ? -1 : std::stoi(v); },
@@ -305,6 +311,8 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
     sweep->add_option("--summary-json", sw.summary_json, "also write the table as JSON to this file")->check(kNonEmpty);
     sweep->add_option("-d,--duration", sw_duration, "stop each run after this many seconds")->check(kSeconds);
     sweep->add_option("--resources-interval", sw_interval, "as for a single run")->check(CLI::Range(0, 60000));
+    bool sw_net = false;
+    sweep->add_flag("--net", sw_net, "as for a single run");
     sweep->add_option("--pipeline", sw_pipelines, "as for a single run (repeatable)")->check(kNonEmpty);
     sweep->add_option("--span", sw_spans, "as for a single run (repeatable)")->check(kNonEmpty);
     sweep->add_option("--rules", sw_rules, "as for a single run")->check(kNonEmpty);
@@ -368,6 +376,8 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
             };
             pass("-d", sw_duration);
             pass("--resources-interval", sw_interval);
+            if (sw_net)
+                sw.pass.push_back("--net");
             for (const auto& v : sw_pipelines)
                 pass("--pipeline", v);
             for (const auto& v : sw_spans)

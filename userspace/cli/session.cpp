@@ -299,7 +299,7 @@ int run_session(const Options& opts)
                 }
             }, counters, capture::ProbeFeatures{evaluator, handlers.has_value(), !native_specs.empty(),
                                                    !native_specs.empty() && opts.sample_freq > 0,
-                                                   opts.resources_interval_ms > 0, opts.sample_stack});
+                                                   opts.resources_interval_ms > 0 && opts.net, opts.sample_stack});
             if (!native_specs.empty() || opts.native_map) {
                 native = std::make_unique<capture::NativeCapture>(*probe, native_specs, feed);
                 probe->set_library_sink([&](const void* data, size_t len) { native->on_library_open(data, len); });

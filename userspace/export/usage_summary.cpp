@@ -108,7 +108,7 @@ void print_usage(FILE* out, const std::vector<UsageRow>& rows, unsigned interval
                                    "once in each, PSS splits them; read/write: storage I/O the processes caused; net "
                                    "out/in: MB its internet sockets sent and received (payload, from the kernel's socket "
                                    "tracepoints){}; the job's peaks are of the processes' sum{})",
-                                   interval_ms, net ? "" : ", - where not counted (kernels before 6.3)",
+                                   interval_ms, net ? "" : ", - where not counted: with --net, on kernels 6.3+",
                                    running ? "; *: still running at the end, its totals up to its last reading" : ""));
 }
 
