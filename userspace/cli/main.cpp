@@ -94,7 +94,8 @@ const CLI::Validator kBytes(
     },
     "SIZE", "Bytes");
 
-// --cpus/--memory/--cpuset: the job lotus-bpf launches runs in a cgroup it makes; an attached one's is not its own.
+// A tracing run's option checks: --net counts at the resource readings; --cpus/--memory/--cpuset: the job
+// lotus-bpf launches runs in a cgroup it makes, an attached one's is not its own.
 void check_limits(Parsed& p, bool attach)
 {
     if (!p.memory.empty())
