@@ -50,16 +50,18 @@ def _fresh_instance(path, remove):
 
 
 class BareUprobe:
-    """Uprobes on these points with no BPF program and no output, for the `with` block."""
+    """Uprobes on these points with no BPF program and no output, for the `with` block; `returns`: return probes
+    (uretprobes: an entry trap that takes the return address, and a trap at the return)."""
 
-    def __init__(self, points):
+    def __init__(self, points, returns=False):
         self.points = points
-        self.events = [f"p{i}" for i in range(len(points))]
+        self.kind = "r" if returns else "p"
+        self.events = [f"{self.kind}{i}" for i in range(len(points))]
 
     def __enter__(self):
         _fresh_instance(INSTANCE, self._remove)
         for event, (path, offset) in zip(self.events, self.points):
-            _write(os.path.join(TRACEFS, "uprobe_events"), f"p:{GROUP}/{event} {path}:{offset:#x}\n")
+            _write(os.path.join(TRACEFS, "uprobe_events"), f"{self.kind}:{GROUP}/{event} {path}:{offset:#x}\n")
         for event in self.events:
             _write(os.path.join(INSTANCE, "events", GROUP, event, "enable"), "1\n")
         return self
@@ -117,22 +119,24 @@ CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calls.py")
 
 def call_seconds(python, n, kind, mode, lotus, points, env=None):
     """Seconds of n calls from C (bench/calls.py, `kind`: functions, objects, ...): untraced, under the bare
-    uprobes, or traced (lotus-bpf's default mode: calls its rules skip; env: the tracer's extra environment)."""
+    uprobes ("bare"), the bare return probes ("bare-return"), or traced (lotus-bpf's default mode: calls its rules
+    skip; env: the tracer's extra environment)."""
     cmd = [python, CALLS, str(n), kind]
     if mode == "traced":
         cmd = [lotus, "-q", "-o", os.devnull, "--"] + cmd
-    with BareUprobe(points) if mode == "bare" else contextlib.nullcontext():
+    bare = mode in ("bare", "bare-return")
+    with BareUprobe(points, mode == "bare-return") if bare else contextlib.nullcontext():
         out = subprocess.run(cmd, capture_output=True, text=True, check=True,
                              env={**os.environ, **(env or {})}).stdout
     return float(re.search(r"seconds ([0-9.]+)", out).group(1))
 
 
-def call_costs(python, lotus, repeats, kind, points, n=1_000_000):
-    """ns per call over untraced, for the bare uprobes and for lotus-bpf's default mode: medians of interleaved
-    repeats."""
-    runs = {"untraced": [], "bare": [], "traced": []}
+def call_costs(python, lotus, repeats, kind, points, n=1_000_000, returns=False):
+    """ns per call over untraced, for the bare uprobes and for lotus-bpf's default mode (and with `returns`, for
+    bare return probes): medians of interleaved repeats."""
+    runs = {"untraced": [], "bare": [], "traced": [], **({"bare-return": []} if returns else {})}
     for _ in range(repeats):
         for mode in runs:
             runs[mode].append(call_seconds(python, n, kind, mode, lotus, points))
     med = {mode: statistics.median(v) for mode, v in runs.items()}
-    return {mode: (med[mode] - med["untraced"]) * 1e9 / n for mode in ("bare", "traced")}
+    return {mode: (med[mode] - med["untraced"]) * 1e9 / n for mode in runs if mode != "untraced"}

@@ -137,6 +137,21 @@ def cost_total(costs):
     return statistics.median(sum(runs * ns for runs, ns in c.values()) / 1000 for c in costs)
 
 
+def runs_of(costs, *progs):
+    """Median over runs of the programs' runs per sample (each run of a uprobe program is one trap)."""
+    return statistics.median(sum(c.get(p, (0, 0))[0] for p in progs) for c in costs)
+
+
+def account(entries, returns, trap_ns, return_ns, bpf_us, tracer_us, cpu_ms):
+    """The measured parts of a sample's cost (us) and their sum as a share of the job's CPU per sample untraced:
+    the traps at their bare cost, the BPF programs' own time, the tracer's CPU while the job runs."""
+    traps = (entries * trap_ns + returns * return_ns) / 1000
+    total = traps + bpf_us + tracer_us
+    return total, 100 * total / 1000 / cpu_ms, (f"{traps:.1f} us of traps ({entries:.1f} entries x {trap_ns:.0f} ns, "
+                                                 f"{returns:.1f} returns x {return_ns:.0f} ns) + {bpf_us:.1f} us "
+                                                 f"of BPF + {tracer_us:.0f} us of the tracer = {total:.0f} us")
+
+
 def cost_note(cost):
     top = sorted(cost.items(), key=lambda kv: -kv[1][0] * kv[1][1])[:3]
     return "; ".join(f"{name} {runs:.1f} runs x {ns:.0f} ns" for name, (runs, ns) in top)
@@ -378,7 +393,7 @@ def main():
             per_sample_hits[where] = (hits[2] - hits[0]) / (2 * args.images)
         entries, slot_hits = per_sample_hits["evaluator"], per_sample_hits["slots"]
         per_call = floor.call_costs(PY, LOTUS, args.repeats, "functions", evaluator)
-        per_object_call = floor.call_costs(PY, LOTUS, args.repeats, "objects", slots)
+        per_object_call = floor.call_costs(PY, LOTUS, args.repeats, "objects", slots, returns=True)
         reads = read_costs(args.repeats)
         beside = unrelated(max(args.repeats, 5), UNRELATED)
         # as kernels before 6.13 run (no per-process probes)
@@ -404,6 +419,16 @@ def main():
                     pure311[mode].append(pure_wall(mode, 100000, PY311))
 
     cpu_ms = 1000 * statistics.median(cpu)
+    trap_ns = per_object_call["bare"]
+    return_ns = per_object_call["bare-return"] - trap_ns
+    py_progs = ("py_slot", "py_slot_entry", "py_return")
+    libc_runs = runs_of(costs, "libc_call")
+    default_account = account(slot_hits + libc_runs, max(0.0, runs_of(costs, *py_progs) - slot_hits), trap_ns,
+                              return_ns, cost_total(costs), statistics.median(run_cpu), cpu_ms)
+    native_account = account(slot_hits + runs_of(native_costs, "libc_call", "native_entry"),
+                             max(0.0, runs_of(native_costs, *py_progs) - slot_hits)
+                             + runs_of(native_costs, "native_return"), trap_ns, return_ns,
+                             cost_total(native_costs), statistics.median(native_run_cpu), cpu_ms)
     rows = [
         ("example pipeline, samples/s untraced", f"{samples / u:.0f}", f"median of {args.repeats}"),
         ("example pipeline, samples/s traced (default)", f"{samples / t:.0f}", f"ratio {t / u:.3f} (slowdown {100 * (t / u - 1):+.1f} %, {pairs(traced, untraced)}); "
@@ -427,7 +452,8 @@ def main():
         ("kernel uprobe trap per call of an object (ns)", f"{per_object_call['bare']:.0f}",
          f"bench/calls.py objects: bare uprobes on the type-slot functions (tracefs events, no BPF), over "
          f"untraced, median of {args.repeats}; traced (default mode, a call the rules skip): "
-         f"{per_object_call['traced']:.0f} ns"),
+         f"{per_object_call['traced']:.0f} ns; bare return probes there (an entry and a return trap): "
+         f"{per_object_call['bare-return']:.0f} ns"),
         ("kernel uprobe trap per C->Python call (ns)", f"{per_call['bare']:.0f}",
          f"bench/calls.py functions: a bare uprobe on the evaluator, the same; traced (default mode: no probe "
          f"there): {per_call['traced']:.0f} ns"),
@@ -450,6 +476,16 @@ def main():
          f"{args.repeats}); at the evaluator: {entries:.1f} x {per_call['bare']:.0f} ns = "
          f"{100 * entries * per_call['bare'] / 1e6 / cpu_ms:.2f} %; not counted: the emitted calls' returns and "
          f"libc's wrappers (their runs: the BPF rows)"),
+        ("the default mode's cost account (%)", f"{default_account[1]:.2f}",
+         f"{default_account[2]} per sample against {cpu_ms:.2f} ms of CPU per sample untraced: a lower bound of "
+         f"the slowdown, the noise-free one. Entries: the Python probes' bare hits and libc's wrappers' runs "
+         f"({libc_runs:.1f}, at the slot trap's cost); returns: the Python programs' other runs, at a bare "
+         f"uretprobe's return (bench/calls.py objects under return probes over entry probes); not in it: the "
+         f"kernel's dispatch to on_switch at each switch, and the caches and TLB the traps and programs take "
+         f"from the job's own code"),
+        ("the --native-map --counters cost account (%)", f"{native_account[1]:.2f}",
+         f"{native_account[2]}: the same with the native probes' entries and returns; not in it either: the "
+         f"sampling interrupts and the perf events' work at each switch of a traced thread"),
         ("samples/s with bare uprobes on the slots and os.read", f"{samples / statistics.median(bare):.0f}",
          f"ratio {statistics.median(bare) / u:.3f} (slowdown {100 * (statistics.median(bare) / u - 1):+.1f} %, "
          f"{pairs(bare, untraced)}), no tracer: the floor above, measured on the example (within the ratios' noise)"),
