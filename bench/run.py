@@ -478,7 +478,8 @@ def main():
          f"libc's wrappers (their runs: the BPF rows)"),
         ("the default mode's cost account (%)", f"{default_account[1]:.2f}",
          f"{default_account[2]} per sample against {cpu_ms:.2f} ms of CPU per sample untraced: a lower bound of "
-         f"the slowdown, the noise-free one. Entries: the Python probes' bare hits and libc's wrappers' runs "
+         f"the slowdown from the kernel's and the tracer's own counts (they drift with the machine's load, not by "
+         f"the samples/s ratios' +-10-20 %). Entries: the Python probes' bare hits and libc's wrappers' runs "
          f"({libc_runs:.1f}, at the slot trap's cost); returns: the Python programs' other runs, at a bare "
          f"uretprobe's return (bench/calls.py objects under return probes over entry probes); not in it: the "
          f"kernel's dispatch to on_switch at each switch, and the caches and TLB the traps and programs take "
