@@ -3,14 +3,16 @@
 tracer takes: the example with more DataLoader workers (8 by default) and a larger dataset, untraced, traced in
 the default mode and with --native-map --counters, interleaved; the BPF time per sample (where bpftool runs);
 the tracer's CPU while the job runs; an unrelated process's slowdown beside the tracer; the same slowdowns inside
-one job, lotus-bpf attached and detached between epochs (bench/alternate.py).
+one job, lotus-bpf attached and detached between epochs (bench/alternate.py); each mode's cost account (bench/run.py:
+the traps at their bare cost, the BPF time and the tracer's CPU per sample, over the job's CPU per sample).
 
 It prints each repeat as it ends and stops taking new repeats at --budget seconds, so a machine lent for a few
 minutes still returns every figure it measured; --rows picks the parts (pairs, bpf, tracer, unrelated, alternate).
 Needs root (BPF) and lotus-bpf at build/lotus-bpf. On a machine that cannot build it: a stripped copy of the binary with
 libbpf.so.1, libelf.so.1 and libfmt.so.9 (and bpftool with libcap.so.2 for the BPF rows) on LD_LIBRARY_PATH.
 Usage: bench/many_cores.py [--python PY] [--workers 8] [--images 2048] [--repeats 10] [--budget SECONDS]
-                           [--rows pairs,bpf,tracer,unrelated,alternate]"""
+                           [--rows pairs,bpf,tracer,account,unrelated,alternate]
+(account needs pairs, bpf and tracer in the same run.)"""
 import argparse
 import os
 import shlex
@@ -21,6 +23,7 @@ import tempfile
 import time
 
 import alternate
+import floor
 import run
 
 UNRELATED = {"functions": 2_000_000, "objects": 2_000_000, "syscalls": 500_000, "switches": 100_000, "sockets": 300_000}
@@ -50,14 +53,14 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--budget", type=float, default=1e9, help="seconds after which no new repeat starts")
-    ap.add_argument("--rows", default="pairs,bpf,tracer,unrelated,alternate",
+    ap.add_argument("--rows", default="pairs,bpf,tracer,account,unrelated,alternate",
                     help="the parts to measure, in this order")
     ap.add_argument("--extra-mode", action="append", default=[],
                     help="one more traced mode in the pairs: lotus-bpf's options, e.g. '--native-map --sample-freq 99'")
     args = ap.parse_args()
     rows_wanted = set(args.rows.split(","))
-    if not rows_wanted <= {"pairs", "bpf", "tracer", "unrelated", "alternate"}:
-        sys.exit(f"bench: --rows takes pairs, bpf, tracer, unrelated, alternate (got {args.rows})")
+    if not rows_wanted <= {"pairs", "bpf", "tracer", "account", "unrelated", "alternate"}:
+        sys.exit(f"bench: --rows takes pairs, bpf, tracer, account, unrelated, alternate (got {args.rows})")
     if os.geteuid() != 0:
         sys.exit("bench: needs root (BPF)")
     start = time.monotonic()
@@ -68,6 +71,7 @@ def main():
     data = alternate.example_data(args.images, args.python)
     samples = args.images * args.epochs
     rows = []
+    bpf_costs, tracer_us = {}, {}  # by mode: for the account
     with tempfile.TemporaryDirectory() as tmp:
         run.run_train(data, 1, False, tmp)  # the page cache
         base, base_cpu = [], []
@@ -109,7 +113,7 @@ def main():
             say(rows[-1])
         if "bpf" in rows_wanted and shutil.which("bpftool") and left() > 0.35 * args.budget:
             for name, extra in (("default", ()), ("--native-map --counters", run.NATIVE)):
-                costs = [run.bpf_cost(data, args.images, extra) for _ in range(2)]
+                costs = bpf_costs[name] = [run.bpf_cost(data, args.images, extra) for _ in range(2)]
                 rows.append(f"BPF per sample, {name}: {run.cost_total(costs):.1f} us (epochs 2-3, median of 2; "
                             f"{run.cost_note(costs[-1])})")
                 say(rows[-1])
@@ -117,10 +121,28 @@ def main():
             cpu_ms = 1000 * statistics.median(base_cpu) if base_cpu else None
             for name, extra in (("default", ()), ("--native-map --counters", run.NATIVE)):
                 us = [run.tracer_run_cpu(data, args.images, extra) for _ in range(2)]
+                tracer_us[name] = statistics.median(us)
                 share_note = (f"; {statistics.median(us) / 10 / cpu_ms:.2f} % of the job's {cpu_ms:.2f} ms of CPU "
                               "per sample untraced" if cpu_ms else "")
                 rows.append(f"tracer CPU per sample while the job runs, {name}: {statistics.median(us):.0f} us "
                             f"({min(us):.0f}-{max(us):.0f}{share_note})")
+                say(rows[-1])
+        if "account" in rows_wanted and base_cpu and bpf_costs and tracer_us and left() > 60:
+            slots = floor.probe_points(run.LOTUS, args.python, "slots")
+            with floor.BareUprobe(slots) as probe:  # the Python probes' entries per sample, epochs 2-3
+                hits = run.epoch_snapshots(run.train_cmd(data, 3), lambda _: probe.hits(), "run under bare uprobes")
+            slot_hits = (hits[2] - hits[0]) / (2 * args.images)
+            per_object_call = floor.call_costs(args.python, run.LOTUS, 5, "objects", slots, returns=True)
+            cpu_ms = 1000 * statistics.median(base_cpu)
+            rows.append(f"kernel uprobe trap per call of an object: {per_object_call['bare']:.0f} ns, with its return "
+                        f"{per_object_call['bare-return']:.0f} ns (bare tracefs probes, median of 5); Python-probe "
+                        f"calls per sample {slot_hits:.1f}")
+            say(rows[-1])
+            for name in bpf_costs.keys() & tracer_us.keys():
+                total, share, parts = run.mode_account(bpf_costs[name], slot_hits, per_object_call, tracer_us[name],
+                                                       cpu_ms)
+                rows.append(f"cost account, {name}: {share:.2f} % of the job's {cpu_ms:.2f} ms of CPU per sample "
+                            f"untraced ({parts}; a lower bound of the slowdown)")
                 say(rows[-1])
         if "unrelated" in rows_wanted and left() < 20:
             rows.append("unrelated process: not measured (out of time)")

@@ -144,12 +144,29 @@ def runs_of(costs, *progs):
 
 def account(entries, returns, trap_ns, return_ns, bpf_us, tracer_us, cpu_ms):
     """The measured parts of a sample's cost (us) and their sum as a share of the job's CPU per sample untraced:
-    the traps at their bare cost, the BPF programs' own time, the tracer's CPU while the job runs."""
+    the traps at their bare cost, the BPF programs' own time, the tracer's CPU while the job runs. A return's cost
+    is a difference of two noisy timings: where it does not come out above 0 it is counted as 0 (and said), which
+    keeps the sum a lower bound."""
+    unresolved = return_ns <= 0
+    return_ns = max(0.0, return_ns)
     traps = (entries * trap_ns + returns * return_ns) / 1000
     total = traps + bpf_us + tracer_us
     return total, 100 * total / 1000 / cpu_ms, (f"{traps:.1f} us of traps ({entries:.1f} entries x {trap_ns:.0f} ns, "
-                                                 f"{returns:.1f} returns x {return_ns:.0f} ns) + {bpf_us:.1f} us "
-                                                 f"of BPF + {tracer_us:.0f} us of the tracer = {total:.0f} us")
+                                                 f"{returns:.1f} returns x {return_ns:.0f} ns"
+                                                 f"{': not resolved from the noise this run' if unresolved else ''}) + "
+                                                 f"{bpf_us:.1f} us of BPF + {tracer_us:.0f} us of the tracer = {total:.0f} us")
+
+
+def mode_account(costs, slot_hits, per_object_call, tracer_us, cpu_ms):
+    """A mode's cost account (account()), its traps counted from its programs' runs (bpf_cost): the Python
+    probes' entries (slot_hits, from bare uprobes) and the other runs of the Python programs (their returns), libc's
+    wrappers' and the native probes' entries, the native probes' returns."""
+    trap_ns = per_object_call["bare"]
+    return_ns = per_object_call["bare-return"] - trap_ns
+    entries = slot_hits + runs_of(costs, "libc_call", "native_entry")
+    returns = (max(0.0, runs_of(costs, "py_slot", "py_slot_entry", "py_return") - slot_hits)
+               + runs_of(costs, "native_return"))
+    return account(entries, returns, trap_ns, return_ns, cost_total(costs), tracer_us, cpu_ms)
 
 
 def cost_note(cost):
@@ -419,16 +436,9 @@ def main():
                     pure311[mode].append(pure_wall(mode, 100000, PY311))
 
     cpu_ms = 1000 * statistics.median(cpu)
-    trap_ns = per_object_call["bare"]
-    return_ns = per_object_call["bare-return"] - trap_ns
-    py_progs = ("py_slot", "py_slot_entry", "py_return")
     libc_runs = runs_of(costs, "libc_call")
-    default_account = account(slot_hits + libc_runs, max(0.0, runs_of(costs, *py_progs) - slot_hits), trap_ns,
-                              return_ns, cost_total(costs), statistics.median(run_cpu), cpu_ms)
-    native_account = account(slot_hits + runs_of(native_costs, "libc_call", "native_entry"),
-                             max(0.0, runs_of(native_costs, *py_progs) - slot_hits)
-                             + runs_of(native_costs, "native_return"), trap_ns, return_ns,
-                             cost_total(native_costs), statistics.median(native_run_cpu), cpu_ms)
+    default_account = mode_account(costs, slot_hits, per_object_call, statistics.median(run_cpu), cpu_ms)
+    native_account = mode_account(native_costs, slot_hits, per_object_call, statistics.median(native_run_cpu), cpu_ms)
     rows = [
         ("example pipeline, samples/s untraced", f"{samples / u:.0f}", f"median of {args.repeats}"),
         ("example pipeline, samples/s traced (default)", f"{samples / t:.0f}", f"ratio {t / u:.3f} (slowdown {100 * (t / u - 1):+.1f} %, {pairs(traced, untraced)}); "
