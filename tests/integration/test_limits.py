@@ -183,6 +183,14 @@ class Limits(BpfTestCase):
             self.assertIn(x["verdict"], ("input-bound", "keeps up"))
             self.assertLessEqual(x["cpu_avg_pct"], 100 * float(x["cpus"]) * 1.05)
             self.assertTrue(os.path.exists(os.path.join(out_dir, f"cpus-{x['cpus']}.html")))
+            # the part with the most time per sample, collation included, as the table and the advice name it
+            parts = {k: v["total_ms"] for k, v in s["ops"].items() if k != "sample"}
+            top = max(parts, key=parts.get)
+            self.assertEqual(x["top_op"], top)
+            said = {"collate": "Collation (", "loader": "Loading ("}.get(top, top + " ")
+            advice = [a for t in s["training"] for a in t["advice"] if "takes the most time per sample" in a]
+            self.assertEqual(len(advice), 1, s["training"])
+            self.assertTrue(advice[0].startswith(said), advice)
         rates = [x["samples_per_s"] for x in runs]
         self.assertLess(rates[0], rates[1])
         self.assertLess(rates[1], rates[2])

@@ -66,9 +66,10 @@ TEST(Summary, SaysWhenNoPipelineWasSeen)
 struct Advice : test::JobFixture {
 
     // A training loop that waited `wait_ms` of every 10 ms; workers busy `busy_pct` % of their time; per sample
-    // a loader of `loader_ms`, a crop of `crop_ms` and a flip of 0.1 ms, on a CPU `on_cpu_pct` % of the time.
+    // a loader of `loader_ms`, a crop of `crop_ms` and a flip of 0.1 ms, on a CPU `on_cpu_pct` % of the time;
+    // per batch of 10 samples a collation of `collate_ms`.
     void job(uint64_t wait_ms, double busy_pct, double loader_ms, double crop_ms, double on_cpu_pct = 95,
-             bool files = true)
+             bool files = true, double collate_ms = 0)
     {
         processes[P].root = true;
         test::add_workers(processes, P, {W0, W1}, 10, static_cast<uint64_t>(busy_pct * 1e7));
@@ -92,6 +93,8 @@ struct Advice : test::JobFixture {
             add(model::SpanKind::Op, "RandomResizedCrop", crop_ms);
             add(model::SpanKind::Op, "RandomHorizontalFlip", 0.1);
             add(model::SpanKind::Sample, "sample", crop_ms + 0.1);
+            if (collate_ms > 0 && i % 10 == 9)
+                add(model::SpanKind::Collate, "collate", collate_ms);
         }
     }
     std::vector<std::string> advice(unsigned cpus)
@@ -127,6 +130,24 @@ TEST_F(Advice, DecodingDominatesIdleWorkersAndOffCpu)
                        "(85 %). Decoding dominates"));
     EXPECT_TRUE(has(a, "busy only 40 %")) << ::testing::PrintToString(a);
     EXPECT_TRUE(has(a, "ran on a CPU only 50 % of its wall time"));
+}
+
+// Collation is a part of per-sample time like the others: where it is the largest, no other part is said to be.
+TEST_F(Advice, CollationThatDominatesIsNamed)
+{
+    job(6, 95, 1.0, 3.0, 95, true, 50.0);
+    auto a = advice(8);
+    // per sample: loader 1 + crop 3 + flip 0.1 + collate 50 / 10 = 9.1 ms, the collation 5 of it (55 %)
+    EXPECT_TRUE(has(a, "Collation (each batch's collate_fn: from its last sample's end to the batch's end) takes the "
+                       "most time per sample: 5.00 ms of 9.10 ms (55 %")) << ::testing::PrintToString(a);
+    EXPECT_FALSE(has(a, "RandomResizedCrop takes the most time"));
+}
+
+TEST_F(Advice, CollationSmallerThanAnOpCountsInTheShare)
+{
+    job(6, 95, 1.0, 3.0, 95, true, 10.0);
+    // per sample: 1 + 3 + 0.1 + 1 = 5.1 ms, the crop 3 of it
+    EXPECT_TRUE(has(advice(8), "RandomResizedCrop takes the most time per sample: 3.00 ms of 5.10 ms (59 %"));
 }
 
 TEST_F(Advice, LoadingWithoutFilesIsNotCalledDecoding)

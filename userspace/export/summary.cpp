@@ -127,7 +127,7 @@ static std::vector<std::string> advice_for(uint32_t pid, double waiting_pct, con
         if (name == "sample")
             continue;
         whole += p.total_ms;
-        if (name != "collate" && p.total_ms > top_ms)
+        if (p.total_ms > top_ms)
             top = name, top_ms = p.total_ms;
     }
     if (samples > 0 && whole > 0 && !top.empty()) {
@@ -142,6 +142,11 @@ static std::vector<std::string> advice_for(uint32_t pid, double waiting_pct, con
         else if (top == "loader")
             out.push_back(fmt::format("Loading (the dataset's own work before the pipeline) takes the most time per "
                                       "sample: {:.2f} ms of {:.2f} ms ({:.0f} %).",
+                                      top_ms / samples, whole / samples, pct));
+        else if (top == "collate")
+            out.push_back(fmt::format("Collation (each batch's collate_fn: from its last sample's end to the batch's "
+                                      "end) takes the most time per sample: {:.2f} ms of {:.2f} ms ({:.0f} %; each "
+                                      "batch's collation divided among its samples).",
                                       top_ms / samples, whole / samples, pct));
         else
             out.push_back(fmt::format("{} takes the most time per sample: {:.2f} ms of {:.2f} ms ({:.0f} %; loading and "
