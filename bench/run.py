@@ -69,8 +69,8 @@ def run_train(data, epochs, traced, tmp, extra=(), script=TRAIN, env=None):
 
 
 LOTUS_PROGS = {"py_call", "py_entry", "py_slot", "py_slot_entry", "py_return", "on_switch", "on_write", "on_getppid",
-               "on_openat", "on_read_done", "on_sys_enter", "on_sys_exit", "native_entry", "native_return", "on_sample",
-               "on_fork", "on_exec", "on_exit", "libc_call"}
+               "on_openat", "on_read_done", "on_sys_enter", "on_sys_exit", "native_entry", "native_return", "native_call",
+               "on_sample", "on_fork", "on_exec", "on_exit", "libc_call"}
 EVALUATOR = {"LOTUS_EVALUATOR_PROBE": "1"}  # Python calls probed at the evaluator (the default before issue 20)
 
 
@@ -160,12 +160,14 @@ def account(entries, returns, trap_ns, return_ns, bpf_us, tracer_us, cpu_ms):
 def mode_account(costs, slot_hits, per_object_call, tracer_us, cpu_ms):
     """A mode's cost account (account()), its traps counted from its programs' runs (bpf_cost): the Python
     probes' entries (slot_hits, from bare uprobes) and the other runs of the Python programs (their returns), libc's
-    wrappers' and the native probes' entries, the native probes' returns."""
+    wrappers' and the native probes' entries, the native probes' returns (native_call, their uprobe session: each
+    call of a traced process runs it twice, at its entry and at its return)."""
     trap_ns = per_object_call["bare"]
     return_ns = per_object_call["bare-return"] - trap_ns
-    entries = slot_hits + runs_of(costs, "libc_call", "native_entry")
+    session = runs_of(costs, "native_call") / 2
+    entries = slot_hits + runs_of(costs, "libc_call", "native_entry") + session
     returns = (max(0.0, runs_of(costs, "py_slot", "py_slot_entry", "py_return") - slot_hits)
-               + runs_of(costs, "native_return"))
+               + runs_of(costs, "native_return") + session)
     return account(entries, returns, trap_ns, return_ns, cost_total(costs), tracer_us, cpu_ms)
 
 

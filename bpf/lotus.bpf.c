@@ -154,10 +154,22 @@ int BPF_KPROBE(py_retval)
 }
 
 SEC("uprobe")
-int BPF_KPROBE(native_entry) { return native_event(ctx, LOTUS_EV_NATIVE_ENTRY); }
+int BPF_KPROBE(native_entry) { return native_traced() ? native_event(ctx, LOTUS_EV_NATIVE_ENTRY) : 0; }
 
 SEC("uretprobe")
-int BPF_KRETPROBE(native_return) { return native_event(ctx, LOTUS_EV_NATIVE_RETURN); }
+int BPF_KRETPROBE(native_return) { return native_traced() ? native_event(ctx, LOTUS_EV_NATIVE_RETURN) : 0; }
+
+/* The same as one uprobe session (Linux 6.13+): one link a library, not an entry's and a return's. Its return is
+ * hooked only for a traced process (the entry's verdict: 0 to see it). */
+SEC("uprobe")
+int BPF_KPROBE(native_call)
+{
+    if (bpf_session_is_return())
+        return native_event(ctx, LOTUS_EV_NATIVE_RETURN);
+    if (!native_traced())
+        return 1;
+    return native_event(ctx, LOTUS_EV_NATIVE_ENTRY);
+}
 
 /* Sampling map: a sampling event (cycles, or cpu-clock without a PMU) on each traced thread (sampling.bpf.h),
  * or, on kernels without the per-process probes, one per CPU, which interrupts whatever runs; for a traced thread,

@@ -3,14 +3,16 @@
 #ifndef __LOTUS_NATIVE_BPF_H
 #define __LOTUS_NATIVE_BPF_H
 
-/* Native functions (--native): one entry and one return probe per chosen function, its number in the
- * attach cookie. Attached system-wide on the library file like the evaluator's probes. */
+/* Native functions (--native): an entry and a return per call of a chosen function, its number in the attach
+ * cookie; probed per traced process, or system-wide on the library file where the kernel cannot. */
+static __always_inline bool native_traced(void)
+{
+    __u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    return bpf_map_lookup_elem(&lotus_traced, &tgid) != 0;
+}
+
 static __always_inline int native_event(void *ctx, __u32 type)
 {
-    __u64 id = bpf_get_current_pid_tgid();
-    __u32 tgid = id >> 32;
-    if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
-        return 0;
     struct lotus_native *e = reserve(sizeof(*e));
     if (!e)
         return 0;

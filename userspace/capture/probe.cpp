@@ -175,7 +175,7 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     bpf_program__set_autoload(skel_->progs.py_slot_entry, !session && slots_);
     bpf_program__set_autoload(skel_->progs.py_return, !session);
     if (session)
-        for (bpf_program* prog : {skel_->progs.py_call, skel_->progs.py_slot})
+        for (bpf_program* prog : {skel_->progs.py_call, skel_->progs.py_slot, skel_->progs.native_call})
             bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(session_type_));
     if (multi_type_ >= 0)
         for (bpf_program* prog : {skel_->progs.py_entry, skel_->progs.py_slot_entry, skel_->progs.py_return,
@@ -184,8 +184,9 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
             bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(multi_type_));
     bpf_program__set_autoload(skel_->progs.py_resume, features.inline_calls);
     bpf_program__set_autoload(skel_->progs.py_retval, features.inline_calls);
-    bpf_program__set_autoload(skel_->progs.native_entry, features.native);
-    bpf_program__set_autoload(skel_->progs.native_return, features.native);
+    bpf_program__set_autoload(skel_->progs.native_entry, features.native && !session);
+    bpf_program__set_autoload(skel_->progs.native_return, features.native && !session);
+    bpf_program__set_autoload(skel_->progs.native_call, features.native && session);
     bpf_program__set_autoload(skel_->progs.on_sample, features.sampling);
     // Sampling events on the traced threads (the iterator reads a task's perf context: one pointer since 6.2).
     // LOTUS_PER_CPU_SAMPLING=1: one per CPU, as without per-process probes.
@@ -566,9 +567,7 @@ void Probe::attach_python_to(uint32_t tgid, uint32_t forked_from)
     if (!made(std::move(python), "Python", interp_.object_path))
         return;
     for (const auto& lib : per_process_natives_)
-        if (!made(multi_pair(skel_->progs.native_entry, skel_->progs.native_return, pin(lib.path), lib.offsets,
-                             lib.cookies, tgid),
-                  "native", lib.path))
+        if (!made(native_multi(pin(lib.path), lib.offsets, lib.cookies, tgid), "native", lib.path))
             return;
     if (!inline_resume_.empty() && !made(inline_links(tgid), "opcode-handler", interp_.object_path))
         return;
@@ -805,7 +804,7 @@ std::vector<bool> Probe::attach_native(const std::string& path, const std::vecto
         std::vector<std::pair<uint32_t, std::vector<common::UniqueFd>>> made;
         bool refused = false;
         for (uint32_t tgid : process_links_.tgids()) {
-            auto fds = multi_pair(skel_->progs.native_entry, skel_->progs.native_return, path, offsets, c, tgid);
+            auto fds = native_multi(path, offsets, c, tgid);
             if (fds.empty() && errno != ESRCH) {
                 refused = true;
                 break;
@@ -817,21 +816,42 @@ std::vector<bool> Probe::attach_native(const std::string& path, const std::vecto
                 process_links_.append(tgid, std::move(fds));
             per_process_natives_.push_back({path, offsets, c});
             pin(path);
-            native_links_ += 2;
+            native_links_ += session_type_ >= 0 ? 1 : 2;
             return std::vector<bool>(offsets.size(), true);
         }
     }
-    // One link for the whole library where the kernel takes all its offsets; else one function at a time,
-    // so that one it refuses does not cost the others.
-    if (multi_type_ >= 0 && attach_pair(skel_->progs.native_entry, skel_->progs.native_return, path, offsets, c)) {
-        native_links_ += 2;
+    // One link (or pair) for the whole library where the kernel takes all its offsets; else one function at a
+    // time, so that one it refuses does not cost the others.
+    auto system_wide = [&](const std::vector<uint64_t>& o, const std::vector<uint64_t>& k) {
+        if (session_type_ < 0)
+            return attach_pair(skel_->progs.native_entry, skel_->progs.native_return, path, o, k);
+        auto fds = native_multi(path, o, k, 0);
+        for (auto& fd : fds)
+            multi_links_.push_back(std::move(fd));
+        return !fds.empty();
+    };
+    size_t per_call = session_type_ >= 0 ? 1 : 2;
+    if (multi_type_ >= 0 && system_wide(offsets, c)) {
+        native_links_ += per_call;
         return std::vector<bool>(offsets.size(), true);
     }
     for (size_t i = 0; i < offsets.size(); i++) {
-        ok[i] = attach_pair(skel_->progs.native_entry, skel_->progs.native_return, path, {offsets[i]}, {c[i]});
-        native_links_ += ok[i] ? 2 : 0;
+        ok[i] = system_wide({offsets[i]}, {c[i]});
+        native_links_ += ok[i] ? per_call : 0;
     }
     return ok;
+}
+
+std::vector<common::UniqueFd> Probe::native_multi(const std::string& path, const std::vector<uint64_t>& offsets,
+                                                  const std::vector<uint64_t>& cookies, uint32_t pid)
+{
+    if (session_type_ < 0)
+        return multi_pair(skel_->progs.native_entry, skel_->progs.native_return, path, offsets, cookies, pid);
+    std::vector<common::UniqueFd> fds;
+    fds.push_back(multi_link(skel_->progs.native_call, session_type_, path, offsets, cookies, false, pid));
+    if (!fds.back())
+        fds.clear(); // (errno stands)
+    return fds;
 }
 
 int Probe::poll(int timeout_ms)

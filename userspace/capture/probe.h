@@ -186,6 +186,10 @@ private:
     std::vector<common::UniqueFd> multi_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
                                              const std::vector<uint64_t>& offsets,
                                              const std::vector<uint64_t>& cookies, uint32_t pid = 0);
+    // The native functions' probes on `offsets` (pid as for multi_link): one uprobe session link where the kernel
+    // has sessions, else multi_pair's two; empty, errno set, if the kernel refused.
+    std::vector<common::UniqueFd> native_multi(const std::string& path, const std::vector<uint64_t>& offsets,
+                                               const std::vector<uint64_t>& cookies, uint32_t pid);
     // Entry and return probes on `offsets` (multi_pair, kept until close; without uprobe_multi links, one
     // offset as two perf-event probes). False, errno set, if the kernel refused.
     bool attach_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
