@@ -69,7 +69,7 @@ class NativeMapTest(BpfTestCase):
             # Linux 6.6+: a library's functions share its links (their detach waits once per link, not once per
             # function): one uprobe session for their entries and returns (6.13+), else one link for each
             links, fns = other["native_probe_links"], other["native_functions_probed"]
-            per_library = 1 if kernel_at_least(6, 13) else 2
+            per_library = 1 if other["evaluator_probe"] == "uprobe session" else 2
             self.assertTrue(links % per_library == 0 and per_library <= links < per_library * fns, (links, fns))
         # Pillow's _imaging is first loaded by the workers, after launch: probed when its open is seen, so
         # the first few ms of calls can be missed; from then on one resize per RandomResizedCrop, exactly.
@@ -144,6 +144,24 @@ class NativeMapTest(BpfTestCase):
         self.assertEqual(other["evaluator_probe"], "uprobe + uretprobe")
         self.assertEqual(summary["native_map"], [])  # no sampling asked for
         self.assertEqual(trace["otherData"]["sampling_event"], "none")
+
+    def test_links_without_uprobe_sessions(self):
+        # Kernels 6.6-6.12 (no uprobe sessions; LOTUS_NO_UPROBE_SESSION): an entry and a return link per library
+        # instead of one session, the same spans: one header read per image, one decode call per image
+        # once _imaging is probed, every ToTensor's two divisions inside it.
+        if not kernel_at_least(6, 6):
+            self.skipTest("uprobe_multi links: Linux 6.6+")
+        r, summary, trace = self.run_job("--native-map", "--sample-freq", "0", *PILLOW,
+                                         env={"LOTUS_NO_UPROBE_SESSION": "1"})
+        native = spans(trace, "native")
+        count = collections.Counter(n["name"] for n in native)
+        self.assertEqual(count["jpeg_read_header"], self.images)
+        self.assertGreaterEqual(count["ImagingJpegDecode"], 0.9 * self.images)
+        self.assertEqual(count["at::_ops::div_Tensor::call"], len(spans(trace, "op", "ToTensor")))
+        other = trace["otherData"]
+        self.assertEqual(other["evaluator_probe"], "uprobe + uretprobe")
+        links, fns = other["native_probe_links"], other["native_functions_probed"]
+        self.assertTrue(links % 2 == 0 and 2 <= links < 2 * fns, (links, fns))
 
     def test_library_loaded_while_running_is_said(self):
         """A worker loads a library in its first sample (ctypes.CDLL) and calls it in every sample: lotus-bpf
