@@ -798,6 +798,7 @@ std::vector<bool> Probe::attach_native(const std::string& path, const std::vecto
     std::vector<bool> ok(offsets.size(), false);
     if (offsets.empty())
         return ok;
+    const size_t links_each = session_type_ >= 0 ? 1 : 2; // a session, or an entry's and a return's
     if (hold_) {
         // Per traced process: those traced now (held children get theirs in attach_python_to). A process that
         // exits meanwhile (ESRCH) needs none; any other refusal falls back to probing every process.
@@ -816,7 +817,7 @@ std::vector<bool> Probe::attach_native(const std::string& path, const std::vecto
                 process_links_.append(tgid, std::move(fds));
             per_process_natives_.push_back({path, offsets, c});
             pin(path);
-            native_links_ += session_type_ >= 0 ? 1 : 2;
+            native_links_ += links_each;
             return std::vector<bool>(offsets.size(), true);
         }
     }
@@ -830,14 +831,13 @@ std::vector<bool> Probe::attach_native(const std::string& path, const std::vecto
             multi_links_.push_back(std::move(fd));
         return !fds.empty();
     };
-    size_t per_call = session_type_ >= 0 ? 1 : 2;
     if (multi_type_ >= 0 && system_wide(offsets, c)) {
-        native_links_ += per_call;
+        native_links_ += links_each;
         return std::vector<bool>(offsets.size(), true);
     }
     for (size_t i = 0; i < offsets.size(); i++) {
         ok[i] = system_wide({offsets[i]}, {c[i]});
-        native_links_ += ok[i] ? per_call : 0;
+        native_links_ += ok[i] ? links_each : 0;
     }
     return ok;
 }
