@@ -22,6 +22,8 @@ public:
 
     // A process that exec'd, or one alive at attach: looked at by the next check().
     void look_at(uint32_t pid, uint64_t now_ns) { pending_.emplace(pid, now_ns); }
+    // Processes still to look at: check() should run again soon.
+    bool pending() const { return !pending_.empty(); }
     // Tells what the pending processes run; one whose dynamic loader has yet to map its libpython stays pending
     // (for at most 10 s).
     void check(uint64_t now_ns);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/perf_event.h>
+#include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -243,6 +244,10 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     // The side ring wakes poll() too: a held child waits for us.
     if (ring_buffer__add(rb_.get(), bpf_map__fd(skel_->maps.lotus_lib_opens), on_library, this))
         throw CaptureError(fmt::format("cannot open the ring buffer: {}", strerror(errno)));
+    epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
+    if (!epoll_)
+        throw CaptureError(fmt::format("cannot open the ring buffer: {}", strerror(errno)));
+    wake_on(ring_buffer__epoll_fd(rb_.get()));
     for (size_t k = 0; k < counters.size(); k++) {
         if (counters[k].source != LOTUS_SRC_PERF_EVENT)
             continue; // BPF reads the thread's own counts
@@ -861,9 +866,11 @@ int Probe::poll(int timeout_ms)
     // Before sleeping: the side ring's wake-up for a child held since was just consumed, and would not wake us.
     if (hold_)
         release_held();
-    int n = ring_buffer__poll(rb_.get(), timeout_ms);
-    if (n < 0 && n != -EINTR)
-        throw CaptureError(fmt::format("ring buffer poll failed: {}", strerror(-n)));
+    if (timeout_ms > 0) {
+        epoll_event ev[4];
+        if (epoll_wait(epoll_.get(), ev, 4, timeout_ms) < 0 && errno != EINTR)
+            throw CaptureError(fmt::format("ring buffer poll failed: {}", strerror(errno)));
+    }
     int m = ring_buffer__consume(rb_.get());
     if (m < 0)
         throw CaptureError(fmt::format("ring buffer read failed: {}", strerror(-m)));
@@ -873,7 +880,16 @@ int Probe::poll(int timeout_ms)
         retry_libc();
     if (!attach_error_.empty())
         throw CaptureError(attach_error_);
-    return (n > 0 ? n : 0) + m;
+    return m;
+}
+
+void Probe::wake_on(int fd)
+{
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev))
+        throw CaptureError(fmt::format("cannot watch fd {} for wake-ups: {}", fd, strerror(errno)));
 }
 
 void Probe::set_role(uint32_t space, uint64_t code, uint32_t flags, const std::vector<uint8_t>& capture_slots)

@@ -109,8 +109,13 @@ public:
     // Kernel links those probes took: 2 per library with uprobe_multi links (per traced process in per-process
     // mode), else 2 per function.
     size_t native_links() const { return native_links_; }
-    // Delivers pending records to the sink. Returns the number delivered, or throws on error.
+    // Delivers pending records to the sink, waiting at most timeout_ms for some (or for a wake_on fd). Returns
+    // the number delivered, or throws on error.
     int poll(int timeout_ms);
+    // poll() also returns when fd becomes readable (a pidfd: the target exited); the caller keeps fd open.
+    void wake_on(int fd);
+    // Processes still to map their libc: each poll() looks at them again, so the loop should wake soon.
+    bool retry_pending() const { return !libc_pending_.empty(); }
     // A code object's role in a role space, set once: BPF keeps per-CPU copies of classified roles.
     void set_role(uint32_t space, uint64_t code, uint32_t flags, const std::vector<uint8_t>& capture_slots);
     // What a type is (LOTUS_TYPE_* flags) in a role space.
@@ -235,6 +240,7 @@ private:
     uint64_t inline_return_ = 0;                     // each traced process gets (none while inline_resume_ is empty)
     std::unique_ptr<lotus_bpf, SkeletonFree> skel_; // its tracepoint links go with it
     std::unique_ptr<ring_buffer, RingFree> rb_, lib_rb_;
+    common::UniqueFd epoll_; // poll() sleeps on it: the rings' own epoll, and wake_on's fds
     std::vector<common::UniqueFd> perf_fds_;    // counters
     std::vector<Link> links_;                   // per-CPU sampling, and probes without uprobe_multi
     bool thread_sampling_ = false;              // sampling events on the traced threads (attach_sampling)

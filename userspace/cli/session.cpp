@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 
 #include "capture/perf_events.h"
 #include "common/clock.h"
+#include "common/wake_schedule.h"
 #include "capture/probe.h"
 #include "capture/native_capture.h"
 #include "capture/interpreter_watch.h"
@@ -62,6 +64,13 @@ void install_signal_handlers()
 uint64_t thread_cpu_ns()
 {
     return clock_ns(CLOCK_THREAD_CPUTIME_ID);
+}
+
+// True when fd is readable now (a pidfd: its process has exited).
+bool readable(int fd)
+{
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
 }
 
 // True when the process is gone or a zombie.
@@ -378,13 +387,36 @@ int run_session(const Options& opts)
         }
         std::string stop_reason;
         int launched_status = 0;
-        // How long the loop may sleep on the rings with nothing to read (LOTUS_POLL_MS: tests make it long, so
-        // that a wake-up lost while it was busy shows as a child held that long).
+        // The end of the command (launch mode) or of the target wakes the loop through a pidfd; where there is
+        // none, the loop looks every 50 ms, as it did at every wake-up before (7 syscalls each).
+        const pid_t watched = launcher ? launcher->command_pid() : root;
+        common::UniqueFd exit_fd = target::pidfd_of(watched);
+        if (exit_fd)
+            probe->wake_on(exit_fd.get());
+        // LOTUS_POLL_MS: a fixed sleep instead (tests make it long, so that a wake-up lost while the loop was busy
+        // shows as a child held that long).
         const char* poll_env = getenv("LOTUS_POLL_MS");
-        const int poll_ms = poll_env && atoi(poll_env) > 0 ? atoi(poll_env) : 50;
+        const int fixed_poll_ms = poll_env && atoi(poll_env) > 0 ? atoi(poll_env) : 0;
+        auto sleep_ms = [&](uint64_t now) {
+            if (fixed_poll_ms)
+                return fixed_poll_ms;
+            common::WakeSchedule wake(now, exit_fd && !probe->retry_pending() ? 1000 : 50);
+            if (opts.resources_interval_ms)
+                wake.due_at(last_sweep + opts.resources_interval_ms * 1'000'000ull);
+            if (tty)
+                wake.due_at(last_status + 500'000'000ull);
+            if (screen)
+                wake.due_at(last_frame_ns + 1'000'000'000ull);
+            if (opts.duration_s > 0)
+                wake.due_at(t0 + static_cast<uint64_t>(opts.duration_s * 1e9));
+            if (interpreters.pending())
+                wake.due_at(now + 100'000'000ull);
+            return wake.sleep_ms();
+        };
+        uint64_t now = monotonic_ns();
         while (true) {
-            probe->poll(poll_ms);
-            uint64_t now = monotonic_ns();
+            probe->poll(sleep_ms(now));
+            now = monotonic_ns();
             if (g_stop_signal) {
                 stop_reason = g_stop_signal == SIGINT ? "interrupted" : "terminated by signal";
                 if (launcher && g_stop_signal != SIGINT) {
@@ -397,7 +429,7 @@ int run_session(const Options& opts)
                 stop_reason = fmt::format("{} s elapsed", opts.duration_s);
                 break;
             }
-            if (launcher ? launcher->exited() : gone(root)) {
+            if ((!exit_fd || readable(exit_fd.get())) && (launcher ? launcher->exited() : gone(root))) {
                 stop_reason = "target exited";
                 if (launcher)
                     launched_status = launcher->exit_code();

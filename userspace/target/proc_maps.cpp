@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <signal.h>
 
@@ -184,6 +185,11 @@ bool process_exists(int pid)
     if (pid <= 0)
         return false;
     return kill(pid, 0) == 0 || errno == EPERM;
+}
+
+common::UniqueFd pidfd_of(int pid)
+{
+    return common::UniqueFd(pid > 0 ? static_cast<int>(syscall(SYS_pidfd_open, pid, 0)) : -1);
 }
 
 std::optional<int> parent_pid(int pid)

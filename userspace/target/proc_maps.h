@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "common/unique_fd.h"
+
 namespace lotus::target {
 
 struct Mapping {
@@ -33,6 +35,8 @@ std::string openable_path(int pid, const std::string& path, uint64_t inode, uint
 std::string openable_exe(int pid, const std::string& path);
 
 bool process_exists(int pid);
+// A pidfd of the process (Linux 5.3+): readable once it has exited (a zombie too). Invalid where there is none.
+common::UniqueFd pidfd_of(int pid);
 std::optional<int> parent_pid(int pid);
 // Every live descendant of pid (children, grandchildren, ...), from /proc/*/stat.
 std::vector<int> descendants(int pid);
