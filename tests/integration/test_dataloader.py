@@ -222,6 +222,52 @@ class DataLoaderSemantics(BpfTestCase):
             self.assertEqual(l["args"]["path"], paths[l["args"]["sample"]])
         assert_nested(self, trace)
 
+    def test_a_few_long_calls_are_said_in_the_advice(self):
+        """An op whose time is mostly two long calls (500 and 800 ms; a pause inside them, as a worker's garbage
+        collection made on Debian's CPython 3.14, ~2 s once per worker per epoch here) is named with them: the
+        advice says how many, how long, their share, and where the longest is, against the job's own timings."""
+        log = self.path("stalls.log")
+        job = ("import os, sys, time, torch\n"
+               "from torch.utils.data import DataLoader, Dataset\n"
+               "from torchvision import transforms\n"
+               "class Stall:\n"
+               "    def __call__(self, i):\n"
+               "        if i in (7, 150):\n"
+               "            t = time.monotonic(); time.sleep(0.5 if i == 7 else 0.8)\n"
+               f"            open({log!r}, 'a').write(f'{{os.getpid()}} {{i}} {{(time.monotonic() - t) * 1000}}\\n')\n"
+               "        return i\n"
+               "class Double:\n"
+               "    def __call__(self, i):\n"
+               "        return 2 * i\n"
+               "class Numbers(Dataset):\n"
+               "    def __init__(self): self.transform = transforms.Compose([Stall(), Double()])\n"
+               "    def __len__(self): return 200\n"
+               "    def __getitem__(self, i): return self.transform(i)\n"
+               "for batch in DataLoader(Numbers(), batch_size=10, num_workers=2):\n"
+               "    pass\n")
+        out, summary = self.path("t.json"), self.path("s.json")
+        r = run_lotus(["-q", "-o", out, "--summary-json", summary, "--", PY, "-c", job])
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        stalls = {int(i): (int(pid), float(ms)) for pid, i, ms in read_lines(log)}
+        self.assertEqual(sorted(stalls), [7, 150])
+        with open(summary) as f:
+            advice = [a for t in json.load(f)["training"] for a in t["advice"]]
+        said = [a for a in advice if a.startswith("Stall takes the most time per sample")]
+        self.assertEqual(len(said), 1, advice)
+        m = re.search(r"\. 2 of its 200 calls took (\d+) % of that \((\d+) ms and (\d+) ms; its other calls "
+                      r"[\d.]+ ms on average\): not its usual cost; look at them in the trace first \(the longest: "
+                      r"sample_id (\d+) in PID (\d+)\)\.$", said[0])
+        self.assertIsNotNone(m, said[0])
+        self.assertGreaterEqual(int(m.group(1)), 95)
+        self.assertAlmostEqual(int(m.group(2)), stalls[7][1], delta=5)
+        self.assertAlmostEqual(int(m.group(3)), stalls[150][1], delta=5)
+        self.assertEqual(int(m.group(5)), stalls[150][0])
+        longest = [o for o in spans(load_trace(out), "op", "Stall") if o["args"]["sample_id"] == int(m.group(4))]
+        self.assertEqual(len(longest), 1)
+        self.assertEqual(longest[0]["pid"], stalls[150][0])
+        self.assertEqual(longest[0]["args"]["sample"], 150)
+        self.assertIn(said[0][:60], r.stdout)  # the printed summary says it too (wrapped)
+
 
 if __name__ == "__main__":
     unittest.main()

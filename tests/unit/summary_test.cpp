@@ -97,6 +97,15 @@ struct Advice : test::JobFixture {
                 add(model::SpanKind::Collate, "collate", collate_ms);
         }
     }
+    // One more call of an op, in a worker, for the sample numbered sample_id.
+    void op_call(const char* name, double ms, uint32_t pid, uint64_t sample_id)
+    {
+        model::Span s = model::Span::make(model::SpanKind::Op, name, pid, pid, 0, static_cast<uint64_t>(ms * 1e6));
+        s.owner = P;
+        s.loader = 0;
+        s.sample_id = sample_id;
+        summary.add(s);
+    }
     std::vector<std::string> advice(unsigned cpus)
     {
         auto report = exporter::summarize_batches(tracker, processes, summary, cpus);
@@ -148,6 +157,46 @@ TEST_F(Advice, CollationSmallerThanAnOpCountsInTheShare)
     job(6, 95, 1.0, 3.0, 95, true, 10.0);
     // per sample: 1 + 3 + 0.1 + 1 = 5.1 ms, the crop 3 of it
     EXPECT_TRUE(has(advice(8), "RandomResizedCrop takes the most time per sample: 3.00 ms of 5.10 ms (59 %"));
+}
+
+// A part whose time is mostly a few very long calls (a pause inside them: the interpreter's garbage collection,
+// a first call's set-up) is named with them, so that its usual cost is not taken for what to make cheaper.
+TEST_F(Advice, AFewLongCallsThatAreMostOfAPartAreSaid)
+{
+    job(6, 95, 1.0, 0.5);
+    op_call("RandomResizedCrop", 400, W1, 41);
+    op_call("RandomResizedCrop", 500, W0, 77);
+    auto a = advice(8);
+    // the crop: 100 x 0.5 + 900 = 950 ms of 1060 ms over 100 samples; its two long calls 900 of the 950 ms
+    EXPECT_TRUE(has(a, "RandomResizedCrop takes the most time per sample: 9.50 ms of 10.60 ms (90 %; loading and "
+                       "collation included). 2 of its 102 calls took 95 % of that (400 ms and 500 ms; its other calls "
+                       "0.50 ms on average): not its usual cost; look at them in the trace first (the longest: "
+                       "sample_id 77 in PID " + std::to_string(W0) + ")."))
+        << ::testing::PrintToString(a);
+    EXPECT_FALSE(has(a, "the op to make cheaper first"));
+}
+
+TEST_F(Advice, LongCallsThatAreNotMostOfAPartAreNotSingledOut)
+{
+    job(6, 95, 1.0, 3.0);
+    for (int i = 0; i < 900; i++)
+        op_call("RandomResizedCrop", 3.0, W0, 200 + i);
+    op_call("RandomResizedCrop", 400, W0, 5); // over 100 times the others, but 400 of its 3400 ms
+    auto a = advice(8);
+    EXPECT_TRUE(has(a, "RandomResizedCrop takes the most time per sample: 34.00 ms of 35.10 ms (97 %; loading and "
+                       "collation included): the op to make cheaper first.")) << ::testing::PrintToString(a);
+    EXPECT_FALSE(has(a, "not its usual cost"));
+}
+
+// As many long calls as the summary keeps (kLongest) could be more: none is singled out then.
+TEST_F(Advice, TooManyLongCallsToCountAreNotSingledOut)
+{
+    job(6, 95, 1.0, 0.5);
+    for (size_t i = 0; i < exporter::Summary::kLongest; i++)
+        op_call("RandomResizedCrop", 400, W0, 100 + i);
+    auto a = advice(8);
+    EXPECT_TRUE(has(a, "the op to make cheaper first")) << ::testing::PrintToString(a);
+    EXPECT_FALSE(has(a, "not its usual cost"));
 }
 
 TEST_F(Advice, LoadingWithoutFilesIsNotCalledDecoding)

@@ -98,6 +98,42 @@ static double per_sample_ms(const Summary& summary, uint32_t owner)
 // What the numbers of one training loop suggest doing, each with its figures: the part of per-sample time that
 // dominates, whether more DataLoader workers would help (their busy share, the CPUs the job may use), and whether
 // the pipeline ran mostly off-CPU.
+static std::string short_duration(double ms)
+{
+    return ms >= 1000 ? fmt::format("{:.1f} s", ms / 1000) : ms >= 10 ? fmt::format("{:.0f} ms", ms)
+                                                                       : fmt::format("{:.2f} ms", ms);
+}
+
+// Where most of a part's time is a few calls far longer than its others (each at least 100 times the mean of the
+// calls outside its kLongest longest, and 10 ms), a sentence saying so: those calls are not the part's usual cost,
+// and shrinking the part's typical call would not remove them. Empty otherwise, and where more than kLongest-1
+// calls may be such (the sentence could not count them), or with too few calls to tell.
+static std::string few_long_calls(const std::vector<LongCall>& calls, uint64_t count, double total_ms)
+{
+    if (calls.empty() || count < 8 * Summary::kLongest)
+        return {};
+    double listed_ms = 0;
+    for (const auto& c : calls)
+        listed_ms += static_cast<double>(c.ns) / 1e6;
+    double floor_ms = std::max(100 * (total_ms - listed_ms) / static_cast<double>(count - calls.size()), 10.0);
+    size_t n = 0;
+    double long_ms = 0;
+    while (n < calls.size() && static_cast<double>(calls[n].ns) / 1e6 >= floor_ms)
+        long_ms += static_cast<double>(calls[n++].ns) / 1e6;
+    if (n == 0 || n == calls.size() || long_ms * 2 < total_ms)
+        return {};
+    double longest = static_cast<double>(calls[0].ns) / 1e6, shortest = static_cast<double>(calls[n - 1].ns) / 1e6;
+    std::string each = n == 1   ? short_duration(longest)
+                       : n == 2 ? fmt::format("{} and {}", short_duration(shortest), short_duration(longest))
+                                : fmt::format("{} to {}", short_duration(shortest), short_duration(longest));
+    std::string where = calls[0].sample_id ? fmt::format("sample_id {} in PID {}", calls[0].sample_id, calls[0].pid)
+                                           : fmt::format("in PID {}", calls[0].pid);
+    return fmt::format(" {} of its {} calls took {:.0f} % of that ({}; its other calls {} on average): not its usual "
+                       "cost; look at them in the trace first (the longest: {}).",
+                       n, count, 100 * long_ms / total_ms, each,
+                       short_duration((total_ms - long_ms) / static_cast<double>(count - n)), where);
+}
+
 static std::vector<std::string> advice_for(uint32_t pid, double waiting_pct, const Summary& summary,
                                            const std::map<uint32_t, model::ProcessInfo>& processes, unsigned cpus)
 {
@@ -132,26 +168,28 @@ static std::vector<std::string> advice_for(uint32_t pid, double waiting_pct, con
     }
     if (samples > 0 && whole > 0 && !top.empty()) {
         double pct = 100 * top_ms / whole;
+        const std::string few = few_long_calls(summary.longest(pid, top), parts[top].count, top_ms);
         if (top == "loader" && summary.loaders_read_files())
             out.push_back(fmt::format("Loading (reading and decoding each file) takes the most time per sample: {:.2f} "
-                                      "ms of {:.2f} ms ({:.0f} %).{}",
-                                      top_ms / samples, whole / samples, pct,
-                                      pct >= 50 ? " Decoding dominates: smaller or pre-resized images, or a faster "
-                                                  "decoder, would help most."
-                                                : ""));
+                                      "ms of {:.2f} ms ({:.0f} %).{}{}",
+                                      top_ms / samples, whole / samples, pct, few,
+                                      pct >= 50 && few.empty() ? " Decoding dominates: smaller or pre-resized images, "
+                                                                 "or a faster decoder, would help most."
+                                                               : ""));
         else if (top == "loader")
             out.push_back(fmt::format("Loading (the dataset's own work before the pipeline) takes the most time per "
-                                      "sample: {:.2f} ms of {:.2f} ms ({:.0f} %).",
-                                      top_ms / samples, whole / samples, pct));
+                                      "sample: {:.2f} ms of {:.2f} ms ({:.0f} %).{}",
+                                      top_ms / samples, whole / samples, pct, few));
         else if (top == "collate")
             out.push_back(fmt::format("Collation (each batch's collate_fn: from its last sample's end to the batch's "
                                       "end) takes the most time per sample: {:.2f} ms of {:.2f} ms ({:.0f} %; each "
-                                      "batch's collation divided among its samples).",
-                                      top_ms / samples, whole / samples, pct));
+                                      "batch's collation divided among its samples).{}",
+                                      top_ms / samples, whole / samples, pct, few));
         else
             out.push_back(fmt::format("{} takes the most time per sample: {:.2f} ms of {:.2f} ms ({:.0f} %; loading and "
-                                      "collation included): the op to make cheaper first.",
-                                      top, top_ms / samples, whole / samples, pct));
+                                      "collation included){}",
+                                      top, top_ms / samples, whole / samples, pct,
+                                      few.empty() ? ": the op to make cheaper first." : "." + few));
     }
     std::set<int> ids;
     uint64_t busy = 0, seen = 0;
@@ -316,6 +354,29 @@ void Summary::add(const model::Span& s)
             grp->order.push_back(name);
         it->second.add(dur);
     }
+    if (s.kind == model::SpanKind::Sample)
+        return;
+    auto& top = g->second.longest[name];
+    if (top.size() < kLongest || dur > top.back().ns) {
+        LongCall c{dur, s.pid, s.sample_id};
+        top.insert(std::upper_bound(top.begin(), top.end(), c,
+                                    [](const LongCall& a, const LongCall& b) { return a.ns > b.ns; }),
+                   c);
+        if (top.size() > kLongest)
+            top.pop_back();
+    }
+}
+
+std::vector<LongCall> Summary::longest(uint32_t owner, const std::string& name) const
+{
+    std::vector<LongCall> out;
+    for (const auto& [key, g] : groups_)
+        if (auto it = g.longest.find(name); key.owner == owner && it != g.longest.end())
+            out.insert(out.end(), it->second.begin(), it->second.end());
+    std::stable_sort(out.begin(), out.end(), [](const LongCall& a, const LongCall& b) { return a.ns > b.ns; });
+    if (out.size() > kLongest)
+        out.resize(kLongest);
+    return out;
 }
 
 Rows Summary::rows_of(const Group& g) const

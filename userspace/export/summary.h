@@ -70,6 +70,13 @@ double percentile(const std::vector<uint64_t>& sorted, double q);
 DurationStats stats_of(const DurationSeries& durations);
 DurationStats stats_of(const std::vector<uint64_t>& durations_ns);
 
+// One of the longest calls of a part (an op, the loader, the collation), to point at in the trace.
+struct LongCall {
+    uint64_t ns = 0;
+    uint32_t pid = 0;
+    uint64_t sample_id = 0; // 0: a collation (no sample's)
+};
+
 // Per-op means of the perf-event counters (--counters).
 struct CounterRow {
     std::string op;
@@ -81,7 +88,10 @@ struct CounterRow {
 
 class Summary {
 public:
+    static constexpr size_t kLongest = 8;
     void add(const model::Span& s);
+    // The longest calls of a part of one training process's DataLoaders, longest first: at most kLongest.
+    std::vector<LongCall> longest(uint32_t owner, const std::string& name) const;
     void set_counter_names(std::vector<std::string> names) { counter_names_ = std::move(names); }
     // Ops first, then the loader, the collation, the pipeline's own time, batches outside samples, the training
     // loop's wait, and what ran outside any span last.
@@ -117,6 +127,7 @@ private:
         std::map<std::string, DurationSeries> durations; // bounded: see duration_series.h
         DurationSeries samples;
         std::map<std::string, CounterSums> counters;
+        std::map<std::string, std::vector<LongCall>> longest; // per part, longest first, kLongest at most
     };
     Rows rows_of(const Group& g) const;
     void print_counters(FILE* out) const;
