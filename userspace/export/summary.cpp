@@ -95,9 +95,6 @@ static double per_sample_ms(const Summary& summary, uint32_t owner)
     return n ? total / static_cast<double>(n) : 0;
 }
 
-// What the numbers of one training loop suggest doing, each with its figures: the part of per-sample time that
-// dominates, whether more DataLoader workers would help (their busy share, the CPUs the job may use), and whether
-// the pipeline ran mostly off-CPU.
 static std::string short_duration(double ms)
 {
     return ms >= 1000 ? fmt::format("{:.1f} s", ms / 1000) : ms >= 10 ? fmt::format("{:.0f} ms", ms)
@@ -134,6 +131,9 @@ static std::string few_long_calls(const std::vector<LongCall>& calls, uint64_t c
                        short_duration((total_ms - long_ms) / static_cast<double>(count - n)), where);
 }
 
+// What the numbers of one training loop suggest doing, each with its figures: the part of per-sample time that
+// dominates, whether more DataLoader workers would help (their busy share, the CPUs the job may use), and whether
+// the pipeline ran mostly off-CPU.
 static std::vector<std::string> advice_for(uint32_t pid, double waiting_pct, const Summary& summary,
                                            const std::map<uint32_t, model::ProcessInfo>& processes, unsigned cpus)
 {
