@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """N calls from C (map) into Python, after a warm-up (so the interpreter's start and a tracer's attach are not
-in it); prints the loop's seconds. Usage: calls.py N [functions|objects|syscalls|reads|filereads|switches|sockets]
+in it); prints the loop's seconds and its CPU seconds. Usage: calls.py N [functions|objects|syscalls|reads|filereads|switches|sockets]
   functions: a plain function, each call an entry of the evaluator (and of no type slot)
   objects:   an instance of a class with __call__, each call through slot_tp_call, then the evaluator
   syscalls:  os.getpid() from C (starmap), each a getpid syscall, one that lotus-bpf does not watch
@@ -76,10 +76,10 @@ def main():
         fn = Op() if kind == "objects" else f
         loop = lambda k: list(map(fn, range(k)))
     loop(10000)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(n // 100000):
         loop(100000)
-    print(f"calls {n} seconds {time.perf_counter() - t0:.6f}", flush=True)
+    print(f"calls {n} seconds {time.perf_counter() - t0:.6f} cpu {time.process_time() - c0:.6f}", flush=True)
 
 
 if __name__ == "__main__":

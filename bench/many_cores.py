@@ -7,11 +7,12 @@ one job, lotus-bpf attached and detached between epochs (bench/alternate.py); ea
 the traps at their bare cost, the BPF time and the tracer's CPU per sample, over the job's CPU per sample).
 
 It prints each repeat as it ends and stops taking new repeats at --budget seconds, so a machine lent for a few
-minutes still returns every figure it measured; --rows picks the parts (pairs, bpf, tracer, unrelated, alternate).
+minutes still returns every figure it measured; --rows picks the parts (pairs, bpf, tracer, unrelated, beside_job,
+alternate; beside_job: an unrelated process beside the example while it runs, traced or not).
 Needs root (BPF) and lotus-bpf at build/lotus-bpf. On a machine that cannot build it: a stripped copy of the binary with
 libbpf.so.1, libelf.so.1 and libfmt.so.9 (and bpftool with libcap.so.2 for the BPF rows) on LD_LIBRARY_PATH.
 Usage: bench/many_cores.py [--python PY] [--workers 8] [--images 2048] [--repeats 10] [--budget SECONDS]
-                           [--rows pairs,bpf,tracer,account,unrelated,alternate]
+                           [--rows pairs,bpf,tracer,account,unrelated,beside_job,alternate]
 (account needs pairs, bpf and tracer in the same run.)"""
 import argparse
 import os
@@ -53,14 +54,15 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--budget", type=float, default=1e9, help="seconds after which no new repeat starts")
-    ap.add_argument("--rows", default="pairs,bpf,tracer,account,unrelated,alternate",
+    ap.add_argument("--rows", default="pairs,bpf,tracer,account,unrelated,beside_job,alternate",
                     help="the parts to measure, in this order")
     ap.add_argument("--extra-mode", action="append", default=[],
                     help="one more traced mode in the pairs: lotus-bpf's options, e.g. '--native-map --sample-freq 99'")
     args = ap.parse_args()
     rows_wanted = set(args.rows.split(","))
-    if not rows_wanted <= {"pairs", "bpf", "tracer", "account", "unrelated", "alternate"}:
-        sys.exit(f"bench: --rows takes pairs, bpf, tracer, account, unrelated, alternate (got {args.rows})")
+    kinds = {"pairs", "bpf", "tracer", "account", "unrelated", "beside_job", "alternate"}
+    if not rows_wanted <= kinds:
+        sys.exit(f"bench: --rows takes {', '.join(sorted(kinds))} (got {args.rows})")
     if os.geteuid() != 0:
         sys.exit("bench: needs root (BPF)")
     start = time.monotonic()
@@ -153,6 +155,11 @@ def main():
                     rows.append(f"unrelated process beside the tracer{mode}, {kind}: {100 * (b / a - 1):+.1f} % ({a:.3f} "
                                 f"s alone, {b:.3f} s beside, {(b - a) * 1e9 / n:+.0f} ns a call, {p}, 5 interleaved)")
                     say(rows[-1])
+        if "beside_job" in rows_wanted and left() > 60:
+            for kind, (wa, wb, pw, ca, cb, pc) in run.unrelated_beside_job(5, run.BESIDE_JOB, data).items():
+                rows.append(f"unrelated process beside the example traced, {kind}: wall {100 * (wb / wa - 1):+.1f} % "
+                            f"({wa:.3f} s, {wb:.3f} s, {pw}), its CPU {100 * (cb / ca - 1):+.1f} % ({pc}), 5 interleaved")
+                say(rows[-1])
         if "alternate" in rows_wanted and left() > 60:
             arms = {"untraced": None, "default": (run.LOTUS, [], None), "native": (run.LOTUS, run.NATIVE, None)}
             got = alternate.alternate(data, arms, args.repeats, args.workers,

@@ -248,6 +248,8 @@ def export_rate(tmp):
 # (a loopback UDP send and receive, ~5 us here).
 UNRELATED = {"functions": 2_000_000, "objects": 2_000_000, "syscalls": 500_000, "switches": 100_000,
              "sockets": 300_000}
+# The same beside the example while it runs (unrelated_beside_job): call-heavy Python, as issue 20 names it.
+BESIDE_JOB = {"functions": 8_000_000, "objects": 8_000_000}
 
 
 def unrelated(repeats, kinds, env=None, extra=()):
@@ -278,6 +280,53 @@ def unrelated(repeats, kinds, env=None, extra=()):
         job.wait()
     return {kind: (statistics.median(alone[kind]), statistics.median(beside[kind]), pairs(beside[kind], alone[kind]))
             for kind in kinds}
+
+
+def calls_run(n, kind):
+    """bench/calls.py in another process, untraced: (its loop's seconds, its loop's CPU seconds)."""
+    out = subprocess.run([PY, floor.CALLS, str(n), kind], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"seconds ([0-9.]+) cpu ([0-9.]+)", out)
+    return float(m.group(1)), float(m.group(2))
+
+
+def unrelated_beside_job(repeats, kinds, data):
+    """An unrelated process of the same interpreter (bench/calls.py) beside the example while it runs, the example
+    traced (lotus-bpf --pid, default mode) or not, interleaved in one job of many epochs: per repeat each kind with
+    no tracer and each kind with the tracer attached (then stopped), in turn first. What tracing a busy job costs the
+    rest of the machine: the tracer's CPU taken from CPUs others share, the programs every process runs, the job's
+    own extra CPU; the rows above have an idle job. Both CPUs are busy with the job here, so the wall time is
+    mostly the share of a CPU the loop gets; its CPU time is what the loop itself cost. Per kind: medians (wall
+    alone, wall beside, CPU alone, CPU beside), and the pairs of each."""
+    job = subprocess.Popen([PY, TRAIN, data, "--epochs", "100000", "--workers", str(WORKERS), "--batch-size", "32"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    runs = {kind: {"wall": ([], []), "cpu": ([], [])} for kind in kinds}
+    try:
+        while "epoch 0 done" not in job.stdout.readline():  # its workers up and past their first batches
+            pass
+        for r in range(repeats):
+            for traced in (False, True) if r % 2 == 0 else (True, False):  # neither arm always the later one
+                tracer = None
+                if traced:
+                    tracer = subprocess.Popen([LOTUS, "-q", "-o", os.devnull, "--pid", str(job.pid)],
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                    while "tracing PID" not in tracer.stderr.readline():
+                        pass
+                for kind, n in kinds.items():
+                    wall, cpu = calls_run(n, kind)
+                    runs[kind]["wall"][traced].append(wall)
+                    runs[kind]["cpu"][traced].append(cpu)
+                if tracer:
+                    tracer.terminate()
+                    tracer.wait()
+    finally:
+        job.kill()
+        job.wait()
+    out = {}
+    for kind, r in runs.items():
+        (wa, wb), (ca, cb) = r["wall"], r["cpu"]
+        out[kind] = (statistics.median(wa), statistics.median(wb), pairs(wb, wa),
+                     statistics.median(ca), statistics.median(cb), pairs(cb, ca))
+    return out
 
 
 def read_costs(repeats, n=500_000):
@@ -415,6 +464,7 @@ def main():
         per_object_call = floor.call_costs(PY, LOTUS, args.repeats, "objects", slots, returns=True)
         reads = read_costs(args.repeats)
         beside = unrelated(max(args.repeats, 5), UNRELATED)
+        beside_job = unrelated_beside_job(max(args.repeats, 5), BESIDE_JOB, data)
         # as kernels before 6.13 run (no per-process probes)
         beside_wide = unrelated(max(args.repeats, 5), {"objects": UNRELATED["objects"]},
                                 env={"LOTUS_SYSTEM_WIDE_PROBES": "1"})["objects"]
@@ -514,6 +564,12 @@ def main():
               "sockets": "no socket tracepoint without --net (next row)"}.get(
                   kind, "the Python probes in the traced processes only"))
           for kind, (a, b, p) in beside.items()],
+        *[(f"unrelated process beside the example traced, {kind}", f"{100 * (wb / wa - 1):+.1f} %",
+           f"bench/calls.py {kind} ({BESIDE_JOB[kind] / 1e6:g} M calls) beside the example running (2 workers), "
+           f"lotus-bpf --pid attached over not, interleaved in one job: wall {wa:.3f} s and {wb:.3f} s ({pw}); "
+           f"the loop's own CPU {100 * (cb / ca - 1):+.1f} % ({ca:.3f} s and {cb:.3f} s, {pc}), median of "
+           f"{max(args.repeats, 5)}; the job holds both CPUs, so the wall time is mostly the loop's share of one")
+          for kind, (wa, wb, pw, ca, cb, pc) in beside_job.items()],
         ("unrelated process, syscalls, bare syscall events", f"{100 * (beside_bare[1] / beside_bare[0] - 1):+.1f} %",
          f"the same loop with no tracer and two syscall events enabled (tracefs, output off, no BPF): "
          f"{beside_bare[0]:.3f} s alone, {beside_bare[1]:.3f} s beside "
