@@ -117,10 +117,10 @@ class BareSyscallEvents:
 CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calls.py")
 
 
-def call_seconds(python, n, kind, mode, lotus, points, env=None):
-    """Seconds of n calls from C (bench/calls.py, `kind`: functions, objects, ...): untraced, under the bare
-    uprobes ("bare"), the bare return probes ("bare-return"), or traced (lotus-bpf's default mode: calls its rules
-    skip; env: the tracer's extra environment)."""
+def call_times(python, n, kind, mode, lotus, points, env=None):
+    """Seconds of n calls from C (bench/calls.py, `kind`: functions, objects, ...), and the CPU seconds of the
+    process making them: untraced, under the bare uprobes ("bare"), the bare return probes ("bare-return"), or
+    traced (lotus-bpf's default mode: calls its rules skip; env: the tracer's extra environment)."""
     cmd = [python, CALLS, str(n), kind]
     if mode == "traced":
         cmd = [lotus, "-q", "-o", os.devnull, "--"] + cmd
@@ -128,7 +128,13 @@ def call_seconds(python, n, kind, mode, lotus, points, env=None):
     with BareUprobe(points, mode == "bare-return") if bare else contextlib.nullcontext():
         out = subprocess.run(cmd, capture_output=True, text=True, check=True,
                              env={**os.environ, **(env or {})}).stdout
-    return float(re.search(r"seconds ([0-9.]+)", out).group(1))
+    m = re.search(r"seconds ([0-9.]+) cpu ([0-9.]+)", out)
+    return float(m.group(1)), float(m.group(2))
+
+
+def call_seconds(python, n, kind, mode, lotus, points, env=None):
+    """The seconds of call_times()."""
+    return call_times(python, n, kind, mode, lotus, points, env)[0]
 
 
 def call_costs(python, lotus, repeats, kind, points, n=1_000_000, returns=False):

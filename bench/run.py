@@ -282,13 +282,6 @@ def unrelated(repeats, kinds, env=None, extra=()):
             for kind in kinds}
 
 
-def calls_run(n, kind):
-    """bench/calls.py in another process, untraced: (its loop's seconds, its loop's CPU seconds)."""
-    out = subprocess.run([PY, floor.CALLS, str(n), kind], capture_output=True, text=True, check=True).stdout
-    m = re.search(r"seconds ([0-9.]+) cpu ([0-9.]+)", out)
-    return float(m.group(1)), float(m.group(2))
-
-
 def unrelated_beside_job(repeats, kinds, data):
     """An unrelated process of the same interpreter (bench/calls.py) beside the example while it runs, the example
     traced (lotus-bpf --pid, default mode) or not, interleaved in one job of many epochs: per repeat each kind with
@@ -312,7 +305,7 @@ def unrelated_beside_job(repeats, kinds, data):
                     while "tracing PID" not in tracer.stderr.readline():
                         pass
                 for kind, n in kinds.items():
-                    wall, cpu = calls_run(n, kind)
+                    wall, cpu = floor.call_times(PY, n, kind, "untraced", LOTUS, [])
                     runs[kind]["wall"][traced].append(wall)
                     runs[kind]["cpu"][traced].append(cpu)
                 if tracer:
