@@ -296,8 +296,8 @@ def unrelated_beside_job(repeats, kinds, data):
     try:
         while "epoch 0 done" not in job.stdout.readline():  # its workers up and past their first batches
             pass
-        for r in range(repeats):
-            for traced in (False, True) if r % 2 == 0 else (True, False):  # neither arm always the later one
+        for rep in range(repeats):
+            for traced in (False, True) if rep % 2 == 0 else (True, False):  # neither arm always the later one
                 tracer = None
                 if traced:
                     tracer = subprocess.Popen([LOTUS, "-q", "-o", os.devnull, "--pid", str(job.pid)],
@@ -558,7 +558,7 @@ def main():
                   kind, "the Python probes in the traced processes only"))
           for kind, (a, b, p) in beside.items()],
         *[(f"unrelated process beside the example traced, {kind}", f"{100 * (wb / wa - 1):+.1f} %",
-           f"bench/calls.py {kind} ({BESIDE_JOB[kind] / 1e6:g} M calls) beside the example running (2 workers), "
+           f"bench/calls.py {kind} ({BESIDE_JOB[kind] / 1e6:g} M calls) beside the example running ({WORKERS} workers), "
            f"lotus-bpf --pid attached over not, interleaved in one job: wall {wa:.3f} s and {wb:.3f} s ({pw}); "
            f"the loop's own CPU {100 * (cb / ca - 1):+.1f} % ({ca:.3f} s and {cb:.3f} s, {pc}), median of "
            f"{max(args.repeats, 5)}; the job holds both CPUs, so the wall time is mostly the loop's share of one")
