@@ -2,6 +2,7 @@
 transforms v2, in the root that scripts/install-modern-stack.sh builds and keeps, run through chroot (the tracer
 finds the interpreter through /proc/PID/root). v1 and v2 pipelines, PIL and torchvision.io decoding, 0/2/4
 workers, persistent workers, pin_memory, spawn; launch and attach mode; exact against in-process ground truth."""
+import json
 import os
 import subprocess
 import unittest
@@ -75,6 +76,39 @@ class ModernStack(BpfTestCase):
         self.exact(data, trace, stdout, summary, 3, 2, V2_OPS)
         self.assertEqual(len({b["pid"] for b in spans(trace, "batch")}), 2)
 
+    def test_v2_pin_memory_thread(self):
+        """pin_memory where an accelerator is (as in GPU training): torch's pin-memory thread reads every batch from
+        the workers' result queue and hands it to next() through an in-process queue, so the training loop reads
+        no batch message itself. Here torch is told an accelerator exists and its pinning hands batches over
+        unchanged: the thread, its queues and next() are torch's own. Every wait is that next()'s batch."""
+        data, trace, stdout, summary, logs = self.job("--v2", "--pin-memory", "--pin-thread")
+        self.exact(data, trace, stdout, summary, 2, 2, V2_OPS)
+        self.waits_match_in_process_next(trace, logs["waits"])
+
+    def test_v2_in_order_false_pin_memory_thread(self):
+        """in_order=False with torch's pin-memory thread: next() reads no batch message, and returns each batch as
+        the thread relays it. lotus-bpf sees it when a next() returns before the batch next in index order was
+        relayed, and names the waits in arrival order from then on: every wait is that next()'s batch, except
+        those named before it was seen, which the summary counts (here the loop waits for each batch, so there
+        are none unless it was descheduled while two batches arrived)."""
+        data, trace, stdout, summary, logs = self.job("--v2", "--no-in-order", "--pin-memory", "--pin-thread")
+        waits = read_lines(logs["waits"])
+        self.assertTrue(any(int(b) < int(a[1]) for a, (e, b, *_) in zip(waits, waits[1:]) if a[0] == e),
+                        "the loop never got a later batch first: nothing tested")
+        measured = [(int(e), int(b), int(ns) / 1000.0) for e, b, ns, began in waits]
+        traced = sorted(spans(trace, "wait"), key=lambda w: w["ts"])
+        self.assertEqual(len(traced), len(measured))
+        wrong = 0
+        for w, (e, b, us) in zip(traced, measured):
+            self.assertEqual(w["args"]["epoch"], e)
+            self.assertLess(abs(w["dur"] - us), max(0.10 * us, 500.0))
+            wrong += w["args"].get("batch") != b
+        with open(summary) as f:
+            loader = [x for x in json.load(f)["loaders"] if x["loader"] == 0][0]["batches"]
+        self.assertTrue(loader["arrival_order"])
+        self.assertEqual(loader["misnamed"], wrong)
+        self.assertIn("as they arrived (DataLoader(in_order=False))", stdout)
+
     def test_v2_container_transforms(self):
         data, trace, stdout, summary, logs = self.job("--v2", "--containers", epochs=1)
         assert_containers(self, trace, IMAGES, V2_OPS, summary)
@@ -82,6 +116,38 @@ class ModernStack(BpfTestCase):
     def test_v2_spawn(self):
         data, trace, stdout, summary, logs = self.job("--v2", "--context", "spawn", epochs=1)
         self.exact(data, trace, stdout, summary, 1, 2, V2_OPS)
+
+    def test_v2_in_order_false(self):
+        """DataLoader(in_order=False) (torch 2.6+): the loop takes each batch as it arrives, and worker 1's arrive
+        ahead of the slower worker 0's. Every wait names the batch its next() returned (known in-process by the
+        indices in it), and out_of_order says whether a later batch was handed over first (the workers' own
+        clock: when their data_queue.put returned)."""
+        data, trace, stdout, summary, logs = self.job("--v2", "--no-in-order")
+        self.exact(data, trace, stdout, summary, 2, 2, V2_OPS)
+        self.waits_match_in_process_next(trace, logs["waits"])
+        waits = [(int(e), int(b), int(ns), int(began)) for e, b, ns, began in read_lines(logs["waits"])]
+        taken_early = [w for prev, w in zip(waits, waits[1:]) if prev[0] == w[0] and w[1] < prev[1]]
+        self.assertGreater(len(taken_early), 0, "the loop never got a later batch first: nothing tested")
+        # Each put by its epoch: epoch 0's all came before its last next() returned, epoch 1's after.
+        end0 = max(began + ns for e, b, ns, began in waits if e == 0)
+        put = {}
+        for pid, ns, idx in read_lines(logs["puts"]):
+            put[(0 if int(ns) < end0 else 1, int(idx))] = int(ns)
+        self.assertEqual(len(put), 2 * (IMAGES // BATCH))
+        flag = {(w["args"]["epoch"], w["args"]["batch"]): w["args"]["out_of_order"] for w in spans(trace, "wait")}
+        compared, wrong = 0, []
+        for (e, n), t in put.items():
+            later = [put[(e, m)] for (f, m) in put if f == e and m > n]
+            # the tracer's mark is the worker's next getppid, just after the put and its log line: a later batch
+            # handed over within 2 ms of this one may fall on either side of it
+            if any(abs(u - t) < 2_000_000 for u in later):
+                continue
+            compared += 1
+            if flag[(e, n)] != any(u < t for u in later):
+                wrong.append((e, n))
+        self.assertGreaterEqual(compared, IMAGES // BATCH)
+        self.assertEqual(wrong, [])
+        self.assertTrue(any(flag.values()))
 
     def test_attach_mid_epoch(self):
         """Attached after batches were consumed: every id shown is the true one, every arrow joins one batch."""
@@ -119,7 +185,7 @@ class ModernStack(BpfTestCase):
         collated, handed = {}, {}
         for pid, n, ns in read_lines(collate_log):
             collated.setdefault(int(pid), []).append((int(ns) - t0) / 1000.0)
-        for pid, ns in read_lines(put_log):
+        for pid, ns, *_ in read_lines(put_log):
             handed.setdefault(int(pid), []).append((int(ns) - t0) / 1000.0)
         per_pid = {}
         for b in spans(trace, "batch"):

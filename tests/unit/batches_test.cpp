@@ -230,6 +230,131 @@ TEST_F(Batches, OutOfOrderArrivalsAndBatchesReturnedFromTheCache)
     expect_flows_join_the_same_batch();
 }
 
+// DataLoader(in_order=False) (torch 2.6+): next() returns each batch as it arrives, a later index first. A batch
+// handed over after a later one arrived out of order whether that later one was consumed already or not.
+TEST_F(Batches, ArrivalOrderWithInOrderFalse)
+{
+    constexpr uint32_t P = 100, W0 = 101, W1 = 102;
+    engine.add_process(P, 0, true);
+    describe(P);
+    begin_epoch(P, LOADER, 0x77, {W0, W1});
+    batch(W1, 1);
+    send(W1, 1);
+    next(P, 0x77, {1}); // returns 1 at once: 0 is not there yet
+    batch(W1, 3);
+    send(W1, 3);
+    batch(W0, 0);
+    send(W0, 0);
+    next(P, 0x77, {3});
+    next(P, 0x77, {0});
+    batch(W0, 2);
+    send(W0, 2);
+    next(P, 0x77, {2});
+    batch(W0, 4);
+    send(W0, 4);
+    next(P, 0x77, {4});
+    stop_iteration(P, 0x77);
+    auto waits = of(SpanKind::Wait);
+    ASSERT_EQ(waits.size(), 5u);
+    EXPECT_EQ(keys(waits), (std::vector<std::string>{"0/0/1", "0/0/3", "0/0/0", "0/0/2", "0/0/4"}));
+    std::vector<std::string> flags;
+    for (const auto& w : waits)
+        flags.push_back(test::arg_text(w, "out_of_order"));
+    EXPECT_EQ(flags, (std::vector<std::string>{"false", "false", "true", "true", "false"}));
+    expect_flows_join_the_same_batch();
+    const auto& st = engine.batches().stats().at({P, 0});
+    EXPECT_EQ(std::count(st.out_of_order.begin(), st.out_of_order.end(), true), 2);
+    EXPECT_EQ(st.delay_ns.size(), 5u);
+}
+
+// pin_memory where an accelerator is: torch's pin-memory thread reads each batch from the result queue and hands
+// it to next() through an in-process queue, so next() reads nothing itself.
+struct PinThread : Batches {
+    static constexpr uint32_t P = 100, PIN = 150;
+    void relay(int64_t idx) { ev.msg(P, PIN, now++, LOTUS_MSG_IN, test::pickled_indexed(idx), RESULTS); }
+    std::vector<std::string> named() const
+    {
+        std::vector<std::string> out;
+        for (const auto& w : of(SpanKind::Wait))
+            out.push_back(test::arg_text(w, "epoch") + "/" + test::arg_text(w, "batch"));
+        return out;
+    }
+};
+
+TEST_F(PinThread, InIndexOrderWhateverTheArrivalOrder)
+{
+    constexpr uint32_t W0 = 101, W1 = 102;
+    engine.add_process(P, 0, true);
+    describe(P);
+    begin_epoch(P, LOADER, 0x77, {W0, W1});
+    batch(W1, 1);
+    send(W1, 1);
+    relay(1);
+    batch(W0, 0);
+    send(W0, 0);
+    relay(0);
+    next(P, 0x77); // 0: in_order=True returns batches in index order, waiting for each
+    next(P, 0x77);
+    batch(W0, 2);
+    send(W0, 2);
+    relay(2);
+    next(P, 0x77);
+    stop_iteration(P, 0x77);
+    EXPECT_EQ(named(), (std::vector<std::string>{"0/0", "0/1", "0/2"}));
+    expect_flows_join_the_same_batch();
+    const auto& st = engine.batches().stats().at({P, 0});
+    EXPECT_FALSE(st.arrival_order);
+    EXPECT_EQ(st.delay_ns.size(), 3u);
+}
+
+// in_order=False: next() returns each batch as the thread relays it. Seen when a next() returns before the batch
+// next in index order was relayed; the waits named before then in index order are counted where they were wrong,
+// and the loader's later passes are named in arrival order from their start.
+TEST_F(PinThread, AsTheyArriveOnceSeen)
+{
+    constexpr uint32_t W0 = 101, W1 = 102, W2 = 103, W3 = 104;
+    engine.add_process(P, 0, true);
+    describe(P);
+    begin_epoch(P, LOADER, 0x77, {W0, W1});
+    batch(W1, 1);
+    send(W1, 1);
+    relay(1);
+    batch(W0, 0);
+    send(W0, 0);
+    relay(0);
+    next(P, 0x77); // returned 1 (the first relayed); both had arrived: named 0, wrongly
+    next(P, 0x77); // returned 0; named 1, wrongly
+    batch(W1, 3);
+    send(W1, 3);
+    relay(3);
+    next(P, 0x77); // 2 has not arrived: this is 3, and the loader returns batches as they arrive
+    batch(W0, 2);
+    send(W0, 2);
+    relay(2);
+    next(P, 0x77);
+    stop_iteration(P, 0x77);
+    begin_epoch(P, LOADER, 0x78, {W2, W3});
+    batch(W3, 1);
+    send(W3, 1);
+    relay(1);
+    batch(W2, 0);
+    send(W2, 0);
+    relay(0);
+    next(P, 0x78);
+    next(P, 0x78);
+    stop_iteration(P, 0x78);
+    EXPECT_EQ(named(), (std::vector<std::string>{"0/0", "0/1", "0/3", "0/2", "1/1", "1/0"}));
+    const auto& st = engine.batches().stats().at({P, 0});
+    EXPECT_TRUE(st.arrival_order);
+    EXPECT_EQ(st.misnamed, 2u);
+    // every wait named in arrival order points to its own batch
+    auto waits = of(SpanKind::Wait);
+    ASSERT_EQ(waits.size(), 6u);
+    for (size_t i = 2; i < waits.size(); i++)
+        EXPECT_NE(waits[i].flow_in, 0u) << i;
+    expect_flows_join_the_same_batch();
+}
+
 TEST_F(Batches, EveryEpochNewWorkersOrPersistentOnes)
 {
     constexpr uint32_t P = 100;

@@ -496,8 +496,13 @@ std::string html_report(const HtmlReportInput& in)
                                  : absent("No wait was seen."));
         h += figure("delay-histogram",
                     who + fmt::format("From a batch ready (its worker handed it over) to its use by the training loop, "
-                                      "{} batches; out of order: {}.",
-                                      b.delay.count, b.out_of_order),
+                                      "{} batches; out of order: {}.{}",
+                                      b.delay.count, b.out_of_order,
+                                      b.misnamed ? fmt::format(" {} wait(s), named before next() was seen returning "
+                                                               "batches as they arrived (in_order=False), carry "
+                                                               "another batch's delay.",
+                                                               b.misnamed)
+                                                 : ""),
                     b.delay.count ? buckets("delays", b.delay_le_1ms, b.delay_1_500ms, b.delay_gt_500ms)
                                   : absent("No delay is known: no consumed batch could be matched to the batch span "
                                            "that made it."));

@@ -182,6 +182,10 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
     Thread& t = thread(pid, tid);
     bool single = t.single;
     if (raised) { // StopIteration: the epoch is over (a persistent iterator's next one begins in __iter__)
+        ep.handed.clear();
+        ep.relayed.clear();
+        ep.relayed_set.clear();
+        ep.named.clear();
         t.in_batch = false;
         t.single = false;
         t.loaders.clear();
@@ -189,16 +193,36 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
     }
     // The batch next() returns: the last one it read from the result queue (it keeps reading until it gets the
     // one it wants), else the next index past IterableDataset end-of-data markers, when the epoch's start is known.
+    // With a pin-memory thread relaying the batches (a pass whose start was seen, so its relay is all known),
+    // next() returns them in index order, or as they arrive where the loader has in_order=False.
     int64_t n = -1;
+    bool relay = !single && call.last_read < 0 && !ep.relayed.empty() && ep.number >= 0;
+    bool arrival = relay && c->second.arrival_order.count(ep.loader);
+    bool seen_arrival = false;
+    uint64_t misnamed = 0;
+    size_t returned = ep.named.size();
     if (single) {
         n = t.idx;
     } else if (call.last_read >= 0) {
         n = call.last_read;
+    } else if (arrival) {
+        n = returned < ep.relayed.size() ? ep.relayed[returned] : -1;
     } else if (ep.counted) {
         n = ep.next_idx;
         while (ep.stops.erase(n))
             n++;
+        if (relay && !ep.relayed_set.count(n)) {
+            // Returned before batch n had reached it: in index order next() waits for each batch, so this loader
+            // returns them as they arrive (in_order=False), and this one is the next relayed. The waits named
+            // before are counted where that order names another batch (they went out already).
+            c->second.arrival_order.insert(ep.loader);
+            seen_arrival = true;
+            for (size_t j = 0; j < returned && j < ep.relayed.size(); j++)
+                misnamed += ep.named[j] != ep.relayed[j];
+            n = returned < ep.relayed.size() ? ep.relayed[returned] : -1;
+        }
     }
+    ep.named.push_back(n);
     if (n >= 0) {
         ep.counted = true;
         ep.next_idx = n + 1;
@@ -212,6 +236,8 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
     if (ep.loader >= 0)
         w.args.emplace_back("loader", int64_t{ep.loader});
     BatchStats& st = stats_[{pid, ep.loader}];
+    st.arrival_order |= seen_arrival;
+    st.misnamed += misnamed;
     bool out_of_order = false;
     if (single) {
         if (t.in_batch) {
@@ -230,8 +256,8 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
         st.unnamed++;
     } else if (auto r = ep.ready.find(n); r != ep.ready.end()) {
         uint64_t delay = end > r->second.ts ? end - r->second.ts : 0;
-        for (const auto& [m, other] : ep.ready)
-            out_of_order |= m > n && other.ts < r->second.ts;
+        for (auto m = ep.handed.upper_bound(n); m != ep.handed.end() && !out_of_order; ++m)
+            out_of_order = m->second < r->second.ts;
         w.flow_in = r->second.flow;
         w.args.emplace_back("delay_ms", DurationNs{delay});
         st.delay_ns.push_back(delay);
@@ -262,9 +288,20 @@ void BatchTracker::message(const lotus_msg& m)
     if (m.dir == LOTUS_MSG_IN) {
         if (auto c = consumers_.find(pid); c != consumers_.end()) {
             // The training loop reading batches inside next(); a training process reads no tasks.
-            if (auto nc = c->second.next.find(tid); nc != c->second.next.end() && q.kind == QueueMessage::Indexed && !q.stop) {
-                nc->second.last_read = q.index;
-                result_epoch_[m.file] = nc->second.epoch;
+            if (q.kind != QueueMessage::Indexed)
+                return;
+            if (auto nc = c->second.next.find(tid); nc != c->second.next.end()) {
+                if (!q.stop) {
+                    nc->second.last_read = q.index;
+                    result_epoch_[m.file] = nc->second.epoch;
+                }
+                return;
+            }
+            // Another thread reading a result queue: a pin-memory thread relaying the batch to next().
+            if (auto re = result_epoch_.find(m.file); re != result_epoch_.end() && !q.stop) {
+                Epoch& ep = epochs_[re->second];
+                ep.relayed.push_back(q.index);
+                ep.relayed_set.insert(q.index);
             }
             return;
         }
@@ -312,6 +349,8 @@ void BatchTracker::message(const lotus_msg& m)
     if (!worker_epoch_.count(pid))
         if (auto re = result_epoch_.find(m.file); re != result_epoch_.end())
             adopt_epoch(pid, re->second);
+    if (auto we = worker_epoch_.find(pid); we != worker_epoch_.end())
+        result_epoch_[m.file] = we->second; // a pin-memory thread's reads of this queue are of this pass
     Thread& t = thread(pid, pid);
     if (t.in_batch && t.idx == q.index)
         end_batch(pid, t, m.h.ts_ns); // its loop's getppid not seen yet (or never: the send bounds it)
@@ -545,6 +584,7 @@ void BatchTracker::emit_batch(uint32_t pid, uint32_t tid, int64_t idx, Ended& b,
     if (!single && ep && idx >= 0) {
         s.flow_out = next_flow_++;
         epochs_[b.epoch].ready[idx] = Ready{b.end, s.flow_out};
+        epochs_[b.epoch].handed[idx] = b.end;
     }
     stats_[{ep ? ep->owner : proc.owner, ep ? ep->loader : -1}].prepare_ns.push_back(b.end - b.start);
     sink_(s);

@@ -37,6 +37,10 @@ struct BatchStats {
     std::vector<uint64_t> delay_ns;   // per matched batch: consumed - ready
     uint64_t unnamed = 0;             // consumed batches whose index could not be known (attached mid-epoch)
     uint64_t unmatched = 0;           // consumed batches with an index whose preparation was not seen
+    // next() returned batches as they arrived (DataLoader(in_order=False)), seen through a pin-memory thread;
+    // misnamed: waits named in index order before that was seen, which carry another batch's id.
+    bool arrival_order = false;
+    uint64_t misnamed = 0;
 };
 
 // Per training process: its loop, first next() start to last next() end (all its DataLoaders).
@@ -91,6 +95,14 @@ private:
         bool counted = false;   // the index next() returns next is known
         int64_t next_idx = 0;
         std::map<int64_t, Ready> ready; // handed over, not consumed yet
+        // Every batch handed over in this pass, consumed or not, and when: with in_order=False (torch 2.6+) a
+        // later batch may be consumed before this one, and it still arrived first. Cleared at StopIteration.
+        std::map<int64_t, uint64_t> handed;
+        // A pin-memory thread's relay (pin_memory where an accelerator is): the batches it read from the result
+        // queue, in that order, end-of-data markers left out; next() then reads none itself.
+        std::vector<int64_t> relayed;
+        std::set<int64_t> relayed_set;
+        std::vector<int64_t> named; // the batch each next() of this pass returned, as named then (-1: unnamed)
         std::set<int64_t> stops;        // IterableDataset end-of-data markers: indices next() skips
     };
     struct Bracket { // a DataLoader.__iter__ or iterator __init__ running: processes forked meanwhile are its workers
@@ -108,6 +120,7 @@ private:
     struct Consumer { // a training process
         std::map<uint64_t, int> loader_ids; // DataLoader object -> number
         std::map<int, int> epochs_begun;    // DataLoader number -> epochs begun
+        std::set<int> arrival_order;        // DataLoader numbers whose next() returns batches as they arrive
         std::vector<Bracket> open;
         std::unordered_map<uint64_t, int> iterators; // iterator object -> its epoch now
         std::unordered_map<uint32_t, NextCall> next; // per thread

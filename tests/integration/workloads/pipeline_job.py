@@ -6,6 +6,10 @@ tracer's output is checked against. Options:
                    perf_counter_ns: "PID INDEX OPNAME NS" per op (trace it with --pipeline TimedCompose)
   --hold F         after workers started, wait for file F before consuming batches
   --ready F        write F when the workers have prefetched (as many samples logged as prefetched)
+  --pin-thread     with --pin-memory on a machine without an accelerator: torch's own pin-memory thread all the same
+                   (it relays each batch from the workers' result queue to the training loop), pinning nothing
+  --no-in-order    DataLoader(in_order=False) (torch 2.6+), samples in order, worker 0 slower by 6 ms a sample: the
+                   loop gets later batches first; --wait-log then names each batch by the indices in it
 """
 import argparse
 import os
@@ -18,6 +22,18 @@ from torchvision import datasets, transforms
 
 SAMPLE_LOG = None
 TIMED_LOG = None
+SLOW_S = [0.0]        # set per worker: seconds each sample of this worker takes longer
+
+
+def start_pin_thread():
+    """torch starts its pin-memory thread only where an accelerator is: say there is one (of no known type), and
+    let the thread's pinning hand each batch over unchanged. The thread, its queues and next() are torch's own."""
+    import torch.utils.data._utils.pin_memory as pin
+    torch.accelerator.is_available = lambda: True
+    torch.accelerator.current_accelerator = lambda: None
+    torch.accelerator.current_device_index = lambda: 0
+    torch.accelerator.set_device_index = lambda index: None
+    pin.pin_memory = lambda data, device=None: data
 
 
 def name_thread(name, log):
@@ -40,7 +56,7 @@ class NameWorker:
 
 class LoggedPut:
     """worker_init_fn: logs when each of the worker's data_queue.put calls returns, i.e. when a batch has been
-    handed over (a worker's k-th line is its k-th batch): PID MONOTONIC_NS."""
+    handed over (a worker's k-th line is its k-th batch): PID MONOTONIC_NS BATCH_INDEX."""
     def __init__(self, log):
         self.log = log
 
@@ -50,8 +66,15 @@ class LoggedPut:
 
         def logged_put(queue, obj, *args, **kwargs):
             put(queue, obj, *args, **kwargs)
-            _append(log, f"{os.getpid()} {time.monotonic_ns()}\n")
+            idx = obj[0] if isinstance(obj, tuple) and obj and isinstance(obj[0], int) else -1
+            _append(log, f"{os.getpid()} {time.monotonic_ns()} {idx}\n")
         multiprocessing.queues.Queue.put = logged_put
+
+
+class SlowWorkerZero:
+    """worker_init_fn: worker 0's samples take 6 ms longer each."""
+    def __call__(self, worker_id):
+        SLOW_S[0] = 0.006 if worker_id == 0 else 0.0
 
 
 class WorkerInit:
@@ -89,9 +112,16 @@ CURRENT_INDEX = [-1]
 
 
 class LoggedFolder(datasets.ImageFolder):
+    index_labels = False  # --no-in-order: a sample's label is its dataset index (an attribute: spawned workers
+                          # unpickle the dataset, they do not run main())
+
     def __getitem__(self, index):
         CURRENT_INDEX[0] = index
         r = super().__getitem__(index)
+        if SLOW_S[0]:
+            time.sleep(SLOW_S[0])
+        if self.index_labels:
+            r = (r[0], index)
         if SAMPLE_LOG:
             _append(SAMPLE_LOG, f"{os.getpid()} {index} {time.monotonic_ns()}\n")
         return r
@@ -180,6 +210,8 @@ def main():
     ap.add_argument("--decode", choices=["pil", "tensor"], default="pil",
                     help="tensor: read and decode with torchvision.io (v2 only)")
     ap.add_argument("--pin-memory", action="store_true")
+    ap.add_argument("--pin-thread", action="store_true", help="torch's pin-memory thread without an accelerator")
+    ap.add_argument("--no-in-order", action="store_true", help="DataLoader(in_order=False), see above")
     ap.add_argument("--containers", action="store_true",
                     help="container transforms: RandomApply([ColorJitter], p=1) and a nested Compose([Grayscale(3)])")
     ap.add_argument("--collate-log", help="one line per batch when its collation ends: PID BATCH_SIZE MONOTONIC_NS")
@@ -219,6 +251,8 @@ def main():
         extra["multiprocessing_context"] = args.context
     if args.pin_memory:
         extra["pin_memory"] = True
+    if args.pin_thread:
+        start_pin_thread()
     if args.collate_log:
         extra["collate_fn"] = LoggedCollate(args.collate_log)
     init = []
@@ -227,9 +261,14 @@ def main():
         init.append(NameWorker(args.thread_log))
     if args.put_log:
         init.append(LoggedPut(args.put_log))
+    if args.no_in_order:
+        extra["in_order"] = False
+        ds.index_labels = True
+        init.append(SlowWorkerZero())
     if args.workers and init:
         extra["worker_init_fn"] = WorkerInit(*init)
-    loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, **extra)
+    loader = DataLoader(ds, batch_size=args.batch_size, shuffle=not args.no_in_order, num_workers=args.workers,
+                        **extra)
     if args.own_dataset:
         ds = OwnFolder(args.data)
         loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, **extra)
@@ -266,12 +305,13 @@ def main():
                 x, y = next(it)
             except StopIteration:
                 break
-            waits.append((time.perf_counter_ns() - t0, began))
+            waits.append((time.perf_counter_ns() - t0, began, int(y[0]) // args.batch_size if args.no_in_order else None))
             n += len(y)
             # Free this batch now: rebinding x to the next batch would free it inside the next timing.
             del x, y
         if args.wait_log:
-            _append(args.wait_log, "".join(f"{epoch} {i} {w} {began}\n" for i, (w, began) in enumerate(waits)))
+            _append(args.wait_log, "".join(f"{epoch} {i if b is None else b} {w} {began}\n"
+                                           for i, (w, began, b) in enumerate(waits)))
         print(f"pipeline_job: epoch {epoch}: {n} samples", flush=True)
         if val is not None:
             for x, y in val:
