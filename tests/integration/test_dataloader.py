@@ -108,6 +108,21 @@ class DataLoaderSemantics(BpfTestCase):
                if abs(traced[k] - measured[k]) > max(0.10 * measured[k], 500.0)]
         self.assertEqual(bad, [], "wait spans vs in-process next() (us)")
 
+    def test_pin_memory_thread(self):
+        """pin_memory with CUDA: torch's pin-memory thread relays each batch from the result queue to next(), which
+        reads none itself. torch is told CUDA is there and its pinning hands batches over unchanged; the thread,
+        its queues and next() are torch's own. Every wait is that next()'s batch, persistent workers too."""
+        for args, epochs in ((), 2), (("--persistent",), 3):
+            with self.subTest(args=args):
+                data, trace = self.trace_job("--pin-memory", "--pin-thread", *args, epochs=epochs)
+                self.check(data, trace, epochs, 2)
+                measured = {(int(l[0]), int(l[1])): int(l[2]) / 1000.0 for l in read_lines(self.wait_log)}
+                traced = {(w["args"]["epoch"], w["args"]["batch"]): w["dur"] for w in spans(trace, "wait")}
+                self.assertEqual(set(measured), set(traced))
+                bad = [(k, traced[k], measured[k]) for k in measured
+                       if abs(traced[k] - measured[k]) > max(0.10 * measured[k], 500.0)]
+                self.assertEqual(bad, [], "wait spans vs in-process next() (us)")
+
     def test_persistent_workers_three_epochs(self):
         data, trace = self.trace_job("--persistent", epochs=3)
         self.check(data, trace, 3, 2)

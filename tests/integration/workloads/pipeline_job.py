@@ -26,13 +26,19 @@ SLOW_S = [0.0]        # set per worker: seconds each sample of this worker takes
 
 
 def start_pin_thread():
-    """torch starts its pin-memory thread only where an accelerator is: say there is one (of no known type), and
-    let the thread's pinning hand each batch over unchanged. The thread, its queues and next() are torch's own."""
+    """torch starts its pin-memory thread only where an accelerator (torch 1.x: CUDA) is: say there is one (of no
+    known type), and let the thread's pinning hand each batch over unchanged. The thread, its queues and next() are
+    torch's own."""
     import torch.utils.data._utils.pin_memory as pin
-    torch.accelerator.is_available = lambda: True
-    torch.accelerator.current_accelerator = lambda: None
-    torch.accelerator.current_device_index = lambda: 0
-    torch.accelerator.set_device_index = lambda index: None
+    if hasattr(torch, "accelerator"):
+        torch.accelerator.is_available = lambda: True
+        torch.accelerator.current_accelerator = lambda: None
+        torch.accelerator.current_device_index = lambda: 0
+        torch.accelerator.set_device_index = lambda index: None
+    else:
+        torch.cuda.is_available = lambda: True
+        torch.cuda.current_device = lambda: 0
+        torch.cuda.set_device = lambda device: None
     pin.pin_memory = lambda data, device=None: data
 
 
