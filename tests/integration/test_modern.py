@@ -88,10 +88,19 @@ class ModernStack(BpfTestCase):
     def test_v2_in_order_false_pin_memory_thread(self):
         """in_order=False with torch's pin-memory thread: next() reads no batch message, and returns each batch as
         the thread relays it. lotus-bpf sees it when a next() returns before the batch next in index order was
-        relayed, and names the waits in arrival order from then on: every wait is that next()'s batch, except
-        those named before it was seen, which the summary counts (here the loop waits for each batch, so there
-        are none unless it was descheduled while two batches arrived)."""
-        data, trace, stdout, summary, logs = self.job("--v2", "--no-in-order", "--pin-memory", "--pin-thread")
+        relayed (a loop that waits for each batch), or when a task goes to a worker out of turn (a loop with a
+        300 ms step, which the thread keeps ahead of), and names the waits in arrival order from then on: every
+        wait is that next()'s batch, except those named before it was seen, which the summary counts."""
+        for step in ("0", "300"):
+            with self.subTest(step_ms=step):
+                self.in_order_false_pin_memory_thread(step)
+
+    def in_order_false_pin_memory_thread(self, step):
+        for k in ("waits", "collates", "puts"):  # the workload appends to them
+            if os.path.exists(self.path(f"{k}.log")):
+                os.remove(self.path(f"{k}.log"))
+        data, trace, stdout, summary, logs = self.job("--v2", "--no-in-order", "--pin-memory", "--pin-thread",
+                                                      "--step-ms", step)
         waits = read_lines(logs["waits"])
         self.assertTrue(any(int(b) < int(a[1]) for a, (e, b, *_) in zip(waits, waits[1:]) if a[0] == e),
                         "the loop never got a later batch first: nothing tested")

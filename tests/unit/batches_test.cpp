@@ -272,6 +272,8 @@ TEST_F(Batches, ArrivalOrderWithInOrderFalse)
 struct PinThread : Batches {
     static constexpr uint32_t P = 100, PIN = 150;
     void relay(int64_t idx) { ev.msg(P, PIN, now++, LOTUS_MSG_IN, test::pickled_indexed(idx), RESULTS); }
+    // The training process's queue feeder thread sending task idx to worker w's index queue.
+    void task(uint32_t w, int64_t idx) { ev.msg(P, P + 500, now++, LOTUS_MSG_OUT, test::pickled_indexed(idx), task_pipe(w)); }
     std::vector<std::string> named() const
     {
         std::vector<std::string> out;
@@ -353,6 +355,55 @@ TEST_F(PinThread, AsTheyArriveOnceSeen)
     for (size_t i = 2; i < waits.size(); i++)
         EXPECT_NE(waits[i].flow_in, 0u) << i;
     expect_flows_join_the_same_batch();
+}
+
+// A loop that never waits: the thread has relayed both batches before next() returns, so no next() returns early.
+// in_order=True sends each new task to the workers in turn whatever it consumed; in_order=False sends it to the
+// worker whose batch it took, out of turn once it took a later batch first: seen there, one wait late.
+TEST_F(PinThread, TasksInTurnOrOutOfTurn)
+{
+    constexpr uint32_t W0 = 101, W1 = 102;
+    for (bool in_order : {true, false}) {
+        SCOPED_TRACE(in_order);
+        spans.clear();
+        uint32_t w0 = W0 + (in_order ? 0 : 10), w1 = W1 + (in_order ? 0 : 10);
+        uint64_t it = in_order ? 0x77 : 0x78, loader = in_order ? LOADER : LOADER2;
+        if (in_order) {
+            engine.add_process(P, 0, true);
+            describe(P);
+        }
+        begin_epoch(P, loader, it, {w0, w1});
+        for (int64_t i = 0; i < 4; i++) // the prefetch, in turn
+            task(i % 2 ? w1 : w0, i);
+        batch(w1, 1);
+        send(w1, 1);
+        relay(1);
+        batch(w0, 0);
+        send(w0, 0);
+        relay(0);
+        next(P, it); // in order: 0; as they arrive: 1, named 0 (wrongly) until seen
+        task(in_order ? w0 : w1, 4);
+        next(P, it); // in order: 1; as they arrive: 0
+        task(w1, 5);
+        batch(w1, 3);
+        send(w1, 3);
+        relay(3);
+        batch(w0, 2);
+        send(w0, 2);
+        relay(2);
+        next(P, it);
+        next(P, it);
+        stop_iteration(P, it);
+        const auto& st = engine.batches().stats().at({P, in_order ? 0 : 1});
+        if (in_order) {
+            EXPECT_EQ(named(), (std::vector<std::string>{"0/0", "0/1", "0/2", "0/3"}));
+            EXPECT_FALSE(st.arrival_order);
+        } else {
+            EXPECT_EQ(named(), (std::vector<std::string>{"0/0", "0/0", "0/3", "0/2"}));
+            EXPECT_TRUE(st.arrival_order);
+            EXPECT_EQ(st.misnamed, 1u);
+        }
+    }
 }
 
 TEST_F(Batches, EveryEpochNewWorkersOrPersistentOnes)

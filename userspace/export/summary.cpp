@@ -265,6 +265,7 @@ static BatchSummary summarize(const model::BatchStats& b, GroupKey key)
     s.unmatched = b.unmatched;
     s.arrival_order = b.arrival_order;
     s.misnamed = b.misnamed;
+    s.passes_before = b.passes_before;
     return s;
 }
 
@@ -291,6 +292,7 @@ DataLoaderReport summarize_batches(const model::BatchTracker& batches,
             all.unmatched += b.unmatched;
             all.arrival_order |= b.arrival_order;
             all.misnamed += b.misnamed;
+            all.passes_before += b.passes_before;
         }
         l.all = summarize(all, GroupKey{pid, -1});
         l.batches = all.wait_ns.size();
@@ -492,10 +494,15 @@ static void print_batches(FILE* out, const BatchSummary& b)
                    b.unmatched));
     if (b.arrival_order)
         print_wrapped(out, fmt::format("next() returned batches as they arrived (DataLoader(in_order=False)), handed over by a "
-                        "pin-memory thread: seen when one returned before the batch next in index order had reached it; "
-                        "from then on each wait is named in arrival order.{}",
-                   b.misnamed ? fmt::format(" {} wait(s) before that carry another batch's id, delay and arrow.", b.misnamed)
-                              : ""));
+                        "pin-memory thread: seen when one returned before the batch next in index order had reached it, "
+                        "or when a task went to a worker out of turn; from then on each wait is named in arrival "
+                        "order.{}{}",
+                   b.misnamed ? fmt::format(" {} wait(s) of that pass before then carry another batch's id, delay and "
+                                            "arrow.", b.misnamed)
+                              : "",
+                   b.passes_before ? fmt::format(" Its {} earlier pass(es) were named in index order: their waits may "
+                                                 "carry other batches' ids.", b.passes_before)
+                                   : ""));
 }
 
 void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& processes, const DataLoaderReport& batches,
@@ -611,13 +618,13 @@ static std::string batches_json(const BatchSummary& x)
     return fmt::format("{{\"prepare\":{},\"wait\":{},\"delay\":{},\"wait_share\":{{\"out_of_order\":{:.4f},"
                        "\"le_1ms\":{:.4f},\"1ms_500ms\":{:.4f},\"gt_500ms\":{:.4f}}},\"delay_gt_500ms_share\":{:.4f},"
                        "\"delay_share\":{{\"le_1ms\":{:.4f},\"1ms_500ms\":{:.4f},\"gt_500ms\":{:.4f}}},"
-                       "\"unnamed\":{},\"unmatched\":{},\"arrival_order\":{},\"misnamed\":{}",
+                       "\"unnamed\":{},\"unmatched\":{},\"arrival_order\":{},\"misnamed\":{},\"misnamed_passes\":{}",
                        stats_json(x.prepare), stats_json(x.wait), stats_json(x.delay),
                        share(x.out_of_order, x.wait.count) / 100, share(x.wait_le_1ms, x.wait.count) / 100,
                        share(x.wait_1_500ms, x.wait.count) / 100, share(x.wait_gt_500ms, x.wait.count) / 100,
                        share(x.delay_gt_500ms, x.delay.count) / 100, share(x.delay_le_1ms, x.delay.count) / 100,
                        share(x.delay_1_500ms, x.delay.count) / 100, share(x.delay_gt_500ms, x.delay.count) / 100,
-                       x.unnamed, x.unmatched, x.arrival_order, x.misnamed);
+                       x.unnamed, x.unmatched, x.arrival_order, x.misnamed, x.passes_before);
 }
 
 std::string Summary::json(const std::map<uint32_t, model::ProcessInfo>& processes, const DataLoaderReport& batches,

@@ -42,7 +42,7 @@ struct BatchSummary {
     uint64_t delay_le_1ms = 0, delay_1_500ms = 0, delay_gt_500ms = 0;
     uint64_t unnamed = 0, unmatched = 0;
     bool arrival_order = false; // model::BatchStats
-    uint64_t misnamed = 0;
+    uint64_t misnamed = 0, passes_before = 0;
 };
 
 // A training loop: how much of its time (first next() to last) it spent waiting in next().

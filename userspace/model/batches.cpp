@@ -186,6 +186,7 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
         ep.relayed.clear();
         ep.relayed_set.clear();
         ep.named.clear();
+        ep.iterable = false;
         t.in_batch = false;
         t.single = false;
         t.loaders.clear();
@@ -198,8 +199,6 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
     int64_t n = -1;
     bool relay = !single && call.last_read < 0 && !ep.relayed.empty() && ep.number >= 0;
     bool arrival = relay && c->second.arrival_order.count(ep.loader);
-    bool seen_arrival = false;
-    uint64_t misnamed = 0;
     size_t returned = ep.named.size();
     if (single) {
         n = t.idx;
@@ -213,12 +212,8 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
             n++;
         if (relay && !ep.relayed_set.count(n)) {
             // Returned before batch n had reached it: in index order next() waits for each batch, so this loader
-            // returns them as they arrive (in_order=False), and this one is the next relayed. The waits named
-            // before are counted where that order names another batch (they went out already).
-            c->second.arrival_order.insert(ep.loader);
-            seen_arrival = true;
-            for (size_t j = 0; j < returned && j < ep.relayed.size(); j++)
-                misnamed += ep.named[j] != ep.relayed[j];
+            // returns them as they arrive (in_order=False), and this one is the next relayed.
+            seen_arrival_order(ep);
             n = returned < ep.relayed.size() ? ep.relayed[returned] : -1;
         }
     }
@@ -236,8 +231,6 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
     if (ep.loader >= 0)
         w.args.emplace_back("loader", int64_t{ep.loader});
     BatchStats& st = stats_[{pid, ep.loader}];
-    st.arrival_order |= seen_arrival;
-    st.misnamed += misnamed;
     bool out_of_order = false;
     if (single) {
         if (t.in_batch) {
@@ -325,6 +318,7 @@ void BatchTracker::message(const lotus_msg& m)
         // A task: batch q.index begins (the previous one, if its loop's getppid was not seen, ended by now).
         if (!q.task)
             return; // a batch read by a training process whose next() was not seen (tracing began inside it)
+        task_reader_[m.file] = pid;
         proc.worker = true;
         auto we = worker_epoch_.find(pid);
         int e = we == worker_epoch_.end() ? -1 : we->second;
@@ -344,6 +338,8 @@ void BatchTracker::message(const lotus_msg& m)
         processes_[pid].feeder_threads.insert(tid);
     if (!processes_[pid].worker) {
         task_writer_[m.file] = pid; // a training process sending tasks (or another program's queue)
+        if (q.task)
+            task_sent(m.file, q.index);
         return;
     }
     if (!worker_epoch_.count(pid))
@@ -357,8 +353,10 @@ void BatchTracker::message(const lotus_msg& m)
     auto ended = t.ended.find(q.index);
     if (q.stop) {
         // An IterableDataset worker's data ran out: that index carries no batch, next() skips it.
-        if (auto we = worker_epoch_.find(pid); we != worker_epoch_.end())
+        if (auto we = worker_epoch_.find(pid); we != worker_epoch_.end()) {
             epochs_[we->second].stops.insert(q.index);
+            epochs_[we->second].iterable = true;
+        }
         if (ended != t.ended.end())
             t.ended.erase(ended);
         return;
@@ -367,6 +365,55 @@ void BatchTracker::message(const lotus_msg& m)
         emit_batch(pid, pid, q.index, ended->second, false);
         t.ended.erase(ended);
     }
+}
+
+// A pass's loader returns batches as they arrive (in_order=False), seen now: its waits are named in the order its
+// pin-memory thread relayed them from here on (and in the loader's later passes). Those of this pass named before
+// in index order went out already: counted where the relay order names another batch.
+void BatchTracker::seen_arrival_order(Epoch& ep)
+{
+    auto c = consumers_.find(ep.owner);
+    if (c == consumers_.end() || !c->second.arrival_order.insert(ep.loader).second)
+        return;
+    BatchStats& st = stats_[{ep.owner, ep.loader}];
+    st.arrival_order = true;
+    for (size_t j = 0; j < ep.named.size() && j < ep.relayed.size(); j++)
+        st.misnamed += ep.named[j] != ep.relayed[j];
+    if (ep.number > 0)
+        st.passes_before = std::max(st.passes_before, static_cast<uint64_t>(ep.number));
+}
+
+// A task sent to a worker's index queue. next() hands tasks to the workers in turn, so each queue gets every W-th
+// task, W the active workers, in index order (torch < 2.6, and in_order=True). in_order=False skips a worker that
+// has its share of tasks outstanding: after the loop took a later batch first, the next task goes to that batch's
+// worker out of turn. So a queue whose step between tasks changes shows in_order=False, unless workers left the
+// rotation (an IterableDataset's end of data) or the pass began again (a persistent loader's next epoch: the
+// indices start over).
+void BatchTracker::task_sent(uint64_t file, int64_t idx)
+{
+    auto [it, fresh] = task_steps_.try_emplace(file, idx, 0);
+    if (fresh)
+        return;
+    auto& [last, step] = it->second;
+    int64_t s = idx - last;
+    last = idx;
+    if (s <= 0) { // the indices started over
+        step = 0;
+        return;
+    }
+    int64_t before = step;
+    step = s;
+    if (!before || s == before)
+        return;
+    auto r = task_reader_.find(file);
+    if (r == task_reader_.end())
+        return;
+    auto we = worker_epoch_.find(r->second);
+    if (we == worker_epoch_.end())
+        return;
+    Epoch& ep = epochs_[we->second];
+    if (!ep.iterable && !ep.relayed.empty() && ep.number >= 0)
+        seen_arrival_order(ep);
 }
 
 // A worker whose epoch began before tracing did: its batches (those not sent yet too) are that epoch's.

@@ -41,6 +41,7 @@ struct BatchStats {
     // misnamed: waits named in index order before that was seen, which carry another batch's id.
     bool arrival_order = false;
     uint64_t misnamed = 0;
+    uint64_t passes_before = 0; // earlier passes of that loader, named in index order before it was seen
 };
 
 // Per training process: its loop, first next() start to last next() end (all its DataLoaders).
@@ -103,6 +104,7 @@ private:
         std::vector<int64_t> relayed;
         std::set<int64_t> relayed_set;
         std::vector<int64_t> named; // the batch each next() of this pass returned, as named then (-1: unnamed)
+        bool iterable = false;      // an end-of-data marker was sent: workers drop out of the task rotation
         std::set<int64_t> stops;        // IterableDataset end-of-data markers: indices next() skips
     };
     struct Bracket { // a DataLoader.__iter__ or iterator __init__ running: processes forked meanwhile are its workers
@@ -155,6 +157,8 @@ private:
     void release_held(uint32_t pid, bool force);
     void tag(Span& s, int epoch) const;
     void adopt_epoch(uint32_t pid, int epoch);
+    void task_sent(uint64_t file, int64_t idx);
+    void seen_arrival_order(Epoch& ep);
 
     SpanSink& sink_;
     std::map<uint32_t, ProcessInfo>& processes_;
@@ -167,6 +171,8 @@ private:
     // not seen begin, prepares batches of that epoch).
     std::unordered_map<uint64_t, uint32_t> task_writer_;
     std::unordered_map<uint64_t, int> result_epoch_;
+    std::unordered_map<uint64_t, uint32_t> task_reader_;                    // index queue pipe -> its worker
+    std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> task_steps_; // pipe -> last task sent, step to it
     // Batches of a worker alive before tracing began whose training process is not known yet (nothing named it
     // so far), waiting for it: (idx, batch) per worker pid.
     struct Held {

@@ -218,6 +218,8 @@ def main():
     ap.add_argument("--pin-memory", action="store_true")
     ap.add_argument("--pin-thread", action="store_true", help="torch's pin-memory thread without an accelerator")
     ap.add_argument("--no-in-order", action="store_true", help="DataLoader(in_order=False), see above")
+    ap.add_argument("--step-ms", type=float, default=0,
+                    help="a training step: sleep this long before each next(), 10 times as long before an epoch's first")
     ap.add_argument("--containers", action="store_true",
                     help="container transforms: RandomApply([ColorJitter], p=1) and a nested Compose([Grayscale(3)])")
     ap.add_argument("--collate-log", help="one line per batch when its collation ends: PID BATCH_SIZE MONOTONIC_NS")
@@ -305,6 +307,8 @@ def main():
                 _append(args.hold + ".paused", "paused\n")
                 while not os.path.exists(args.hold):
                     time.sleep(0.01)
+            if args.step_ms:  # before the epoch's first batch 10 steps: the workers get ahead of the loop
+                time.sleep(args.step_ms / 1000 * (1 if waits else 10))
             began = time.monotonic_ns()
             t0 = time.perf_counter_ns()
             try:
