@@ -272,6 +272,13 @@ TEST_F(Batches, ArrivalOrderWithInOrderFalse)
 struct PinThread : Batches {
     static constexpr uint32_t P = 100, PIN = 150;
     void relay(int64_t idx) { ev.msg(P, PIN, now++, LOTUS_MSG_IN, test::pickled_indexed(idx), RESULTS); }
+    // Worker w's batch idx made, sent, and read by the pin-memory thread.
+    void relayed(uint32_t w, int64_t idx)
+    {
+        batch(w, idx);
+        send(w, idx);
+        relay(idx);
+    }
     // The training process's queue feeder thread sending task idx to worker w's index queue.
     void task(uint32_t w, int64_t idx) { ev.msg(P, P + 500, now++, LOTUS_MSG_OUT, test::pickled_indexed(idx), task_pipe(w)); }
     std::vector<std::string> named() const
@@ -289,17 +296,11 @@ TEST_F(PinThread, InIndexOrderWhateverTheArrivalOrder)
     engine.add_process(P, 0, true);
     describe(P);
     begin_epoch(P, LOADER, 0x77, {W0, W1});
-    batch(W1, 1);
-    send(W1, 1);
-    relay(1);
-    batch(W0, 0);
-    send(W0, 0);
-    relay(0);
+    relayed(W1, 1);
+    relayed(W0, 0);
     next(P, 0x77); // 0: in_order=True returns batches in index order, waiting for each
     next(P, 0x77);
-    batch(W0, 2);
-    send(W0, 2);
-    relay(2);
+    relayed(W0, 2);
     next(P, 0x77);
     stop_iteration(P, 0x77);
     EXPECT_EQ(named(), (std::vector<std::string>{"0/0", "0/1", "0/2"}));
@@ -318,30 +319,18 @@ TEST_F(PinThread, AsTheyArriveOnceSeen)
     engine.add_process(P, 0, true);
     describe(P);
     begin_epoch(P, LOADER, 0x77, {W0, W1});
-    batch(W1, 1);
-    send(W1, 1);
-    relay(1);
-    batch(W0, 0);
-    send(W0, 0);
-    relay(0);
+    relayed(W1, 1);
+    relayed(W0, 0);
     next(P, 0x77); // returned 1 (the first relayed); both had arrived: named 0, wrongly
     next(P, 0x77); // returned 0; named 1, wrongly
-    batch(W1, 3);
-    send(W1, 3);
-    relay(3);
+    relayed(W1, 3);
     next(P, 0x77); // 2 has not arrived: this is 3, and the loader returns batches as they arrive
-    batch(W0, 2);
-    send(W0, 2);
-    relay(2);
+    relayed(W0, 2);
     next(P, 0x77);
     stop_iteration(P, 0x77);
     begin_epoch(P, LOADER, 0x78, {W2, W3});
-    batch(W3, 1);
-    send(W3, 1);
-    relay(1);
-    batch(W2, 0);
-    send(W2, 0);
-    relay(0);
+    relayed(W3, 1);
+    relayed(W2, 0);
     next(P, 0x78);
     next(P, 0x78);
     stop_iteration(P, 0x78);
@@ -375,22 +364,14 @@ TEST_F(PinThread, TasksInTurnOrOutOfTurn)
         begin_epoch(P, loader, it, {w0, w1});
         for (int64_t i = 0; i < 4; i++) // the prefetch, in turn
             task(i % 2 ? w1 : w0, i);
-        batch(w1, 1);
-        send(w1, 1);
-        relay(1);
-        batch(w0, 0);
-        send(w0, 0);
-        relay(0);
+        relayed(w1, 1);
+        relayed(w0, 0);
         next(P, it); // in order: 0; as they arrive: 1, named 0 (wrongly) until seen
         task(in_order ? w0 : w1, 4);
         next(P, it); // in order: 1; as they arrive: 0
         task(w1, 5);
-        batch(w1, 3);
-        send(w1, 3);
-        relay(3);
-        batch(w0, 2);
-        send(w0, 2);
-        relay(2);
+        relayed(w1, 3);
+        relayed(w0, 2);
         next(P, it);
         next(P, it);
         stop_iteration(P, it);
