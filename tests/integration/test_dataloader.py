@@ -187,6 +187,17 @@ class DataLoaderSemantics(BpfTestCase):
         self.assertEqual(len(spans(trace, "wait")), 2 * BATCHES)
         self.assertEqual(set(pairs.values()), {1})
 
+    def test_iterable_dataset_uneven_shares(self):
+        """Worker 1's data runs out first: it sends an end-of-data marker for one task and nothing for the task it
+        had besides, and next() skips both. Every wait is the batch its next() returned (the iterator's own count),
+        whether the training loop reads the result queue or torch's pin-memory thread relays it."""
+        for args in (), ("--pin-memory", "--pin-thread"):
+            with self.subTest(args=args):
+                data, trace = self.trace_job("--iterable", "--uneven", *args, epochs=2)
+                self.waits_match_in_process_next(trace)
+                skipped = {int(b) for e, b, *_ in read_lines(self.wait_log) if e == "0"}
+                self.assertLess(len(skipped), max(skipped) + 1, "next() skipped no index: nothing tested")
+
     def test_threads_named_as_the_kernel_names_them(self):
         # The job renames its main thread and each worker's (prctl, after they ran Python code): the trace's
         # thread names carry those names, as the job logged them.

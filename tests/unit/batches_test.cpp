@@ -271,7 +271,10 @@ TEST_F(Batches, ArrivalOrderWithInOrderFalse)
 // it to next() through an in-process queue, so next() reads nothing itself.
 struct PinThread : Batches {
     static constexpr uint32_t P = 100, PIN = 150;
-    void relay(int64_t idx) { ev.msg(P, PIN, now++, LOTUS_MSG_IN, test::pickled_indexed(idx), RESULTS); }
+    void relay(int64_t idx, bool stop = false)
+    {
+        ev.msg(P, PIN, now++, LOTUS_MSG_IN, test::pickled_indexed(idx, stop), RESULTS);
+    }
     // Worker w's batch idx made, sent, and read by the pin-memory thread.
     void relayed(uint32_t w, int64_t idx)
     {
@@ -343,6 +346,29 @@ TEST_F(PinThread, AsTheyArriveOnceSeen)
     ASSERT_EQ(waits.size(), 6u);
     for (size_t i = 2; i < waits.size(); i++)
         EXPECT_NE(waits[i].flow_in, 0u) << i;
+    expect_flows_join_the_same_batch();
+}
+
+// An IterableDataset: a worker whose data ran out sends an end-of-data marker for one task and nothing for the
+// tasks it had besides; next() in index order skips both. Named by the lowest relayed batch not returned yet.
+TEST_F(PinThread, IterableDatasetSkipsTheIndicesThatNeverCome)
+{
+    constexpr uint32_t W0 = 101, W1 = 102;
+    engine.add_process(P, 0, true);
+    describe(P);
+    begin_epoch(P, LOADER, 0x77, {W0, W1});
+    relayed(W0, 0);
+    batch(W1, 1, 0); // its data ran out: an end-of-data marker for task 1, nothing for its task 3
+    send(W1, 1, true);
+    relay(1, true);
+    next(P, 0x77);
+    relayed(W0, 2);
+    next(P, 0x77);
+    relayed(W0, 4);
+    next(P, 0x77);
+    stop_iteration(P, 0x77);
+    EXPECT_EQ(named(), (std::vector<std::string>{"0/0", "0/2", "0/4"}));
+    EXPECT_FALSE(engine.batches().stats().at({P, 0}).arrival_order);
     expect_flows_join_the_same_batch();
 }
 

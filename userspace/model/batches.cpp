@@ -185,6 +185,7 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
         ep.handed.clear();
         ep.relayed.clear();
         ep.relayed_set.clear();
+        ep.pending.clear();
         ep.named.clear();
         ep.iterable = false;
         t.in_batch = false;
@@ -195,7 +196,9 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
     // The batch next() returns: the last one it read from the result queue (it keeps reading until it gets the
     // one it wants), else the next index past IterableDataset end-of-data markers, when the epoch's start is known.
     // With a pin-memory thread relaying the batches (a pass whose start was seen, so its relay is all known),
-    // next() returns them in index order, or as they arrive where the loader has in_order=False.
+    // next() returns them in index order: the lowest relayed and not returned yet (it waits for each index,
+    // skipping those of workers whose data ran out, which may never come); or as they arrive where the loader
+    // has in_order=False.
     int64_t n = -1;
     bool relay = !single && call.last_read < 0 && !ep.relayed.empty() && ep.number >= 0;
     bool arrival = relay && c->second.arrival_order.count(ep.loader);
@@ -210,13 +213,18 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
         n = ep.next_idx;
         while (ep.stops.erase(n))
             n++;
-        if (relay && !ep.relayed_set.count(n)) {
+        if (relay && !ep.iterable && !ep.relayed_set.count(n)) {
             // Returned before batch n had reached it: in index order next() waits for each batch, so this loader
-            // returns them as they arrive (in_order=False), and this one is the next relayed.
+            // returns them as they arrive (in_order=False), and this one is the next relayed. (Not where workers'
+            // data ran out: the indices next() then skips never come.)
             seen_arrival_order(ep);
             n = returned < ep.relayed.size() ? ep.relayed[returned] : -1;
+        } else if (relay) {
+            n = ep.pending.empty() ? -1 : *ep.pending.begin();
         }
     }
+    if (relay)
+        ep.pending.erase(n);
     ep.named.push_back(n);
     if (n >= 0) {
         ep.counted = true;
@@ -295,6 +303,7 @@ void BatchTracker::message(const lotus_msg& m)
                 Epoch& ep = epochs_[re->second];
                 ep.relayed.push_back(q.index);
                 ep.relayed_set.insert(q.index);
+                ep.pending.insert(q.index);
             }
             return;
         }

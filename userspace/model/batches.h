@@ -103,6 +103,7 @@ private:
         // queue, in that order, end-of-data markers left out; next() then reads none itself.
         std::vector<int64_t> relayed;
         std::set<int64_t> relayed_set;
+        std::set<int64_t> pending;  // relayed, not returned yet
         std::vector<int64_t> named; // the batch each next() of this pass returned, as named then (-1: unnamed)
         bool iterable = false;      // an end-of-data marker was sent: workers drop out of the task rotation
         std::set<int64_t> stops;        // IterableDataset end-of-data markers: indices next() skips

@@ -188,8 +188,19 @@ class Numbers(torch.utils.data.IterableDataset):
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
         workers, wid = (info.num_workers, info.id) if info else (1, 0)
-        for i in range(wid, self.n, workers):
+        for i in self.share(wid, workers):
             yield torch.full((3, 64, 64), float(i)), i % 4
+
+    def share(self, wid, workers):
+        return range(wid, self.n, workers)
+
+
+class UnevenNumbers(Numbers):
+    """Worker 0 has 3/4 of the items: the others' data runs out first, and next() skips the tasks they had left."""
+
+    def share(self, wid, workers):
+        cut = 3 * self.n // 4 if workers > 1 else self.n
+        return range(0, cut) if wid == 0 else range(cut + wid - 1, self.n, workers - 1)
 
 
 def main():
@@ -210,6 +221,9 @@ def main():
                     "write F.paused and wait for F")
     ap.add_argument("--val", action="store_true", help="after each epoch, a pass over a second DataLoader")
     ap.add_argument("--iterable", action="store_true", help="an IterableDataset without Compose instead")
+    ap.add_argument("--uneven", action="store_true",
+                    help="with --iterable: worker 0 has 3/4 of the items; --wait-log names each batch by the "
+                         "iterator's own count (its _rcvd_idx after next())")
     ap.add_argument("--own-dataset", action="store_true",
                     help="a map-style dataset of its own (own __getitem__ and transform classes, no Compose)")
     ap.add_argument("--v2", action="store_true", help="torchvision.transforms.v2 (torchvision >= 0.16)")
@@ -281,7 +295,7 @@ def main():
         ds = OwnFolder(args.data)
         loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, **extra)
     if args.iterable:
-        ds = Numbers(len(ds))
+        ds = (UnevenNumbers if args.uneven else Numbers)(len(ds))
         loader = DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers, **extra)
     val = None
     if args.val:
@@ -315,7 +329,8 @@ def main():
                 x, y = next(it)
             except StopIteration:
                 break
-            waits.append((time.perf_counter_ns() - t0, began, int(y[0]) // args.batch_size if args.no_in_order else None))
+            b = int(y[0]) // args.batch_size if args.no_in_order else it._rcvd_idx - 1 if args.uneven else None
+            waits.append((time.perf_counter_ns() - t0, began, b))
             n += len(y)
             # Free this batch now: rebinding x to the next batch would free it inside the next timing.
             del x, y
