@@ -148,6 +148,12 @@ def wait_for_file(path, timeout=120):
         time.sleep(0.02)
 
 
+# With a pin-memory thread the training loop's in-process timer around next() and the traced call can differ by a
+# hand-over of the GIL: the thread asks for it, and the loop gives it up within the interpreter's switch interval
+# (5 ms) and waits as long for it back, before the call's probe and again after its return.
+PIN_THREAD_SLACK_US = 11000.0
+
+
 def read_lines(path):
     try:
         with open(path) as f:
