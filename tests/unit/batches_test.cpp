@@ -79,6 +79,12 @@ struct Batches : ::testing::Test {
         ended[{w, idx}] = now;
         ev.getppid(w, w, now++);
     }
+    // Worker w's batch idx, made and sent.
+    void made(uint32_t w, int64_t idx)
+    {
+        batch(w, idx);
+        send(w, idx);
+    }
     std::map<std::pair<uint32_t, int64_t>, uint64_t> ended; // when each (worker, batch)'s loop called getppid
     void send(uint32_t w, int64_t idx, bool stop = false)
     {
@@ -215,10 +221,8 @@ TEST_F(Batches, OutOfOrderArrivalsAndBatchesReturnedFromTheCache)
     engine.add_process(P, 0, true);
     describe(P);
     begin_epoch(P, LOADER, 0x77, {W0, W1});
-    batch(W1, 1);
-    send(W1, 1);
-    batch(W0, 0);
-    send(W0, 0);
+    made(W1, 1);
+    made(W0, 0);
     next(P, 0x77, {1, 0}); // reads 1 (kept), then 0: returns 0
     next(P, 0x77);         // 1 from its cache: no read
     auto waits = of(SpanKind::Wait);
@@ -238,20 +242,15 @@ TEST_F(Batches, ArrivalOrderWithInOrderFalse)
     engine.add_process(P, 0, true);
     describe(P);
     begin_epoch(P, LOADER, 0x77, {W0, W1});
-    batch(W1, 1);
-    send(W1, 1);
+    made(W1, 1);
     next(P, 0x77, {1}); // returns 1 at once: 0 is not there yet
-    batch(W1, 3);
-    send(W1, 3);
-    batch(W0, 0);
-    send(W0, 0);
+    made(W1, 3);
+    made(W0, 0);
     next(P, 0x77, {3});
     next(P, 0x77, {0});
-    batch(W0, 2);
-    send(W0, 2);
+    made(W0, 2);
     next(P, 0x77, {2});
-    batch(W0, 4);
-    send(W0, 4);
+    made(W0, 4);
     next(P, 0x77, {4});
     stop_iteration(P, 0x77);
     auto waits = of(SpanKind::Wait);
@@ -278,8 +277,7 @@ struct PinThread : Batches {
     // Worker w's batch idx made, sent, and read by the pin-memory thread.
     void relayed(uint32_t w, int64_t idx)
     {
-        batch(w, idx);
-        send(w, idx);
+        made(w, idx);
         relay(idx);
     }
     // The training process's queue feeder thread sending task idx to worker w's index queue.
@@ -422,23 +420,20 @@ TEST_F(Batches, EveryEpochNewWorkersOrPersistentOnes)
     for (uint32_t e = 0; e < 2; e++) {
         uint32_t w = 200 + e;
         begin_epoch(P, LOADER, 0x70 + e, {w});
-        batch(w, 0);
-        send(w, 0);
+        made(w, 0);
         next(P, 0x70 + e, {0});
         stop_iteration(P, 0x70 + e);
     }
     constexpr uint32_t PW = 300;
     begin_epoch(P, LOADER2, 0x90, {PW});
-    batch(PW, 0);
-    send(PW, 0);
+    made(PW, 0);
     next(P, 0x90, {0});
     stop_iteration(P, 0x90);
     // __iter__ again: the same iterator, its worker told to resume (it acknowledges through the queue)
     ev.entry(P, P, now++, 3, ITER, T_LOADER, {}, {}, LOADER2);
     ev.msg(PW, PW, now++, LOTUS_MSG_IN, test::pickled_resume(), task_pipe(PW));
     ev.ret(P, P, now++, 3, 0x90);
-    batch(PW, 0);
-    send(PW, 0);
+    made(PW, 0);
     next(P, 0x90, {0});
     EXPECT_EQ(keys(of(SpanKind::Batch)), (std::vector<std::string>{"0/0/0", "0/1/0", "1/0/0", "1/1/0"}));
     EXPECT_EQ(keys(of(SpanKind::Wait)), keys(of(SpanKind::Batch)));
@@ -479,8 +474,7 @@ TEST_F(Batches, AttachedMidEpochIdsAreLeftOutUntilKnownNeverGuessed)
     ev.getppid(W0, W0, now++);
     send(W0, 5);
     next(P, 0x77);      // from its cache: which batch is unknown
-    batch(W0, 6);
-    send(W0, 6);
+    made(W0, 6);
     next(P, 0x77, {6}); // it read batch 6's message: batch 6
     next(P, 0x77);      // then 7 (counted from the one known)
     auto waits = of(SpanKind::Wait);
@@ -502,8 +496,7 @@ TEST_F(Batches, AttachedMidEpochIdsAreLeftOutUntilKnownNeverGuessed)
     // The next epoch is known from its start.
     stop_iteration(P, 0x77);
     begin_epoch(P, LOADER, 0x78, {102});
-    batch(102, 0);
-    send(102, 0);
+    made(102, 0);
     next(P, 0x78, {0});
     EXPECT_EQ(keys({of(SpanKind::Wait).back()}), (std::vector<std::string>{"0/0/0"}));
     EXPECT_NE(of(SpanKind::Wait).back().flow_in, 0u);
@@ -611,8 +604,7 @@ TEST_F(Batches, TwoDataLoadersOfOneProcessAreToldApart)
     engine.add_process(P, 0, true);
     describe(P);
     begin_epoch(P, LOADER, 0x77, {201});
-    batch(201, 0);
-    send(201, 0);
+    made(201, 0);
     next(P, 0x77, {0});
     stop_iteration(P, 0x77);
     begin_epoch(P, LOADER2, 0x78, {202}); // a validation loader
