@@ -123,6 +123,14 @@ class DataLoaderSemantics(BpfTestCase):
                 self.check(data, trace, epochs, 2)
                 self.waits_match_in_process_next(trace, PIN_THREAD_SLACK_US)
 
+    def test_no_batching(self):
+        """DataLoader(batch_size=None): each task is one sample's index, not a list, and each 'batch' one sample,
+        converted, not collated. Every sample is a batch of one, with its wait, arrow and delay."""
+        data, trace = self.trace_job("--no-batching", epochs=1)
+        assert_dataloader_exact(self, data, trace, 1, 2, IMAGES, 1, OPS, self.stdout, self.summary)
+        self.waits_match_in_process_next(trace)
+        self.assertIn("from a batch ready to its use", self.stdout)
+
     def test_persistent_workers_three_epochs(self):
         data, trace = self.trace_job("--persistent", epochs=3)
         self.check(data, trace, 3, 2)

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "event_builder.h"
+#include "export/summary.h"
 #include "model/engine.h"
 #include "model/messages.h"
 
@@ -149,6 +150,8 @@ TEST(QueueMessages, IndicesMarkersAndOthers)
     EXPECT_TRUE(parse(frame0 + "K\x05]\x94K\x07a\x86.").task);   // (5, [7])
     EXPECT_TRUE(parse(frame0 + "K\x05]\x94(NNe\x86.").task);      // (5, [None, None]): an IterableDataset's
     EXPECT_TRUE(parse(frame0 + "K\x05N\x86.").task);               // (5, None): ... without batching
+    EXPECT_TRUE(parse(frame0 + "K\x05K\x07\x86.").task);           // (5, 7): a map-style one's (batch_size=None)
+    EXPECT_TRUE(parse(frame0 + "K\x05M\x10\x27\x86.").task);       // (5, 10000)
     EXPECT_FALSE(parse(frame0 + "K\x05]\x94(\x8c torch.multiprocessing.reductions").task); // (5, [tensor...])
     auto stop = parse(test::pickled_indexed(3, true));
     EXPECT_TRUE(stop.stop);
@@ -493,6 +496,26 @@ TEST_F(Batches, AttachedMidEpochIdsAreLeftOutUntilKnownNeverGuessed)
     const auto& st = engine.batches().stats().at({P, -1});
     EXPECT_EQ(st.unnamed, 1u);
     EXPECT_EQ(st.unmatched, 2u);
+    // Neither their delay nor their arrival order is known: left out, not "0 ms" and "in order".
+    for (const auto& w : waits) {
+        EXPECT_EQ(test::arg_text(w, "delay_ms"), "");
+        EXPECT_EQ(test::arg_text(w, "out_of_order"), "");
+    }
+    EXPECT_TRUE(st.delay_ns.empty());
+    EXPECT_TRUE(st.out_of_order.empty());
+    auto printed = [&] {
+        exporter::Summary summary;
+        auto report = exporter::summarize_batches(engine.batches(), engine.processes(), summary, 2);
+        char buf[8192] = {};
+        FILE* f = fmemopen(buf, sizeof(buf) - 1, "w");
+        summary.print(f, engine.processes(), report, {});
+        fclose(f);
+        return std::string(buf);
+    };
+    std::string text = printed();
+    EXPECT_NE(text.find("batches consumed by the training loop: 3;"), std::string::npos) << text;
+    EXPECT_EQ(text.find("out of order"), std::string::npos) << text;
+    EXPECT_EQ(text.find("from a batch ready to its use"), std::string::npos) << text;
     // The next epoch is known from its start.
     stop_iteration(P, 0x77);
     begin_epoch(P, LOADER, 0x78, {102});
@@ -500,6 +523,15 @@ TEST_F(Batches, AttachedMidEpochIdsAreLeftOutUntilKnownNeverGuessed)
     next(P, 0x78, {0});
     EXPECT_EQ(keys({of(SpanKind::Wait).back()}), (std::vector<std::string>{"0/0/0"}));
     EXPECT_NE(of(SpanKind::Wait).back().flow_in, 0u);
+    EXPECT_EQ(test::arg_text(of(SpanKind::Wait).back(), "out_of_order"), "false");
+    // Its section (DataLoader 0) has them; the first epoch's still has none.
+    text = printed();
+    auto section = text.find("DataLoader 0 of main");
+    ASSERT_NE(section, std::string::npos) << text;
+    EXPECT_EQ(text.rfind("out of order", section), std::string::npos) << text;
+    EXPECT_NE(text.find("arrived out of order 0 %", section), std::string::npos) << text;
+    EXPECT_NE(text.find("from a batch ready to its use, ms:", section), std::string::npos) << text;
+    EXPECT_EQ(text.find("whose hand-over was seen"), std::string::npos) << text;
     expect_flows_join_the_same_batch();
 }
 

@@ -243,9 +243,8 @@ static BatchSummary summarize(const model::BatchStats& b, GroupKey key)
     s.prepare = stats_of(b.prepare_ns);
     s.wait = stats_of(b.wait_ns);
     s.delay = stats_of(b.delay_ns);
+    s.out_of_order = std::count(b.out_of_order.begin(), b.out_of_order.end(), true);
     for (size_t i = 0; i < b.wait_ns.size(); i++) {
-        if (b.out_of_order[i])
-            s.out_of_order++;
         if (b.wait_ns[i] <= 1'000'000)
             s.wait_le_1ms++;
         else if (b.wait_ns[i] <= 500'000'000)
@@ -476,14 +475,19 @@ static void print_batches(FILE* out, const BatchSummary& b)
         fmt::print(out, "batches prepared by the workers: 0\n");
     if (!b.wait.count)
         return;
+    // Arrival order and delay are known only for the batches whose hand-over was seen (the delay's count).
+    std::string seen = b.delay.count < b.wait.count ? fmt::format(" (of the {} whose hand-over was seen)", b.delay.count)
+                                                    : std::string();
     print_wrapped(out, fmt::format("batches consumed by the training loop: {}; its wait in next(), ms: mean {:.2f}, p50 {:.2f}, p99 "
                     "{:.2f}; waits of at most 1 ms {:.0f} %, 1-500 ms {:.0f} %, over 500 ms {:.0f} % (the Lotus "
-                    "paper's buckets); arrived out of order {:.0f} %",
+                    "paper's buckets){}",
                b.wait.count, b.wait.mean_ms, b.wait.p50_ms, b.wait.p99_ms, share(b.wait_le_1ms, b.wait.count),
                share(b.wait_1_500ms, b.wait.count), share(b.wait_gt_500ms, b.wait.count),
-               share(b.out_of_order, b.wait.count)));
-    print_wrapped(out, fmt::format("from a batch ready to its use, ms: mean {:.2f}, p50 {:.2f}, p99 {:.2f}; over 500 ms {:.0f} %",
-               b.delay.mean_ms, b.delay.p50_ms, b.delay.p99_ms, share(b.delay_gt_500ms, b.delay.count)));
+               b.delay.count ? fmt::format("; arrived out of order {:.0f} %{}", share(b.out_of_order, b.delay.count), seen)
+                             : std::string()));
+    if (b.delay.count)
+        print_wrapped(out, fmt::format("from a batch ready to its use, ms: mean {:.2f}, p50 {:.2f}, p99 {:.2f}; over 500 ms {:.0f} %{}",
+                   b.delay.mean_ms, b.delay.p50_ms, b.delay.p99_ms, share(b.delay_gt_500ms, b.delay.count), seen));
     if (b.unnamed)
         print_wrapped(out, fmt::format("{} batch(es) consumed before their index could be known (tracing began mid-epoch): their waits "
                         "carry no batch id and no arrow.",
@@ -620,7 +624,7 @@ static std::string batches_json(const BatchSummary& x)
                        "\"delay_share\":{{\"le_1ms\":{:.4f},\"1ms_500ms\":{:.4f},\"gt_500ms\":{:.4f}}},"
                        "\"unnamed\":{},\"unmatched\":{},\"arrival_order\":{},\"misnamed\":{},\"misnamed_passes\":{}",
                        stats_json(x.prepare), stats_json(x.wait), stats_json(x.delay),
-                       share(x.out_of_order, x.wait.count) / 100, share(x.wait_le_1ms, x.wait.count) / 100,
+                       share(x.out_of_order, x.delay.count) / 100, share(x.wait_le_1ms, x.wait.count) / 100,
                        share(x.wait_1_500ms, x.wait.count) / 100, share(x.wait_gt_500ms, x.wait.count) / 100,
                        share(x.delay_gt_500ms, x.delay.count) / 100, share(x.delay_le_1ms, x.delay.count) / 100,
                        share(x.delay_1_500ms, x.delay.count) / 100, share(x.delay_gt_500ms, x.delay.count) / 100,

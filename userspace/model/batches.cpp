@@ -239,7 +239,6 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
     if (ep.loader >= 0)
         w.args.emplace_back("loader", int64_t{ep.loader});
     BatchStats& st = stats_[{pid, ep.loader}];
-    bool out_of_order = false;
     if (single) {
         if (t.in_batch) {
             if (batch_ending_)
@@ -252,23 +251,27 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
         }
         t.single = false;
         w.args.emplace_back("delay_ms", DurationNs{0});
+        w.args.emplace_back("out_of_order", false);
         st.delay_ns.push_back(0);
+        st.out_of_order.push_back(false);
     } else if (n < 0) {
         st.unnamed++;
     } else if (auto r = ep.ready.find(n); r != ep.ready.end()) {
         uint64_t delay = end > r->second.ts ? end - r->second.ts : 0;
+        bool out_of_order = false;
         for (auto m = ep.handed.upper_bound(n); m != ep.handed.end() && !out_of_order; ++m)
             out_of_order = m->second < r->second.ts;
         w.flow_in = r->second.flow;
         w.args.emplace_back("delay_ms", DurationNs{delay});
+        w.args.emplace_back("out_of_order", out_of_order);
         st.delay_ns.push_back(delay);
+        st.out_of_order.push_back(out_of_order);
         ep.ready.erase(r);
     } else {
         st.unmatched++; // prepared before tracing began, or by a worker whose epoch is unknown
     }
-    w.args.emplace_back("out_of_order", out_of_order);
+    // (No out_of_order where the batch's hand-over was not seen: unknown, not "in order".)
     st.wait_ns.push_back(end - start);
-    st.out_of_order.push_back(out_of_order);
     loops_[pid].wait_ns += end - start;
     sink_(w);
     Span consumed = Span::make(SpanKind::Consumed, "consumed", pid, tid, end, end);

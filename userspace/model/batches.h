@@ -33,8 +33,8 @@ namespace lotus::model {
 struct BatchStats {
     std::vector<uint64_t> prepare_ns; // per batch: worker's batch span
     std::vector<uint64_t> wait_ns;    // per consumed batch: next() blocked
-    std::vector<bool> out_of_order;   // per consumed batch (same order as wait_ns)
-    std::vector<uint64_t> delay_ns;   // per matched batch: consumed - ready
+    std::vector<uint64_t> delay_ns;   // per matched batch (its hand-over seen): consumed - ready
+    std::vector<bool> out_of_order;   // per matched batch (same order as delay_ns)
     uint64_t unnamed = 0;             // consumed batches whose index could not be known (attached mid-epoch)
     uint64_t unmatched = 0;           // consumed batches with an index whose preparation was not seen
     // next() returned batches as they arrived (DataLoader(in_order=False)), seen through a pin-memory thread;

@@ -74,9 +74,10 @@ QueueMessage parse_queue_message(const uint8_t* data, size_t n)
     m.kind = QueueMessage::Indexed;
     m.index = index;
     m.stop = worker_global(data, n, at, "_IterableDatasetStopIteration");
-    // A list (EMPTY_LIST, MEMOIZE, then MARK for several items) whose first item is an int or None; or None (the
-    // task of an IterableDataset without batching).
-    m.task = at < n && data[at] == 'N';
+    // A list (EMPTY_LIST, MEMOIZE, then MARK for several items) whose first item is an int or None; None (the
+    // task of an IterableDataset without batching); or an int (a map-style dataset's without batching,
+    // batch_size=None: the sampler's index itself).
+    m.task = at < n && (data[at] == 'N' || data[at] == 'K' || data[at] == 'M' || data[at] == 'J');
     if (at < n && data[at] == ']') {
         size_t i = at + 1;
         if (i < n && data[i] == 0x94)

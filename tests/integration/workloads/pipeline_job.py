@@ -209,6 +209,8 @@ def main():
     ap.add_argument("data")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--no-batching", action="store_true",
+                    help="DataLoader(batch_size=None): each task and each 'batch' is one sample, not collated")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--sample-log")
     ap.add_argument("--timed-log")
@@ -289,8 +291,8 @@ def main():
         init.append(SlowWorkerZero())
     if args.workers and init:
         extra["worker_init_fn"] = WorkerInit(*init)
-    loader = DataLoader(ds, batch_size=args.batch_size, shuffle=not args.no_in_order, num_workers=args.workers,
-                        **extra)
+    loader = DataLoader(ds, batch_size=None if args.no_batching else args.batch_size, shuffle=not args.no_in_order,
+                        num_workers=args.workers, **extra)
     if args.own_dataset:
         ds = OwnFolder(args.data)
         loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, **extra)
@@ -331,7 +333,7 @@ def main():
                 break
             b = int(y[0]) // args.batch_size if args.no_in_order else it._rcvd_idx - 1 if args.uneven else None
             waits.append((time.perf_counter_ns() - t0, began, b))
-            n += len(y)
+            n += 1 if args.no_batching else len(y)
             # Free this batch now: rebinding x to the next batch would free it inside the next timing.
             del x, y
         if args.wait_log:
