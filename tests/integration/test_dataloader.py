@@ -123,6 +123,21 @@ class DataLoaderSemantics(BpfTestCase):
                 self.check(data, trace, epochs, 2)
                 self.waits_match_in_process_next(trace, PIN_THREAD_SLACK_US)
 
+    def test_target_transform_and_own_calls_are_the_items(self):
+        """An item's __getitem__ runs two pipelines (transform, then target_transform, each a Compose) and calls an
+        object of its own after them (a subclass's, after super().__getitem__): one sample each item, with one
+        loader, holding every op, and batches of BATCH samples."""
+        data, trace = self.trace_job("--target-transform", epochs=1)
+        assert_dataloader_exact(self, data, trace, 1, 2, IMAGES, BATCH, OPS + ["Offset", "LabelTensor", "Relabel"],
+                                self.stdout, self.summary)
+        samples = {s["args"]["sample_id"]: s for s in spans(trace, "sample")}
+        for op in spans(trace, "op"):
+            smp = samples[op["args"]["sample_id"]]
+            self.assertTrue(smp["ts"] <= op["ts"] and op["ts"] + op["dur"] <= smp["ts"] + smp["dur"], (op, smp))
+        # each sample ends with its own call, after both pipelines
+        ends = sorted(s["ts"] + s["dur"] for s in spans(trace, "sample"))
+        self.assertEqual(ends, sorted(op["ts"] + op["dur"] for op in spans(trace, "op") if op["name"] == "Relabel"))
+
     def test_no_batching(self):
         """DataLoader(batch_size=None): each task is one sample's index, not a list, and each 'batch' one sample,
         converted, not collated. Every sample is a batch of one, with its wait, arrow and delay."""

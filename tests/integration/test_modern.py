@@ -118,6 +118,12 @@ class ModernStack(BpfTestCase):
         self.assertEqual(loader["misnamed"], wrong)
         self.assertIn("as they arrived (DataLoader(in_order=False))", stdout)
 
+    def test_v2_target_transform_and_own_calls(self):
+        """Two pipelines an item (v2 transform, target_transform) and an object of the dataset's own after
+        super().__getitem__ (inlined Python-to-Python calls on 3.14): one sample an item, holding every op."""
+        data, trace, stdout, summary, logs = self.job("--v2", "--target-transform", epochs=1)
+        self.exact(data, trace, stdout, summary, 1, 2, V2_OPS + ["Offset", "LabelTensor", "Relabel"])
+
     def test_v2_container_transforms(self):
         data, trace, stdout, summary, logs = self.job("--v2", "--containers", epochs=1)
         assert_containers(self, trace, IMAGES, V2_OPS, summary)

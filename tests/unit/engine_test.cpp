@@ -68,6 +68,8 @@ TEST_F(Fixture, SampleWithOpsNestsAndNamesOpsAfterTheirClass)
 {
     describe(P);
     sample(P, P, 1000, 3, 42);
+    EXPECT_TRUE(spans.empty()); // complete once its thread goes on to another item, or the stream ends
+    engine.finish();
     ASSERT_EQ(spans.size(), 3u);
     EXPECT_EQ(spans.back().kind, SpanKind::Sample); // ops are emitted with their sample
     auto ops = of(SpanKind::Op);
@@ -125,6 +127,7 @@ TEST_F(Fixture, InterleavedThreadsKeepTheirOwnStacks)
     ev.ret(P, T2, 125, 1);
     ev.ret(P, T2, 130, 0);
     ev.ret(P, P, 140, 0);
+    engine.finish();
     auto ops = of(SpanKind::Op);
     ASSERT_EQ(ops.size(), 2u);
     // T2's sample finished first, so its op comes out first
@@ -144,13 +147,14 @@ TEST_F(Fixture, MissingReturnIsNeverInventedAndCounted)
     ev.entry(P, P, 110, 6, TOTENSOR_CALL, T_TOTENSOR);
     // the op's return was lost: the sample's return arrives
     ev.ret(P, P, 200, 5);
-    ASSERT_EQ(spans.size(), 1u);
-    EXPECT_EQ(spans[0].kind, SpanKind::Sample);
     EXPECT_EQ(engine.counters().lost_returns, 1u);
     // next sample at the same depth while the previous one never returned
     ev.entry(P, P, 300, 5, COMPOSE, T_COMPOSE, {{GETITEM, 8}});
+    ASSERT_EQ(spans.size(), 1u); // the first, complete now its thread went on to another item
+    EXPECT_EQ(spans[0].kind, SpanKind::Sample);
     ev.entry(P, P, 400, 5, COMPOSE, T_COMPOSE, {{GETITEM, 9}});
     ev.ret(P, P, 500, 5);
+    engine.finish();
     ASSERT_EQ(of(SpanKind::Sample).size(), 2u);
     EXPECT_EQ(of(SpanKind::Sample)[1].sample, 9);
     EXPECT_EQ(engine.counters().lost_returns, 2u);
@@ -202,6 +206,7 @@ TEST_F(Fixture, IndexIsUnknownWhenNoGetitemInChain)
     describe(P);
     ev.entry(P, P, 100, 0, COMPOSE, T_COMPOSE, {{CALL_IMPL, 3}});
     ev.ret(P, P, 110, 0);
+    engine.finish();
     ASSERT_EQ(spans.size(), 1u);
     EXPECT_EQ(spans[0].sample, -1);
 }
@@ -214,7 +219,6 @@ TEST_F(Fixture, WorkerIdComesFromWorkerLoopCaptureAndForkInheritsCodes)
     // The child was never described anything: it knows its parent's code objects.
     ev.entry(W, W, 100, 0, COMPOSE, T_COMPOSE, {{GETITEM, 11}}, {{WORKER_LOOP, 10, 3}});
     ev.ret(W, W, 200, 0);
-    ASSERT_EQ(spans.size(), 1u);
     const auto& w = engine.processes().at(W);
     EXPECT_EQ(w.parent, P);
     EXPECT_EQ(w.worker_id, 3);
@@ -222,6 +226,7 @@ TEST_F(Fixture, WorkerIdComesFromWorkerLoopCaptureAndForkInheritsCodes)
     EXPECT_EQ(model::process_label(engine.processes(), P), "main");
     ev.proc(LOTUS_EV_EXIT, W, 0);
     EXPECT_TRUE(engine.processes().at(W).exited);
+    EXPECT_EQ(spans.size(), 1u); // its exit completes its sample
 }
 
 TEST_F(Fixture, HowEachProcessEndedIsKeptAsTheKernelSaidIt)
@@ -263,9 +268,6 @@ TEST_F(Fixture, ForkedSiblingsShareWhatEitherWasDescribed)
     ev.proc(LOTUS_EV_FORK, W + 1, P, P);
     describe(W);
     sample(W + 1, W + 1, 1000, 7, 3);
-    EXPECT_EQ(of(SpanKind::Sample).size(), 1u);
-    ASSERT_EQ(of(SpanKind::Op).size(), 2u);
-    EXPECT_EQ(of(SpanKind::Op)[0].name, "RandomResizedCrop");
     EXPECT_EQ(engine.counters().unknown_code, 0u);
     for (auto& [t, c, f, space] : roles)
         EXPECT_EQ(space, P); // roles are set in the space, for all its processes
@@ -276,10 +278,13 @@ TEST_F(Fixture, ForkedSiblingsShareWhatEitherWasDescribed)
     ev.entry(W + 1, W + 1, 2000, 7, COMPOSE, T_COMPOSE, {{GETITEM, 4}}, {}, 0xc0, 0, LOTUS_OWN_CODE);
     ev.ret(W + 1, W + 1, 2010, 7);
     sample(W, W, 3000, 7, 5);
-    ASSERT_EQ(of(SpanKind::Sample).size(), 2u);
-    EXPECT_EQ(of(SpanKind::Sample)[1].pid, W);
     sample(W + 1, W + 1, 4000, 7, 6); // its object at COMPOSE is the space's again: BPF goes by the space's
-    EXPECT_EQ(of(SpanKind::Sample).size(), 3u);
+    engine.finish();
+    ASSERT_EQ(of(SpanKind::Sample).size(), 3u);
+    EXPECT_EQ(of(SpanKind::Sample)[0].pid, W + 1);
+    EXPECT_EQ(of(SpanKind::Sample)[1].pid, W);
+    EXPECT_EQ(of(SpanKind::Op).size(), 6u);
+    EXPECT_EQ(of(SpanKind::Op)[0].name, "RandomResizedCrop");
 }
 
 TEST_F(Fixture, ExecStartsTheSpaceItsLaterChildrenShare)
@@ -296,9 +301,10 @@ TEST_F(Fixture, ExecStartsTheSpaceItsLaterChildrenShare)
     ASSERT_FALSE(roles.empty());
     EXPECT_EQ(std::get<3>(roles[0]), kSpace);
     sample(W + 1, W + 1, 2000, 7, 3);
-    EXPECT_EQ(of(SpanKind::Sample).size(), 1u);
     sample(P, P, 3000, 7, 3); // the old space lives on in P
-    EXPECT_EQ(of(SpanKind::Sample).size(), 2u);
+    engine.finish();
+    ASSERT_EQ(of(SpanKind::Sample).size(), 2u);
+    EXPECT_EQ(of(SpanKind::Sample)[0].pid, W + 1);
 }
 
 TEST_F(Fixture, ExitClosesOpenSpansOfThatProcess)
@@ -333,6 +339,7 @@ TEST_F(Fixture, NamesFromDamagedRecordsStayValidUtf8)
     ev.entry(P, P, 11, 1, CALL_IMPL, 0x99, {{COMPOSE, LOTUS_NO_VALUE}});
     ev.ret(P, P, 12, 1);
     ev.ret(P, P, 13, 0);
+    engine.finish();
     auto ops = of(SpanKind::Op);
     ASSERT_EQ(ops.size(), 1u);
     const std::string r = "\xef\xbf\xbd"; // U+FFFD per byte that starts no valid sequence
@@ -348,6 +355,7 @@ TEST_F(Fixture, ManySamplesAcrossTwoWorkers)
         sample(W, W, 1000 + i * 1000, 7, i * 2);
         sample(W + 1, W + 1, 1500 + i * 1000, 7, i * 2 + 1);
     }
+    engine.finish();
     EXPECT_EQ(of(SpanKind::Sample).size(), 100u);
     EXPECT_EQ(of(SpanKind::Op).size(), 200u);
     EXPECT_EQ(engine.processes().at(W).samples, 50u);
@@ -364,9 +372,71 @@ TEST_F(Fixture, LoadersOfAChildThatNeverHandsOverABatchDoNotPileUp)
     constexpr size_t kMax = model::BatchTracker::kMaxPendingLoaders;
     for (size_t i = 0; i < 2 * kMax + 100; i++)
         sample(W, W, 1000 + i * 1000, 7, int64_t(i));
+    engine.finish();
     // the first sample's loading began before its (implicit) batch: it has no loader span
     EXPECT_EQ(of(SpanKind::Loader).size(), 2 * kMax);
     EXPECT_EQ(of(SpanKind::Sample).size(), 2 * kMax + 100);
+}
+
+// One item's __getitem__ calling two pipelines (ImageFolder's transform, then its target_transform) and an object
+// of its own: one sample, from the first call's start to the last one's end, with every op, and one loader. The
+// next item, even of the same index (a sampler drawing with replacement), calls the same pipeline object again:
+// a sample of its own. So does an item of another dataset whose own index is the same (ConcatDataset: its
+// caller's index differs).
+TEST_F(Fixture, OneItemsPipelinesAndOwnCallsAreOneSample)
+{
+    constexpr uint64_t FETCH = 0x8000, CONCAT_GETITEM = 0x8100, OUTER_GETITEM = 0x8200, IMG_TF = 0xc0, TARGET_TF = 0xc1,
+                       LABEL_OBJ = 0xc2;
+    constexpr uint64_t T_LABEL = 0x70;
+    engine.add_process(P, 0, true);
+    describe(P);
+    ev.code(P, FETCH, "_MapDatasetFetcher.fetch", "/x/torch/utils/data/_utils/fetch.py");
+    ev.code(P, CONCAT_GETITEM, "ConcatDataset.__getitem__", "/x/torch/utils/data/dataset.py");
+    ev.code(P, OUTER_GETITEM, "LoggedFolder.__getitem__", "/home/me/train.py");
+    ev.type(P, T_LABEL, "LabelEncoder");
+    // item: (pipeline object, its op, then an own call?) with the chain its calls come from
+    auto item = [&](uint64_t t, std::vector<std::pair<uint64_t, int64_t>> chain, bool own_call) {
+        ev.entry(P, P, t, 3, COMPOSE, T_COMPOSE, chain, {}, IMG_TF);
+        ev.entry(P, P, t + 10, 4, TOTENSOR_CALL, T_TOTENSOR, {{COMPOSE, LOTUS_NO_VALUE}});
+        ev.ret(P, P, t + 20, 4);
+        ev.ret(P, P, t + 30, 3);
+        ev.entry(P, P, t + 40, 3, COMPOSE, T_COMPOSE, chain, {}, TARGET_TF);
+        ev.entry(P, P, t + 45, 4, CALL_IMPL, T_CROP, {{COMPOSE, LOTUS_NO_VALUE}});
+        ev.ret(P, P, t + 50, 4);
+        ev.ret(P, P, t + 60, 3);
+        if (own_call) {
+            ev.entry(P, P, t + 70, 3, TOTENSOR_CALL, T_LABEL, chain, {}, LABEL_OBJ);
+            ev.ret(P, P, t + 80, 3);
+        }
+    };
+    item(1000, {{GETITEM, 5}, {FETCH, LOTUS_NO_VALUE}}, true);
+    EXPECT_TRUE(spans.empty()); // the item may call more
+    item(2000, {{GETITEM, 5}, {FETCH, LOTUS_NO_VALUE}}, false);                          // the same index again
+    item(3000, {{GETITEM, 5}, {CONCAT_GETITEM, 7}, {FETCH, LOTUS_NO_VALUE}}, false);     // another dataset's 5
+    item(4000, {{GETITEM, 5}, {CONCAT_GETITEM, 9}, {FETCH, LOTUS_NO_VALUE}}, false);
+    // A subclass's __getitem__ calls super().__getitem__ (the pipelines), then an object of its own.
+    item(5000, {{GETITEM, 6}, {OUTER_GETITEM, 6}, {FETCH, LOTUS_NO_VALUE}}, false);
+    ev.entry(P, P, 5070, 3, TOTENSOR_CALL, T_LABEL, {{OUTER_GETITEM, 6}, {FETCH, LOTUS_NO_VALUE}}, {}, LABEL_OBJ);
+    ev.ret(P, P, 5080, 3);
+    engine.finish();
+    auto samples = of(SpanKind::Sample);
+    ASSERT_EQ(samples.size(), 5u);
+    EXPECT_EQ(samples[4].end_ns, 5080u);
+    samples.pop_back();
+    EXPECT_EQ(samples[0].start_ns, 1000u);
+    EXPECT_EQ(samples[0].end_ns, 1080u); // its own call's end
+    EXPECT_EQ(samples[1].start_ns, 2000u);
+    EXPECT_EQ(samples[1].end_ns, 2060u);
+    for (const auto& smp : samples)
+        EXPECT_EQ(smp.sample, 5);
+    auto ops = of(SpanKind::Op);
+    ASSERT_EQ(ops.size(), 12u);
+    std::vector<std::string> first;
+    for (const auto& op : ops)
+        if (op.sample_id == samples[0].sample_id)
+            first.push_back(op.name);
+    EXPECT_EQ(first, (std::vector<std::string>{"ToTensor", "RandomResizedCrop", "LabelEncoder"}));
+    EXPECT_EQ(engine.processes().at(P).samples, 5u);
 }
 
 TEST_F(Fixture, PipelineByObjectWhateverItsCodeObject)
@@ -389,6 +459,7 @@ TEST_F(Fixture, PipelineByObjectWhateverItsCodeObject)
     ev.ret(P, P, 150, 6);
     ev.ret(P, P, 151, 5);
     ev.ret(P, P, 152, 4);
+    engine.finish();
     auto samples = of(SpanKind::Sample);
     ASSERT_EQ(samples.size(), 1u);
     EXPECT_EQ(samples[0].start_ns, 100u);
@@ -412,11 +483,11 @@ TEST_F(Fixture, SubclassOfComposeIsAPipelineAndAClassOfAnyOtherNameIsNot)
     EXPECT_FALSE(type_flags.at(T_OTHER) & LOTUS_TYPE_PIPELINE);
     ev.entry(P, P, 100, 0, COMPOSE, T_OTHER, {{GETITEM, 1}});
     ev.ret(P, P, 110, 0);
-    EXPECT_TRUE(of(SpanKind::Sample).empty());
     ev.entry(P, P, 200, 0, COMPOSE, T_TIMED, {{GETITEM, 2}});
     ev.entry(P, P, 210, 1, TOTENSOR_CALL, T_TOTENSOR, {{COMPOSE, LOTUS_NO_VALUE}});
     ev.ret(P, P, 220, 1);
     ev.ret(P, P, 230, 0);
+    engine.finish();
     EXPECT_EQ(of(SpanKind::Sample).size(), 1u);
     EXPECT_EQ(of(SpanKind::Op).size(), 1u);
 }
@@ -440,6 +511,7 @@ TEST_F(Fixture, ContainerTransformsAreOpsWhoseCallsAreOpsToo)
     ev.entry(P, P, 150, 1, TOTENSOR_CALL, T_TOTENSOR, {{COMPOSE, LOTUS_NO_VALUE}});
     ev.ret(P, P, 160, 1);
     ev.ret(P, P, 170, 0);
+    engine.finish();
     EXPECT_EQ(of(SpanKind::Sample).size(), 1u);
     auto ops = of(SpanKind::Op);
     ASSERT_EQ(ops.size(), 3u);
@@ -461,6 +533,7 @@ TEST_F(Fixture, APipelineCalledInsideAnOpIsPartOfThatOp)
     ev.ret(P, P, 118, 3);
     ev.ret(P, P, 120, 1);
     ev.ret(P, P, 130, 0);
+    engine.finish();
     EXPECT_EQ(of(SpanKind::Sample).size(), 1u);
     EXPECT_EQ(of(SpanKind::Op).size(), 1u);
 }
@@ -474,6 +547,7 @@ TEST_F(Fixture, A310MethodWithoutQualnameIsStillNamedByItsClass)
     ev.entry(P, P, 110, 1, BARE_CALL, T_CROP, {{COMPOSE, LOTUS_NO_VALUE}}, {}, 0xc2);
     ev.ret(P, P, 120, 1);
     ev.ret(P, P, 130, 0);
+    engine.finish();
     ASSERT_EQ(of(SpanKind::Op).size(), 1u);
     EXPECT_EQ(of(SpanKind::Op)[0].name, "RandomResizedCrop");
 }
@@ -494,6 +568,7 @@ TEST_F(Fixture, ComprehensionsAndGeneratorExpressionsArePartOfThePipelineNotOps)
     ev.entry(P, P, 130, 1, GENEXPR, 0, {{COMPOSE, LOTUS_NO_VALUE}});
     ev.ret(P, P, 131, 1);
     ev.ret(P, P, 140, 0);
+    engine.finish();
     auto ops = of(SpanKind::Op);
     ASSERT_EQ(ops.size(), 1u);
     EXPECT_EQ(ops[0].name, "ToTensor");
@@ -520,6 +595,7 @@ TEST_F(Fixture, SiblingsWithDifferentClassesAtOneAddressNameTheirOwnOps)
     ev.entry(W + 1, W + 1, 210, 1, CALL_IMPL, X, {{COMPOSE, LOTUS_NO_VALUE}}, {}, 0, 0, LOTUS_OWN_SELF_TYPE);
     ev.ret(W + 1, W + 1, 220, 1);
     ev.ret(W + 1, W + 1, 230, 0);
+    engine.finish();
     auto ops = of(SpanKind::Op);
     ASSERT_EQ(ops.size(), 2u);
     EXPECT_EQ(ops[0].name, "ToTensor");

@@ -265,6 +265,7 @@ TEST(EngineNative, PerfCounterDeltasReachTheOpSpans)
     out.counters.perf[2] = 9;
     e.consume(&out, sizeof(out));
     ev.ret(1, 1, 200, 0);
+    e.finish();
     ASSERT_EQ(spans.size(), 2u);
     EXPECT_EQ(spans[0].kind, SpanKind::Op);
     EXPECT_EQ(spans[0].counters.perf[0], 3000u);

@@ -55,7 +55,7 @@ Engine::Engine(const Rules& rules, SpanSink spans, RoleSink roles, TypeSink type
     anonymous_id_ = native_map_.function_id("[unknown]", "[anonymous]");
     no_stack_id_ = native_map_.function_id("[unknown]", "[no user stack]");
     // A batch's last implicit sample is complete once the batch ends: it belongs to that batch.
-    batches_.set_batch_ending([this](uint32_t tid) { close_implicit(tid); });
+    batches_.set_batch_ending([this](uint32_t tid) { close_samples(tid); });
 }
 
 ProcessInfo& Engine::process(uint32_t pid)
@@ -281,7 +281,7 @@ void Engine::on_process(const lotus_proc_event& p)
         info.exit_ns = p.h.ts_ns;
         for (auto it = thread_owner_.begin(); it != thread_owner_.end();) {
             if (it->second == pid) {
-                close_implicit(it->first);
+                close_samples(it->first);
                 close_thread(it->first);
                 release_held(it->first, true);
                 it = thread_owner_.erase(it);
@@ -371,15 +371,59 @@ bool Engine::enter_level(std::vector<Open>& stack, const lotus_py_entry& e, cons
     return true;
 }
 
+// The call is made from the frame that made the sample's first pipeline call, or from a __getitem__ among that
+// frame's callers (a dataset's __getitem__ that called super().__getitem__, which called the pipeline): e's
+// callers are the sample's from the k-th on, as far as both were read.
+bool Engine::same_item(const Open& o, const lotus_py_entry& e)
+{
+    uint32_t n = std::min<uint32_t>(e.chain_len, LOTUS_CHAIN_LEN);
+    if (n == 0)
+        return false;
+    const CodeRole* c0 = role(e.h.tgid, e.chain_code[0], e.own & LOTUS_OWN_CHAIN(0));
+    for (size_t k = 0; k < o.item.size(); k++) {
+        // A frame nearer the item's root is fewer calls deep; the same frame is as deep.
+        if (k == 0 ? e.depth != o.depth : e.depth > o.depth || !c0 || c0->kind != CodeKind::GetItem)
+            continue;
+        bool match = true;
+        for (size_t j = 0; j < n && k + j < o.item.size() && match; j++) {
+            const auto& [code, arg1] = o.item[k + j];
+            // A first argument is read only while its code's role wants it (or is not known yet): an unread one
+            // matches. A __getitem__'s (the dataset index) is always read.
+            match = code == e.chain_code[j] &&
+                    (arg1 == LOTUS_NO_VALUE || e.chain_arg1[j] == LOTUS_NO_VALUE || arg1 == e.chain_arg1[j]);
+        }
+        if (match)
+            return true;
+    }
+    return false;
+}
+
 void Engine::open_sample(std::vector<Open>& stack, const lotus_py_entry& e)
 {
     pipeline_seen_ = true;
+    // Another pipeline of the item whose sample just returned (its target_transform, say): the same sample again.
+    // The same pipeline object called again is the next item's, whose index may be the same (a sampler drawing
+    // with replacement).
+    if (auto ret = returned_.find(e.h.tid); ret != returned_.end() && ret->second.open) {
+        Open& o = ret->second.sample;
+        if (same_item(o, e) && std::find(o.pipelines.begin(), o.pipelines.end(), e.self_obj) == o.pipelines.end()) {
+            o.pipelines.push_back(e.self_obj);
+            o.self_obj = e.self_obj; // (the level's object: its own frames below are Inner)
+            o.code = e.code;
+            stack.push_back(std::move(o));
+            ret->second = Returned{};
+            return;
+        }
+        close_returned(e.h.tid);
+    }
     int64_t index = -1;
+    bool item = false; // a dataset's item: called by a __getitem__
     for (uint32_t i = 0; i < e.chain_len && i < LOTUS_CHAIN_LEN; i++) {
         const CodeRole* cr = role(e.h.tgid, e.chain_code[i], e.own & LOTUS_OWN_CHAIN(i));
         if (cr && cr->kind == CodeKind::GetItem) {
             if (e.chain_arg1[i] != LOTUS_NO_VALUE)
                 index = e.chain_arg1[i];
+            item = true;
             break;
         }
     }
@@ -392,6 +436,9 @@ void Engine::open_sample(std::vector<Open>& stack, const lotus_py_entry& e)
     s.sample_id = ++sample_seq_;
     s.level = true;
     s.counters = e.counters;
+    s.pipelines.push_back(e.self_obj);
+    for (uint32_t i = 0; item && i < e.chain_len && i < LOTUS_CHAIN_LEN; i++)
+        s.item.emplace_back(e.chain_code[i], e.chain_arg1[i]);
     batches_.sample_started(e.h.tgid, e.h.tid, e.h.ts_ns, sample_seq_, index);
     std::tie(s.owner, s.loader) = batches_.data_for(e.h.tgid, e.h.tid);
     stack.push_back(std::move(s));
@@ -435,6 +482,19 @@ void Engine::on_entry(const lotus_py_entry& e)
     };
     if (const CodeRole* c0 = chain_role(0);
         c0 && c0->kind == CodeKind::GetItem && !pipeline_call && !r->internal && !in_sample && from_fetcher()) {
+        if (auto ret = returned_.find(e.h.tid); ret != returned_.end() && ret->second.open) {
+            // An object the __getitem__ that called a pipeline calls itself: an op of that sample.
+            const Open& smp = ret->second.sample;
+            if (same_item(smp, e)) {
+                Open op = opened(OpenKind::Op, e);
+                op.sample = smp.sample;
+                op.sample_id = smp.sample_id;
+                op.counters = e.counters;
+                stack.push_back(std::move(op));
+                return;
+            }
+            close_returned(e.h.tid);
+        }
         auto& imp = implicit_[e.h.tid];
         int64_t index = e.chain_arg1[0] == LOTUS_NO_VALUE ? -1 : e.chain_arg1[0];
         if (!imp.open || imp.index != index) {
@@ -506,7 +566,7 @@ void Engine::finish_span(const lotus_py_return& r, Open o, std::vector<Open>& st
     case OpenKind::Inner:
         return;
     case OpenKind::Next:
-        close_implicit(r.h.tid);
+        close_samples(r.h.tid);
         batches_.next_finished(r.h.tgid, r.h.tid, o.start_ns, r.h.ts_ns, r.ret_null);
         return;
     case OpenKind::IterInit:
@@ -531,45 +591,68 @@ void Engine::finish_span(const lotus_py_return& r, Open o, std::vector<Open>& st
         return;
     }
     case OpenKind::Sample:
+        // Complete once its thread goes on to another item (close_returned).
+        batches_.sample_finished(r.h.tgid, r.h.tid, r.h.ts_ns);
+        returned_[r.h.tid] = Returned{true, r.h.tgid, std::move(o), r.h.ts_ns, r.counters};
+        return;
     case OpenKind::Op:
         break;
     }
-    Span s = o.kind == OpenKind::Sample
-                 ? Span::make(SpanKind::Sample, "sample", r.h.tgid, r.h.tid, o.start_ns, r.h.ts_ns)
-                 : Span::make(SpanKind::Op, op_name(r.h.tgid, o), r.h.tgid, r.h.tid, o.start_ns,
-                              r.h.ts_ns);
+    Span s = closed_span(r.h.tgid, r.h.tid, o, r.h.ts_ns, r.counters);
+    // Its sample is below it (an op is opened only inside one, or in a container op inside one), returned (an op
+    // its __getitem__ called after the pipeline), or implicit.
+    for (auto sm = stack.rbegin(); sm != stack.rend(); ++sm) {
+        if (sm->kind == OpenKind::Sample && sm->sample_id == s.sample_id) {
+            sm->ops.push_back(std::move(s));
+            return;
+        }
+    }
+    if (auto ret = returned_.find(r.h.tid); ret != returned_.end() && ret->second.open &&
+                                            ret->second.sample.sample_id == s.sample_id) {
+        ret->second.end_ns = s.end_ns;
+        ret->second.end = r.counters;
+        ret->second.sample.ops.push_back(std::move(s));
+        batches_.sample_finished(r.h.tgid, r.h.tid, r.h.ts_ns);
+        return;
+    }
+    if (auto imp = implicit_.find(r.h.tid); imp != implicit_.end() && imp->second.open &&
+                                            imp->second.sample_id == s.sample_id) {
+        imp->second.end_ns = s.end_ns;
+        imp->second.ops.push_back(std::move(s));
+    }
+}
+
+Span Engine::closed_span(uint32_t pid, uint32_t tid, Open& o, uint64_t end_ns, const lotus_counters& end)
+{
+    Span s = o.kind == OpenKind::Sample ? Span::make(SpanKind::Sample, "sample", pid, tid, o.start_ns, end_ns)
+                                        : Span::make(SpanKind::Op, op_name(pid, o), pid, tid, o.start_ns, end_ns);
     s.sample = o.sample;
     s.sample_id = o.sample_id;
     s.depth = o.depth;
     s.container = std::move(o.container);
     auto delta = [](uint64_t a, uint64_t b) { return b > a ? b - a : 0; };
     s.has_counters = true;
-    s.counters = Counters{delta(o.counters.cpu_ns, r.counters.cpu_ns), delta(o.counters.min_flt, r.counters.min_flt),
-                          delta(o.counters.maj_flt, r.counters.maj_flt), delta(o.counters.nvcsw, r.counters.nvcsw),
-                          delta(o.counters.nivcsw, r.counters.nivcsw), {}};
+    s.counters = Counters{delta(o.counters.cpu_ns, end.cpu_ns), delta(o.counters.min_flt, end.min_flt),
+                          delta(o.counters.maj_flt, end.maj_flt), delta(o.counters.nvcsw, end.nvcsw),
+                          delta(o.counters.nivcsw, end.nivcsw), {}};
     static_assert(kMaxPerfCounters == LOTUS_MAX_PERF);
     for (unsigned k = 0; k < kMaxPerfCounters; k++)
-        s.counters.perf[k] = delta(o.counters.perf[k], r.counters.perf[k]);
-    if (s.kind == SpanKind::Op) {
-        // Its sample is below it (an op is opened only inside one, or in a container op inside one), or implicit.
-        for (auto sm = stack.rbegin(); sm != stack.rend(); ++sm) {
-            if (sm->kind == OpenKind::Sample && sm->sample_id == s.sample_id) {
-                sm->ops.push_back(std::move(s));
-                return;
-            }
-        }
-        if (auto imp = implicit_.find(r.h.tid); imp != implicit_.end() && imp->second.open &&
-                                                imp->second.sample_id == s.sample_id) {
-            imp->second.end_ns = s.end_ns;
-            imp->second.ops.push_back(std::move(s));
-        }
+        s.counters.perf[k] = delta(o.counters.perf[k], end.perf[k]);
+    return s;
+}
+
+void Engine::close_returned(uint32_t tid)
+{
+    auto it = returned_.find(tid);
+    if (it == returned_.end() || !it->second.open)
         return;
-    }
-    process(r.h.tgid).samples++;
-    batches_.sample_finished(r.h.tgid, r.h.tid, r.h.ts_ns);
-    s.owner = o.owner;
-    s.loader = o.loader;
-    emit_sample(r.h.tgid, r.h.tid, std::move(o.ops), std::move(s));
+    Returned ret = std::move(it->second);
+    returned_.erase(it);
+    Span s = closed_span(ret.pid, tid, ret.sample, ret.end_ns, ret.end);
+    s.owner = ret.sample.owner;
+    s.loader = ret.sample.loader;
+    process(ret.pid).samples++;
+    emit_sample(ret.pid, tid, std::move(ret.sample.ops), std::move(s));
 }
 
 void Engine::emit_sample(uint32_t pid, uint32_t tid, std::vector<Span> ops, Span sample)
@@ -729,13 +812,18 @@ void Engine::discard(std::vector<Open>& stack)
 
 void Engine::finish()
 {
-    // Implicit samples are complete once their calls returned: the next sample, a hand-over or the end closes them.
-    std::vector<uint32_t> open;
+    // Returned and implicit samples are complete once their calls returned: the next item, a hand-over or the end
+    // closes them; here in the order they ended.
+    std::vector<std::pair<uint64_t, uint32_t>> open;
     for (auto& [tid, imp] : implicit_)
         if (imp.open)
-            open.push_back(tid);
-    for (auto tid : open)
-        close_implicit(tid);
+            open.emplace_back(imp.end_ns, tid);
+    for (const auto& [tid, ret] : returned_)
+        if (ret.open)
+            open.emplace_back(ret.end_ns, tid);
+    std::sort(open.begin(), open.end());
+    for (auto [end, tid] : open)
+        close_samples(tid);
     std::vector<uint32_t> holding;
     for (const auto& [tid, held] : held_)
         holding.push_back(tid);

@@ -100,6 +100,11 @@ private:
         int loader = -1;
         std::vector<Span> ops; // a sample's finished ops, emitted with it so no op outlives an unfinished sample
         lotus_counters counters{};   // at entry
+        // A sample: the pipeline objects it called, and its item (the callers' code objects and first arguments,
+        // as its first pipeline call described them; none unless a __getitem__ is among them): what another call
+        // must match to be of the same item.
+        std::vector<uint64_t> pipelines;
+        std::vector<std::pair<uint64_t, int64_t>> item;
     };
     struct Symbol {
         uint64_t hi;     // the range's end (its start is its key)
@@ -137,6 +142,24 @@ private:
         std::vector<Span> ops;
     };
     void close_implicit(uint32_t tid);
+    // A sample whose pipeline call returned waits here until its thread goes on to another item (or its batch or
+    // the stream ends): the same __getitem__ may call more pipelines (a transform and a target_transform) and
+    // objects of its own, which are that one sample's, not samples of their own.
+    struct Returned {
+        bool open = false;
+        uint32_t pid = 0;
+        Open sample;
+        uint64_t end_ns = 0;
+        lotus_counters end{}; // at its last call's return
+    };
+    // Whether entry e is a call of the item sample `o` describes.
+    bool same_item(const Open& o, const lotus_py_entry& e);
+    void close_returned(uint32_t tid);
+    void close_samples(uint32_t tid)
+    {
+        close_returned(tid);
+        close_implicit(tid);
+    }
     // Emits a sample with its ops; a worker's whose training process is not known yet (tracing began while it
     // ran) waits for it, in held_, so that it is counted with its DataLoader.
     void emit_sample(uint32_t pid, uint32_t tid, std::vector<Span> ops, Span sample);
@@ -153,6 +176,8 @@ private:
     bool enter_level(std::vector<Open>& stack, const lotus_py_entry& e, const CodeRole& r);
     void open_sample(std::vector<Open>& stack, const lotus_py_entry& e);
     void finish_span(const lotus_py_return& r, Open o, std::vector<Open>& stack);
+    // The span of a sample or an op from its entry's state to its end.
+    Span closed_span(uint32_t pid, uint32_t tid, Open& o, uint64_t end_ns, const lotus_counters& end);
     std::string op_name(uint32_t tgid, const Open& o);
     ProcessInfo& process(uint32_t pid);
 
@@ -173,6 +198,7 @@ private:
     std::unordered_map<uint32_t, std::vector<Open>> stacks_; // per thread id
     std::unordered_map<uint32_t, uint32_t> thread_owner_;    // tid -> tgid
     std::unordered_map<uint32_t, Implicit> implicit_;        // per thread id
+    std::unordered_map<uint32_t, Returned> returned_;        // per thread id
     std::unordered_map<uint32_t, std::vector<Span>> held_;   // per thread id: samples (after their ops) waiting
     static constexpr size_t kMaxHeld = 1 << 14;
     std::unordered_map<uint32_t, std::vector<OpenNative>> natives_; // per thread id

@@ -117,13 +117,31 @@ class TimedCompose(transforms.Compose):
 CURRENT_INDEX = [-1]
 
 
+class Offset:
+    def __call__(self, label):
+        return label + 1
+
+
+class LabelTensor:
+    def __call__(self, label):
+        return torch.tensor(label)
+
+
+class Relabel:
+    def __call__(self, label):
+        return label - 1
+
+
 class LoggedFolder(datasets.ImageFolder):
     index_labels = False  # --no-in-order: a sample's label is its dataset index (an attribute: spawned workers
                           # unpickle the dataset, they do not run main())
+    relabel = None        # --target-transform: an object of its own called after super().__getitem__
 
     def __getitem__(self, index):
         CURRENT_INDEX[0] = index
         r = super().__getitem__(index)
+        if self.relabel is not None:
+            r = (r[0], self.relabel(r[1]))
         if SLOW_S[0]:
             time.sleep(SLOW_S[0])
         if self.index_labels:
@@ -236,6 +254,9 @@ def main():
     ap.add_argument("--no-in-order", action="store_true", help="DataLoader(in_order=False), see above")
     ap.add_argument("--step-ms", type=float, default=0,
                     help="a training step: sleep this long before each next(), 10 times as long before an epoch's first")
+    ap.add_argument("--target-transform", action="store_true",
+                    help="a second pipeline per item, target_transform=Compose([Offset(), LabelTensor()]), and "
+                         "__getitem__ calling an object of its own (Relabel) after it: every op one item's")
     ap.add_argument("--containers", action="store_true",
                     help="container transforms: RandomApply([ColorJitter], p=1) and a nested Compose([Grayscale(3)])")
     ap.add_argument("--collate-log", help="one line per batch when its collation ends: PID BATCH_SIZE MONOTONIC_NS")
@@ -267,7 +288,11 @@ def main():
         tf = T.Compose([T.RandomApply([T.ColorJitter(brightness=0.4)], p=1.0), T.Compose([T.Grayscale(3)]),
                         *tf.transforms])
     extra_ds = {"loader": read_and_decode} if args.decode == "tensor" else {}
+    if args.target_transform:
+        extra_ds["target_transform"] = transforms.Compose([Offset(), LabelTensor()])
     ds = LoggedFolder(args.data, transform=tf, **extra_ds)
+    if args.target_transform:
+        ds.relabel = Relabel()
     extra = {}
     if args.workers and args.persistent:
         extra["persistent_workers"] = True
