@@ -138,6 +138,20 @@ class DataLoaderSemantics(BpfTestCase):
         ends = sorted(s["ts"] + s["dur"] for s in spans(trace, "sample"))
         self.assertEqual(ends, sorted(op["ts"] + op["dur"] for op in spans(trace, "op") if op["name"] == "Relabel"))
 
+    def test_two_views_of_each_item_are_one_sample(self):
+        """transform=TwoViews(Compose): each item runs the same pipeline twice (contrastive learning). One sample an
+        item, holding both runs' ops, with one loader; the next item's runs (the same object again) are its own."""
+        data, trace = self.trace_job("--two-views", epochs=1)
+        samples = spans(trace, "sample")
+        self.assertEqual(len(samples), IMAGES)
+        self.assertEqual(len(spans(trace, "loader")), IMAGES)
+        self.assertEqual(Counter(op["name"] for op in spans(trace, "op")), Counter({op: 2 * IMAGES for op in OPS}))
+        per_sample = Counter(op["args"]["sample_id"] for op in spans(trace, "op"))
+        self.assertEqual(set(per_sample.values()), {2 * len(OPS)})
+        self.assertEqual({b["args"]["samples"] for b in spans(trace, "batch")}, {BATCH})
+        with open(self.summary) as f:
+            self.assertEqual(json.load(f)["ops"]["sample"]["count"], IMAGES)
+
     def test_no_batching(self):
         """DataLoader(batch_size=None): each task is one sample's index, not a list, and each 'batch' one sample,
         converted, not collated. Every sample is a batch of one, with its wait, arrow and delay."""

@@ -439,6 +439,42 @@ TEST_F(Fixture, OneItemsPipelinesAndOwnCallsAreOneSample)
     EXPECT_EQ(engine.processes().at(P).samples, 5u);
 }
 
+// An object of the item's own that calls pipelines, the same one again too (two views of an image for contrastive
+// learning, DINO's multi-crop): while it has not returned, every pipeline call is that item's. The next item, of
+// the same index, is a sample of its own.
+TEST_F(Fixture, PipelinesCalledInsideOneOfTheItemsCallsAreOneSample)
+{
+    constexpr uint64_t FETCH = 0x8000, TWO_CALL = 0x8300, TWO_OBJ = 0xc5, IMG_TF = 0xc0;
+    constexpr uint64_t T_TWO = 0x71;
+    engine.add_process(P, 0, true);
+    describe(P);
+    ev.code(P, FETCH, "_MapDatasetFetcher.fetch", "/x/torch/utils/data/_utils/fetch.py");
+    ev.code(P, TWO_CALL, "TwoCropsTransform.__call__", "/home/me/moco/loader.py");
+    ev.type(P, T_TWO, "TwoCropsTransform");
+    auto item = [&](uint64_t t) {
+        ev.entry(P, P, t, 3, TWO_CALL, T_TWO, {{GETITEM, 5}, {FETCH, LOTUS_NO_VALUE}}, {}, TWO_OBJ);
+        for (uint64_t v = 0; v < 2; v++) {
+            uint64_t at = t + 10 + 100 * v;
+            ev.entry(P, P, at, 4, COMPOSE, T_COMPOSE, {{TWO_CALL, LOTUS_NO_VALUE}, {GETITEM, 5}, {FETCH, LOTUS_NO_VALUE}},
+                     {}, IMG_TF);
+            ev.entry(P, P, at + 10, 5, TOTENSOR_CALL, T_TOTENSOR, {{COMPOSE, LOTUS_NO_VALUE}});
+            ev.ret(P, P, at + 20, 5);
+            ev.ret(P, P, at + 30, 4);
+        }
+        ev.ret(P, P, t + 300, 3);
+    };
+    item(1000);
+    item(2000);
+    engine.finish();
+    auto samples = of(SpanKind::Sample);
+    ASSERT_EQ(samples.size(), 2u);
+    EXPECT_EQ(samples[0].start_ns, 1010u);
+    EXPECT_EQ(samples[0].end_ns, 1140u); // the second view's end
+    EXPECT_EQ(samples[1].start_ns, 2010u);
+    EXPECT_EQ(of(SpanKind::Op).size(), 4u);
+    EXPECT_EQ(engine.processes().at(P).samples, 2u);
+}
+
 TEST_F(Fixture, PipelineByObjectWhateverItsCodeObject)
 {
     // transforms v2: Compose is an nn.Module. Its call enters Module._wrapped_call_impl, _call_impl and

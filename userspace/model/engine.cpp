@@ -398,15 +398,28 @@ bool Engine::same_item(const Open& o, const lotus_py_entry& e)
     return false;
 }
 
+// The open call a pipeline call is made in, if it is one that can hold a sample's calls: an op (an object the
+// item's __getitem__ called) or a --span call.
+const Engine::Open* Engine::enclosing(const std::vector<Open>& stack)
+{
+    if (stack.empty() || (stack.back().kind != OpenKind::Op && stack.back().kind != OpenKind::Py))
+        return nullptr;
+    return &stack.back();
+}
+
 void Engine::open_sample(std::vector<Open>& stack, const lotus_py_entry& e)
 {
     pipeline_seen_ = true;
     // Another pipeline of the item whose sample just returned (its target_transform, say): the same sample again.
     // The same pipeline object called again is the next item's, whose index may be the same (a sampler drawing
-    // with replacement).
+    // with replacement), unless a call that enclosed the sample's is still open: an object of the item's that
+    // calls pipelines (two views of an image, DINO's multi-crop, StandardTransform) has not returned yet.
+    const Open* around = enclosing(stack);
     if (auto ret = returned_.find(e.h.tid); ret != returned_.end() && ret->second.open) {
         Open& o = ret->second.sample;
-        if (same_item(o, e) && std::find(o.pipelines.begin(), o.pipelines.end(), e.self_obj) == o.pipelines.end()) {
+        bool inside = around && o.enclosed && around->start_ns == o.enclosing_start && around->depth == o.enclosing_depth;
+        if (inside ||
+            (same_item(o, e) && std::find(o.pipelines.begin(), o.pipelines.end(), e.self_obj) == o.pipelines.end())) {
             o.pipelines.push_back(e.self_obj);
             o.self_obj = e.self_obj; // (the level's object: its own frames below are Inner)
             o.code = e.code;
@@ -437,6 +450,11 @@ void Engine::open_sample(std::vector<Open>& stack, const lotus_py_entry& e)
     s.level = true;
     s.counters = e.counters;
     s.pipelines.push_back(e.self_obj);
+    if (around) {
+        s.enclosed = true;
+        s.enclosing_start = around->start_ns;
+        s.enclosing_depth = around->depth;
+    }
     for (uint32_t i = 0; item && i < e.chain_len && i < LOTUS_CHAIN_LEN; i++)
         s.item.emplace_back(e.chain_code[i], e.chain_arg1[i]);
     batches_.sample_started(e.h.tgid, e.h.tid, e.h.ts_ns, sample_seq_, index);

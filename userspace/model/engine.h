@@ -105,6 +105,10 @@ private:
         // must match to be of the same item.
         std::vector<uint64_t> pipelines;
         std::vector<std::pair<uint64_t, int64_t>> item;
+        // A sample opened inside another open call (enclosing()): that call's start and depth.
+        bool enclosed = false;
+        uint64_t enclosing_start = 0;
+        uint32_t enclosing_depth = 0;
     };
     struct Symbol {
         uint64_t hi;     // the range's end (its start is its key)
@@ -154,6 +158,7 @@ private:
     };
     // Whether entry e is a call of the item sample `o` describes.
     bool same_item(const Open& o, const lotus_py_entry& e);
+    static const Open* enclosing(const std::vector<Open>& stack);
     void close_returned(uint32_t tid);
     void close_samples(uint32_t tid)
     {

@@ -132,6 +132,15 @@ class Relabel:
         return label - 1
 
 
+class TwoViews:
+    """Two augmented views of each image (contrastive learning's TwoCropsTransform): the same pipeline twice."""
+    def __init__(self, pipeline):
+        self.pipeline = pipeline
+
+    def __call__(self, img):
+        return [self.pipeline(img), self.pipeline(img)]
+
+
 class LoggedFolder(datasets.ImageFolder):
     index_labels = False  # --no-in-order: a sample's label is its dataset index (an attribute: spawned workers
                           # unpickle the dataset, they do not run main())
@@ -257,6 +266,8 @@ def main():
     ap.add_argument("--target-transform", action="store_true",
                     help="a second pipeline per item, target_transform=Compose([Offset(), LabelTensor()]), and "
                          "__getitem__ calling an object of its own (Relabel) after it: every op one item's")
+    ap.add_argument("--two-views", action="store_true",
+                    help="transform=TwoViews(pipeline): each item runs the same pipeline twice")
     ap.add_argument("--containers", action="store_true",
                     help="container transforms: RandomApply([ColorJitter], p=1) and a nested Compose([Grayscale(3)])")
     ap.add_argument("--collate-log", help="one line per batch when its collation ends: PID BATCH_SIZE MONOTONIC_NS")
@@ -287,6 +298,8 @@ def main():
         T = v2 if args.v2 else transforms
         tf = T.Compose([T.RandomApply([T.ColorJitter(brightness=0.4)], p=1.0), T.Compose([T.Grayscale(3)]),
                         *tf.transforms])
+    if args.two_views:
+        tf = TwoViews(tf)
     extra_ds = {"loader": read_and_decode} if args.decode == "tensor" else {}
     if args.target_transform:
         extra_ds["target_transform"] = transforms.Compose([Offset(), LabelTensor()])
