@@ -160,6 +160,17 @@ class DataLoaderSemantics(BpfTestCase):
         self.waits_match_in_process_next(trace)
         self.assertIn("from a batch ready to its use", self.stdout)
 
+    def test_persistent_workers_left_mid_epoch(self):
+        """The loop leaves every other epoch after 3 batches: the persistent iterator's next __iter__ reads and drops
+        what the workers still sent of it before their new epoch begins (the training loop itself, or torch's
+        pin-memory thread). Every wait is its next()'s batch, of its epoch."""
+        for args in (), ("--pin-memory", "--pin-thread"):
+            with self.subTest(args=args):
+                data, trace = self.trace_job("--persistent", "--break-after", "3", *args, epochs=4)
+                self.waits_match_in_process_next(trace, PIN_THREAD_SLACK_US if args else 500.0)
+                self.assertEqual(len(spans(trace, "wait")), 3 + BATCHES + 3 + BATCHES)
+                self.assertNotIn("as they arrived", self.stdout)
+
     def test_persistent_workers_three_epochs(self):
         data, trace = self.trace_job("--persistent", epochs=3)
         self.check(data, trace, 3, 2)

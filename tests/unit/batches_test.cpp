@@ -350,7 +350,31 @@ TEST_F(PinThread, AsTheyArriveOnceSeen)
     expect_flows_join_the_same_batch();
 }
 
-// An IterableDataset: a worker whose data ran out sends an end-of-data marker for one task and nothing for the
+// A pin-memory thread relays what the workers sent of a pass the loop left early after they sent batches of the
+// next pass (persistent workers): each message is of the pass it was sent in, in the pipe's order.
+TEST_F(PinThread, ALeftPassesLastBatchesRelayedInTheNextOne)
+{
+    constexpr uint32_t W0 = 101, W1 = 102;
+    engine.add_process(P, 0, true);
+    describe(P);
+    begin_epoch(P, LOADER, 0x77, {W0, W1});
+    relayed(W1, 1);
+    next(P, 0x77); // returned before 0 came: in_order=False, this is 1
+    batch(W0, 0);  // the loop breaks; 0 is made
+    ev.entry(P, P, now++, 3, ITER, T_LOADER, {}, {}, LOADER);
+    for (auto w : {W0, W1})
+        ev.msg(w, w, now++, LOTUS_MSG_IN, test::pickled_resume(), task_pipe(w));
+    send(W0, 0); // its queue's feeder thread, after the worker began the new pass
+    ev.ret(P, P, now++, 3, 0x77);
+    made(W1, 1); // the new pass's 1
+    relay(0);    // the old pass's 0
+    relay(1);
+    next(P, 0x77);
+    EXPECT_EQ(named(), (std::vector<std::string>{"0/1", "1/1"}));
+    expect_flows_join_the_same_batch();
+}
+
+// An IterableDataset: a worker whose data ran out sends an end-of-data marker for one task and nothing for the// An IterableDataset: a worker whose data ran out sends an end-of-data marker for one task and nothing for the
 // tasks it had besides; next() in index order skips both. Named by the lowest relayed batch not returned yet.
 TEST_F(PinThread, IterableDatasetSkipsTheIndicesThatNeverCome)
 {
@@ -442,6 +466,34 @@ TEST_F(Batches, EveryEpochNewWorkersOrPersistentOnes)
     EXPECT_EQ(keys(of(SpanKind::Wait)), keys(of(SpanKind::Batch)));
     expect_flows_join_the_same_batch();
     EXPECT_EQ(engine.processes().at(PW).loader, 1);
+}
+
+// A loop that leaves a pass of a persistent loader early: the next __iter__ reads what the workers still sent of
+// it and drops it (torch's _reset), on the loop's own thread. Those reads are neither this pass's nor a relay.
+TEST_F(Batches, PersistentIteratorLeftMidPass)
+{
+    constexpr uint32_t P = 100, W0 = 300, W1 = 301;
+    engine.add_process(P, 0, true);
+    describe(P);
+    begin_epoch(P, LOADER, 0x90, {W0, W1});
+    made(W0, 0);
+    next(P, 0x90, {0});
+    made(W1, 1);
+    next(P, 0x90, {1});
+    batch(W1, 3); // the loop breaks: batch 3 is never consumed
+    ev.entry(P, P, now++, 3, ITER, T_LOADER, {}, {}, LOADER);
+    for (auto w : {W0, W1})
+        ev.msg(w, w, now++, LOTUS_MSG_IN, test::pickled_resume(), task_pipe(w));
+    send(W1, 3); // its queue's feeder thread, after the worker began the new pass
+    ev.msg(P, P, now++, LOTUS_MSG_IN, test::pickled_indexed(3), RESULTS); // read and dropped
+    ev.ret(P, P, now++, 3, 0x90);
+    made(W1, 1);
+    made(W0, 0);
+    next(P, 0x90, {1, 0}); // 0, with 1 kept
+    next(P, 0x90);         // 1, read before
+    EXPECT_EQ(keys(of(SpanKind::Wait)), (std::vector<std::string>{"0/0/0", "0/0/1", "0/1/0", "0/1/1"}));
+    expect_flows_join_the_same_batch();
+    EXPECT_FALSE(engine.batches().stats().at({P, 0}).arrival_order);
 }
 
 TEST_F(Batches, IterableDatasetEndOfDataMarkersAreSkipped)

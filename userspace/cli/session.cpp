@@ -28,6 +28,7 @@
 #include "export/record_file.h"
 #include "export/summary.h"
 #include "model/engine.h"
+#include "model/messages.h"
 #include "target/elf_file.h"
 #include "target/interpreter.h"
 #include "target/opcode_handlers.h"
@@ -128,6 +129,12 @@ void dump_event(const void* data, size_t len)
     } else if (h->type == LOTUS_EV_CODE && len >= sizeof(lotus_code_info)) {
         auto* c = static_cast<const lotus_code_info*>(data);
         line += fmt::format(" code {:#x} {:.{}}", c->code, c->name, strnlen(c->name, sizeof(c->name)));
+    } else if (h->type == LOTUS_EV_MSG && len >= sizeof(lotus_msg)) {
+        auto* m = static_cast<const lotus_msg*>(data);
+        auto q = model::parse_queue_message(m->data, std::min<size_t>(m->nbytes, sizeof(m->data)));
+        static constexpr const char* kinds[] = {"other", "indexed", "resume"};
+        line += fmt::format(" msg {} file {:#x} {} index {}{}{}", m->dir == LOTUS_MSG_IN ? "in" : "out", m->file,
+                            kinds[q.kind], q.index, q.task ? " task" : "", q.stop ? " stop" : "");
     } else if (h->type == LOTUS_EV_SAMPLE && len >= sizeof(lotus_sample)) {
         line += fmt::format(" sample frames {}", static_cast<const lotus_sample*>(data)->nr_ips);
     }

@@ -294,6 +294,7 @@ void BatchTracker::message(const lotus_msg& m)
             // The training loop reading batches inside next(); a training process reads no tasks.
             if (q.kind != QueueMessage::Indexed)
                 return;
+            int sent_in = sent_epoch(m.file, q.index);
             if (auto nc = c->second.next.find(tid); nc != c->second.next.end()) {
                 if (!q.stop) {
                     nc->second.last_read = q.index;
@@ -301,9 +302,18 @@ void BatchTracker::message(const lotus_msg& m)
                 }
                 return;
             }
-            // Another thread reading a result queue: a pin-memory thread relaying the batch to next().
-            if (auto re = result_epoch_.find(m.file); re != result_epoch_.end() && !q.stop) {
-                Epoch& ep = epochs_[re->second];
+            // The loop's own thread inside DataLoader.__iter__: a persistent iterator's reset reading what its
+            // workers still sent of the pass left unfinished (a loop that broke out of it), which torch drops.
+            auto& open = c->second.open;
+            if (std::any_of(open.begin(), open.end(), [&](const Bracket& b) { return b.tid == tid; }))
+                return;
+            // Another thread reading a result queue: a pin-memory thread relaying the batch to next(), of the pass
+            // its worker sent it in (a pass left unfinished may still send after the next one began).
+            if (sent_in < 0)
+                if (auto re = result_epoch_.find(m.file); re != result_epoch_.end())
+                    sent_in = re->second;
+            if (sent_in >= 0 && !q.stop) {
+                Epoch& ep = epochs_[sent_in];
                 ep.relayed.push_back(q.index);
                 ep.relayed_set.insert(q.index);
                 ep.pending.insert(q.index);
@@ -357,17 +367,29 @@ void BatchTracker::message(const lotus_msg& m)
     if (!worker_epoch_.count(pid))
         if (auto re = result_epoch_.find(m.file); re != result_epoch_.end())
             adopt_epoch(pid, re->second);
-    if (auto we = worker_epoch_.find(pid); we != worker_epoch_.end())
-        result_epoch_[m.file] = we->second; // a pin-memory thread's reads of this queue are of this pass
     Thread& t = thread(pid, pid);
     if (t.in_batch && t.idx == q.index)
         end_batch(pid, t, m.h.ts_ns); // its loop's getppid not seen yet (or never: the send bounds it)
     auto ended = t.ended.find(q.index);
+    // The pass this message is of: its batch's, else the worker's now. (The queue's feeder thread sends after its
+    // worker put the batch: a persistent worker may have begun its next pass meanwhile.)
+    int e = -1;
+    if (ended != t.ended.end() && ended->second.epoch >= 0)
+        e = ended->second.epoch;
+    else if (auto we = worker_epoch_.find(pid); we != worker_epoch_.end())
+        e = we->second;
+    if (e >= 0) {
+        result_epoch_[m.file] = e; // a pin-memory thread's reads of this queue are of this pass
+        auto& sent = sent_[m.file];
+        sent.emplace_back(q.index, e);
+        if (sent.size() > kMaxUnread)
+            sent.pop_front();
+    }
     if (q.stop) {
         // An IterableDataset worker's data ran out: that index carries no batch, next() skips it.
-        if (auto we = worker_epoch_.find(pid); we != worker_epoch_.end()) {
-            epochs_[we->second].stops.insert(q.index);
-            epochs_[we->second].iterable = true;
+        if (e >= 0) {
+            epochs_[e].stops.insert(q.index);
+            epochs_[e].iterable = true;
         }
         if (ended != t.ended.end())
             t.ended.erase(ended);
@@ -377,6 +399,23 @@ void BatchTracker::message(const lotus_msg& m)
         emit_batch(pid, pid, q.index, ended->second, false);
         t.ended.erase(ended);
     }
+}
+
+// The pass a result queue's message read now was sent in: its pipe delivers messages in the order they were sent
+// (the queue's writers hold its lock while they write). -1 where its send was not seen. Messages sent before it
+// and not read (lost records) are dropped.
+int BatchTracker::sent_epoch(uint64_t file, int64_t idx)
+{
+    auto it = sent_.find(file);
+    if (it == sent_.end())
+        return -1;
+    auto& sent = it->second;
+    auto m = std::find_if(sent.begin(), sent.end(), [&](const auto& p) { return p.first == idx; });
+    if (m == sent.end())
+        return -1;
+    int e = m->second;
+    sent.erase(sent.begin(), std::next(m));
+    return e;
 }
 
 // A pass's loader returns batches as they arrive (in_order=False), seen now: its waits are named in the order its

@@ -159,6 +159,7 @@ private:
     void tag(Span& s, int epoch) const;
     void adopt_epoch(uint32_t pid, int epoch);
     void task_sent(uint64_t file, int64_t idx);
+    int sent_epoch(uint64_t file, int64_t idx);
     void seen_arrival_order(Epoch& ep);
 
     SpanSink& sink_;
@@ -172,6 +173,9 @@ private:
     // not seen begin, prepares batches of that epoch).
     std::unordered_map<uint64_t, uint32_t> task_writer_;
     std::unordered_map<uint64_t, int> result_epoch_;
+    // Per result queue pipe, the messages workers sent and nobody read yet: (index, pass), in pipe order.
+    std::unordered_map<uint64_t, std::deque<std::pair<int64_t, int>>> sent_;
+    static constexpr size_t kMaxUnread = 1024; // (reads not seen: the oldest go)
     std::unordered_map<uint64_t, uint32_t> task_reader_;                    // index queue pipe -> its worker
     std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> task_steps_; // pipe -> last task sent, step to it
     // Batches of a worker alive before tracing began whose training process is not known yet (nothing named it

@@ -268,6 +268,8 @@ def main():
                          "__getitem__ calling an object of its own (Relabel) after it: every op one item's")
     ap.add_argument("--two-views", action="store_true",
                     help="transform=TwoViews(pipeline): each item runs the same pipeline twice")
+    ap.add_argument("--break-after", type=int,
+                    help="leave every other epoch (the first, third...) after this many batches")
     ap.add_argument("--containers", action="store_true",
                     help="container transforms: RandomApply([ColorJitter], p=1) and a nested Compose([Grayscale(3)])")
     ap.add_argument("--collate-log", help="one line per batch when its collation ends: PID BATCH_SIZE MONOTONIC_NS")
@@ -374,6 +376,8 @@ def main():
             n += 1 if args.no_batching else len(y)
             # Free this batch now: rebinding x to the next batch would free it inside the next timing.
             del x, y
+            if args.break_after is not None and epoch % 2 == 0 and len(waits) == args.break_after:
+                break
         if args.wait_log:
             _append(args.wait_log, "".join(f"{epoch} {i if b is None else b} {w} {began}\n"
                                            for i, (w, began, b) in enumerate(waits)))
