@@ -152,6 +152,28 @@ class DataLoaderSemantics(BpfTestCase):
         with open(self.summary) as f:
             self.assertEqual(json.load(f)["ops"]["sample"]["count"], IMAGES)
 
+    def test_an_item_retried_after_its_pipeline_raised_is_one_sample(self):
+        """A transform raises now and then; the dataset's __getitem__ catches it and runs the pipeline again (for
+        item 0). One sample an item, holding the failed run's ops and the retry's; one loader an item."""
+        log = self.path("retries.log")
+        data, trace = self.trace_job("--flaky", log, epochs=1)
+        items = read_lines(log)
+        self.assertEqual(len(items), IMAGES)
+        retries = sum(int(r) for _, _, r in items)
+        self.assertGreater(retries, IMAGES // 8, "too few failures: nothing tested")
+        self.assertEqual(len(spans(trace, "sample")), IMAGES)
+        self.assertEqual(len(spans(trace, "loader")), IMAGES)
+        ops = Counter(op["name"] for op in spans(trace, "op"))
+        self.assertEqual(ops["Flaky"], IMAGES + retries)          # every run, the failed ones too
+        self.assertEqual(ops["RandomResizedCrop"], IMAGES + retries)
+        self.assertEqual(ops["ToTensor"], IMAGES)                # only the runs that got past Flaky
+        self.assertEqual({b["args"]["samples"] for b in spans(trace, "batch")}, {BATCH})
+        per_sample = Counter(op["args"]["sample_id"] for op in spans(trace, "op") if op["name"] == "Flaky")
+        by_index = Counter()
+        for s in spans(trace, "sample"):
+            by_index[s["args"]["sample"]] += per_sample[s["args"]["sample_id"]] - 1
+        self.assertEqual(+by_index, +Counter({int(i): int(r) for _, i, r in items}))
+
     def test_no_batching(self):
         """DataLoader(batch_size=None): each task is one sample's index, not a list, and each 'batch' one sample,
         converted, not collated. Every sample is a batch of one, with its wait, arrow and delay."""

@@ -475,6 +475,38 @@ TEST_F(Fixture, PipelinesCalledInsideOneOfTheItemsCallsAreOneSample)
     EXPECT_EQ(engine.processes().at(P).samples, 2u);
 }
 
+// A pipeline call that raised, caught by a __getitem__ among its callers, which runs the pipeline again (another
+// index: a replacement item): the same item, one sample. The next item, whose call raised too, is its own.
+TEST_F(Fixture, AnItemRetriedAfterItsPipelineRaisedIsOneSample)
+{
+    constexpr uint64_t FETCH = 0x8000, OUTER_GETITEM = 0x8200, IMG_TF = 0xc0;
+    engine.add_process(P, 0, true);
+    describe(P);
+    ev.code(P, FETCH, "_MapDatasetFetcher.fetch", "/x/torch/utils/data/_utils/fetch.py");
+    ev.code(P, OUTER_GETITEM, "RetryFolder.__getitem__", "/home/me/train.py");
+    auto run = [&](uint64_t t, int64_t inner, int64_t outer, bool raises) {
+        ev.entry(P, P, t, 3, COMPOSE, T_COMPOSE, {{GETITEM, inner}, {OUTER_GETITEM, outer}, {FETCH, LOTUS_NO_VALUE}},
+                 {}, IMG_TF);
+        ev.entry(P, P, t + 10, 4, TOTENSOR_CALL, T_TOTENSOR, {{COMPOSE, LOTUS_NO_VALUE}});
+        ev.ret(P, P, t + 20, 4, raises ? 0 : 1);
+        ev.ret(P, P, t + 30, 3, raises ? 0 : 1);
+    };
+    run(1000, 7, 7, true);  // item 7 raised
+    run(1100, 0, 7, false); // retried as item 0 by item 7's __getitem__
+    run(2000, 8, 8, true);  // item 8 raised
+    run(2100, 8, 8, false); // run again for the same index by the same frame: not told from a next item 8
+    run(3000, 9, 9, false);
+    engine.finish();
+    auto samples = of(SpanKind::Sample);
+    ASSERT_EQ(samples.size(), 4u);
+    EXPECT_EQ(samples[0].sample, 7);
+    EXPECT_EQ(samples[0].start_ns, 1000u);
+    EXPECT_EQ(samples[0].end_ns, 1130u);
+    EXPECT_EQ(samples[1].sample, 8);
+    EXPECT_EQ(samples[1].end_ns, 2030u);
+    EXPECT_EQ(of(SpanKind::Op).size(), 5u);
+}
+
 TEST_F(Fixture, PipelineByObjectWhateverItsCodeObject)
 {
     // transforms v2: Compose is an nn.Module. Its call enters Module._wrapped_call_impl, _call_impl and

@@ -407,6 +407,35 @@ const Engine::Open* Engine::enclosing(const std::vector<Open>& stack)
     return &stack.back();
 }
 
+bool Engine::retry_of(const Open& o, const lotus_py_entry& e)
+{
+    uint32_t n = std::min<uint32_t>(e.chain_len, LOTUS_CHAIN_LEN);
+    // The same callers with the same arguments: a retry for the same index, or the next item of that index (a
+    // sampler drawing with replacement). Not told apart: the next item.
+    bool identical = n == o.item.size();
+    for (uint32_t i = 0; i < n && identical; i++)
+        identical = o.item[i].first == e.chain_code[i] && o.item[i].second == e.chain_arg1[i];
+    if (identical)
+        return false;
+    for (uint32_t j = 1; j < n; j++) {
+        const CodeRole* cj = role(e.h.tgid, e.chain_code[j], e.own & LOTUS_OWN_CHAIN(j));
+        if (!cj || cj->kind != CodeKind::GetItem)
+            continue;
+        for (size_t k = 1; k < o.item.size(); k++) {
+            // (that __getitem__'s index read in both: an unread one tells no item from the next)
+            bool match = o.item[k].second != LOTUS_NO_VALUE && e.chain_arg1[j] != LOTUS_NO_VALUE;
+            for (uint32_t i = 0; j + i < n && k + i < o.item.size() && match; i++) {
+                const auto& [code, arg1] = o.item[k + i];
+                int64_t a = e.chain_arg1[j + i];
+                match = code == e.chain_code[j + i] && (arg1 == LOTUS_NO_VALUE || a == LOTUS_NO_VALUE || arg1 == a);
+            }
+            if (match)
+                return true;
+        }
+    }
+    return false;
+}
+
 void Engine::open_sample(std::vector<Open>& stack, const lotus_py_entry& e)
 {
     pipeline_seen_ = true;
@@ -418,7 +447,7 @@ void Engine::open_sample(std::vector<Open>& stack, const lotus_py_entry& e)
     if (auto ret = returned_.find(e.h.tid); ret != returned_.end() && ret->second.open) {
         Open& o = ret->second.sample;
         bool inside = around && o.enclosed && around->start_ns == o.enclosing_start && around->depth == o.enclosing_depth;
-        if (inside ||
+        if (inside || (ret->second.raised && retry_of(o, e)) ||
             (same_item(o, e) && std::find(o.pipelines.begin(), o.pipelines.end(), e.self_obj) == o.pipelines.end())) {
             o.pipelines.push_back(e.self_obj);
             o.self_obj = e.self_obj; // (the level's object: its own frames below are Inner)
@@ -611,7 +640,7 @@ void Engine::finish_span(const lotus_py_return& r, Open o, std::vector<Open>& st
     case OpenKind::Sample:
         // Complete once its thread goes on to another item (close_returned).
         batches_.sample_finished(r.h.tgid, r.h.tid, r.h.ts_ns);
-        returned_[r.h.tid] = Returned{true, r.h.tgid, std::move(o), r.h.ts_ns, r.counters};
+        returned_[r.h.tid] = Returned{true, r.h.tgid, std::move(o), r.h.ts_ns, r.counters, r.ret_null != 0};
         return;
     case OpenKind::Op:
         break;

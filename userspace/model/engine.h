@@ -155,9 +155,13 @@ private:
         Open sample;
         uint64_t end_ns = 0;
         lotus_counters end{}; // at its last call's return
+        bool raised = false;  // its last pipeline call raised
     };
     // Whether entry e is a call of the item sample `o` describes.
     bool same_item(const Open& o, const lotus_py_entry& e);
+    // Whether entry e is a retry of that item's pipeline after its call raised: made by a __getitem__ that called
+    // the failed one (one of the item's callers, with the same first argument), under another __getitem__ call.
+    bool retry_of(const Open& o, const lotus_py_entry& e);
     static const Open* enclosing(const std::vector<Open>& stack);
     void close_returned(uint32_t tid);
     void close_samples(uint32_t tid)

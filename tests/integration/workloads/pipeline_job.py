@@ -141,6 +141,17 @@ class TwoViews:
         return [self.pipeline(img), self.pipeline(img)]
 
 
+class Flaky:
+    """Raises at every 5th call in its process (an image the pipeline cannot take)."""
+    calls = 0
+
+    def __call__(self, img):
+        Flaky.calls += 1
+        if Flaky.calls % 5 == 0:
+            raise ValueError("flaky")
+        return img
+
+
 class LoggedFolder(datasets.ImageFolder):
     index_labels = False  # --no-in-order: a sample's label is its dataset index (an attribute: spawned workers
                           # unpickle the dataset, they do not run main())
@@ -204,6 +215,23 @@ class OwnFolder(torch.utils.data.Dataset):
         with open(self.paths[i], "rb") as f:
             img = Image.open(f).convert("RGB")
         return self.to_tensor(self.crop(img)), 0
+
+
+class RetryFolder(LoggedFolder):
+    """--flaky: an item whose pipeline raised is replaced by item 0 (super().__getitem__(0)); logs PID INDEX
+    RETRIES per item to --retry-log."""
+    retry_log = None
+
+    def __getitem__(self, index):
+        retries = 0
+        while True:
+            try:
+                r = super().__getitem__(index if not retries else 0)
+                break
+            except ValueError:
+                retries += 1
+        _append(self.retry_log, f"{os.getpid()} {index} {retries}\n")
+        return r
 
 
 class Numbers(torch.utils.data.IterableDataset):
@@ -270,6 +298,8 @@ def main():
                     help="transform=TwoViews(pipeline): each item runs the same pipeline twice")
     ap.add_argument("--break-after", type=int,
                     help="leave every other epoch (the first, third...) after this many batches")
+    ap.add_argument("--flaky", help="a transform that raises at every 5th call, the item then retried as item 0; "
+                                    "one line per item to this log: PID INDEX RETRIES")
     ap.add_argument("--containers", action="store_true",
                     help="container transforms: RandomApply([ColorJitter], p=1) and a nested Compose([Grayscale(3)])")
     ap.add_argument("--collate-log", help="one line per batch when its collation ends: PID BATCH_SIZE MONOTONIC_NS")
@@ -300,12 +330,15 @@ def main():
         T = v2 if args.v2 else transforms
         tf = T.Compose([T.RandomApply([T.ColorJitter(brightness=0.4)], p=1.0), T.Compose([T.Grayscale(3)]),
                         *tf.transforms])
+    if args.flaky:
+        tf.transforms.insert(1, Flaky())
     if args.two_views:
         tf = TwoViews(tf)
     extra_ds = {"loader": read_and_decode} if args.decode == "tensor" else {}
     if args.target_transform:
         extra_ds["target_transform"] = transforms.Compose([Offset(), LabelTensor()])
-    ds = LoggedFolder(args.data, transform=tf, **extra_ds)
+    ds = (RetryFolder if args.flaky else LoggedFolder)(args.data, transform=tf, **extra_ds)
+    ds.retry_log = args.flaky
     if args.target_transform:
         ds.relabel = Relabel()
     extra = {}
