@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "event_builder.h"
@@ -98,6 +99,18 @@ struct Batches : ::testing::Test {
         for (auto r : reads)
             ev.msg(pid, pid, now++, LOTUS_MSG_IN, test::pickled_indexed(r), RESULTS);
         ev.ret(pid, pid, now++, 4, 0x77);
+    }
+    // __iter__ of a persistent loader again: the same iterator, its workers told to resume (each acknowledges
+    // through the queue); `inside` runs before it returns.
+    void resume(uint32_t pid, uint64_t loader, uint64_t iterator, std::vector<uint32_t> workers,
+                const std::function<void()>& inside = {})
+    {
+        ev.entry(pid, pid, now++, 3, ITER, T_LOADER, {}, {}, loader);
+        for (auto w : workers)
+            ev.msg(w, w, now++, LOTUS_MSG_IN, test::pickled_resume(), task_pipe(w));
+        if (inside)
+            inside();
+        ev.ret(pid, pid, now++, 3, iterator);
     }
     void stop_iteration(uint32_t pid, uint64_t iterator, uint64_t type = T_MPITER)
     {
@@ -361,11 +374,7 @@ TEST_F(PinThread, ALeftPassesLastBatchesRelayedInTheNextOne)
     relayed(W1, 1);
     next(P, 0x77); // returned before 0 came: in_order=False, this is 1
     batch(W0, 0);  // the loop breaks; 0 is made
-    ev.entry(P, P, now++, 3, ITER, T_LOADER, {}, {}, LOADER);
-    for (auto w : {W0, W1})
-        ev.msg(w, w, now++, LOTUS_MSG_IN, test::pickled_resume(), task_pipe(w));
-    send(W0, 0); // its queue's feeder thread, after the worker began the new pass
-    ev.ret(P, P, now++, 3, 0x77);
+    resume(P, LOADER, 0x77, {W0, W1}, [&] { send(W0, 0); }); // (its feeder, after the worker began the new pass)
     made(W1, 1); // the new pass's 1
     relay(0);    // the old pass's 0
     relay(1);
@@ -456,10 +465,7 @@ TEST_F(Batches, EveryEpochNewWorkersOrPersistentOnes)
     made(PW, 0);
     next(P, 0x90, {0});
     stop_iteration(P, 0x90);
-    // __iter__ again: the same iterator, its worker told to resume (it acknowledges through the queue)
-    ev.entry(P, P, now++, 3, ITER, T_LOADER, {}, {}, LOADER2);
-    ev.msg(PW, PW, now++, LOTUS_MSG_IN, test::pickled_resume(), task_pipe(PW));
-    ev.ret(P, P, now++, 3, 0x90);
+    resume(P, LOADER2, 0x90, {PW});
     made(PW, 0);
     next(P, 0x90, {0});
     EXPECT_EQ(keys(of(SpanKind::Batch)), (std::vector<std::string>{"0/0/0", "0/1/0", "1/0/0", "1/1/0"}));
@@ -481,12 +487,10 @@ TEST_F(Batches, PersistentIteratorLeftMidPass)
     made(W1, 1);
     next(P, 0x90, {1});
     batch(W1, 3); // the loop breaks: batch 3 is never consumed
-    ev.entry(P, P, now++, 3, ITER, T_LOADER, {}, {}, LOADER);
-    for (auto w : {W0, W1})
-        ev.msg(w, w, now++, LOTUS_MSG_IN, test::pickled_resume(), task_pipe(w));
-    send(W1, 3); // its queue's feeder thread, after the worker began the new pass
-    ev.msg(P, P, now++, LOTUS_MSG_IN, test::pickled_indexed(3), RESULTS); // read and dropped
-    ev.ret(P, P, now++, 3, 0x90);
+    resume(P, LOADER, 0x90, {W0, W1}, [&] {
+        send(W1, 3); // its queue's feeder thread, after the worker began the new pass
+        ev.msg(P, P, now++, LOTUS_MSG_IN, test::pickled_indexed(3), RESULTS); // read and dropped
+    });
     made(W1, 1);
     made(W0, 0);
     next(P, 0x90, {1, 0}); // 0, with 1 kept
