@@ -101,13 +101,16 @@ class DataLoaderSemantics(BpfTestCase):
                 self.check(data, trace, 2, 2)
                 self.assertEqual(trace["otherData"]["syscall_programs"], programs)
 
-    def waits_match_in_process_next(self, trace, slack_us=500.0):
+    def waits_match_in_process_next(self, trace, slack_us=500.0, outliers=0):
+        """Every wait is its next()'s batch, and lasted as long as the in-process timer around the call says, to 10 %
+        or slack_us; at most `outliers` waits further apart (the timer also counts the loop's own lines around the
+        call, where the kernel may have preempted it: on 2 busy CPUs for a slice of a few ms)."""
         measured = {(int(l[0]), int(l[1])): int(l[2]) / 1000.0 for l in read_lines(self.wait_log)}
         traced = {(w["args"]["epoch"], w["args"]["batch"]): w["dur"] for w in spans(trace, "wait")}
         self.assertEqual(set(measured), set(traced))
         bad = [(k, traced[k], measured[k]) for k in measured
                if abs(traced[k] - measured[k]) > max(0.10 * measured[k], slack_us)]
-        self.assertEqual(bad, [], "wait spans vs in-process next() (us)")
+        self.assertLessEqual(len(bad), outliers, f"wait spans vs in-process next() (us): {bad}")
 
     def test_wait_times_match_in_process_next(self):
         data, trace = self.trace_job()
@@ -179,7 +182,9 @@ class DataLoaderSemantics(BpfTestCase):
         converted, not collated. Every sample is a batch of one, with its wait, arrow and delay."""
         data, trace = self.trace_job("--no-batching", epochs=1)
         assert_dataloader_exact(self, data, trace, 1, 2, IMAGES, 1, OPS, self.stdout, self.summary)
-        self.waits_match_in_process_next(trace)
+        # (256 short waits on 2 CPUs the workers keep busy: the scheduler preempted the loop next to a call in 1 of
+        # them in one run, 1.6 ms)
+        self.waits_match_in_process_next(trace, outliers=IMAGES // 100)
         self.assertIn("from a batch ready to its use", self.stdout)
 
     def test_persistent_workers_left_mid_epoch(self):
