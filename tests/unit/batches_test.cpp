@@ -285,7 +285,14 @@ TEST_F(Batches, ArrivalOrderWithInOrderFalse)
 // pin_memory where an accelerator is: torch's pin-memory thread reads each batch from the result queue and hands
 // it to next() through an in-process queue, so next() reads nothing itself.
 struct PinThread : Batches {
-    static constexpr uint32_t P = 100, PIN = 150;
+    static constexpr uint32_t P = 100, PIN = 150, W0 = 101, W1 = 102;
+    // The training process begins a pass (iterator 0x77) with workers W0 and W1.
+    void start()
+    {
+        engine.add_process(P, 0, true);
+        describe(P);
+        begin_epoch(P, LOADER, 0x77, {W0, W1});
+    }
     void relay(int64_t idx, bool stop = false)
     {
         ev.msg(P, PIN, now++, LOTUS_MSG_IN, test::pickled_indexed(idx, stop), RESULTS);
@@ -309,10 +316,7 @@ struct PinThread : Batches {
 
 TEST_F(PinThread, InIndexOrderWhateverTheArrivalOrder)
 {
-    constexpr uint32_t W0 = 101, W1 = 102;
-    engine.add_process(P, 0, true);
-    describe(P);
-    begin_epoch(P, LOADER, 0x77, {W0, W1});
+    start();
     relayed(W1, 1);
     relayed(W0, 0);
     next(P, 0x77); // 0: in_order=True returns batches in index order, waiting for each
@@ -332,10 +336,8 @@ TEST_F(PinThread, InIndexOrderWhateverTheArrivalOrder)
 // and the loader's later passes are named in arrival order from their start.
 TEST_F(PinThread, AsTheyArriveOnceSeen)
 {
-    constexpr uint32_t W0 = 101, W1 = 102, W2 = 103, W3 = 104;
-    engine.add_process(P, 0, true);
-    describe(P);
-    begin_epoch(P, LOADER, 0x77, {W0, W1});
+    constexpr uint32_t W2 = 103, W3 = 104;
+    start();
     relayed(W1, 1);
     relayed(W0, 0);
     next(P, 0x77); // returned 1 (the first relayed); both had arrived: named 0, wrongly
@@ -367,10 +369,7 @@ TEST_F(PinThread, AsTheyArriveOnceSeen)
 // next pass (persistent workers): each message is of the pass it was sent in, in the pipe's order.
 TEST_F(PinThread, ALeftPassesLastBatchesRelayedInTheNextOne)
 {
-    constexpr uint32_t W0 = 101, W1 = 102;
-    engine.add_process(P, 0, true);
-    describe(P);
-    begin_epoch(P, LOADER, 0x77, {W0, W1});
+    start();
     relayed(W1, 1);
     next(P, 0x77); // returned before 0 came: in_order=False, this is 1
     batch(W0, 0);  // the loop breaks; 0 is made
@@ -383,14 +382,11 @@ TEST_F(PinThread, ALeftPassesLastBatchesRelayedInTheNextOne)
     expect_flows_join_the_same_batch();
 }
 
-// An IterableDataset: a worker whose data ran out sends an end-of-data marker for one task and nothing for the// An IterableDataset: a worker whose data ran out sends an end-of-data marker for one task and nothing for the
+// An IterableDataset: a worker whose data ran out sends an end-of-data marker for one task and nothing for the
 // tasks it had besides; next() in index order skips both. Named by the lowest relayed batch not returned yet.
 TEST_F(PinThread, IterableDatasetSkipsTheIndicesThatNeverCome)
 {
-    constexpr uint32_t W0 = 101, W1 = 102;
-    engine.add_process(P, 0, true);
-    describe(P);
-    begin_epoch(P, LOADER, 0x77, {W0, W1});
+    start();
     relayed(W0, 0);
     batch(W1, 1, 0); // its data ran out: an end-of-data marker for task 1, nothing for its task 3
     send(W1, 1, true);
@@ -411,7 +407,6 @@ TEST_F(PinThread, IterableDatasetSkipsTheIndicesThatNeverCome)
 // worker whose batch it took, out of turn once it took a later batch first: seen there, one wait late.
 TEST_F(PinThread, TasksInTurnOrOutOfTurn)
 {
-    constexpr uint32_t W0 = 101, W1 = 102;
     for (bool in_order : {true, false}) {
         SCOPED_TRACE(in_order);
         spans.clear();

@@ -371,6 +371,13 @@ bool Engine::enter_level(std::vector<Open>& stack, const lotus_py_entry& e, cons
     return true;
 }
 
+// Two reads of a caller's first argument agree: equal, or one not read (read only while its code's role wants it,
+// or is not known yet; a __getitem__'s, the dataset index, always is).
+static bool args_agree(int64_t a, int64_t b)
+{
+    return a == LOTUS_NO_VALUE || b == LOTUS_NO_VALUE || a == b;
+}
+
 // The call is made from the frame that made the sample's first pipeline call, or from a __getitem__ among that
 // frame's callers (a dataset's __getitem__ that called super().__getitem__, which called the pipeline): e's
 // callers are the sample's from the k-th on, as far as both were read.
@@ -386,11 +393,7 @@ bool Engine::same_item(const Open& o, const lotus_py_entry& e)
             continue;
         bool match = true;
         for (size_t j = 0; j < n && k + j < o.item.size() && match; j++) {
-            const auto& [code, arg1] = o.item[k + j];
-            // A first argument is read only while its code's role wants it (or is not known yet): an unread one
-            // matches. A __getitem__'s (the dataset index) is always read.
-            match = code == e.chain_code[j] &&
-                    (arg1 == LOTUS_NO_VALUE || e.chain_arg1[j] == LOTUS_NO_VALUE || arg1 == e.chain_arg1[j]);
+            match = o.item[k + j].first == e.chain_code[j] && args_agree(o.item[k + j].second, e.chain_arg1[j]);
         }
         if (match)
             return true;
@@ -424,11 +427,9 @@ bool Engine::retry_of(const Open& o, const lotus_py_entry& e)
         for (size_t k = 1; k < o.item.size(); k++) {
             // (that __getitem__'s index read in both: an unread one tells no item from the next)
             bool match = o.item[k].second != LOTUS_NO_VALUE && e.chain_arg1[j] != LOTUS_NO_VALUE;
-            for (uint32_t i = 0; j + i < n && k + i < o.item.size() && match; i++) {
-                const auto& [code, arg1] = o.item[k + i];
-                int64_t a = e.chain_arg1[j + i];
-                match = code == e.chain_code[j + i] && (arg1 == LOTUS_NO_VALUE || a == LOTUS_NO_VALUE || arg1 == a);
-            }
+            for (uint32_t i = 0; j + i < n && k + i < o.item.size() && match; i++)
+                match = o.item[k + i].first == e.chain_code[j + i] &&
+                        args_agree(o.item[k + i].second, e.chain_arg1[j + i]);
             if (match)
                 return true;
         }
