@@ -45,6 +45,10 @@ static __always_inline void walk_captures(struct thread_state *ts, struct lotus_
     for (int i = 0; i < LOTUS_WALK_MAX && f; i++) {
         if (!read_head(f, &h))
             break;
+        if (h.shim) { /* a C call's entry frame: its code is None (3.13+) or the interpreter's trampoline */
+            f = h.previous;
+            continue;
+        }
         __u64 c = h.code;
         if (i >= describe_from)
             role_of(space, tgid, c);

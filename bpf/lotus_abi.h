@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define LOTUS_ABI_VERSION 8
+#define LOTUS_ABI_VERSION 9
 
 enum lotus_event_type {
     LOTUS_EV_PY_ENTRY = 1,  /* _PyEval_EvalFrameDefault entered (a C->Python transition) */
@@ -218,7 +218,11 @@ struct lotus_type_info {
     struct lotus_event_header h;
     __u64 type;
     __u8 own_space; /* 1: described in the process's own space (tgid | LOTUS_SPACE_OWN), as CODE records */
-    __u8 _pad[7];
+    /* Names BPF could not read (bit 0: name, bit 1 + i: bases[i]), left empty: a page of the target that its
+     * process never touched (a static type's name in the binary's read-only data) cannot be faulted in by BPF.
+     * User space reads them before the record goes on (capture/descriptions.h); ABI 9 */
+    __u8 unread;
+    __u8 _pad[6];
     char name[LOTUS_NAME_LEN]; /* tp_name */
     char bases[LOTUS_BASES][LOTUS_BASE_LEN]; /* tp_name of tp_base, its tp_base... ("" past object); ABI 4 */
 };

@@ -40,14 +40,6 @@ static __always_inline __u64 submit_flags(void)
     return bpf_ringbuf_query(&lotus_events, BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
-static __always_inline void uncount_submitted(void)
-{
-    __u32 idx = LOTUS_COUNT_SUBMITTED;
-    __u64 *c = bpf_map_lookup_elem(&lotus_counters, &idx);
-    if (c)
-        __sync_fetch_and_sub(c, 1); /* per-CPU values may wrap; their sum, which user space reads, does not */
-}
-
 static __always_inline void *reserve(__u64 size)
 {
     void *e = bpf_ringbuf_reserve(&lotus_events, size, 0);

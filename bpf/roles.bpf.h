@@ -182,9 +182,11 @@ __noinline __u32 type_flags(__u32 space, __u32 tgid, __u64 type)
 {
     if (!type)
         return 0;
+    /* BPF's reads cannot fault a page in, and a forked process (a DataLoader worker) starts without the page
+     * table entries of the binary's file-backed data: a static type's tp_name (and the pointer to it) may not
+     * be readable until the process itself touches them. The name pointer is then 0 here: the fingerprint of a
+     * description made without it, replaced by the pointer's once it can be read. */
     __u64 name = read_ptr(type + layout.type_name);
-    if (!name)
-        return 0;
     struct lotus_role_key key = {.space = space, .ptr = type};
     struct lotus_type_role *r = find_type(&key, tgid, name);
     __u32 own = key.space != space ? FROM_OWN : 0;
@@ -198,22 +200,32 @@ __noinline __u32 type_flags(__u32 space, __u32 tgid, __u64 type)
     e->type = type;
     e->own_space = key.space != space;
     __builtin_memset(e->_pad, 0, sizeof(e->_pad));
-    if (bpf_probe_read_user_str(e->name, sizeof(e->name), (void *)name) <= 1) {
-        bpf_ringbuf_discard(e, 0);
-        uncount_submitted(); /* the count is of records delivered */
-        return 0;
+    /* A name that cannot be read goes out empty, marked for user space to read (capture/descriptions.h).
+     * Discarded and retried, it cost a failed read and a reservation at every call (4 us a call of a Pipeline
+     * whose self is in a cell: the `cell` type's name, in a forked python3.11). */
+    e->unread = 0;
+    if (!name || bpf_probe_read_user_str(e->name, sizeof(e->name), (void *)name) <= 1) {
+        e->name[0] = 0;
+        e->unread = 1;
     }
     __u64 base = type;
+    bool known = true; /* the chain's links so far were read */
     for (int i = 0; i < LOTUS_BASES; i++) {
         e->bases[i][0] = 0;
-        base = base ? read_ptr(base + layout.type_base) : 0;
-        __u64 bname = base ? read_ptr(base + layout.type_name) : 0;
-        if (bname && bpf_probe_read_user_str(e->bases[i], LOTUS_BASE_LEN, (void *)bname) < 0)
+        __u64 next = 0;
+        if (known && base && bpf_probe_read_user(&next, sizeof(next), (void *)(base + layout.type_base)))
+            known = false;
+        base = next;
+        __u64 bname = known && base ? read_ptr(base + layout.type_name) : 0;
+        if (!known || (base && (!bname || bpf_probe_read_user_str(e->bases[i], LOTUS_BASE_LEN, (void *)bname) <= 1))) {
             e->bases[i][0] = 0;
+            e->unread |= 2 << i;
+        }
     }
     struct lotus_type_role fresh = {.flags = LOTUS_TYPE_DESCRIBED, .describer = tgid, .fingerprint = name};
     bpf_map_update_elem(&lotus_types, &key, &fresh, BPF_ANY);
-    bpf_ringbuf_submit(e, submit_flags());
+    /* Rare, and user space must classify it soon (and read what was left unread while the process lives). */
+    bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
     return own;
 }
 

@@ -2,6 +2,7 @@
 main process and in two multiprocessing workers) gives exact span counts on each interpreter, static
 (Debian's /usr/bin/python3.11 and Debian unstable's python3.14) or shared libpython (pyenv)."""
 import os
+import re
 import signal
 import subprocess
 import unittest
@@ -46,6 +47,33 @@ class Versions(BpfTestCase):
                 # every record BPF wrote reached the engine (the count excludes discarded reservations)
                 self.assertEqual(trace["otherData"]["events_delivered"], trace["otherData"]["events"])
                 assert_nested(self, trace)
+                self.assert_detached()
+
+    def test_types_are_described_by_their_names_in_the_process(self):
+        """BPF cannot fault a page in: a name on a page the process never touched (the `cell` type's, in the binary's
+        read-only data, on Debian's python3.11) went unread. The type was described again at every call judged by a
+        frame whose self is in a cell (4 us each), never classified, and its cells were never followed. Capture
+        reads such names from the process; every described type is named as the process itself names it, and no
+        code record is nameless (3.13+ once described the None of a C call's entry frame as code)."""
+        for name, exe in INTERPRETERS.items():
+            with self.subTest(interpreter=name):
+                r = run_lotus(["-q", "-o", self.path(f"types-{name}.json"), "--pipeline", "Pipeline", "--", exe,
+                               PURE, "--types", "2000"], env={**os.environ, "LOTUS_DEBUG_EVENTS": "1"})  # every record on stderr
+                self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+                truth = dict(re.findall(r"^type (0x[0-9a-f]+) (\S+)$", r.stdout, re.M))  # the process's own
+                self.assertEqual(len(truth), 6, r.stdout)
+                described = re.findall(r"^ev 4 pid \d+ tid \d+ ts \d+ type (0x[0-9a-f]+) own \d (.*)$", r.stderr, re.M)
+                named = {addr: n for addr, n in described if addr in truth}
+                for addr, n in described:
+                    if addr in truth:
+                        self.assertEqual(n, truth[addr], (addr, described))
+                # (3.10 reads self out of its cell in BPF: no frame's self is a cell there)
+                wanted = {"Clip", "Pipeline", "Scale", "Shift"} | (set() if name == "3.10" else {"cell"})
+                self.assertLessEqual(wanted, set(named.values()), described)
+                self.assertNotIn("", [n for _, n in described])
+                codes = re.findall(r"^ev 3 pid \d+ tid \d+ ts \d+ code (0x[0-9a-f]+) ?(.*)$", r.stderr, re.M)
+                self.assertGreater(len(codes), 10)
+                self.assertEqual([c for c in codes if not c[1]], [])
                 self.assert_detached()
 
     def test_all_calls_sees_functions_called_only_from_python(self):

@@ -17,6 +17,7 @@
 #include "common/wake_schedule.h"
 #include "capture/probe.h"
 #include "capture/native_capture.h"
+#include "capture/descriptions.h"
 #include "capture/interpreter_watch.h"
 #include "outputs.h"
 #include "replay.h"
@@ -90,17 +91,27 @@ bool gone(int pid)
     return close != std::string::npos && close + 2 < s.size() && (s[close + 2] == 'Z' || s[close + 2] == 'X');
 }
 
-// Slots of named locals of a code object, read from the target's co_localsplusnames. A fork child that is
-// already gone shares the code object with its parent, whose memory is read instead.
+// A process and its traced ancestors, whose memory holds what it inherited at fork: where to read an object a
+// fork child described once the child is gone.
+std::vector<uint32_t> lineage(uint32_t tgid, const std::map<uint32_t, uint32_t>& parents)
+{
+    std::vector<uint32_t> pids;
+    for (uint32_t pid = tgid; pid && pids.size() < 64;) {
+        pids.push_back(pid);
+        auto p = parents.find(pid);
+        pid = p == parents.end() ? 0 : p->second;
+    }
+    return pids;
+}
+
+// Slots of named locals of a code object, read from the target's co_localsplusnames.
 std::vector<uint8_t> resolve_locals(uint32_t tgid, uint64_t code, const std::vector<std::string>& wanted,
                                     const lotus_py_layout& layout, const std::map<uint32_t, uint32_t>& parents)
 {
     std::optional<std::vector<std::string>> names;
-    for (uint32_t pid = tgid; pid && !names;) {
-        names = target::read_local_names(static_cast<int>(pid), code, layout);
-        auto p = parents.find(pid);
-        pid = p == parents.end() ? 0 : p->second;
-    }
+    for (uint32_t pid : lineage(tgid, parents))
+        if (!names)
+            names = target::read_local_names(static_cast<int>(pid), code, layout);
     std::vector<uint8_t> slots;
     for (const auto& w : wanted) {
         uint8_t slot = LOTUS_NO_SLOT;
@@ -227,6 +238,7 @@ int run_session(const Options& opts)
         std::unique_ptr<capture::Probe> probe;
         std::unique_ptr<capture::NativeCapture> native;
         std::map<uint32_t, uint32_t> engine_parents; // pid -> parent, to read a dead fork child's memory
+        std::vector<char> completed; // a description record with the names capture read (the probe's callback)
         // What capture learns from the target while the engine reads a record (capture slots) goes into the
         // stream right after that record: the engine and the record file see the same stream.
         std::vector<model::RecordSlots> resolved;
@@ -301,6 +313,11 @@ int run_session(const Options& opts)
         try {
             probe = std::make_unique<capture::Probe>(interp, [&](const void* data, size_t len) {
                 delivered++;
+                if (capture::incomplete_description(data, len)) {
+                    auto tgid = static_cast<const lotus_event_header*>(data)->tgid;
+                    completed = capture::complete_description(data, len, lineage(tgid, engine_parents), interp.layout);
+                    data = completed.data();
+                }
                 auto* h = static_cast<const lotus_event_header*>(data);
                 if (debug_events)
                     dump_event(data, len);

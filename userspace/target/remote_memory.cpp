@@ -2,6 +2,9 @@
 
 #include <sys/uio.h>
 
+#include <algorithm>
+#include <cstring>
+
 namespace lotus::target {
 
 bool read_remote(int pid, uint64_t addr, void* buf, size_t len)
@@ -32,6 +35,42 @@ std::optional<std::string> read_remote_ascii(int pid, uint64_t str, const lotus_
     if (length && !read_remote(pid, str + layout.unicode_ascii_data, s.data(), s.size()))
         return std::nullopt;
     return s;
+}
+
+bool read_remote_cstr(int pid, uint64_t addr, char* buf, size_t size)
+{
+    constexpr uint64_t kPage = 4096;
+    size_t got = 0;
+    while (addr && got + 1 < size) {
+        size_t n = std::min<uint64_t>(size - 1 - got, kPage - (addr + got) % kPage);
+        if (!read_remote(pid, addr + got, buf + got, n))
+            return false;
+        if (memchr(buf + got, 0, n))
+            return true;
+        got += n;
+    }
+    if (!addr || !size)
+        return false;
+    buf[got] = 0;
+    return true;
+}
+
+uint8_t read_remote_unicode(int pid, uint64_t str, const lotus_py_layout& layout, char* buf, size_t size)
+{
+    uint32_t state = 0;
+    if (!str || !size || !read_remote(pid, str + layout.unicode_state, &state, sizeof(state)))
+        return 0xff;
+    if (state & (1u << layout.unicode_ascii_bit))
+        return read_remote_cstr(pid, str + layout.unicode_ascii_data, buf, size) ? 0 : 0xff;
+    uint8_t kind = (state >> layout.unicode_kind_shift) & 7;
+    int64_t len = 0;
+    if (!read_remote(pid, str + layout.unicode_length, &len, sizeof(len)) || len < 0)
+        return 0xff;
+    size_t bytes = std::min<uint64_t>(static_cast<uint64_t>(len) * kind, std::min<size_t>(size - 1, 255));
+    memset(buf, 0, size);
+    if (bytes && !read_remote(pid, str + layout.unicode_compact_data, buf, bytes))
+        return 0xff;
+    return kind;
 }
 
 std::optional<std::vector<std::string>> read_local_names(int pid, uint64_t code, const lotus_py_layout& layout)

@@ -3,7 +3,9 @@
 process and N/2 times in each of two multiprocessing worker processes. Imports before it free code objects
 whose addresses get reused, which a tracer must not confuse with the new ones. --loop SECONDS: print 'ready', then run the
 pipeline in the main process for that long (attach tests). --plain (first): two ops and no generator expression,
-the pipeline bench/run.py measures (its figures stay comparable)."""
+the pipeline bench/run.py measures (its figures stay comparable). --types (first): print the address and name of
+each class the pipeline's frames have as self (the cell type too), as `type 0x... NAME` lines, then run the
+pipeline N times in one forked child."""
 import multiprocessing as mp
 import sys
 
@@ -61,6 +63,25 @@ if __name__ == "__main__":
     plain = len(sys.argv) > 1 and sys.argv[1] == "--plain"
     if plain:
         del sys.argv[1]
+    if len(sys.argv) > 1 and sys.argv[1] == "--types":
+        del sys.argv[1]
+        import types
+        for cls in (Scale, Shift, Clip, Pipeline, Items):
+            print(f"type {id(cls):#x} {cls.__name__}", flush=True)
+        # not types.CellType.__name__: reading the static type's tp_name would bring in the very page whose absence
+        # from the process the test is about
+        print(f"type {id(types.CellType):#x} cell", flush=True)
+        import os
+        pid = os.fork()  # as a DataLoader worker: the child's page tables start without the binary's read-only data
+        if pid == 0:
+            d = Items()
+            for i in range(int(sys.argv[1])):
+                d[i]
+            os._exit(0)
+        assert os.waitpid(pid, 0)[1] == 0
+        import time
+        time.sleep(1)  # alive, as a worker's parent is: where the tracer reads what the exited child described
+        sys.exit(0)
     if len(sys.argv) > 2 and sys.argv[1] == "--loop":
         import time
         d = Items()

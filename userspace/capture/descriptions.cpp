@@ -1,0 +1,83 @@
+#include "descriptions.h"
+
+#include <cstring>
+
+#include "target/remote_memory.h"
+
+namespace lotus::capture {
+
+namespace {
+
+void complete_type(lotus_type_info& t, int pid, const lotus_py_layout& layout)
+{
+    if (t.unread & 1) {
+        auto name = target::read_remote_ptr(pid, t.type + layout.type_name);
+        if (name && target::read_remote_cstr(pid, *name, t.name, sizeof(t.name)) && t.name[0])
+            t.unread &= ~1;
+    }
+    uint64_t base = t.type;
+    bool known = true; // the chain's links so far were read
+    for (int i = 0; i < LOTUS_BASES; i++) {
+        if (known && base) {
+            auto next = target::read_remote_ptr(pid, base + layout.type_base);
+            known = next.has_value();
+            base = next.value_or(0);
+        }
+        uint8_t bit = static_cast<uint8_t>(2 << i);
+        if (!(t.unread & bit) || !known)
+            continue;
+        auto name = base ? target::read_remote_ptr(pid, base + layout.type_name) : std::nullopt;
+        if (!base || (name && target::read_remote_cstr(pid, *name, t.bases[i], LOTUS_BASE_LEN) && t.bases[i][0]))
+            t.unread &= ~bit; // named, or past the chain's end (object): nothing to name
+    }
+}
+
+void complete_code(lotus_code_info& c, int pid, const lotus_py_layout& layout)
+{
+    auto fill = [&](int64_t offset, uint8_t& kind, char* buf, size_t size) {
+        if (kind != 0xff)
+            return;
+        if (auto str = target::read_remote_ptr(pid, c.code + offset))
+            kind = target::read_remote_unicode(pid, *str, layout, buf, size);
+    };
+    fill(layout.code_name, c.name_kind, c.name, sizeof(c.name));
+    fill(layout.code_filename, c.file_kind, c.file, sizeof(c.file));
+}
+
+bool complete(const void* data)
+{
+    auto* h = static_cast<const lotus_event_header*>(data);
+    if (h->type == LOTUS_EV_TYPE)
+        return !static_cast<const lotus_type_info*>(data)->unread;
+    auto* c = static_cast<const lotus_code_info*>(data);
+    return c->name_kind != 0xff && c->file_kind != 0xff;
+}
+
+} // namespace
+
+bool incomplete_description(const void* data, size_t len)
+{
+    auto* h = static_cast<const lotus_event_header*>(data);
+    if (len < sizeof(*h))
+        return false;
+    if (h->type == LOTUS_EV_TYPE)
+        return len >= sizeof(lotus_type_info) && !complete(data);
+    return h->type == LOTUS_EV_CODE && len >= sizeof(lotus_code_info) && !complete(data);
+}
+
+std::vector<char> complete_description(const void* data, size_t len, const std::vector<uint32_t>& pids,
+                                       const lotus_py_layout& layout)
+{
+    std::vector<char> copy(static_cast<const char*>(data), static_cast<const char*>(data) + len);
+    for (uint32_t pid : pids) {
+        if (complete(copy.data()))
+            break;
+        if (reinterpret_cast<lotus_event_header*>(copy.data())->type == LOTUS_EV_TYPE)
+            complete_type(*reinterpret_cast<lotus_type_info*>(copy.data()), static_cast<int>(pid), layout);
+        else
+            complete_code(*reinterpret_cast<lotus_code_info*>(copy.data()), static_cast<int>(pid), layout);
+    }
+    return copy;
+}
+
+} // namespace lotus::capture
