@@ -211,6 +211,56 @@ def flows(trace):
     return pairs, broken
 
 
+def assert_two_views(test, trace, images, batch, ops, summary_path):
+    """transform=TwoViews(Compose): each item runs the same pipeline twice. One sample an item, holding both runs'
+    ops, with one loader; the next item's runs (the same object again) are its own."""
+    samples = spans(trace, "sample")
+    test.assertEqual(len(samples), images)
+    test.assertEqual(len(spans(trace, "loader")), images)
+    test.assertEqual(Counter(op["name"] for op in spans(trace, "op")), Counter({op: 2 * images for op in ops}))
+    per_sample = Counter(op["args"]["sample_id"] for op in spans(trace, "op"))
+    test.assertEqual(set(per_sample.values()), {2 * len(ops)})
+    test.assertEqual({b["args"]["samples"] for b in spans(trace, "batch")}, {batch})
+    with open(summary_path) as f:
+        test.assertEqual(json.load(f)["ops"]["sample"]["count"], images)
+
+
+def assert_retried_items(test, trace, retry_log, images, batch, before, after):
+    """The workload's Flaky transform raises now and then; the dataset's __getitem__ catches it and runs the
+    pipeline again (for item 0), logging PID INDEX RETRIES. One sample an item, holding the failed runs' ops and the
+    retry's; one loader an item. `before`: an op that runs before Flaky, `after` one that runs only past it."""
+    items = read_lines(retry_log)
+    test.assertEqual(len(items), images)
+    retries = sum(int(r) for _, _, r in items)
+    test.assertGreater(retries, images // 8, "too few failures: nothing tested")
+    test.assertEqual(len(spans(trace, "sample")), images)
+    test.assertEqual(len(spans(trace, "loader")), images)
+    ops = Counter(op["name"] for op in spans(trace, "op"))
+    test.assertEqual(ops["Flaky"], images + retries)  # every run, the failed ones too
+    test.assertEqual(ops[before], images + retries)
+    test.assertEqual(ops[after], images)  # only the runs that got past Flaky
+    test.assertEqual({b["args"]["samples"] for b in spans(trace, "batch")}, {batch})
+    per_sample = Counter(op["args"]["sample_id"] for op in spans(trace, "op") if op["name"] == "Flaky")
+    by_index = Counter()
+    for s in spans(trace, "sample"):
+        by_index[s["args"]["sample"]] += per_sample[s["args"]["sample_id"]] - 1
+    test.assertEqual(+by_index, +Counter({int(i): int(r) for _, i, r in items}))
+
+
+def assert_waits_match(test, trace, wait_log, slack_us=500.0, outliers=0):
+    """Every wait is its next()'s batch (the workload's wait log: epoch, batch, ns), and lasted as long as the
+    in-process timer around the call says, to 10 % or slack_us. The timer encloses the call, so no wait may be
+    longer; at most `outliers` may be shorter by more (the timer also counts the loop's own lines around the call,
+    where the kernel may have preempted it: on 2 busy CPUs for a slice of a few ms)."""
+    measured = {(int(l[0]), int(l[1])): int(l[2]) / 1000.0 for l in read_lines(wait_log)}
+    traced = {(w["args"]["epoch"], w["args"]["batch"]): w["dur"] for w in spans(trace, "wait")}
+    test.assertEqual(set(measured), set(traced))
+    apart = [(k, traced[k], measured[k]) for k in measured
+             if abs(traced[k] - measured[k]) > max(0.10 * measured[k], slack_us)]
+    test.assertEqual([a for a in apart if a[1] > a[2]], [], "wait spans longer than in-process next() (us)")
+    test.assertLessEqual(len(apart), outliers, f"wait spans vs in-process next() (us): {apart}")
+
+
 def assert_dataloader_exact(test, data, trace, epochs, workers, images, batch, ops, stdout, summary_path,
                             py=PY, loader=0):
     """One DataLoader over `images` JPEGs in batches of `batch`, for `epochs` epochs with `workers` workers: every

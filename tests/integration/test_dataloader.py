@@ -7,7 +7,8 @@ import subprocess
 import unittest
 from collections import Counter
 
-from harness import (OPS, PIN_THREAD_SLACK_US, PY, WORKLOAD, BpfTestCase, assert_containers, assert_dataloader_exact, assert_nested, dataset,
+from harness import (OPS, PIN_THREAD_SLACK_US, PY, WORKLOAD, BpfTestCase, assert_containers, assert_dataloader_exact, assert_nested,
+                     assert_retried_items, assert_two_views, assert_waits_match, dataset,
                      image_paths, load_trace, read_lines, run_lotus, spans)
 
 IMAGES, BATCH = 256, 32
@@ -102,15 +103,7 @@ class DataLoaderSemantics(BpfTestCase):
                 self.assertEqual(trace["otherData"]["syscall_programs"], programs)
 
     def waits_match_in_process_next(self, trace, slack_us=500.0, outliers=0):
-        """Every wait is its next()'s batch, and lasted as long as the in-process timer around the call says, to 10 %
-        or slack_us; at most `outliers` waits further apart (the timer also counts the loop's own lines around the
-        call, where the kernel may have preempted it: on 2 busy CPUs for a slice of a few ms)."""
-        measured = {(int(l[0]), int(l[1])): int(l[2]) / 1000.0 for l in read_lines(self.wait_log)}
-        traced = {(w["args"]["epoch"], w["args"]["batch"]): w["dur"] for w in spans(trace, "wait")}
-        self.assertEqual(set(measured), set(traced))
-        bad = [(k, traced[k], measured[k]) for k in measured
-               if abs(traced[k] - measured[k]) > max(0.10 * measured[k], slack_us)]
-        self.assertLessEqual(len(bad), outliers, f"wait spans vs in-process next() (us): {bad}")
+        assert_waits_match(self, trace, self.wait_log, slack_us, outliers)
 
     def test_wait_times_match_in_process_next(self):
         data, trace = self.trace_job()
@@ -142,49 +135,24 @@ class DataLoaderSemantics(BpfTestCase):
         self.assertEqual(ends, sorted(op["ts"] + op["dur"] for op in spans(trace, "op") if op["name"] == "Relabel"))
 
     def test_two_views_of_each_item_are_one_sample(self):
-        """transform=TwoViews(Compose): each item runs the same pipeline twice (contrastive learning). One sample an
-        item, holding both runs' ops, with one loader; the next item's runs (the same object again) are its own."""
+        """transform=TwoViews(Compose): each item runs the same pipeline twice (contrastive learning)."""
         data, trace = self.trace_job("--two-views", epochs=1)
-        samples = spans(trace, "sample")
-        self.assertEqual(len(samples), IMAGES)
-        self.assertEqual(len(spans(trace, "loader")), IMAGES)
-        self.assertEqual(Counter(op["name"] for op in spans(trace, "op")), Counter({op: 2 * IMAGES for op in OPS}))
-        per_sample = Counter(op["args"]["sample_id"] for op in spans(trace, "op"))
-        self.assertEqual(set(per_sample.values()), {2 * len(OPS)})
-        self.assertEqual({b["args"]["samples"] for b in spans(trace, "batch")}, {BATCH})
-        with open(self.summary) as f:
-            self.assertEqual(json.load(f)["ops"]["sample"]["count"], IMAGES)
+        assert_two_views(self, trace, IMAGES, BATCH, OPS, self.summary)
 
     def test_an_item_retried_after_its_pipeline_raised_is_one_sample(self):
-        """A transform raises now and then; the dataset's __getitem__ catches it and runs the pipeline again (for
-        item 0). One sample an item, holding the failed run's ops and the retry's; one loader an item."""
+        """A transform raises now and then; the dataset's __getitem__ catches it and runs the pipeline again."""
         log = self.path("retries.log")
         data, trace = self.trace_job("--flaky", log, epochs=1)
-        items = read_lines(log)
-        self.assertEqual(len(items), IMAGES)
-        retries = sum(int(r) for _, _, r in items)
-        self.assertGreater(retries, IMAGES // 8, "too few failures: nothing tested")
-        self.assertEqual(len(spans(trace, "sample")), IMAGES)
-        self.assertEqual(len(spans(trace, "loader")), IMAGES)
-        ops = Counter(op["name"] for op in spans(trace, "op"))
-        self.assertEqual(ops["Flaky"], IMAGES + retries)          # every run, the failed ones too
-        self.assertEqual(ops["RandomResizedCrop"], IMAGES + retries)
-        self.assertEqual(ops["ToTensor"], IMAGES)                # only the runs that got past Flaky
-        self.assertEqual({b["args"]["samples"] for b in spans(trace, "batch")}, {BATCH})
-        per_sample = Counter(op["args"]["sample_id"] for op in spans(trace, "op") if op["name"] == "Flaky")
-        by_index = Counter()
-        for s in spans(trace, "sample"):
-            by_index[s["args"]["sample"]] += per_sample[s["args"]["sample_id"]] - 1
-        self.assertEqual(+by_index, +Counter({int(i): int(r) for _, i, r in items}))
+        assert_retried_items(self, trace, log, IMAGES, BATCH, "RandomResizedCrop", "ToTensor")
 
     def test_no_batching(self):
         """DataLoader(batch_size=None): each task is one sample's index, not a list, and each 'batch' one sample,
         converted, not collated. Every sample is a batch of one, with its wait, arrow and delay."""
         data, trace = self.trace_job("--no-batching", epochs=1)
         assert_dataloader_exact(self, data, trace, 1, 2, IMAGES, 1, OPS, self.stdout, self.summary)
-        # (256 short waits on 2 CPUs the workers keep busy: the scheduler preempted the loop next to a call in 1 of
-        # them in one run, 1.6 ms)
-        self.waits_match_in_process_next(trace, outliers=IMAGES // 100)
+        # (256 short waits on 2 CPUs the workers keep busy: the scheduler preempted the loop next to a call in 1 to
+        # 3 of them in a run, 1.5-3.5 ms; none may be longer than its timer)
+        self.waits_match_in_process_next(trace, outliers=IMAGES // 50)
         self.assertIn("from a batch ready to its use", self.stdout)
 
     def test_persistent_workers_left_mid_epoch(self):

@@ -8,6 +8,7 @@ import subprocess
 import unittest
 
 from harness import (HERE, OPS, PIN_THREAD_SLACK_US, WORKLOAD, BpfTestCase, assert_containers, assert_dataloader_exact, assert_true_ids,
+                     assert_retried_items, assert_two_views, assert_waits_match,
                      dataset, kill_group, load_trace, read_lines, run_lotus, spans, start_lotus, wait_for_attach,
                      wait_for_file)
 
@@ -124,6 +125,34 @@ class ModernStack(BpfTestCase):
         data, trace, stdout, summary, logs = self.job("--v2", "--target-transform", epochs=1)
         self.exact(data, trace, stdout, summary, 1, 2, V2_OPS + ["Offset", "LabelTensor", "Relabel"])
 
+    def test_v2_two_views_of_each_item_are_one_sample(self):
+        data, trace, stdout, summary, logs = self.job("--v2", "--two-views", epochs=1)
+        assert_two_views(self, trace, IMAGES, BATCH, V2_OPS, summary)
+
+    def test_v2_an_item_retried_after_its_pipeline_raised_is_one_sample(self):
+        log = self.path("retries.log")
+        data, trace, stdout, summary, logs = self.job("--v2", "--flaky", log, epochs=1)
+        assert_retried_items(self, trace, log, IMAGES, BATCH, "RandomResizedCrop", "Normalize")
+
+    def test_v2_no_batching(self):
+        """DataLoader(batch_size=None): every sample a batch of one, with its wait, arrow and delay."""
+        data, trace, stdout, summary, logs = self.job("--v2", "--no-batching", epochs=1)
+        assert_dataloader_exact(self, data, trace, 1, 2, IMAGES, 1, V2_OPS, stdout, summary)
+        self.waits_match_in_process_next(trace, logs["waits"], outliers=IMAGES // 50)  # as test_dataloader's
+        self.assertIn("from a batch ready to its use", stdout)
+
+    def test_v2_persistent_workers_left_mid_epoch(self):
+        """The loop leaves every other epoch after 3 batches; the persistent iterator's next __iter__ drops what the
+        workers still sent of it (the loop itself, or torch's pin-memory thread). Every wait is its next()'s batch."""
+        batches = IMAGES // BATCH
+        for args in (), ("--pin-memory", "--pin-thread"):
+            with self.subTest(args=args):
+                data, trace, stdout, summary, logs = self.job("--v2", "--persistent", "--break-after", "3", *args,
+                                                              epochs=4)
+                self.waits_match_in_process_next(trace, logs["waits"], PIN_THREAD_SLACK_US if args else 500.0)
+                self.assertEqual(len(spans(trace, "wait")), 3 + batches + 3 + batches)
+                self.assertNotIn("as they arrived", stdout)
+
     def test_v2_container_transforms(self):
         data, trace, stdout, summary, logs = self.job("--v2", "--containers", epochs=1)
         assert_containers(self, trace, IMAGES, V2_OPS, summary)
@@ -220,14 +249,8 @@ class ModernStack(BpfTestCase):
         self.assertLess(max(lags), 20000, lags)  # us
         self.assertLess(sorted(lags)[len(lags) // 2], 3000, lags)
 
-    def waits_match_in_process_next(self, trace, wait_log, slack_us=500.0):
-        measured = {(int(l[0]), int(l[1])): int(l[2]) / 1000.0 for l in read_lines(wait_log)}
-        traced = {(w["args"]["epoch"], w["args"]["batch"]): w["dur"] for w in spans(trace, "wait")}
-        self.assertEqual(set(measured), set(traced))
-        bad = [(k, traced[k], measured[k]) for k in measured
-               if abs(traced[k] - measured[k]) > max(0.10 * measured[k], slack_us)]
-        self.assertEqual(bad, [], "wait spans vs in-process next() (us)")
-
+    def waits_match_in_process_next(self, trace, wait_log, slack_us=500.0, outliers=0):
+        assert_waits_match(self, trace, wait_log, slack_us, outliers)
 
 if __name__ == "__main__":
     unittest.main()

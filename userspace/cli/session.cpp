@@ -351,7 +351,10 @@ int run_session(const Options& opts)
                 // Processes alive now (DataLoader workers already running); later ones join through fork.
                 for (int d : target::descendants(root)) {
                     probe->trace_process(static_cast<uint32_t>(d), static_cast<uint32_t>(root));
-                    known(static_cast<uint32_t>(d), static_cast<uint32_t>(target::parent_pid(d).value_or(0)), false);
+                    auto parent = static_cast<uint32_t>(target::parent_pid(d).value_or(0));
+                    known(static_cast<uint32_t>(d), parent, false);
+                    if (parent) // (forks seen later tell theirs through their FORK records)
+                        engine_parents[static_cast<uint32_t>(d)] = parent;
                     rank_of(static_cast<uint32_t>(d));
                     interpreters.look_at(static_cast<uint32_t>(d), monotonic_ns());
                     initial++;

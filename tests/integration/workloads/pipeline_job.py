@@ -178,12 +178,17 @@ def read_and_decode(path):
 
 
 class LoggedCollate:
-    """default_collate, logging when each batch's collation ends (a worker's k-th line is its k-th batch)."""
+    """default_collate, logging when each batch's collation ends (a worker's k-th line is its k-th batch).
+    convert: batch_size=None, where torch calls it with each sample: default_convert, as DataLoader's own."""
 
-    def __init__(self, path):
-        self.path = path
+    def __init__(self, path, convert=False):
+        self.path, self.convert = path, convert
 
     def __call__(self, batch):
+        if self.convert:
+            out = torch.utils.data.default_convert(batch)
+            _append(self.path, f"{os.getpid()} 1 {time.monotonic_ns()}\n")
+            return out
         out = torch.utils.data.default_collate(batch)
         _append(self.path, f"{os.getpid()} {len(batch)} {time.monotonic_ns()}\n")
         return out
@@ -351,7 +356,7 @@ def main():
     if args.pin_thread:
         start_pin_thread()
     if args.collate_log:
-        extra["collate_fn"] = LoggedCollate(args.collate_log)
+        extra["collate_fn"] = LoggedCollate(args.collate_log, convert=args.no_batching)
     init = []
     if args.thread_log:
         name_thread("lotus-main", args.thread_log)
