@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import unittest
+from collections import Counter
 
 from harness import (HERE, OPS, PIN_THREAD_SLACK_US, WORKLOAD, BpfTestCase, assert_containers, assert_dataloader_exact, assert_true_ids,
                      assert_retried_items, assert_two_views, assert_waits_match,
@@ -16,6 +17,8 @@ ROOT = os.environ.get("LOTUS_MODERN_ROOT", "/var/cache/lotus-bpf/sid-root")
 IN_ROOT = os.path.join(HERE, "in_root.sh")
 V2_OPS = ["RandomResizedCrop", "RandomHorizontalFlip", "ToImage", "ToDtype", "Normalize"]
 IMAGES, BATCH = 256, 32
+DETECTION_OPS = ["ToImage", "RandomPhotometricDistort", "RandomZoomOut", "RandomHorizontalFlip", "SanitizeBoundingBoxes",
+                 "ToDtype"]  # workloads/detection_job.py
 
 
 def in_root(*argv):
@@ -152,6 +155,30 @@ class ModernStack(BpfTestCase):
                 self.waits_match_in_process_next(trace, logs["waits"], PIN_THREAD_SLACK_US if args else 500.0)
                 self.assertEqual(len(spans(trace, "wait")), 3 + batches + 3 + batches)
                 self.assertNotIn("as they arrived", stdout)
+
+    def test_v2_detection_joint_transforms(self):
+        """Detection: an image and its target dict (tv_tensors.BoundingBoxes) through one v2.Compose called with both,
+        batched by a collate_fn function. Every item one sample with its six ops, in the process and with the index
+        that made it, as long as the in-process timer around the pipeline call says."""
+        data, log, out = dataset(IMAGES), self.path("samples.log"), self.path("detection.json")
+        job = os.path.join(HERE, "workloads", "detection_job.py")
+        r = run_lotus(["-q", "-o", out, "--", *in_root("python3", job, data, log, "--batch-size", "8")])
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertIn(f"detection_job: {IMAGES} samples", r.stdout)
+        trace = load_trace(out)
+        self.assertEqual(trace["otherData"]["lost_events"], 0)
+        measured = {(int(p), int(i)): (int(b) - int(a)) / 1000.0 for p, i, a, b in read_lines(log)}
+        traced = {(s["pid"], s["args"]["sample"]): s["dur"] for s in spans(trace, "sample")}
+        self.assertEqual(len(measured), IMAGES)
+        self.assertEqual(set(traced), set(measured))
+        apart = [(k, traced[k], measured[k]) for k in measured
+                 if traced[k] > measured[k] + 50 or traced[k] < measured[k] - max(0.05 * measured[k], 200)]
+        self.assertLessEqual(len(apart), IMAGES // 100, apart)  # (the timer's own preemption, as for the waits)
+        ops = spans(trace, "op")
+        self.assertEqual(Counter(o["name"] for o in ops), Counter({name: IMAGES for name in DETECTION_OPS}))
+        self.assertEqual(set(Counter(o["args"]["sample_id"] for o in ops).values()), {len(DETECTION_OPS)})
+        self.assertEqual([b["args"]["samples"] for b in spans(trace, "batch")], [8] * (IMAGES // 8))
+        self.assertEqual(len(spans(trace, "wait")), IMAGES // 8)
 
     def test_v2_container_transforms(self):
         data, trace, stdout, summary, logs = self.job("--v2", "--containers", epochs=1)
