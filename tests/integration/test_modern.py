@@ -19,6 +19,7 @@ V2_OPS = ["RandomResizedCrop", "RandomHorizontalFlip", "ToImage", "ToDtype", "No
 IMAGES, BATCH = 256, 32
 DETECTION_OPS = ["ToImage", "RandomPhotometricDistort", "RandomZoomOut", "RandomHorizontalFlip", "SanitizeBoundingBoxes",
                  "ToDtype"]  # workloads/detection_job.py
+GETITEMS_OPS = ["RandomResizedCrop", "ToImage", "ToDtype"]  # workloads/getitems_job.py
 
 
 def in_root(*argv):
@@ -179,6 +180,32 @@ class ModernStack(BpfTestCase):
         self.assertEqual(set(Counter(o["args"]["sample_id"] for o in ops).values()), {len(DETECTION_OPS)})
         self.assertEqual([b["args"]["samples"] for b in spans(trace, "batch")], [8] * (IMAGES // 8))
         self.assertEqual(len(spans(trace, "wait")), IMAGES // 8)
+
+    def test_getitems_samples_carry_no_index(self):
+        """A dataset with __getitems__: the fetcher hands it a batch's indices at once, and no __getitem__ is above
+        its pipeline calls. Every sample is there, with its ops, as long as the in-process timer says, in its
+        worker's order; none carries an index, for none can be read."""
+        data, log, out = dataset(IMAGES), self.path("samples.log"), self.path("getitems.json")
+        job = os.path.join(HERE, "workloads", "getitems_job.py")
+        r = run_lotus(["-q", "-o", out, "--", *in_root("python3", job, data, log)])
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertIn(f"getitems_job: {IMAGES} samples", r.stdout)
+        trace = load_trace(out)
+        self.assertEqual(trace["otherData"]["lost_events"], 0)
+        samples = spans(trace, "sample")
+        self.assertEqual([s for s in samples if "sample" in s["args"]], [])
+        measured, traced = {}, {}
+        for pid, i, a, b in read_lines(log):
+            measured.setdefault(int(pid), []).append((int(b) - int(a)) / 1000.0)
+        for s in sorted(samples, key=lambda s: s["ts"]):
+            traced.setdefault(s["pid"], []).append(s["dur"])
+        self.assertEqual({p: len(d) for p, d in traced.items()}, {p: len(d) for p, d in measured.items()})
+        apart = [(p, k, t, m) for p in measured for k, (t, m) in enumerate(zip(traced[p], measured[p]))
+                 if t > m + 50 or t < m - max(0.05 * m, 200)]
+        self.assertLessEqual(len(apart), IMAGES // 100, apart)
+        self.assertEqual(Counter(o["name"] for o in spans(trace, "op")), Counter({op: IMAGES for op in GETITEMS_OPS}))
+        self.assertEqual(len(spans(trace, "loader")), IMAGES)
+        self.assertEqual([b["args"]["samples"] for b in spans(trace, "batch")], [16] * (IMAGES // 16))
 
     def test_v2_container_transforms(self):
         data, trace, stdout, summary, logs = self.job("--v2", "--containers", epochs=1)
