@@ -147,15 +147,14 @@ class ModernStack(BpfTestCase):
 
     def test_v2_persistent_workers_left_mid_epoch(self):
         """The loop leaves every other epoch after 3 batches; the persistent iterator's next __iter__ drops what the
-        workers still sent of it (the loop itself, or torch's pin-memory thread). Every wait is its next()'s batch."""
-        batches = IMAGES // BATCH
-        for args in (), ("--pin-memory", "--pin-thread"):
-            with self.subTest(args=args):
-                data, trace, stdout, summary, logs = self.job("--v2", "--persistent", "--break-after", "3", *args,
-                                                              epochs=4)
-                self.waits_match_in_process_next(trace, logs["waits"], PIN_THREAD_SLACK_US if args else 500.0)
-                self.assertEqual(len(spans(trace, "wait")), 3 + batches + 3 + batches)
-                self.assertNotIn("as they arrived", stdout)
+        workers still sent of it, here through torch's pin-memory thread, which relays the new epoch's batches (the
+        loop's own drain, without it, is tested on torch 1.13 by test_dataloader: left out here for CI time).
+        Every wait is its next()'s batch."""
+        data, trace, stdout, summary, logs = self.job("--v2", "--persistent", "--break-after", "3", "--pin-memory",
+                                                      "--pin-thread", epochs=4)
+        self.waits_match_in_process_next(trace, logs["waits"], PIN_THREAD_SLACK_US)
+        self.assertEqual(len(spans(trace, "wait")), 2 * (3 + IMAGES // BATCH))
+        self.assertNotIn("as they arrived", stdout)
 
     def test_v2_detection_joint_transforms(self):
         """Detection: an image and its target dict (tv_tensors.BoundingBoxes) through one v2.Compose called with both,
