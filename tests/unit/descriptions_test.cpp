@@ -41,6 +41,7 @@ lotus_py_layout fake_layout()
     l.unicode_kind_shift = 2;
     l.unicode_ascii_data = offsetof(FakeStr, text);
     l.unicode_compact_data = offsetof(FakeStr, text);
+    l.object_type = 0; // (the fake code object's first word)
     l.code_name = 8;
     l.code_filename = 16;
     return l;
@@ -134,7 +135,9 @@ TEST(Descriptions, ACodeObjectsUnreadNamesAreReadAsStrObjects)
     file.length = 2;
     file.state = 1u << 2; // kind 1, not ASCII: "\xe9t" as latin-1 bytes
     memcpy(file.text, "\xe9t", 2);
-    uint64_t code[3] = {0, reinterpret_cast<uint64_t>(&qualname), reinterpret_cast<uint64_t>(&file)};
+    FakeType code_type{1, "code", nullptr};
+    uint64_t code[3] = {reinterpret_cast<uint64_t>(&code_type), reinterpret_cast<uint64_t>(&qualname),
+                        reinterpret_cast<uint64_t>(&file)};
     lotus_code_info c{};
     c.h.type = LOTUS_EV_CODE;
     c.code = reinterpret_cast<uint64_t>(code);
@@ -149,6 +152,13 @@ TEST(Descriptions, ACodeObjectsUnreadNamesAreReadAsStrObjects)
     EXPECT_EQ(r.file_kind, 1);
     EXPECT_EQ(std::string(r.file, 2), "\xe9t");
     EXPECT_FALSE(capture::incomplete_description(&r, sizeof(r)));
+    // the same fields on an object that is not code (a frame's executable may be None): left unread
+    FakeType none_type{1, "NoneType", nullptr};
+    code[0] = reinterpret_cast<uint64_t>(&none_type);
+    out = capture::complete_description(&c, sizeof(c), {static_cast<uint32_t>(getpid())}, fake_layout());
+    memcpy(&r, out.data(), sizeof(r));
+    EXPECT_EQ(r.name_kind, 0xff);
+    EXPECT_EQ(r.file_kind, 0xff);
 }
 
 TEST(Descriptions, OtherRecordsAndCompleteOnesAreLeftAlone)

@@ -1,6 +1,7 @@
 #include "descriptions.h"
 
 #include <cstring>
+#include <string_view>
 
 #include "target/remote_memory.h"
 
@@ -32,8 +33,19 @@ void complete_type(lotus_type_info& t, int pid, const lotus_py_layout& layout)
     }
 }
 
+// Whether obj is a code object: a frame's executable that is not one (None, on 3.13+) is never named as code.
+bool is_code(int pid, uint64_t obj, const lotus_py_layout& layout)
+{
+    char name[8] = {};
+    auto type = target::read_remote_ptr(pid, obj + layout.object_type);
+    auto tp_name = type ? target::read_remote_ptr(pid, *type + layout.type_name) : std::nullopt;
+    return tp_name && target::read_remote_cstr(pid, *tp_name, name, sizeof(name)) && std::string_view(name) == "code";
+}
+
 void complete_code(lotus_code_info& c, int pid, const lotus_py_layout& layout)
 {
+    if (!is_code(pid, c.code, layout))
+        return;
     auto fill = [&](int64_t offset, uint8_t& kind, char* buf, size_t size) {
         if (kind != 0xff)
             return;
