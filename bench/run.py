@@ -353,6 +353,25 @@ PY312 = "/root/.pyenv/versions/3.12.1/bin/python3.12"
 PY311 = "/root/.pyenv/versions/3.11.7/bin/python3.11"
 
 
+def model_forward(repeats, n=10):
+    """bench/forward.py (ResNet-50's forward, n of them a timing) untraced and launched under lotus-bpf in turn:
+    per run (module calls a forward, ms a forward); the untraced runs and the traced ones."""
+    def run(traced):
+        cmd = [PY, os.path.join(ROOT, "bench", "forward.py"), str(n)]
+        if traced:
+            cmd = [LOTUS, "-q", "-o", os.devnull, "--", *cmd]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        m = re.search(r"module_calls (\d+) ms_per_forward ([0-9.]+)", out)
+        if not m:
+            raise RuntimeError(f"bench: forward.py printed no timing ({' '.join(cmd)})")
+        return int(m.group(1)), float(m.group(2))
+    untraced, traced = [], []
+    for _ in range(repeats):
+        untraced.append(run(False))
+        traced.append(run(True))
+    return untraced, traced
+
+
 def pure_wall(mode, n, py=PY312):
     """Wall time of the pure-Python pipeline workload: untraced, default, or --all-calls."""
     cmd = [py, PURE, "--plain", str(n)]
@@ -469,6 +488,7 @@ def main():
         beside_net = unrelated(max(args.repeats, 5), {"sockets": UNRELATED["sockets"]}, extra=["--net"])["sockets"]
         beside_per_cpu = unrelated(max(args.repeats, 5), syscalls_only, env={"LOTUS_PER_CPU_SAMPLING": "1"},
                                    extra=NATIVE + ["--sample-freq", "999"])["syscalls"]
+        fwd_untraced, fwd_traced = model_forward(args.repeats)
         pure = {"untraced": [], "default": [], "all-calls": []}
         pure311 = {"untraced": [], "all-calls": []}
         if os.access(PY312, os.X_OK):
@@ -615,6 +635,14 @@ def main():
          f"{record_bytes / 1e6:.1f} MB incl. startup (code objects of every import)"),
         ("export throughput (events/s)", f"{export_eps:.0f}", f"lotus-bpf export of the flood's record file ({cap[0]} events) -> Chrome JSON"),
     ]
+    fu, ft = statistics.median(r[1] for r in fwd_untraced), statistics.median(r[1] for r in fwd_traced)
+    module_calls = fwd_untraced[0][0]
+    rows.append(("a model's forward in the traced process (ms more)", f"{ft - fu:+.2f}",
+                 f"bench/forward.py: ResNet-50, one thread, a 16x16 input: {fu:.2f} ms a forward untraced, {ft:.2f} "
+                 f"ms under lotus-bpf ({100 * (ft / fu - 1):+.1f} %, "
+                 f"{pairs([r[1] for r in fwd_traced], [r[1] for r in fwd_untraced])}), median of {args.repeats} "
+                 f"interleaved; {module_calls} module calls a forward, {1000 * (ft - fu) / module_calls:+.1f} us "
+                 f"each: every call of an object traps in a traced process, the training loop's own too"))
     holds = [i["held_children"] for i in infos if i.get("held_children", {}).get("count")]
     if holds:  # per-process probes (6.13+): each new worker waits for its own
         rows.append(("DataLoader worker held at its fork (ms)",
