@@ -11,6 +11,27 @@ struct {
     __type(value, struct lotus_py_entry);
 } lotus_entry_scratch SEC(".maps");
 
+/* Frame heads read during an entry's walks, per CPU, off the BPF stack: with them on it, the deepest call chain
+ * (a slot entry's program, role_of, read_unicode) took 544 bytes where a kernel gives these programs no private
+ * stack, and the verifier refused it (512 at most). */
+struct head_scratch {
+    struct frame_head outer; /* emit_entry: the frame a comprehension's scope belongs to */
+    struct frame_head chain; /* emit_entry: the callers described */
+    struct frame_head walk;  /* walk_captures */
+};
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct head_scratch);
+} lotus_head_scratch SEC(".maps");
+
+static __always_inline struct head_scratch *head_scratch(void)
+{
+    __u32 zero = 0;
+    return bpf_map_lookup_elem(&lotus_head_scratch, &zero);
+}
+
 /* Reports the locals `slots` (packed as capture_slots_of returns them) of frame f running code c. Returns
  * how many it added. */
 static __always_inline __u32 capture_locals(struct thread_state *ts, struct lotus_py_entry *e, __u64 c, __u64 f,
@@ -41,15 +62,18 @@ static __always_inline __u32 capture_locals(struct thread_state *ts, struct lotu
 static __always_inline void walk_captures(struct thread_state *ts, struct lotus_py_entry *e, __u32 space,
                                           __u32 tgid, __u64 f, int describe_from)
 {
-    struct frame_head h;
+    struct head_scratch *hs = head_scratch();
+    if (!hs)
+        return;
+    struct frame_head *h = &hs->walk;
     for (int i = 0; i < LOTUS_WALK_MAX && f; i++) {
-        if (!read_head(f, &h))
+        if (!read_head(f, h))
             break;
-        if (h.shim) { /* a C call's entry frame: its code is None (3.13+) or the interpreter's trampoline */
-            f = h.previous;
+        if (h->shim) { /* a C call's entry frame: its code is None (3.13+) or the interpreter's trampoline */
+            f = h->previous;
             continue;
         }
-        __u64 c = h.code;
+        __u64 c = h->code;
         if (i >= describe_from)
             role_of(space, tgid, c);
         __s32 slots = capture_slots_of(space, tgid, c);
@@ -58,7 +82,7 @@ static __always_inline void walk_captures(struct thread_state *ts, struct lotus_
             ts->capture_code = c;
             ts->capture_slots = slots;
         }
-        f = h.previous;
+        f = h->previous;
     }
 }
 
@@ -84,14 +108,17 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
     __u64 self_type = 0, caller_type = 0;
     bool self_pipeline = (flags & LOTUS_ROLE_SELF_PIPELINE) && may_be_pipeline(ts, space, tgid, self_obj, &self_type);
     /* A call made from a comprehension or generator expression is judged by the frame the scope belongs to. */
-    struct frame_head outer;
+    struct head_scratch *hs = head_scratch();
+    if (!hs)
+        return 0;
+    struct frame_head *outer = &hs->outer;
     const struct frame_head *jh = ch;
     __u64 judge = caller;
     __u32 jflags = cflags;
-    if ((cflags & LOTUS_ROLE_SCOPE) && read_head(ch->previous, &outer)) {
-        jh = &outer;
+    if ((cflags & LOTUS_ROLE_SCOPE) && read_head(ch->previous, outer)) {
+        jh = outer;
         judge = ch->previous;
-        jflags = role_of(space, tgid, outer.code);
+        jflags = role_of(space, tgid, outer->code);
     }
     bool caller_pipeline = (jflags & LOTUS_ROLE_PIPELINE) ||
                            ((jflags & LOTUS_ROLE_SELF_PIPELINE) &&
@@ -135,24 +162,25 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
                 self_pipeline || !(cflags & LOTUS_ROLE_CLASSIFIED) || (cflags & LOTUS_ROLE_EMIT_CALLEES);
     __u32 chain_max = deep ? LOTUS_CHAIN_LEN : 1;
     __u64 f = caller;
-    struct frame_head h = *ch;
+    struct frame_head *h = &hs->chain;
+    *h = *ch;
     for (int i = 0; i < LOTUS_CHAIN_LEN && i < chain_max; i++) {
-        if (i > 0 && read_head(f, &h) && h.shim) {
-            f = h.previous;
-            read_head(f, &h);
+        if (i > 0 && read_head(f, h) && h->shim) {
+            f = h->previous;
+            read_head(f, h);
         }
         if (!f)
             break;
-        __u64 c = h.code;
+        __u64 c = h->code;
         __u32 role = i == 0 ? cflags : role_of(space, tgid, c);
         e->chain_code[i] = c;
         if (role & FROM_OWN)
             e->own |= LOTUS_OWN_CHAIN(i);
         /* Only a __getitem__'s first argument is wanted (or one that may turn out to be a __getitem__'s). */
         bool arg1 = deep && (!(role & LOTUS_ROLE_CLASSIFIED) || (role & LOTUS_ROLE_ARG1));
-        e->chain_arg1[i] = arg1 ? int_value(ts, head_local(&h, f, 1)) : LOTUS_NO_VALUE;
+        e->chain_arg1[i] = arg1 ? int_value(ts, head_local(h, f, 1)) : LOTUS_NO_VALUE;
         e->chain_len = i + 1;
-        f = h.previous;
+        f = h->previous;
     }
     /* Pipelines, callees of EMIT_CALLEES code and code not classified yet, or called by code not classified
      * yet, look further up for locals such as a DataLoader worker's id and batch index. (A spawned worker's

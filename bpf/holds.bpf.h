@@ -2,7 +2,9 @@
 /* Per-process Python probes: they are attached to each traced process (a uprobe_multi link with its pid), so
  * that no other process running the same interpreter ever traps. A traced process's new child gets its own
  * link from user space, after the fork: until then it is held, stopped by a SIGSTOP that is pending before it
- * first runs; user space continues it (SIGCONT) once its probes are in place, and on every exit path. */
+ * first runs; user space continues it (SIGCONT) once its probes are in place, and on every exit path. No hold
+ * depends on the tracer's progress: a guardian process continues every held child after a deadline, or at once
+ * when the tracer is gone, and no child is held while the tracer or the guardian is stopped or exiting. */
 #ifndef __LOTUS_HOLDS_BPF_H
 #define __LOTUS_HOLDS_BPF_H
 
@@ -25,23 +27,80 @@ struct {
 /* Children held so far. User space reads it from the mapped .bss, no syscall: it walks lotus_held only when this
  * moved since its last walk began (each hold counts after its entry is in the map). */
 __u64 held_total = 0;
+/* Children of traced processes not held, by reason (LOTUS_UNHELD_*). */
+__u64 unheld[LOTUS_UNHELD_REASONS] = {};
+/* Who bounds a hold: the tracer attaches the child's probes and continues it; the guardian continues it after
+ * its deadline, or once the tracer is gone. Set by user space before the hold program is attached. */
+__u32 tracer_tgid = 0;
+__u32 guardian_tgid = 0;
+/* Tests only (LOTUS_TEST_HOLD_WHILE_STOPPED): hold while the tracer is stopped, which makes a hold certain. */
+const volatile bool hold_while_tracer_stopped = false;
 
-/* Runs beside on_fork; keyed on the parent, so their order does not matter. */
+extern struct task_struct *bpf_task_from_pid(s32 pid) __ksym __weak;
+extern void bpf_task_release(struct task_struct *p) __ksym __weak;
+
+#define LOTUS_PF_EXITING 0x4          /* task->flags */
+#define LOTUS_SIGNAL_STOP_STOPPED 0x1 /* signal->flags: its group stop is complete */
+#define LOTUS_SIGNAL_GROUP_EXIT 0x4   /* signal->flags: a fatal signal was delivered (set before it exits) */
+#define LOTUS_TASK_STOPPED 0x4        /* task->__state: stopped by a signal... */
+#define LOTUS_TASK_TRACED 0x8         /* ...or by a debugger */
+
+/* Whether process `tgid` is alive and running: not exiting (SIGKILL, OOM kill, a crash), not stopped. Its
+ * leader is looked at: the one that runs lotus-bpf's loop. */
+static __always_inline bool running(__u32 tgid, bool stopped_ok)
+{
+    if (!tgid)
+        return false;
+    struct task_struct *t = bpf_task_from_pid((s32)tgid);
+    if (!t)
+        return false;
+    __u32 signal_flags = BPF_CORE_READ(t, signal, flags);
+    bool ok = !(t->flags & LOTUS_PF_EXITING) && !(signal_flags & LOTUS_SIGNAL_GROUP_EXIT) &&
+              (stopped_ok || (!(t->__state & (LOTUS_TASK_STOPPED | LOTUS_TASK_TRACED)) &&
+                              !(signal_flags & LOTUS_SIGNAL_STOP_STOPPED)));
+    bpf_task_release(t);
+    return ok;
+}
+
+static __always_inline void count_unheld(__u32 reason)
+{
+    if (reason < LOTUS_UNHELD_REASONS)
+        __sync_fetch_and_add(&unheld[reason], 1);
+}
+
+/* Runs beside on_fork; keyed on the parent, so their order does not matter. A child is held only while both the
+ * tracer (to attach its probes) and the guardian (to bound the hold) are running, and only if it does not share
+ * its parent's memory: a vfork or posix_spawn child execs at once, and its parent waits for that exec. A child
+ * not held still gets an entry, without LOTUS_HOLD_STOPPED: user space attaches its probes as soon as it can. */
 static __always_inline void hold_child(struct task_struct *parent, struct task_struct *child)
 {
     __u32 ptgid = BPF_CORE_READ(parent, tgid);
     __u32 ctgid = BPF_CORE_READ(child, tgid);
     if (ptgid == ctgid || !bpf_map_lookup_elem(&lotus_traced, &ptgid))
         return;
+    struct lotus_hold hold = {.since_ns = bpf_ktime_get_ns(), .parent_tgid = ptgid};
+    __s32 reason = -1;
+    if (BPF_CORE_READ(child, mm) == BPF_CORE_READ(parent, mm)) {
+        reason = LOTUS_UNHELD_SHARED_MM;
+        hold.flags = LOTUS_HOLD_SHARED_MM;
+    }
+    else if (!running(tracer_tgid, hold_while_tracer_stopped))
+        reason = LOTUS_UNHELD_TRACER;
+    else if (!running(guardian_tgid, false))
+        reason = LOTUS_UNHELD_GUARDIAN;
     /* The stop is pending before the child is in the map: a release user space makes (SIGCONT, which discards a
      * pending stop) always comes after it. */
-    if (bpf_send_signal_task(child, LOTUS_SIGSTOP, PIDTYPE_TGID, 0))
-        return; /* not held: its first calls may be missed, never stopped for good */
-    struct lotus_hold hold = {.since_ns = bpf_ktime_get_ns(), .parent_tgid = ptgid};
+    else if (bpf_send_signal_task(child, LOTUS_SIGSTOP, PIDTYPE_TGID, 0))
+        reason = LOTUS_UNHELD_SIGNAL; /* its first calls may be missed, never stopped for good */
+    else
+        hold.flags = LOTUS_HOLD_STOPPED;
     if (bpf_map_update_elem(&lotus_held, &ctgid, &hold, BPF_ANY)) {
-        bpf_send_signal_task(child, LOTUS_SIGCONT, PIDTYPE_TGID, 0);
-        return;
+        if (hold.flags & LOTUS_HOLD_STOPPED)
+            bpf_send_signal_task(child, LOTUS_SIGCONT, PIDTYPE_TGID, 0);
+        reason = LOTUS_UNHELD_MAP;
     }
+    if (reason >= 0)
+        count_unheld((__u32)reason);
     __sync_fetch_and_add(&held_total, 1);
     /* Wake user space now (the side ring is read before the main one); it reads lotus_held, not this record. */
     struct lotus_event_header e = {};

@@ -342,7 +342,29 @@ struct lotus_role {
 struct lotus_hold {
     __u64 since_ns;    /* bpf_ktime_get_ns at the fork */
     __u32 parent_tgid; /* the child's memory image is this process's, as at the fork */
-    __u32 pad;
+    __u32 flags;       /* LOTUS_HOLD_* */
+};
+
+/* lotus_hold.flags. An entry without STOPPED is a child that was not held (it shares its parent's memory, as
+ * vfork and posix_spawn children do before their exec, or nobody was there to bound a hold): it runs, and user
+ * space only attaches its probes. The guardian (userspace/capture/guardian.h) continues a held child once its
+ * deadline has passed or the tracer is gone (RELEASED: its probes may not be in yet), or once the tracer has
+ * attached them but left the SIGCONT to it because the job was stopped by its user (ATTACHED). */
+enum {
+    LOTUS_HOLD_STOPPED = 1,
+    LOTUS_HOLD_ATTACHED = 2,
+    LOTUS_HOLD_RELEASED = 4,
+    LOTUS_HOLD_SHARED_MM = 8, /* not held: it shares its parent's memory (it execs at once) */
+};
+
+/* Why a traced process's child was not held (holds.bpf.h; .bss counters user space reads). */
+enum {
+    LOTUS_UNHELD_SHARED_MM = 0, /* it shares its parent's memory (vfork, posix_spawn): it execs at once */
+    LOTUS_UNHELD_TRACER = 1,    /* the tracer was stopped or exiting: nobody would attach its probes soon */
+    LOTUS_UNHELD_GUARDIAN = 2,  /* the guardian was gone: nobody would bound the hold */
+    LOTUS_UNHELD_SIGNAL = 3,    /* the kernel refused the SIGSTOP */
+    LOTUS_UNHELD_MAP = 4,       /* lotus_held was full */
+    LOTUS_UNHELD_REASONS = 5,
 };
 
 /* Per-process state of a traced process (map lotus_traced, key tgid). */

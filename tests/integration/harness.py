@@ -124,8 +124,8 @@ def run_lotus(args, timeout=300, **kw):
     return subprocess.run([LOTUS] + args, capture_output=True, text=True, timeout=timeout, **kw)
 
 
-def start_lotus(args):
-    return subprocess.Popen([LOTUS] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def start_lotus(args, **kw):
+    return subprocess.Popen([LOTUS] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
 def wait_for_attach(proc, timeout=30):

@@ -10,6 +10,11 @@ from harness import (LOTUS, PY, WORKLOAD, BpfTestCase, assert_nested, dataset, k
                      spans, start_lotus, wait_for_attach)
 
 
+# A tracer that is stopped holds no new child (none would be continued soon): this test-only knob holds them
+# anyway, which makes a hold certain; --hold-deadline keeps the guardian from continuing them meanwhile.
+HOLD_WHILE_STOPPED = {**os.environ, "LOTUS_TEST_HOLD_WHILE_STOPPED": "1"}
+
+
 class Lifecycle(BpfTestCase):
     def long_job(self):
         job = subprocess.Popen([PY, WORKLOAD, dataset(64), "--workers", "2", "--epochs", "1000"],
@@ -122,15 +127,15 @@ class Lifecycle(BpfTestCase):
         probes are in): the worker is let run to its first getppid before its parent gets the signal, so torch's
         watchdog has the parent's pid and the worker ends once the parent died. Forwarded at once, the worker
         started with init as its parent and waited for work forever. The hold is made certain by stopping the
-        tracer (SIGSTOP) while the job forks."""
+        tracer (SIGSTOP) while the job forks, with the test-only knob that holds then, and a long deadline."""
         go = self.path("go")
         job = ("import os, sys, time, torch\nfrom torch.utils.data import DataLoader\n"
                "loader = DataLoader(list(range(100000)), batch_size=1, num_workers=1)\n"
                f"while not os.path.exists({go!r}): time.sleep(0.02)\n"
                "for _ in loader: time.sleep(0.01)\n")
-        tracer = subprocess.Popen([LOTUS, "-q", "-o", self.path("t.json"), "--", PY, "-c", job],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                  start_new_session=True)
+        tracer = subprocess.Popen([LOTUS, "-q", "-o", self.path("t.json"), "--hold-deadline", "60000", "--", PY, "-c",
+                                   job], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True, env=HOLD_WHILE_STOPPED)
         self.addCleanup(lambda: kill_group(tracer))
         wait_for_attach(tracer)
         (main,) = children(tracer.pid)
@@ -180,7 +185,7 @@ class Lifecycle(BpfTestCase):
         tracer found it by, gone with the job (the tracer exited 1 with "cannot attach the Python probes of
         /proc/JOB/root/... No such file or directory"; test_target_killed_mid_trace met it by chance). The
         tracer ends as the job ended, with its trace, and detaches. The hold is made certain by stopping the
-        tracer while the job forks. (The worker then waits for work forever: docs/limits.md.)"""
+        tracer while the job forks (HOLD_WHILE_STOPPED). (The worker then waits for work forever: docs/limits.md.)"""
         go = self.path("go")
         job = subprocess.Popen([PY, "-c", "import os, sys, time, torch\nfrom torch.utils.data import DataLoader\n"
                                 "loader = DataLoader(list(range(100000)), batch_size=1, num_workers=1)\n"
@@ -189,7 +194,8 @@ class Lifecycle(BpfTestCase):
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         self.addCleanup(lambda: kill_group(job))
         out = self.path("t.json")
-        tracer = start_lotus(["-q", "-o", out, "--pid", str(job.pid)])
+        tracer = start_lotus(["-q", "-o", out, "--hold-deadline", "60000", "--pid", str(job.pid)],
+                             env=HOLD_WHILE_STOPPED)
         self.addCleanup(lambda: tracer.poll() is None and tracer.kill())
         wait_for_attach(tracer)
         tracer.send_signal(signal.SIGSTOP)

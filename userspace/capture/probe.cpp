@@ -4,6 +4,8 @@
 #include <linux/capability.h>
 #include <linux/perf_event.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "guardian.h"
 #include "target/proc_maps.h"
 #include "thread_sampling.h"
 #include "tracepoint_ids.h"
@@ -161,8 +164,13 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     }
     // Per-process Python probes need uprobe_multi links (their pid filter) and bpf_send_signal_task (6.13) to
     // hold a new child until its own are attached. LOTUS_SYSTEM_WIDE_PROBES=1: as kernels without them.
-    hold_ = multi_type_ >= 0 && kernel_has(vmlinux.get(), {"bpf_send_signal_task"}, BTF_KIND_FUNC) &&
+    // bpf_task_from_pid (6.2): the hold program looks at the tracer and the guardian.
+    hold_ = multi_type_ >= 0 &&
+            kernel_has(vmlinux.get(), {"bpf_send_signal_task", "bpf_task_from_pid", "bpf_task_release"},
+                       BTF_KIND_FUNC) &&
             !env_set("LOTUS_SYSTEM_WIDE_PROBES");
+    hold_deadline_ns_ = features.hold_deadline_ns;
+    skel_->rodata->hold_while_tracer_stopped = env_set("LOTUS_TEST_HOLD_WHILE_STOPPED");
     bpf_program__set_autoload(skel_->progs.on_fork_hold, hold_);
     // Network bytes: the socket tracepoints of Linux 6.3+.
     net_ = features.network &&
@@ -237,6 +245,8 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
             throw CaptureError(fmt::format("cannot read the sampling program's id: {}", strerror(errno)));
         skel_->bss->sampler_prog_id = info.id;
     }
+    if (hold_)
+        start_guardian();
     rb_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.lotus_events), on_record, this, nullptr));
     lib_rb_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.lotus_lib_opens), on_library, this, nullptr));
     if (!rb_ || !lib_rb_)
@@ -264,6 +274,22 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     }
 }
 
+void Probe::start_guardian()
+{
+    struct stat st{};
+    if (::stat(interp_.object_path.c_str(), &st) == 0) {
+        interp_dev_ = st.st_dev;
+        interp_ino_ = st.st_ino;
+    }
+    bpf_prog_info info{};
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(bpf_program__fd(skel_->progs.on_fork_hold), &info, &len))
+        throw CaptureError(fmt::format("cannot read the hold program's id: {}", strerror(errno)));
+    guardian_ = std::make_unique<Guardian>(bpf_map__fd(skel_->maps.lotus_held), info.id, hold_deadline_ns_);
+    skel_->bss->tracer_tgid = static_cast<uint32_t>(getpid());
+    skel_->bss->guardian_tgid = static_cast<uint32_t>(guardian_->pid());
+}
+
 void Probe::SkeletonFree::operator()(lotus_bpf* s) const { lotus_bpf__destroy(s); }
 void Probe::RingFree::operator()(ring_buffer* r) const { ring_buffer__free(r); }
 void Probe::LinkFree::operator()(bpf_link* l) const { bpf_link__destroy(l); }
@@ -280,8 +306,11 @@ void Probe::close()
         bpf_link__destroy(skel_->links.on_fork_hold);
         skel_->links.on_fork_hold = nullptr;
     }
-    if (skel_ && hold_)
+    if (skel_ && hold_) {
         release_held(false, true);
+        for (size_t r = 0; r < LOTUS_UNHELD_REASONS; r++)
+            holds_.unheld_by[r] = skel_->bss->unheld[r];
+    }
     // Every uprobe link in one batch: each close waits for RCU grace periods, and waits that overlap share them.
     std::vector<common::UniqueFd> fds = process_links_.release_all();
     fds.push_back(std::move(session_link_));
@@ -296,6 +325,7 @@ void Probe::close()
     rb_.reset();
     lib_rb_.reset();
     skel_.reset(); // its tracepoint links and the programs: nothing of lotus-bpf is attached after this
+    guardian_.reset(); // it continues what the job's user stopped once they continue it, and exits
 }
 
 int Probe::on_record(void* ctx, void* data, size_t len)
@@ -333,6 +363,15 @@ int Probe::on_record(void* ctx, void* data, size_t len)
     }
     if (h->type == LOTUS_EV_GETPPID || h->type == LOTUS_EV_EXIT)
         self->starting_.erase(h->tgid);
+    if (h->type == LOTUS_EV_EXEC) {
+        if (auto it = self->spawned_.find(h->tgid); it != self->spawned_.end()) {
+            self->spawn_execs_[h->tgid] = it->second;
+            self->spawned_.erase(it);
+        }
+    } else if (h->type == LOTUS_EV_EXIT) {
+        self->spawned_.erase(h->tgid);
+        self->spawn_execs_.erase(h->tgid);
+    }
     self->sink_(data, len);
     return 0;
 }
@@ -681,22 +720,76 @@ void Probe::release_held(bool attach, bool all)
     int fd = bpf_map__fd(skel_->maps.lotus_held);
     for (uint32_t tgid : tgid_keys(fd)) {
         lotus_hold hold{};
-        if (bpf_map_lookup_elem(fd, &tgid, &hold) != 0)
-            continue;
+        if (bpf_map_lookup_elem(fd, &tgid, &hold) != 0 || (hold.flags & LOTUS_HOLD_ATTACHED))
+            continue; // ATTACHED: the guardian continues it once its job runs again
         // A new process: any links under its pid were an earlier process's (ProcessLinks::add).
         uint64_t before = common::monotonic_ns();
-        if (attach && python_on_)
-            attach_python_to(tgid, hold.parent_tgid);
-        ::kill(static_cast<pid_t>(tgid), SIGCONT);
-        bpf_map_delete_elem(fd, &tgid);
+        bool attached = attach && python_on_ && !(hold.flags & LOTUS_HOLD_SHARED_MM);
+        if (attached)
+            attach_python_to(tgid, (hold.flags & LOTUS_HOLD_STOPPED) ? hold.parent_tgid : 0);
+        // Again: the guardian may have continued it meanwhile (its deadline passed).
+        if (bpf_map_lookup_elem(fd, &tgid, &hold) != 0)
+            continue; // gone with its process: the guardian forgot it
         uint64_t t = common::monotonic_ns();
+        uint64_t d = t > hold.since_ns ? t - hold.since_ns : 0;
+        if (hold.flags & LOTUS_HOLD_SHARED_MM) { // (not attached above: see check_spawn_execs)
+            bpf_map_delete_elem(fd, &tgid);
+            if (python_on_)
+                spawned_[tgid] = hold.since_ns;
+            continue;
+        }
+        if (!(hold.flags & LOTUS_HOLD_STOPPED) || (hold.flags & LOTUS_HOLD_RELEASED)) {
+            // It ran before its probes were in: not held, or continued by the guardian.
+            bpf_map_delete_elem(fd, &tgid);
+            holds_.deadline_released += (hold.flags & LOTUS_HOLD_RELEASED) ? 1 : 0;
+            if (attached && !(hold.flags & LOTUS_HOLD_SHARED_MM)) { // those exec at once: not Python's time
+                holds_.unseen_children++;
+                holds_.unseen_total_ns += d;
+                holds_.unseen_max_ns = std::max(holds_.unseen_max_ns, d);
+            }
+            continue;
+        }
+        if (process_stopped(static_cast<pid_t>(hold.parent_tgid))) {
+            // The job was stopped by its user: not ours to continue. The guardian does once the parent runs.
+            hold.flags |= LOTUS_HOLD_ATTACHED;
+            bpf_map_update_elem(fd, &tgid, &hold, BPF_EXIST);
+        } else if (bpf_map_delete_elem(fd, &tgid) == 0) {
+            ::kill(static_cast<pid_t>(tgid), SIGCONT);
+        }
         holds_.attach_ns += t - before;
         std::erase_if(starting_, [&](const auto& kv) { return t - kv.second > kStartingNs; });
         starting_[tgid] = t;
-        uint64_t d = t > hold.since_ns ? t - hold.since_ns : 0;
         holds_.children++;
         holds_.total_ns += d;
         holds_.max_ns = std::max(holds_.max_ns, d);
+    }
+}
+
+void Probe::check_spawn_execs()
+{
+    constexpr uint64_t kLoaderWaitNs = 10'000'000'000ull; // a dynamic loader maps libpython within milliseconds
+    uint64_t now = common::monotonic_ns();
+    for (auto it = spawn_execs_.begin(); it != spawn_execs_.end();) {
+        auto [tgid, since] = *it;
+        bool maps = false, gone = false;
+        try {
+            for (const auto& m : target::read_maps(static_cast<int>(tgid)))
+                maps = maps || (m.inode == interp_ino_ && makedev(m.dev_major, m.dev_minor) == interp_dev_);
+        } catch (const std::exception&) {
+            gone = true; // exited already
+        }
+        if (maps) {
+            attach_python_to(tgid);
+            uint64_t d = common::monotonic_ns() - since;
+            holds_.unseen_children++;
+            holds_.unseen_total_ns += d;
+            holds_.unseen_max_ns = std::max(holds_.unseen_max_ns, d);
+            holds_.spawned_python++;
+        }
+        if (maps || gone || now - since > kLoaderWaitNs)
+            it = spawn_execs_.erase(it);
+        else
+            ++it;
     }
 }
 
@@ -878,6 +971,8 @@ int Probe::poll(int timeout_ms)
         release_held(); // also those whose HOLD record did not fit in the side ring (BPF's count says)
     if (!libc_pending_.empty())
         retry_libc();
+    if (!spawn_execs_.empty())
+        check_spawn_execs();
     if (!attach_error_.empty())
         throw CaptureError(attach_error_);
     return m;

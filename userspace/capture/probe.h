@@ -29,6 +29,7 @@ struct bpf_link;
 namespace lotus::capture {
 
 class ThreadSampling;
+class Guardian;
 
 struct CaptureError : std::runtime_error {
     using std::runtime_error::runtime_error;
@@ -46,6 +47,14 @@ struct HoldStats {
     uint64_t total_ns = 0;  // from the fork to the SIGCONT, summed
     uint64_t max_ns = 0;
     uint64_t attach_ns = 0; // of that, attaching their probes (the rest: waiting for the tracer), summed
+    // Children whose probes were not in place before they ran: not held (unheld_by, LOTUS_UNHELD_*), or
+    // continued by the guardian at the hold's deadline. unseen: from the fork to their probes' attach, an upper
+    // bound of how long their calls went untraced.
+    uint64_t unheld_by[LOTUS_UNHELD_REASONS] = {};
+    uint64_t deadline_released = 0;
+    uint64_t unseen_children = 0; // of those, the ones whose probes were then attached (vfork children aside)
+    uint64_t unseen_total_ns = 0, unseen_max_ns = 0;
+    uint64_t spawned_python = 0; // vfork-like children that exec'd the probed interpreter: probed from then on
 };
 
 // Throws CaptureError unless this process may load BPF and open perf events (root, or CAP_BPF+CAP_PERFMON).
@@ -61,6 +70,7 @@ struct ProbeFeatures {
     bool sampling = false;     // attach_sampling may follow
     bool network = false;      // count network bytes per traced process (resources), where the kernel can
     uint32_t sample_frames = 1; // user-stack frames per sample (--sample-stack): the leaf, then callers
+    uint64_t hold_deadline_ns = 500'000'000; // how long a new child may be held for its probes (--hold-deadline)
 };
 
 class Probe {
@@ -115,7 +125,7 @@ public:
     // poll() also returns when fd becomes readable (a pidfd: the target exited); the caller keeps fd open.
     void wake_on(int fd);
     // Processes still to map their libc: each poll() looks at them again, so the loop should wake soon.
-    bool retry_pending() const { return !libc_pending_.empty(); }
+    bool retry_pending() const { return !libc_pending_.empty() || !spawn_execs_.empty(); }
     // A code object's role in a role space, set once: BPF keeps per-CPU copies of classified roles.
     void set_role(uint32_t space, uint64_t code, uint32_t flags, const std::vector<uint8_t>& capture_slots);
     // What a type is (LOTUS_TYPE_* flags) in a role space.
@@ -166,6 +176,12 @@ private:
     // (no syscall) unless a child was held since the last walk, or `all`. Never throws: a refusal is kept in
     // attach_error_ for poll() to report.
     void release_held(bool attach = true, bool all = false);
+    // The guardian process on lotus_held, and BPF told who the tracer and the guardian are.
+    void start_guardian();
+    // Children not held because they share their parent's memory (vfork: they exec at once) get probes only if
+    // what they exec maps the probed interpreter: attaching costs the job's forks a grace period of the kernel's
+    // fork lock, which a spawn of /bin/true must not pay.
+    void check_spawn_execs();
     // Owners of what libbpf hands out. Members are destroyed in reverse order: links before the programs.
     struct SkeletonFree {
         void operator()(lotus_bpf* s) const;
@@ -221,6 +237,10 @@ private:
     std::unordered_map<uint32_t, uint64_t> libc_pending_; // process -> when it was found without a libc (ns)
     std::unordered_map<uint32_t, uint32_t> libc_borrowed_; // child -> the parent whose libc it took at its fork
     bool python_on_ = false; // attach_python was called: held children get their probes
+    uint64_t hold_deadline_ns_ = 0;
+    std::unordered_map<uint32_t, uint64_t> spawned_;     // vfork-like children not held: their fork (BPF ns)
+    std::unordered_map<uint32_t, uint64_t> spawn_execs_; // of those, the ones that exec'd: their fork (BPF ns)
+    uint64_t interp_dev_ = 0, interp_ino_ = 0;           // the probed interpreter file
     uint64_t held_walked_ = 0; // BPF's held_total when release_held last walked lotus_held
     std::unordered_map<uint32_t, uint64_t> starting_; // continued children (monotonic ns) yet to call getppid
     std::string attach_error_;
@@ -239,6 +259,7 @@ private:
     std::vector<uint64_t> inline_resume_;            // per-process mode, --all-calls on 3.11: the opcode handlers
     uint64_t inline_return_ = 0;                     // each traced process gets (none while inline_resume_ is empty)
     std::unique_ptr<lotus_bpf, SkeletonFree> skel_; // its tracepoint links go with it
+    std::unique_ptr<Guardian> guardian_;            // bounds the holds (per-process mode); close() ends it last
     std::unique_ptr<ring_buffer, RingFree> rb_, lib_rb_;
     common::UniqueFd epoll_; // poll() sleeps on it: the rings' own epoll, and wake_on's fds
     std::vector<common::UniqueFd> perf_fds_;    // counters

@@ -5,10 +5,12 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 #include <sstream>
 #include <tuple>
 #include <vector>
 
+#include "capture/guardian.h"
 #include "capture/perf_events.h"
 #include "lotus_abi.h"
 #include "diff.h"
@@ -192,6 +194,11 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
                                                      "(/dev/sda:10M per second; repeatable)");
     app->add_option("--device-write-bps", p.write_bps, "launch mode: limit the job's writes to a disk, DEVICE:RATE "
                                                        "(repeatable)");
+    app->add_option("--hold-deadline", p.opts.hold_deadline_ms,
+                    "a new process of the job is held at its fork until its probes are in, at most this many ms: "
+                    "then it runs (counted and said in the summary), whatever becomes of lotus-bpf")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 60000));
     app->add_flag("-q,--quiet", p.opts.quiet, "no live status line");
     app->add_option("command", p.opts.command, "launch mode: the command to run and trace (after --)");
     app->positionals_at_end();
@@ -227,6 +234,8 @@ void parse_window(Parsed& p)
 
 int main(int argc, char** argv)
 {
+    if (argc >= 2 && strcmp(argv[1], "__guardian") == 0) // started by lotus-bpf itself (capture/guardian.h)
+        return lotus::capture::guardian_main(argc - 1, argv + 1);
     CLI::App app{"lotus-bpf: per-op spans of a PyTorch DataLoader pipeline, traced with eBPF, zero code change"};
     app.set_version_flag("-V,--version", "lotus-bpf " LOTUS_VERSION);
     app.footer(R"(Examples:

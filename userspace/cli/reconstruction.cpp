@@ -159,6 +159,9 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
         notes.push_back(fmt::format("{} span(s) were still open at the end or lost their return and are not in "
                                     "the trace.",
                                     c.incomplete + c.lost_returns));
+    if (run.holds)
+        if (auto n = exporter::holds_note(*run.holds); !n.empty())
+            notes.push_back(std::move(n));
     notes.insert(notes.end(), late_notes.begin(), late_notes.end());
     notes.insert(notes.end(), end_notes.begin(), end_notes.end());
     if (run.limits)

@@ -91,6 +91,23 @@ bool gone(int pid)
     return close != std::string::npos && close + 2 < s.size() && (s[close + 2] == 'Z' || s[close + 2] == 'X');
 }
 
+// What the probe's holds were, for otherData and the summary.
+static exporter::RunInfo::Holds holds_info(const capture::HoldStats& h, unsigned deadline_ms)
+{
+    exporter::RunInfo::Holds r{h.children, h.total_ns / 1e6, h.max_ns / 1e6, h.attach_ns / 1e6};
+    r.deadline_ms = deadline_ms;
+    r.shared_memory = h.unheld_by[LOTUS_UNHELD_SHARED_MM];
+    r.tracer_not_running = h.unheld_by[LOTUS_UNHELD_TRACER];
+    r.guardian_not_running = h.unheld_by[LOTUS_UNHELD_GUARDIAN];
+    r.refused = h.unheld_by[LOTUS_UNHELD_SIGNAL] + h.unheld_by[LOTUS_UNHELD_MAP];
+    r.released_at_deadline = h.deadline_released;
+    r.unseen = h.unseen_children;
+    r.unseen_max_ms = h.unseen_max_ns / 1e6;
+    r.unseen_total_ms = h.unseen_total_ns / 1e6;
+    r.spawned_python = h.spawned_python;
+    return r;
+}
+
 // A process and its traced ancestors, whose memory holds what it inherited at fork: where to read an object a
 // fork child described once the child is gone.
 std::vector<uint32_t> lineage(uint32_t tgid, const std::map<uint32_t, uint32_t>& parents)
@@ -332,7 +349,8 @@ int run_session(const Options& opts)
                 }
             }, counters, capture::ProbeFeatures{evaluator, handlers.has_value(), !native_specs.empty(),
                                                    !native_specs.empty() && opts.sample_freq > 0,
-                                                   opts.resources_interval_ms > 0 && opts.net, opts.sample_stack});
+                                                   opts.resources_interval_ms > 0 && opts.net, opts.sample_stack,
+                                                   opts.hold_deadline_ms * 1'000'000ull});
             if (!native_specs.empty() || opts.native_map) {
                 native = std::make_unique<capture::NativeCapture>(*probe, native_specs, feed);
                 probe->set_library_sink([&](const void* data, size_t len) { native->on_library_open(data, len); });
@@ -498,8 +516,7 @@ int run_session(const Options& opts)
         probe->close(); // it also continues the children still held: count them after
         std::optional<exporter::RunInfo::Holds> holds;
         if (probe->per_process())
-            holds = exporter::RunInfo::Holds{probe->holds().children, probe->holds().total_ns / 1e6,
-                                             probe->holds().max_ns / 1e6, probe->holds().attach_ns / 1e6};
+            holds = holds_info(probe->holds(), opts.hold_deadline_ms);
         if (tty)
             fmt::print(stderr, "\r\033[K");
         if (screen) { // back to the normal screen, where the last view stays

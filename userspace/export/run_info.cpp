@@ -26,8 +26,15 @@ std::string run_json_members(const RunInfo& r)
     if (!r.syscall_programs.empty())
         m["syscall_programs"] = json_string(r.syscall_programs);
     if (r.holds)
-        m["held_children"] = fmt::format("{{\"count\":{},\"total_ms\":{:.3f},\"max_ms\":{:.3f},\"attach_ms\":{:.3f}}}",
-                                         r.holds->children, r.holds->total_ms, r.holds->max_ms, r.holds->attach_ms);
+        m["held_children"] = fmt::format(
+            "{{\"count\":{},\"total_ms\":{:.3f},\"max_ms\":{:.3f},\"attach_ms\":{:.3f},\"deadline_ms\":{:.0f},"
+            "\"released_at_deadline\":{},\"not_held\":{{\"shared_memory\":{},\"tracer_not_running\":{},"
+            "\"guardian_not_running\":{},\"refused\":{}}},\"unseen\":{{\"count\":{},\"max_ms\":{:.3f},"
+            "\"total_ms\":{:.3f}}},\"spawned_python\":{}}}",
+            r.holds->children, r.holds->total_ms, r.holds->max_ms, r.holds->attach_ms, r.holds->deadline_ms,
+            r.holds->released_at_deadline, r.holds->shared_memory, r.holds->tracer_not_running,
+            r.holds->guardian_not_running, r.holds->refused, r.holds->unseen, r.holds->unseen_max_ms,
+            r.holds->unseen_total_ms, r.holds->spawned_python);
     m["stop_reason"] = json_string(r.stop_reason);
     m["events"] = std::to_string(r.events);
     m["lost_events"] = std::to_string(r.lost_events);
@@ -113,6 +120,38 @@ std::string run_json_members(const RunInfo& r)
     for (const auto& [k, v] : m)
         out += fmt::format("{}{}:{}", out.empty() ? "" : ",", json_string(k), v);
     return out;
+}
+
+std::string holds_note(const RunInfo::Holds& h)
+{
+    std::string note;
+    uint64_t others = h.released_at_deadline + h.tracer_not_running + h.guardian_not_running + h.refused;
+    if (others) {
+        std::vector<std::string> why;
+        if (h.released_at_deadline)
+            why.push_back(fmt::format("{} continued at the hold's deadline ({:.0f} ms) while lotus-bpf was slow",
+                                      h.released_at_deadline, h.deadline_ms));
+        if (h.tracer_not_running)
+            why.push_back(fmt::format("{} started while lotus-bpf was stopped or exiting", h.tracer_not_running));
+        if (h.guardian_not_running)
+            why.push_back(fmt::format("{} started while its guardian process was gone", h.guardian_not_running));
+        if (h.refused)
+            why.push_back(fmt::format("{} the kernel would not hold", h.refused));
+        std::string list;
+        for (size_t i = 0; i < why.size(); i++)
+            list += (i ? "; " : "") + why[i];
+        note = fmt::format("\n{} new process(es) of the job ran before their probes were in place ({}).", others, list);
+    }
+    if (h.shared_memory)
+        note += fmt::format("{}{} child process(es) that share their parent's memory until they exec (vfork, "
+                            "posix_spawn, Python's subprocess) were not held; {} of them exec'd the traced "
+                            "interpreter and were probed from then on.",
+                            note.empty() ? "\n" : " ", h.shared_memory, h.spawned_python);
+    if (h.unseen)
+        note += fmt::format(" Of these, {} ran Python before their probes were in: their calls in the first {:.1f} ms "
+                            "at most (from the fork to the probes; {:.1f} ms in all) are not in the trace.",
+                            h.unseen, h.unseen_max_ms, h.unseen_total_ms);
+    return note;
 }
 
 } // namespace lotus::exporter

@@ -21,6 +21,14 @@ struct RunInfo {
         uint64_t children = 0;          // new processes of the traced tree stopped until their probes were in
         double total_ms = 0, max_ms = 0; // fork to SIGCONT
         double attach_ms = 0;            // of total_ms, attaching their probes
+        double deadline_ms = 0;          // a hold's bound (--hold-deadline)
+        // Children whose probes were not in place before they ran (capture::HoldStats).
+        uint64_t shared_memory = 0;    // not held: vfork/posix_spawn children, which exec at once
+        uint64_t tracer_not_running = 0, guardian_not_running = 0, refused = 0; // not held: why
+        uint64_t released_at_deadline = 0; // continued by the guardian before their probes were in
+        uint64_t unseen = 0;               // of the others, those whose probes were attached after they ran
+        double unseen_max_ms = 0, unseen_total_ms = 0; // fork to probes attached: an upper bound
+        uint64_t spawned_python = 0; // of shared_memory, those that exec'd the traced interpreter (then probed)
     };
     std::optional<Holds> holds; // live runs with per-process probes
     std::string stop_reason;
@@ -94,5 +102,8 @@ struct RunInfo {
 
 // The members of the JSON object (without its braces), keys in alphabetical order.
 std::string run_json_members(const RunInfo& r);
+
+// The summary's note on the children whose probes were not in place before they ran; empty if there were none.
+std::string holds_note(const RunInfo::Holds& h);
 
 } // namespace lotus::exporter

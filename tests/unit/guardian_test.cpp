@@ -1,0 +1,79 @@
+// The guardian's decision per held child (capture/guardian.h): what it continues, when, and what it leaves.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "capture/guardian.h"
+
+using lotus::capture::GuardianAction;
+using lotus::capture::GuardianView;
+using lotus::capture::guardian_action;
+
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+
+lotus_hold held(uint64_t since_ms, uint32_t flags = LOTUS_HOLD_STOPPED)
+{
+    lotus_hold h{};
+    h.since_ns = since_ms * kMs;
+    h.parent_tgid = 1;
+    h.flags = flags;
+    return h;
+}
+
+GuardianView at(uint64_t now_ms, bool tracer_gone = false)
+{
+    GuardianView v;
+    v.now_ns = now_ms * kMs;
+    v.deadline_ns = 500 * kMs;
+    v.tracer_gone = tracer_gone;
+    return v;
+}
+
+} // namespace
+
+TEST(Guardian, LeavesAHoldToTheTracerUntilItsDeadline)
+{
+    EXPECT_EQ(guardian_action(held(1000), at(1499)), GuardianAction::Keep);
+    EXPECT_EQ(guardian_action(held(1000), at(1500)), GuardianAction::Continue);
+}
+
+TEST(Guardian, ContinuesEveryHoldOnceTheTracerIsGone)
+{
+    EXPECT_EQ(guardian_action(held(1000), at(1001, true)), GuardianAction::Continue);
+}
+
+TEST(Guardian, ContinuesWhatTheTracerAttachedButLeftToIt)
+{
+    EXPECT_EQ(guardian_action(held(1000, LOTUS_HOLD_STOPPED | LOTUS_HOLD_ATTACHED), at(1001)),
+              GuardianAction::Continue);
+}
+
+TEST(Guardian, NeverContinuesAJobItsUserStopped)
+{
+    GuardianView v = at(5000, true);
+    v.parent_stopped = true;
+    EXPECT_EQ(guardian_action(held(1000), v), GuardianAction::Keep);
+    EXPECT_EQ(guardian_action(held(1000, LOTUS_HOLD_STOPPED | LOTUS_HOLD_ATTACHED), v), GuardianAction::Keep);
+}
+
+TEST(Guardian, LeavesChildrenNotHeldOrContinuedToTheTracerThenForgetsThem)
+{
+    for (uint32_t flags : {0u, unsigned(LOTUS_HOLD_SHARED_MM), unsigned(LOTUS_HOLD_STOPPED | LOTUS_HOLD_RELEASED)}) {
+        EXPECT_EQ(guardian_action(held(1000, flags), at(9000)), GuardianAction::Keep) << flags;
+        EXPECT_EQ(guardian_action(held(1000, flags), at(9000, true)), GuardianAction::Forget) << flags;
+    }
+}
+
+TEST(Guardian, ForgetsAChildThatIsGone)
+{
+    GuardianView v = at(1001);
+    v.child_gone = true;
+    EXPECT_EQ(guardian_action(held(1000), v), GuardianAction::Forget);
+}
+
+TEST(Guardian, ReadsAProcessStateFromProc)
+{
+    EXPECT_FALSE(lotus::capture::process_stopped(getpid())); // running: this test
+    EXPECT_FALSE(lotus::capture::process_stopped(0x3fffffff)); // no such process
+}
