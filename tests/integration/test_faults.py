@@ -8,8 +8,8 @@ import threading
 import time
 import unittest
 
-from harness import (LOTUS, PY, WORKLOAD, BpfTestCase, dataset, kill_group, load_trace, run_lotus, spans, start_lotus,
-                     wait_for_attach)
+from harness import (EXAMPLE, LOTUS, PY, WORKLOAD, BpfTestCase, dataset, kill_group, load_trace, run_lotus, spans,
+                     start_lotus, wait_for_attach)
 
 PREVIOUS = "previous contents, never to be lost\n"
 OUTPUT_FAILED = 74  # EX_IOERR: the run went through, an output could not be written
@@ -77,7 +77,8 @@ class Faults(BpfTestCase):
         disk = self.small_disk(16)  # the record of this job takes ~50 KB
         old = self.previous("run.lbt", disk)
         out, js = self.path("trace.json"), self.path("summary.json")
-        r = run_lotus(["-q", "-o", out, "--summary-json", js, "--record", old] + short_job())
+        # The reserve off (--disk-reserve 0): a disk filled by a write, as by another process, fails that output.
+        r = run_lotus(["-q", "-o", out, "--summary-json", js, "--record", old, "--disk-reserve", "0"] + short_job())
         line = self.assert_one_line(r, "--record", old, "No space left on device", code=OUTPUT_FAILED)
         self.assertNotIn("\n", line)
         self.assert_untouched(old)
@@ -97,7 +98,7 @@ class Faults(BpfTestCase):
         disk = self.small_disk(64)
         old = self.previous("trace.json", disk)
         js = self.path("summary.json")
-        r = run_lotus(["-q", "-o", old, "--summary-json", js] + short_job())
+        r = run_lotus(["-q", "-o", old, "--summary-json", js, "--disk-reserve", "0"] + short_job())
         self.assert_one_line(r, "-o", old, "No space left on device", code=OUTPUT_FAILED)
         self.assert_untouched(old)
         self.assert_no_strays(disk)
@@ -105,6 +106,52 @@ class Faults(BpfTestCase):
         self.assertIn("trace: not written", r.stdout)
         with open(js) as f:
             self.assertEqual(json.load(f)["run"]["samples"], 64)
+        self.assert_detached()
+
+    def test_outputs_stop_at_the_disk_reserve_completed(self):
+        # Issue 59: on a 6 MB tmpfs, the trace and the record file of 6 epochs with --native-map --counters default
+        # would fill it. Free space stays above the 5 % reserve, the job completes, the summary prints, the
+        # trace is valid JSON that says it was cut, and the record file replays.
+        disk = self.small_disk(6 * 1024)
+        out, rec, js = os.path.join(disk, "trace.json"), os.path.join(disk, "run.lbt"), self.path("summary.json")
+        lowest, stop = [1.0], threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                v = os.statvfs(disk)
+                lowest[0] = min(lowest[0], v.f_bavail / v.f_blocks)
+                time.sleep(0.02)
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            r = run_lotus(["-o", out, "--record", rec, "--summary-json", js, "--native-map", "--counters", "default",
+                           "--", PY, EXAMPLE, dataset(256), "--epochs", "6", "--workers", "2"], timeout=600)
+        finally:
+            stop.set()
+            sampler.join()
+        self.assertEqual(r.returncode, 0, r.stderr)  # the job completed; a cut is not a failure
+        self.assertGreaterEqual(lowest[0], 0.05, f"free space fell to {lowest[0]:.1%}")
+        self.assertIn("RandomResizedCrop", r.stdout)  # the summary printed
+        self.assertIn("would fall below 5 %", r.stdout)
+        self.assertIn(f"trace: {out} (cut at", r.stdout)
+        trace = load_trace(out)  # valid JSON
+        cuts = {c["output"]: c for c in trace["otherData"]["outputs_cut"]}
+        self.assertIn("-o", cuts, trace["otherData"]["outputs_cut"])
+        self.assertEqual(cuts["-o"]["path"], out)
+        self.assertIn(f"free space on {disk} would fall below 5 %", cuts["-o"]["why"])
+        self.assertGreater(cuts["-o"]["at_s"], 0)
+        self.assertGreater(len(spans(trace, "op")), 0)  # it kept the spans until then
+        with open(js) as f:
+            summary = json.load(f)
+        self.assertEqual(summary["run"]["samples"], 6 * 256)  # the summary has everything
+        self.assertIn("-o", {c["output"] for c in summary["run"]["outputs_cut"]})
+        self.assertEqual(summary["run"]["output_failures"], [])
+        self.assert_no_strays(disk)
+        # The record file replays (cut or not: it shares the disk with the trace).
+        replayed = self.path("replayed.json")
+        r = run_lotus(["export", rec, "-o", replayed])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertGreater(load_trace(replayed)["otherData"]["samples"], 0)
         self.assert_detached()
 
     # --- links and special files ------------------------------------------------------------------------------

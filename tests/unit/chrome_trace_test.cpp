@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -183,4 +185,52 @@ TEST(Json, EscapesControlCharactersKeepsUtf8AndReplacesInvalidBytes)
     EXPECT_EQ(exporter::json_string("x\x80y\xc3"), "\"x\\ufffdy\\ufffd\"");
     EXPECT_EQ(exporter::json_string("\xc0\xaf"), "\"\\ufffd\\ufffd\"");
     EXPECT_EQ(exporter::json_string("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");
+}
+
+// At the disk reserve the trace stops taking spans and is closed as valid JSON whose otherData says it was cut
+// (when, why), without the large tables the summary has anyway.
+TEST(ChromeTrace, CutAtTheDiskReserveIsValidJsonThatSaysSo)
+{
+    auto path = temp_path("cut.json");
+    exporter::set_fs_space_probe([](int fd, exporter::FsSpace& s) { // 1 MiB free above a 5 % reserve
+        struct stat st{};
+        fstat(fd, &st);
+        s = {(2 << 20) - static_cast<uint64_t>(st.st_size), 20 << 20};
+        return true;
+    });
+    const int spans = 100000; // ~10 MB of JSON
+    {
+        exporter::OutputFile out(path.string(), {true, "-o"});
+        exporter::ChromeTraceWriter w(out, 1'000'000);
+        for (int i = 0; i < spans; i++)
+            w.span(span(model::SpanKind::Op, "RandomResizedCrop", 2'000'000 + i * 10'000ull, 2'005'000 + i * 10'000ull, i));
+        EXPECT_TRUE(out.cut());
+        std::map<uint32_t, model::ProcessInfo> procs;
+        procs[7].pid = 7;
+        exporter::RunInfo run;
+        run.t0_monotonic_ns = 1'000'000;
+        run.native_map_json = "{\"big\":1}";
+        w.finish(procs, run);
+        EXPECT_TRUE(out.commit());
+    }
+    exporter::set_fs_space_probe({});
+    EXPECT_LE(fs::file_size(path), 1u << 20);
+    std::ifstream f(path);
+    auto doc = nlohmann::json::parse(f);
+    fs::remove(path);
+    size_t x = 0;
+    for (const auto& e : doc["traceEvents"])
+        x += e["ph"] == "X";
+    EXPECT_GT(x, 1000u);
+    EXPECT_LT(x, static_cast<size_t>(spans));
+    nlohmann::json cut = nlohmann::json::array(); // (the other tests' cut outputs are there too: one process)
+    for (const auto& c : doc["otherData"]["outputs_cut"])
+        if (c["path"] == path.string())
+            cut.push_back(c);
+    ASSERT_EQ(cut.size(), 1u) << doc["otherData"]["outputs_cut"];
+    EXPECT_EQ(cut[0]["output"], "-o");
+    EXPECT_EQ(cut[0]["path"], path.string());
+    EXPECT_GE(cut[0]["at_s"].get<double>(), 0);
+    EXPECT_NE(cut[0]["why"].get<std::string>().find("would fall below 5 %"), std::string::npos);
+    EXPECT_FALSE(doc["otherData"].contains("native_map"));
 }

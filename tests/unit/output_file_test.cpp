@@ -3,7 +3,9 @@
 
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <csignal>
 #include <filesystem>
@@ -197,4 +199,145 @@ TEST(OutputFile, BelongsToTheSudoUser)
     ASSERT_EQ(stat((d / "t.json").c_str(), &st), 0);
     EXPECT_EQ(st.st_uid, 4321u);
     EXPECT_EQ(st.st_gid, 8765u);
+}
+
+namespace {
+
+// A file system of 20 MiB with 3 MiB free before the file (1 MiB of it the 5 % reserve): the file's own size
+// is what it uses, so that the cut is exact and the same on any machine.
+struct SmallFs {
+    static constexpr uint64_t kTotal = 20 << 20, kFree = 3 << 20;
+    SmallFs()
+    {
+        exporter::set_fs_space_probe([](int fd, exporter::FsSpace& s) {
+            struct stat st{};
+            fstat(fd, &st);
+            s = {kFree - static_cast<uint64_t>(st.st_size), kTotal};
+            return true;
+        });
+    }
+    ~SmallFs() { exporter::set_fs_space_probe({}); }
+    static uint64_t free_after(const std::string& path) { return kFree - fs::file_size(path); }
+};
+
+std::string gunzip(const std::string& path)
+{
+    gzFile f = gzopen(path.c_str(), "rb");
+    std::string text;
+    char buf[65536];
+    for (int n; f && (n = gzread(f, buf, sizeof(buf))) > 0;)
+        text.append(buf, static_cast<size_t>(n));
+    if (f)
+        gzclose(f);
+    return text;
+}
+
+} // namespace
+
+// At the reserve an output that may be cut stops growing, keeps whole writes only and gets its writer's tail.
+TEST(OutputFile, CutAtTheDiskReserveKeepsWholeWritesAndTheTail)
+{
+    TempDir d;
+    SmallFs small;
+    auto path = d / "trace.json";
+    exporter::OutputFile out(path, {true, "-o"});
+    out.allow_cut(1000);
+    std::string chunk = "[" + std::string(100 << 10, 'x') + "]";
+    for (int i = 0; i < 100; i++)
+        out.write(chunk);
+    EXPECT_TRUE(out.cut());
+    out.write_tail("END");
+    ASSERT_TRUE(out.commit());
+    EXPECT_FALSE(out.failed());
+    auto text = slurp(path);
+    ASSERT_GT(text.size(), 3u);
+    EXPECT_EQ(text.substr(text.size() - 3), "END");
+    std::string body = text.substr(0, text.size() - 3);
+    EXPECT_EQ(body.size() % chunk.size(), 0u); // whole writes
+    EXPECT_GT(body.size(), 1u << 20);          // most of the room used
+    EXPECT_GE(SmallFs::free_after(path), SmallFs::kTotal / 20); // never into the reserve
+    auto cuts = exporter::output_cuts();
+    ASSERT_FALSE(cuts.empty());
+    EXPECT_EQ(cuts.back().what, "-o");
+    EXPECT_EQ(cuts.back().path, path);
+    EXPECT_NE(cuts.back().why.find("would fall below 5 %"), std::string::npos) << cuts.back().why;
+}
+
+// An output its writer cannot complete (the summary JSON) is not written at all rather than cut.
+TEST(OutputFile, AnOutputThatCannotBeCutFailsAtTheReserve)
+{
+    TempDir d;
+    SmallFs small;
+    auto path = d / "summary.json";
+    spit(path, "previous");
+    std::vector<std::string> told;
+    exporter::OutputFile out(path, {true, "--summary-json"}, [&](const std::string& l) { told.push_back(l); });
+    out.write(std::string(4 << 20, 'x'));
+    EXPECT_FALSE(out.commit());
+    ASSERT_EQ(told.size(), 1u);
+    EXPECT_NE(told[0].find("--disk-reserve"), std::string::npos) << told[0];
+    EXPECT_EQ(slurp(path), "previous");
+}
+
+// gzip: the compressed size is what counts, and a cut stream is still a whole gzip file.
+TEST(OutputFile, GzipCutAtTheReserveIsAWholeStream)
+{
+    TempDir d;
+    SmallFs small;
+    auto path = d / "trace.json.gz";
+    exporter::OutputFile out(path, {true, "-o"});
+    out.allow_cut(1000);
+    uint32_t x = 12345;
+    std::string all;
+    int writes = 0;
+    while (!out.cut() && writes < 10000) { // pseudo-random digits: about 2.3:1
+        std::string w;
+        for (int i = 0; i < 10000; i++)
+            w += static_cast<char>('0' + (x = x * 1103515245 + 12345) % 10);
+        w += '\n';
+        all += w;
+        out.write(w);
+        writes++;
+    }
+    ASSERT_TRUE(out.cut());
+    EXPECT_GT(all.size(), 3u << 20); // more than fits uncompressed
+    out.write_tail("END");
+    ASSERT_TRUE(out.commit());
+    auto text = gunzip(path);
+    ASSERT_GT(text.size(), 3u);
+    EXPECT_EQ(text.substr(text.size() - 3), "END");
+    std::string body = text.substr(0, text.size() - 3);
+    EXPECT_EQ(body, all.substr(0, body.size())); // what it kept, as written
+    EXPECT_EQ(body.back(), '\n');
+    EXPECT_GT(body.size(), 2u << 20);
+    EXPECT_GE(SmallFs::free_after(path), SmallFs::kTotal / 20);
+}
+
+// The same through a real file system of 1 MiB (a tmpfs), where there is one to mount.
+TEST(OutputFile, CutOnARealSmallFileSystem)
+{
+    if (geteuid() != 0)
+        GTEST_SKIP() << "needs root, to mount a tmpfs";
+    TempDir d;
+    auto mnt = d / "mnt";
+    fs::create_directories(mnt);
+    if (system(("mount -t tmpfs -o size=1m tmpfs " + mnt + " 2>/dev/null").c_str()) != 0)
+        GTEST_SKIP() << "cannot mount a tmpfs here";
+    auto path = mnt + "/trace.json";
+    {
+        exporter::OutputFile out(path, {true, "-o"});
+        out.allow_cut(100);
+        for (int i = 0; i < 200; i++)
+            out.write(std::string(10 << 10, 'x'));
+        EXPECT_TRUE(out.cut());
+        out.write_tail("END");
+        EXPECT_TRUE(out.commit());
+    }
+    struct statvfs v{};
+    ASSERT_EQ(statvfs(mnt.c_str(), &v), 0);
+    EXPECT_GE(static_cast<double>(v.f_bavail) / static_cast<double>(v.f_blocks), 0.05);
+    auto text = slurp(path);
+    EXPECT_EQ(text.substr(text.size() - 3), "END");
+    EXPECT_EQ((text.size() - 3) % (10 << 10), 0u);
+    system(("umount " + mnt).c_str());
 }

@@ -2,6 +2,8 @@
 // crash) on damaged blocks.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
 #include <random>
 #include <unistd.h>
@@ -286,4 +288,35 @@ TEST(RecordFile, DamagedHeaderOrMetadataIsRefusedWithOneLine)
             }
         }
     }
+}
+
+// At the disk reserve the record file stops after its last whole block: it reads back to there, without error.
+TEST(RecordFile, CutAtTheDiskReserveEndsAfterAWholeBlock)
+{
+    auto recs = synthetic_stream(200000, 7);
+    std::string path = temp_path();
+    set_fs_space_probe([](int fd, FsSpace& s) { // 10 MiB, 5 % reserved, 1 MB free above it
+        struct stat st{};
+        fstat(fd, &st);
+        s = {(10 << 20) / 20 + 4096 + 1'000'000 - static_cast<uint64_t>(st.st_size), 10 << 20};
+        return true;
+    });
+    {
+        RecordWriter w(path, RecordHeader{123, 42, R"({"python":"3.11.2"})"});
+        for (const auto& r : recs)
+            w.write(r.data(), r.size());
+        EXPECT_TRUE(w.close());
+    }
+    set_fs_space_probe({});
+    struct stat st{};
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    EXPECT_LE(st.st_size, 1'000'000);
+    RecordReader in(path);
+    EXPECT_EQ(in.header().root_pid, 42u);
+    size_t n = 0;
+    for (std::vector<uint8_t> r; in.next(r); n++)
+        ASSERT_EQ(r, recs[n]);
+    EXPECT_GT(n, 0u);
+    EXPECT_LT(n, recs.size());
+    unlink(path.c_str());
 }

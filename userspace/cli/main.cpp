@@ -205,6 +205,17 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
     return pid_opt;
 }
 
+// Every subcommand that writes files.
+void add_disk_reserve_option(CLI::App* app, Parsed& p)
+{
+    app->add_option("--disk-reserve", p.opts.disk_reserve_pct,
+                    "keep this much of each output's file system free (percent of its size; 0: none): an output "
+                    "that would take it lower stops there, completed as a valid file (the trace and record file), "
+                    "and the summary says so")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 99.0));
+}
+
 void add_trace_file_options(CLI::App* app, Parsed& p)
 {
     app->add_flag("--coarse", p.opts.coarse, "trace file: only batches, waits and their arrows (the summary keeps all)");
@@ -270,12 +281,14 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
     app.add_option("--replay", opts.replay, "reconstruct from a record file (no tracing, no root needed)")
         ->check(kNonEmpty);
     add_trace_file_options(&app, p);
+    add_disk_reserve_option(&app, p);
 
     Parsed rp; // record
     auto* record = app.add_subcommand("record", "trace and write only the raw event stream (a record file)");
     auto* rec_pid = add_capture_options(record, rp);
     rp.opts.record = "lotus.lbt";
     record->add_option("-o,--output", rp.opts.record, "record file to write")->capture_default_str()->check(kNonEmpty);
+    add_disk_reserve_option(record, rp);
 
     Parsed tp; // top
     auto* top = app.add_subcommand("top", "a live table of the pipeline, refreshed every second (like py-spy top); "
@@ -295,6 +308,7 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
         ->check(kNonEmpty);
     add_rule_options(exp, ep);
     add_trace_file_options(exp, ep);
+    add_disk_reserve_option(exp, ep);
 
     Parsed sp; // report
     auto* rep = app.add_subcommand("report", "print the summary of a record file (no root needed)");
@@ -306,6 +320,7 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
     rep->add_option("--resources-csv", sp.opts.resources_csv, "also write the resource readings as CSV to this file")
         ->check(kNonEmpty);
     add_rule_options(rep, sp);
+    add_disk_reserve_option(rep, sp);
     lotus::cli::SweepOptions sw;
     std::string sw_cpus, sw_memory, sw_duration, sw_interval;
     std::vector<std::string> sw_pipelines, sw_spans, sw_rules;

@@ -8,6 +8,7 @@ namespace lotus::cli {
 
 Outputs::Outputs(const Options& opts)
 {
+    exporter::set_disk_reserve(opts.disk_reserve_pct); // for every output of the run, the record file's too
     // No trace file wanted: the writer still runs (same code path) into a file that keeps nothing.
     trace_ = std::make_unique<exporter::OutputFile>(opts.output, exporter::OutputOptions{true, "-o"}, sink());
     if (!opts.summary_json.empty())

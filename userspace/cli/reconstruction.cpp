@@ -130,12 +130,18 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
     run.output_failures = outputs_.failures();
     trace_.finish(engine_.processes(), run);
     outputs_.trace().commit();
+    exporter::take_output_cuts(run, trace_.t0_ns()); // the trace's and the record file's, if cut
+
+    std::string trace_cut;
+    for (const auto& c : run.outputs_cut)
+        if (c.output == "-o" && c.path == opts_.output)
+            trace_cut = fmt::format(" (cut at {:.2f} s)", c.at_s);
 
     auto batches = exporter::summarize_batches(engine_.batches(), engine_.processes(), summary_, run.cpus);
     std::vector<std::string> notes;
     notes.push_back(fmt::format("\n{} events, {} lost (ring buffer full); stopped: {}; trace: {}", run.events,
                                 run.lost_events, run.stop_reason,
-                                opts_.output.empty() ? "none" : outputs_.trace().failed() ? "not written" : opts_.output));
+                                opts_.output.empty() ? "none" : outputs_.trace().failed() ? "not written" : opts_.output + trace_cut));
     if (run.lost_events)
         notes.push_back("Spans that lost an event are left out, never guessed.");
     notes.insert(notes.end(), interp_notes.begin(), interp_notes.end());
@@ -169,9 +175,14 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
             notes.push_back(std::move(n));
     for (const auto& f : outputs_.failures())
         notes.push_back("Not written: " + f);
+    for (const auto& c : run.outputs_cut)
+        notes.push_back(fmt::format("Cut at {:.2f} s: {} {}: {} (--disk-reserve). It keeps what it had until then, "
+                                    "completed; the other outputs went on.",
+                                    c.at_s, c.output, c.path, c.why));
     auto write_reports = [&] {
         if (auto* js = outputs_.summary_json()) {
             run.output_failures = outputs_.failures();
+            exporter::take_output_cuts(run, trace_.t0_ns());
             js->write(summary_.json(engine_.processes(), batches, run, usage_json));
             js->commit();
         }
@@ -194,7 +205,7 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
                 fmt::print(stderr, "lotus-bpf: wrote {} events ({} lost) to {}\n", run.events, run.lost_events,
                            opts_.record);
         } else if (!opts_.output.empty() && !outputs_.trace().failed()) {
-            fmt::print(stderr, "lotus-bpf: wrote {}\n", opts_.output);
+            fmt::print(stderr, "lotus-bpf: wrote {}{}\n", opts_.output, trace_cut);
         }
         write_reports();
         return outputs_.failures().empty();

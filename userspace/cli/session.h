@@ -25,6 +25,7 @@ struct Options {
     std::vector<std::string> pipeline_classes;
     std::vector<std::string> spans; // --span
     std::string record;     // --record: also write the raw event stream here
+    double disk_reserve_pct = 5; // --disk-reserve: free space (% of each output's file system) no output takes
     std::string replay;     // --replay: reconstruct from a record file instead of tracing
     std::string rules_file;         // --rules: more pipelines and spans from a JSON file
     bool all_calls = false;         // see every Python call (launch mode, CPython 3.12+ via PYTHONPERFSUPPORT)

@@ -6,9 +6,17 @@
 
 namespace lotus::exporter {
 
+// Room kept for the document's closing (otherData) should the disk reserve cut the trace: a cut one's otherData
+// leaves out the native map and counters tables (they are in the summary) and is a few kB.
+constexpr uint64_t kTailBytes = 64 << 10;
+constexpr const char* kHead = "{\"traceEvents\":[\n";
+
 ChromeTraceWriter::ChromeTraceWriter(OutputFile& out, uint64_t t0_ns) : out_(out), t0_ns_(t0_ns)
 {
-    out_.write("{\"traceEvents\":[\n");
+    out_.allow_cut(kTailBytes);
+    out_.write(kHead);
+    out_.flush(); // in the file at once: a cut later keeps it (else the tail brings it)
+    head_kept_ = !out_.cut();
 }
 
 // Appends one event (an empty one: already appended, just flush when due).
@@ -35,6 +43,8 @@ static uint64_t us(uint64_t ns) { return (ns + 500) / 1000; }
 // with 3 decimals and CPU time as milliseconds with 4, exactly as "{:.3f}" / "{:.4f}" print them.
 void ChromeTraceWriter::usage(const model::UsagePoint& p)
 {
+    if (out_.cut())
+        return;
     uint64_t start_ns = p.ts_ns - std::min<uint64_t>(p.ts_ns, static_cast<uint64_t>(p.interval_s * 1e9));
     if (start_ns < t0_ns_)
         start_ns = t0_ns_;
@@ -80,6 +90,8 @@ static void put_fixed(std::string& b, uint64_t units, uint64_t per, int decimals
 
 void ChromeTraceWriter::span(const model::Span& s)
 {
+    if (out_.cut()) // at the disk reserve: the trace keeps what it had
+        return;
     if (!last_held_ || s.pid != last_thread_.first || s.tid != last_thread_.second) { // runs of one thread's spans
         last_thread_ = {s.pid, s.tid};                                                  // are common
         threads_.emplace(s.pid, s.tid);
@@ -253,11 +265,15 @@ void ChromeTraceWriter::finish(const std::map<uint32_t, model::ProcessInfo>& pro
         event(fmt::format("{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":{}}}}}",
                           pid, tid, json_string(name)));
     }
-    buf_ += "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{";
-    buf_ += run_json_members(run);
-    buf_ += "}}\n";
+    // Events are written whole and each after its comma: a cut leaves the array ready for its closing.
     out_.write(buf_);
     buf_.clear();
+    out_.flush();
+    RunInfo r = run;
+    take_output_cuts(r, t0_ns_); // this one's too, where it was cut by the events above
+    if (out_.cut())
+        r.native_map_json.clear(), r.counters_json.clear();
+    out_.write_tail(std::string(head_kept_ ? "" : kHead) + "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{" + run_json_members(r) + "}}\n");
 }
 
 } // namespace lotus::exporter

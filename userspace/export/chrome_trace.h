@@ -44,6 +44,7 @@ private:
     OutputFile& out_;
     uint64_t t0_ns_;
     bool first_ = true;
+    bool head_kept_ = true; // the document's opening reached the file before any cut
     std::set<std::pair<uint32_t, uint32_t>> threads_;
     std::set<uint32_t> counter_pids_; // processes with usage counters
     std::pair<uint32_t, uint32_t> last_thread_{0, 0};

@@ -2,14 +2,21 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fmt/format.h>
+#include <mutex>
 #include <stdexcept>
+
+#include "common/clock.h"
 
 namespace lotus::exporter {
 
@@ -53,6 +60,42 @@ std::string temp_name(const std::string& dir, const std::string& base)
     return fmt::format("{}/.{}.lotus-{}-{}", dir, base, getpid(), seq++);
 }
 
+std::atomic<double> g_reserve_pct{5.0};
+// Tail bytes promised to cuttable outputs not yet committed, all file systems together (a little conservative
+// where they are on different ones; they are small).
+std::atomic<uint64_t> g_promised{0};
+std::mutex g_mu; // guards the two below
+std::function<bool(int, FsSpace&)> g_probe;
+std::vector<OutputCut> g_cuts;
+
+bool fs_space(int fd, FsSpace& space)
+{
+    {
+        std::lock_guard lock(g_mu);
+        if (g_probe)
+            return g_probe(fd, space);
+    }
+    struct statvfs v{};
+    if (fstatvfs(fd, &v) != 0 || v.f_blocks == 0)
+        return false;
+    space = {static_cast<uint64_t>(v.f_bavail) * v.f_frsize, static_cast<uint64_t>(v.f_blocks) * v.f_frsize};
+    return true;
+}
+
+// The mount point of dir's file system (dir itself where it cannot tell): how the user knows it.
+std::string mount_point(const std::string& dir)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::path p = fs::canonical(dir, ec);
+    struct stat st{}, up{};
+    if (ec || stat(p.c_str(), &st) != 0)
+        return dir;
+    while (p != p.root_path() && stat(p.parent_path().c_str(), &up) == 0 && up.st_dev == st.st_dev)
+        p = p.parent_path();
+    return p.string();
+}
+
 mode_t current_umask()
 {
     mode_t m = umask(022);
@@ -61,6 +104,21 @@ mode_t current_umask()
 }
 
 } // namespace
+
+void set_disk_reserve(double percent) { g_reserve_pct = percent; }
+double disk_reserve() { return g_reserve_pct; }
+
+void set_fs_space_probe(std::function<bool(int fd, FsSpace&)> probe)
+{
+    std::lock_guard lock(g_mu);
+    g_probe = std::move(probe);
+}
+
+std::vector<OutputCut> output_cuts()
+{
+    std::lock_guard lock(g_mu);
+    return g_cuts;
+}
 
 std::pair<int, int> output_owner()
 {
@@ -119,14 +177,13 @@ OutputFile::OutputFile(const std::string& path, OutputOptions options, OutputFai
         throw refuse(fmt::format("cannot give it to the sudo user ({})", strerror(err)));
     }
     if (options.gzip_by_name && is_gz(path_)) {
-        int dup_fd = fcntl(fd_, F_DUPFD_CLOEXEC, 0); // gzclose closes its own: ours is kept for fsync and link
-        gz_ = dup_fd < 0 ? nullptr : gzdopen(dup_fd, "wb6");
-        if (!gz_) {
-            int err = errno ? errno : ENOMEM;
-            if (dup_fd >= 0)
-                ::close(dup_fd);
+        // Compressed here, not by gzFile: what reaches the file must be known (and taken back) before it is
+        // written, for the reserve. windowBits 15 + 16: a gzip header and trailer, as gzip -6 writes.
+        zs_.reset(new z_stream{});
+        if (deflateInit2(zs_.get(), 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+            zs_.reset();
             abandon();
-            throw refuse(strerror(err));
+            throw refuse(strerror(ENOMEM));
         }
     }
 }
@@ -139,68 +196,156 @@ OutputFile::~OutputFile()
 
 void OutputFile::fail(const std::string& doing, int err)
 {
+    fail(fmt::format("{} {}: {} failed: {}; that file is left as it was, the other outputs go on", what_, path_, doing,
+                     strerror(err ? err : EIO)));
+}
+
+void OutputFile::fail(const std::string& line)
+{
     if (failed_)
         return;
     failed_ = true;
     abandon(); // frees the space (a full disk) at once
-    std::string line = fmt::format("{} {}: {} failed: {}; that file is left as it was, the other outputs go on", what_,
-                                   path_, doing, strerror(err ? err : EIO));
     if (on_failure_)
         on_failure_(line);
     else
         fmt::print(stderr, "lotus-bpf: {}\n", line);
 }
 
-bool OutputFile::flush_buffer()
+int64_t OutputFile::room() const
+{
+    double pct = g_reserve_pct;
+    FsSpace space;
+    if (pct <= 0 || !fs_space(fd_, space))
+        return INT64_MAX;
+    auto reserve = static_cast<uint64_t>(std::ceil(static_cast<double>(space.total) * pct / 100));
+    // One page more than asked: a file system allocates whole blocks.
+    return static_cast<int64_t>(space.avail) - static_cast<int64_t>(reserve + g_promised.load() + 4096);
+}
+
+void OutputFile::allow_cut(uint64_t tail_bytes)
+{
+    cuttable_ = true;
+    if (path_.empty() || done_)
+        return;
+    release_tail();
+    tail_promised_ = tail_bytes;
+    g_promised += tail_bytes;
+}
+
+void OutputFile::release_tail()
+{
+    g_promised -= tail_promised_;
+    tail_promised_ = 0;
+}
+
+void OutputFile::cut_here()
+{
+    buf_.clear();
+    std::string why = fmt::format("free space on {} would fall below {:g} %", mount_point(dir_), g_reserve_pct.load());
+    if (!cuttable_) {
+        fail(fmt::format("{} {}: not written: {} (--disk-reserve); the other outputs go on", what_, path_, why));
+        return;
+    }
+    cut_ = true;
+    {
+        std::lock_guard lock(g_mu);
+        g_cuts.push_back({what_, path_, why, common::monotonic_ns()});
+    }
+    fmt::print(stderr, "{}lotus-bpf: {} {}: cut: {} (--disk-reserve); it keeps what it had, completed, and the other "
+                       "outputs go on\n",
+               isatty(STDERR_FILENO) ? "\r\033[K" : "", what_, path_, why);
+}
+
+bool OutputFile::write_fd(std::string_view data)
 {
     size_t off = 0;
-    while (off < buf_.size()) {
-        ssize_t n = ::write(fd_, buf_.data() + off, buf_.size() - off);
+    while (off < data.size()) {
+        ssize_t n = ::write(fd_, data.data() + off, data.size() - off);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
-            fail(fmt::format("writing (after {} bytes)", bytes_ - buf_.size() + off), n < 0 ? errno : ENOSPC);
+            fail("writing", n < 0 ? errno : ENOSPC);
             return false;
         }
         off += static_cast<size_t>(n);
     }
+    return true;
+}
+
+bool OutputFile::push(bool checked, bool finish)
+{
+    if (failed_ || (buf_.empty() && !finish))
+        return !failed_;
+    int64_t fits = checked ? room() : INT64_MAX;
+    std::string packed;
+    std::string_view out = buf_;
+    if (zs_) {
+        // Near the reserve, the stream's state before this buffer is kept, to go back to if it does not fit (a
+        // dropped piece of a deflate stream would make the rest unreadable).
+        Deflate before;
+        if (fits < static_cast<int64_t>(deflateBound(zs_.get(), buf_.size()) + 64)) {
+            before.reset(new z_stream{});
+            if (deflateCopy(before.get(), zs_.get()) != Z_OK) {
+                fail("compressing", ENOMEM);
+                return false;
+            }
+        }
+        // A sync flush after each buffer: everything given so far is in `packed`, nothing left inside zlib.
+        zs_->next_in = reinterpret_cast<Bytef*>(buf_.data());
+        zs_->avail_in = static_cast<uInt>(buf_.size());
+        int rc = Z_OK;
+        do {
+            char chunk[1 << 16];
+            zs_->next_out = reinterpret_cast<Bytef*>(chunk);
+            zs_->avail_out = sizeof(chunk);
+            rc = deflate(zs_.get(), finish ? Z_FINISH : Z_SYNC_FLUSH);
+            packed.append(chunk, sizeof(chunk) - zs_->avail_out);
+        } while (rc == Z_OK && (zs_->avail_out == 0 || (finish && rc != Z_STREAM_END)));
+        if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR) {
+            fail("compressing", EIO);
+            return false;
+        }
+        out = packed;
+        if (static_cast<int64_t>(out.size()) > fits && before)
+            zs_ = std::move(before);
+    }
+    if (static_cast<int64_t>(out.size()) > fits) {
+        cut_here();
+        return false;
+    }
+    if (!write_fd(out))
+        return false;
     buf_.clear();
     return true;
 }
 
 void OutputFile::write(std::string_view s)
 {
-    if (s.empty() || path_.empty() || failed_ || done_)
+    if (s.empty() || path_.empty() || failed_ || done_ || cut_)
         return;
     bytes_ += s.size();
-    if (gz_) {
-        if (gzwrite(gz_, s.data(), static_cast<unsigned>(s.size())) != static_cast<int>(s.size())) {
-            int zerr = 0;
-            gzerror(gz_, &zerr);
-            fail(fmt::format("writing (after about {} bytes)", bytes_ - s.size()), zerr == Z_ERRNO ? errno : EIO);
-        }
-        return;
-    }
     buf_.append(s);
     if (buf_.size() >= kBufferBytes)
-        flush_buffer();
+        push(true);
+}
+
+void OutputFile::flush()
+{
+    if (!path_.empty() && !done_ && !cut_)
+        push(true);
 }
 
 bool OutputFile::commit()
 {
     if (path_.empty() || done_)
         return !failed_;
-    if (gz_) {
-        gzFile gz = gz_;
-        gz_ = nullptr;
-        errno = 0;
-        if (gzclose(gz) != Z_OK) {
-            fail("writing", errno);
-            return false;
-        }
-    } else if (!flush_buffer()) {
+    flush(); // may cut it (or fail it, where it cannot be cut)
+    buf_ = std::move(tail_); // the writer's closing, cut or not: its room was promised
+    if (failed_ || !push(false, true))
         return false;
-    }
+    zs_.reset();
+    release_tail();
     if (fsync(fd_) != 0) {
         fail("fsync", errno);
         return false;
@@ -243,10 +388,8 @@ bool OutputFile::commit()
 void OutputFile::abandon()
 {
     done_ = true;
-    if (gz_) {
-        gzclose(gz_); // may fail on the same full disk: nothing of it reaches the destination anyway
-        gz_ = nullptr;
-    }
+    release_tail();
+    zs_.reset();
     if (fd_ >= 0) {
         ::close(fd_);
         fd_ = -1;
@@ -256,6 +399,7 @@ void OutputFile::abandon()
         named_tmp_.clear();
     }
     buf_.clear();
+    tail_.clear();
 }
 
 } // namespace lotus::exporter

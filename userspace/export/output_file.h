@@ -3,12 +3,20 @@
 // into place by commit(). A run that fails or is killed leaves the previous file untouched and no partial one.
 // A symbolic link at the path is never followed; FIFOs, devices (but /dev/null: nothing kept) and directories
 // are refused when opened.
+//
+// Disk reserve (--disk-reserve): no output takes its file system's free space below a share of its size (5 % by
+// default). Before buffered bytes go to the file, fstatvfs on its fd says whether they fit above the reserve (for
+// gzip, their compressed size). An output whose writer can complete it (allow_cut) is then cut: it stops growing,
+// and at commit gets its writer's tail (write_tail: the JSON's closing), for which room was promised beforehand.
+// Any other output fails there instead, leaving the destination as it was.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <zlib.h>
 
@@ -22,6 +30,25 @@ struct OutputOptions {
     std::string what;         // how the user named it in messages ("-o", "--record"): defaults to "output"
 };
 
+// The reserve every output keeps on its file system, in percent of its size (0: none). Default 5.
+void set_disk_reserve(double percent);
+double disk_reserve();
+
+// A file system's space as fstatvfs tells it, in bytes: what unprivileged writers may still use, and its size.
+struct FsSpace {
+    uint64_t avail = 0, total = 0;
+};
+// Tests: tells the space instead of fstatvfs (an empty function: fstatvfs again). False: not known (no check).
+void set_fs_space_probe(std::function<bool(int fd, FsSpace&)> probe);
+
+// An output that stopped growing at the reserve: which (as the user named it), when (CLOCK_MONOTONIC) and why.
+struct OutputCut {
+    std::string what, path, why;
+    uint64_t at_ns = 0;
+};
+// Every output cut in this process so far, in order.
+std::vector<OutputCut> output_cuts();
+
 class OutputFile {
 public:
     // Empty path or /dev/null: a sink that keeps nothing. Throws std::runtime_error with one line when the destination
@@ -32,6 +59,15 @@ public:
     OutputFile& operator=(const OutputFile&) = delete;
 
     void write(std::string_view s);
+    // This output may be cut at the reserve rather than fail there: its writer then completes it at commit with
+    // at most about tail_bytes of write_tail, for which room is kept above every output's checks until then.
+    void allow_cut(uint64_t tail_bytes);
+    // Puts what is buffered in the file now (or cuts the output): a writer calls it before composing its tail, so
+    // that the tail can say whether it was cut.
+    void flush();
+    // Written at commit after everything else, cut or not (the writer keeps it small: allow_cut's tail_bytes).
+    void write_tail(std::string_view s) { tail_.append(s); }
+    bool cut() const { return cut_; }
     // Flushes, fsyncs and renames into place. False when this output failed (reported once through the
     // failure callback); the destination then keeps what it had.
     bool commit();
@@ -44,15 +80,31 @@ public:
 
 private:
     void fail(const std::string& doing, int err);
-    bool flush_buffer();
+    void fail(const std::string& line);
+    // Puts buf_ in the file (compressed first, for gzip). checked: only if it fits above the reserve, else it is
+    // dropped and the output cut (or failed). finish: the end of the gzip stream. False: not written.
+    bool push(bool checked, bool finish = false);
+    bool write_fd(std::string_view data);
+    int64_t room() const; // bytes that fit above the reserve and the promised tails; INT64_MAX: no limit
+    void cut_here();
+    void release_tail();
     std::string path_, dir_, what_;
     OutputFailure on_failure_;
     int fd_ = -1;
     std::string named_tmp_; // the temporary's name where O_TMPFILE is not supported
-    gzFile gz_ = nullptr;
-    std::string buf_;
+    struct DeflateEnd {
+        void operator()(z_stream* z) const
+        {
+            deflateEnd(z);
+            delete z;
+        }
+    };
+    using Deflate = std::unique_ptr<z_stream, DeflateEnd>;
+    Deflate zs_; // gzip
+    std::string buf_, tail_;       // buf_: uncompressed
     uint64_t bytes_ = 0;
-    bool failed_ = false, done_ = false;
+    uint64_t tail_promised_ = 0;
+    bool failed_ = false, done_ = false, cuttable_ = false, cut_ = false;
 };
 
 // The uid and gid files created by lotus-bpf get: the invoking user's under sudo (SUDO_UID, SUDO_GID), else

@@ -41,6 +41,7 @@ RecordWriter::RecordWriter(const std::string& path, const RecordHeader& h, Outpu
 RecordWriter::RecordWriter(const std::string& path, OutputFailure on_failure)
     : out_(path, OutputOptions{false, "--record"}, std::move(on_failure))
 {
+    out_.allow_cut(0); // at the disk reserve, the file ends after its last whole block: it replays up to there
 }
 
 void RecordWriter::begin(const RecordHeader& h)
@@ -58,11 +59,14 @@ void RecordWriter::begin(const RecordHeader& h)
     uint32_t crc = static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(head.data()), head.size()));
     put(&crc, 4);
     out_.write(head);
+    out_.flush(); // in the file at once, so that a cut file still has it
+    if (out_.cut())
+        out_.write_tail(head);
 }
 
 void RecordWriter::write(const void* data, size_t len)
 {
-    if (out_.failed() || len == 0 || len > kMaxRecord)
+    if (out_.failed() || out_.cut() || len == 0 || len > kMaxRecord)
         return;
     block_.add(static_cast<const uint8_t*>(data), len);
     if (block_.records() >= kBlockRecords || block_.raw_bytes() >= kBlockBytes)
@@ -71,7 +75,7 @@ void RecordWriter::write(const void* data, size_t len)
 
 void RecordWriter::flush()
 {
-    if (out_.failed() || block_.records() == 0)
+    if (out_.failed() || out_.cut() || block_.records() == 0)
         return;
     out_.write(block_.finish(kDeflateLevel));
 }

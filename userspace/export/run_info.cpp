@@ -5,8 +5,16 @@
 #include <map>
 
 #include "export/json.h"
+#include "export/output_file.h"
 
 namespace lotus::exporter {
+
+void take_output_cuts(RunInfo& r, uint64_t t0_ns)
+{
+    r.outputs_cut.clear();
+    for (const auto& c : output_cuts())
+        r.outputs_cut.push_back({c.what, c.path, c.why, c.at_ns > t0_ns ? static_cast<double>(c.at_ns - t0_ns) / 1e9 : 0});
+}
 
 std::string run_json_members(const RunInfo& r)
 {
@@ -60,6 +68,11 @@ std::string run_json_members(const RunInfo& r)
                             e.status, e.at_s);
     m["process_ends"] = "[" + ends + "]";
     m["output_failures"] = json_strings(r.output_failures);
+    std::string cuts;
+    for (const auto& c : r.outputs_cut)
+        cuts += fmt::format("{}{{\"output\":{},\"path\":{},\"at_s\":{:.3f},\"why\":{}}}", cuts.empty() ? "" : ",",
+                            json_string(c.output), json_string(c.path), c.at_s, json_string(c.why));
+    m["outputs_cut"] = "[" + cuts + "]";
     if (r.native) {
         m["native_functions_probed"] = std::to_string(r.native->functions_probed);
         m["native_attach_s"] = fmt::format("{:.3f}", r.native->attach_s);

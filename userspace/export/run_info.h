@@ -52,6 +52,12 @@ struct RunInfo {
     };
     std::vector<ProcessEnd> process_ends;
     std::vector<std::string> output_failures;
+    // Outputs cut at the disk reserve (--disk-reserve): they keep what they had then, completed.
+    struct Cut {
+        std::string output, path, why; // output: as the user named it ("-o", "--record")
+        double at_s = 0;
+    };
+    std::vector<Cut> outputs_cut;
     struct Native {
         uint64_t functions_probed = 0, probe_links = 0;
         double attach_s = 0;
@@ -99,6 +105,9 @@ struct RunInfo {
     // The summary's native map and counters tables (export/summary.h encodes them), when there are any.
     std::string native_map_json, counters_json;
 };
+
+// Sets r.outputs_cut to the outputs cut so far in this process (output_file.h), their times after t0_ns.
+void take_output_cuts(RunInfo& r, uint64_t t0_ns);
 
 // The members of the JSON object (without its braces), keys in alphabetical order.
 std::string run_json_members(const RunInfo& r);
