@@ -6,7 +6,8 @@
 #   --check   only say whether the root is ready (exit 0) or not (exit 1)
 set -euo pipefail
 root=${LOTUS_MODERN_ROOT:-/var/cache/lotus-bpf/sid-root}
-mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# This machine's own Debian mirror ($DEBIAN_MIRROR overrides it; scripts/debian-mirror.sh).
+mirror=$(bash "$(dirname "$0")/debian-mirror.sh")
 stamp="$root/.lotus-ready"
 
 ready() {

@@ -17,7 +17,8 @@ if [ -x "$exe" ] && "$exe" -c 'import multiprocessing' 2>/dev/null && "$shared" 
   exit 0
 fi
 command -v patchelf >/dev/null || { echo "install-python3.14: patchelf missing (scripts/install-deps.sh)" >&2; exit 1; }
-mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# This machine's own Debian mirror ($DEBIAN_MIRROR overrides it; scripts/debian-mirror.sh).
+mirror=$(bash "$(dirname "$0")/debian-mirror.sh")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 curl -fsS --retry 3 "$mirror/dists/sid/main/binary-amd64/Packages.xz" | xz -d >"$work/Packages"

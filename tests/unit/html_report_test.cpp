@@ -44,8 +44,8 @@ TEST(Timeline, SplitsSpansExactlyAcrossBins)
     ASSERT_EQ(tl.width_ns(), exporter::Timeline::kFirstWidthNs);
     EXPECT_EQ(tl.bins(), 3u);
     EXPECT_EQ(tl.end_ns(), 120'000'000u);
-    EXPECT_EQ(tl.busy_ns().at(7), (std::vector<uint64_t>{20'000'000, 50'000'000, 20'000'000}));
-    EXPECT_EQ(tl.wait_ns().at(3), (std::vector<uint64_t>{10'000'000}));
+    EXPECT_EQ(tl.busy_ns().at(7).v, (std::vector<uint64_t>{20'000'000, 50'000'000, 20'000'000}));
+    EXPECT_EQ(tl.wait_ns().at(3).v, (std::vector<uint64_t>{10'000'000}));
     EXPECT_EQ(tl.samples(), (std::vector<uint64_t>{1, 1}));
 }
 
@@ -61,10 +61,33 @@ TEST(Timeline, WidensBinsInsteadOfGrowingPastTheLimit)
     EXPECT_LE(tl.bins(), exporter::Timeline::kMaxBins);
     EXPECT_GT(tl.bins(), exporter::Timeline::kMaxBins / 2);
     EXPECT_EQ(tl.width_ns(), 400'000'000u); // 50 ms doubled three times
-    EXPECT_EQ(sum(tl.busy_ns().at(1)), busy); // nothing lost in the merges
+    EXPECT_EQ(sum(tl.busy_ns().at(1).v), busy); // nothing lost in the merges
     EXPECT_EQ(sum(tl.samples()), 1429u);
-    for (uint64_t b : tl.busy_ns().at(1))
+    for (uint64_t b : tl.busy_ns().at(1).v)
         EXPECT_LE(b, tl.width_ns());
+}
+
+// Processes alive for a few bins each (a DataLoader worker per epoch) keep those bins only, through the merges.
+TEST(Timeline, KeepsAProcessFromItsFirstBinToItsLast)
+{
+    exporter::Timeline tl(0);
+    uint64_t busy = 0;
+    for (uint32_t pid = 100; pid < 400; pid++) { // 300 processes, each busy 1 s, one after the other
+        uint64_t ms = (pid - 100) * 1000;
+        for (uint64_t t = ms; t < ms + 1000; t += 100) {
+            tl.add(span(model::SpanKind::Batch, pid, t, t + 60));
+            busy += 60'000'000;
+        }
+    }
+    uint64_t seen = 0;
+    for (const auto& [pid, b] : tl.busy_ns()) {
+        EXPECT_LE(b.v.size(), 2u) << pid; // 1 s in bins of 800 ms
+        EXPECT_EQ(b.first, (pid - 100) * 1'000'000'000ull / tl.width_ns()) << pid;
+        seen += sum(b.v);
+    }
+    EXPECT_EQ(seen, busy);
+    EXPECT_EQ(tl.busy_ns().at(399).at(tl.bins() - 1), tl.busy_ns().at(399).v.back());
+    EXPECT_EQ(tl.busy_ns().at(100).at(tl.bins() - 1), 0u);
 }
 
 // A small job as the engine would report it: a training loop, two workers, ops, loaders, batches and waits.

@@ -248,8 +248,7 @@ std::string busy_strips(const Timeline& tl, const Processes& procs)
                 double first = p.first_ns > tl.t0_ns() ? static_cast<double>(p.first_ns - tl.t0_ns()) : 0;
                 double last = p.last_ns > tl.t0_ns() ? static_cast<double>(p.last_ns - tl.t0_ns()) : 0;
                 alive += std::max(0.0, std::min(b1, last) - std::max(b0, first));
-                const auto& v = (r.wait ? tl.wait_ns() : tl.busy_ns()).at(pid);
-                inside += b < v.size() ? static_cast<double>(v[b]) : 0;
+                inside += static_cast<double>((r.wait ? tl.wait_ns() : tl.busy_ns()).at(pid).at(b));
             }
             if (alive <= 0)
                 continue;
@@ -280,10 +279,10 @@ std::string usage_lines(const Timeline& tl, const Processes& procs, bool memory)
         if (fresh)
             order.push_back(role);
         const auto& rss = tl.rss_kb().at(pid); // a reading covers its bins: a live process has resident pages
-        for (size_t b = 0; b < v.size() && b < tl.bins(); b++)
-            if (b < rss.size() && rss[b])
-                it->second[b] = std::max(0.0, it->second[b]) +
-                                (memory ? static_cast<double>(v[b]) / 1024 : 100 * static_cast<double>(v[b]) / width_ns);
+        for (size_t b = v.first; b < v.end() && b < tl.bins(); b++)
+            if (rss.at(b))
+                it->second[b] = std::max(0.0, it->second[b]) + (memory ? static_cast<double>(v.at(b)) / 1024
+                                                                        : 100 * static_cast<double>(v.at(b)) / width_ns);
     }
     for (const auto& [role, v] : roles)
         top = std::max(top, *std::max_element(v.begin(), v.end()));

@@ -20,24 +20,24 @@ double percentile(const std::vector<uint64_t>& sorted, double q)
     return static_cast<double>(sorted[rank - 1]);
 }
 
-DurationStats stats_of(const DurationSeries& d)
+DurationStats stats_of(const common::QuantileSketch& d)
 {
     DurationStats s;
     if (!d.count())
         return s;
     double n = static_cast<double>(d.count());
     s.count = d.count();
-    s.total_ms = d.total_ns() / 1e6;
-    s.mean_ms = d.total_ns() / n / 1e6;
-    s.p50_ms = d.percentile(0.50) / 1e6;
-    s.p95_ms = d.percentile(0.95) / 1e6;
-    s.p99_ms = d.percentile(0.99) / 1e6;
-    s.p25_ms = d.percentile(0.25) / 1e6;
-    s.p75_ms = d.percentile(0.75) / 1e6;
-    s.min_ms = static_cast<double>(d.min_ns()) / 1e6;
-    s.max_ms = static_cast<double>(d.max_ns()) / 1e6;
-    double mean_ns = d.total_ns() / n;
-    s.std_ms = std::sqrt(std::max(0.0, d.sum_squares_ns() / n - mean_ns * mean_ns)) / 1e6;
+    s.total_ms = d.total() / 1e6;
+    s.mean_ms = d.total() / n / 1e6;
+    s.p50_ms = d.quantile(0.50) / 1e6;
+    s.p95_ms = d.quantile(0.95) / 1e6;
+    s.p99_ms = d.quantile(0.99) / 1e6;
+    s.p25_ms = d.quantile(0.25) / 1e6;
+    s.p75_ms = d.quantile(0.75) / 1e6;
+    s.min_ms = static_cast<double>(d.min()) / 1e6;
+    s.max_ms = static_cast<double>(d.max()) / 1e6;
+    double mean_ns = d.total() / n;
+    s.std_ms = std::sqrt(std::max(0.0, d.sum_squares() / n - mean_ns * mean_ns)) / 1e6;
     return s;
 }
 
@@ -243,23 +243,13 @@ static BatchSummary summarize(const model::BatchStats& b, GroupKey key)
     s.prepare = stats_of(b.prepare_ns);
     s.wait = stats_of(b.wait_ns);
     s.delay = stats_of(b.delay_ns);
-    s.out_of_order = std::count(b.out_of_order.begin(), b.out_of_order.end(), true);
-    for (size_t i = 0; i < b.wait_ns.size(); i++) {
-        if (b.wait_ns[i] <= 1'000'000)
-            s.wait_le_1ms++;
-        else if (b.wait_ns[i] <= 500'000'000)
-            s.wait_1_500ms++;
-        else
-            s.wait_gt_500ms++;
-    }
-    for (auto d : b.delay_ns) {
-        if (d <= 1'000'000)
-            s.delay_le_1ms++;
-        else if (d <= 500'000'000)
-            s.delay_1_500ms++;
-        else
-            s.delay_gt_500ms++;
-    }
+    s.out_of_order = b.out_of_order;
+    s.wait_le_1ms = b.wait_le_1ms;
+    s.wait_1_500ms = b.wait_1_500ms;
+    s.wait_gt_500ms = b.wait_gt_500ms;
+    s.delay_le_1ms = b.delay_le_1ms;
+    s.delay_1_500ms = b.delay_1_500ms;
+    s.delay_gt_500ms = b.delay_gt_500ms;
     s.unnamed = b.unnamed;
     s.unmatched = b.unmatched;
     s.arrival_order = b.arrival_order;
@@ -283,18 +273,10 @@ DataLoaderReport summarize_batches(const model::BatchTracker& batches,
         for (const auto& [key, b] : batches.stats()) {
             if (key.first != pid)
                 continue;
-            all.prepare_ns.insert(all.prepare_ns.end(), b.prepare_ns.begin(), b.prepare_ns.end());
-            all.wait_ns.insert(all.wait_ns.end(), b.wait_ns.begin(), b.wait_ns.end());
-            all.out_of_order.insert(all.out_of_order.end(), b.out_of_order.begin(), b.out_of_order.end());
-            all.delay_ns.insert(all.delay_ns.end(), b.delay_ns.begin(), b.delay_ns.end());
-            all.unnamed += b.unnamed;
-            all.unmatched += b.unmatched;
-            all.arrival_order |= b.arrival_order;
-            all.misnamed += b.misnamed;
-            all.passes_before += b.passes_before;
+            all.merge(b);
         }
         l.all = summarize(all, GroupKey{pid, -1});
-        l.batches = all.wait_ns.size();
+        l.batches = all.wait_ns.count();
         double span = static_cast<double>(loop.last_ns > loop.first_ns ? loop.last_ns - loop.first_ns : 0);
         l.waiting_share = span > 0 ? static_cast<double>(loop.wait_ns) / span : 0;
         std::set<int> ids; // worker ids, not processes: each epoch may fork new ones
@@ -453,9 +435,10 @@ static void print_rows(FILE* out, const Rows& r)
                    name == "sample" ? "sample (whole pipeline)" : name,
                    s.count, s.mean_ms, s.p50_ms, s.p95_ms, s.p99_ms, s.total_ms, cpu, pct, flt);
     }
-    print_wrapped(out, fmt::format("(wall-clock time per call; loader: from the previous sample's end to its pipeline call, the "
-                    "dataset's work such as reading and decoding the file; collate: the last sample's end to the "
-                    "batch's end{})",
+    print_wrapped(out, fmt::format("(wall-clock time per call; p50/p95/p99 exact up to {} calls, within 1 % beyond; loader: from "
+                    "the previous sample's end to its pipeline call, the dataset's work such as reading and decoding "
+                    "the file; collate: the last sample's end to the batch's end{})",
+               common::QuantileSketch::kExactLimit,
                measured ? "; on-CPU: the thread's time on a CPU during the call, low % = it waited for a CPU or for "
                           "I/O; faults/call: minor page faults"
                         : ""));

@@ -69,7 +69,8 @@ DataLoaderReport summarize_batches(const model::BatchTracker& batches,
 
 // Nearest-rank percentile of sorted values (q in [0, 1]).
 double percentile(const std::vector<uint64_t>& sorted, double q);
-DurationStats stats_of(const DurationSeries& durations);
+// Quantiles within 1 % once a series outgrows common::QuantileSketch::kExactLimit values (exact below).
+DurationStats stats_of(const common::QuantileSketch& durations);
 DurationStats stats_of(const std::vector<uint64_t>& durations_ns);
 
 // One of the longest calls of a part (an op, the loader, the collation), to point at in the trace.

@@ -4,11 +4,20 @@
 
 namespace lotus::exporter {
 
-void Timeline::halve(std::vector<uint64_t>& v, bool highest)
+void Timeline::halve(Bins& b, bool highest)
 {
-    for (size_t i = 0; i < v.size(); i++)
-        v[i / 2] = i % 2 == 0 ? v[i] : highest ? std::max(v[i / 2], v[i]) : v[i / 2] + v[i];
-    v.resize((v.size() + 1) / 2);
+    if (b.v.empty()) {
+        b.first /= 2;
+        return;
+    }
+    size_t first = b.first / 2, end = (b.end() + 1) / 2;
+    std::vector<uint64_t> v(end - first, 0);
+    for (size_t i = 0; i < b.v.size(); i++) {
+        uint64_t& to = v[(b.first + i) / 2 - first];
+        to = highest ? std::max(to, b.v[i]) : to + b.v[i];
+    }
+    b.first = first;
+    b.v = std::move(v);
 }
 
 void Timeline::grow(size_t bin)
@@ -18,23 +27,39 @@ void Timeline::grow(size_t bin)
         bin /= 2;
         bins_ = (bins_ + 1) / 2;
         for (auto* m : {&busy_, &wait_, &cpu_})
-            for (auto& [pid, v] : *m)
-                halve(v);
-        for (auto& [pid, v] : rss_)
-            halve(v, true);
-        halve(samples_);
+            for (auto& [pid, b] : *m)
+                halve(b);
+        for (auto& [pid, b] : rss_)
+            halve(b, true);
+        Bins s{0, std::move(samples_)};
+        halve(s);
+        samples_ = std::move(s.v);
     }
 }
 
-void Timeline::cover(std::vector<uint64_t>& bins, uint64_t start, uint64_t end)
+// b extended to hold bins from..last.
+static void extend(Bins& b, size_t from, size_t last)
 {
-    size_t last = end ? static_cast<size_t>((end - 1) / width_) : 0;
-    if (bins.size() <= last)
-        bins.resize(last + 1, 0);
-    for (size_t b = static_cast<size_t>(start / width_); b <= last && start < end; b++) {
-        uint64_t bin_end = (b + 1) * width_;
-        uint64_t upto = std::min(end, bin_end);
-        bins[b] += upto - start;
+    if (b.v.empty()) {
+        b.first = from;
+    } else if (from < b.first) {
+        b.v.insert(b.v.begin(), b.first - from, 0);
+        b.first = from;
+    }
+    if (b.end() <= last)
+        b.v.resize(last + 1 - b.first, 0);
+}
+
+// Adds [start, end) to the bins it overlaps.
+void Timeline::cover(Bins& b, uint64_t start, uint64_t end)
+{
+    if (start >= end)
+        return;
+    size_t from = static_cast<size_t>(start / width_), last = static_cast<size_t>((end - 1) / width_);
+    extend(b, from, last);
+    for (size_t i = from; i <= last && start < end; i++) {
+        uint64_t upto = std::min(end, (i + 1) * width_);
+        b.v[i - b.first] += upto - start;
         start = upto;
     }
 }
@@ -52,17 +77,17 @@ void Timeline::usage(const model::UsagePoint& p)
     bins_ = std::max(bins_, last + 1);
     // CPU time over the interval, spread evenly: each bin gets its share of the overlap
     double cpu_ns = (p.user_pct + p.system_pct) / 100 * static_cast<double>(end - start);
-    std::vector<uint64_t> covered;
+    Bins covered;
     cover(covered, start, end);
-    auto& cpu = cpu_[p.pid];
-    auto& rss = rss_[p.pid];
-    if (cpu.size() < covered.size())
-        cpu.resize(covered.size(), 0);
-    if (rss.size() < covered.size())
-        rss.resize(covered.size(), 0);
-    for (size_t b = static_cast<size_t>(start / width_); b < covered.size(); b++) {
-        cpu[b] += static_cast<uint64_t>(cpu_ns * static_cast<double>(covered[b]) / static_cast<double>(end - start));
-        rss[b] = std::max(rss[b], static_cast<uint64_t>(p.rss_mb * 1024));
+    Bins& cpu = cpu_[p.pid];
+    Bins& rss = rss_[p.pid];
+    extend(cpu, covered.first, covered.end() - 1);
+    extend(rss, covered.first, covered.end() - 1);
+    for (size_t b = covered.first; b < covered.end(); b++) {
+        cpu.v[b - cpu.first] +=
+            static_cast<uint64_t>(cpu_ns * static_cast<double>(covered.at(b)) / static_cast<double>(end - start));
+        uint64_t& r = rss.v[b - rss.first];
+        r = std::max(r, static_cast<uint64_t>(p.rss_mb * 1024));
     }
 }
 

@@ -8,6 +8,38 @@
 
 namespace lotus::model {
 
+void BatchStats::add_wait(uint64_t ns)
+{
+    wait_ns.add(ns);
+    (ns <= 1'000'000 ? wait_le_1ms : ns <= 500'000'000 ? wait_1_500ms : wait_gt_500ms)++;
+}
+
+void BatchStats::add_delay(uint64_t ns, bool late)
+{
+    delay_ns.add(ns);
+    (ns <= 1'000'000 ? delay_le_1ms : ns <= 500'000'000 ? delay_1_500ms : delay_gt_500ms)++;
+    out_of_order += late;
+}
+
+void BatchStats::merge(const BatchStats& b)
+{
+    prepare_ns.merge(b.prepare_ns);
+    wait_ns.merge(b.wait_ns);
+    delay_ns.merge(b.delay_ns);
+    out_of_order += b.out_of_order;
+    wait_le_1ms += b.wait_le_1ms;
+    wait_1_500ms += b.wait_1_500ms;
+    wait_gt_500ms += b.wait_gt_500ms;
+    delay_le_1ms += b.delay_le_1ms;
+    delay_1_500ms += b.delay_1_500ms;
+    delay_gt_500ms += b.delay_gt_500ms;
+    unnamed += b.unnamed;
+    unmatched += b.unmatched;
+    arrival_order |= b.arrival_order;
+    misnamed += b.misnamed;
+    passes_before += b.passes_before;
+}
+
 BatchTracker::BatchTracker(SpanSink& sink, std::map<uint32_t, ProcessInfo>& processes)
     : sink_(sink), processes_(processes)
 {
@@ -252,8 +284,7 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
         t.single = false;
         w.args.emplace_back("delay_ms", DurationNs{0});
         w.args.emplace_back("out_of_order", false);
-        st.delay_ns.push_back(0);
-        st.out_of_order.push_back(false);
+        st.add_delay(0, false);
     } else if (n < 0) {
         st.unnamed++;
     } else if (auto r = ep.ready.find(n); r != ep.ready.end()) {
@@ -264,14 +295,13 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
         w.flow_in = r->second.flow;
         w.args.emplace_back("delay_ms", DurationNs{delay});
         w.args.emplace_back("out_of_order", out_of_order);
-        st.delay_ns.push_back(delay);
-        st.out_of_order.push_back(out_of_order);
+        st.add_delay(delay, out_of_order);
         ep.ready.erase(r);
     } else {
         st.unmatched++; // prepared before tracing began, or by a worker whose epoch is unknown
     }
     // (No out_of_order where the batch's hand-over was not seen: unknown, not "in order".)
-    st.wait_ns.push_back(end - start);
+    st.add_wait(end - start);
     loops_[pid].wait_ns += end - start;
     sink_(w);
     Span consumed = Span::make(SpanKind::Consumed, "consumed", pid, tid, end, end);
@@ -415,6 +445,8 @@ int BatchTracker::sent_epoch(uint64_t file, int64_t idx)
         return -1;
     int e = m->second;
     sent.erase(sent.begin(), std::next(m));
+    if (sent.empty()) // every message of the pipe read (each epoch's workers have new queues): nothing kept
+        sent_.erase(it);
     return e;
 }
 
@@ -684,7 +716,7 @@ void BatchTracker::emit_batch(uint32_t pid, uint32_t tid, int64_t idx, Ended& b,
         epochs_[b.epoch].ready[idx] = Ready{b.end, s.flow_out};
         epochs_[b.epoch].handed[idx] = b.end;
     }
-    stats_[{ep ? ep->owner : proc.owner, ep ? ep->loader : -1}].prepare_ns.push_back(b.end - b.start);
+    stats_[{ep ? ep->owner : proc.owner, ep ? ep->loader : -1}].prepare_ns.add(b.end - b.start);
     sink_(s);
 }
 

@@ -24,17 +24,22 @@
 #include <utility>
 #include <vector>
 
+#include "common/quantile_sketch.h"
 #include "lotus_abi.h"
 #include "spans.h"
 
 namespace lotus::model {
 
-// Per training process and DataLoader.
+// Per training process and DataLoader. Durations in fixed-size sketches (common/quantile_sketch.h: counts, totals,
+// means, min and max exact; quantiles within 1 %), so that the tracer's memory does not grow with the run.
 struct BatchStats {
-    std::vector<uint64_t> prepare_ns; // per batch: worker's batch span
-    std::vector<uint64_t> wait_ns;    // per consumed batch: next() blocked
-    std::vector<uint64_t> delay_ns;   // per matched batch (its hand-over seen): consumed - ready
-    std::vector<bool> out_of_order;   // per matched batch (same order as delay_ns)
+    common::QuantileSketch prepare_ns; // per batch: worker's batch span
+    common::QuantileSketch wait_ns;    // per consumed batch: next() blocked
+    common::QuantileSketch delay_ns;   // per matched batch (its hand-over seen): consumed - ready
+    uint64_t out_of_order = 0;         // matched batches that arrived after a later one
+    // Waits and delays of at most 1 ms, 1-500 ms, over 500 ms (the Lotus paper's buckets).
+    uint64_t wait_le_1ms = 0, wait_1_500ms = 0, wait_gt_500ms = 0;
+    uint64_t delay_le_1ms = 0, delay_1_500ms = 0, delay_gt_500ms = 0;
     uint64_t unnamed = 0;             // consumed batches whose index could not be known (attached mid-epoch)
     uint64_t unmatched = 0;           // consumed batches with an index whose preparation was not seen
     // next() returned batches as they arrived (DataLoader(in_order=False)), seen through a pin-memory thread;
@@ -42,6 +47,10 @@ struct BatchStats {
     bool arrival_order = false;
     uint64_t misnamed = 0;
     uint64_t passes_before = 0; // earlier passes of that loader, named in index order before it was seen
+
+    void add_wait(uint64_t ns);
+    void add_delay(uint64_t ns, bool out_of_order);
+    void merge(const BatchStats& other);
 };
 
 // Per training process: its loop, first next() start to last next() end (all its DataLoaders).

@@ -288,6 +288,7 @@ void Engine::on_process(const lotus_proc_event& p)
                 close_samples(it->first);
                 close_thread(it->first);
                 release_held(it->first, true);
+                implicit_.erase(it->first); // (closed above: nothing of the thread is left)
                 it = thread_owner_.erase(it);
             } else {
                 ++it;
