@@ -8,7 +8,8 @@
 #      Debian's (a Debian codename or stable/testing/unstable, with -updates or -backports; not -security);
 #   3. the first `deb URL SUITE` line of /etc/apt/sources.list (or a one-line sources.list.d/*.list) with such
 #      a suite;
-#   4. http://deb.debian.org/debian.
+#   4. http://deb.debian.org/debian, also when the one found has no unstable (dists/sid/Release).
+# A stanza or line counts only with the main component.
 # $LOTUS_APT_ETC names another apt directory (default /etc/apt), for tests.
 set -euo pipefail
 if [ -n "${DEBIAN_MIRROR:-}" ]; then
@@ -22,13 +23,19 @@ suites='^(buzz|rex|bo|hamm|slink|potato|woody|sarge|etch|lenny|squeeze|wheezy|je
 
 found=
 shopt -s nullglob
-sources=("$etc"/sources.list.d/*.sources)
+# debian.sources first: a third-party repository (Docker's, Chrome's) may name a Debian suite too.
+sources=()
+[ -r "$etc/sources.list.d/debian.sources" ] && sources+=("$etc/sources.list.d/debian.sources")
+for f in "$etc"/sources.list.d/*.sources; do
+    [ -r "$f" ] && [ "$f" != "$etc/sources.list.d/debian.sources" ] && sources+=("$f")
+done
 if [ ${#sources[@]} -gt 0 ]; then
     found=$(awk -v suites="$suites" '
         function flush() {
-            if (!done && types ~ /(^|[ \t])deb([ \t]|$)/ && tolower(enabled) != "no" && uri != "" && debian)
+            if (!done && types ~ /(^|[ \t])deb([ \t]|$)/ && tolower(enabled) !~ /^(no|false|off|0)$/ && uri != "" &&
+                debian && main)
                 { print uri; done = 1 }
-            types = ""; uri = ""; enabled = ""; debian = 0
+            types = ""; uri = ""; enabled = ""; debian = 0; main = 0
         }
         FNR == 1 { flush() }
         /^[ \t]*#/ { next }
@@ -44,25 +51,36 @@ if [ ${#sources[@]} -gt 0 ]; then
                 for (i = 1; i <= n; i++) if (uri == "" && words[i] ~ /^https?:\/\//) uri = words[i]
             } else if (field == "suites") {
                 for (i = 1; i <= n; i++) if (words[i] ~ suites) debian = 1
+            } else if (field == "components") {
+                for (i = 1; i <= n; i++) if (words[i] == "main") main = 1
             }
         }
         END { flush() }
-    ' "${sources[@]}")
+    ' "${sources[@]}" || true)
 fi
 if [ -z "$found" ]; then
     lists=()
-    [ -f "$etc/sources.list" ] && lists+=("$etc/sources.list")
-    lists+=("$etc"/sources.list.d/*.list)
+    [ -r "$etc/sources.list" ] && lists+=("$etc/sources.list")
+    for f in "$etc"/sources.list.d/*.list; do
+        [ -r "$f" ] && lists+=("$f")
+    done
     if [ ${#lists[@]} -gt 0 ]; then
         found=$(awk -v suites="$suites" '
             $1 == "deb" && !done {
                 i = 2
                 # Options: [arch=amd64 signed-by=...], possibly over several words.
                 if ($i ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
-                if ($i ~ /^https?:\/\// && $(i + 1) ~ suites) { print $i; done = 1 }
+                main = 0
+                for (j = i + 2; j <= NF; j++) if ($j == "main") main = 1
+                if ($i ~ /^https?:\/\// && $(i + 1) ~ suites && main) { print $i; done = 1 }
             }
-        ' "${lists[@]}")
+        ' "${lists[@]}" || true)
     fi
 fi
+found=${found%/}
+# A mirror that carries no unstable (a local mirror of stable only) cannot serve the install scripts.
+if [ -n "$found" ] && command -v curl >/dev/null && ! curl -fsI --max-time 10 "$found/dists/sid/Release" >/dev/null 2>&1; then
+    found=
+fi
 found=${found:-http://deb.debian.org/debian}
-echo "${found%/}"
+echo "$found"

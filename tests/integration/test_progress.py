@@ -85,9 +85,10 @@ class Progress(BpfTestCase):
             self.assertLess(time.time(), deadline, f"the job did {job.done()} of {n} epochs")
             time.sleep(0.05)
 
-    def assert_goes_on(self, job, sid, epochs=2, timeout=30):
+    def assert_goes_on(self, job, sid, epochs=2, timeout=30, held_s=0.0):
         """The job does `epochs` more epochs (each forks its workers anew, or has its persistent ones work) and no
-        process of it is left stopped."""
+        process of it is left stopped: none now, or (a tracer still holding new children for up to `held_s`) none
+        stopped now that is still stopped `held_s` later."""
         start = job.done()
         deadline = time.time() + timeout
         while job.done() < start + epochs:
@@ -95,8 +96,11 @@ class Progress(BpfTestCase):
                 self.fail(f"the job stopped making progress ({job.done() - start} of {epochs} epochs in {timeout} s); "
                           f"its processes: {session_states(sid)}")
             time.sleep(0.05)
-        stopped = {p: s for p, s in session_states(sid).items() if s in "Tt"}
-        self.assertEqual(stopped, {}, "processes of the job left stopped")
+        stopped = {p for p, s in session_states(sid).items() if s in "Tt"}
+        if held_s and stopped:
+            time.sleep(held_s)
+            stopped &= {p for p, s in session_states(sid).items() if s in "Tt"}
+        self.assertEqual(stopped, set(), "processes of the job left stopped")
 
     def kill_at_moments(self, moments, persistent=False, spread_s=3.0):
         """Attach mode: a tracer attached, then SIGKILLed `spread_s * i / moments` s later, again and again, on one
@@ -173,7 +177,7 @@ class Progress(BpfTestCase):
         self.addCleanup(lambda: tracer.poll() is None and tracer.kill())
         wait_for_attach(tracer, timeout=60)
         tracer.send_signal(signal.SIGSTOP)
-        self.assert_goes_on(job, job.proc.pid, epochs=3)
+        self.assert_goes_on(job, job.proc.pid, epochs=3, held_s=0.6)  # twice the deadline
         tracer.send_signal(signal.SIGCONT)
         time.sleep(1)
         tracer.send_signal(signal.SIGINT)
@@ -246,7 +250,8 @@ class Progress(BpfTestCase):
         hog.wait(timeout=60)
         self.assertEqual(tracer.returncode, -signal.SIGKILL)
         with open(f"{cg}/memory.oom_control") as f:
-            self.assertIn("oom_kill 1", f.read())
+            kills = dict(line.split() for line in f)["oom_kill"]
+        self.assertGreaterEqual(int(kills), 1)  # (the hog may be the next, while the tracer is a zombie)
         self.assert_goes_on(job, job.proc.pid)
         self.assert_detached()
 

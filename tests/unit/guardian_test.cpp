@@ -65,10 +65,12 @@ TEST(Guardian, LeavesChildrenNotHeldOrContinuedToTheTracerThenForgetsThem)
     }
 }
 
-TEST(Guardian, ForgetsAChildThatIsGone)
+TEST(Guardian, LeavesAChildThatIsGoneToTheTracerToCount)
 {
     GuardianView v = at(1001);
     v.child_gone = true;
+    EXPECT_EQ(guardian_action(held(1000, LOTUS_HOLD_STOPPED | LOTUS_HOLD_RELEASED), v), GuardianAction::Keep);
+    v.tracer_gone = true;
     EXPECT_EQ(guardian_action(held(1000), v), GuardianAction::Forget);
 }
 

@@ -24,8 +24,8 @@ namespace lotus::capture {
 
 GuardianAction guardian_action(const lotus_hold& hold, const GuardianView& view)
 {
-    if (view.child_gone)
-        return GuardianAction::Forget;
+    if (view.child_gone) // the tracer, while there is one, counts it (a child continued early and gone since)
+        return view.tracer_gone ? GuardianAction::Forget : GuardianAction::Keep;
     // Not held, or continued already: the tracer attaches its probes, then deletes the entry.
     if (!(hold.flags & LOTUS_HOLD_STOPPED) || (hold.flags & LOTUS_HOLD_RELEASED))
         return view.tracer_gone ? GuardianAction::Forget : GuardianAction::Keep;

@@ -271,9 +271,17 @@ void ChromeTraceWriter::finish(const std::map<uint32_t, model::ProcessInfo>& pro
     out_.flush();
     RunInfo r = run;
     take_output_cuts(r, t0_ns_); // this one's too, where it was cut by the events above
-    if (out_.cut())
+    auto tail = [&] {
+        return std::string(head_kept_ ? "" : kHead) + "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{" +
+               run_json_members(r) + "}}\n";
+    };
+    // The native map and counters tables can outgrow the room kept for the tail: they are the summary's too.
+    std::string closing = tail();
+    if (out_.cut() || (closing.size() > kTailBytes && !out_.tail_fits(closing.size()))) {
         r.native_map_json.clear(), r.counters_json.clear();
-    out_.write_tail(std::string(head_kept_ ? "" : kHead) + "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{" + run_json_members(r) + "}}\n");
+        closing = tail();
+    }
+    out_.write_tail(closing);
 }
 
 } // namespace lotus::exporter

@@ -223,6 +223,13 @@ int64_t OutputFile::room() const
     return static_cast<int64_t>(space.avail) - static_cast<int64_t>(reserve + g_promised.load() + 4096);
 }
 
+bool OutputFile::tail_fits(uint64_t bytes) const
+{
+    if (path_.empty() || fd_ < 0)
+        return true;
+    return room() + static_cast<int64_t>(tail_promised_) >= static_cast<int64_t>(bytes);
+}
+
 void OutputFile::allow_cut(uint64_t tail_bytes)
 {
     cuttable_ = true;

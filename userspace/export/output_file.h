@@ -68,6 +68,8 @@ public:
     // Written at commit after everything else, cut or not (the writer keeps it small: allow_cut's tail_bytes).
     void write_tail(std::string_view s) { tail_.append(s); }
     bool cut() const { return cut_; }
+    // Whether a tail of `bytes` fits above the reserve (with the room promised to this output's own tail).
+    bool tail_fits(uint64_t bytes) const;
     // Flushes, fsyncs and renames into place. False when this output failed (reported once through the
     // failure callback); the destination then keeps what it had.
     bool commit();
