@@ -120,6 +120,17 @@ def kernel_at_least(major, minor):
     return release >= (major, minor)
 
 
+def not_guardian(pids):
+    """Of the tracer's children, those that are not its guardian process (lotus-bpf __guardian)."""
+    def guardian(pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return b"\0__guardian\0" in f.read()
+        except OSError:
+            return False
+    return [p for p in pids if not guardian(p)]
+
+
 def run_lotus(args, timeout=300, **kw):
     return subprocess.run([LOTUS] + args, capture_output=True, text=True, timeout=timeout, **kw)
 

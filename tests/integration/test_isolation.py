@@ -9,7 +9,7 @@ import subprocess
 import unittest
 from collections import Counter
 
-from harness import (INTERPRETERS, OPS, PY, WORKLOAD, BpfTestCase, LOTUS, dataset, kernel_at_least, load_trace,
+from harness import (not_guardian, INTERPRETERS, OPS, PY, WORKLOAD, BpfTestCase, LOTUS, dataset, kernel_at_least, load_trace,
                      read_lines, spans, start_lotus, wait_for_attach, wait_for_file)
 
 INT3 = 0xCC
@@ -90,7 +90,7 @@ class Isolation(BpfTestCase):
         self.addCleanup(lambda: (tracer.poll() is None and tracer.kill(), tracer.wait()))
         wait_for_attach(tracer)
         wait_for_file(self.ready)
-        (job,) = children(tracer.pid)
+        (job,) = not_guardian(children(tracer.pid))
         workers = sorted({int(pid) for pid, i, ts in read_lines(self.sample_log)})
         self.assertEqual(len(workers), 2)
         return tracer, job, workers, n
@@ -192,7 +192,7 @@ class Isolation(BpfTestCase):
         # The job is released at its exec: this interpreter's libpython is mapped (and its probes placed) by the
         # dynamic loader after that. Once it runs Python, it is.
         wait_for_file(ready)
-        (pid,) = children(tracer.pid)
+        (pid,) = not_guardian(children(tracer.pid))
         self.assert_breakpoints(path, points, other.pid, [pid])
         open(hold, "w").close()
         _, err = tracer.communicate(timeout=120)

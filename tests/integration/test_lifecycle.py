@@ -6,7 +6,7 @@ import threading
 import time
 import unittest
 
-from harness import (LOTUS, PY, WORKLOAD, BpfTestCase, assert_nested, dataset, kill_group, load_trace, run_lotus,
+from harness import (not_guardian, LOTUS, PY, WORKLOAD, BpfTestCase, assert_nested, dataset, kill_group, load_trace, run_lotus,
                      spans, start_lotus, wait_for_attach)
 
 
@@ -138,7 +138,7 @@ class Lifecycle(BpfTestCase):
                                   start_new_session=True, env=HOLD_WHILE_STOPPED)
         self.addCleanup(lambda: kill_group(tracer))
         wait_for_attach(tracer)
-        (main,) = children(tracer.pid)
+        (main,) = not_guardian(children(tracer.pid))
         tracer.send_signal(signal.SIGSTOP)
         open(go, "w").close()
         deadline = time.time() + 60
