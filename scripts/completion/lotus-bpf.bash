@@ -3,7 +3,7 @@ _lotus_bpf()
 {
     local cur prev words cword
     _init_completion || return
-    local opts="-p --pid -d --duration -o --output --summary-json --html --resources-csv --resources-interval --net --pss-interval --cpus --memory --cpuset --device-read-bps --device-write-bps --record --replay --disk-reserve --pipeline --span --rules
+    local opts="-p --pid -d --duration -o --output --summary-json --html --resources-csv --resources-interval --net --pss-interval --cpus --memory --cpuset --device-read-bps --device-write-bps --record --replay --disk-reserve --hold-deadline --pipeline --span --rules
         --all-calls --native-map --native --sample-freq --sample-stack --counters --coarse --window -q --quiet -V --version -h --help"
     case $prev in
         -p|--pid)
@@ -18,7 +18,7 @@ _lotus_bpf()
         --pss-interval)
             COMPREPLY=($(compgen -W "auto 0" -- "$cur"))
             return ;;
-        -d|--duration|--disk-reserve|--resources-interval|--cpus|--memory|--cpuset|--device-read-bps|--device-write-bps|--sample-freq|--sample-stack|--window|--pipeline|--span|--native)
+        -d|--duration|--disk-reserve|--hold-deadline|--resources-interval|--cpus|--memory|--cpuset|--device-read-bps|--device-write-bps|--sample-freq|--sample-stack|--window|--pipeline|--span|--native)
             return ;;
     esac
     if [[ $cword -eq 1 && $cur != -* ]]; then

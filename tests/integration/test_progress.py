@@ -294,12 +294,10 @@ class Progress(BpfTestCase):
 class ProgressModern(Progress):
     modern = True
 
-    # Launch-mode kills, the OOM killer and job control are the tracer's business, not the stack's.
-    test_killed_at_any_moment_launch = None
+    # The OOM killer, job control and the deadline are the tracer's and the guardian's business, not the stack's.
     test_oom_killed_tracer = None
     test_the_jobs_own_stop_is_kept = None
     test_a_slow_tracer_holds_no_child_past_its_deadline = None
-    test_stopped_tracer_costs_the_job_nothing = None
 
 
 if __name__ == "__main__":
