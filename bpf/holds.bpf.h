@@ -33,6 +33,11 @@ __u64 unheld[LOTUS_UNHELD_REASONS] = {};
  * its deadline, or once the tracer is gone. Set by user space before the hold program is attached. */
 __u32 tracer_tgid = 0;
 __u32 guardian_tgid = 0;
+/* Inodes of the traced interpreter's files (its executable, a libpython): an exec of one is a Python process. */
+#define LOTUS_EXEC_INODES 4
+__u64 exec_inodes[LOTUS_EXEC_INODES] = {};
+/* vfork-like children held at their exec of the traced interpreter. */
+__u64 exec_held = 0;
 /* Tests only (LOTUS_TEST_HOLD_WHILE_STOPPED): hold while the tracer is stopped, which makes a hold certain. */
 const volatile bool hold_while_tracer_stopped = false;
 
@@ -106,6 +111,48 @@ static __always_inline void hold_child(struct task_struct *parent, struct task_s
     struct lotus_event_header e = {};
     fill_header(&e, LOTUS_EV_HOLD);
     e.tgid = ctgid;
+    bpf_ringbuf_output(&lotus_lib_opens, &e, sizeof(e), BPF_RB_FORCE_WAKEUP);
+}
+
+static __always_inline bool runs_interpreter(struct linux_binprm *bprm)
+{
+    __u64 ino = BPF_CORE_READ(bprm, file, f_inode, i_ino);
+    for (int i = 0; i < LOTUS_EXEC_INODES; i++)
+        if (exec_inodes[i] && exec_inodes[i] == ino)
+            return true;
+    return false;
+}
+
+/* A child not held at its fork because it shared its parent's memory is held at its exec instead, if what it execs
+ * is the traced interpreter (a spawned DataLoader worker, a torchrun rank): its parent was released by the exec
+ * already, and the spawn of any other program is never held. The stop is pending before it runs its first
+ * instruction of the new program. */
+static __always_inline void hold_at_exec(struct task_struct *task, struct linux_binprm *bprm)
+{
+    __u32 tgid = BPF_CORE_READ(task, tgid);
+    struct lotus_hold *h = bpf_map_lookup_elem(&lotus_held, &tgid);
+    if (!h || !(h->flags & LOTUS_HOLD_SHARED_MM))
+        return;
+    if (!runs_interpreter(bprm)) {
+        bpf_map_delete_elem(&lotus_held, &tgid);
+        return;
+    }
+    __u32 flags = LOTUS_HOLD_AT_EXEC; /* not held: user space attaches its probes when it can */
+    if (!running(tracer_tgid, hold_while_tracer_stopped))
+        count_unheld(LOTUS_UNHELD_TRACER);
+    else if (!running(guardian_tgid, false))
+        count_unheld(LOTUS_UNHELD_GUARDIAN);
+    else if (bpf_send_signal_task(task, LOTUS_SIGSTOP, PIDTYPE_TGID, 0))
+        count_unheld(LOTUS_UNHELD_SIGNAL);
+    else
+        flags |= LOTUS_HOLD_STOPPED;
+    h->since_ns = bpf_ktime_get_ns();
+    h->flags = flags;
+    __sync_fetch_and_add(&exec_held, 1);
+    __sync_fetch_and_add(&held_total, 1);
+    struct lotus_event_header e = {};
+    fill_header(&e, LOTUS_EV_HOLD);
+    e.tgid = tgid;
     bpf_ringbuf_output(&lotus_lib_opens, &e, sizeof(e), BPF_RB_FORCE_WAKEUP);
 }
 

@@ -428,6 +428,14 @@ int BPF_PROG(on_fork_hold, struct task_struct *parent, struct task_struct *child
     return 0;
 }
 
+/* Per-process probes: a vfork-like child held at its exec of the traced interpreter (holds.bpf.h). */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(on_exec_hold, struct task_struct *task, pid_t old_pid, struct linux_binprm *bprm)
+{
+    hold_at_exec(task, bprm);
+    return 0;
+}
+
 /* Network bytes of traced processes (net.bpf.h); a peek leaves the bytes for the read that takes them. */
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(on_sock_send, struct sock *sk, int ret, int flags)

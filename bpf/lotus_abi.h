@@ -354,7 +354,8 @@ enum {
     LOTUS_HOLD_STOPPED = 1,
     LOTUS_HOLD_ATTACHED = 2,
     LOTUS_HOLD_RELEASED = 4,
-    LOTUS_HOLD_SHARED_MM = 8, /* not held: it shares its parent's memory (it execs at once) */
+    LOTUS_HOLD_SHARED_MM = 8, /* not held at its fork: it shares its parent's memory (it execs at once) */
+    LOTUS_HOLD_AT_EXEC = 16,  /* such a child that exec'd the traced interpreter: held (STOPPED) from there */
 };
 
 /* Why a traced process's child was not held (holds.bpf.h; .bss counters user space reads). */

@@ -172,6 +172,7 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     hold_deadline_ns_ = features.hold_deadline_ns;
     skel_->rodata->hold_while_tracer_stopped = env_set("LOTUS_TEST_HOLD_WHILE_STOPPED");
     bpf_program__set_autoload(skel_->progs.on_fork_hold, hold_);
+    bpf_program__set_autoload(skel_->progs.on_exec_hold, hold_);
     // Network bytes: the socket tracepoints of Linux 6.3+.
     net_ = features.network &&
            kernel_has(vmlinux.get(), {"btf_trace_sock_send_length", "btf_trace_sock_recv_length"}, BTF_KIND_TYPEDEF);
@@ -274,13 +275,24 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     }
 }
 
-void Probe::start_guardian()
+void Probe::hold_exec_of(const std::string& path)
 {
     struct stat st{};
-    if (::stat(interp_.object_path.c_str(), &st) == 0) {
-        interp_dev_ = st.st_dev;
-        interp_ino_ = st.st_ino;
+    if (!skel_ || !hold_ || ::stat(path.c_str(), &st) != 0)
+        return;
+    for (auto& ino : skel_->bss->exec_inodes) {
+        if (ino == st.st_ino)
+            return;
+        if (!ino) {
+            ino = st.st_ino;
+            return;
+        }
     }
+}
+
+void Probe::start_guardian()
+{
+    hold_exec_of(interp_.object_path);
     bpf_prog_info info{};
     uint32_t len = sizeof(info);
     if (bpf_obj_get_info_by_fd(bpf_program__fd(skel_->progs.on_fork_hold), &info, &len))
@@ -302,14 +314,16 @@ Probe::~Probe() { close(); }
 // In the order the members' destructors would go, but with the uprobe_multi links closed in parallel.
 void Probe::close()
 {
-    if (skel_ && skel_->links.on_fork_hold) { // no new holds, then nothing left stopped
-        bpf_link__destroy(skel_->links.on_fork_hold);
-        skel_->links.on_fork_hold = nullptr;
-    }
+    for (bpf_link** l : {skel_ ? &skel_->links.on_fork_hold : nullptr, skel_ ? &skel_->links.on_exec_hold : nullptr})
+        if (l && *l) { // no new holds, then nothing left stopped
+            bpf_link__destroy(*l);
+            *l = nullptr;
+        }
     if (skel_ && hold_) {
         release_held(false, true);
         for (size_t r = 0; r < LOTUS_UNHELD_REASONS; r++)
             holds_.unheld_by[r] = skel_->bss->unheld[r];
+        holds_.spawned_python = skel_->bss->exec_held;
     }
     // Every uprobe link in one batch: each close waits for RCU grace periods, and waits that overlap share them.
     std::vector<common::UniqueFd> fds = process_links_.release_all();
@@ -363,14 +377,11 @@ int Probe::on_record(void* ctx, void* data, size_t len)
     }
     if (h->type == LOTUS_EV_GETPPID || h->type == LOTUS_EV_EXIT)
         self->starting_.erase(h->tgid);
-    if (h->type == LOTUS_EV_EXEC) {
-        if (auto it = self->spawned_.find(h->tgid); it != self->spawned_.end()) {
-            self->spawn_execs_[h->tgid] = it->second;
-            self->spawned_.erase(it);
-        }
-    } else if (h->type == LOTUS_EV_EXIT) {
-        self->spawned_.erase(h->tgid);
-        self->spawn_execs_.erase(h->tgid);
+    if (self->hold_ && h->type == LOTUS_EV_EXIT) { // a vfork-like child that never exec'd: its entry waited for it
+        lotus_hold hold{};
+        int fd = bpf_map__fd(self->skel_->maps.lotus_held);
+        if (bpf_map_lookup_elem(fd, &h->tgid, &hold) == 0 && (hold.flags & LOTUS_HOLD_SHARED_MM))
+            bpf_map_delete_elem(fd, &h->tgid);
     }
     self->sink_(data, len);
     return 0;
@@ -394,8 +405,10 @@ void Probe::attach_process_tracking()
             throw CaptureError(fmt::format("cannot attach the {} tracepoint: {}", what, strerror(errno)));
     };
     attach(skel_->progs.on_fork, skel_->links.on_fork, "sched_process_fork");
-    if (hold_)
+    if (hold_) {
         attach(skel_->progs.on_fork_hold, skel_->links.on_fork_hold, "sched_process_fork");
+        attach(skel_->progs.on_exec_hold, skel_->links.on_exec_hold, "sched_process_exec");
+    }
     if (net_) {
         attach(skel_->progs.on_sock_send, skel_->links.on_sock_send, "sock_send_length");
         attach(skel_->progs.on_sock_recv, skel_->links.on_sock_recv, "sock_recv_length");
@@ -424,6 +437,7 @@ void Probe::trace_process(uint32_t tgid, uint32_t root_tgid)
     lotus_traced_proc v{root_tgid, tgid, 0};
     if (bpf_map_update_elem(bpf_map__fd(skel_->maps.lotus_traced), &tgid, &v, BPF_ANY))
         throw CaptureError(fmt::format("cannot add process {} to the traced set: {}", tgid, strerror(errno)));
+    hold_exec_of(fmt::format("/proc/{}/exe", tgid));
 }
 
 bool Probe::is_traced(uint32_t tgid) const
@@ -720,29 +734,26 @@ void Probe::release_held(bool attach, bool all)
     int fd = bpf_map__fd(skel_->maps.lotus_held);
     for (uint32_t tgid : tgid_keys(fd)) {
         lotus_hold hold{};
-        if (bpf_map_lookup_elem(fd, &tgid, &hold) != 0 || (hold.flags & LOTUS_HOLD_ATTACHED))
-            continue; // ATTACHED: the guardian continues it once its job runs again
+        // ATTACHED: the guardian continues it once its job runs again. SHARED_MM: a vfork-like child, until its
+        // exec (holds.bpf.h).
+        if (bpf_map_lookup_elem(fd, &tgid, &hold) != 0 || (hold.flags & (LOTUS_HOLD_ATTACHED | LOTUS_HOLD_SHARED_MM)))
+            continue;
         // A new process: any links under its pid were an earlier process's (ProcessLinks::add).
         uint64_t before = common::monotonic_ns();
-        bool attached = attach && python_on_ && !(hold.flags & LOTUS_HOLD_SHARED_MM);
+        bool attached = attach && python_on_;
+        bool parents_image = (hold.flags & LOTUS_HOLD_STOPPED) && !(hold.flags & LOTUS_HOLD_AT_EXEC);
         if (attached)
-            attach_python_to(tgid, (hold.flags & LOTUS_HOLD_STOPPED) ? hold.parent_tgid : 0);
+            attach_python_to(tgid, parents_image ? hold.parent_tgid : 0);
         // Again: the guardian may have continued it meanwhile (its deadline passed).
         if (bpf_map_lookup_elem(fd, &tgid, &hold) != 0)
             continue; // gone with its process: the guardian forgot it
         uint64_t t = common::monotonic_ns();
         uint64_t d = t > hold.since_ns ? t - hold.since_ns : 0;
-        if (hold.flags & LOTUS_HOLD_SHARED_MM) { // (not attached above: see check_spawn_execs)
-            bpf_map_delete_elem(fd, &tgid);
-            if (python_on_)
-                spawned_[tgid] = hold.since_ns;
-            continue;
-        }
         if (!(hold.flags & LOTUS_HOLD_STOPPED) || (hold.flags & LOTUS_HOLD_RELEASED)) {
             // It ran before its probes were in: not held, or continued by the guardian.
             bpf_map_delete_elem(fd, &tgid);
             holds_.deadline_released += (hold.flags & LOTUS_HOLD_RELEASED) ? 1 : 0;
-            if (attached && !(hold.flags & LOTUS_HOLD_SHARED_MM)) { // those exec at once: not Python's time
+            if (attached) {
                 holds_.unseen_children++;
                 holds_.unseen_total_ns += d;
                 holds_.unseen_max_ns = std::max(holds_.unseen_max_ns, d);
@@ -762,34 +773,6 @@ void Probe::release_held(bool attach, bool all)
         holds_.children++;
         holds_.total_ns += d;
         holds_.max_ns = std::max(holds_.max_ns, d);
-    }
-}
-
-void Probe::check_spawn_execs()
-{
-    constexpr uint64_t kLoaderWaitNs = 10'000'000'000ull; // a dynamic loader maps libpython within milliseconds
-    uint64_t now = common::monotonic_ns();
-    for (auto it = spawn_execs_.begin(); it != spawn_execs_.end();) {
-        auto [tgid, since] = *it;
-        bool maps = false, gone = false;
-        try {
-            for (const auto& m : target::read_maps(static_cast<int>(tgid)))
-                maps = maps || (m.inode == interp_ino_ && makedev(m.dev_major, m.dev_minor) == interp_dev_);
-        } catch (const std::exception&) {
-            gone = true; // exited already
-        }
-        if (maps) {
-            attach_python_to(tgid);
-            uint64_t d = common::monotonic_ns() - since;
-            holds_.unseen_children++;
-            holds_.unseen_total_ns += d;
-            holds_.unseen_max_ns = std::max(holds_.unseen_max_ns, d);
-            holds_.spawned_python++;
-        }
-        if (maps || gone || now - since > kLoaderWaitNs)
-            it = spawn_execs_.erase(it);
-        else
-            ++it;
     }
 }
 
@@ -971,8 +954,7 @@ int Probe::poll(int timeout_ms)
         release_held(); // also those whose HOLD record did not fit in the side ring (BPF's count says)
     if (!libc_pending_.empty())
         retry_libc();
-    if (!spawn_execs_.empty())
-        check_spawn_execs();
+
     if (!attach_error_.empty())
         throw CaptureError(attach_error_);
     return m;

@@ -54,7 +54,7 @@ struct HoldStats {
     uint64_t deadline_released = 0;
     uint64_t unseen_children = 0; // of those, the ones whose probes were then attached (vfork children aside)
     uint64_t unseen_total_ns = 0, unseen_max_ns = 0;
-    uint64_t spawned_python = 0; // vfork-like children that exec'd the probed interpreter: probed from then on
+    uint64_t spawned_python = 0; // vfork-like children held at their exec of the traced interpreter
 };
 
 // Throws CaptureError unless this process may load BPF and open perf events (root, or CAP_BPF+CAP_PERFMON).
@@ -125,7 +125,10 @@ public:
     // poll() also returns when fd becomes readable (a pidfd: the target exited); the caller keeps fd open.
     void wake_on(int fd);
     // Processes still to map their libc: each poll() looks at them again, so the loop should wake soon.
-    bool retry_pending() const { return !libc_pending_.empty() || !spawn_execs_.empty(); }
+    bool retry_pending() const { return !libc_pending_.empty(); }
+    // A vfork-like child (not held at its fork) that execs this file is held at its exec: the traced process's
+    // executable, where the interpreter is a libpython (the interpreter's own file is there already).
+    void hold_exec_of(const std::string& path);
     // A code object's role in a role space, set once: BPF keeps per-CPU copies of classified roles.
     void set_role(uint32_t space, uint64_t code, uint32_t flags, const std::vector<uint8_t>& capture_slots);
     // What a type is (LOTUS_TYPE_* flags) in a role space.
@@ -178,10 +181,7 @@ private:
     void release_held(bool attach = true, bool all = false);
     // The guardian process on lotus_held, and BPF told who the tracer and the guardian are.
     void start_guardian();
-    // Children not held because they share their parent's memory (vfork: they exec at once) get probes only if
-    // what they exec maps the probed interpreter: attaching costs the job's forks a grace period of the kernel's
-    // fork lock, which a spawn of /bin/true must not pay.
-    void check_spawn_execs();
+
     // Owners of what libbpf hands out. Members are destroyed in reverse order: links before the programs.
     struct SkeletonFree {
         void operator()(lotus_bpf* s) const;
@@ -238,9 +238,6 @@ private:
     std::unordered_map<uint32_t, uint32_t> libc_borrowed_; // child -> the parent whose libc it took at its fork
     bool python_on_ = false; // attach_python was called: held children get their probes
     uint64_t hold_deadline_ns_ = 0;
-    std::unordered_map<uint32_t, uint64_t> spawned_;     // vfork-like children not held: their fork (BPF ns)
-    std::unordered_map<uint32_t, uint64_t> spawn_execs_; // of those, the ones that exec'd: their fork (BPF ns)
-    uint64_t interp_dev_ = 0, interp_ino_ = 0;           // the probed interpreter file
     uint64_t held_walked_ = 0; // BPF's held_total when release_held last walked lotus_held
     std::unordered_map<uint32_t, uint64_t> starting_; // continued children (monotonic ns) yet to call getppid
     std::string attach_error_;

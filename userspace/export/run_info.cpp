@@ -157,8 +157,8 @@ std::string holds_note(const RunInfo::Holds& h)
     }
     if (h.shared_memory)
         note += fmt::format("{}{} child process(es) that share their parent's memory until they exec (vfork, "
-                            "posix_spawn, Python's subprocess) were not held; {} of them exec'd the traced "
-                            "interpreter and were probed from then on.",
+                            "posix_spawn, Python's subprocess) were not held at their fork; {} of them exec'd the "
+                            "traced interpreter and were held at that exec until their probes were in.",
                             note.empty() ? "\n" : " ", h.shared_memory, h.spawned_python);
     if (h.unseen)
         note += fmt::format(" Of these, {} ran Python before their probes were in: their calls in the first {:.1f} ms "

@@ -28,7 +28,7 @@ struct RunInfo {
         uint64_t released_at_deadline = 0; // continued by the guardian before their probes were in
         uint64_t unseen = 0;               // of the others, those whose probes were attached after they ran
         double unseen_max_ms = 0, unseen_total_ms = 0; // fork to probes attached: an upper bound
-        uint64_t spawned_python = 0; // of shared_memory, those that exec'd the traced interpreter (then probed)
+        uint64_t spawned_python = 0; // of shared_memory, those held at their exec of the traced interpreter
     };
     std::optional<Holds> holds; // live runs with per-process probes
     std::string stop_reason;
