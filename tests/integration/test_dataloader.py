@@ -237,7 +237,9 @@ class DataLoaderSemantics(BpfTestCase):
         for args in (), ("--pin-memory", "--pin-thread"):
             with self.subTest(args=args):
                 data, trace = self.trace_job("--iterable", "--uneven", *args, epochs=2)
-                self.waits_match_in_process_next(trace, PIN_THREAD_SLACK_US if args else 500.0)
+                # one wait may be shorter than the timer by more (the loop preempted around next(); CI on e80dd7a:
+                # 7.45 ms traced against 9.42 ms in process); none may be longer
+                self.waits_match_in_process_next(trace, PIN_THREAD_SLACK_US if args else 500.0, outliers=1)
                 skipped = {int(b) for e, b, *_ in read_lines(self.wait_log) if e == "0"}
                 self.assertLess(len(skipped), max(skipped) + 1, "next() skipped no index: nothing tested")
 
