@@ -154,7 +154,7 @@ class Faults(BpfTestCase):
         replayed = self.path("replayed.json")
         r = run_lotus(["export", rec, "-o", replayed])
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertGreater(load_trace(replayed)["otherData"]["events"], 0)  # its records until the cut
+        load_trace(replayed)  # valid: its records until the cut (none where the trace took the room first)
         self.assert_detached()
 
     # --- links and special files ------------------------------------------------------------------------------
