@@ -257,8 +257,10 @@ class Progress(BpfTestCase):
 
     def test_the_jobs_own_stop_is_kept(self):
         """The job stopped by its user (SIGSTOP of its process group): lotus-bpf, stopping meanwhile, continues
-        none of its processes; once the user continues the group, the job goes on."""
-        job = Job(self, self.job_cmd())
+        none of its processes; once the user continues the group, the job goes on. Persistent workers: no fork,
+        so no hold, is in flight as the group stops (a release that crosses the user's stop can continue a held
+        child: docs/limits.md; CI of 264a623 met it once with fork-per-epoch workers)."""
+        job = Job(self, self.job_cmd(persistent=True))
         self.wait_epochs(job, 1)
         tracer = start_lotus(["-q", "-o", "/dev/null", "--pid", str(job.proc.pid)])
         self.addCleanup(lambda: tracer.poll() is None and tracer.kill())
