@@ -1,7 +1,10 @@
 """The tracer's memory is bounded by the job's shape, not by its length: attached to the example for many epochs
 (2 non-persistent DataLoader workers: new processes every epoch) with no trace kept, its RSS stays flat once it
-has described the job's code (bench/rss_over_time.py measures the same over longer)."""
+has described the job's code (bench/rss_over_time.py measures the same over longer). Exited workers are folded
+into their role's row (model/process_fold.h): every output still counts each of them, exactly."""
+import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -9,7 +12,8 @@ import unittest
 
 import statistics
 
-from harness import EXAMPLE, PY, BpfTestCase, dataset, kill_group, start_lotus, wait_for_attach
+from harness import (EXAMPLE, PY, BpfTestCase, dataset, kill_group, load_trace, read_lines, run_lotus, spans,
+                     start_lotus, wait_for_attach)
 
 
 def rss_kb(pid):
@@ -52,6 +56,52 @@ class Memory(BpfTestCase):
         tracer.wait(timeout=60)
         growth = readings[90] - readings[30]
         self.assertLess(growth, 1024, f"tracer RSS grew {growth} kB from 30 s to 90 s (kB: {readings})")
+
+    def test_exited_workers_folded_into_their_roles_row(self):
+        # 30 epochs of 2 workers: 60 worker processes, of which all but 16 of each id (and the last ones, gone
+        # less than 2 s before the end) are folded; ground truth: the job's own count of images and epochs, its
+        # log of consumed batches, its getrusage of its reaped workers
+        epochs = 30
+        out, js, log = self.path("t.json"), self.path("s.json"), self.path("batches.log")
+        r = run_lotus(["-q", "-o", out, "--summary-json", js, "--", PY, EXAMPLE, dataset(64), "--epochs",
+                       str(epochs), "--workers", "2", "--log", log])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        images = int(re.search(r"train.py: pid \d+, (\d+) images", r.stdout).group(1))
+        own_workers = float(re.search(r"train.py: cpu total [\d.]+ s .*, workers ([\d.]+) s", r.stdout).group(1))
+        with open(js) as f:
+            summary = json.load(f)
+        workers = [p for p in summary["processes"] if p["label"].startswith("worker")]
+        folded = [p for p in workers if "processes" in p]
+        self.assertEqual(len(folded), 2, "one row per worker id with folded processes")
+        for wid in (0, 1):
+            mine = [p for p in workers if p["worker"] == wid]
+            self.assertEqual(sum(p.get("processes", 1) for p in mine), epochs, mine)
+            self.assertLess(len(mine), epochs - 4, "the 16 kept, the row and those gone in the last 2 s")
+        self.assertEqual(sum(p["samples"] for p in workers), epochs * images)
+        self.assertEqual(sum(p["batches"] for p in workers), len(read_lines(log)))
+        for p in folded:
+            self.assertEqual(len(p["folded_pids"]), 8)
+            self.assertGreater(p["busy_pct"], 50)
+            self.assertLessEqual(p["busy_pct"], 100)
+        roles = {x["role"]: x for x in summary["resources"]["roles"]}
+        self.assertEqual(roles["worker 0"]["processes"], epochs)
+        self.assertEqual(roles["worker 1"]["processes"], epochs)
+        cpu = sum(x["user_s"] + x["system_s"] for k, x in roles.items() if k.startswith("worker"))
+        # the kernel's at each exit, which misses each process's teardown after it (docs/resources.md; ~20 ms a
+        # worker here), against getrusage of the reaped workers; the folded processes (over 20 of the 60) lost
+        # would be far below
+        self.assertLess(cpu, own_workers * 1.03, (cpu, own_workers))
+        self.assertGreater(cpu, own_workers * 0.97 - 0.03 * 2 * epochs, (cpu, own_workers))
+        self.assertRegex(r.stdout, rf"\nworker 0 +0 +{epochs} +{epochs * images // 2} ")
+        # the trace names each process's track, folded or not
+        trace = load_trace(out)
+        names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+        batch_pids = {e["pid"] for e in spans(trace, "batch")}
+        self.assertEqual(len(batch_pids), 2 * epochs)
+        for pid in {e["pid"] for e in spans(trace)}:
+            self.assertIn(pid, names)
+        self.assertEqual(sorted(names[p] for p in batch_pids), ["worker 0"] * epochs + ["worker 1"] * epochs)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,16 @@ Reconstruction::Reconstruction(const Options& opts, Outputs& outputs, RuleLists 
 {
     trace_.set_counter_names(counter_names);
     summary_.set_counter_names(counter_names);
+    // An exited process folded into its role's row: each figure kept by pid follows it.
+    engine_.set_fold_sink([this](uint32_t pid, uint32_t into) {
+        const auto& procs = engine_.processes();
+        const auto& p = procs.at(pid);
+        trace_.process_folded(procs, pid);
+        if (outputs_.resources_csv())
+            usage_csv_.name(pid, model::process_label(procs, pid));
+        timeline_.fold(pid, into, p.first_ns, p.last_ns);
+        usage_.fold(pid, into);
+    });
 }
 
 // --coarse keeps batches, waits and their arrows; --window keeps spans that start inside it.

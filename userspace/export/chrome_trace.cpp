@@ -216,6 +216,52 @@ void ChromeTraceWriter::flush(SameExtent& held)
     held.events.clear();
 }
 
+// Training processes first (by rank), then workers (by worker id), then the rest.
+static int sort_index(const model::ProcessInfo& p)
+{
+    return p.root ? -1 : p.consumer ? (p.known_rank() >= 0 ? p.known_rank() : 100) : (p.worker_id >= 0 ? 1000 + p.worker_id : 10000);
+}
+
+void ChromeTraceWriter::process_meta(const std::map<uint32_t, model::ProcessInfo>& processes, uint32_t pid)
+{
+    event(fmt::format("{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{},\"tid\":0,\"args\":{{\"name\":{}}}}}",
+                      pid, json_string(model::process_label(processes, pid))));
+    event(fmt::format("{{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{},\"tid\":0,\"args\":{{\"sort_index\":{}}}}}",
+                      pid, sort_index(processes.at(pid))));
+}
+
+// A thread named by what it was seen doing: a DataLoader queue's feeder thread (it wrote batches or tasks to a
+// queue's pipe), else by its id.
+void ChromeTraceWriter::thread_meta(const std::map<uint32_t, model::ProcessInfo>& processes, uint32_t pid, uint32_t tid)
+{
+    auto p = processes.find(pid);
+    bool feeder = p != processes.end() && p->second.feeder_threads.count(tid);
+    std::string name = pid == tid ? "main thread" : feeder ? "queue feeder thread" : fmt::format("thread {}", tid);
+    if (p != processes.end()) // its own name, where the kernel told it (ABI 5 and later)
+        if (auto n = p->second.thread_names.find(tid); n != p->second.thread_names.end() && !n->second.empty())
+            name += " (" + n->second + ")";
+    event(fmt::format("{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":{}}}}}",
+                      pid, tid, json_string(name)));
+}
+
+void ChromeTraceWriter::process_folded(const std::map<uint32_t, model::ProcessInfo>& processes, uint32_t pid)
+{
+    for (auto h = held_.lower_bound({pid, 0}); h != held_.end() && h->first.first == pid; h = held_.erase(h)) {
+        if (!out_.cut())
+            flush(h->second);
+        if (last_held_ == &h->second)
+            last_held_ = nullptr;
+    }
+    bool shown = counter_pids_.erase(pid) > 0;
+    auto t = threads_.lower_bound({pid, 0});
+    shown |= t != threads_.end() && t->first == pid;
+    if (shown && !out_.cut())
+        process_meta(processes, pid);
+    for (; t != threads_.end() && t->first == pid; t = threads_.erase(t))
+        if (!out_.cut())
+            thread_meta(processes, pid, t->second);
+}
+
 void ChromeTraceWriter::finish(const std::map<uint32_t, model::ProcessInfo>& processes, const RunInfo& run)
 {
     for (auto& [thread, held] : held_)
@@ -230,17 +276,9 @@ void ChromeTraceWriter::finish(const std::map<uint32_t, model::ProcessInfo>& pro
             shown.insert(pid);
             threads_.emplace(pid, pid); // its end is marked on its main thread
         }
-    for (const auto& [pid, p] : processes) {
-        if (!shown.count(pid))
-            continue;
-        event(fmt::format("{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{},\"tid\":0,\"args\":{{\"name\":{}}}}}",
-                          pid, json_string(model::process_label(processes, pid))));
-        // training processes first (by rank), then workers (by worker id), then the rest
-        int sort = p.root ? -1 : p.consumer ? (p.known_rank() >= 0 ? p.known_rank() : 100) : (p.worker_id >= 0 ? 1000 + p.worker_id : 10000);
-        event(fmt::format(
-            "{{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{},\"tid\":0,\"args\":{{\"sort_index\":{}}}}}",
-            pid, sort));
-    }
+    for (const auto& [pid, p] : processes)
+        if (shown.count(pid))
+            process_meta(processes, pid);
     // How a process ended, where that was not a clean exit: the job's fate, at the moment it happened.
     for (const auto& [pid, p] : processes) {
         std::string how = model::how_it_ended(p);
@@ -253,18 +291,8 @@ void ChromeTraceWriter::finish(const std::map<uint32_t, model::ProcessInfo>& pro
                           "\"ts\":{},\"args\":{{{}}}}}",
                           json_string(how), pid, pid, us(p.exit_ns > t0_ns_ ? p.exit_ns - t0_ns_ : 0), args));
     }
-    // Threads named by what they were seen doing: a DataLoader queue's feeder thread (it wrote batches or tasks to
-    // a queue's pipe), else by their id.
-    for (const auto& [pid, tid] : threads_) {
-        auto p = processes.find(pid);
-        bool feeder = p != processes.end() && p->second.feeder_threads.count(tid);
-        std::string name = pid == tid ? "main thread" : feeder ? "queue feeder thread" : fmt::format("thread {}", tid);
-        if (p != processes.end()) // its own name, where the kernel told it (ABI 5 and later)
-            if (auto n = p->second.thread_names.find(tid); n != p->second.thread_names.end() && !n->second.empty())
-                name += " (" + n->second + ")";
-        event(fmt::format("{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":{}}}}}",
-                          pid, tid, json_string(name)));
-    }
+    for (const auto& [pid, tid] : threads_)
+        thread_meta(processes, pid, tid);
     // Events are written whole and each after its comma: a cut leaves the array ready for its closing.
     out_.write(buf_);
     buf_.clear();

@@ -27,6 +27,9 @@ public:
     // on its process, holding from the interval's start.
     void usage(const model::UsagePoint& p);
     uint64_t t0_ns() const { return t0_ns_; }
+    // An exited process about to be folded into its role's row (Engine::FoldSink): its held events and its
+    // process and thread metadata are written now, and what the writer kept of it goes.
+    void process_folded(const std::map<uint32_t, model::ProcessInfo>& processes, uint32_t pid);
     // Writes how processes ended (instant events), process/thread metadata and otherData, closes the document.
     void finish(const std::map<uint32_t, model::ProcessInfo>& processes, const RunInfo& run);
 
@@ -40,6 +43,8 @@ private:
         std::string events; // parent first, joined by ",\n"
     };
     void flush(SameExtent& held);
+    void process_meta(const std::map<uint32_t, model::ProcessInfo>& processes, uint32_t pid);
+    void thread_meta(const std::map<uint32_t, model::ProcessInfo>& processes, uint32_t pid, uint32_t tid);
     std::map<std::pair<uint32_t, uint32_t>, SameExtent> held_;
     OutputFile& out_;
     uint64_t t0_ns_;

@@ -248,6 +248,8 @@ std::string busy_strips(const Timeline& tl, const Processes& procs)
                 double first = p.first_ns > tl.t0_ns() ? static_cast<double>(p.first_ns - tl.t0_ns()) : 0;
                 double last = p.last_ns > tl.t0_ns() ? static_cast<double>(p.last_ns - tl.t0_ns()) : 0;
                 alive += std::max(0.0, std::min(b1, last) - std::max(b0, first));
+                if (auto f = tl.folded_alive_ns().find(pid); f != tl.folded_alive_ns().end())
+                    alive += static_cast<double>(f->second.at(b));
                 inside += static_cast<double>((r.wait ? tl.wait_ns() : tl.busy_ns()).at(pid).at(b));
             }
             if (alive <= 0)
@@ -408,19 +410,20 @@ std::string counters_table(const Summary& summary)
 
 std::string processes_table(const Processes& procs)
 {
+    // (a row that other exited processes of its role were folded into: theirs too)
     std::string t = "<table class=\"numbers\"><thead><tr><th>process</th><th>pid</th><th>DataLoader</th><th>samples"
                     "</th><th>batches</th><th>busy %</th><th>ended</th></tr></thead><tbody>\n";
     for (const auto& [pid, p] : procs) {
         bool worker = p.worker || p.worker_id >= 0;
         if (!p.root && !p.consumer && p.samples == 0 && !worker)
             continue;
-        double seen = p.last_ns > p.first_ns ? static_cast<double>(p.last_ns - p.first_ns) : 0;
+        double seen = static_cast<double>(p.seen_ns());
         std::string busy = worker && p.batches && seen > 0
                                ? fmt::format("{:.1f}", 100.0 * static_cast<double>(p.busy_ns) / seen)
                                : "-";
         std::string how = model::how_it_ended(p);
         t += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                         html_escape(model::process_label(procs, pid)), pid,
+                         html_escape(model::process_label(procs, pid)), model::pid_list(p),
                          worker ? (p.loader >= 0 ? std::to_string(p.loader) : "?") : "-", p.samples, p.batches, busy,
                          html_escape(how.empty() ? (p.exited ? "exited" : "-") : how));
     }

@@ -408,7 +408,18 @@ std::vector<std::pair<GroupKey, Rows>> Summary::groups() const
 
 static double busy_pct(const model::ProcessInfo& p)
 {
-    return p.last_ns > p.first_ns ? 100.0 * static_cast<double>(p.busy_ns) / static_cast<double>(p.last_ns - p.first_ns) : 0;
+    return p.seen_ns() ? 100.0 * static_cast<double>(p.busy_ns) / static_cast<double>(p.seen_ns()) : 0;
+}
+
+// A row other exited processes of its role were folded into: how many it stands for, and the first of their pids.
+static std::string folded_json(const model::ProcessInfo& p)
+{
+    if (!p.folded)
+        return "";
+    std::string pids;
+    for (uint32_t pid : p.folded_pids)
+        pids += (pids.empty() ? "" : ",") + std::to_string(pid);
+    return fmt::format(",\"processes\":{},\"folded_pids\":[{}]", p.processes(), pids);
 }
 
 static std::string group_title(const GroupKey& k, const std::map<uint32_t, model::ProcessInfo>& processes)
@@ -527,7 +538,8 @@ void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& pro
             print_wrapped(out, "  - " + a, 4);
     }
     // One row per role: a DataLoader worker id stands for every process that played it (non-persistent
-    // workers are new processes each epoch); the JSON summary keeps one entry per process.
+    // workers are new processes each epoch); the JSON summary keeps one entry per process, but for those folded
+    // into their role's row (process_fold.h).
     struct Row {
         std::string pids;
         size_t processes = 0;
@@ -541,12 +553,12 @@ void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& pro
         uint32_t group = worker && p.owner ? p.owner : pid;
         auto& r = rows[{p.root ? 0 : group, worker ? 1 : 0, worker ? p.loader : -1,
                         p.worker_id < 0 ? 1 << 30 : p.worker_id, model::process_label(processes, pid)}];
-        r.pids += (r.pids.empty() ? "" : ",") + std::to_string(pid);
-        r.processes++;
+        r.pids += (r.pids.empty() ? "" : ",") + model::pid_list(p);
+        r.processes += p.processes();
         r.samples += p.samples;
         r.batches += p.batches;
         r.busy_ns += p.busy_ns;
-        r.seen_ns += p.last_ns > p.first_ns ? p.last_ns - p.first_ns : 0;
+        r.seen_ns += p.seen_ns();
     }
     fmt::print(out, "\n{:<20} {:>6} {:>10} {:>8} {:>8} {:>7} {:>7}  pids\n", "process", "loader", "processes", "samples",
                "batches", "busy %", "idle %");
@@ -621,10 +633,10 @@ std::string Summary::json(const std::map<uint32_t, model::ProcessInfo>& processe
     for (const auto& [pid, p] : processes)
         if (p.root || p.consumer || p.samples > 0 || p.worker || p.worker_id >= 0)
             procs += fmt::format("{}{{\"pid\":{},\"label\":{},\"worker\":{},\"rank\":{},\"owner\":{},\"loader\":{},"
-                                 "\"samples\":{},\"batches\":{},\"busy_pct\":{:.2f}}}",
+                                 "\"samples\":{},\"batches\":{},\"busy_pct\":{:.2f}{}}}",
                                  procs.empty() ? "" : ",", pid, json_string(model::process_label(processes, pid)),
                                  p.worker_id, p.known_rank(), p.owner, p.loader, p.samples, p.batches,
-                                 p.root || p.consumer ? 0.0 : busy_pct(p));
+                                 p.root || p.consumer ? 0.0 : busy_pct(p), folded_json(p));
     // Per DataLoader of each training process: its ops and batches.
     std::string loaders;
     std::vector<GroupKey> keys = group_order_;

@@ -26,7 +26,7 @@ void Timeline::grow(size_t bin)
         width_ *= 2;
         bin /= 2;
         bins_ = (bins_ + 1) / 2;
-        for (auto* m : {&busy_, &wait_, &cpu_})
+        for (auto* m : {&busy_, &wait_, &cpu_, &alive_})
             for (auto& [pid, b] : *m)
                 halve(b);
         for (auto& [pid, b] : rss_)
@@ -61,6 +61,32 @@ void Timeline::cover(Bins& b, uint64_t start, uint64_t end)
         uint64_t upto = std::min(end, (i + 1) * width_);
         b.v[i - b.first] += upto - start;
         start = upto;
+    }
+}
+
+void Timeline::fold(uint32_t pid, uint32_t into, uint64_t first_ns, uint64_t last_ns)
+{
+    auto join = [&](std::map<uint32_t, Bins>& m, bool highest) {
+        auto from = m.find(pid);
+        if (from == m.end())
+            return;
+        if (!from->second.v.empty()) {
+            Bins& to = m[into];
+            extend(to, from->second.first, from->second.end() - 1);
+            for (size_t i = 0; i < from->second.v.size(); i++) {
+                uint64_t& b = to.v[from->second.first + i - to.first];
+                b = highest ? std::max(b, from->second.v[i]) : b + from->second.v[i];
+            }
+        }
+        m.erase(pid);
+    };
+    for (auto* m : {&busy_, &wait_, &cpu_, &alive_})
+        join(*m, false);
+    join(rss_, true);
+    uint64_t start = first_ns > t0_ ? first_ns - t0_ : 0, end = last_ns > t0_ ? last_ns - t0_ : 0;
+    if (end > start) {
+        grow(static_cast<size_t>((end - 1) / width_));
+        cover(alive_[into], start, end);
     }
 }
 

@@ -42,6 +42,11 @@ public:
     const std::vector<uint64_t>& samples() const { return samples_; } // sample spans ending per bin
     const std::map<uint32_t, Bins>& cpu_ns() const { return cpu_; }   // per process, per bin
     const std::map<uint32_t, Bins>& rss_kb() const { return rss_; }   // per process, highest per bin
+    // Processes folded into a role's row (Engine::FoldSink): pid's figures join into's, and the time pid was
+    // alive (its first event to its last) joins into's folded_alive_ns(), since into's own first and last no
+    // longer say when its role was played.
+    void fold(uint32_t pid, uint32_t into, uint64_t first_ns, uint64_t last_ns);
+    const std::map<uint32_t, Bins>& folded_alive_ns() const { return alive_; }
 
 private:
     void cover(Bins& bins, uint64_t start_ns, uint64_t end_ns); // relative to t0
@@ -50,7 +55,7 @@ private:
     uint64_t t0_, width_ = kFirstWidthNs;
     size_t bins_ = 0;
     uint64_t end_ = 0;
-    std::map<uint32_t, Bins> busy_, wait_, cpu_, rss_;
+    std::map<uint32_t, Bins> busy_, wait_, cpu_, rss_, alive_;
     std::vector<uint64_t> samples_;
 };
 

@@ -43,7 +43,7 @@ std::vector<UsageRow> usage_rows(const model::UsageTracker& usage,
         rss_covered_s[key] += u.rss_s;
         r.role = label;
         for (UsageRow* row : {&r, &job}) {
-            row->processes++;
+            row->processes += u.processes;
             row->user_s += static_cast<double>(u.user_ns) / 1e9;
             row->system_s += static_cast<double>(u.system_ns) / 1e9;
             row->read_mb += static_cast<double>(u.read_bytes) / 1e6;
@@ -55,7 +55,7 @@ std::vector<UsageRow> usage_rows(const model::UsageTracker& usage,
             row->involuntary_cs += u.nivcsw;
             row->exact &= u.exact_end;
         }
-        r.wall_s += static_cast<double>(u.last_ns - u.first_ns) / 1e9;
+        r.wall_s += static_cast<double>(u.wall_ns()) / 1e9;
         r.cpu_peak_pct = std::max(r.cpu_peak_pct, u.peak_cpu_pct);
         r.rss_avg_mb += u.rss_kb_s / 1024; // divided by the time below
         r.rss_peak_mb = std::max(r.rss_peak_mb, static_cast<double>(u.peak_rss_kb) / 1024);
@@ -142,6 +142,11 @@ void UsageCsv::add(const model::UsagePoint& p)
         dropped_++;
 }
 
+void UsageCsv::name(uint32_t pid, std::string label)
+{
+    folded_names_[pid] = std::move(label); // (kept with the points: the CSV's rows grow with the run anyway)
+}
+
 std::string UsageCsv::text(const std::map<uint32_t, model::ProcessInfo>& processes, uint64_t t0_ns) const
 {
     std::string out = "time_s,interval_s,pid,process,cpu_user_pct,cpu_system_pct,rss_mb,pss_mb,read_bytes_per_s,"
@@ -150,7 +155,8 @@ std::string UsageCsv::text(const std::map<uint32_t, model::ProcessInfo>& process
     for (const auto& p : points_) {
         auto [it, fresh] = labels.try_emplace(p.pid);
         if (fresh) { // a CSV field: quoted where it holds a comma or a quote
-            std::string l = model::process_label(processes, p.pid);
+            auto folded = folded_names_.find(p.pid);
+            std::string l = folded != folded_names_.end() ? folded->second : model::process_label(processes, p.pid);
             if (l.find_first_of(",\"") != std::string::npos) {
                 std::string q = "\"";
                 for (char c : l)

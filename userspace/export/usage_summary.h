@@ -39,12 +39,15 @@ std::string usage_json(const std::vector<UsageRow>& rows, unsigned interval_ms);
 class UsageCsv {
 public:
     void add(const model::UsagePoint& p);
+    // A process folded into its role's row (Engine::FoldSink) is named now: text() will not find it.
+    void name(uint32_t pid, std::string label);
     std::string text(const std::map<uint32_t, model::ProcessInfo>& processes, uint64_t t0_ns) const;
     bool truncated() const { return dropped_ > 0; }
 
 private:
     static constexpr size_t kMaxPoints = 2'000'000; // ~200 MB of memory at most
     std::vector<model::UsagePoint> points_;
+    std::map<uint32_t, std::string> folded_names_;
     uint64_t dropped_ = 0;
 };
 

@@ -116,6 +116,20 @@ void BatchTracker::exited(uint32_t pid)
     release_held(pid, true);
 }
 
+void BatchTracker::forget(uint32_t pid)
+{
+    worker_epoch_.erase(pid);
+    for (auto it = task_reader_.begin(); it != task_reader_.end();) {
+        if (it->second == pid) { // its index queue: no other process reads it
+            task_writer_.erase(it->first);
+            task_steps_.erase(it->first);
+            it = task_reader_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+}
+
 void BatchTracker::iter_begin(uint32_t pid, uint32_t tid, uint64_t loader)
 {
     processes_[pid].consumer = true;

@@ -70,6 +70,8 @@ public:
 
     void forked(uint32_t child, uint32_t parent);
     void exited(uint32_t pid);
+    // pid is folded into its role's row (process_fold.h): what is kept by its pid or by its own queue goes.
+    void forget(uint32_t pid);
     // DataLoader.__iter__(self=loader) entered / returned `iterator` (0: it raised).
     void iter_begin(uint32_t pid, uint32_t tid, uint64_t loader);
     void iter_end(uint32_t pid, uint32_t tid, uint64_t iterator);

@@ -1,6 +1,7 @@
 #include "engine.h"
 
 #include "common/utf8.h"
+#include "process_fold.h"
 
 #include <algorithm>
 #include <cstring>
@@ -297,8 +298,20 @@ void Engine::on_process(const lotus_proc_event& p)
         batches_.exited(pid);
         spaces_.exited(pid);
         symbols_.erase(pid);
+        fold_exited(p.h.ts_ns);
         break;
     }
+    }
+}
+
+void Engine::fold_exited(uint64_t now_ns)
+{
+    for (auto [pid, into] : folds_due(processes_, now_ns)) {
+        if (fold_sink_)
+            fold_sink_(pid, into);
+        absorb(processes_.at(into), processes_.at(pid));
+        batches_.forget(pid);
+        processes_.erase(pid);
     }
 }
 

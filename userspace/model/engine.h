@@ -41,6 +41,10 @@ public:
     using TypeSink = std::function<void(uint32_t space, uint64_t type, uint32_t flags)>;
 
     Engine(const Rules& rules, SpanSink spans, RoleSink roles = {}, TypeSink types = {});
+    // Told before an exited process is folded into its role's row (process_fold.h) and forgotten: processes()
+    // still holds both, so that what keeps figures by pid can fold its own and name the process.
+    using FoldSink = std::function<void(uint32_t pid, uint32_t into)>;
+    void set_fold_sink(FoldSink f) { fold_sink_ = std::move(f); }
 
     // Processes known before the stream starts (the traced root and its live descendants); also what a
     // RecordProcess in the stream does.
@@ -189,6 +193,7 @@ private:
     Span closed_span(uint32_t pid, uint32_t tid, Open& o, uint64_t end_ns, const lotus_counters& end);
     std::string op_name(uint32_t tgid, const Open& o);
     ProcessInfo& process(uint32_t pid);
+    void fold_exited(uint64_t now_ns);
 
     const Rules& rules_;
     NativeMap native_map_;
@@ -201,6 +206,7 @@ private:
         bool own = false;
     } last_code_; // the code object of the latest CODE record: a RecordSlots follows it
     TypeSink type_sink_;
+    FoldSink fold_sink_;
     std::map<uint32_t, ProcessInfo> processes_;
     RoleSpaces spaces_;                             // code objects and types
     std::unordered_map<uint32_t, Symbols> symbols_; // per process

@@ -69,4 +69,14 @@ std::string process_label(const std::map<uint32_t, ProcessInfo>& processes, uint
     return label;
 }
 
+std::string pid_list(const ProcessInfo& p)
+{
+    std::string out = std::to_string(p.pid);
+    for (uint32_t pid : p.folded_pids)
+        out += "," + std::to_string(pid);
+    if (p.folded > p.folded_pids.size())
+        out += fmt::format(",+{}", p.folded - p.folded_pids.size());
+    return out;
+}
+
 } // namespace lotus::model

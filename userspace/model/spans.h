@@ -93,6 +93,15 @@ struct ProcessInfo {
     bool preexisting = false; // alive when tracing began (its fork was not seen)
     std::set<uint32_t> feeder_threads; // threads that sent DataLoader queue messages (multiprocessing's feeders)
     std::map<uint32_t, std::string> thread_names; // per thread, its name (comm) as the kernel last had it
+    // Exited processes of the same role folded into this one (process_fold.h), their figures added to its own:
+    // samples, batches, busy_ns and seen_ns() count them all; their pids, the first kShownFolded of them.
+    uint32_t folded = 0;
+    uint64_t folded_seen_ns = 0;
+    std::vector<uint32_t> folded_pids;
+    static constexpr size_t kShownFolded = 8;
+    uint32_t processes() const { return 1 + folded; }
+    // Time from the first event to the last, summed over the processes it stands for.
+    uint64_t seen_ns() const { return (last_ns > first_ns ? last_ns - first_ns : 0) + folded_seen_ns; }
     // A training process's rank: spawn's index, else RANK from its environment; -1 unknown.
     int known_rank() const { return rank >= 0 ? rank : consumer ? env_rank : -1; }
 };
@@ -106,5 +115,8 @@ int exit_code(const ProcessInfo& p);         // the exit status when it exited, 
 // "main", "rank 1", "trainer" (a training process without a known rank), "worker 0" (prefixed with its
 // owner's label where there are several training processes), "worker ?" (its id not recovered), "child".
 std::string process_label(const std::map<uint32_t, ProcessInfo>& processes, uint32_t pid);
+
+// The pids a process's row stands for: "4242", or with processes folded into it "4242,4250,4258,+40".
+std::string pid_list(const ProcessInfo& p);
 
 } // namespace lotus::model

@@ -219,4 +219,38 @@ void UsageTracker::finish()
     sweep_ts_ = 0;
 }
 
+void ProcessUsage::absorb(const ProcessUsage& o)
+{
+    summed_wall_ns = wall_ns() + o.wall_ns();
+    processes += o.processes;
+    first_ns = std::min(first_ns, o.first_ns);
+    last_ns = std::max(last_ns, o.last_ns);
+    forked &= o.forked;
+    exact_end &= o.exact_end;
+    readings += o.readings;
+    user_ns += o.user_ns, system_ns += o.system_ns;
+    read_bytes += o.read_bytes, write_bytes += o.write_bytes;
+    nvcsw += o.nvcsw, nivcsw += o.nivcsw;
+    net_sent += o.net_sent, net_recv += o.net_recv;
+    net_seen |= o.net_seen, net_missing |= o.net_missing;
+    peak_cpu_pct = std::max(peak_cpu_pct, o.peak_cpu_pct);
+    rss_kb_s += o.rss_kb_s, rss_s += o.rss_s;
+    peak_rss_kb = std::max(peak_rss_kb, o.peak_rss_kb);
+    peak_pss_kb = std::max(peak_pss_kb, o.peak_pss_kb);
+}
+
+void UsageTracker::fold(uint32_t pid, uint32_t into)
+{
+    if (auto u = usage_.find(pid); u != usage_.end()) {
+        if (auto r = usage_.find(into); r != usage_.end())
+            r->second.absorb(u->second);
+        else
+            usage_.emplace(into, u->second);
+        usage_.erase(u);
+    }
+    last_.erase(pid);
+    forked_at_.erase(pid);
+    ended_.erase(pid);
+}
+
 } // namespace lotus::model

@@ -41,6 +41,12 @@ struct ProcessUsage {
     double rss_kb_s = 0, rss_s = 0; // the integral of RSS over time, and the time it covers (for the mean)
     uint64_t peak_rss_kb = 0;  // VmHWM: the kernel's own peak
     uint64_t peak_pss_kb = 0;  // 0: never read
+    // Exited processes of one role folded into one (process_fold.h): how many it stands for; then first_ns and
+    // last_ns span them all, and wall_ns() sums each one's own time.
+    uint32_t processes = 1;
+    uint64_t summed_wall_ns = 0;
+    uint64_t wall_ns() const { return processes > 1 ? summed_wall_ns : last_ns - first_ns; }
+    void absorb(const ProcessUsage& o);
 };
 
 // The traced processes together, sweep by sweep.
@@ -57,6 +63,8 @@ public:
     explicit UsageTracker(Sink sink = {}) : sink_(std::move(sink)) {}
     void consume(const void* data, size_t len);
     void finish(); // closes the last sweep
+    // An exited process folded into its role's row (Engine::FoldSink): its figures added to into's, its own gone.
+    void fold(uint32_t pid, uint32_t into);
     const std::map<uint32_t, ProcessUsage>& processes() const { return usage_; }
     const JobUsage& job() const { return job_; }
 
