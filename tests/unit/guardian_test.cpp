@@ -79,3 +79,18 @@ TEST(Guardian, ReadsAProcessStateFromProc)
     EXPECT_FALSE(lotus::capture::process_stopped(getpid())); // running: this test
     EXPECT_FALSE(lotus::capture::process_stopped(0x3fffffff)); // no such process
 }
+
+TEST(Guardian, AStopUnderWayIsSeenBeforeTheStateSaysIt)
+{
+    const char* running = "Name:\tpython3\nState:\tS (sleeping)\nTgid:\t42\nSigPnd:\t0000000000000000\n"
+                          "ShdPnd:\t0000000000000000\nSigBlk:\t0000000000000000\n";
+    EXPECT_FALSE(lotus::capture::stop_under_way(running));
+    EXPECT_TRUE(lotus::capture::stop_under_way("Name:\tpython3\nState:\tT (stopped)\n"));
+    EXPECT_TRUE(lotus::capture::stop_under_way("Name:\tpython3\nState:\tt (tracing stop)\n"));
+    // kill(-pgid, SIGSTOP) lands in the thread group's pending set (bit 18: SIGSTOP), SIGTSTP (Ctrl-Z) in bit 19
+    EXPECT_TRUE(lotus::capture::stop_under_way("State:\tR (running)\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000040000\n"));
+    EXPECT_TRUE(lotus::capture::stop_under_way("State:\tR (running)\nSigPnd:\t0000000000080000\nShdPnd:\t0000000000000000\n"));
+    // SIGCONT (bit 17) or SIGTERM (bit 14) pending: no stop
+    EXPECT_FALSE(lotus::capture::stop_under_way("State:\tR (running)\nSigPnd:\t0000000000024000\nShdPnd:\t0000000000020000\n"));
+    EXPECT_FALSE(lotus::capture::stop_under_way(""));
+}

@@ -52,6 +52,51 @@ bool process_stopped(pid_t pid)
     return paren && paren[1] == ' ' && (paren[2] == 'T' || paren[2] == 't');
 }
 
+bool stop_under_way(const char* status)
+{
+    constexpr unsigned long long kStops = (1ull << (SIGSTOP - 1)) | (1ull << (SIGTSTP - 1)) |
+                                          (1ull << (SIGTTIN - 1)) | (1ull << (SIGTTOU - 1));
+    for (const char* line = status; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : nullptr) {
+        if (!strncmp(line, "State:", 6)) {
+            const char* st = line + 6;
+            while (*st == ' ' || *st == '\t')
+                st++;
+            if (*st == 'T' || *st == 't')
+                return true;
+        } else if (!strncmp(line, "SigPnd:", 7) || !strncmp(line, "ShdPnd:", 7)) {
+            if (strtoull(line + 7, nullptr, 16) & kStops)
+                return true;
+        }
+    }
+    return false;
+}
+
+static bool stop_under_way(pid_t pid)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof(path), "/proc/%d/status", static_cast<int>(pid));
+    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+    ::close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    return stop_under_way(buf);
+}
+
+void continue_held(int held_fd, uint32_t tgid, lotus_hold hold)
+{
+    ::kill(static_cast<pid_t>(tgid), SIGCONT);
+    if (!stop_under_way(static_cast<pid_t>(hold.parent_tgid)))
+        return;
+    ::kill(static_cast<pid_t>(tgid), SIGSTOP);
+    hold.flags = (hold.flags | LOTUS_HOLD_STOPPED | LOTUS_HOLD_ATTACHED) & ~LOTUS_HOLD_RELEASED;
+    if (bpf_map_update_elem(held_fd, &tgid, &hold, BPF_NOEXIST) != 0)
+        ::kill(static_cast<pid_t>(tgid), SIGCONT); // nobody would continue it: let it run
+}
+
 static uint64_t monotonic_now()
 {
     timespec ts{};
@@ -157,8 +202,10 @@ size_t sweep(uint64_t deadline_ns, bool tracer_gone)
                 claimed = bpf_map_update_elem(kHeldFd, &tgid, &hold, BPF_EXIST) == 0;
                 left += claimed;
             }
-            if (claimed)
-                ::kill(static_cast<pid_t>(tgid), SIGCONT);
+            if (claimed && (tracer_gone || (hold.flags & LOTUS_HOLD_ATTACHED)))
+                continue_held(kHeldFd, tgid, hold);
+            else if (claimed) // (the tracer attaches its probes, then deletes the entry: a stop just begun is not
+                ::kill(static_cast<pid_t>(tgid), SIGCONT); // undone here, docs/limits.md)
             break;
         }
         }

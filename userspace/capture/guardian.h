@@ -32,6 +32,16 @@ GuardianAction guardian_action(const lotus_hold& hold, const GuardianView& view)
 // Whether a process is stopped (state T: a signal; t: a debugger), per /proc/PID/stat. False if it is gone.
 bool process_stopped(pid_t pid);
 
+// Whether a job-control stop is under way in a process, from its /proc/PID/status text: stopped already (T, t),
+// or a stop signal (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU) pending, its own or its thread group's, not yet acted on.
+bool stop_under_way(const char* status);
+
+// SIGCONTs a held child whose entry in the lotus_held map (fd) was just claimed (deleted). Its job's user may
+// have stopped the job after the look at its parent and before this signal, which then undid the child's share of
+// that stop: then the child is stopped again and its entry, back with LOTUS_HOLD_ATTACHED, has the guardian
+// continue it once its parent runs again.
+void continue_held(int held_fd, uint32_t tgid, lotus_hold hold);
+
 class Guardian {
 public:
     // Starts `lotus-bpf __guardian` (this executable again) on the lotus_held map. Throws CaptureError.

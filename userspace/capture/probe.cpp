@@ -765,7 +765,7 @@ void Probe::release_held(bool attach, bool all)
             hold.flags |= LOTUS_HOLD_ATTACHED;
             bpf_map_update_elem(fd, &tgid, &hold, BPF_EXIST);
         } else if (bpf_map_delete_elem(fd, &tgid) == 0) {
-            ::kill(static_cast<pid_t>(tgid), SIGCONT);
+            continue_held(fd, tgid, hold);
         }
         holds_.attach_ns += t - before;
         std::erase_if(starting_, [&](const auto& kv) { return t - kv.second > kStartingNs; });
