@@ -157,6 +157,39 @@ class Faults(BpfTestCase):
         load_trace(replayed)  # valid: its records until the cut (none where the trace took the room first)
         self.assert_detached()
 
+    def test_a_disk_already_below_the_reserve_is_said_at_the_start(self):
+        disk = self.small_disk(1024)
+        with open(os.path.join(disk, "ballast"), "wb") as f:  # another program's: 98 % of it taken
+            v = os.statvfs(disk)
+            f.write(b"x" * (v.f_bavail * v.f_frsize - v.f_blocks * v.f_frsize // 50))
+        out, js = os.path.join(disk, "trace.json"), self.path("summary.json")
+        r = run_lotus(["-o", out, "--summary-json", js] + short_job())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        warnings = [l for l in err_lines(r) if "already below" in l]
+        self.assertEqual(len(warnings), 1, r.stderr)
+        self.assertIn(f"-o {out}: free space on {os.path.realpath(disk)} is already below the 5 % reserve", warnings[0])
+        # said before tracing began, and the run went on: the summary printed, the trace cut and valid
+        self.assertLess(r.stderr.index("already below"), r.stderr.index("tracing PID"))
+        self.assertIn("RandomResizedCrop", r.stdout)
+        trace = load_trace(out)
+        self.assertIn("-o", {c["output"] for c in trace["otherData"]["outputs_cut"]})
+        self.assert_no_strays(disk)
+
+    def test_a_sweep_passes_the_reserve_to_each_run(self):
+        # 90 % of a 4 MB tmpfs kept free: each run's trace (about 1 MB for an epoch here) is cut there
+        # (no --summary-json: this machine's / has less than 90 % free, and the table would be refused there)
+        disk = self.small_disk(4 * 1024)
+        r = run_lotus(["sweep", "--cpus", "2", "--disk-reserve", "90", "--output-dir", disk, "--", PY, EXAMPLE,
+                       dataset(256), "--workers", "2"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"\ncpus-2 +0 +[\d.]+ ")  # the run's row: exit status 0
+        trace = load_trace(os.path.join(disk, "cpus-2.json"))
+        cuts = {c["output"]: c for c in trace["otherData"]["outputs_cut"]}
+        self.assertIn("would fall below 90 %", cuts["-o"]["why"])
+        v = os.statvfs(disk)
+        self.assertGreaterEqual(v.f_bavail / v.f_blocks, 0.89)
+        self.assert_no_strays(disk)
+
     # --- links and special files ------------------------------------------------------------------------------
 
     def test_a_link_at_any_output_path_is_not_followed(self):

@@ -14,6 +14,7 @@
 #include "capture/perf_events.h"
 #include "lotus_abi.h"
 #include "diff.h"
+#include "export/output_file.h"
 #include "probes.h"
 #include "sweep.h"
 #include "session.h"
@@ -322,7 +323,7 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
     add_rule_options(rep, sp);
     add_disk_reserve_option(rep, sp);
     lotus::cli::SweepOptions sw;
-    std::string sw_cpus, sw_memory, sw_duration, sw_interval;
+    std::string sw_cpus, sw_memory, sw_duration, sw_interval, sw_reserve;
     std::vector<std::string> sw_pipelines, sw_spans, sw_rules;
     auto* sweep = app.add_subcommand("sweep", "launch and trace a command once per configuration of limits, then one "
                                               "table: lotus-bpf sweep --cpus 1,2,4 [--memory 2G,4G] -- CMD");
@@ -341,6 +342,9 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
     sweep->add_option("--pipeline", sw_pipelines, "as for a single run (repeatable)")->check(kNonEmpty);
     sweep->add_option("--span", sw_spans, "as for a single run (repeatable)")->check(kNonEmpty);
     sweep->add_option("--rules", sw_rules, "as for a single run")->check(kNonEmpty);
+    sweep->add_option("--disk-reserve", sw_reserve, "as for a single run: each run's outputs and the sweep's table keep "
+                                                    "this much of their file system free (percent; default 5)")
+        ->check(CLI::Range(0.0, 99.0));
     sweep->add_option("command", sw.command, "the command to run (after --)")->required();
     sweep->positionals_at_end();
     std::string diff_a, diff_b, diff_html;
@@ -409,6 +413,9 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
                 pass("--span", v);
             for (const auto& v : sw_rules)
                 pass("--rules", v);
+            pass("--disk-reserve", sw_reserve);
+            if (!sw_reserve.empty()) // the sweep's own table too
+                lotus::exporter::set_disk_reserve(std::stod(sw_reserve));
             return lotus::cli::run_sweep(sw);
         }
         if (record->parsed()) {

@@ -186,6 +186,10 @@ OutputFile::OutputFile(const std::string& path, OutputOptions options, OutputFai
             throw refuse(strerror(ENOMEM));
         }
     }
+    if (room() < 0) // said now, not only when the run ends: the user may free space or choose another place
+        fmt::print(stderr, "lotus-bpf: warning: {} {}: free space on {} is already below the {:g} % reserve "
+                           "(--disk-reserve): nothing more will be written there\n",
+                   what_, path_, mount_point(dir_), g_reserve_pct.load());
 }
 
 OutputFile::~OutputFile()
