@@ -6,6 +6,9 @@
 # the Debian packages when missing (minutes, once), about 1 minute of build (the tool only: 58 s measured; its tests are not built), a few seconds of dataset, then
 # the job's 6 epochs (about 20 s, traced).
 set -euo pipefail
+# Root is needed (BPF, cgroups, packages): through sudo only when not root already (a machine where you are root
+# may have no sudo at all).
+if [ "$(id -u)" -ne 0 ]; then exec sudo -E "$0" "$@"; fi
 cd "$(dirname "$0")/.."
 out="${1:-lotus-trace.json}"
 report="${2:-lotus-report.html}"

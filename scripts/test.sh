@@ -2,6 +2,9 @@
 # The test command: installs dependencies, builds, runs every test (unit and integration; the integration
 # tests need root and BPF and run the real tracer on real Python processes).
 set -euo pipefail
+# Root is needed (BPF, cgroups, packages): through sudo only when not root already (a machine where you are root
+# may have no sudo at all).
+if [ "$(id -u)" -ne 0 ]; then exec sudo -E "$0" "$@"; fi
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
 # Debian's CPython 3.14 for the version tests (into /opt/lotus-bpf). If Debian unstable cannot be reached, the

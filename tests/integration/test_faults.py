@@ -154,7 +154,11 @@ class Faults(BpfTestCase):
         replayed = self.path("replayed.json")
         r = run_lotus(["export", rec, "-o", replayed])
         self.assertEqual(r.returncode, 0, r.stderr)
-        load_trace(replayed)  # valid: its records until the cut (none where the trace took the room first)
+        replay = load_trace(replayed)  # valid: its records until the cut (none where the trace took the room first)
+        if "--record" in cuts or "--record" in {c["output"] for c in summary["run"]["outputs_cut"]}:
+            # the replay says that its figures cover only the part before the cut
+            self.assertIn("no end record", replay["otherData"]["stop_reason"])
+            self.assertIn("no end record", r.stdout)
         self.assert_detached()
 
     def test_a_disk_already_below_the_reserve_is_said_at_the_start(self):

@@ -45,6 +45,7 @@ class RecordReplay(BpfTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         trace = load_trace(out)
         self.assertEqual(len(spans(trace, "sample")), 80)  # 40 in the main process, 40 in the workers
+        self.assertEqual(trace["otherData"]["stop_reason"], f"replayed {rec}")  # whole: it has its end record
         with open(summ) as f:
             self.assertEqual(json.load(f)["ops"]["Scale"]["count"], 80)
         r = run_lotus(["report", rec])

@@ -16,7 +16,7 @@ constexpr uint64_t COMPOSE = 0x1000, GETITEM = 0x2000, CALL_IMPL = 0x3000, TOTEN
                    WORKER_LOOP = 0x5000, FORWARD = 0x6000, UNDESCRIBED = 0x7000;
 constexpr uint64_t T_CROP = 0x10, T_TOTENSOR = 0x20, T_COMPOSE = 0x30;
 
-struct Fixture : ::testing::Test {
+struct Engine : ::testing::Test {
     model::Rules rules;
     std::vector<Span> spans;
     std::vector<std::tuple<uint32_t, uint64_t, uint32_t, uint32_t>> roles; // tgid, code, flags, space
@@ -64,7 +64,7 @@ struct Fixture : ::testing::Test {
 
 } // namespace
 
-TEST_F(Fixture, SampleWithOpsNestsAndNamesOpsAfterTheirClass)
+TEST_F(Engine, SampleWithOpsNestsAndNamesOpsAfterTheirClass)
 {
     describe(P);
     sample(P, P, 1000, 3, 42);
@@ -93,7 +93,7 @@ TEST_F(Fixture, SampleWithOpsNestsAndNamesOpsAfterTheirClass)
     EXPECT_TRUE(engine.pipeline_seen());
 }
 
-TEST_F(Fixture, RolesAreReportedForEveryDescribedCode)
+TEST_F(Engine, RolesAreReportedForEveryDescribedCode)
 {
     describe(P);
     ASSERT_EQ(roles.size(), 6u);
@@ -115,7 +115,7 @@ TEST_F(Fixture, RolesAreReportedForEveryDescribedCode)
     EXPECT_TRUE(type_flags.at(T_CROP) & LOTUS_TYPE_CLASSIFIED);
 }
 
-TEST_F(Fixture, InterleavedThreadsKeepTheirOwnStacks)
+TEST_F(Engine, InterleavedThreadsKeepTheirOwnStacks)
 {
     describe(P);
     constexpr uint32_t T2 = 555;
@@ -140,7 +140,7 @@ TEST_F(Fixture, InterleavedThreadsKeepTheirOwnStacks)
     EXPECT_EQ(of(SpanKind::Sample).size(), 2u);
 }
 
-TEST_F(Fixture, MissingReturnIsNeverInventedAndCounted)
+TEST_F(Engine, MissingReturnIsNeverInventedAndCounted)
 {
     describe(P);
     ev.entry(P, P, 100, 5, COMPOSE, T_COMPOSE, {{GETITEM, 7}});
@@ -160,7 +160,7 @@ TEST_F(Fixture, MissingReturnIsNeverInventedAndCounted)
     EXPECT_EQ(engine.counters().lost_returns, 2u);
 }
 
-TEST_F(Fixture, DroppedPipelineEntryLeavesItsOpsOut)
+TEST_F(Engine, DroppedPipelineEntryLeavesItsOpsOut)
 {
     describe(P);
     // Compose's entry record was dropped: ops arrive with no open sample.
@@ -170,7 +170,7 @@ TEST_F(Fixture, DroppedPipelineEntryLeavesItsOpsOut)
     EXPECT_TRUE(spans.empty());
 }
 
-TEST_F(Fixture, FinishedOpsOfAnUnfinishedSampleAreNotEmitted)
+TEST_F(Engine, FinishedOpsOfAnUnfinishedSampleAreNotEmitted)
 {
     describe(P);
     ev.entry(P, P, 100, 0, COMPOSE, T_COMPOSE, {{GETITEM, 1}});
@@ -182,7 +182,7 @@ TEST_F(Fixture, FinishedOpsOfAnUnfinishedSampleAreNotEmitted)
     EXPECT_EQ(engine.counters().incomplete, 2u);
 }
 
-TEST_F(Fixture, OpenSpansAtTheEndAreIncompleteNotEmitted)
+TEST_F(Engine, OpenSpansAtTheEndAreIncompleteNotEmitted)
 {
     describe(P);
     ev.entry(P, P, 100, 0, COMPOSE, T_COMPOSE, {{GETITEM, 1}});
@@ -192,7 +192,7 @@ TEST_F(Fixture, OpenSpansAtTheEndAreIncompleteNotEmitted)
     EXPECT_EQ(engine.counters().incomplete, 2u);
 }
 
-TEST_F(Fixture, UndescribedCodeIsSkipped)
+TEST_F(Engine, UndescribedCodeIsSkipped)
 {
     describe(P);
     ev.entry(P, P, 100, 0, UNDESCRIBED);
@@ -201,7 +201,7 @@ TEST_F(Fixture, UndescribedCodeIsSkipped)
     EXPECT_EQ(engine.counters().unknown_code, 1u);
 }
 
-TEST_F(Fixture, IndexIsUnknownWhenNoGetitemInChain)
+TEST_F(Engine, IndexIsUnknownWhenNoGetitemInChain)
 {
     describe(P);
     ev.entry(P, P, 100, 0, COMPOSE, T_COMPOSE, {{CALL_IMPL, 3}});
@@ -211,7 +211,7 @@ TEST_F(Fixture, IndexIsUnknownWhenNoGetitemInChain)
     EXPECT_EQ(spans[0].sample, -1);
 }
 
-TEST_F(Fixture, WorkerIdComesFromWorkerLoopCaptureAndForkInheritsCodes)
+TEST_F(Engine, WorkerIdComesFromWorkerLoopCaptureAndForkInheritsCodes)
 {
     engine.add_process(P, 0, true);
     describe(P);
@@ -229,7 +229,7 @@ TEST_F(Fixture, WorkerIdComesFromWorkerLoopCaptureAndForkInheritsCodes)
     EXPECT_EQ(spans.size(), 1u); // its exit completes its sample
 }
 
-TEST_F(Fixture, HowEachProcessEndedIsKeptAsTheKernelSaidIt)
+TEST_F(Engine, HowEachProcessEndedIsKeptAsTheKernelSaidIt)
 {
     engine.add_process(P, 0, true);
     ev.proc(LOTUS_EV_FORK, W, P);
@@ -250,7 +250,7 @@ TEST_F(Fixture, HowEachProcessEndedIsKeptAsTheKernelSaidIt)
     EXPECT_EQ(model::exit_code(procs.at(P)), 3);
 }
 
-TEST_F(Fixture, ExecForgetsTheOldImage)
+TEST_F(Engine, ExecForgetsTheOldImage)
 {
     describe(P);
     ev.proc(LOTUS_EV_EXEC, P, 0);
@@ -259,7 +259,7 @@ TEST_F(Fixture, ExecForgetsTheOldImage)
     EXPECT_TRUE(spans.empty());
 }
 
-TEST_F(Fixture, ForkedSiblingsShareWhatEitherWasDescribed)
+TEST_F(Engine, ForkedSiblingsShareWhatEitherWasDescribed)
 {
     // BPF describes a code object once per role space: the second worker of an epoch is told nothing of code
     // its sibling (or parent) already ran, before or after the fork.
@@ -287,7 +287,7 @@ TEST_F(Fixture, ForkedSiblingsShareWhatEitherWasDescribed)
     EXPECT_EQ(of(SpanKind::Op)[0].name, "RandomResizedCrop");
 }
 
-TEST_F(Fixture, ExecStartsTheSpaceItsLaterChildrenShare)
+TEST_F(Engine, ExecStartsTheSpaceItsLaterChildrenShare)
 {
     describe(P);
     constexpr uint32_t kSpace = LOTUS_SPACE_EXEC_BASE + 4;
@@ -307,7 +307,7 @@ TEST_F(Fixture, ExecStartsTheSpaceItsLaterChildrenShare)
     EXPECT_EQ(of(SpanKind::Sample)[0].pid, W + 1);
 }
 
-TEST_F(Fixture, ExitClosesOpenSpansOfThatProcess)
+TEST_F(Engine, ExitClosesOpenSpansOfThatProcess)
 {
     describe(P);
     ev.entry(P, P, 100, 0, COMPOSE, T_COMPOSE, {{GETITEM, 1}});
@@ -317,7 +317,7 @@ TEST_F(Fixture, ExitClosesOpenSpansOfThatProcess)
     EXPECT_EQ(engine.counters().incomplete, 1u);
 }
 
-TEST_F(Fixture, MalformedRecordsAreCountedNotTrusted)
+TEST_F(Engine, MalformedRecordsAreCountedNotTrusted)
 {
     uint32_t junk = LOTUS_EV_PY_ENTRY;
     engine.consume(&junk, sizeof(junk));
@@ -329,7 +329,7 @@ TEST_F(Fixture, MalformedRecordsAreCountedNotTrusted)
     EXPECT_TRUE(spans.empty());
 }
 
-TEST_F(Fixture, NamesFromDamagedRecordsStayValidUtf8)
+TEST_F(Engine, NamesFromDamagedRecordsStayValidUtf8)
 {
     describe(P);
     // An op class whose name bytes were damaged: a stray continuation byte, a truncated sequence, an overlong
@@ -346,7 +346,7 @@ TEST_F(Fixture, NamesFromDamagedRecordsStayValidUtf8)
     EXPECT_EQ(ops[0].name, "Crop" + r + "X" + r + "\xc3\xa9" + r + r + r);
 }
 
-TEST_F(Fixture, ManySamplesAcrossTwoWorkers)
+TEST_F(Engine, ManySamplesAcrossTwoWorkers)
 {
     describe(P);
     ev.proc(LOTUS_EV_FORK, W, P);
@@ -363,7 +363,7 @@ TEST_F(Fixture, ManySamplesAcrossTwoWorkers)
     EXPECT_EQ(engine.counters().lost_returns, 0u);
 }
 
-TEST_F(Fixture, LoadersOfAChildThatNeverHandsOverABatchDoNotPileUp)
+TEST_F(Engine, LoadersOfAChildThatNeverHandsOverABatchDoNotPileUp)
 {
     // A multiprocessing child (not a DataLoader worker) running a pipeline in a loop: no batch ever ends, so
     // its loader spans would wait for one forever; they go out in groups of kMaxPendingLoaders instead.
@@ -383,7 +383,7 @@ TEST_F(Fixture, LoadersOfAChildThatNeverHandsOverABatchDoNotPileUp)
 // next item, even of the same index (a sampler drawing with replacement), calls the same pipeline object again:
 // a sample of its own. So does an item of another dataset whose own index is the same (ConcatDataset: its
 // caller's index differs).
-TEST_F(Fixture, OneItemsPipelinesAndOwnCallsAreOneSample)
+TEST_F(Engine, OneItemsPipelinesAndOwnCallsAreOneSample)
 {
     constexpr uint64_t FETCH = 0x8000, CONCAT_GETITEM = 0x8100, OUTER_GETITEM = 0x8200, IMG_TF = 0xc0, TARGET_TF = 0xc1,
                        LABEL_OBJ = 0xc2;
@@ -442,7 +442,7 @@ TEST_F(Fixture, OneItemsPipelinesAndOwnCallsAreOneSample)
 // An object of the item's own that calls pipelines, the same one again too (two views of an image for contrastive
 // learning, DINO's multi-crop): while it has not returned, every pipeline call is that item's. The next item, of
 // the same index, is a sample of its own.
-TEST_F(Fixture, PipelinesCalledInsideOneOfTheItemsCallsAreOneSample)
+TEST_F(Engine, PipelinesCalledInsideOneOfTheItemsCallsAreOneSample)
 {
     constexpr uint64_t FETCH = 0x8000, TWO_CALL = 0x8300, TWO_OBJ = 0xc5, IMG_TF = 0xc0;
     constexpr uint64_t T_TWO = 0x71;
@@ -477,7 +477,7 @@ TEST_F(Fixture, PipelinesCalledInsideOneOfTheItemsCallsAreOneSample)
 
 // A pipeline call that raised, caught by a __getitem__ among its callers, which runs the pipeline again (another
 // index: a replacement item): the same item, one sample. The next item, whose call raised too, is its own.
-TEST_F(Fixture, AnItemRetriedAfterItsPipelineRaisedIsOneSample)
+TEST_F(Engine, AnItemRetriedAfterItsPipelineRaisedIsOneSample)
 {
     constexpr uint64_t FETCH = 0x8000, OUTER_GETITEM = 0x8200, IMG_TF = 0xc0;
     engine.add_process(P, 0, true);
@@ -507,7 +507,7 @@ TEST_F(Fixture, AnItemRetriedAfterItsPipelineRaisedIsOneSample)
     EXPECT_EQ(of(SpanKind::Op).size(), 5u);
 }
 
-TEST_F(Fixture, PipelineByObjectWhateverItsCodeObject)
+TEST_F(Engine, PipelineByObjectWhateverItsCodeObject)
 {
     // transforms v2: Compose is an nn.Module. Its call enters Module._wrapped_call_impl, _call_impl and
     // Compose.forward with the same self; the calls forward makes are the ops.
@@ -541,7 +541,7 @@ TEST_F(Fixture, PipelineByObjectWhateverItsCodeObject)
     EXPECT_EQ(ops[1].name, "ToTensor");
 }
 
-TEST_F(Fixture, SubclassOfComposeIsAPipelineAndAClassOfAnyOtherNameIsNot)
+TEST_F(Engine, SubclassOfComposeIsAPipelineAndAClassOfAnyOtherNameIsNot)
 {
     describe(P);
     constexpr uint64_t T_TIMED = 0x40, T_OTHER = 0x41;
@@ -560,7 +560,7 @@ TEST_F(Fixture, SubclassOfComposeIsAPipelineAndAClassOfAnyOtherNameIsNot)
     EXPECT_EQ(of(SpanKind::Op).size(), 1u);
 }
 
-TEST_F(Fixture, ContainerTransformsAreOpsWhoseCallsAreOpsToo)
+TEST_F(Engine, ContainerTransformsAreOpsWhoseCallsAreOpsToo)
 {
     // Compose([RandomApply([ColorJitter]), ToTensor]): RandomApply is an op; ColorJitter, which it calls, is an
     // op too, inside it, with the container named; the sample is one sample.
@@ -592,7 +592,7 @@ TEST_F(Fixture, ContainerTransformsAreOpsWhoseCallsAreOpsToo)
     EXPECT_LE(ops[0].end_ns, ops[1].end_ns);
 }
 
-TEST_F(Fixture, APipelineCalledInsideAnOpIsPartOfThatOp)
+TEST_F(Engine, APipelineCalledInsideAnOpIsPartOfThatOp)
 {
     describe(P);
     ev.entry(P, P, 100, 0, COMPOSE, T_COMPOSE, {{GETITEM, 1}}, {}, 0xc0);
@@ -606,7 +606,7 @@ TEST_F(Fixture, APipelineCalledInsideAnOpIsPartOfThatOp)
     EXPECT_EQ(of(SpanKind::Op).size(), 1u);
 }
 
-TEST_F(Fixture, A310MethodWithoutQualnameIsStillNamedByItsClass)
+TEST_F(Engine, A310MethodWithoutQualnameIsStillNamedByItsClass)
 {
     describe(P);
     constexpr uint64_t BARE_CALL = 0xe000;
@@ -620,7 +620,7 @@ TEST_F(Fixture, A310MethodWithoutQualnameIsStillNamedByItsClass)
     EXPECT_EQ(of(SpanKind::Op)[0].name, "RandomResizedCrop");
 }
 
-TEST_F(Fixture, ComprehensionsAndGeneratorExpressionsArePartOfThePipelineNotOps)
+TEST_F(Engine, ComprehensionsAndGeneratorExpressionsArePartOfThePipelineNotOps)
 {
     // `[t(x) for t in self.transforms]` (3.10: the comprehension is a frame of its own, entered from the
     // pipeline) and `all(... for ...)` (a generator resumed from C): the transforms they call are the ops.
@@ -643,7 +643,7 @@ TEST_F(Fixture, ComprehensionsAndGeneratorExpressionsArePartOfThePipelineNotOps)
     EXPECT_EQ(of(SpanKind::Sample).size(), 1u);
 }
 
-TEST_F(Fixture, SiblingsWithDifferentClassesAtOneAddressNameTheirOwnOps)
+TEST_F(Engine, SiblingsWithDifferentClassesAtOneAddressNameTheirOwnOps)
 {
     // Workers of a forkserver import their transforms after the fork: the same address can hold Compose in one
     // and Grayscale in its sibling (BPF tells them apart by fingerprint; the second is described as its own).
@@ -672,7 +672,7 @@ TEST_F(Fixture, SiblingsWithDifferentClassesAtOneAddressNameTheirOwnOps)
 }
 
 // Thread names as the kernel reports them: the latest one wins, per thread; invalid UTF-8 is replaced.
-TEST_F(Fixture, ThreadNamesFromTheKernel)
+TEST_F(Engine, ThreadNamesFromTheKernel)
 {
     ev.thread_name(7, 7, 1, "python3");
     ev.thread_name(7, 7, 2, "pt_main_thread"); // renamed
@@ -684,7 +684,7 @@ TEST_F(Fixture, ThreadNamesFromTheKernel)
     EXPECT_EQ(p.at(8).thread_names.at(8), "a-name-longer-t");
 }
 
-TEST_F(Fixture, ProcessesOfAnotherInterpreterAreKeptAsRecorded)
+TEST_F(Engine, ProcessesOfAnotherInterpreterAreKeptAsRecorded)
 {
     model::RecordOtherInterpreter r{};
     r.type = model::kRecordOtherInterpreter;
@@ -700,7 +700,7 @@ TEST_F(Fixture, ProcessesOfAnotherInterpreterAreKeptAsRecorded)
     EXPECT_EQ(engine.counters().malformed, 1u);
 }
 
-TEST_F(Fixture, PythonsOutsideTheTracedTreeAreKeptAsRecorded)
+TEST_F(Engine, PythonsOutsideTheTracedTreeAreKeptAsRecorded)
 {
     model::RecordUntracedPython r{};
     r.type = model::kRecordUntracedPython;

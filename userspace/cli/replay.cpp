@@ -1,5 +1,8 @@
 #include "replay.h"
 
+#include <algorithm>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "export/record_file.h"
@@ -42,15 +45,18 @@ static int replay_into(const Options& opts, exporter::RecordReader& in)
     // The stream as it was captured, into the engine (the records capture added included); only the end
     // record's counts are the session's.
     std::vector<uint8_t> record;
-    uint64_t events = 0, captured = 0, lost = 0;
+    uint64_t events = 0, captured = 0, lost = 0, last_ns = in.header().t0_ns;
+    bool ended = false;
     while (in.next(record)) {
         auto* h = reinterpret_cast<const lotus_event_header*>(record.data());
         if (h->type == exporter::kRecordEnd && record.size() >= sizeof(exporter::RecordEnd)) {
             auto* end = reinterpret_cast<const exporter::RecordEnd*>(record.data());
             captured = end->submitted;
             lost = end->lost;
+            ended = true;
             continue;
         }
+        last_ns = std::max<uint64_t>(last_ns, h->ts_ns);
         events += h->type != model::kRecordProcess && h->type != model::kRecordSlots; // as captured
         rec.consume(record.data(), record.size());
     }
@@ -71,6 +77,10 @@ static int replay_into(const Options& opts, exporter::RecordReader& in)
     run.events = captured ? captured : events;
     run.lost_events = lost;
     run.stop_reason = "replayed " + opts.replay;
+    if (!ended) // the session writes its end record as tracing stops: the file ends before the run did
+        run.stop_reason += fmt::format(", which has no end record: its writing stopped before the run ended (as "
+                                       "a cut at --disk-reserve does), so these figures cover its first {:.2f} s only",
+                                       static_cast<double>(last_ns - in.header().t0_ns) / 1e9);
     run.tracer_peak_rss_kb = peak_rss_kb();
     run.tracer_cpu_ms = cpu_ms();
     bool all_calls = meta.contains("all_calls") && meta["all_calls"].is_boolean() && meta["all_calls"].get<bool>();
