@@ -242,8 +242,10 @@ static __always_inline int enter(void *tstate, void *frame_arg, bool session)
         if (d)
             depth = d;
     }
-    if (depth >= 64)
+    if (depth >= 64) {
+        count(LOTUS_FAIL_DEPTH);
         return 1; /* the kernel installs no return probe this deep: this call never returns for us */
+    }
     ts->emitted &= ~(~0ull << depth);
     ts->lost &= ~(~0ull << depth);
     if (tf) {
@@ -269,8 +271,10 @@ static __always_inline int slot_enter(struct pt_regs *ctx, __u64 self, __u64 coo
     if (!ts)
         return 1;
     __u32 depth = ts->depth;
-    if (depth >= 64)
+    if (depth >= 64) {
+        count(LOTUS_FAIL_DEPTH);
         return 1; /* the kernel installs no return probe this deep: this call never returns for us */
+    }
     ts->emitted &= ~(~0ull << depth);
     ts->lost &= ~(~0ull << depth);
     __u64 id = bpf_get_current_pid_tgid();

@@ -37,8 +37,10 @@ static __always_inline void count_net_bytes(struct sock *sk, int ret, bool sent)
         struct lotus_net_bytes zero = {};
         bpf_map_update_elem(&lotus_net, &tgid, &zero, BPF_NOEXIST);
         b = bpf_map_lookup_elem(&lotus_net, &tgid);
-        if (!b)
+        if (!b) {
+            count(LOTUS_FAIL_NET_FULL);
             return;
+        }
     }
     __sync_fetch_and_add(sent ? &b->sent : &b->recv, (__u64)ret);
 }

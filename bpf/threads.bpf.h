@@ -119,8 +119,10 @@ static __always_inline struct thread_state *traced_thread(void)
     if (!proc)
         return 0;
     ts = bpf_task_storage_get(&lotus_threads, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-    if (!ts)
+    if (!ts) {
+        count(LOTUS_FAIL_THREAD_STATE);
         return 0;
+    }
     ts->space = proc->space;
     ts->cpu.in_ns = bpf_ktime_get_ns();
     perf_mark(&ts->cpu);
@@ -136,8 +138,10 @@ static __always_inline void adopt_thread(struct task_struct *t, __u32 space)
     if (bpf_task_storage_get(&lotus_threads, t, 0, 0))
         return;
     struct thread_state *ts = bpf_task_storage_get(&lotus_threads, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-    if (!ts)
+    if (!ts) {
+        count(LOTUS_FAIL_THREAD_STATE);
         return;
+    }
     ts->space = space;
     ts->adopted = 1;
 }

@@ -29,6 +29,7 @@
 #include "tracepoint_ids.h"
 #include "lotus.skel.h"
 #include "lotus_abi.h"
+#include "common/knobs.h"
 
 namespace lotus::capture {
 
@@ -49,7 +50,7 @@ void check_privileges()
 // libbpf's own messages only when asked for: errors reach the user as one line from us.
 static int quiet_libbpf(enum libbpf_print_level, const char* fmt, va_list ap)
 {
-    if (getenv("LOTUS_BPF_DEBUG"))
+    if (common::knob_value("LOTUS_BPF_DEBUG"))
         return vfprintf(stderr, fmt, ap);
     return 0;
 }
@@ -60,7 +61,7 @@ static int quiet_libbpf(enum libbpf_print_level, const char* fmt, va_list ap)
 // bpf_session_is_return kfunc.
 static int kernel_attach_type(const btf* vmlinux, const char* name, const char* off, const char* kfunc = nullptr)
 {
-    if (const char* v = getenv(off); v && *v && strcmp(v, "0") != 0)
+    if (common::knob_on(off))
         return -1;
     if (!vmlinux)
         return -1;
@@ -91,11 +92,7 @@ static bool kernel_has(const btf* vmlinux, std::initializer_list<const char*> na
 // that has not called getppid by then never will soon.
 constexpr uint64_t kStartingNs = 2'000'000'000ull;
 
-static bool env_set(const char* name)
-{
-    const char* v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
-}
+static bool env_set(const char* name) { return common::knob_on(name); }
 
 // The watched syscalls' own events, in the order of the programs attached to them below.
 static const std::vector<std::string> kSyscallEvents = {"syscalls/sys_enter_write", "syscalls/sys_enter_getppid",
@@ -1011,13 +1008,20 @@ CaptureStats Probe::stats() const
     int fd = bpf_map__fd(skel_->maps.lotus_counters);
     int ncpu = libbpf_num_possible_cpus();
     std::vector<uint64_t> vals(static_cast<size_t>(ncpu > 0 ? ncpu : 1));
-    for (uint32_t idx : {LOTUS_COUNT_LOST, LOTUS_COUNT_SUBMITTED, LOTUS_COUNT_SAMPLED_ELSEWHERE}) {
+    for (uint32_t idx = 0; idx < LOTUS_COUNT_SLOTS; idx++) {
         if (bpf_map_lookup_elem(fd, &idx, vals.data()))
             continue;
         uint64_t sum = 0;
         for (auto v : vals)
             sum += v;
-        (idx == LOTUS_COUNT_LOST ? s.lost : idx == LOTUS_COUNT_SUBMITTED ? s.submitted : s.sampled_elsewhere) = sum;
+        if (idx == LOTUS_COUNT_LOST)
+            s.lost = sum;
+        else if (idx == LOTUS_COUNT_SUBMITTED)
+            s.submitted = sum;
+        else if (idx == LOTUS_COUNT_SAMPLED_ELSEWHERE)
+            s.sampled_elsewhere = sum;
+        else
+            s.failures[idx] = sum;
     }
     return s;
 }

@@ -39,6 +39,7 @@ struct CaptureStats {
     uint64_t submitted = 0; // records written to the ring buffer
     uint64_t lost = 0;      // records dropped because it was full
     uint64_t sampled_elsewhere = 0; // sampling interrupts of threads outside the traced processes (per-CPU events)
+    uint64_t failures[LOTUS_COUNT_SLOTS] = {}; // by LOTUS_FAIL_* slot (bpf_failures.h)
 };
 
 // New children of traced processes stopped until their probes were attached (per-process probes).

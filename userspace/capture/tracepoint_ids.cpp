@@ -12,6 +12,7 @@
 
 #include "common/read_file.h"
 #include "common/unique_fd.h"
+#include "common/knobs.h"
 
 namespace lotus::capture {
 
@@ -109,8 +110,7 @@ std::optional<std::vector<uint32_t>> tracepoint_ids(const std::vector<std::strin
     for (const char* root : {kTracefs, "/sys/kernel/debug/tracing"})
         if (auto ids = read_ids(root, events))
             return ids;
-    const char* off = getenv("LOTUS_NO_PRIVATE_TRACEFS");
-    if (off && *off && strcmp(off, "0") != 0)
+    if (common::knob_on("LOTUS_NO_PRIVATE_TRACEFS"))
         return std::nullopt;
     return read_ids_privately(events);
 }

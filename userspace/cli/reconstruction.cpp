@@ -154,6 +154,9 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
                                 opts_.output.empty() ? "none" : outputs_.trace().failed() ? "not written" : opts_.output + trace_cut));
     if (run.lost_events)
         notes.push_back("Spans that lost an event are left out, never guessed.");
+    for (const auto& f : run.bpf_failures) // what BPF could not record: said where it happened
+        if (f.count)
+            notes.push_back(fmt::format("BPF: {} {} (otherData.bpf_failures.{}).", f.count, f.meaning, f.name));
     notes.insert(notes.end(), interp_notes.begin(), interp_notes.end());
     for (size_t i = 0; i < rules_.spans().size(); i++) {
         const auto& rule = rules_.spans()[i];

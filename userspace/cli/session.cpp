@@ -39,6 +39,8 @@
 #include "target/proc_maps.h"
 #include "target/proc_usage.h"
 #include "target/remote_memory.h"
+#include "capture/bpf_failures.h"
+#include "common/knobs.h"
 
 namespace lotus::cli {
 
@@ -324,7 +326,7 @@ int run_session(const Options& opts)
                 pss_schedule.done(now, thread_cpu_ns() - cpu0);
         };
         capture::InterpreterWatch interpreters(interp, feed); // Python processes no probe sees
-        const bool debug_events = getenv("LOTUS_DEBUG_EVENTS") != nullptr;
+        const bool debug_events = common::knob_value("LOTUS_DEBUG_EVENTS") != nullptr;
         uint64_t delivered = 0; // records read from the ring buffer: equals BPF's submitted count once drained
         size_t initial = 1;
         try {
@@ -440,7 +442,7 @@ int run_session(const Options& opts)
             probe->wake_on(exit_fd.get());
         // LOTUS_POLL_MS: a fixed sleep instead (tests make it long, so that a wake-up lost while the loop was busy
         // shows as a child held that long).
-        const char* poll_env = getenv("LOTUS_POLL_MS");
+        const char* poll_env = common::knob_value("LOTUS_POLL_MS");
         const int fixed_poll_ms = poll_env && atoi(poll_env) > 0 ? atoi(poll_env) : 0;
         auto sleep_ms = [&](uint64_t now) {
             if (fixed_poll_ms)
@@ -567,6 +569,8 @@ int run_session(const Options& opts)
         run.events = stats.submitted;
         run.events_delivered = delivered;
         run.lost_events = stats.lost;
+        for (const auto& f : capture::kBpfFailures)
+            run.bpf_failures.push_back({std::string(f.name), stats.failures[f.slot], std::string(f.meaning)});
         run.stop_reason = stop_reason;
         run.tracer_peak_rss_kb = peak_rss_kb();
         run.tracer_cpu_ms = cpu_ms();

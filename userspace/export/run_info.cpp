@@ -83,6 +83,12 @@ std::string run_json_members(const RunInfo& r)
         m["sampled_elsewhere"] = std::to_string(r.native->sampled_elsewhere);
         m["native_specs_unmatched"] = json_strings(r.native->specs_unmatched);
     }
+    if (!r.bpf_failures.empty()) {
+        std::string f;
+        for (const auto& x : r.bpf_failures)
+            f += fmt::format("{}{}:{}", f.empty() ? "" : ",", json_string(x.name), x.count);
+        m["bpf_failures"] = "{" + f + "}";
+    }
     if (r.native || !r.native_late.empty()) {
         std::string late;
         for (const auto& l : r.native_late)

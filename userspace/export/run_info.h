@@ -68,6 +68,14 @@ struct RunInfo {
         std::vector<std::string> specs_unmatched;
     };
     std::optional<Native> native; // --native-map, --native
+    // What BPF could not record, by failure path (capture/bpf_failures.h): (name, count, meaning) of each; empty
+    // on replay (the record file does not keep them).
+    struct BpfFailure {
+        std::string name;
+        uint64_t count = 0;
+        std::string meaning;
+    };
+    std::vector<BpfFailure> bpf_failures;
     // A library whose probes went live after a traced process had loaded it: that process's calls into it in
     // between are not in the trace. during_work: the process had begun the job's work (a span) before then.
     struct NativeLate {

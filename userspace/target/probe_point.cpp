@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "elf_file.h"
+#include "common/knobs.h"
 
 namespace lotus::target {
 
@@ -78,7 +79,7 @@ uint64_t cheap_probe_shift(std::span<const uint8_t> body)
 
 uint64_t cheap_probe_shift(const ElfFile& elf, uint64_t vaddr, uint64_t size)
 {
-    if (const char* e = getenv("LOTUS_PROBE_AT_ENTRY"); e && *e && strcmp(e, "0") != 0)
+    if (common::knob_on("LOTUS_PROBE_AT_ENTRY"))
         return 0; // the bench's comparison
     constexpr uint64_t kUnknownSize = 4096;
     uint64_t len = size ? size : kUnknownSize;
