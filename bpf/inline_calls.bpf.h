@@ -39,10 +39,7 @@ static __always_inline struct thread_frames *frames_of(__u32 tid)
     if (!z)
         return 0;
     bpf_map_update_elem(&lotus_frames, &tid, z, BPF_NOEXIST);
-    struct thread_frames *tf2 = bpf_map_lookup_elem(&lotus_frames, &tid);
-    if (!tf2)
-        count(LOTUS_FAIL_FRAMES_FULL);
-    return tf2;
+    return bpf_map_lookup_elem(&lotus_frames, &tid);
 }
 
 /* The depth just above frame `f` (0 when it is not among the frames we track). */

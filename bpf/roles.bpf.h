@@ -125,8 +125,7 @@ __noinline __u32 role_of(__u32 space, __u32 tgid, __u64 code)
     }
     /* New to the space (or to this process, or this process's object at the address changed). */
     struct lotus_role fresh = {.fingerprint = fp, .describer = tgid};
-    if (bpf_map_update_elem(&lotus_roles, &key, &fresh, BPF_ANY))
-        count(LOTUS_FAIL_ROLES_FULL);
+    bpf_map_update_elem(&lotus_roles, &key, &fresh, BPF_ANY);
     struct lotus_code_info *e = reserve_description(sizeof(*e));
     if (!e) {
         /* Forget it again so that a later sighting retries the description. */
@@ -224,8 +223,7 @@ __noinline __u32 type_flags(__u32 space, __u32 tgid, __u64 type)
         }
     }
     struct lotus_type_role fresh = {.flags = LOTUS_TYPE_DESCRIBED, .describer = tgid, .fingerprint = name};
-    if (bpf_map_update_elem(&lotus_types, &key, &fresh, BPF_ANY))
-        count(LOTUS_FAIL_TYPES_FULL);
+    bpf_map_update_elem(&lotus_types, &key, &fresh, BPF_ANY);
     /* Rare, and user space must classify it soon (and read what was left unread while the process lives). */
     bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
     return own;

@@ -138,10 +138,8 @@ static __always_inline void adopt_thread(struct task_struct *t, __u32 space)
     if (bpf_task_storage_get(&lotus_threads, t, 0, 0))
         return;
     struct thread_state *ts = bpf_task_storage_get(&lotus_threads, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-    if (!ts) {
-        count(LOTUS_FAIL_THREAD_STATE);
-        return;
-    }
+    if (!ts)
+        return; /* (made again at its first probed call, counted there if that fails too) */
     ts->space = space;
     ts->adopted = 1;
 }

@@ -87,9 +87,11 @@ TEST(Guardian, AStopUnderWayIsSeenBeforeTheStateSaysIt)
     EXPECT_FALSE(lotus::capture::stop_under_way(running));
     EXPECT_TRUE(lotus::capture::stop_under_way("Name:\tpython3\nState:\tT (stopped)\n"));
     EXPECT_TRUE(lotus::capture::stop_under_way("Name:\tpython3\nState:\tt (tracing stop)\n"));
-    // kill(-pgid, SIGSTOP) lands in the thread group's pending set (bit 18: SIGSTOP), SIGTSTP (Ctrl-Z) in bit 19
+    // kill(-pgid, SIGSTOP) lands in the thread group's pending set (bit 18: SIGSTOP), or a thread's own
     EXPECT_TRUE(lotus::capture::stop_under_way("State:\tR (running)\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000040000\n"));
-    EXPECT_TRUE(lotus::capture::stop_under_way("State:\tR (running)\nSigPnd:\t0000000000080000\nShdPnd:\t0000000000000000\n"));
+    EXPECT_TRUE(lotus::capture::stop_under_way("State:\tR (running)\nSigPnd:\t0000000000040000\nShdPnd:\t0000000000000000\n"));
+    // SIGTSTP (Ctrl-Z, bit 19) pending is not: a process that blocks it keeps it pending and runs on
+    EXPECT_FALSE(lotus::capture::stop_under_way("State:\tR (running)\nSigPnd:\t0000000000080000\nShdPnd:\t0000000000080000\n"));
     // SIGCONT (bit 17) or SIGTERM (bit 14) pending: no stop
     EXPECT_FALSE(lotus::capture::stop_under_way("State:\tR (running)\nSigPnd:\t0000000000024000\nShdPnd:\t0000000000020000\n"));
     EXPECT_FALSE(lotus::capture::stop_under_way(""));

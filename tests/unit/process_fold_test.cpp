@@ -205,3 +205,32 @@ TEST(ProcessFold, TimelineBinsAndAliveTimeJoinTheRow)
     EXPECT_EQ(alive.at(5), 50 * MS);
     EXPECT_EQ(alive.at(0), 0u);
 }
+
+TEST(ProcessFold, NeverAProcessANoteNamesNorAPidUsedAgain)
+{
+    auto procs = job(20);
+    auto all = model::folds_due(procs, 100 * S);
+    ASSERT_FALSE(all.empty());
+    uint32_t named = all.front().first;
+    for (auto [pid, into] : model::folds_due(procs, 100 * S, {named}))
+        EXPECT_NE(pid, named);
+
+    // the engine: a FORK of a pid whose process exited makes it a live process again
+    model::Rules rules({}, {});
+    model::Engine engine(rules, [](const model::Span&) {});
+    engine.add_process(1, 0, true);
+    lotus_proc_event p{};
+    p.h = {LOTUS_EV_FORK, 7, 7, 0, 1 * S};
+    p.parent_tgid = 1;
+    engine.consume(&p, sizeof(p));
+    p.h = {LOTUS_EV_EXIT, 7, 7, 0, 2 * S};
+    p.exit_code = 9;
+    engine.consume(&p, sizeof(p));
+    EXPECT_TRUE(engine.processes().at(7).exited);
+    p.h = {LOTUS_EV_FORK, 7, 7, 0, 3 * S};
+    p.parent_tgid = 1;
+    engine.consume(&p, sizeof(p));
+    const auto& again = engine.processes().at(7);
+    EXPECT_FALSE(again.exited);
+    EXPECT_EQ(model::how_it_ended(again), "");
+}

@@ -54,8 +54,7 @@ bool process_stopped(pid_t pid)
 
 bool stop_under_way(const char* status)
 {
-    constexpr unsigned long long kStops = (1ull << (SIGSTOP - 1)) | (1ull << (SIGTSTP - 1)) |
-                                          (1ull << (SIGTTIN - 1)) | (1ull << (SIGTTOU - 1));
+    constexpr unsigned long long kStops = 1ull << (SIGSTOP - 1);
     for (const char* line = status; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : nullptr) {
         if (!strncmp(line, "State:", 6)) {
             const char* st = line + 6;
@@ -71,7 +70,7 @@ bool stop_under_way(const char* status)
     return false;
 }
 
-static bool stop_under_way(pid_t pid)
+bool stop_under_way(pid_t pid)
 {
     char path[64], buf[4096];
     snprintf(path, sizeof(path), "/proc/%d/status", static_cast<int>(pid));
@@ -86,15 +85,17 @@ static bool stop_under_way(pid_t pid)
     return stop_under_way(buf);
 }
 
-void continue_held(int held_fd, uint32_t tgid, lotus_hold hold)
+bool continue_held(int held_fd, uint32_t tgid, lotus_hold hold)
 {
     ::kill(static_cast<pid_t>(tgid), SIGCONT);
     if (!stop_under_way(static_cast<pid_t>(hold.parent_tgid)))
-        return;
+        return false;
     ::kill(static_cast<pid_t>(tgid), SIGSTOP);
     hold.flags = (hold.flags | LOTUS_HOLD_STOPPED | LOTUS_HOLD_ATTACHED) & ~LOTUS_HOLD_RELEASED;
-    if (bpf_map_update_elem(held_fd, &tgid, &hold, BPF_NOEXIST) != 0)
-        ::kill(static_cast<pid_t>(tgid), SIGCONT); // nobody would continue it: let it run
+    if (bpf_map_update_elem(held_fd, &tgid, &hold, BPF_NOEXIST) == 0)
+        return true;
+    ::kill(static_cast<pid_t>(tgid), SIGCONT); // nobody would continue it: let it run
+    return false;
 }
 
 static uint64_t monotonic_now()
@@ -183,7 +184,7 @@ size_t sweep(uint64_t deadline_ns, bool tracer_gone)
         view.deadline_ns = deadline_ns;
         view.tracer_gone = tracer_gone;
         view.child_gone = ::kill(static_cast<pid_t>(tgid), 0) != 0 && errno == ESRCH;
-        view.parent_stopped = process_stopped(static_cast<pid_t>(hold.parent_tgid));
+        view.parent_stopped = stop_under_way(static_cast<pid_t>(hold.parent_tgid));
         switch (guardian_action(hold, view)) {
         case GuardianAction::Keep:
             left++;
@@ -203,7 +204,7 @@ size_t sweep(uint64_t deadline_ns, bool tracer_gone)
                 left += claimed;
             }
             if (claimed && (tracer_gone || (hold.flags & LOTUS_HOLD_ATTACHED)))
-                continue_held(kHeldFd, tgid, hold);
+                left += continue_held(kHeldFd, tgid, hold); // stopped again: still ours to continue
             else if (claimed) // (the tracer attaches its probes, then deletes the entry: a stop just begun is not
                 ::kill(static_cast<pid_t>(tgid), SIGCONT); // undone here, docs/limits.md)
             break;

@@ -33,14 +33,17 @@ GuardianAction guardian_action(const lotus_hold& hold, const GuardianView& view)
 bool process_stopped(pid_t pid);
 
 // Whether a job-control stop is under way in a process, from its /proc/PID/status text: stopped already (T, t),
-// or a stop signal (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU) pending, its own or its thread group's, not yet acted on.
+// or SIGSTOP pending, its own or its thread group's, not yet acted on. (Not SIGTSTP, SIGTTIN or SIGTTOU: a
+// process may block those, and then they stay pending while it runs on.)
 bool stop_under_way(const char* status);
+bool stop_under_way(pid_t pid); // from /proc/PID/status; false if it is gone
 
 // SIGCONTs a held child whose entry in the lotus_held map (fd) was just claimed (deleted). Its job's user may
 // have stopped the job after the look at its parent and before this signal, which then undid the child's share of
 // that stop: then the child is stopped again and its entry, back with LOTUS_HOLD_ATTACHED, has the guardian
 // continue it once its parent runs again.
-void continue_held(int held_fd, uint32_t tgid, lotus_hold hold);
+// True when the child was stopped again (its entry back in the map).
+bool continue_held(int held_fd, uint32_t tgid, lotus_hold hold);
 
 class Guardian {
 public:

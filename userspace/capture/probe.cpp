@@ -24,6 +24,7 @@
 
 #include "common/clock.h"
 #include "guardian.h"
+#include "probe_plan.h"
 #include "target/proc_maps.h"
 #include "thread_sampling.h"
 #include "tracepoint_ids.h"
@@ -53,39 +54,6 @@ static int quiet_libbpf(enum libbpf_print_level, const char* fmt, va_list ap)
     if (common::knob_value("LOTUS_BPF_DEBUG"))
         return vfprintf(stderr, fmt, ap);
     return 0;
-}
-
-// The number this kernel gives attach type `name` (enum bpf_attach_type in its BTF), or -1 when it has none
-// (or the environment variable `off` is set, to run as such a kernel does). libbpf 1.1 predates both
-// BPF_TRACE_UPROBE_MULTI (Linux 6.6) and BPF_TRACE_UPROBE_SESSION (6.13); a session also needs the
-// bpf_session_is_return kfunc.
-static int kernel_attach_type(const btf* vmlinux, const char* name, const char* off, const char* kfunc = nullptr)
-{
-    if (common::knob_on(off))
-        return -1;
-    if (!vmlinux)
-        return -1;
-    int value = -1;
-    int id = btf__find_by_name_kind(vmlinux, "bpf_attach_type", BTF_KIND_ENUM);
-    if (id > 0 && (!kfunc || btf__find_by_name_kind(vmlinux, kfunc, BTF_KIND_FUNC) > 0)) {
-        const btf_type* t = btf__type_by_id(vmlinux, id);
-        const struct btf_enum* e = btf_enum(t);
-        for (int i = 0; i < btf_vlen(t); i++, e++)
-            if (strcmp(btf__name_by_offset(vmlinux, e->name_off), name) == 0)
-                value = e->val;
-    }
-    return value;
-}
-
-// Whether this kernel's BTF has every one of `names` of kind `kind` (a kfunc, a tracepoint's btf_trace_ typedef).
-static bool kernel_has(const btf* vmlinux, std::initializer_list<const char*> names, int kind)
-{
-    if (!vmlinux)
-        return false;
-    bool has = true;
-    for (const char* name : names)
-        has = has && btf__find_by_name_kind(vmlinux, name, static_cast<__u32>(kind)) > 0;
-    return has;
 }
 
 // How long a continued child counts as still starting (let_children_start waits for its getppid or exit): one
@@ -136,17 +104,35 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     skel_->rodata->nr_cpus = static_cast<uint32_t>(ncpu);
     skel_->rodata->inline_calls = features.inline_calls ? 1 : 0;
     skel_->rodata->sample_frames = features.sample_frames;
-    // LOTUS_NO_UPROBE_SESSION: the evaluator as kernels before 6.13 probe it; LOTUS_NO_UPROBE_MULTI: every
-    // probe as kernels before 6.6 make it (one perf event each).
-    // The kernel's BTF, read once (~5 MB) for what the kernel offers.
-    std::unique_ptr<btf, decltype(&btf__free)> vmlinux(btf__load_vmlinux_btf(), btf__free);
-    multi_type_ = kernel_attach_type(vmlinux.get(), "BPF_TRACE_UPROBE_MULTI", "LOTUS_NO_UPROBE_MULTI");
-    session_type_ = multi_type_ < 0 ? -1
-                                    : kernel_attach_type(vmlinux.get(), "BPF_TRACE_UPROBE_SESSION",
-                                                         "LOTUS_NO_UPROBE_SESSION", "bpf_session_is_return");
-    bool session = session_type_ >= 0;
-    // LOTUS_EVALUATOR_PROBE=1: the evaluator, as interpreters whose slot table is not found are probed.
-    slots_ = interp.slots && !features.evaluator && !env_set("LOTUS_EVALUATOR_PROBE");
+    // The kernel's features (detected once), then the plan of what loads (probe_plan.h: pure, unit-tested).
+    const KernelFeatures kernel = detect_kernel();
+    PlanInputs in;
+    in.evaluator = features.evaluator;
+    in.inline_calls = features.inline_calls;
+    in.native = features.native;
+    in.sampling = features.sampling;
+    in.network = features.network;
+    in.interp_slots = interp.slots.has_value();
+    in.interp_os_read = interp.os_read_offset.has_value();
+    in.links_libc = target::links_libc(interp.object_path);
+    in.libc_dlopen = true; // read below only where the plan would use libc's wrappers with the native map
+    in.knob_evaluator = env_set("LOTUS_EVALUATOR_PROBE");
+    in.knob_system_wide = env_set("LOTUS_SYSTEM_WIDE_PROBES");
+    in.knob_per_cpu_sampling = env_set("LOTUS_PER_CPU_SAMPLING");
+    in.knob_raw_syscalls = env_set("LOTUS_RAW_SYSCALLS");
+    in.knob_syscall_events = env_set("LOTUS_SYSCALL_EVENTS");
+    in.knob_libc_read = env_set("LOTUS_LIBC_READ");
+    ProbePlan plan = plan_probes(kernel, in);
+    if (plan.libc && in.native) { // the native map needs the libraries the dynamic loader maps: libc's dlopen
+        auto libc = target::linked_libc(interp.object_path);
+        auto w = libc ? target::libc_wrappers(*libc) : std::nullopt;
+        in.libc_dlopen = w && w->dlopen;
+        plan = plan_probes(kernel, in);
+    }
+    multi_type_ = kernel.uprobe_multi_type;
+    session_type_ = kernel.uprobe_session_type;
+    const bool session = plan.session;
+    slots_ = plan.slots;
     py_offsets_ = {interp.eval_offset};
     py_cookies_ = {0};
     if (slots_) {
@@ -159,79 +145,48 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
         }
         skel_->rodata->tstate_vaddr = interp.slots->tstate_vaddr;
     }
-    // Per-process Python probes need uprobe_multi links (their pid filter) and bpf_send_signal_task (6.13) to
-    // hold a new child until its own are attached. LOTUS_SYSTEM_WIDE_PROBES=1: as kernels without them.
-    // bpf_task_from_pid (6.2): the hold program looks at the tracer and the guardian.
-    hold_ = multi_type_ >= 0 &&
-            kernel_has(vmlinux.get(), {"bpf_send_signal_task", "bpf_task_from_pid", "bpf_task_release"},
-                       BTF_KIND_FUNC) &&
-            !env_set("LOTUS_SYSTEM_WIDE_PROBES");
+    hold_ = plan.hold;
     hold_deadline_ns_ = features.hold_deadline_ns;
     skel_->rodata->hold_while_tracer_stopped = env_set("LOTUS_TEST_HOLD_WHILE_STOPPED");
-    bpf_program__set_autoload(skel_->progs.on_fork_hold, hold_);
-    bpf_program__set_autoload(skel_->progs.on_exec_hold, hold_);
-    // Network bytes: the socket tracepoints of Linux 6.3+.
-    net_ = features.network &&
-           kernel_has(vmlinux.get(), {"btf_trace_sock_send_length", "btf_trace_sock_recv_length"}, BTF_KIND_TYPEDEF);
-    bpf_program__set_autoload(skel_->progs.on_sock_send, net_);
-    bpf_program__set_autoload(skel_->progs.on_sock_recv, net_);
+    net_ = plan.net;
     skel_->rodata->count_net = net_ ? 1 : 0;
-    bpf_program__set_autoload(skel_->progs.py_call, session && !slots_);
-    bpf_program__set_autoload(skel_->progs.py_entry, !session && !slots_);
-    bpf_program__set_autoload(skel_->progs.py_slot, session && slots_);
-    bpf_program__set_autoload(skel_->progs.py_slot_entry, !session && slots_);
-    bpf_program__set_autoload(skel_->progs.py_return, !session);
-    if (session)
-        for (bpf_program* prog : {skel_->progs.py_call, skel_->progs.py_slot, skel_->progs.native_call})
-            bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(session_type_));
-    if (multi_type_ >= 0)
-        for (bpf_program* prog : {skel_->progs.py_entry, skel_->progs.py_slot_entry, skel_->progs.py_return,
-                                  skel_->progs.py_resume, skel_->progs.py_retval, skel_->progs.native_entry,
-                                  skel_->progs.native_return})
-            bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(multi_type_));
-    bpf_program__set_autoload(skel_->progs.py_resume, features.inline_calls);
-    bpf_program__set_autoload(skel_->progs.py_retval, features.inline_calls);
-    bpf_program__set_autoload(skel_->progs.native_entry, features.native && !session);
-    bpf_program__set_autoload(skel_->progs.native_return, features.native && !session);
-    bpf_program__set_autoload(skel_->progs.native_call, features.native && session);
-    bpf_program__set_autoload(skel_->progs.on_sample, features.sampling);
-    // Sampling events on the traced threads (the iterator reads a task's perf context: one pointer since 6.2).
-    // LOTUS_PER_CPU_SAMPLING=1: one per CPU, as without per-process probes.
-    thread_sampling_ = features.sampling && hold_ && !env_set("LOTUS_PER_CPU_SAMPLING");
-    bpf_program__set_autoload(skel_->progs.unsampled_threads, thread_sampling_);
-    // The watched syscalls. Where probes are per process and the kernel has uprobe sessions: libc's wrappers, in
-    // the traced processes only, so that no syscall event is in use and no task's syscalls take the kernel's
-    // tracing path. The native map also needs the libraries the dynamic loader maps, which it opens around
-    // libc: seen at the return of libc's dlopen where libc has one (glibc 2.34+), else at the open events.
-    // Else their own events; else (or LOTUS_RAW_SYSCALLS=1) every syscall's. LOTUS_SYSCALL_EVENTS=1: the
-    // events, as without per-process probes.
+    thread_sampling_ = plan.thread_sampling;
     native_ = features.native;
-    libc_ = hold_ && session && !env_set("LOTUS_RAW_SYSCALLS") && !env_set("LOTUS_SYSCALL_EVENTS") &&
-            target::links_libc(interp.object_path);
-    if (libc_ && native_) {
-        auto libc = target::linked_libc(interp.object_path);
-        auto w = libc ? target::libc_wrappers(*libc) : std::nullopt;
-        libc_ = w && w->dlopen;
-    }
-    // Pickles received: at os.read (in the Python probes' session), where found, rather than at libc's read(),
-    // which every file read of a sample (an image's) trapped on. LOTUS_LIBC_READ=1: at libc's read().
-    os_read_ = libc_ && slots_ && interp.os_read_offset && !env_set("LOTUS_LIBC_READ");
+    libc_ = plan.libc;
+    os_read_ = plan.os_read;
     if (os_read_) {
         py_offsets_.push_back(*interp.os_read_offset);
         py_cookies_.push_back(LOTUS_PY_OS_READ);
     }
-    if (!libc_ && !env_set("LOTUS_RAW_SYSCALLS"))
+    if (plan.try_syscall_events)
         if (auto ids = tracepoint_ids(kSyscallEvents))
             syscall_ids_ = std::move(*ids);
     syscall_events_ = !syscall_ids_.empty();
-    for (bpf_program* prog : {skel_->progs.on_write, skel_->progs.on_getppid, skel_->progs.on_openat,
-                              skel_->progs.on_read_done})
+    const auto& load = plan.load;
+    auto& progs = skel_->progs;
+    for (auto [prog, on] : {std::pair{progs.on_fork_hold, load.on_fork_hold}, {progs.on_exec_hold, load.on_exec_hold},
+                            {progs.on_sock_send, load.on_sock_send}, {progs.on_sock_recv, load.on_sock_recv},
+                            {progs.py_call, load.py_call}, {progs.py_entry, load.py_entry},
+                            {progs.py_slot, load.py_slot}, {progs.py_slot_entry, load.py_slot_entry},
+                            {progs.py_return, load.py_return}, {progs.py_resume, load.py_resume},
+                            {progs.py_retval, load.py_retval}, {progs.native_entry, load.native_entry},
+                            {progs.native_return, load.native_return}, {progs.native_call, load.native_call},
+                            {progs.on_sample, load.on_sample}, {progs.unsampled_threads, load.unsampled_threads},
+                            {progs.libc_call, load.libc_call}})
+        bpf_program__set_autoload(prog, on);
+    if (session)
+        for (bpf_program* prog : {progs.py_call, progs.py_slot, progs.native_call})
+            bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(session_type_));
+    if (multi_type_ >= 0)
+        for (bpf_program* prog : {progs.py_entry, progs.py_slot_entry, progs.py_return, progs.py_resume,
+                                  progs.py_retval, progs.native_entry, progs.native_return})
+            bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(multi_type_));
+    for (bpf_program* prog : {progs.on_write, progs.on_getppid, progs.on_openat, progs.on_read_done})
         bpf_program__set_autoload(prog, syscall_events_);
-    for (bpf_program* prog : {skel_->progs.on_sys_enter, skel_->progs.on_sys_exit})
+    for (bpf_program* prog : {progs.on_sys_enter, progs.on_sys_exit}) // every syscall's, the last resort
         bpf_program__set_autoload(prog, !libc_ && !syscall_events_);
-    bpf_program__set_autoload(skel_->progs.libc_call, libc_);
     if (libc_)
-        bpf_program__set_expected_attach_type(skel_->progs.libc_call, static_cast<bpf_attach_type>(session_type_));
+        bpf_program__set_expected_attach_type(progs.libc_call, static_cast<bpf_attach_type>(session_type_));
     bpf_map__set_max_entries(skel_->maps.lotus_perf, static_cast<uint32_t>(LOTUS_MAX_PERF * ncpu));
     if (int err = lotus_bpf__load(skel_.get()))
         throw CaptureError(fmt::format("cannot load the BPF programs: {} (set LOTUS_BPF_DEBUG=1 for the log)",
@@ -757,7 +712,7 @@ void Probe::release_held(bool attach, bool all)
             }
             continue;
         }
-        if (process_stopped(static_cast<pid_t>(hold.parent_tgid))) {
+        if (stop_under_way(static_cast<pid_t>(hold.parent_tgid))) {
             // The job was stopped by its user: not ours to continue. The guardian does once the parent runs.
             hold.flags |= LOTUS_HOLD_ATTACHED;
             bpf_map_update_elem(fd, &tgid, &hold, BPF_EXIST);

@@ -198,7 +198,7 @@ static std::vector<std::string> advice_for(uint32_t pid, double waiting_pct, con
             continue;
         ids.insert(p.worker_id);
         busy += p.busy_ns;
-        seen += p.last_ns > p.first_ns ? p.last_ns - p.first_ns : 0;
+        seen += p.seen_ns(); // (folded processes included, as in busy)
     }
     auto self = processes.find(pid);
     if (waiting_pct >= 20 && ids.empty() && self != processes.end() && self->second.batches > 0) {

@@ -80,9 +80,8 @@ void Timeline::fold(uint32_t pid, uint32_t into, uint64_t first_ns, uint64_t las
         }
         m.erase(pid);
     };
-    for (auto* m : {&busy_, &wait_, &cpu_, &alive_})
+    for (auto* m : {&busy_, &wait_, &cpu_, &alive_, &rss_}) // (a role's RSS lines sum its processes per bin)
         join(*m, false);
-    join(rss_, true);
     uint64_t start = first_ns > t0_ ? first_ns - t0_ : 0, end = last_ns > t0_ ? last_ns - t0_ : 0;
     if (end > start) {
         grow(static_cast<size_t>((end - 1) / width_));

@@ -270,6 +270,9 @@ void Engine::on_process(const lotus_proc_event& p)
     case LOTUS_EV_FORK: {
         auto& info = process(pid);
         info.parent = p.parent_tgid;
+        info.exited = false; // a pid used again: alive (never folded as the one that exited)
+        info.exit_status = -1;
+        info.exit_ns = 0;
         spaces_.forked(pid, p.parent_tgid, p.space); // same memory image: same objects at the same addresses
         batches_.forked(pid, p.parent_tgid);
         break;
@@ -306,7 +309,14 @@ void Engine::on_process(const lotus_proc_event& p)
 
 void Engine::fold_exited(uint64_t now_ns)
 {
-    for (auto [pid, into] : folds_due(processes_, now_ns)) {
+    std::set<uint32_t> named; // in notes by pid: a library probed late, another interpreter
+    for (const auto& l : native_late_)
+        named.insert(l.pid);
+    for (const auto& o : other_interpreters_)
+        named.insert(o.pid);
+    for (const auto& u : untraced_pythons_)
+        named.insert(u.pid);
+    for (auto [pid, into] : folds_due(processes_, now_ns, named)) {
         if (fold_sink_)
             fold_sink_(pid, into);
         absorb(processes_.at(into), processes_.at(pid));

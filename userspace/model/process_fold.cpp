@@ -30,11 +30,11 @@ Role role_of(const ProcessInfo& p)
 } // namespace
 
 std::vector<std::pair<uint32_t, uint32_t>> folds_due(const std::map<uint32_t, ProcessInfo>& processes,
-                                                     uint64_t now_ns)
+                                                     uint64_t now_ns, const std::set<uint32_t>& keep)
 {
     std::map<Role, std::vector<const ProcessInfo*>> roles;
     for (const auto& [pid, p] : processes)
-        if (foldable(p, now_ns))
+        if (foldable(p, now_ns) && !keep.count(pid))
             roles[role_of(p)].push_back(&p);
     std::vector<std::pair<uint32_t, uint32_t>> out;
     for (auto& [role, ps] : roles) {

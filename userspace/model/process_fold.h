@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -18,8 +19,9 @@ constexpr size_t kKeptPerRole = 16;
 constexpr uint64_t kFoldAfterNs = 2'000'000'000;
 
 // (pid, into) pairs to fold now, at stream time now_ns: into is a kept exited process of pid's role.
+// keep: pids that other tables name (notes about them): never folded.
 std::vector<std::pair<uint32_t, uint32_t>> folds_due(const std::map<uint32_t, ProcessInfo>& processes,
-                                                     uint64_t now_ns);
+                                                     uint64_t now_ns, const std::set<uint32_t>& keep = {});
 
 // Adds `from`'s figures into `into` (the role's row).
 void absorb(ProcessInfo& into, const ProcessInfo& from);

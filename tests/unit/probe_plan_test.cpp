@@ -1,0 +1,126 @@
+// Which programs a run loads, from the kernel's features and the run's wishes (capture/probe_plan.h): checked
+// without root or BPF, for the kernels and interpreters users have.
+#include <gtest/gtest.h>
+
+#include "capture/probe_plan.h"
+
+using namespace lotus::capture;
+
+namespace {
+
+KernelFeatures kernel(int multi, int session, bool kfuncs = true, bool sock = true)
+{
+    return KernelFeatures{multi, session, kfuncs, sock};
+}
+const KernelFeatures k618 = kernel(42, 43);  // 6.13+: uprobe_multi, sessions, the hold kfuncs
+const KernelFeatures k66 = kernel(42, -1);   // 6.6-6.12: uprobe_multi, no sessions
+const KernelFeatures k61 = kernel(-1, -1, false, false);
+
+PlanInputs python311()
+{
+    PlanInputs in;
+    in.interp_slots = in.interp_os_read = in.links_libc = in.libc_dlopen = true;
+    return in;
+}
+
+} // namespace
+
+TEST(ProbePlan, TheDefaultOnANewKernel)
+{
+    auto p = plan_probes(k618, python311());
+    EXPECT_TRUE(p.session && p.slots && p.hold && p.libc && p.os_read);
+    EXPECT_FALSE(p.try_syscall_events);
+    EXPECT_TRUE(p.load.py_slot);
+    EXPECT_FALSE(p.load.py_slot_entry || p.load.py_return || p.load.py_call || p.load.py_entry);
+    EXPECT_TRUE(p.load.on_fork_hold && p.load.on_exec_hold && p.load.libc_call);
+    EXPECT_FALSE(p.load.native_call || p.load.on_sample || p.load.on_sock_send || p.load.py_resume);
+}
+
+TEST(ProbePlan, WithoutSessionsAnEntryAndAReturn)
+{
+    auto p = plan_probes(k66, python311());
+    EXPECT_FALSE(p.session);
+    EXPECT_TRUE(p.hold);
+    EXPECT_TRUE(p.load.py_slot_entry && p.load.py_return);
+    EXPECT_FALSE(p.load.py_slot);
+    EXPECT_FALSE(p.libc); // libc's wrappers need sessions: the syscalls' own events instead
+    EXPECT_TRUE(p.try_syscall_events);
+}
+
+TEST(ProbePlan, AnOldKernelProbesSystemWideAndHoldsNothing)
+{
+    auto in = python311();
+    in.network = in.sampling = true;
+    auto p = plan_probes(k61, in);
+    EXPECT_FALSE(p.hold || p.load.on_fork_hold || p.thread_sampling || p.net || p.libc);
+    EXPECT_TRUE(p.load.on_sample); // per CPU
+    EXPECT_TRUE(p.load.py_slot_entry && p.load.py_return);
+}
+
+TEST(ProbePlan, TheEvaluatorForSpansOrWhereNoSlotTable)
+{
+    auto in = python311();
+    in.evaluator = true;
+    auto p = plan_probes(k618, in);
+    EXPECT_FALSE(p.slots);
+    EXPECT_TRUE(p.load.py_call);
+    EXPECT_FALSE(p.os_read); // os.read is probed in the slots' session only
+    in = python311();
+    in.interp_slots = false;
+    EXPECT_TRUE(plan_probes(k618, in).load.py_call);
+    in = python311();
+    in.knob_evaluator = true;
+    EXPECT_TRUE(plan_probes(k618, in).load.py_call);
+}
+
+TEST(ProbePlan, NativeMapSamplingAndNetwork)
+{
+    auto in = python311();
+    in.native = in.sampling = in.network = true;
+    auto p = plan_probes(k618, in);
+    EXPECT_TRUE(p.load.native_call && !p.load.native_entry);
+    EXPECT_TRUE(p.thread_sampling && p.load.unsampled_threads && p.load.on_sample);
+    EXPECT_TRUE(p.net && p.load.on_sock_send && p.load.on_sock_recv);
+    in.libc_dlopen = false; // the native map needs libc's dlopen: without it, the syscalls' events
+    p = plan_probes(k618, in);
+    EXPECT_FALSE(p.libc);
+    EXPECT_TRUE(p.try_syscall_events);
+    p = plan_probes(k66, in);
+    EXPECT_TRUE(p.load.native_entry && p.load.native_return && !p.load.native_call);
+    EXPECT_FALSE(plan_probes(kernel(42, 43, true, false), in).net); // before 6.3: no socket tracepoints
+}
+
+TEST(ProbePlan, TheKnobs)
+{
+    auto in = python311();
+    in.sampling = true;
+    in.knob_per_cpu_sampling = true;
+    auto p = plan_probes(k618, in);
+    EXPECT_FALSE(p.thread_sampling);
+    EXPECT_TRUE(p.load.on_sample);
+    in = python311();
+    in.knob_system_wide = true;
+    EXPECT_FALSE(plan_probes(k618, in).hold);
+    in = python311();
+    in.knob_raw_syscalls = true;
+    p = plan_probes(k618, in);
+    EXPECT_FALSE(p.libc || p.try_syscall_events); // every syscall's tracepoint
+    in = python311();
+    in.knob_syscall_events = true;
+    p = plan_probes(k618, in);
+    EXPECT_FALSE(p.libc);
+    EXPECT_TRUE(p.try_syscall_events);
+    in = python311();
+    in.knob_libc_read = true;
+    p = plan_probes(k618, in);
+    EXPECT_TRUE(p.libc);
+    EXPECT_FALSE(p.os_read);
+}
+
+TEST(ProbePlan, InlinedCallsAddTheirHandlers)
+{
+    auto in = python311();
+    in.evaluator = in.inline_calls = true;
+    auto p = plan_probes(k618, in);
+    EXPECT_TRUE(p.load.py_resume && p.load.py_retval && p.load.py_call);
+}

@@ -1,0 +1,55 @@
+// What a run loads and attaches, decided in two steps: the kernel's features, detected once (detect_kernel), and
+// a pure plan of the programs from them, the run's wishes and the interpreter (plan_probes), which the unit tests
+// check without root or BPF. Probe applies the plan to the skeleton.
+#pragma once
+#include <cstdint>
+
+namespace lotus::capture {
+
+// What this kernel offers lotus-bpf, from its BTF (the environment knobs LOTUS_NO_UPROBE_MULTI and
+// LOTUS_NO_UPROBE_SESSION make it read as an older kernel).
+struct KernelFeatures {
+    int uprobe_multi_type = -1;   // BPF_TRACE_UPROBE_MULTI (Linux 6.6+): per-process probe links; -1 none
+    int uprobe_session_type = -1; // BPF_TRACE_UPROBE_SESSION with bpf_session_is_return (6.13+); -1 none
+    bool hold_kfuncs = false;     // bpf_send_signal_task, bpf_task_from_pid, bpf_task_release: new children held
+    bool sock_tracepoints = false; // sock_send_length / sock_recv_length (6.3+): network bytes
+};
+KernelFeatures detect_kernel();
+
+// What the run asks for and what the interpreter has.
+struct PlanInputs {
+    bool evaluator = false;      // --span, --all-calls: the evaluator's entry rather than the type-slot functions
+    bool inline_calls = false;   // --all-calls where calls are inlined (3.11)
+    bool native = false, sampling = false, network = false;
+    bool interp_slots = false;   // the interpreter's slot table was found
+    bool interp_os_read = false; // its os.read was found
+    bool links_libc = false;     // the interpreter's object links a libc
+    bool libc_dlopen = false;    // that libc's wrappers include dlopen (asked only with native)
+    // the environment knobs (common/knobs.h)
+    bool knob_evaluator = false, knob_system_wide = false, knob_per_cpu_sampling = false, knob_raw_syscalls = false,
+         knob_syscall_events = false, knob_libc_read = false;
+};
+
+// Which programs load (autoload), and the choices they follow from.
+struct ProbePlan {
+    bool session = false;         // uprobe sessions: one program sees entry and return
+    bool slots = false;           // the type-slot functions are probed, not the evaluator
+    bool hold = false;            // per-process Python probes, new children held until theirs are in
+    bool net = false;             // network bytes counted
+    bool thread_sampling = false; // sampling events on the traced threads rather than per CPU
+    bool libc = false;            // libc's wrappers in the traced processes rather than syscall tracepoints
+    bool os_read = false;         // pickles read at the interpreter's os.read rather than at libc's read()
+    bool try_syscall_events = false; // the watched syscalls' own tracepoints (where their ids can be read)
+    struct {
+        bool py_call = false, py_entry = false, py_slot = false, py_slot_entry = false, py_return = false;
+        bool py_resume = false, py_retval = false;
+        bool native_entry = false, native_return = false, native_call = false;
+        bool on_sample = false, unsampled_threads = false;
+        bool on_fork_hold = false, on_exec_hold = false;
+        bool on_sock_send = false, on_sock_recv = false;
+        bool libc_call = false;
+    } load;
+};
+ProbePlan plan_probes(const KernelFeatures& k, const PlanInputs& in);
+
+} // namespace lotus::capture
