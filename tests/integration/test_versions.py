@@ -153,7 +153,9 @@ class Versions(BpfTestCase):
             r = run_lotus(["-q", "-o", out, "--all-calls", "--span", "middle", "--pid", str(job.pid), "-d", "2"])
             self.assertEqual(r.returncode, 0, r.stderr)
             n = Counter(s["name"] for s in spans(load_trace(out), "py"))["middle"]
-            self.assertGreater(n, 1000)  # ~100 per 10 ms batch
+            # ~100 per 10 ms batch: 2,800 here when the machine is idle, 700 in a CI run beside a compile; a
+            # count in a fixed time is the machine's speed, so only that whole batches were seen is asked
+            self.assertGreater(n, 200)
             self.assert_detached()
         finally:
             job.kill()
