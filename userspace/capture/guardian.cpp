@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/read_file.h"
 #include "probe.h"
 
 namespace lotus::capture {
@@ -38,18 +39,12 @@ GuardianAction guardian_action(const lotus_hold& hold, const GuardianView& view)
 
 bool process_stopped(pid_t pid)
 {
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
-    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    auto stat = common::read_file("/proc/" + std::to_string(pid) + "/stat");
+    if (!stat)
         return false;
-    ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
-    ::close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = 0;
-    const char* paren = strrchr(buf, ')'); // comm may hold spaces and parentheses
-    return paren && paren[1] == ' ' && (paren[2] == 'T' || paren[2] == 't');
+    auto paren = stat->rfind(')'); // comm may hold spaces and parentheses
+    return paren != std::string::npos && paren + 2 < stat->size() && (*stat)[paren + 1] == ' ' &&
+           ((*stat)[paren + 2] == 'T' || (*stat)[paren + 2] == 't');
 }
 
 bool stop_under_way(const char* status)
@@ -72,17 +67,8 @@ bool stop_under_way(const char* status)
 
 bool stop_under_way(pid_t pid)
 {
-    char path[64], buf[4096];
-    snprintf(path, sizeof(path), "/proc/%d/status", static_cast<int>(pid));
-    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
-    ::close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = 0;
-    return stop_under_way(buf);
+    auto status = common::read_file("/proc/" + std::to_string(pid) + "/status");
+    return status && stop_under_way(status->c_str());
 }
 
 bool continue_held(int held_fd, uint32_t tgid, lotus_hold hold)

@@ -60,8 +60,6 @@ static int quiet_libbpf(enum libbpf_print_level, const char* fmt, va_list ap)
 // that has not called getppid by then never will soon.
 constexpr uint64_t kStartingNs = 2'000'000'000ull;
 
-static bool env_set(const char* name) { return common::knob_on(name); }
-
 // The watched syscalls' own events, in the order of the programs attached to them below.
 static const std::vector<std::string> kSyscallEvents = {"syscalls/sys_enter_write", "syscalls/sys_enter_getppid",
                                                         "syscalls/sys_enter_openat", "syscalls/sys_exit_read"};
@@ -116,12 +114,12 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     in.interp_os_read = interp.os_read_offset.has_value();
     in.links_libc = target::links_libc(interp.object_path);
     in.libc_dlopen = true; // read below only where the plan would use libc's wrappers with the native map
-    in.knob_evaluator = env_set("LOTUS_EVALUATOR_PROBE");
-    in.knob_system_wide = env_set("LOTUS_SYSTEM_WIDE_PROBES");
-    in.knob_per_cpu_sampling = env_set("LOTUS_PER_CPU_SAMPLING");
-    in.knob_raw_syscalls = env_set("LOTUS_RAW_SYSCALLS");
-    in.knob_syscall_events = env_set("LOTUS_SYSCALL_EVENTS");
-    in.knob_libc_read = env_set("LOTUS_LIBC_READ");
+    in.knob_evaluator = common::knob_on("LOTUS_EVALUATOR_PROBE");
+    in.knob_system_wide = common::knob_on("LOTUS_SYSTEM_WIDE_PROBES");
+    in.knob_per_cpu_sampling = common::knob_on("LOTUS_PER_CPU_SAMPLING");
+    in.knob_raw_syscalls = common::knob_on("LOTUS_RAW_SYSCALLS");
+    in.knob_syscall_events = common::knob_on("LOTUS_SYSCALL_EVENTS");
+    in.knob_libc_read = common::knob_on("LOTUS_LIBC_READ");
     ProbePlan plan = plan_probes(kernel, in);
     if (plan.libc && in.native) { // the native map needs the libraries the dynamic loader maps: libc's dlopen
         auto libc = target::linked_libc(interp.object_path);
@@ -147,7 +145,7 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     }
     hold_ = plan.hold;
     hold_deadline_ns_ = features.hold_deadline_ns;
-    skel_->rodata->hold_while_tracer_stopped = env_set("LOTUS_TEST_HOLD_WHILE_STOPPED");
+    skel_->rodata->hold_while_tracer_stopped = common::knob_on("LOTUS_TEST_HOLD_WHILE_STOPPED");
     net_ = plan.net;
     skel_->rodata->count_net = net_ ? 1 : 0;
     thread_sampling_ = plan.thread_sampling;
