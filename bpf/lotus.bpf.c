@@ -175,6 +175,7 @@ int BPF_KPROBE(native_call)
  * or, on kernels without the per-process probes, one per CPU, which interrupts whatever runs; for a traced thread,
  * record its user stack. User space attributes it to the op open on that thread then. */
 const volatile __u32 sample_frames = 1; /* --sample-stack: the leaf, and callers up to this many frames */
+const volatile __u32 thread_sampling = 0; /* the events are the traced threads' own (else one per CPU) */
 
 SEC("perf_event")
 int on_sample(struct bpf_perf_event_data *ctx)
@@ -182,7 +183,11 @@ int on_sample(struct bpf_perf_event_data *ctx)
     __u64 id = bpf_get_current_pid_tgid();
     __u32 tgid = id >> 32;
     if (!tgid || !bpf_map_lookup_elem(&lotus_traced, &tgid)) {
-        count(LOTUS_COUNT_SAMPLED_ELSEWHERE); /* never, where the events are the traced threads' own */
+        /* A thread's own event still fires while its process finishes exiting (its memory and files are freed
+         * after sched_process_exit has taken it out of lotus_traced): that is the traced thread, not another. */
+        bool own_exit = thread_sampling && (bpf_get_current_task_btf()->flags & LOTUS_PF_EXITING);
+        if (!own_exit)
+            count(LOTUS_COUNT_SAMPLED_ELSEWHERE);
         return 0;
     }
     struct lotus_sample *e = reserve(sizeof(*e));

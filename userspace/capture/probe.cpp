@@ -149,6 +149,7 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     net_ = plan.net;
     skel_->rodata->count_net = net_ ? 1 : 0;
     thread_sampling_ = plan.thread_sampling;
+    skel_->rodata->thread_sampling = thread_sampling_ ? 1 : 0;
     native_ = features.native;
     libc_ = plan.libc;
     os_read_ = plan.os_read;
