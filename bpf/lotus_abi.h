@@ -382,7 +382,7 @@ struct lotus_traced_proc {
 };
 
 /* Where CPython keeps what the programs read. One row per interpreter version, filled by user space from
- * userspace/target/cpython_layouts.cpp or from the target's _Py_DebugOffsets. -1 = not present. */
+ * userspace/cpython/cpython_layouts.cpp or from the target's _Py_DebugOffsets. -1 = not present. */
 struct lotus_py_layout {
     __s32 tstate_cframe;          /* PyThreadState.cframe (3.11, 3.12); -1 when frames hang off tstate */
     __s32 cframe_current_frame;   /* _PyCFrame.current_frame */

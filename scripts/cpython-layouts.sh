@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces userspace/target/cpython_layout_rows.inc (the per-version CPython layouts BPF reads with) from each
+# Reproduces userspace/cpython/cpython_layout_rows.inc (the per-version CPython layouts BPF reads with) from each
 # version's own headers: scripts/layouts/layout_row.c compiled against them, run, one row each.
 #   scripts/cpython-layouts.sh              print the file
 #   scripts/cpython-layouts.sh --check FILE  exit 1 (and show the difference) when FILE is not what the headers say

@@ -1,4 +1,4 @@
-/* One row of userspace/target/cpython_layout_rows.inc, measured with offsetof() against one CPython version's
+/* One row of userspace/cpython/cpython_layout_rows.inc, measured with offsetof() against one CPython version's
  * own headers (compiled by scripts/cpython-layouts.sh with that version's include directory). Prints the row
  * as C++ source. x86_64. */
 #define Py_BUILD_CORE 1 /* _PyInterpreterFrame and _PyRuntimeState live in the internal headers */

@@ -8,7 +8,7 @@
 #include <string>
 #include <zlib.h>
 
-#include "export/record_codec.h"
+#include "record/record_codec.h"
 
 int main(int argc, char** argv)
 {
@@ -29,8 +29,8 @@ int main(int argc, char** argv)
     memcpy(v, file.data() + at, 8);
     std::string out(1, '\1');
     out.append(reinterpret_cast<const char*>(&v[0]), 4);
-    size_t payload = at + 8 + lotus::exporter::kStreamCount * 8;
-    for (size_t i = 0; i < lotus::exporter::kStreamCount; i++) {
+    size_t payload = at + 8 + lotus::record::kStreamCount * 8;
+    for (size_t i = 0; i < lotus::record::kStreamCount; i++) {
         uint32_t raw, packed;
         memcpy(&raw, file.data() + at + 8 + i * 8, 4);
         memcpy(&packed, file.data() + at + 12 + i * 8, 4);

@@ -12,10 +12,10 @@
 #include <zlib.h>
 #include <vector>
 
-#include "export/record_codec.h"
+#include "record/record_codec.h"
 
 #include "export/chrome_trace.h"
-#include "export/record_file.h"
+#include "record/record_file.h"
 #include "export/summary.h"
 #include "model/engine.h"
 
@@ -60,7 +60,7 @@ template <typename Next> void reconstruct(uint64_t t0_ns, Next next)
 
 void streams(const uint8_t* data, size_t size)
 {
-    uint32_t format = size % 2 ? 2 : lotus::exporter::kBlockFormat; // both block formats a file may hold
+    uint32_t format = size % 2 ? 2 : lotus::record::kBlockFormat; // both block formats a file may hold
     auto u32 = [&](uint32_t& v) {
         if (size < 4)
             return false;
@@ -69,9 +69,9 @@ void streams(const uint8_t* data, size_t size)
         return true;
     };
     uint32_t n = 0;
-    if (!u32(n) || n > lotus::exporter::kMaxBlockRecords)
+    if (!u32(n) || n > lotus::record::kMaxBlockRecords)
         return;
-    lotus::exporter::Streams s;
+    lotus::record::Streams s;
     for (auto& st : s) {
         uint32_t len = 0;
         if (!u32(len) || len > size)
@@ -80,7 +80,7 @@ void streams(const uint8_t* data, size_t size)
         data += len, size -= len;
     }
     try {
-        auto recs = lotus::exporter::decode_streams(s, n, format);
+        auto recs = lotus::record::decode_streams(s, n, format);
         size_t i = 0;
         reconstruct(0, [&](std::vector<uint8_t>& rec) {
             if (i == recs.size())
@@ -88,7 +88,7 @@ void streams(const uint8_t* data, size_t size)
             rec = recs.record(i++);
             return true;
         });
-    } catch (const lotus::exporter::CodecError&) {
+    } catch (const lotus::record::CodecError&) {
     }
 }
 
@@ -113,9 +113,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
     if (!f)
         return 0;
     try {
-        lotus::exporter::RecordReader in(f, "fuzz-input");
+        lotus::record::RecordReader in(f, "fuzz-input");
         reconstruct(in.header().t0_ns, [&](std::vector<uint8_t>& rec) { return in.next(rec); });
-    } catch (const lotus::exporter::RecordError&) {
+    } catch (const lotus::record::RecordError&) {
     }
     return 0;
 }

@@ -9,11 +9,12 @@
 #include <unistd.h>
 
 #include "lotus_abi.h"
-#include "target/libc_wrappers.h"
-#include "target/probe_point.h"
-#include "target/proc_maps.h"
+#include "elf/libc_wrappers.h"
+#include "elf/probe_point.h"
+#include "proc/proc_maps.h"
 
-using namespace lotus::target;
+using namespace lotus::elf;
+using namespace lotus::proc;
 
 namespace {
 

@@ -18,8 +18,8 @@
 #include "event_builder.h"
 #include "model/engine.h"
 #include "model/native_map.h"
-#include "target/native_functions.h"
-#include "target/symbolizer.h"
+#include "elf/native_functions.h"
+#include "elf/symbolizer.h"
 
 using namespace lotus;
 using model::Span;
@@ -275,51 +275,51 @@ TEST(EngineNative, PerfCounterDeltasReachTheOpSpans)
 
 TEST(NativeSpecs, ParseLibraryAndCxxSymbolGlobs)
 {
-    auto s = target::parse_native_spec("libtorch_cpu.so*:at::native::*copy*");
+    auto s = elf::parse_native_spec("libtorch_cpu.so*:at::native::*copy*");
     EXPECT_EQ(s.library, "libtorch_cpu.so*");
     EXPECT_EQ(s.symbol, "at::native::*copy*");
-    s = target::parse_native_spec("libjpeg*:jpeg_read_*");
+    s = elf::parse_native_spec("libjpeg*:jpeg_read_*");
     EXPECT_EQ(s.library, "libjpeg*");
     EXPECT_EQ(s.symbol, "jpeg_read_*");
-    EXPECT_THROW(target::parse_native_spec("nocolon"), std::invalid_argument);
-    EXPECT_THROW(target::parse_native_spec(":sym"), std::invalid_argument);
-    EXPECT_THROW(target::parse_native_spec("lib:"), std::invalid_argument);
-    auto d = target::default_native_specs();
+    EXPECT_THROW(elf::parse_native_spec("nocolon"), std::invalid_argument);
+    EXPECT_THROW(elf::parse_native_spec(":sym"), std::invalid_argument);
+    EXPECT_THROW(elf::parse_native_spec("lib:"), std::invalid_argument);
+    auto d = elf::default_native_specs();
     // the built-in set: where sampling cannot name the code (Pillow's JPEG decode call, libtorch's ops)
-    EXPECT_FALSE(target::library_wanted(d, "/usr/lib/x86_64-linux-gnu/libjpeg.so.62.3.0"));
-    EXPECT_TRUE(target::library_wanted(d, "/x/PIL/_imaging.cpython-311-x86_64-linux-gnu.so"));
-    EXPECT_TRUE(target::library_wanted(d, "/x/torch/lib/libtorch_cpu.so"));
-    EXPECT_FALSE(target::library_wanted(d, "/usr/lib/x86_64-linux-gnu/libc.so.6"));
+    EXPECT_FALSE(elf::library_wanted(d, "/usr/lib/x86_64-linux-gnu/libjpeg.so.62.3.0"));
+    EXPECT_TRUE(elf::library_wanted(d, "/x/PIL/_imaging.cpython-311-x86_64-linux-gnu.so"));
+    EXPECT_TRUE(elf::library_wanted(d, "/x/torch/lib/libtorch_cpu.so"));
+    EXPECT_FALSE(elf::library_wanted(d, "/usr/lib/x86_64-linux-gnu/libc.so.6"));
 }
 
 TEST(NativeSpecs, ResolvesFunctionsOfARealLibraryByGlob)
 {
     // libc is on every machine: its exported memcpy family, with file offsets a uprobe can use.
-    auto fns = target::resolve_native({{"libc.so*", "memcpy*"}}, "/lib/x86_64-linux-gnu/libc.so.6");
+    auto fns = elf::resolve_native({{"libc.so*", "memcpy*"}}, "/lib/x86_64-linux-gnu/libc.so.6");
     ASSERT_FALSE(fns.empty());
     for (const auto& f : fns) {
         EXPECT_EQ(f.name.rfind("memcpy", 0), 0u) << f.name;
         EXPECT_GT(f.offset, 0u);
         EXPECT_EQ(f.library, "libc.so.6");
     }
-    EXPECT_TRUE(target::resolve_native({{"libc.so*", "no_such_function_xyz"}}, "/lib/x86_64-linux-gnu/libc.so.6").empty());
-    EXPECT_TRUE(target::resolve_native({{"libjpeg*", "*"}}, "/lib/x86_64-linux-gnu/libc.so.6").empty());
+    EXPECT_TRUE(elf::resolve_native({{"libc.so*", "no_such_function_xyz"}}, "/lib/x86_64-linux-gnu/libc.so.6").empty());
+    EXPECT_TRUE(elf::resolve_native({{"libjpeg*", "*"}}, "/lib/x86_64-linux-gnu/libc.so.6").empty());
 }
 
 TEST(Symbols, DemangleDropsParametersButKeepsAnonymousNamespaces)
 {
-    EXPECT_EQ(target::demangle("_ZN2at4_ops5copy_4callERNS_6TensorERKS2_b"), "at::_ops::copy_::call");
-    EXPECT_EQ(target::demangle("_ZN2at4_ops5copy_4callERNS_6TensorERKS2_b", true),
+    EXPECT_EQ(elf::demangle("_ZN2at4_ops5copy_4callERNS_6TensorERKS2_b"), "at::_ops::copy_::call");
+    EXPECT_EQ(elf::demangle("_ZN2at4_ops5copy_4callERNS_6TensorERKS2_b", true),
               "at::_ops::copy_::call(at::Tensor&, at::Tensor const&, bool)");
-    EXPECT_EQ(target::demangle("_ZN12_GLOBAL__N_13fooEv"), "(anonymous namespace)::foo");
-    EXPECT_EQ(target::demangle("ImagingResample"), "ImagingResample");
-    EXPECT_EQ(target::demangle("_Znot_valid"), "_Znot_valid");
+    EXPECT_EQ(elf::demangle("_ZN12_GLOBAL__N_13fooEv"), "(anonymous namespace)::foo");
+    EXPECT_EQ(elf::demangle("ImagingResample"), "ImagingResample");
+    EXPECT_EQ(elf::demangle("_Znot_valid"), "_Znot_valid");
 }
 
 TEST(Symbols, FunctionTableFindsAFunctionByFileOffset)
 {
-    target::FunctionTable t("/lib/x86_64-linux-gnu/libc.so.6");
-    auto fns = target::resolve_native({{"libc.so*", "getpid"}}, "/lib/x86_64-linux-gnu/libc.so.6");
+    elf::FunctionTable t("/lib/x86_64-linux-gnu/libc.so.6");
+    auto fns = elf::resolve_native({{"libc.so*", "getpid"}}, "/lib/x86_64-linux-gnu/libc.so.6");
     ASSERT_EQ(fns.size(), 1u);
     const std::string* name = t.find_offset(fns[0].offset + 1);
     ASSERT_NE(name, nullptr);
@@ -331,7 +331,7 @@ TEST(Symbols, FunctionTableFindsAFunctionByFileOffset)
 TEST(Symbols, AnOffsetsRangeResolvesAsTheOffsetDoes)
 {
     for (const char* path : {"/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/python3.11"}) {
-        target::FunctionTable t(path);
+        elf::FunctionTable t(path);
         struct stat st;
         ASSERT_EQ(stat(path, &st), 0);
         uint64_t size = static_cast<uint64_t>(st.st_size), named = 0, widths = 0, checked = 0;
@@ -355,7 +355,7 @@ TEST(Symbols, AnOffsetsRangeResolvesAsTheOffsetDoes)
 // The symbolizer's range for an address of this process: the function around it, as process addresses.
 TEST(Symbols, AnAddressRangeIsTheFunctionAroundIt)
 {
-    target::Symbolizer s;
+    elf::Symbolizer s;
     auto pid = static_cast<uint32_t>(getpid());
     auto own = reinterpret_cast<uint64_t>(&getpid);
     auto f = s.resolve(pid, own + 1);
@@ -403,12 +403,12 @@ TEST(Symbols, AnAddressRangeIsTheFunctionAroundIt)
 TEST(Symbols, AForkChildUsesItsParentsMapsUntilItMissesThem)
 {
     const char* libc = "/lib/x86_64-linux-gnu/libc.so.6";
-    auto fns = target::resolve_native({{"libc.so*", "getpid"}}, libc);
+    auto fns = elf::resolve_native({{"libc.so*", "getpid"}}, libc);
     ASSERT_EQ(fns.size(), 1u);
-    auto is_getpid = [](const target::NativeFrame& f) {
+    auto is_getpid = [](const elf::NativeFrame& f) {
         return (f.function == "getpid" || f.function == "__getpid") && f.library == "libc.so.6";
     };
-    target::Symbolizer s;
+    elf::Symbolizer s;
     auto own = reinterpret_cast<uint64_t>(&getpid);
     EXPECT_TRUE(is_getpid(s.resolve(static_cast<uint32_t>(getpid()), own)));
     EXPECT_EQ(s.maps_read(), 1u);
@@ -467,16 +467,16 @@ TEST(Counters, ParseNamesAndRefuseUnknownOnes)
     EXPECT_THROW(capture::parse_counters("cycles,instructions,branches,cache-misses,task-clock"), std::invalid_argument);
 }
 
-#include "target/elf_file.h"
-#include "target/opcode_handlers.h"
+#include "elf/elf_file.h"
+#include "cpython/opcode_handlers.h"
 
 TEST(OpcodeHandlers, FoundBySymbolInAnInterpreterWithSymbolsRefusedInAStrippedOne)
 {
     const char* lib = "/root/.pyenv/versions/3.11.7/lib/libpython3.11.so.1.0";
     if (access(lib, R_OK) != 0)
         GTEST_SKIP() << "no pyenv CPython 3.11.7 here";
-    target::ElfFile elf(lib);
-    auto h = target::find_opcode_handlers(elf, {151, 150, 83});
+    elf::ElfFile elf(lib);
+    auto h = cpython::find_opcode_handlers(elf, {151, 150, 83});
     ASSERT_TRUE(h.has_value());
     ASSERT_EQ(h->size(), 3u);
     auto eval = elf.symbol("_PyEval_EvalFrameDefault");
@@ -488,5 +488,5 @@ TEST(OpcodeHandlers, FoundBySymbolInAnInterpreterWithSymbolsRefusedInAStrippedOn
         EXPECT_LT(off, *lo + eval->size);
     }
     EXPECT_NE((*h)[0], (*h)[2]);
-    EXPECT_FALSE(target::find_opcode_handlers(target::ElfFile("/usr/bin/python3.11"), {151, 150, 83}).has_value());
+    EXPECT_FALSE(cpython::find_opcode_handlers(elf::ElfFile("/usr/bin/python3.11"), {151, 150, 83}).has_value());
 }

@@ -4,9 +4,9 @@
 
 #include <vector>
 
-#include "target/probe_point.h"
+#include "elf/probe_point.h"
 
-using lotus::target::cheap_probe_shift;
+using lotus::elf::cheap_probe_shift;
 
 namespace {
 std::vector<uint8_t> code(std::initializer_list<uint8_t> b) { return b; }

@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "target/proc_usage.h"
+#include "proc/proc_usage.h"
 
-using lotus::target::ProcUsageReader;
+using lotus::proc::ProcUsageReader;
 
 namespace {
 
@@ -172,7 +172,7 @@ TEST(ProcUsageReader, AProcessThatEndedIsGone)
     EXPECT_FALSE(reader.read(child, false));
 }
 
-using lotus::target::PssSchedule;
+using lotus::proc::PssSchedule;
 constexpr uint64_t kMs = 1'000'000;
 
 TEST(PssSchedule, AutoEveryTwoSecondsWhileTheWalksAreCheap)

@@ -9,11 +9,13 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "export/record_codec.h"
-#include "export/record_file.h"
+#include "record/record_codec.h"
+#include "record/record_file.h"
 #include "lotus_abi.h"
 
+using namespace lotus;
 using namespace lotus::exporter;
+using namespace lotus::record;
 
 namespace {
 
@@ -76,9 +78,9 @@ std::vector<std::vector<uint8_t>> synthetic_stream(size_t n, uint32_t seed)
 }
 
 std::vector<std::vector<uint8_t>> round_trip(const std::vector<std::vector<uint8_t>>& recs, Streams* streams = nullptr,
-                                             uint32_t format = kBlockFormat)
+                                             uint32_t format = record::kBlockFormat)
 {
-    BlockEncoder enc(format);
+    record::BlockEncoder enc(format);
     for (const auto& r : recs)
         enc.add(r.data(), r.size());
     std::string block = enc.finish(6);
@@ -86,10 +88,10 @@ std::vector<std::vector<uint8_t>> round_trip(const std::vector<std::vector<uint8
     uint32_t head[2];
     memcpy(head, block.data(), 8);
     EXPECT_EQ(head[0], recs.size());
-    EXPECT_EQ(head[1], kStreamCount);
-    Streams s;
-    size_t at = 8 + kStreamCount * 8;
-    for (size_t i = 0; i < kStreamCount; i++) {
+    EXPECT_EQ(head[1], record::kStreamCount);
+    record::Streams s;
+    size_t at = 8 + record::kStreamCount * 8;
+    for (size_t i = 0; i < record::kStreamCount; i++) {
         uint32_t raw, packed;
         memcpy(&raw, block.data() + 8 + i * 8, 4);
         memcpy(&packed, block.data() + 12 + i * 8, 4);
@@ -102,7 +104,7 @@ std::vector<std::vector<uint8_t>> round_trip(const std::vector<std::vector<uint8
     EXPECT_EQ(at, block.size());
     if (streams)
         *streams = s;
-    auto decoded = decode_streams(s, head[0], format);
+    auto decoded = record::decode_streams(s, head[0], format);
     std::vector<std::vector<uint8_t>> out;
     for (size_t i = 0; i < decoded.size(); i++)
         out.push_back(decoded.record(i));
@@ -122,7 +124,7 @@ std::string empty_file(const std::string& meta)
 {
     std::string path = temp_path();
     {
-        RecordWriter w(path, RecordHeader{123, 42, meta});
+        record::RecordWriter w(path, RecordHeader{123, 42, meta});
         w.close();
     }
     FILE* f = fopen(path.c_str(), "rb");
@@ -140,7 +142,7 @@ std::string empty_file(const std::string& meta)
 TEST(RecordCodec, RoundTripsEveryKindOfRecordByteForByte)
 {
     auto recs = synthetic_stream(5000, 1);
-    for (uint32_t format : {2u, kBlockFormat}) // files of format 2 are still read
+    for (uint32_t format : {2u, record::kBlockFormat}) // files of format 2 are still read
         EXPECT_EQ(round_trip(recs, nullptr, format), recs) << format;
 }
 
@@ -163,7 +165,7 @@ TEST(RecordCodec, EntriesArePredictedFromThoseWithTheSameSelf)
         e.chain_arg1[0] = int64_t(rng() % 100000); // a sample index
         recs.push_back(bytes_of(e));
     }
-    Streams s2, s3;
+    record::Streams s2, s3;
     EXPECT_EQ(round_trip(recs, &s2, 2), recs);
     EXPECT_EQ(round_trip(recs, &s3, 3), recs);
     auto deflated = [](const std::string& x) {
@@ -172,8 +174,8 @@ TEST(RecordCodec, EntriesArePredictedFromThoseWithTheSameSelf)
         compress2(reinterpret_cast<Bytef*>(out.data()), &n, reinterpret_cast<const Bytef*>(x.data()), uLong(x.size()), 6);
         return size_t(n);
     };
-    size_t v2 = deflated(s2[kStreamEntry]) + deflated(s2[kStreamKey]);
-    size_t v3 = deflated(s3[kStreamEntry]) + deflated(s3[kStreamKey]);
+    size_t v2 = deflated(s2[record::kStreamEntry]) + deflated(s2[record::kStreamKey]);
+    size_t v3 = deflated(s3[record::kStreamEntry]) + deflated(s3[record::kStreamKey]);
     // Format 2 codes self, self type and frame as differences between ops, format 3 one index; the random
     // sample index costs both the same (~3 bytes per entry).
     EXPECT_GT(v2, v3 + recs.size() / 4) << v3 << " vs " << v2;
@@ -185,7 +187,7 @@ TEST(RecordCodec, PredictableFieldsCostAlmostNothing)
     size_t raw = 0;
     for (const auto& r : recs)
         raw += r.size();
-    BlockEncoder enc;
+    record::BlockEncoder enc;
     for (const auto& r : recs)
         enc.add(r.data(), r.size());
     size_t packed = enc.finish(6).size();
@@ -196,20 +198,20 @@ TEST(RecordCodec, PredictableFieldsCostAlmostNothing)
 TEST(RecordCodec, DamagedStreamsAreRefusedWithAReason)
 {
     auto recs = synthetic_stream(300, 3);
-    Streams s;
+    record::Streams s;
     round_trip(recs, &s);
-    EXPECT_THROW(decode_streams(s, uint32_t(recs.size()), 4), CodecError); // a format it does not know
-    EXPECT_THROW(decode_streams(s, uint32_t(recs.size() + 1)), CodecError); // a record more than the streams hold
-    EXPECT_THROW(decode_streams(s, uint32_t(recs.size() - 1)), CodecError); // streams hold more than the records
+    EXPECT_THROW(record::decode_streams(s, uint32_t(recs.size()), 4), CodecError); // a format it does not know
+    EXPECT_THROW(record::decode_streams(s, uint32_t(recs.size() + 1)), CodecError); // a record more than the streams hold
+    EXPECT_THROW(record::decode_streams(s, uint32_t(recs.size() - 1)), CodecError); // streams hold more than the records
     std::mt19937 rng(4);
     for (int trial = 0; trial < 2000; trial++) {
-        Streams bad = s;
-        auto& victim = bad[rng() % kStreamCount];
+        record::Streams bad = s;
+        auto& victim = bad[rng() % record::kStreamCount];
         if (victim.empty())
             continue;
         victim[rng() % victim.size()] ^= char(1 + rng() % 255);
         try {
-            auto out = decode_streams(bad, uint32_t(recs.size()));
+            auto out = record::decode_streams(bad, uint32_t(recs.size()));
             EXPECT_EQ(out.size(), recs.size()); // a damaged value may still decode: only never a crash
         } catch (const CodecError&) {
         }
@@ -221,12 +223,12 @@ TEST(RecordFile, WritesBlocksAndReadsThemBack)
     auto recs = synthetic_stream(40000, 5); // more than one block
     std::string path = temp_path();
     {
-        RecordWriter w(path, RecordHeader{123, 42, R"({"python":"3.11.2"})"});
+        record::RecordWriter w(path, RecordHeader{123, 42, R"({"python":"3.11.2"})"});
         for (const auto& r : recs)
             w.write(r.data(), r.size());
         w.close();
     }
-    RecordReader in(path);
+    record::RecordReader in(path);
     EXPECT_EQ(in.header().t0_ns, 123u);
     EXPECT_EQ(in.header().root_pid, 42u);
     EXPECT_EQ(in.header().meta_json, R"({"python":"3.11.2"})");
@@ -243,7 +245,7 @@ TEST(RecordFile, WritesBlocksAndReadsThemBack)
     fclose(f);
     for (size_t cut : {all.size() - 1, all.size() / 2, size_t(60)}) {
         FILE* m = fmemopen(all.data(), cut, "rb");
-        RecordReader r(m, "cut");
+        record::RecordReader r(m, "cut");
         std::vector<uint8_t> rec;
         EXPECT_THROW({ while (r.next(rec)) {} }, RecordError) << cut;
     }
@@ -259,11 +261,11 @@ TEST(RecordFile, ReadsTheEventAbisItKnows)
         FILE* m = fmemopen(all.data(), all.size(), "rb");
         bool known = abi == LOTUS_ABI_VERSION;
         if (known) {
-            RecordReader r(m, "abi");
+            record::RecordReader r(m, "abi");
             std::vector<uint8_t> rec;
             EXPECT_FALSE(r.next(rec)) << abi;
         } else {
-            EXPECT_THROW(RecordReader(m, "abi"), RecordError) << abi;
+            EXPECT_THROW(record::RecordReader(m, "abi"), RecordError) << abi;
         }
     }
 }
@@ -278,7 +280,7 @@ TEST(RecordFile, DamagedHeaderOrMetadataIsRefusedWithOneLine)
         bad[at] ^= 0x20;
         FILE* m = fmemopen(bad.data(), bad.size(), "rb");
         try {
-            RecordReader r(m, "damaged");
+            record::RecordReader r(m, "damaged");
             ADD_FAILURE() << "damage at byte " << at << " accepted";
         } catch (const RecordError& e) {
             std::string msg = e.what();
@@ -302,7 +304,7 @@ TEST(RecordFile, CutAtTheDiskReserveEndsAfterAWholeBlock)
         return true;
     });
     {
-        RecordWriter w(path, RecordHeader{123, 42, R"({"python":"3.11.2"})"});
+        record::RecordWriter w(path, RecordHeader{123, 42, R"({"python":"3.11.2"})"});
         for (const auto& r : recs)
             w.write(r.data(), r.size());
         EXPECT_TRUE(w.close());
@@ -311,7 +313,7 @@ TEST(RecordFile, CutAtTheDiskReserveEndsAfterAWholeBlock)
     struct stat st{};
     ASSERT_EQ(stat(path.c_str(), &st), 0);
     EXPECT_LE(st.st_size, 1'000'000);
-    RecordReader in(path);
+    record::RecordReader in(path);
     EXPECT_EQ(in.header().root_pid, 42u);
     size_t n = 0;
     for (std::vector<uint8_t> r; in.next(r); n++)

@@ -7,14 +7,16 @@
 #include <set>
 #include <tuple>
 
-#include "target/cpython_layouts.h"
-#include "target/elf_file.h"
-#include "target/interpreter.h"
-#include "target/proc_maps.h"
-#include "target/builtin_functions.h"
-#include "target/slot_functions.h"
+#include "cpython/cpython_layouts.h"
+#include "elf/elf_file.h"
+#include "cpython/interpreter.h"
+#include "proc/proc_maps.h"
+#include "cpython/builtin_functions.h"
+#include "cpython/slot_functions.h"
 
-using namespace lotus::target;
+using namespace lotus::cpython;
+using namespace lotus::elf;
+using namespace lotus::proc;
 
 TEST(ProcMaps, ParsesPathsWithSpacesAndAnonymousMappings)
 {
@@ -146,7 +148,7 @@ TEST(Interpreter, NotPythonIsRefused)
 
 #include <cstring>
 
-#include "target/debug_offsets.h"
+#include "cpython/debug_offsets.h"
 
 namespace {
 

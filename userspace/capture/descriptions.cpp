@@ -3,7 +3,7 @@
 #include <cstring>
 #include <string_view>
 
-#include "target/remote_memory.h"
+#include "cpython/remote_memory.h"
 
 namespace lotus::capture {
 
@@ -12,23 +12,23 @@ namespace {
 void complete_type(lotus_type_info& t, int pid, const lotus_py_layout& layout)
 {
     if (t.unread & 1) {
-        auto name = target::read_remote_ptr(pid, t.type + layout.type_name);
-        if (name && target::read_remote_cstr(pid, *name, t.name, sizeof(t.name)) && t.name[0])
+        auto name = cpython::read_remote_ptr(pid, t.type + layout.type_name);
+        if (name && cpython::read_remote_cstr(pid, *name, t.name, sizeof(t.name)) && t.name[0])
             t.unread &= ~1;
     }
     uint64_t base = t.type;
     bool known = true; // the chain's links so far were read
     for (int i = 0; i < LOTUS_BASES; i++) {
         if (known && base) {
-            auto next = target::read_remote_ptr(pid, base + layout.type_base);
+            auto next = cpython::read_remote_ptr(pid, base + layout.type_base);
             known = next.has_value();
             base = next.value_or(0);
         }
         uint8_t bit = static_cast<uint8_t>(2 << i);
         if (!(t.unread & bit) || !known)
             continue;
-        auto name = base ? target::read_remote_ptr(pid, base + layout.type_name) : std::nullopt;
-        if (!base || (name && target::read_remote_cstr(pid, *name, t.bases[i], LOTUS_BASE_LEN) && t.bases[i][0]))
+        auto name = base ? cpython::read_remote_ptr(pid, base + layout.type_name) : std::nullopt;
+        if (!base || (name && cpython::read_remote_cstr(pid, *name, t.bases[i], LOTUS_BASE_LEN) && t.bases[i][0]))
             t.unread &= ~bit; // named, or past the chain's end (object): nothing to name
     }
 }
@@ -37,9 +37,9 @@ void complete_type(lotus_type_info& t, int pid, const lotus_py_layout& layout)
 bool is_code(int pid, uint64_t obj, const lotus_py_layout& layout)
 {
     char name[8] = {};
-    auto type = target::read_remote_ptr(pid, obj + layout.object_type);
-    auto tp_name = type ? target::read_remote_ptr(pid, *type + layout.type_name) : std::nullopt;
-    return tp_name && target::read_remote_cstr(pid, *tp_name, name, sizeof(name)) && std::string_view(name) == "code";
+    auto type = cpython::read_remote_ptr(pid, obj + layout.object_type);
+    auto tp_name = type ? cpython::read_remote_ptr(pid, *type + layout.type_name) : std::nullopt;
+    return tp_name && cpython::read_remote_cstr(pid, *tp_name, name, sizeof(name)) && std::string_view(name) == "code";
 }
 
 void complete_code(lotus_code_info& c, int pid, const lotus_py_layout& layout)
@@ -49,8 +49,8 @@ void complete_code(lotus_code_info& c, int pid, const lotus_py_layout& layout)
     auto fill = [&](int64_t offset, uint8_t& kind, char* buf, size_t size) {
         if (kind != 0xff)
             return;
-        if (auto str = target::read_remote_ptr(pid, c.code + offset))
-            kind = target::read_remote_unicode(pid, *str, layout, buf, size);
+        if (auto str = cpython::read_remote_ptr(pid, c.code + offset))
+            kind = cpython::read_remote_unicode(pid, *str, layout, buf, size);
     };
     fill(layout.code_name, c.name_kind, c.name, sizeof(c.name));
     fill(layout.code_filename, c.file_kind, c.file, sizeof(c.file));

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "model/user_records.h"
-#include "target/proc_maps.h"
+#include "proc/proc_maps.h"
 
 namespace lotus::capture {
 
@@ -25,7 +25,7 @@ bool in_tree(int pid, int root)
     for (int p = pid, steps = 0; p > 1 && steps < 64; steps++) {
         if (p == root)
             return true;
-        auto parent = target::parent_pid(p);
+        auto parent = proc::parent_pid(p);
         if (!parent)
             return false;
         p = *parent;
@@ -39,7 +39,7 @@ void InterpreterWatch::check(uint64_t now_ns)
 {
     constexpr uint64_t kLoaderWaitNs = 10'000'000'000ull; // a loader maps its libraries within milliseconds
     for (auto it = pending_.begin(); it != pending_.end();) {
-        auto other = target::other_interpreter(static_cast<int>(it->first), probed_);
+        auto other = cpython::other_interpreter(static_cast<int>(it->first), probed_);
         if (!other && now_ns - it->second < kLoaderWaitNs) {
             ++it;
             continue;
@@ -61,7 +61,7 @@ void InterpreterWatch::scan_command(uint32_t command, uint32_t root, uint64_t no
     if (command == root || (!force && now_ns - last_scan_ns_ < 1'000'000'000ull))
         return;
     last_scan_ns_ = now_ns;
-    for (int pid : target::descendants(static_cast<int>(command))) {
+    for (int pid : proc::descendants(static_cast<int>(command))) {
         // Looked at again only once it has exec'd something else (a shell's child about to exec python).
         std::error_code ec;
         std::string exe = std::filesystem::read_symlink(fmt::format("/proc/{}/exe", pid), ec).string();
@@ -72,7 +72,7 @@ void InterpreterWatch::scan_command(uint32_t command, uint32_t root, uint64_t no
             examined_[static_cast<uint32_t>(pid)] = exe;
             continue;
         }
-        auto path = target::cpython_of(pid);
+        auto path = cpython::cpython_of(pid);
         if (!path)
             continue; // its loader has yet to map its libpython: next time
         examined_[static_cast<uint32_t>(pid)] = exe;
@@ -82,7 +82,7 @@ void InterpreterWatch::scan_command(uint32_t command, uint32_t root, uint64_t no
         r.type = model::kRecordUntracedPython;
         r.tgid = r.tid = static_cast<uint32_t>(pid);
         r.ts_ns = now_ns;
-        copy_str(r.comm, target::read_comm(pid));
+        copy_str(r.comm, proc::read_comm(pid));
         copy_str(r.path, *path);
         emit_(&r, sizeof(r));
     }

@@ -11,14 +11,14 @@
 #include <map>
 #include <string>
 
-#include "target/interpreter.h"
+#include "cpython/interpreter.h"
 
 namespace lotus::capture {
 
 class InterpreterWatch {
 public:
     using Emit = std::function<void(const void* data, size_t len)>; // a user record into the stream
-    InterpreterWatch(const target::Interpreter& probed, Emit emit) : probed_(probed), emit_(std::move(emit)) {}
+    InterpreterWatch(const cpython::Interpreter& probed, Emit emit) : probed_(probed), emit_(std::move(emit)) {}
 
     // A process that exec'd, or one alive at attach: looked at by the next check().
     void look_at(uint32_t pid, uint64_t now_ns) { pending_.emplace(pid, now_ns); }
@@ -32,7 +32,7 @@ public:
     void scan_command(uint32_t command, uint32_t root, uint64_t now_ns, bool force = false);
 
 private:
-    target::Interpreter probed_;
+    cpython::Interpreter probed_;
     Emit emit_;
     std::map<uint32_t, uint64_t> pending_; // pid -> since (monotonic ns)
     std::map<uint32_t, std::string> examined_; // the command's processes told by scan_command: their executable

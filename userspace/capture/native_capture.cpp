@@ -13,7 +13,7 @@
 #include "common/clock.h"
 #include "lotus_abi.h"
 #include "model/user_records.h"
-#include "target/proc_maps.h"
+#include "proc/proc_maps.h"
 
 namespace lotus::capture {
 
@@ -34,7 +34,7 @@ void copy_str(char (&dst)[N], const std::string& src)
 
 } // namespace
 
-NativeCapture::NativeCapture(Probe& probe, std::vector<target::NativeSpec> specs, Emit emit)
+NativeCapture::NativeCapture(Probe& probe, std::vector<elf::NativeSpec> specs, Emit emit)
     : probe_(probe), specs_(std::move(specs)), emit_(std::move(emit)), matched_(specs_.size(), 0)
 {
 }
@@ -50,12 +50,12 @@ const NativeCapture::Probed* NativeCapture::attach_library(const std::string& pa
         auto p = probed_.find({st.st_dev, st.st_ino});
         return p != probed_.end() ? &p->second : nullptr;
     }
-    if (!target::library_wanted(specs_, path))
+    if (!elf::library_wanted(specs_, path))
         return nullptr;
     double t = now_s();
-    std::vector<target::NativeFunction> fns;
+    std::vector<elf::NativeFunction> fns;
     try {
-        fns = target::resolve_native(specs_, path);
+        fns = elf::resolve_native(specs_, path);
     } catch (const std::exception&) {
         return nullptr; // not an ELF file after all: nothing to probe
     }
@@ -105,15 +105,15 @@ void NativeCapture::probed_late(uint32_t pid, uint64_t loaded_ns, const Probed& 
 void NativeCapture::scan_process(uint32_t pid, uint64_t loaded_ns)
 {
     // Each file once (a scan follows every dlopen): what attach_library does with it holds for every process.
-    auto examined = [this](const target::Mapping& m) {
+    auto examined = [this](const proc::Mapping& m) {
         return examined_.count(std::make_tuple(m.dev_major, m.dev_minor, m.inode)) != 0;
     };
-    std::vector<target::Mapping> maps;
+    std::vector<proc::Mapping> maps;
     try {
         // Asked of the kernel mapping by mapping, paths only for new files: the whole maps text of a process that
         // loaded torch is ~1,700 lines, read again at each of its ~100 dlopens while it imports.
-        auto queried = target::exec_file_maps(static_cast<int>(pid), examined);
-        maps = queried ? std::move(*queried) : target::read_maps(static_cast<int>(pid));
+        auto queried = proc::exec_file_maps(static_cast<int>(pid), examined);
+        maps = queried ? std::move(*queried) : proc::read_maps(static_cast<int>(pid));
     } catch (const std::exception&) {
         return;
     }
@@ -129,7 +129,7 @@ void NativeCapture::scan_process(uint32_t pid, uint64_t loaded_ns)
         }
         if (m.path.empty() || m.path[0] != '/')
             continue;
-        std::string local = target::openable_path(static_cast<int>(pid), m.path, m.inode, m.dev_major, m.dev_minor);
+        std::string local = proc::openable_path(static_cast<int>(pid), m.path, m.inode, m.dev_major, m.dev_minor);
         if (local.empty())
             continue;
         examined_.insert(std::make_tuple(m.dev_major, m.dev_minor, m.inode));
@@ -155,7 +155,7 @@ void NativeCapture::on_library_open(const void* data, size_t len)
     std::string local = fmt::format("/proc/{}/root{}", o->h.tgid, path);
     struct stat st;
     if (!path.empty() && path[0] == '/' && path.find(".so") != std::string::npos &&
-        target::library_wanted(specs_, path) && stat(local.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+        elf::library_wanted(specs_, path) && stat(local.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
         if (auto* p = attach_library(local)) // by file: usually before the loader has mapped it, maybe not
             probed_late(o->h.tgid, o->h.ts_ns, *p);
     }

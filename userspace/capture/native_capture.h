@@ -12,15 +12,15 @@
 #include <vector>
 
 #include "probe.h"
-#include "target/native_functions.h"
-#include "target/symbolizer.h"
+#include "elf/native_functions.h"
+#include "elf/symbolizer.h"
 
 namespace lotus::capture {
 
 class NativeCapture {
 public:
     using Emit = std::function<void(const void* data, size_t len)>; // a user record into the stream
-    NativeCapture(Probe& probe, std::vector<target::NativeSpec> specs, Emit emit);
+    NativeCapture(Probe& probe, std::vector<elf::NativeSpec> specs, Emit emit);
 
     // Probes the wanted functions of every library the process maps now.
     // loaded_ns: when the process loaded what is new (a dlopen's return), 0 at attach
@@ -46,9 +46,9 @@ private:
     // pid had loaded the library at loaded_ns, before its probes went live: its calls in between are not seen.
     void probed_late(uint32_t pid, uint64_t loaded_ns, const Probed& p);
     Probe& probe_;
-    std::vector<target::NativeSpec> specs_;
+    std::vector<elf::NativeSpec> specs_;
     Emit emit_;
-    target::Symbolizer symbolizer_;
+    elf::Symbolizer symbolizer_;
     std::set<std::pair<uint64_t, uint64_t>> libraries_; // (dev, inode) already resolved (attached or found empty)
     std::set<std::tuple<uint32_t, uint32_t, uint64_t>> examined_; // mapped files scan_process has looked at
     std::map<std::pair<uint64_t, uint64_t>, Probed> probed_;       // (dev, inode): libraries with live probes

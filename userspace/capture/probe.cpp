@@ -25,7 +25,7 @@
 #include "common/clock.h"
 #include "guardian.h"
 #include "probe_plan.h"
-#include "target/proc_maps.h"
+#include "proc/proc_maps.h"
 #include "thread_sampling.h"
 #include "tracepoint_ids.h"
 #include "lotus.skel.h"
@@ -84,7 +84,7 @@ static bpf_link* attach_tracepoint_id(bpf_program* prog, uint32_t id)
     return link;
 }
 
-Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<CounterSpec>& counters,
+Probe::Probe(const cpython::Interpreter& interp, Sink sink, const std::vector<CounterSpec>& counters,
              ProbeFeatures features)
     : interp_(interp), sink_(std::move(sink))
 {
@@ -112,7 +112,7 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     in.network = features.network;
     in.interp_slots = interp.slots.has_value();
     in.interp_os_read = interp.os_read_offset.has_value();
-    in.links_libc = target::links_libc(interp.object_path);
+    in.links_libc = elf::links_libc(interp.object_path);
     in.libc_dlopen = true; // read below only where the plan would use libc's wrappers with the native map
     in.knob_evaluator = common::knob_on("LOTUS_EVALUATOR_PROBE");
     in.knob_system_wide = common::knob_on("LOTUS_SYSTEM_WIDE_PROBES");
@@ -122,8 +122,8 @@ Probe::Probe(const target::Interpreter& interp, Sink sink, const std::vector<Cou
     in.knob_libc_read = common::knob_on("LOTUS_LIBC_READ");
     ProbePlan plan = plan_probes(kernel, in);
     if (plan.libc && in.native) { // the native map needs the libraries the dynamic loader maps: libc's dlopen
-        auto libc = target::linked_libc(interp.object_path);
-        auto w = libc ? target::libc_wrappers(*libc) : std::nullopt;
+        auto libc = elf::linked_libc(interp.object_path);
+        auto w = libc ? elf::libc_wrappers(*libc) : std::nullopt;
         in.libc_dlopen = w && w->dlopen;
         plan = plan_probes(kernel, in);
     }
@@ -590,14 +590,14 @@ bool Probe::attach_libc_to(uint32_t tgid, std::vector<common::UniqueFd>& fds, ui
 {
     // A child just forked maps what its parent mapped: the parent's libc, without reading the child's maps
     // (~2 ms for a process that loaded torch, while the child is held).
-    std::optional<target::LibcMapping> libc;
+    std::optional<elf::LibcMapping> libc;
     if (auto parent = libc_linked_.find(forked_from); forked_from && parent != libc_linked_.end() &&
                                                         parent->second.size() == 1) {
         const auto& [major, minor, inode] = *parent->second.begin();
-        libc = target::LibcMapping{libc_paths_.at(*parent->second.begin()), inode, major, minor};
+        libc = elf::LibcMapping{libc_paths_.at(*parent->second.begin()), inode, major, minor};
         libc_borrowed_[tgid] = forked_from;
     } else {
-        libc = target::mapped_libc(static_cast<int>(tgid));
+        libc = elf::mapped_libc(static_cast<int>(tgid));
     }
     if (!libc)
         return false;
@@ -607,7 +607,7 @@ bool Probe::attach_libc_to(uint32_t tgid, std::vector<common::UniqueFd>& fds, ui
         return true; // an exec that mapped the same libc again: its links hold for the new image
     auto it = libc_files_.find(file);
     if (it == libc_files_.end())
-        it = libc_files_.emplace(file, target::libc_wrappers(libc->path)).first;
+        it = libc_files_.emplace(file, elf::libc_wrappers(libc->path)).first;
     if (!it->second) {
         if (attach_error_.empty())
             attach_error_ = fmt::format("process {} maps {}, where read, write, open, openat or getppid is not found "
@@ -656,7 +656,7 @@ void Probe::retry_libc()
     uint64_t now = common::monotonic_ns();
     for (auto it = libc_pending_.begin(); it != libc_pending_.end();) {
         std::vector<common::UniqueFd> fds;
-        bool gone = !target::process_exists(static_cast<int>(it->first));
+        bool gone = !proc::process_exists(static_cast<int>(it->first));
         bool done = gone || attach_libc_to(it->first, fds);
         if (!fds.empty())
             process_links_.append(it->first, std::move(fds));

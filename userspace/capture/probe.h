@@ -17,9 +17,9 @@
 #include "common/unique_fd.h"
 #include "perf_events.h"
 #include "process_links.h"
-#include "target/libc_wrappers.h"
+#include "elf/libc_wrappers.h"
 #include "lotus_abi.h"
-#include "target/interpreter.h"
+#include "cpython/interpreter.h"
 
 struct lotus_bpf;
 struct bpf_program;
@@ -80,7 +80,7 @@ public:
 
     // Opens and loads the programs for this interpreter's layout; counters (at most LOTUS_MAX_PERF, all
     // available: see choose_counters) are read at every probe. Throws CaptureError.
-    Probe(const target::Interpreter& interp, Sink sink, const std::vector<CounterSpec>& counters = {},
+    Probe(const cpython::Interpreter& interp, Sink sink, const std::vector<CounterSpec>& counters = {},
           ProbeFeatures features = {});
     ~Probe();
     Probe(const Probe&) = delete;
@@ -217,7 +217,7 @@ private:
     bool attach_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
                      const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies);
 
-    target::Interpreter interp_;
+    cpython::Interpreter interp_;
     Sink sink_;
     Sink lib_sink_;
     uint32_t since_lib_check_ = 0;
@@ -232,7 +232,7 @@ private:
     bool libc_ = false;
     bool os_read_ = false; // reads at the interpreter's os.read (LOTUS_PY_OS_READ), not at libc's read()
     bool native_ = false; // the native map: libc's dlopen is probed too (its returns: LOTUS_EV_LOADED)
-    std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::optional<target::LibcWrappers>> libc_files_; // by file
+    std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::optional<elf::LibcWrappers>> libc_files_; // by file
     std::map<uint32_t, std::set<std::tuple<uint32_t, uint32_t, uint64_t>>> libc_linked_; // per process: its files
     std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::string> libc_paths_; // by file: the path it is pinned by
     std::unordered_map<uint32_t, uint64_t> libc_pending_; // process -> when it was found without a libc (ns)

@@ -18,8 +18,8 @@
 #include "probes.h"
 #include "sweep.h"
 #include "session.h"
-#include "target/cgroup.h"
-#include "target/native_functions.h"
+#include "launch/cgroup.h"
+#include "elf/native_functions.h"
 
 namespace {
 
@@ -59,7 +59,7 @@ const CLI::Validator kCounters(
 const CLI::Validator kNativeSpec(
     [](std::string& v) {
         try {
-            lotus::target::parse_native_spec(v);
+            lotus::elf::parse_native_spec(v);
         } catch (const std::exception& e) {
             return std::string(e.what());
         }
@@ -89,7 +89,7 @@ struct Parsed {
 const CLI::Validator kBytes(
     [](std::string& v) {
         try {
-            lotus::target::parse_bytes(v);
+            lotus::launch::parse_bytes(v);
         } catch (const std::exception& e) {
             return std::string(e.what());
         }
@@ -102,12 +102,12 @@ const CLI::Validator kBytes(
 void check_limits(Parsed& p, bool attach)
 {
     if (!p.memory.empty())
-        p.opts.limits.memory_bytes = lotus::target::parse_bytes(p.memory);
+        p.opts.limits.memory_bytes = lotus::launch::parse_bytes(p.memory);
     for (auto [given, into, flag] : {std::tuple{&p.read_bps, &p.opts.limits.read_bps, "--device-read-bps"},
                                      std::tuple{&p.write_bps, &p.opts.limits.write_bps, "--device-write-bps"}})
         for (const auto& text : *given) {
             try {
-                into->push_back(lotus::target::parse_device_rate(text));
+                into->push_back(lotus::launch::parse_device_rate(text));
             } catch (const std::invalid_argument& e) {
                 throw CLI::ValidationError(fmt::format("{}: {}", flag, e.what()));
             }
@@ -395,7 +395,7 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
             }
             for (const auto& m : sw.memory)
                 try {
-                    lotus::target::parse_bytes(m);
+                    lotus::launch::parse_bytes(m);
                 } catch (const std::exception& e) {
                     throw CLI::ValidationError(fmt::format("sweep: --memory: {}", e.what()));
                 }

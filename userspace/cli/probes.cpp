@@ -4,16 +4,16 @@
 
 #include <exception>
 
-#include "target/interpreter.h"
-#include "target/opcode_handlers.h"
+#include "cpython/interpreter.h"
+#include "cpython/opcode_handlers.h"
 
 namespace lotus::cli {
 
 int run_probes(std::optional<int> pid, const std::string& python)
 {
-    target::Interpreter interp;
+    cpython::Interpreter interp;
     try {
-        interp = pid ? target::find_interpreter(*pid) : target::find_interpreter_in_executable(python, "");
+        interp = pid ? cpython::find_interpreter(*pid) : cpython::find_interpreter_in_executable(python, "");
     } catch (const std::exception& e) {
         fmt::print(stderr, "lotus-bpf: {}\n", e.what());
         return 1;
@@ -21,7 +21,7 @@ int run_probes(std::optional<int> pid, const std::string& python)
     fmt::print("interpreter {}\npython {}\nlayout {}\n", interp.object_path, interp.version.str(), interp.layout_source);
     fmt::print("evaluator _PyEval_EvalFrameDefault {:#x}\n", interp.eval_offset);
     try { // --all-calls where calls are inlined (3.11): its opcode handlers, RESUME's then RETURN_VALUE's
-        auto handlers = target::inline_call_handlers(interp);
+        auto handlers = cpython::inline_call_handlers(interp);
         for (size_t i = 0; i < handlers.size(); i++)
             fmt::print("opcode {} {:#x}\n", i + 1 < handlers.size() ? "RESUME" : "RETURN_VALUE", handlers[i]);
     } catch (const std::exception& e) {

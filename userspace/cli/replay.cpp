@@ -5,28 +5,28 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "export/record_file.h"
+#include "record/record_file.h"
 #include "outputs.h"
 #include "reconstruction.h"
 #include "self_usage.h"
 
 namespace lotus::cli {
 
-static int replay_into(const Options& opts, exporter::RecordReader& in);
+static int replay_into(const Options& opts, record::RecordReader& in);
 
 // A corrupt record file throws before anything is committed: the outputs keep what they had.
 int replay(const Options& opts)
 {
-    exporter::RecordReader in(opts.replay);
+    record::RecordReader in(opts.replay);
     return replay_into(opts, in);
 }
 
-static int replay_into(const Options& opts, exporter::RecordReader& in)
+static int replay_into(const Options& opts, record::RecordReader& in)
 {
     auto lists = rule_lists(opts);
     auto meta = nlohmann::json::parse(in.header().meta_json, nullptr, false);
     if (!meta.is_object()) // format 4's checksum catches damage; older files are checked here
-        throw exporter::RecordError(opts.replay + ": the header's metadata is damaged (not a JSON object); not replayed");
+        throw record::RecordError(opts.replay + ": the header's metadata is damaged (not a JSON object); not replayed");
     auto strings = [&](const char* key) {
         std::vector<std::string> out;
         if (meta.is_object() && meta.contains(key) && meta[key].is_array())
@@ -49,8 +49,8 @@ static int replay_into(const Options& opts, exporter::RecordReader& in)
     bool ended = false;
     while (in.next(record)) {
         auto* h = reinterpret_cast<const lotus_event_header*>(record.data());
-        if (h->type == exporter::kRecordEnd && record.size() >= sizeof(exporter::RecordEnd)) {
-            auto* end = reinterpret_cast<const exporter::RecordEnd*>(record.data());
+        if (h->type == record::kRecordEnd && record.size() >= sizeof(record::RecordEnd)) {
+            auto* end = reinterpret_cast<const record::RecordEnd*>(record.data());
             captured = end->submitted;
             lost = end->lost;
             ended = true;

@@ -26,19 +26,19 @@
 #include "terminal.h"
 #include "export/live_table.h"
 #include "export/chrome_trace.h"
-#include "export/record_file.h"
+#include "record/record_file.h"
 #include "export/summary.h"
 #include "model/engine.h"
 #include "model/messages.h"
-#include "target/elf_file.h"
-#include "target/interpreter.h"
-#include "target/opcode_handlers.h"
-#include "target/cgroup.h"
-#include "target/cpython_layouts.h"
-#include "target/launcher.h"
-#include "target/proc_maps.h"
-#include "target/proc_usage.h"
-#include "target/remote_memory.h"
+#include "elf/elf_file.h"
+#include "cpython/interpreter.h"
+#include "cpython/opcode_handlers.h"
+#include "launch/cgroup.h"
+#include "cpython/cpython_layouts.h"
+#include "launch/launcher.h"
+#include "proc/proc_maps.h"
+#include "proc/proc_usage.h"
+#include "cpython/remote_memory.h"
 #include "capture/bpf_failures.h"
 #include "common/knobs.h"
 
@@ -80,7 +80,7 @@ bool readable(int fd)
 // True when the process is gone or a zombie.
 bool gone(int pid)
 {
-    if (!target::process_exists(pid))
+    if (!proc::process_exists(pid))
         return true;
     FILE* f = fopen(fmt::format("/proc/{}/stat", pid).c_str(), "r");
     if (!f)
@@ -130,7 +130,7 @@ std::vector<uint8_t> resolve_locals(uint32_t tgid, uint64_t code, const std::vec
     std::optional<std::vector<std::string>> names;
     for (uint32_t pid : lineage(tgid, parents))
         if (!names)
-            names = target::read_local_names(static_cast<int>(pid), code, layout);
+            names = cpython::read_local_names(static_cast<int>(pid), code, layout);
     std::vector<uint8_t> slots;
     for (const auto& w : wanted) {
         uint8_t slot = LOTUS_NO_SLOT;
@@ -191,41 +191,41 @@ int run_session(const Options& opts)
         std::vector<std::string> counter_names;
         for (const auto& c : counters)
             counter_names.push_back(c.name);
-        std::vector<target::NativeSpec> native_specs;
+        std::vector<elf::NativeSpec> native_specs;
         if (opts.native_map || !opts.native.empty()) {
-            native_specs = target::default_native_specs();
+            native_specs = elf::default_native_specs();
             for (const auto& n : opts.native)
-                native_specs.push_back(target::parse_native_spec(n));
+                native_specs.push_back(elf::parse_native_spec(n));
         }
 
 
         // --cpus/--memory/--cpuset: the launched job's cgroup, made before it starts and removed after the launcher
         // is gone (declared first: destroyed last).
-        std::unique_ptr<target::JobCgroup> cgroup;
+        std::unique_ptr<launch::JobCgroup> cgroup;
         if (!opts.pid && opts.limits.any())
-            cgroup = std::make_unique<target::JobCgroup>(opts.limits);
-        std::unique_ptr<target::Launcher> launcher;
-        target::Interpreter interp;
+            cgroup = std::make_unique<launch::JobCgroup>(opts.limits);
+        std::unique_ptr<launch::Launcher> launcher;
+        cpython::Interpreter interp;
         int root = 0;
         if (opts.pid) {
             root = *opts.pid;
-            interp = target::find_interpreter(root);
+            interp = cpython::find_interpreter(root);
             if (opts.all_calls && interp.version.minor >= 12)
                 throw std::runtime_error("--all-calls on CPython 3.12+ needs launch mode (-- COMMAND): CPython must "
                                          "start with PYTHONPERFSUPPORT=1");
         }
         // Every output opened now, before anything is attached or launched: a bad destination stops here.
         Outputs outputs(opts);
-        std::unique_ptr<exporter::RecordWriter> recorder;
+        std::unique_ptr<record::RecordWriter> recorder;
         if (!opts.record.empty())
-            recorder = std::make_unique<exporter::RecordWriter>(opts.record, outputs.sink());
+            recorder = std::make_unique<record::RecordWriter>(opts.record, outputs.sink());
         if (!opts.pid) {
             // --all-calls: 3.12+ started with PYTHONPERFSUPPORT=1 runs every Python call through a C
             // trampoline into the evaluator (no inlining); 3.10 never inlines.
             std::vector<std::string> env;
             if (opts.all_calls)
                 env.push_back("PYTHONPERFSUPPORT=1");
-            launcher = std::make_unique<target::Launcher>(opts.command, env);
+            launcher = std::make_unique<launch::Launcher>(opts.command, env);
             root = launcher->pid();
             if (cgroup) { // before it runs: what it forks stays in the cgroup
                 cgroup->add(launcher->command_pid());
@@ -238,21 +238,21 @@ int run_session(const Options& opts)
         // RESUME and RETURN_VALUE handlers, found in its computed-goto table.
         std::optional<std::vector<uint64_t>> handlers;
         if (opts.all_calls)
-            if (auto found = target::inline_call_handlers(interp); !found.empty())
+            if (auto found = cpython::inline_call_handlers(interp); !found.empty())
                 handlers = std::move(found);
 
         // --span and --all-calls name functions, not objects: they need every call from C into Python, at the
         // evaluator's entry; otherwise the type-slot functions, where only calls of objects pass.
         const bool evaluator = opts.all_calls || !lists.spans.empty();
         uint64_t t0 = monotonic_ns();
-        const unsigned cpus = target::allowed_cpus(root).value_or(0); // for the summary's advice
+        const unsigned cpus = proc::allowed_cpus(root).value_or(0); // for the summary's advice
         if (recorder) {
             nlohmann::json meta{{"python", interp.version.str()}, {"interpreter", interp.target_path}, {"cpus", cpus},
                                 {"layout", interp.layout_source}, {"counters", counter_names},
                                 {"pipelines", lists.pipelines}, {"spans", lists.spans}, {"all_calls", opts.all_calls},
                                 {"resources_interval_ms", opts.resources_interval_ms},
                                 {"pss_interval_ms", opts.pss_interval_ms}};
-            recorder->begin(exporter::RecordHeader{t0, static_cast<uint32_t>(root), meta.dump()});
+            recorder->begin(record::RecordHeader{t0, static_cast<uint32_t>(root), meta.dump()});
         }
         std::unique_ptr<capture::Probe> probe;
         std::unique_ptr<capture::NativeCapture> native;
@@ -290,18 +290,18 @@ int run_session(const Options& opts)
         };
         // RANK from a process's environment, into the stream (the record file keeps it for replays).
         auto rank_of = [&](uint32_t pid) {
-            auto rank = target::env_int(static_cast<int>(pid), "RANK");
+            auto rank = proc::env_int(static_cast<int>(pid), "RANK");
             if (!rank)
                 return;
             model::RecordRank r{model::kRecordRank, pid, pid, 0, monotonic_ns(), *rank,
-                                target::env_int(static_cast<int>(pid), "LOCAL_RANK").value_or(-1)};
+                                proc::env_int(static_cast<int>(pid), "LOCAL_RANK").value_or(-1)};
             feed(&r, sizeof(r));
         };
         // Resource use: every traced process's /proc, read in one sweep (one timestamp) every interval; PSS (a walk
         // of its page tables: 5-15 ms for a process that mapped torch here) as --pss-interval says.
         uint64_t last_sweep = 0;
-        target::ProcUsageReader proc_reader;
-        target::PssSchedule pss_schedule(opts.pss_interval_ms, cpus, t0);
+        proc::ProcUsageReader proc_reader;
+        proc::PssSchedule pss_schedule(opts.pss_interval_ms, cpus, t0);
         auto sweep = [&](uint64_t now) {
             bool pss = pss_schedule.due(now);
             uint64_t cpu0 = pss ? thread_cpu_ns() : 0;
@@ -369,9 +369,9 @@ int run_session(const Options& opts)
             rank_of(static_cast<uint32_t>(root));
             if (opts.pid) {
                 // Processes alive now (DataLoader workers already running); later ones join through fork.
-                for (int d : target::descendants(root)) {
+                for (int d : proc::descendants(root)) {
                     probe->trace_process(static_cast<uint32_t>(d), static_cast<uint32_t>(root));
-                    auto parent = static_cast<uint32_t>(target::parent_pid(d).value_or(0));
+                    auto parent = static_cast<uint32_t>(proc::parent_pid(d).value_or(0));
                     known(static_cast<uint32_t>(d), parent, false);
                     if (parent) // (forks seen later tell theirs through their FORK records)
                         engine_parents[static_cast<uint32_t>(d)] = parent;
@@ -383,7 +383,7 @@ int run_session(const Options& opts)
             if (native) {
                 // Libraries mapped now; the ones opened later are probed when their openat is seen.
                 native->scan_process(static_cast<uint32_t>(root));
-                for (int d : target::descendants(root))
+                for (int d : proc::descendants(root))
                     native->scan_process(static_cast<uint32_t>(d));
                 if (opts.sample_freq) {
                     probe->attach_sampling(capture::sampling_event(), opts.sample_freq);
@@ -437,7 +437,7 @@ int run_session(const Options& opts)
         // The end of the command (launch mode) or of the target wakes the loop through a pidfd; where there is
         // none, the loop looks every 50 ms, as it did at every wake-up before (7 syscalls each).
         const pid_t watched = launcher ? launcher->command_pid() : root;
-        common::UniqueFd exit_fd = target::pidfd_of(watched);
+        common::UniqueFd exit_fd = proc::pidfd_of(watched);
         if (exit_fd)
             probe->wake_on(exit_fd.get());
         // LOTUS_POLL_MS: a fixed sleep instead (tests make it long, so that a wake-up lost while the loop was busy
@@ -591,7 +591,7 @@ int run_session(const Options& opts)
             run.native = std::move(n);
         }
         if (recorder) {
-            exporter::RecordEnd end{exporter::kRecordEnd, static_cast<uint32_t>(root), 0, 0, monotonic_ns(),
+            record::RecordEnd end{record::kRecordEnd, static_cast<uint32_t>(root), 0, 0, monotonic_ns(),
                                     stats.submitted, stats.lost};
             recorder->write(&end, sizeof(end));
             recorder->close();

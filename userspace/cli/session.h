@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "target/cgroup.h"
+#include "launch/cgroup.h"
 
 namespace lotus::cli {
 
@@ -31,7 +31,7 @@ struct Options {
     bool all_calls = false;         // see every Python call (launch mode, CPython 3.12+ via PYTHONPERFSUPPORT)
     bool quiet = false; // no status line
     bool top = false;   // `lotus-bpf top`: a live table on the terminal instead of outputs
-    target::Limits limits; // --cpus, --memory, --cpuset: launch mode only
+    launch::Limits limits; // --cpus, --memory, --cpuset: launch mode only
     bool native_map = false;          // sampling map + built-in native function probes
     std::vector<std::string> native;  // --native LIBGLOB:SYMBOLGLOB
     unsigned sample_freq = 99;        // Hz, for the native map (docs/native-map.md: what a sample costs)

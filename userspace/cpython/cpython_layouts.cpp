@@ -1,0 +1,62 @@
+#include "cpython/cpython_layouts.h"
+
+#include <fmt/format.h>
+
+namespace lotus::cpython {
+
+namespace {
+
+struct Row {
+    int major, minor;
+    lotus_py_layout layout;
+};
+
+// One row per supported version, measured with offsetof() against that version's own headers by
+// scripts/cpython-layouts.sh (ctest layouts.from_headers checks the file still matches them), x86_64. Each row
+// is exercised by an integration test on a real interpreter of that version (tests/integration/test_versions.py).
+// What changes between them:
+// - 3.10: frames are PyFrameObjects; tstate->frame is the caller's frame at entry; no co_qualname (co_name),
+//   locals' names in co_varnames; arguments captured by a nested scope moved into cells (co_cell2arg).
+// - 3.11: _PyInterpreterFrame; tstate->cframe->current_frame; is_entry marks the evaluator's first frame.
+// - 3.12: f_code first, C-stack shim frames (owner FRAME_OWNED_BY_CSTACK), str without wstr, tagged ints
+//   (lv_tag).
+// - 3.13: no _PyCFrame: tstate->current_frame; f_executable (a code object for Python frames).
+// - 3.14: f_executable is a tagged _PyStackRef (Py_TAG_BITS cleared), frame fields after it moved
+//   (stackpointer), the shim frames' owner renamed FRAME_OWNED_BY_INTERPRETER, tuples cache their hash (ob_item
+//   32). The interpreter's own _Py_DebugOffsets, where present (3.13+), are read in preference.
+constexpr Row kRows[] = {
+#include "cpython/cpython_layout_rows.inc"
+};
+
+} // namespace
+
+std::string PyVersion::str() const
+{
+    return micro >= 0 ? fmt::format("{}.{}.{}", major, minor, micro) : fmt::format("{}.{}", major, minor);
+}
+
+std::optional<lotus_py_layout> layout_for(const PyVersion& v)
+{
+    for (const auto& r : kRows)
+        if (r.major == v.major && r.minor == v.minor)
+            return r.layout;
+    return std::nullopt;
+}
+
+InlineCallOpcodes inline_call_opcodes(const PyVersion& v)
+{
+    // Include/opcode.h of 3.11: RESUME 151, RESUME_QUICK 150, RETURN_VALUE 83.
+    if (v.major == 3 && v.minor == 11)
+        return {{151, 150}, 83};
+    return {};
+}
+
+std::string supported_versions()
+{
+    std::string s;
+    for (const auto& r : kRows)
+        s += (s.empty() ? "" : ", ") + fmt::format("{}.{}", r.major, r.minor);
+    return s;
+}
+
+} // namespace lotus::cpython

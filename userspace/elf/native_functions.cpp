@@ -1,0 +1,122 @@
+#include "elf/native_functions.h"
+
+#include <fnmatch.h>
+#include <limits.h>
+#include <stdlib.h>
+
+#include <cctype>
+#include <set>
+#include <stdexcept>
+
+#include "common/path.h"
+#include "elf/elf_file.h"
+#include "elf/probe_point.h"
+#include "elf/symbolizer.h"
+
+namespace lotus::elf {
+
+namespace {
+
+// Identifier pieces of a glob ("at::_ops::copy_::call" -> at, _ops, copy_, call) that a mangled name must
+// contain too: demangling 30,000 libtorch symbols per spec would make attach slow.
+std::vector<std::string> literal_words(const std::string& glob)
+{
+    std::vector<std::string> words;
+    std::string w;
+    for (char c : glob + " ") {
+        if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') {
+            w += c;
+        } else {
+            if (w.size() >= 3)
+                words.push_back(w);
+            w.clear();
+        }
+    }
+    return words;
+}
+
+} // namespace
+
+NativeSpec parse_native_spec(const std::string& text)
+{
+    auto colon = text.find(':');
+    // The library part ends at the first ':' not followed by another ':' (C++ scopes use "::").
+    while (colon != std::string::npos && colon + 1 < text.size() && text[colon + 1] == ':')
+        colon = text.find(':', colon + 2);
+    if (colon == std::string::npos || colon == 0 || colon + 1 >= text.size())
+        throw std::invalid_argument("--native wants LIBGLOB:SYMBOLGLOB (e.g. 'libjpeg*:jpeg_read_*'), got '" +
+                                    text + "'");
+    return {text.substr(0, colon), text.substr(colon + 1)};
+}
+
+std::vector<NativeSpec> default_native_specs()
+{
+    // A probed call costs its thread an entry and a return trap (11 us on these machines), so the built-in set is
+    // where sampling alone cannot name the code that runs: libjpeg's decoder internals are static and libtorch's
+    // kernels hidden, and their samples are named after the innermost probed call open (docs/native-map.md).
+    // Pillow's own functions and libjpeg's API have symbols: sampling names them; --native probes them as spans.
+    return {
+        // JPEG decode: Pillow's decoder call, once per image (per read chunk of a large file).
+        {"_imaging*.so", "ImagingJpegDecode"},
+        // torch ops behind ToTensor (copy, div), Normalize (sub_, div_) and default_collate (stack). Not
+        // _to_copy: it copies through copy_, which is probed.
+        {"libtorch_cpu.so*", "at::_ops::copy_::call"},
+        {"libtorch_cpu.so*", "at::_ops::div_Scalar::call"},
+        {"libtorch_cpu.so*", "at::_ops::div_Tensor::call"},
+        {"libtorch_cpu.so*", "at::_ops::div__Tensor::call"},
+        {"libtorch_cpu.so*", "at::_ops::div__Scalar::call"},
+        {"libtorch_cpu.so*", "at::_ops::sub_Tensor::call"},
+        {"libtorch_cpu.so*", "at::_ops::sub__Tensor::call"},
+        {"libtorch_cpu.so*", "at::_ops::stack::call"},
+        {"libtorch_cpu.so*", "at::_ops::stack_out::call"},
+    };
+}
+
+bool library_wanted(const std::vector<NativeSpec>& specs, const std::string& path)
+{
+    std::string base = common::base_name(path);
+    for (const auto& s : specs)
+        if (fnmatch(s.library.c_str(), base.c_str(), 0) == 0)
+            return true;
+    return false;
+}
+
+std::vector<NativeFunction> resolve_native(const std::vector<NativeSpec>& specs, const std::string& path_in)
+{
+    // The file itself, as /proc/PID/maps names it (a library is often opened through a symlink).
+    char real[PATH_MAX];
+    std::string path = realpath(path_in.c_str(), real) ? std::string(real) : path_in;
+    std::string base = common::base_name(path);
+    std::vector<const NativeSpec*> mine;
+    for (const auto& s : specs)
+        if (fnmatch(s.library.c_str(), base.c_str(), 0) == 0)
+            mine.push_back(&s);
+    std::vector<NativeFunction> out;
+    if (mine.empty())
+        return out;
+    std::vector<std::vector<std::string>> words;
+    for (const auto* s : mine)
+        words.push_back(literal_words(s->symbol));
+    ElfFile elf(path);
+    std::set<uint64_t> seen;
+    for (const auto& [raw, sym] : elf.functions()) {
+        for (size_t i = 0; i < mine.size(); i++) {
+            bool maybe = true;
+            for (const auto& w : words[i])
+                maybe = maybe && raw.find(w) != std::string::npos;
+            if (!maybe)
+                continue;
+            std::string name = demangle(raw);
+            if (fnmatch(mine[i]->symbol.c_str(), name.c_str(), 0) != 0 &&
+                fnmatch(mine[i]->symbol.c_str(), raw.c_str(), 0) != 0)
+                continue;
+            auto off = elf.file_offset(sym.value + cheap_probe_shift(elf, sym.value, sym.size));
+            if (off && seen.insert(*off).second)
+                out.push_back({path, base, name, *off, static_cast<size_t>(mine[i] - specs.data())});
+            break;
+        }
+    }
+    return out;
+}
+
+} // namespace lotus::elf

@@ -1,0 +1,34 @@
+// Which native functions get entry/return probes (--native LIBGLOB:SYMBOLGLOB, and a built-in set for the
+// image pipeline), and where they are in a library file.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lotus::elf {
+
+struct NativeSpec {
+    std::string library; // glob on the file's basename: "libjpeg*.so*", "_imaging*.so"
+    std::string symbol;  // glob on the demangled name without parameters, or on the raw symbol name
+};
+
+// "LIBGLOB:SYMBOLGLOB"; the symbol part may itself hold "::" (C++). Throws std::invalid_argument.
+NativeSpec parse_native_spec(const std::string& text);
+// JPEG decode (libjpeg, Pillow's decoder), Pillow resample/crop/flip/convert, torch copy/arith/stack ops.
+std::vector<NativeSpec> default_native_specs();
+
+struct NativeFunction {
+    std::string path;     // the library file
+    std::string library;  // its basename
+    std::string name;     // demangled, without parameters
+    uint64_t offset = 0;  // file offset of its entry (for the uprobe)
+    size_t spec = 0;      // the index of the spec that selected it
+};
+
+// Whether a library path's basename matches some spec (so it is worth opening).
+bool library_wanted(const std::vector<NativeSpec>& specs, const std::string& path);
+// The functions of one library file that the specs select, each once. Throws std::runtime_error when the
+// file is not a readable ELF file.
+std::vector<NativeFunction> resolve_native(const std::vector<NativeSpec>& specs, const std::string& path);
+
+} // namespace lotus::elf

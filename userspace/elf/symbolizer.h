@@ -1,0 +1,94 @@
+// Native addresses of a process to function names: its /proc/PID/maps, then the mapped file's ELF symbols
+// (.dynsym and .symtab), demangled. What a sampled instruction pointer or a probed function is called.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "proc/proc_maps.h"
+
+namespace lotus::elf {
+
+// "at::_ops::copy_::call(at::Tensor&, ...)" -> "at::_ops::copy_::call"; C names are returned unchanged.
+std::string demangle(const std::string& name, bool with_params = false);
+
+class ElfFile;
+
+// One file's functions, sorted by address (file virtual addresses).
+class FunctionTable {
+public:
+    explicit FunctionTable(const std::string& path); // throws std::runtime_error
+    ~FunctionTable();
+    // The function whose [start, start + size) holds vaddr, or nullptr.
+    const std::string* find(uint64_t vaddr) const;
+    // The function at a file offset (what a mapping of the file shows), or nullptr.
+    const std::string* find_offset(uint64_t file_offset) const;
+    // The same, and the file offsets around it that give the same answer: [*lo, *hi).
+    const std::string* find_offset_range(uint64_t file_offset, uint64_t* lo, uint64_t* hi) const;
+
+private:
+    // find(), and the addresses around vaddr that give the same answer: [*lo, *hi).
+    const std::string* find_range(uint64_t vaddr, uint64_t* lo, uint64_t* hi) const;
+    std::unique_ptr<ElfFile> elf_;
+    struct Entry {
+        uint64_t start, end;
+        uint32_t name;
+    };
+    std::vector<Entry> entries_;
+    // Mangled until first found (then demangled in place): demangling every symbol up front cost 70 ms for
+    // libtorch_cpu. Not thread-safe, like the rest of the symbolizer.
+    mutable std::vector<std::string> names_;
+    mutable std::vector<bool> demangled_;
+};
+
+struct NativeFrame {
+    std::string function; // demangled without parameters; empty when unknown
+    std::string library;  // basename of the mapped file, "" when the address is in no file mapping
+    uint64_t lo = 0, hi = 0; // the process's addresses around the one asked for that resolve the same, [lo, hi)
+};
+
+class Symbolizer {
+public:
+    // A process's maps are read on first use, and again when an address falls outside them shortly after
+    // the process opened a library (dlopen maps it right after). The frame's range is exact for the maps and
+    // symbols the answer came from: the whole function (cut where another symbol starts or ends, to the
+    // mapping and to one loadable segment), the gap between symbols, the whole mapping where the file has no
+    // symbols or is not a file; just ip where it came from an ancestor's maps or from none.
+    NativeFrame resolve(uint32_t pid, uint64_t ip);
+    // The process opened a shared library (it may map it now), or exec'd (everything changed).
+    void library_opened(uint32_t pid);
+    void execed(uint32_t pid) { maps_.erase(pid); }
+    // A forked child has its parent's mappings (as far as they were read): used until it misses them, and once
+    // the child itself is gone.
+    void set_parent(uint32_t pid, uint32_t parent);
+    size_t files_loaded() const { return files_.size(); }
+    size_t maps_read() const { return maps_read_; } // /proc/PID/maps files read so far
+    // Which reading of its maps the process's addresses resolve through now (0: none yet); a fork child shares
+    // its parent's until it reads its own. Ranges resolved through another reading may not hold any more.
+    uint64_t maps_generation(uint32_t pid) const
+    {
+        auto it = maps_.find(pid);
+        return it == maps_.end() ? 0 : it->second.generation;
+    }
+
+private:
+    const std::vector<proc::Mapping>* maps(uint32_t pid, bool refresh);
+    const FunctionTable* table(const std::string& path);
+    struct Maps {
+        std::shared_ptr<const std::vector<proc::Mapping>> maps;
+        uint64_t read_ms = 0;
+        uint64_t reread_until_ms = 0; // a miss re-reads the maps until then (a library was opened)
+        bool inherited = false;       // the parent's at fork, shared: a miss reads the process's own
+        uint64_t generation = 0;      // which reading this is, numbered over all processes
+    };
+    uint64_t generations_ = 0;
+    std::unordered_map<uint32_t, Maps> maps_;
+    std::unordered_map<uint32_t, uint32_t> parents_;
+    std::map<std::string, std::unique_ptr<FunctionTable>> files_; // null: unreadable
+    size_t maps_read_ = 0;
+};
+
+} // namespace lotus::elf
