@@ -1,4 +1,5 @@
 """Shared helpers of the integration tests: the real lotus-bpf binary on real Python processes."""
+import dataclasses
 import gzip
 import json
 import os
@@ -389,3 +390,191 @@ def assert_containers(test, trace, samples, ops, summary_path):
         rows = json.load(f)["ops"]
     test.assertEqual(rows["ColorJitter (in RandomApply)"]["count"], samples)
     test.assertEqual(rows["Grayscale (in Compose)"]["count"], samples)
+
+
+# The DataLoader scenarios that run on every stack, written once: DataLoaderScenarios below, a TestCase per stack
+# (test_dataloader.DataLoaderSemantics on Debian's torch, test_modern.ModernStack on the modern one) with its
+# own scenarios besides. Each field of Stack is one way the stacks differ, said where the scenarios use it.
+IMAGES, BATCH = 256, 32  # the scenarios' ImageFolder and batch size
+V2_OPS = ["RandomResizedCrop", "RandomHorizontalFlip", "ToImage", "ToDtype", "Normalize"]  # OPS in transforms v2
+
+
+@dataclasses.dataclass(frozen=True)
+class Stack:
+    """A CPython with torch and torchvision, and what the shared scenarios run and expect there."""
+    name: str
+    python: tuple  # the command that runs its python3 with arguments, as the tracer launches it
+    transforms: tuple  # the workload's arguments for its transforms: () for v1, ("--v2",) for v2
+    ops: tuple  # the ops of the workload's pipeline in those transforms (OPS, V2_OPS)
+    op_past_flaky: str  # an op of `ops` that runs only in the pipeline runs that got past --flaky's Flaky
+    # Every job logs each collation's end and each data_queue.put (the workload's --collate-log, whose collate_fn
+    # is then LoggedCollate, and --put-log), and the two-worker job checks its batches end at the hand-over.
+    hand_over_logs: bool
+    lossless: bool  # every job's trace says it lost no event
+    # The ways of running a scenario each stack runs (a subset where CI time is short):
+    pin_thread_runs: tuple  # test_pin_memory_thread: (workload arguments, epochs) for each run
+    left_mid_epoch_runs: tuple  # test_persistent_workers_left_mid_epoch: the workload's arguments for each run
+    persistent_args: tuple  # test_persistent_workers_three_epochs: the workload's arguments besides --persistent
+    worker_runs: tuple  # test_worker_counts: (workers, epochs) for each run
+    # test_target_transform_and_own_calls_are_the_items: besides the exact check, every op within the sample of
+    # its id, and each sample ending as its Relabel call does
+    sample_ends_at_own_call: bool
+    interpreter: str = None  # what each job's tracer must say it probes ("CPython 3.14.10"); None: not checked
+
+
+class DataLoaderScenarios:
+    """The scenarios every stack runs (a mixin of a BpfTestCase whose `stack` is a Stack), each exact against the
+    workload's in-process ground truth. The workload runs on the stack's python in its transforms, `workers` workers
+    for `epochs` epochs over IMAGES JPEGs in batches of BATCH."""
+    stack = None
+
+    def job(self, *args, epochs=2, workers=2, env=None, transforms=None):
+        """The workload traced, with `args` besides (and `transforms` instead of the stack's): returns (data, trace);
+        the printed summary in self.stdout, the tracer's stderr in self.stderr, the summary JSON's path in
+        self.summary, the workload's logs' paths in self.logs (waits; collates and puts with hand_over_logs)."""
+        data = dataset(IMAGES)
+        out, self.summary = self.path("trace.json"), self.path("summary.json")
+        self.logs = {k: self.path(f"{k}.log")
+                     for k in ("waits",) + (("collates", "puts") if self.stack.hand_over_logs else ())}
+        for log in self.logs.values():  # the workload appends (a test may run several jobs)
+            if os.path.exists(log):
+                os.remove(log)
+        logged = [a for k, flag in (("waits", "--wait-log"), ("collates", "--collate-log"), ("puts", "--put-log"))
+                  if k in self.logs for a in (flag, self.logs[k])]
+        r = run_lotus(["-q", "-o", out, "--summary-json", self.summary, "--", *self.stack.python, WORKLOAD, data,
+                       *(self.stack.transforms if transforms is None else transforms), "--workers", str(workers),
+                       "--batch-size", str(BATCH), "--epochs", str(epochs), *logged, *args],
+                      env={**os.environ, **(env or {})})
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        if self.stack.interpreter:
+            self.assertIn(self.stack.interpreter, r.stderr)
+        self.stdout, self.stderr = r.stdout, r.stderr
+        trace = load_trace(out)
+        if self.stack.lossless:
+            self.assertEqual(trace["otherData"]["lost_events"], 0)
+        return data, trace
+
+    def exact(self, data, trace, epochs, workers, ops=None, batch=BATCH):
+        assert_dataloader_exact(self, data, trace, epochs, workers, IMAGES, batch,
+                                list(self.stack.ops if ops is None else ops), self.stdout, self.summary)
+
+    def waits_match_in_process_next(self, trace, slack_us=500.0, outliers=0):
+        assert_waits_match(self, trace, self.logs["waits"], slack_us, outliers)
+
+    def test_wait_times_match_in_process_next(self):
+        """Two workers, two epochs: exact, and every wait as long as the in-process timer around its next() says
+        (and, where the workload logs them, every batch ending at its hand-over)."""
+        data, trace = self.job()
+        self.exact(data, trace, 2, 2)
+        if self.stack.hand_over_logs:
+            self.batches_end_at_the_hand_over(trace, self.logs["collates"], self.logs["puts"])
+        self.waits_match_in_process_next(trace)
+
+    def test_worker_counts(self):
+        """No workers (every batch the main process's) and other numbers of workers than two."""
+        for workers, epochs in self.stack.worker_runs:
+            with self.subTest(workers=workers, epochs=epochs):
+                data, trace = self.job(workers=workers, epochs=epochs)
+                self.exact(data, trace, epochs, workers)
+
+    def test_spawn(self):
+        data, trace = self.job("--context", "spawn", epochs=1)
+        self.exact(data, trace, 1, 2)
+
+    def test_persistent_workers_three_epochs(self):
+        data, trace = self.job("--persistent", *self.stack.persistent_args, epochs=3)
+        self.exact(data, trace, 3, 2)
+        self.assertEqual(len({b["pid"] for b in spans(trace, "batch")}), 2)  # the same two processes
+
+    def test_pin_memory_thread(self):
+        """pin_memory where an accelerator is (as in GPU training): torch's pin-memory thread reads every batch from
+        the workers' result queue and relays it to next() through an in-process queue, so the training loop reads
+        no batch message itself. torch is told an accelerator is there and its pinning hands batches over
+        unchanged: the thread, its queues and next() are torch's own. Every wait is that next()'s batch, with
+        persistent workers too."""
+        for args, epochs in self.stack.pin_thread_runs:
+            with self.subTest(args=args):
+                data, trace = self.job("--pin-memory", "--pin-thread", *args, epochs=epochs)
+                self.exact(data, trace, epochs, 2)
+                self.waits_match_in_process_next(trace, PIN_THREAD_SLACK_US)
+
+    def test_persistent_workers_left_mid_epoch(self):
+        """The loop leaves every other epoch after 3 batches: the persistent iterator's next __iter__ reads and drops
+        what the workers still sent of it before their new epoch begins (the training loop itself, or torch's
+        pin-memory thread, which relays the new epoch's batches). Every wait is its next()'s batch, of its epoch."""
+        for args in self.stack.left_mid_epoch_runs:
+            with self.subTest(args=args):
+                data, trace = self.job("--persistent", "--break-after", "3", *args, epochs=4)
+                self.waits_match_in_process_next(trace, PIN_THREAD_SLACK_US if "--pin-thread" in args else 500.0)
+                self.assertEqual(len(spans(trace, "wait")), 2 * (3 + IMAGES // BATCH))
+                self.assertNotIn("as they arrived", self.stdout)
+
+    def test_target_transform_and_own_calls_are_the_items(self):
+        """An item's __getitem__ runs two pipelines (transform, then target_transform, each a Compose) and calls an
+        object of its own after them (a subclass's, after super().__getitem__; Python-to-Python calls inlined since
+        CPython 3.11): one sample each item, with one loader, holding every op, and batches of BATCH samples."""
+        data, trace = self.job("--target-transform", epochs=1)
+        self.exact(data, trace, 1, 2, list(self.stack.ops) + ["Offset", "LabelTensor", "Relabel"])
+        if self.stack.sample_ends_at_own_call:
+            samples = {s["args"]["sample_id"]: s for s in spans(trace, "sample")}
+            for op in spans(trace, "op"):
+                smp = samples[op["args"]["sample_id"]]
+                self.assertTrue(smp["ts"] <= op["ts"] and op["ts"] + op["dur"] <= smp["ts"] + smp["dur"], (op, smp))
+            # each sample ends with its own call, after both pipelines
+            ends = sorted(s["ts"] + s["dur"] for s in spans(trace, "sample"))
+            self.assertEqual(ends, sorted(op["ts"] + op["dur"] for op in spans(trace, "op") if op["name"] == "Relabel"))
+
+    def test_two_views_of_each_item_are_one_sample(self):
+        """transform=TwoViews(Compose): each item runs the same pipeline twice (contrastive learning)."""
+        data, trace = self.job("--two-views", epochs=1)
+        assert_two_views(self, trace, IMAGES, BATCH, self.stack.ops, self.summary)
+
+    def test_an_item_retried_after_its_pipeline_raised_is_one_sample(self):
+        """A transform raises now and then; the dataset's __getitem__ catches it and runs the pipeline again."""
+        log = self.path("retries.log")
+        data, trace = self.job("--flaky", log, epochs=1)
+        assert_retried_items(self, trace, log, IMAGES, BATCH, "RandomResizedCrop", self.stack.op_past_flaky)
+
+    def test_no_batching(self):
+        """DataLoader(batch_size=None): each task is one sample's index, not a list, and each 'batch' one sample,
+        converted, not collated. Every sample is a batch of one, with its wait, arrow and delay."""
+        data, trace = self.job("--no-batching", epochs=1)
+        self.exact(data, trace, 1, 2, batch=1)
+        # (256 short waits on 2 CPUs the workers keep busy: the scheduler preempted the loop next to a call in 1 to
+        # 3 of them in a run, 1.5-3.5 ms; none may be longer than its timer)
+        self.waits_match_in_process_next(trace, outliers=IMAGES // 50)
+        self.assertIn("from a batch ready to its use", self.stdout)
+
+    def test_container_transforms(self):
+        data, trace = self.job("--containers", epochs=1)
+        assert_containers(self, trace, IMAGES, self.stack.ops, self.summary)
+
+    def batches_end_at_the_hand_over(self, trace, collate_log, put_log):
+        """A worker's batch ends where its loop calls getppid, just after data_queue.put: after its collate_fn
+        returned and after the put returned (in-process clock), by at most a few ms: the put log's own write lets the
+        queue's feeder thread take the GIL to pickle the batch (about 1 ms), and on 2 cores with 3 busy processes the
+        worker can be preempted. Between collate and put the worker frees the batch's samples, which takes ms too:
+        the hand-over, not the collation's end, is the mark."""
+        t0 = int(trace["otherData"]["t0_monotonic_ns"])
+        collated, handed = {}, {}
+        for pid, n, ns in read_lines(collate_log):
+            collated.setdefault(int(pid), []).append((int(ns) - t0) / 1000.0)
+        for pid, ns, *_ in read_lines(put_log):
+            handed.setdefault(int(pid), []).append((int(ns) - t0) / 1000.0)
+        per_pid = {}
+        for b in spans(trace, "batch"):
+            per_pid.setdefault(b["pid"], []).append(b)
+        self.assertEqual(set(per_pid), set(collated))
+        self.assertEqual(set(per_pid), set(handed))
+        lags = []
+        for pid, bs in per_pid.items():
+            bs.sort(key=lambda b: b["ts"])
+            self.assertEqual(len(bs), len(collated[pid]))
+            self.assertEqual(len(bs), len(handed[pid]))
+            for b, c, h in zip(bs, collated[pid], handed[pid]):
+                end = b["ts"] + b["dur"]
+                self.assertGreaterEqual(end, c, (b, c, h))
+                lags.append(end - h)
+        self.assertGreaterEqual(min(lags), 0, lags)
+        self.assertLess(max(lags), 20000, lags)  # us
+        self.assertLess(sorted(lags)[len(lags) // 2], 3000, lags)

@@ -1,41 +1,29 @@
 """DataLoader semantics on real torch: worker batches, loader/collate spans, waits, delays, flows, epochs,
-in every multiprocessing mode."""
+in every multiprocessing mode. On Debian's CPython, torch 1.13 and torchvision 0.14 (transforms v1): the scenarios
+every stack runs (harness.DataLoaderScenarios; test_modern runs them on the modern stack) and this stack's own."""
 import json
 import os
 import re
-import subprocess
 import unittest
 from collections import Counter
 
-from harness import (OPS, PIN_THREAD_SLACK_US, PY, WORKLOAD, BpfTestCase, assert_containers, assert_dataloader_exact, assert_nested,
-                     assert_retried_items, assert_two_views, assert_waits_match, dataset,
-                     image_paths, load_trace, read_lines, run_lotus, spans)
+from harness import (BATCH, IMAGES, OPS, PIN_THREAD_SLACK_US, PY, WORKLOAD, BpfTestCase, DataLoaderScenarios, Stack,
+                     assert_nested, dataset, load_trace, read_lines, run_lotus, spans)
 
-IMAGES, BATCH = 256, 32
 BATCHES = IMAGES // BATCH
 
+DEBIAN = Stack(
+    name="debian", python=(PY,), transforms=(), ops=tuple(OPS), op_past_flaky="ToTensor", hand_over_logs=False,
+    lossless=False,
+    pin_thread_runs=(((), 2), (("--persistent",), 3)),
+    left_mid_epoch_runs=((), ("--pin-memory", "--pin-thread")),  # the loop's own drain, and the thread's
+    persistent_args=(),
+    worker_runs=((0, 2), (1, 1), (4, 1)),
+    sample_ends_at_own_call=True)
 
-class DataLoaderSemantics(BpfTestCase):
-    def trace_job(self, *job_args, epochs=2, workers=2, env=None):
-        data = dataset(IMAGES)
-        out = self.path("trace.json")
-        self.wait_log = self.path("waits.log")
-        if os.path.exists(self.wait_log):  # the workload appends (a test may run several jobs)
-            os.remove(self.wait_log)
-        self.summary = self.path("summary.json")
-        r = run_lotus(["-q", "-o", out, "--summary-json", self.summary, "--", PY, WORKLOAD, data,
-                       "--workers", str(workers), "--batch-size", str(BATCH), "--epochs", str(epochs),
-                       "--wait-log", self.wait_log, *job_args], env={**os.environ, **(env or {})})
-        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
-        self.stdout, self.stderr = r.stdout, r.stderr
-        return data, load_trace(out)
 
-    def check(self, data, trace, epochs, workers):
-        assert_dataloader_exact(self, data, trace, epochs, workers, IMAGES, BATCH, OPS, self.stdout, self.summary)
-
-    def test_container_transforms(self):
-        data, trace = self.trace_job("--containers", epochs=1)
-        assert_containers(self, trace, IMAGES, OPS, self.summary)
+class DataLoaderSemantics(DataLoaderScenarios, BpfTestCase):
+    stack = DEBIAN
 
     def test_non_ascii_names_pass_through(self):
         """Paths and class names that are not ASCII read back identical from the trace and the summary JSON."""
@@ -63,8 +51,8 @@ class DataLoaderSemantics(BpfTestCase):
         for probes, env, root_min, worker_max, workers_max in (
                 ("type slots", {}, 100, 100, 250), ("evaluator", {"LOTUS_EVALUATOR_PROBE": "1"}, 1000, 250, 600)):
             with self.subTest(probes=probes):
-                data, trace = self.trace_job(env={"LOTUS_DEBUG_EVENTS": "1", **env})  # every record on stderr
-                self.check(data, trace, 2, 2)
+                data, trace = self.job(env={"LOTUS_DEBUG_EVENTS": "1", **env})  # every record on stderr
+                self.exact(data, trace, 2, 2)
                 self.assertEqual(trace["otherData"]["python_probes"], probes)
                 # Forked workers share the main process's role space: BPF describes to user space only the code
                 # objects a worker made after the fork (Pillow's JPEG plugin, imported at the first image), not
@@ -98,99 +86,16 @@ class DataLoaderSemantics(BpfTestCase):
                               ({"LOTUS_SYSCALL_EVENTS": "1"}, "watched syscalls"),
                               ({"LOTUS_RAW_SYSCALLS": "1"}, "every syscall")):
             with self.subTest(programs=programs):
-                data, trace = self.trace_job(env=env)
-                self.check(data, trace, 2, 2)
+                data, trace = self.job(env=env)
+                self.exact(data, trace, 2, 2)
                 self.assertEqual(trace["otherData"]["syscall_programs"], programs)
 
-    def waits_match_in_process_next(self, trace, slack_us=500.0, outliers=0):
-        assert_waits_match(self, trace, self.wait_log, slack_us, outliers)
-
-    def test_wait_times_match_in_process_next(self):
-        data, trace = self.trace_job()
-        self.waits_match_in_process_next(trace)
-
-    def test_pin_memory_thread(self):
-        """pin_memory with CUDA: torch's pin-memory thread relays each batch from the result queue to next(), which
-        reads none itself. torch is told CUDA is there and its pinning hands batches over unchanged; the thread,
-        its queues and next() are torch's own. Every wait is that next()'s batch, persistent workers too."""
-        for args, epochs in ((), 2), (("--persistent",), 3):
-            with self.subTest(args=args):
-                data, trace = self.trace_job("--pin-memory", "--pin-thread", *args, epochs=epochs)
-                self.check(data, trace, epochs, 2)
-                self.waits_match_in_process_next(trace, PIN_THREAD_SLACK_US)
-
-    def test_target_transform_and_own_calls_are_the_items(self):
-        """An item's __getitem__ runs two pipelines (transform, then target_transform, each a Compose) and calls an
-        object of its own after them (a subclass's, after super().__getitem__): one sample each item, with one
-        loader, holding every op, and batches of BATCH samples."""
-        data, trace = self.trace_job("--target-transform", epochs=1)
-        assert_dataloader_exact(self, data, trace, 1, 2, IMAGES, BATCH, OPS + ["Offset", "LabelTensor", "Relabel"],
-                                self.stdout, self.summary)
-        samples = {s["args"]["sample_id"]: s for s in spans(trace, "sample")}
-        for op in spans(trace, "op"):
-            smp = samples[op["args"]["sample_id"]]
-            self.assertTrue(smp["ts"] <= op["ts"] and op["ts"] + op["dur"] <= smp["ts"] + smp["dur"], (op, smp))
-        # each sample ends with its own call, after both pipelines
-        ends = sorted(s["ts"] + s["dur"] for s in spans(trace, "sample"))
-        self.assertEqual(ends, sorted(op["ts"] + op["dur"] for op in spans(trace, "op") if op["name"] == "Relabel"))
-
-    def test_two_views_of_each_item_are_one_sample(self):
-        """transform=TwoViews(Compose): each item runs the same pipeline twice (contrastive learning)."""
-        data, trace = self.trace_job("--two-views", epochs=1)
-        assert_two_views(self, trace, IMAGES, BATCH, OPS, self.summary)
-
-    def test_an_item_retried_after_its_pipeline_raised_is_one_sample(self):
-        """A transform raises now and then; the dataset's __getitem__ catches it and runs the pipeline again."""
-        log = self.path("retries.log")
-        data, trace = self.trace_job("--flaky", log, epochs=1)
-        assert_retried_items(self, trace, log, IMAGES, BATCH, "RandomResizedCrop", "ToTensor")
-
-    def test_no_batching(self):
-        """DataLoader(batch_size=None): each task is one sample's index, not a list, and each 'batch' one sample,
-        converted, not collated. Every sample is a batch of one, with its wait, arrow and delay."""
-        data, trace = self.trace_job("--no-batching", epochs=1)
-        assert_dataloader_exact(self, data, trace, 1, 2, IMAGES, 1, OPS, self.stdout, self.summary)
-        # (256 short waits on 2 CPUs the workers keep busy: the scheduler preempted the loop next to a call in 1 to
-        # 3 of them in a run, 1.5-3.5 ms; none may be longer than its timer)
-        self.waits_match_in_process_next(trace, outliers=IMAGES // 50)
-        self.assertIn("from a batch ready to its use", self.stdout)
-
-    def test_persistent_workers_left_mid_epoch(self):
-        """The loop leaves every other epoch after 3 batches: the persistent iterator's next __iter__ reads and drops
-        what the workers still sent of it before their new epoch begins (the training loop itself, or torch's
-        pin-memory thread). Every wait is its next()'s batch, of its epoch."""
-        for args in (), ("--pin-memory", "--pin-thread"):
-            with self.subTest(args=args):
-                data, trace = self.trace_job("--persistent", "--break-after", "3", *args, epochs=4)
-                self.waits_match_in_process_next(trace, PIN_THREAD_SLACK_US if args else 500.0)
-                self.assertEqual(len(spans(trace, "wait")), 3 + BATCHES + 3 + BATCHES)
-                self.assertNotIn("as they arrived", self.stdout)
-
-    def test_persistent_workers_three_epochs(self):
-        data, trace = self.trace_job("--persistent", epochs=3)
-        self.check(data, trace, 3, 2)
-        self.assertEqual(len({b["pid"] for b in spans(trace, "batch")}), 2)  # the same two processes
-
-    def test_spawn(self):
-        data, trace = self.trace_job("--context", "spawn", epochs=1)
-        self.check(data, trace, 1, 2)
-
     def test_forkserver(self):
-        data, trace = self.trace_job("--context", "forkserver", epochs=1)
-        self.check(data, trace, 1, 2)
-
-    def test_no_workers(self):
-        data, trace = self.trace_job(workers=0)
-        self.check(data, trace, 2, 0)
-
-    def test_one_and_four_workers(self):
-        for workers in (1, 4):
-            with self.subTest(workers=workers):
-                data, trace = self.trace_job(workers=workers, epochs=1)
-                self.check(data, trace, 1, workers)
+        data, trace = self.job("--context", "forkserver", epochs=1)
+        self.exact(data, trace, 1, 2)
 
     def test_two_dataloaders_told_apart(self):
-        data, trace = self.trace_job("--val", epochs=2)
+        data, trace = self.job("--val", epochs=2)
         batches = Counter((b["args"]["loader"], b["args"]["epoch"], b["args"]["batch"]) for b in spans(trace, "batch"))
         waits = Counter((w["args"]["loader"], w["args"]["epoch"], w["args"]["batch"]) for w in spans(trace, "wait"))
         val_batches = IMAGES // (2 * BATCH)
@@ -223,7 +128,7 @@ class DataLoaderSemantics(BpfTestCase):
         self.assertEqual(sorted((r[1], r[2]) for r in worker_rows), [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")])
 
     def test_iterable_dataset_batches(self):
-        data, trace = self.trace_job("--iterable", epochs=2)
+        data, trace = self.job("--iterable", epochs=2)
         pairs = Counter((b["args"]["epoch"], b["args"]["batch"]) for b in spans(trace, "batch"))
         self.assertEqual(sum(pairs.values()), len(spans(trace, "wait")))
         # each worker yields half the items: batches of 32 until its share runs out, all handed over
@@ -236,11 +141,11 @@ class DataLoaderSemantics(BpfTestCase):
         whether the training loop reads the result queue or torch's pin-memory thread relays it."""
         for args in (), ("--pin-memory", "--pin-thread"):
             with self.subTest(args=args):
-                data, trace = self.trace_job("--iterable", "--uneven", *args, epochs=2)
+                data, trace = self.job("--iterable", "--uneven", *args, epochs=2)
                 # one wait may be shorter than the timer by more (the loop preempted around next(); CI on e80dd7a:
                 # 7.45 ms traced against 9.42 ms in process); none may be longer
                 self.waits_match_in_process_next(trace, PIN_THREAD_SLACK_US if args else 500.0, outliers=1)
-                skipped = {int(b) for e, b, *_ in read_lines(self.wait_log) if e == "0"}
+                skipped = {int(b) for e, b, *_ in read_lines(self.logs["waits"]) if e == "0"}
                 self.assertLess(len(skipped), max(skipped) + 1, "next() skipped no index: nothing tested")
 
     def test_threads_named_as_the_kernel_names_them(self):
@@ -278,7 +183,7 @@ class DataLoaderSemantics(BpfTestCase):
         self.assertEqual(r.returncode, 2)
 
     def test_own_map_style_dataset_without_compose(self):
-        data, trace = self.trace_job("--own-dataset", epochs=1)
+        data, trace = self.job("--own-dataset", epochs=1)
         pairs = Counter((b["args"]["epoch"], b["args"]["batch"]) for b in spans(trace, "batch"))
         self.assertEqual(pairs, Counter({(0, b): 1 for b in range(BATCHES)}))
         samples = spans(trace, "sample")

@@ -1,22 +1,21 @@
 """The stack users run today, on these machines: Debian unstable's CPython 3.14, torch 2.x and torchvision with
 transforms v2, in the root that scripts/install-modern-stack.sh builds and keeps, run through chroot (the tracer
-finds the interpreter through /proc/PID/root). v1 and v2 pipelines, PIL and torchvision.io decoding, 0/2/4
-workers, persistent workers, pin_memory, spawn; launch and attach mode; exact against in-process ground truth."""
+finds the interpreter through /proc/PID/root). The scenarios every stack runs (harness.DataLoaderScenarios, in
+transforms v2; test_dataloader runs them on Debian's torch 1.13) and this stack's own: a v1 pipeline, torchvision.io
+decoding, in_order=False, detection, __getitems__, attach mode; exact against in-process ground truth."""
+import dataclasses
 import json
 import os
 import subprocess
 import unittest
 from collections import Counter
 
-from harness import (HERE, OPS, PIN_THREAD_SLACK_US, WORKLOAD, BpfTestCase, assert_containers, assert_dataloader_exact, assert_true_ids,
-                     assert_retried_items, assert_two_views, assert_waits_match,
-                     dataset, kill_group, load_trace, read_lines, run_lotus, spans, start_lotus, wait_for_attach,
-                     wait_for_file)
+from harness import (BATCH, HERE, IMAGES, OPS, PIN_THREAD_SLACK_US, V2_OPS, WORKLOAD, BpfTestCase, DataLoaderScenarios,
+                     Stack, assert_true_ids, dataset, kill_group, load_trace, read_lines, run_lotus, spans, start_lotus,
+                     wait_for_attach, wait_for_file)
 
 ROOT = os.environ.get("LOTUS_MODERN_ROOT", "/var/cache/lotus-bpf/sid-root")
 IN_ROOT = os.path.join(HERE, "in_root.sh")
-V2_OPS = ["RandomResizedCrop", "RandomHorizontalFlip", "ToImage", "ToDtype", "Normalize"]
-IMAGES, BATCH = 256, 32
 DETECTION_OPS = ["ToImage", "RandomPhotometricDistort", "RandomZoomOut", "RandomHorizontalFlip", "SanitizeBoundingBoxes",
                  "ToDtype"]  # workloads/detection_job.py
 GETITEMS_OPS = ["RandomResizedCrop", "ToImage", "ToDtype"]  # workloads/getitems_job.py
@@ -26,7 +25,21 @@ def in_root(*argv):
     return [IN_ROOT, ROOT, *argv]
 
 
-class ModernStack(BpfTestCase):
+# (integration.modern took 405 s of a 1278 s ctest: some scenarios run fewer ways here than on Debian's stack)
+MODERN = Stack(
+    name="modern", python=tuple(in_root("python3")), transforms=("--v2",), ops=tuple(V2_OPS),
+    op_past_flaky="Normalize", hand_over_logs=True, lossless=True,
+    pin_thread_runs=(((), 2),),
+    # the pin-memory thread's drain only (the loop's own is tested on torch 1.13 by test_dataloader)
+    left_mid_epoch_runs=(("--pin-memory", "--pin-thread"),),
+    persistent_args=("--pin-memory",),  # (pin_memory without an accelerator: torch keeps the option and pins nothing)
+    worker_runs=((0, 1), (4, 1)),
+    sample_ends_at_own_call=False)
+
+
+class ModernStack(DataLoaderScenarios, BpfTestCase):
+    stack = MODERN
+
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
@@ -35,60 +48,16 @@ class ModernStack(BpfTestCase):
                                  "(scripts/test.sh runs it)")
         with open(os.path.join(ROOT, ".lotus-ready")) as f:
             cls.versions = f.read().split()  # python torch torchvision pillow
-
-    def job(self, *args, epochs=2, workers=2, mode="launch"):
-        """Runs the test workload in the root, traced; returns (trace, stdout, summary path, logs)."""
-        data = dataset(IMAGES)
-        out, summary = self.path("trace.json"), self.path("summary.json")
-        logs = {k: self.path(f"{k}.log") for k in ("waits", "collates", "puts")}
-        cmd = in_root("python3", WORKLOAD, data, "--workers", str(workers), "--batch-size", str(BATCH), "--epochs",
-                      str(epochs), "--wait-log", logs["waits"], "--collate-log", logs["collates"],
-                      "--put-log", logs["puts"], *args)
-        r = run_lotus(["-q", "-o", out, "--summary-json", summary, "--", *cmd])
-        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
-        self.assertIn(f"CPython {self.versions[0]}", r.stderr)
-        trace = load_trace(out)
-        self.assertEqual(trace["otherData"]["lost_events"], 0)
-        return data, trace, r.stdout, summary, logs
-
-    def exact(self, data, trace, stdout, summary, epochs, workers, ops):
-        assert_dataloader_exact(self, data, trace, epochs, workers, IMAGES, BATCH, ops, stdout, summary)
+        cls.stack = dataclasses.replace(MODERN, interpreter=f"CPython {cls.versions[0]}")
 
     def test_v1_transforms(self):
-        data, trace, stdout, summary, logs = self.job()
-        self.exact(data, trace, stdout, summary, 2, 2, OPS)
-
-    def test_v2_transforms_pil_decode(self):
-        data, trace, stdout, summary, logs = self.job("--v2")
-        self.exact(data, trace, stdout, summary, 2, 2, V2_OPS)
-        self.batches_end_at_the_hand_over(trace, logs["collates"], logs["puts"])
-        self.waits_match_in_process_next(trace, logs["waits"])
+        data, trace = self.job(transforms=())
+        self.exact(data, trace, 2, 2, OPS)
 
     def test_v2_transforms_tensor_decode(self):
         # torchvision.io reads and decodes the JPEG (its C++ opens the file): the loader still has its path
-        data, trace, stdout, summary, logs = self.job("--v2", "--decode", "tensor")
-        self.exact(data, trace, stdout, summary, 2, 2, V2_OPS)
-
-    def test_v2_no_workers_and_four(self):
-        for workers in (0, 4):
-            with self.subTest(workers=workers):
-                data, trace, stdout, summary, logs = self.job("--v2", workers=workers, epochs=1)
-                self.exact(data, trace, stdout, summary, 1, workers, V2_OPS)
-
-    def test_v2_persistent_workers_pin_memory(self):
-        # (pin_memory without an accelerator: torch keeps the option and pins nothing)
-        data, trace, stdout, summary, logs = self.job("--v2", "--persistent", "--pin-memory", epochs=3)
-        self.exact(data, trace, stdout, summary, 3, 2, V2_OPS)
-        self.assertEqual(len({b["pid"] for b in spans(trace, "batch")}), 2)
-
-    def test_v2_pin_memory_thread(self):
-        """pin_memory where an accelerator is (as in GPU training): torch's pin-memory thread reads every batch from
-        the workers' result queue and hands it to next() through an in-process queue, so the training loop reads
-        no batch message itself. Here torch is told an accelerator exists and its pinning hands batches over
-        unchanged: the thread, its queues and next() are torch's own. Every wait is that next()'s batch."""
-        data, trace, stdout, summary, logs = self.job("--v2", "--pin-memory", "--pin-thread")
-        self.exact(data, trace, stdout, summary, 2, 2, V2_OPS)
-        self.waits_match_in_process_next(trace, logs["waits"], PIN_THREAD_SLACK_US)
+        data, trace = self.job("--decode", "tensor")
+        self.exact(data, trace, 2, 2)
 
     def test_v2_in_order_false_pin_memory_thread(self):
         """in_order=False with torch's pin-memory thread: next() reads no batch message, and returns each batch as
@@ -101,12 +70,8 @@ class ModernStack(BpfTestCase):
                 self.in_order_false_pin_memory_thread(step)
 
     def in_order_false_pin_memory_thread(self, step):
-        for k in ("waits", "collates", "puts"):  # the workload appends to them
-            if os.path.exists(self.path(f"{k}.log")):
-                os.remove(self.path(f"{k}.log"))
-        data, trace, stdout, summary, logs = self.job("--v2", "--no-in-order", "--pin-memory", "--pin-thread",
-                                                      "--step-ms", step)
-        waits = read_lines(logs["waits"])
+        data, trace = self.job("--no-in-order", "--pin-memory", "--pin-thread", "--step-ms", step)
+        waits = read_lines(self.logs["waits"])
         self.assertTrue(any(int(b) < int(a[1]) for a, (e, b, *_) in zip(waits, waits[1:]) if a[0] == e),
                         "the loop never got a later batch first: nothing tested")
         measured = [(int(e), int(b), int(ns) / 1000.0) for e, b, ns, began in waits]
@@ -117,44 +82,11 @@ class ModernStack(BpfTestCase):
             self.assertEqual(w["args"]["epoch"], e)
             self.assertLess(abs(w["dur"] - us), max(0.10 * us, PIN_THREAD_SLACK_US))
             wrong += w["args"].get("batch") != b
-        with open(summary) as f:
+        with open(self.summary) as f:
             loader = [x for x in json.load(f)["loaders"] if x["loader"] == 0][0]["batches"]
         self.assertTrue(loader["arrival_order"])
         self.assertEqual(loader["misnamed"], wrong)
-        self.assertIn("as they arrived (DataLoader(in_order=False))", stdout)
-
-    def test_v2_target_transform_and_own_calls(self):
-        """Two pipelines an item (v2 transform, target_transform) and an object of the dataset's own after
-        super().__getitem__ (inlined Python-to-Python calls on 3.14): one sample an item, holding every op."""
-        data, trace, stdout, summary, logs = self.job("--v2", "--target-transform", epochs=1)
-        self.exact(data, trace, stdout, summary, 1, 2, V2_OPS + ["Offset", "LabelTensor", "Relabel"])
-
-    def test_v2_two_views_of_each_item_are_one_sample(self):
-        data, trace, stdout, summary, logs = self.job("--v2", "--two-views", epochs=1)
-        assert_two_views(self, trace, IMAGES, BATCH, V2_OPS, summary)
-
-    def test_v2_an_item_retried_after_its_pipeline_raised_is_one_sample(self):
-        log = self.path("retries.log")
-        data, trace, stdout, summary, logs = self.job("--v2", "--flaky", log, epochs=1)
-        assert_retried_items(self, trace, log, IMAGES, BATCH, "RandomResizedCrop", "Normalize")
-
-    def test_v2_no_batching(self):
-        """DataLoader(batch_size=None): every sample a batch of one, with its wait, arrow and delay."""
-        data, trace, stdout, summary, logs = self.job("--v2", "--no-batching", epochs=1)
-        assert_dataloader_exact(self, data, trace, 1, 2, IMAGES, 1, V2_OPS, stdout, summary)
-        self.waits_match_in_process_next(trace, logs["waits"], outliers=IMAGES // 50)  # as test_dataloader's
-        self.assertIn("from a batch ready to its use", stdout)
-
-    def test_v2_persistent_workers_left_mid_epoch(self):
-        """The loop leaves every other epoch after 3 batches; the persistent iterator's next __iter__ drops what the
-        workers still sent of it, here through torch's pin-memory thread, which relays the new epoch's batches (the
-        loop's own drain, without it, is tested on torch 1.13 by test_dataloader: left out here for CI time).
-        Every wait is its next()'s batch."""
-        data, trace, stdout, summary, logs = self.job("--v2", "--persistent", "--break-after", "3", "--pin-memory",
-                                                      "--pin-thread", epochs=4)
-        self.waits_match_in_process_next(trace, logs["waits"], PIN_THREAD_SLACK_US)
-        self.assertEqual(len(spans(trace, "wait")), 2 * (3 + IMAGES // BATCH))
-        self.assertNotIn("as they arrived", stdout)
+        self.assertIn("as they arrived (DataLoader(in_order=False))", self.stdout)
 
     def test_v2_detection_joint_transforms(self):
         """Detection: an image and its target dict (tv_tensors.BoundingBoxes) through one v2.Compose called with both,
@@ -206,29 +138,21 @@ class ModernStack(BpfTestCase):
         self.assertEqual(len(spans(trace, "loader")), IMAGES)
         self.assertEqual([b["args"]["samples"] for b in spans(trace, "batch")], [16] * (IMAGES // 16))
 
-    def test_v2_container_transforms(self):
-        data, trace, stdout, summary, logs = self.job("--v2", "--containers", epochs=1)
-        assert_containers(self, trace, IMAGES, V2_OPS, summary)
-
-    def test_v2_spawn(self):
-        data, trace, stdout, summary, logs = self.job("--v2", "--context", "spawn", epochs=1)
-        self.exact(data, trace, stdout, summary, 1, 2, V2_OPS)
-
     def test_v2_in_order_false(self):
         """DataLoader(in_order=False) (torch 2.6+): the loop takes each batch as it arrives, and worker 1's arrive
         ahead of the slower worker 0's. Every wait names the batch its next() returned (known in-process by the
         indices in it), and out_of_order says whether a later batch was handed over first (the workers' own
         clock: when their data_queue.put returned)."""
-        data, trace, stdout, summary, logs = self.job("--v2", "--no-in-order")
-        self.exact(data, trace, stdout, summary, 2, 2, V2_OPS)
-        self.waits_match_in_process_next(trace, logs["waits"])
-        waits = [(int(e), int(b), int(ns), int(began)) for e, b, ns, began in read_lines(logs["waits"])]
+        data, trace = self.job("--no-in-order")
+        self.exact(data, trace, 2, 2)
+        self.waits_match_in_process_next(trace)
+        waits = [(int(e), int(b), int(ns), int(began)) for e, b, ns, began in read_lines(self.logs["waits"])]
         taken_early = [w for prev, w in zip(waits, waits[1:]) if prev[0] == w[0] and w[1] < prev[1]]
         self.assertGreater(len(taken_early), 0, "the loop never got a later batch first: nothing tested")
         # Each put by its epoch: epoch 0's all came before its last next() returned, epoch 1's after.
         end0 = max(began + ns for e, b, ns, began in waits if e == 0)
         put = {}
-        for pid, ns, idx in read_lines(logs["puts"]):
+        for pid, ns, idx in read_lines(self.logs["puts"]):
             put[(0 if int(ns) < end0 else 1, int(idx))] = int(ns)
         self.assertEqual(len(put), 2 * (IMAGES // BATCH))
         flag = {(w["args"]["epoch"], w["args"]["batch"]): w["args"]["out_of_order"] for w in spans(trace, "wait")}
@@ -272,38 +196,6 @@ class ModernStack(BpfTestCase):
         waits_with_ids = [w for w in spans(trace, "wait") if "batch" in w["args"]]
         self.assertGreaterEqual(len(waits_with_ids), IMAGES // BATCH)
 
-    def batches_end_at_the_hand_over(self, trace, collate_log, put_log):
-        """A worker's batch ends where its loop calls getppid, just after data_queue.put: after its collate_fn
-        returned and after the put returned (in-process clock), by at most a few ms: the put log's own write lets the
-        queue's feeder thread take the GIL to pickle the batch (about 1 ms), and on 2 cores with 3 busy processes the
-        worker can be preempted. Between collate and put the worker frees the batch's samples, which takes ms too:
-        the hand-over, not the collation's end, is the mark."""
-        t0 = int(trace["otherData"]["t0_monotonic_ns"])
-        collated, handed = {}, {}
-        for pid, n, ns in read_lines(collate_log):
-            collated.setdefault(int(pid), []).append((int(ns) - t0) / 1000.0)
-        for pid, ns, *_ in read_lines(put_log):
-            handed.setdefault(int(pid), []).append((int(ns) - t0) / 1000.0)
-        per_pid = {}
-        for b in spans(trace, "batch"):
-            per_pid.setdefault(b["pid"], []).append(b)
-        self.assertEqual(set(per_pid), set(collated))
-        self.assertEqual(set(per_pid), set(handed))
-        lags = []
-        for pid, bs in per_pid.items():
-            bs.sort(key=lambda b: b["ts"])
-            self.assertEqual(len(bs), len(collated[pid]))
-            self.assertEqual(len(bs), len(handed[pid]))
-            for b, c, h in zip(bs, collated[pid], handed[pid]):
-                end = b["ts"] + b["dur"]
-                self.assertGreaterEqual(end, c, (b, c, h))
-                lags.append(end - h)
-        self.assertGreaterEqual(min(lags), 0, lags)
-        self.assertLess(max(lags), 20000, lags)  # us
-        self.assertLess(sorted(lags)[len(lags) // 2], 3000, lags)
-
-    def waits_match_in_process_next(self, trace, wait_log, slack_us=500.0, outliers=0):
-        assert_waits_match(self, trace, wait_log, slack_us, outliers)
 
 if __name__ == "__main__":
     unittest.main()
