@@ -8,8 +8,7 @@
  * the thread starts, with its program). */
 __u32 sampler_prog_id = 0;
 
-#define LOTUS_PF_EXITING 0x00000004
-#define LOTUS_PF_USER_WORKER 0x00004000 /* io_uring and vhost workers: they never run user code */
+#define LOTUS_PF_USER_WORKER 0x00004000 /* io_uring and vhost workers: they never run user code (PF_EXITING: holds.bpf.h) */
 #define LOTUS_EVENTS_WALKED 256
 
 /* Whether one of the events of the task's perf context runs on_sample: LOTUS_SAMPLER_*. The context is read

@@ -374,3 +374,32 @@ TEST(SlotFunctions, AFileWithoutTheTableSaysWhy)
     EXPECT_FALSE(find_slot_functions(self, &why));
     EXPECT_FALSE(why.empty());
 }
+
+TEST(VersionCaps, EverySupportedVersionHasItsRow)
+{
+    // The layout table's versions and the capability table's are the same list.
+    for (int minor = 0; minor < 30; minor++) {
+        PyVersion v{3, minor, 0};
+        EXPECT_EQ(layout_for(v).has_value(), caps_for(v).has_value()) << v.str();
+    }
+    EXPECT_FALSE(caps_for({3, 10, 0})->inlines_calls);
+    EXPECT_EQ(caps_for({3, 11, 0})->inline_calls.resume, (std::vector<int>{151, 150}));
+    EXPECT_FALSE(caps_for({3, 11, 0})->perf_trampoline);
+    EXPECT_TRUE(caps_for({3, 12, 0})->perf_trampoline);
+    EXPECT_FALSE(caps_for({3, 12, 0})->debug_offsets);
+    EXPECT_TRUE(caps_for({3, 13, 0})->debug_offsets);
+    EXPECT_TRUE(caps_for({3, 12, 0})->inline_calls.resume.empty());
+}
+
+TEST(VersionCaps, ParsesARecordFilesVersion)
+{
+    auto v = parse_version("3.11.2");
+    ASSERT_TRUE(v);
+    EXPECT_EQ(std::tie(v->major, v->minor, v->micro), std::make_tuple(3, 11, 2));
+    v = parse_version("3.14");
+    ASSERT_TRUE(v);
+    EXPECT_EQ(std::tie(v->major, v->minor, v->micro), std::make_tuple(3, 14, -1));
+    EXPECT_FALSE(parse_version(""));
+    EXPECT_FALSE(parse_version("python"));
+    EXPECT_FALSE(parse_version("3.12.x"));
+}

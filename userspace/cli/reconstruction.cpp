@@ -280,9 +280,9 @@ std::vector<std::string> limit_notes(const exporter::RunInfo::Limits& l,
     return out;
 }
 
-bool calls_inlined(const std::string& python, bool all_calls)
+bool calls_inlined(const cpython::VersionCaps& caps, bool all_calls)
 {
-    return !all_calls && python.rfind("3.10", 0) != 0;
+    return !all_calls && caps.inlines_calls;
 }
 
 RuleLists rule_lists(const Options& opts)

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpython/cpython_layouts.h"
 #include "export/chrome_trace.h"
 #include "export/run_info.h"
 #include "export/summary.h"
@@ -27,9 +28,9 @@ struct RuleLists {
 };
 RuleLists rule_lists(const Options& opts);
 
-// Whether the capture's default probes missed calls CPython ran inline: 3.11+ (python: "3.12.1") without
+// Whether the capture's default probes missed calls CPython ran inline: a version that inlines calls, without
 // --all-calls.
-bool calls_inlined(const std::string& python, bool all_calls);
+bool calls_inlined(const cpython::VersionCaps& caps, bool all_calls);
 
 // What the summary says of --cpus/--memory/--cpuset: the limits and what the kernel counted, the processes the
 // OOM killer killed (named where the count matches the processes seen killed by SIGKILL), a job left running.

@@ -84,7 +84,10 @@ static int replay_into(const Options& opts, record::RecordReader& in)
     run.tracer_peak_rss_kb = peak_rss_kb();
     run.tracer_cpu_ms = cpu_ms();
     bool all_calls = meta.contains("all_calls") && meta["all_calls"].is_boolean() && meta["all_calls"].get<bool>();
-    bool inlined = calls_inlined(run.python, all_calls);
+    // A version the table does not know is taken as inlining, as every version since 3.11 does.
+    auto version = cpython::parse_version(run.python);
+    auto caps = version ? cpython::caps_for(*version) : std::nullopt;
+    bool inlined = calls_inlined(caps.value_or(cpython::VersionCaps{}), all_calls);
     return rec.finish(std::move(run), inlined) ? 0 : kExitOutputFailed;
 }
 

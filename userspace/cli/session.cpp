@@ -210,7 +210,7 @@ int run_session(const Options& opts)
         if (opts.pid) {
             root = *opts.pid;
             interp = cpython::find_interpreter(root);
-            if (opts.all_calls && interp.version.minor >= 12)
+            if (opts.all_calls && interp.caps.perf_trampoline)
                 throw std::runtime_error("--all-calls on CPython 3.12+ needs launch mode (-- COMMAND): CPython must "
                                          "start with PYTHONPERFSUPPORT=1");
         }
@@ -596,7 +596,7 @@ int run_session(const Options& opts)
             recorder->write(&end, sizeof(end));
             recorder->close();
         }
-        bool written = rec.finish(std::move(run), calls_inlined(interp.version.str(), opts.all_calls));
+        bool written = rec.finish(std::move(run), calls_inlined(interp.caps, opts.all_calls));
         if (!written)
             return kExitOutputFailed;
         return launcher ? launched_status : 0;

@@ -1,5 +1,7 @@
 #include "cpython/cpython_layouts.h"
 
+#include <cstdio>
+
 #include <fmt/format.h>
 
 namespace lotus::cpython {
@@ -28,6 +30,22 @@ constexpr Row kRows[] = {
 #include "cpython/cpython_layout_rows.inc"
 };
 
+struct CapsRow {
+    int major, minor;
+    VersionCaps caps;
+};
+
+// Written by hand (the layouts above are measured): inlined calls, trampoline, debug offsets, and 3.11's opcodes
+// from its Include/opcode.h (RESUME 151, RESUME_QUICK 150, RETURN_VALUE 83).
+const CapsRow kCaps[] = {
+    // {major, minor, {inlines_calls, perf_trampoline, debug_offsets, inline_calls}}
+    {3, 10, {false, false, false, {}}},
+    {3, 11, {true, false, false, {{151, 150}, 83}}},
+    {3, 12, {true, true, false, {}}},
+    {3, 13, {true, true, true, {}}},
+    {3, 14, {true, true, true, {}}},
+};
+
 } // namespace
 
 std::string PyVersion::str() const
@@ -43,12 +61,23 @@ std::optional<lotus_py_layout> layout_for(const PyVersion& v)
     return std::nullopt;
 }
 
-InlineCallOpcodes inline_call_opcodes(const PyVersion& v)
+std::optional<VersionCaps> caps_for(const PyVersion& v)
 {
-    // Include/opcode.h of 3.11: RESUME 151, RESUME_QUICK 150, RETURN_VALUE 83.
-    if (v.major == 3 && v.minor == 11)
-        return {{151, 150}, 83};
-    return {};
+    for (const auto& c : kCaps)
+        if (c.major == v.major && c.minor == v.minor)
+            return c.caps;
+    return std::nullopt;
+}
+
+std::optional<PyVersion> parse_version(const std::string& text)
+{
+    PyVersion v{0, 0, -1};
+    int n = 0;
+    if (sscanf(text.c_str(), "%d.%d%n", &v.major, &v.minor, &n) < 2)
+        return std::nullopt;
+    if (text[static_cast<size_t>(n)] == '.' && sscanf(text.c_str() + n + 1, "%d", &v.micro) != 1)
+        return std::nullopt;
+    return v;
 }
 
 std::string supported_versions()

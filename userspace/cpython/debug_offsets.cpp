@@ -1,5 +1,7 @@
 #include "cpython/debug_offsets.h"
 
+#include "cpython/cpython_layouts.h"
+
 #include <cstring>
 #include <fmt/format.h>
 
@@ -52,7 +54,8 @@ std::optional<lotus_py_layout> layout_from_debug_offsets(const uint8_t* buf, siz
     };
     uint64_t version = w(1);
     int minor = static_cast<int>((version >> 16) & 0xff);
-    if ((version >> 24) != 3 || minor < 13)
+    auto caps = caps_for({3, minor, -1}); // a version after the table's last is looked up in the groups below
+    if ((version >> 24) != 3 || (caps && !caps->debug_offsets))
         return fail(fmt::format("version {:#x} is not 3.13 or later", version));
     const DebugOffsetsGroups* g = debug_offsets_groups(minor);
     if (!g)

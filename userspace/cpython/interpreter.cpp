@@ -95,14 +95,15 @@ Interpreter describe(const elf::ElfFile& elf, bool shared, const std::string& wh
     if (!version)
         throw TargetError(fmt::format("{}: cannot tell the CPython version of {}", who, elf.path()));
     auto layout = layout_for(*version);
+    auto caps = caps_for(*version);
     auto eval = elf.symbol(kEvalSymbol);
-    if (!layout || !eval)
+    if (!layout || !caps || !eval)
         throw TargetError(fmt::format("{}: CPython {}.{} is not supported (supported: {})", who, version->major,
                                       version->minor, supported_versions()));
     auto off = elf.file_offset(eval->value + elf::cheap_probe_shift(elf, eval->value, eval->size));
     if (!off)
         throw TargetError(fmt::format("{}: {} has no file offset for {}", who, elf.path(), kEvalSymbol));
-    Interpreter interp{elf.path(), elf.path(), shared, *version, *off, *layout, "table", std::nullopt, "", std::nullopt, ""};
+    Interpreter interp{elf.path(), elf.path(), shared, *version, *caps, *off, *layout, "table", std::nullopt, "", std::nullopt, ""};
     auto runtime = elf.symbol("_PyRuntime");
     if (auto fns = find_slot_functions(elf, &interp.slots_missing); fns && runtime && layout->runtime_tstate > 0) {
         SlotProbes sp;
@@ -127,9 +128,9 @@ Interpreter describe(const elf::ElfFile& elf, bool shared, const std::string& wh
         if (!interp.os_read_offset)
             interp.os_read_missing = "os.read has no file offset";
     }
-    // 3.13+: the interpreter's own description of its structures (the table row supplies the rest, and is
-    // the fallback when the description is missing or fails validation).
-    if (version->major == 3 && version->minor >= 13) {
+    // The interpreter's own description of its structures where it has one (the table row supplies the rest, and
+    // is the fallback when the description is missing or fails validation).
+    if (caps->debug_offsets) {
         auto bytes = runtime ? elf.read(runtime->value, kDebugOffsetsBytes) : std::nullopt;
         std::string why;
         if (bytes) {

@@ -28,6 +28,7 @@ struct Interpreter {
     std::string target_path;  // the same file as the target names it (differs inside containers)
     bool shared = false;      // true when it is a libpython shared object
     PyVersion version;
+    VersionCaps caps;         // what that version does (cpython_layouts.h)
     uint64_t eval_offset = 0; // file offset of _PyEval_EvalFrameDefault's uprobe (target/probe_point.h)
     lotus_py_layout layout{};
     std::string layout_source = "table"; // or "_Py_DebugOffsets" (3.13+, read from the interpreter's file)

@@ -57,7 +57,7 @@ std::optional<std::vector<uint64_t>> find_opcode_handlers(const elf::ElfFile& el
 
 std::vector<uint64_t> inline_call_handlers(const Interpreter& interp)
 {
-    auto ops = inline_call_opcodes(interp.version);
+    const auto& ops = interp.caps.inline_calls;
     if (ops.resume.empty())
         return {};
     auto wanted = ops.resume;
