@@ -157,7 +157,8 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
      * transforms) and code not classified yet describe 4 callers with their first argument (a sample's dataset
      * index); the others, ops above all, only their caller, whose head is read already: the engine looks further
      * up the chain only for deep entries (a pipeline call's __getitem__, a __getitem__'s fetcher), and each
-     * caller more cost two user-memory reads (its head, its code's fingerprint), ~0.2 us each here. */
+     * caller more cost two user-memory reads (its head, its code's fingerprint; what a read costs:
+     * docs/performance.md, "What a BPF run costs here"). */
     bool deep = !(flags & LOTUS_ROLE_CLASSIFIED) || (flags & (LOTUS_ROLE_PIPELINE | LOTUS_ROLE_WALK)) ||
                 self_pipeline || !(cflags & LOTUS_ROLE_CLASSIFIED) || (cflags & LOTUS_ROLE_EMIT_CALLEES);
     __u32 chain_max = deep ? LOTUS_CHAIN_LEN : 1;
@@ -187,7 +188,8 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
      * first Queue.put is seen first as the caller of an already classified Condition.__enter__: without the
      * walk there, that batch's hand-over had no index and the batch was lost.) */
     /* The frame found last time (a worker's _worker_loop, there for the worker's life) is read directly while
-     * it still runs the same code: a walk costs ~10 us of reads and lookups. */
+     * it still runs the same code: a walk is many reads and lookups (docs/performance.md, "What a BPF run
+     * costs here"). */
     __u64 cf = ts->capture_frame;
     __s32 cslots = -1;
     if (deep && cf && frame_code(cf) == ts->capture_code)
@@ -214,9 +216,9 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
 
 /* Entry into the evaluator. `session`: attached as a uprobe session (Linux 6.13+), where the return is seen
  * only if this returns 0; then depths count only the calls whose return is wanted (those emitted or lost;
- * all of them for --all-calls), and a skipped call costs no return probe: about half of its cost. Otherwise
- * (a plain uprobe and uretprobe pair) every call returns through py_return and is counted. Returns the
- * session's verdict: 0 to see the return, 1 not to. */
+ * all of them for --all-calls), and a skipped call costs no return probe (a return's price: docs/performance.md,
+ * "A trap's price on these VMs"). Otherwise (a plain uprobe and uretprobe pair) every call returns through
+ * py_return and is counted. Returns the session's verdict: 0 to see the return, 1 not to. */
 static __always_inline int enter(void *tstate, void *frame_arg, bool session)
 {
     struct thread_state *ts = traced_thread();

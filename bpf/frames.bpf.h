@@ -62,7 +62,8 @@ static __always_inline __s64 read_small_int(struct thread_state *ts, __u64 frame
 
 /* What the walks read of a frame: its code, the frame below, whether it is a C-stack shim and its first two
  * locals (self, and a __getitem__'s index). On 3.11+ they lie in its first 88-96 bytes, so one read gets them
- * all (each read costs ~80 ns here: most of what a call the rules skip costs). */
+ * all (each read is most of what a call the rules skip costs: docs/performance.md, "What a BPF run costs
+ * here"). */
 #define FRAME_HEAD_MAX 96
 struct frame_head {
     __u64 code;

@@ -39,8 +39,9 @@ extern bool bpf_session_is_return(void) __ksym __weak;
 
 /* A traced thread's state (created on its first probe hit, see traced_thread) accounts from then on. Every
  * context switch on the machine comes here: a task with no BPF task storage at all (any process never traced)
- * is told apart by a load of its pointer, before any helper call (two storage lookups and the clock took
- * ~390 ns a switch here, a switch-heavy process never traced ran 5 % slower). */
+ * is told apart by a load of its pointer, before any helper call (two storage lookups and the clock at every
+ * switch slowed a switch-heavy process never traced: docs/performance.md, "The sched_switch tracepoint's
+ * dispatch"). */
 SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
@@ -211,8 +212,8 @@ int on_sample(struct bpf_perf_event_data *ctx)
         bpf_ringbuf_submit(e, submit_flags());
         return 0;
     }
-    /* Each caller is a read of user memory by the frame-pointer walk (9.6 us a sample for 8 frames on these
-     * machines), so callers are opt-in (perf record's default is the leaf too). */
+    /* Each caller is a read of user memory by the frame-pointer walk (what 8 frames cost: docs/performance.md,
+     * "What costs what"), so callers are opt-in (perf record's default is the leaf too). */
     __u32 bytes = sample_frames * sizeof(e->ip[0]);
     if (bytes < sizeof(e->ip[0]) || bytes > sizeof(e->ip))
         bytes = sizeof(e->ip[0]);
@@ -270,8 +271,8 @@ static __always_inline void sys_openat(const char *path)
 }
 
 /* One program per syscall watched, each on its own `syscalls:` event, so that no other syscall on the machine
- * runs any of lotus-bpf (a program on raw sys_enter and sys_exit ran for every syscall of every process:
- * ~300 ns more per syscall here, a fifth of a getpid's time, for processes never traced). Their ids come
+ * runs any of lotus-bpf (a program on raw sys_enter and sys_exit ran for every syscall of every process,
+ * processes never traced included: docs/performance.md, "The syscall-tracing path"). Their ids come
  * from tracefs; where it cannot be read (CAP_BPF and CAP_PERFMON without root), the raw pair below instead. */
 SEC("tracepoint/syscalls/sys_enter_write")
 int on_write(struct trace_event_raw_sys_enter *ctx)

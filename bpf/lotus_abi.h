@@ -104,8 +104,9 @@ struct lotus_counters {
 #define LOTUS_SLOT_NEXT 3 /* slot_tp_iternext: next(obj) */
 #define LOTUS_SLOTS_PROBED 4 /* the slots probed: 1 to 3 */
 /* slot_tp_init: Class(...), self = the new object, arg1_obj = the first argument. Probed in event ABI 6 and 7
- * (every construction of a Python class trapped: ~7 of the example's ~13 traps per sample, for a DataLoader
- * iterator's loader, which DataLoader.__iter__ gives too); kept so that their record files replay. */
+ * (every construction of a Python class trapped, for a DataLoader iterator's loader, which DataLoader.__iter__
+ * gives too: about half of the example's traps per sample, docs/performance.md "The traps a sample takes"); kept
+ * so that their record files replay. */
 #define LOTUS_SLOT_INIT 4
 #define LOTUS_SLOTS 5
 /* Not a slot: CPython's os.read, probed in the same uprobe session as the slots (its cookie), in place of libc's

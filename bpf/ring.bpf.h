@@ -32,7 +32,7 @@ static __always_inline void count(enum lotus_counter_slot slot)
         __sync_fetch_and_add(c, 1);
 }
 
-/* Waking the consumer on every record costs the traced thread an irq_work (several us on a busy CPU):
+/* Waking the consumer on every record costs the traced thread an irq_work (docs/performance.md, "Capture"):
  * wake it only once a batch has accumulated; it also polls on a short timeout. */
 #define WAKEUP_BYTES (256 << 10)
 static __always_inline __u64 submit_flags(void)
@@ -49,8 +49,8 @@ static __always_inline void *reserve(__u64 size)
 
 /* A CODE or TYPE record: one that does not fit is not counted as lost, for BPF describes the object again at its
  * next sighting (until then the entries naming it are user space's unknown code); counted, every retry while
- * the ring buffer is full counted once more (a pipeline's cell-wrapped self cost one a call: 350,000 in a 1 s
- * stall of bench/flood.py). */
+ * the ring buffer is full counted once more (a pipeline's cell-wrapped self cost one a call: how many in a 1 s
+ * stall of bench/flood.py is in docs/performance.md, "Capture"). */
 static __always_inline void *reserve_description(__u64 size)
 {
     void *e = bpf_ringbuf_reserve(&lotus_events, size, 0);

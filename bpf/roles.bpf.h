@@ -201,8 +201,9 @@ __noinline __u32 type_flags(__u32 space, __u32 tgid, __u64 type)
     e->own_space = key.space != space;
     __builtin_memset(e->_pad, 0, sizeof(e->_pad));
     /* A name that cannot be read goes out empty, marked for user space to read (capture/descriptions.h).
-     * Discarded and retried, it cost a failed read and a reservation at every call (4 us a call of a Pipeline
-     * whose self is in a cell: the `cell` type's name, in a forked python3.11). */
+     * Discarded and retried, it cost a failed read and a reservation at every call (of a Pipeline whose self
+     * is in a cell: the `cell` type's name, in a forked python3.11; docs/performance.md, "What a BPF run costs
+     * here"). */
     e->unread = 0;
     if (!name || bpf_probe_read_user_str(e->name, sizeof(e->name), (void *)name) <= 1) {
         e->name[0] = 0;
@@ -231,9 +232,10 @@ __noinline __u32 type_flags(__u32 space, __u32 tgid, __u64 type)
 
 /* type_flags of obj's type t, through this thread's memo of the objects it met: an object called again (an
  * op of a pipeline, every sample) costs the read of its type alone, not that of the type's name and the lookup
- * in the large hash (each a cache miss here: ~400 ns). A classified description never changes, and a type lives
- * as long as its instances: the same address and type pointer are another type only if the object and its type
- * were both freed and both addresses taken again since (the name pointer checked otherwise can be reused too). */
+ * in the large hash (each a cache miss: docs/performance.md, "What a BPF run costs here"). A classified
+ * description never changes, and a type lives as long as its instances: the same address and type pointer are
+ * another type only if the object and its type were both freed and both addresses taken again since (the name
+ * pointer checked otherwise can be reused too). */
 static __always_inline __u32 memo_type_flags(struct thread_state *ts, __u32 space, __u32 tgid, __u64 obj, __u64 t)
 {
     struct type_memo *m = &ts->types[((obj >> 4) ^ (obj >> 12)) & (TYPE_MEMO - 1)];

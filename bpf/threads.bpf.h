@@ -53,7 +53,8 @@ struct thread_state {
     __u64 lost; /* entries lost to a full ring buffer: their returns count as lost too, so that the lost count
                  * is every record the trace misses */
     __u64 returned; /* emitted entries whose return carries the object returned (an address in every return
-                     * would cost ~10 bytes a sample in the record file) */
+                     * would cost record-file bytes every sample: docs/performance.md, "Records and record
+                     * bytes per sample") */
     __u64 capture_frame; /* the frame whose locals the last walk reported, its code and its role's slots */
     __u64 capture_code;
     __s32 capture_slots;

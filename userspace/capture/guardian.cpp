@@ -135,7 +135,7 @@ void on_term(int) { g_finish = 1; }
 constexpr int kHeldFd = 3;
 constexpr int kTickMs = 10;
 // After the tracer is gone: as long as the hold program may still run (it is unloaded some time after the
-// tracer's exit: 0.7 s measured), at most this long.
+// tracer's exit: docs/performance.md, "What costs what"), at most this long.
 constexpr uint64_t kLingerMaxNs = 10'000'000'000ull;
 
 bool program_loaded(uint32_t id)

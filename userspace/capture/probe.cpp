@@ -259,9 +259,10 @@ void Probe::LinkFree::operator()(bpf_link* l) const { bpf_link__destroy(l); }
 
 Probe::~Probe() { close(); }
 
-// Detaching uprobes waits for RCU grace periods (~0.1 s each here). A perf-event uprobe is detached under a
-// global mutex, one after another: the 40 of the native map took 3.5 s. A uprobe_multi link waits once for
-// all its probes, and waits from several threads share grace periods (close_in_parallel).
+// Detaching uprobes waits for RCU grace periods. A perf-event uprobe is detached under a global mutex, one
+// after another, which made the native map's stop take seconds (docs/performance.md: "Stop latency", and
+// "Kernels without per-process probes"). A uprobe_multi link waits once for all its probes, and waits from
+// several threads share grace periods (close_in_parallel).
 // In the order the members' destructors would go, but with the uprobe_multi links closed in parallel.
 void Probe::close()
 {
@@ -589,7 +590,7 @@ void Probe::attach_python_to(uint32_t tgid, uint32_t forked_from)
 bool Probe::attach_libc_to(uint32_t tgid, std::vector<common::UniqueFd>& fds, uint32_t forked_from)
 {
     // A child just forked maps what its parent mapped: the parent's libc, without reading the child's maps
-    // (~2 ms for a process that loaded torch, while the child is held).
+    // (long for a process that loaded torch, while the child is held: docs/performance.md, "What costs what").
     std::optional<elf::LibcMapping> libc;
     if (auto parent = libc_linked_.find(forked_from); forked_from && parent != libc_linked_.end() &&
                                                         parent->second.size() == 1) {

@@ -1,7 +1,7 @@
 // The kernel links of each traced process's own probes (per-process Python probes): added when a process
-// joins, closed in the background when it exits (closing a uprobe link waits for RCU grace periods, ~0.1 s
-// here: never in the loop that reads the ring buffer; one thread per exited process), every one closed, waited
-// for, by clear().
+// joins, closed in the background when it exits (closing a uprobe link waits for RCU grace periods,
+// docs/performance.md "Stop latency": never in the loop that reads the ring buffer; one thread per exited
+// process), every one closed, waited for, by clear().
 #pragma once
 #include <cstdint>
 #include <future>

@@ -1,6 +1,6 @@
 // The native map's sampling where each traced thread carries its own event: a process outside the traced tree
-// is never interrupted (one event per CPU interrupts whatever runs there: a getpid loop of an unrelated process
-// ran ~6 % slower beside it at 999 Hz on these machines, ~22 % at 4000 Hz). Each event is inherited by the
+// is never interrupted (one event per CPU interrupts whatever runs there, and slowed an unrelated process's
+// getpid loop beside it: docs/performance.md, "Sampling interrupts"). Each event is inherited by the
 // threads and processes its thread starts, so a DataLoader worker forked later is sampled from its first
 // instruction without the tracer's help; the tracer opens events only on the threads alive when it attaches.
 #pragma once

@@ -1,7 +1,7 @@
 // How long the tracer's loop sleeps when nothing wakes it: until the next thing it must do on its own time (a
 // resource reading, the status line, a redraw, the end of --duration), at most a cap. Records (BPF's batched
-// wake-ups), held children and the target's exit wake it otherwise. Each wake-up costs the tracer ~0.1 ms of
-// CPU on these machines, so it does not wake on a fixed tick.
+// wake-ups), held children and the target's exit wake it otherwise. Each wake-up costs the tracer CPU
+// (docs/performance.md, "What costs what": resource readings), so it does not wake on a fixed tick.
 #pragma once
 
 #include <cstdint>

@@ -1,9 +1,8 @@
 // Where on a function its entry uprobe costs least. x86_64's kernel emulates a few instructions at a uprobe
 // (a push of a register, direct jumps and calls) and runs any other one out of line, single-stepped: a
-// second trap. Here a hit on an emulated instruction cost 0.58-0.65 us and one on any other 4.1 us (a C loop,
-// uprobe_multi, no work in BPF). glibc's read and write begin with a compare (`cmpb $0,
-// __libc_single_threaded(%rip)`) before their first jump; code built with -fcf-protection begins with
-// endbr64 before its first push.
+// second trap, several times dearer (docs/performance.md, "A trap's price on these VMs"). glibc's read and
+// write begin with a compare (`cmpb $0, __libc_single_threaded(%rip)`) before their first jump; code built
+// with -fcf-protection begins with endbr64 before its first push.
 #pragma once
 #include <cstdint>
 #include <span>

@@ -51,7 +51,8 @@ bool take_number(std::string_view& s, int base, char separator, uint64_t& out)
 
 } // namespace
 
-// By hand, not sscanf: a process that loaded torch maps ~1,700 lines, read again for each new worker.
+// By hand, not sscanf: a process that loaded torch maps many lines (docs/performance.md, "What costs what"),
+// read again for each new worker.
 std::vector<Mapping> parse_maps(const std::string& text)
 {
     std::vector<Mapping> out;

@@ -63,8 +63,9 @@ struct ProcUsageReader::Files {
     DIR* task = nullptr; // /proc/PID/task, listed again when its threads changed
     // A thread's status file and its schedstat (closed: not kept open), and what they said last. A thread whose
     // schedstat (its run time and how many times it got a CPU) did not move has not been switched out since:
-    // its switch counts stand, and its status (~6-13 us a read, against ~1 us) is not read again. The main
-    // thread's status is read every time: it also has the process's memory.
+    // its switch counts stand, and its status (a far dearer read than its schedstat: docs/performance.md,
+    // "What costs what") is not read again. The main thread's status is read every time: it also has the
+    // process's memory.
     struct Thread {
         common::UniqueFd status, schedstat;
         uint64_t run_ns = 0, pcount = 0, nvcsw = 0, nivcsw = 0;

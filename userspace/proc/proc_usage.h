@@ -41,8 +41,8 @@ private:
 };
 
 // When the readings include PSS: every `interval_ms`, or (auto, interval_ms < 0) every 2 s or less often, so that
-// the walks' CPU time stays within kPssBudget of the CPUs' (5-15 ms a walk for a process that mapped torch here:
-// the example's 3 processes on 2 CPUs: 2-13 s apart; on 16 CPUs, 32 ms of walks every 2 s). 0: never.
+// the walks' CPU time stays within kPssBudget of the CPUs' (what a walk costs for a process that mapped torch,
+// and the intervals that makes: docs/performance.md, "What costs what"). 0: never.
 class PssSchedule {
 public:
     static constexpr double kPssBudget = 0.001;
