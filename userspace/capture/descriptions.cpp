@@ -92,4 +92,15 @@ std::vector<char> complete_description(const void* data, size_t len, const std::
     return copy;
 }
 
+std::pair<const void*, size_t> Completion::complete(const void* data, size_t len)
+{
+    auto* h = static_cast<const lotus_event_header*>(data);
+    if (len >= sizeof(lotus_proc_event) && h->type == LOTUS_EV_FORK)
+        tree_.add(h->tgid, static_cast<const lotus_proc_event*>(data)->parent_tgid);
+    if (!incomplete_description(data, len))
+        return {data, len};
+    completed_ = complete_description(data, len, tree_.lineage(h->tgid), layout_);
+    return {completed_.data(), completed_.size()};
+}
+
 } // namespace lotus::capture

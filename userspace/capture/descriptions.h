@@ -5,9 +5,11 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "lotus_abi.h"
+#include "proc/process_tree.h"
 
 namespace lotus::capture {
 
@@ -19,5 +21,19 @@ bool incomplete_description(const void* data, size_t len);
 // Names still unread stay marked (lotus_type_info.unread, lotus_code_info's 0xff kinds).
 std::vector<char> complete_description(const void* data, size_t len, const std::vector<uint32_t>& pids,
                                        const lotus_py_layout& layout);
+
+// The stream's first stage: each record as BPF wrote it, completed with the names only user space can read, the
+// process tree kept from its FORK records.
+class Completion {
+public:
+    Completion(const lotus_py_layout& layout, proc::ProcessTree& tree) : layout_(layout), tree_(tree) {}
+    // The record to pass on: `data` itself, or a completed copy (valid until the next call).
+    std::pair<const void*, size_t> complete(const void* data, size_t len);
+
+private:
+    lotus_py_layout layout_;
+    proc::ProcessTree& tree_;
+    std::vector<char> completed_;
+};
 
 } // namespace lotus::capture

@@ -34,8 +34,8 @@ void copy_str(char (&dst)[N], const std::string& src)
 
 } // namespace
 
-NativeCapture::NativeCapture(Probe& probe, std::vector<elf::NativeSpec> specs, Emit emit)
-    : probe_(probe), specs_(std::move(specs)), emit_(std::move(emit)), matched_(specs_.size(), 0)
+NativeCapture::NativeCapture(Probe& probe, std::vector<elf::NativeSpec> specs, const proc::ProcessTree& tree, Emit emit)
+    : probe_(probe), specs_(std::move(specs)), emit_(std::move(emit)), symbolizer_(tree), matched_(specs_.size(), 0)
 {
 }
 
@@ -111,7 +111,8 @@ void NativeCapture::scan_process(uint32_t pid, uint64_t loaded_ns)
     std::vector<proc::Mapping> maps;
     try {
         // Asked of the kernel mapping by mapping, paths only for new files: the whole maps text of a process that
-        // loaded torch is ~1,700 lines, read again at each of its ~100 dlopens while it imports.
+        // loaded torch is long, and would be read again at each of its dlopens while it imports (how long and
+        // how many: docs/performance.md, "What costs what").
         auto queried = proc::exec_file_maps(static_cast<int>(pid), examined);
         maps = queried ? std::move(*queried) : proc::read_maps(static_cast<int>(pid));
     } catch (const std::exception&) {
@@ -167,7 +168,7 @@ void NativeCapture::on_event(const void* data, size_t len)
     if (len < sizeof(*h))
         return;
     if (h->type == LOTUS_EV_FORK && len >= sizeof(lotus_proc_event)) {
-        symbolizer_.set_parent(h->tgid, static_cast<const lotus_proc_event*>(data)->parent_tgid);
+        symbolizer_.forked(h->tgid, static_cast<const lotus_proc_event*>(data)->parent_tgid);
     } else if (h->type == LOTUS_EV_EXEC || h->type == LOTUS_EV_EXIT) {
         if (h->type == LOTUS_EV_EXEC)
             symbolizer_.execed(h->tgid);

@@ -20,7 +20,8 @@ namespace lotus::capture {
 class NativeCapture {
 public:
     using Emit = std::function<void(const void* data, size_t len)>; // a user record into the stream
-    NativeCapture(Probe& probe, std::vector<elf::NativeSpec> specs, Emit emit);
+    // tree: the traced processes' parents, kept by the stream's completion (capture::Completion).
+    NativeCapture(Probe& probe, std::vector<elf::NativeSpec> specs, const proc::ProcessTree& tree, Emit emit);
 
     // Probes the wanted functions of every library the process maps now.
     // loaded_ns: when the process loaded what is new (a dlopen's return), 0 at attach

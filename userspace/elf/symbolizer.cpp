@@ -159,12 +159,12 @@ const std::vector<proc::Mapping>* Symbolizer::maps(uint32_t pid, bool refresh)
     }
 }
 
-void Symbolizer::set_parent(uint32_t pid, uint32_t parent)
+void Symbolizer::forked(uint32_t pid, uint32_t parent)
 {
-    parents_[pid] = parent;
     // A fork child starts with its parent's mappings: a DataLoader worker is symbolised without reading its
-    // ~1,700 lines of maps again (every epoch, for every worker). What it maps later misses, and a miss reads
-    // its own; what it opens later (dlopen) re-reads them as for any process.
+    // maps again (every epoch, for every worker; their length: docs/performance.md, "What costs what"). What it
+    // maps later misses, and a miss reads its own; what it opens later (dlopen) re-reads them as for any
+    // process.
     auto p = maps_.find(parent);
     if (p == maps_.end() || maps_.count(pid))
         return;
@@ -228,8 +228,7 @@ NativeFrame Symbolizer::resolve(uint32_t pid, uint64_t ip)
             if (hop > 0)
                 break;
         }
-        auto up = parents_.find(p);
-        p = up == parents_.end() ? 0 : up->second;
+        p = tree_.parent(p);
     }
     return {};
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "proc/proc_maps.h"
+#include "proc/process_tree.h"
 
 namespace lotus::elf {
 
@@ -38,8 +39,8 @@ private:
         uint32_t name;
     };
     std::vector<Entry> entries_;
-    // Mangled until first found (then demangled in place): demangling every symbol up front cost 70 ms for
-    // libtorch_cpu. Not thread-safe, like the rest of the symbolizer.
+    // Mangled until first found (then demangled in place): demangling every symbol of libtorch_cpu up front
+    // was slow (docs/performance.md, "What costs what"). Not thread-safe, like the rest of the symbolizer.
     mutable std::vector<std::string> names_;
     mutable std::vector<bool> demangled_;
 };
@@ -52,6 +53,8 @@ struct NativeFrame {
 
 class Symbolizer {
 public:
+    // tree: the traced processes' parents (capture's one copy), whose maps serve a process that is gone.
+    explicit Symbolizer(const proc::ProcessTree& tree) : tree_(tree) {}
     // A process's maps are read on first use, and again when an address falls outside them shortly after
     // the process opened a library (dlopen maps it right after). The frame's range is exact for the maps and
     // symbols the answer came from: the whole function (cut where another symbol starts or ends, to the
@@ -62,8 +65,8 @@ public:
     void library_opened(uint32_t pid);
     void execed(uint32_t pid) { maps_.erase(pid); }
     // A forked child has its parent's mappings (as far as they were read): used until it misses them, and once
-    // the child itself is gone.
-    void set_parent(uint32_t pid, uint32_t parent);
+    // the child itself is gone (through the process tree's parents).
+    void forked(uint32_t pid, uint32_t parent);
     size_t files_loaded() const { return files_.size(); }
     size_t maps_read() const { return maps_read_; } // /proc/PID/maps files read so far
     // Which reading of its maps the process's addresses resolve through now (0: none yet); a fork child shares
@@ -86,7 +89,7 @@ private:
     };
     uint64_t generations_ = 0;
     std::unordered_map<uint32_t, Maps> maps_;
-    std::unordered_map<uint32_t, uint32_t> parents_;
+    const proc::ProcessTree& tree_;
     std::map<std::string, std::unique_ptr<FunctionTable>> files_; // null: unreadable
     size_t maps_read_ = 0;
 };
