@@ -19,6 +19,7 @@
 #include "model/engine.h"
 #include "model/native_map.h"
 #include "elf/native_functions.h"
+#include "model/framework.h"
 #include "elf/symbolizer.h"
 
 using namespace lotus;
@@ -284,7 +285,9 @@ TEST(NativeSpecs, ParseLibraryAndCxxSymbolGlobs)
     EXPECT_THROW(elf::parse_native_spec("nocolon"), std::invalid_argument);
     EXPECT_THROW(elf::parse_native_spec(":sym"), std::invalid_argument);
     EXPECT_THROW(elf::parse_native_spec("lib:"), std::invalid_argument);
-    auto d = elf::default_native_specs();
+    std::vector<elf::NativeSpec> d;
+    for (const auto& row : model::framework::kNativeSet)
+        d.push_back({std::string(row.library), std::string(row.symbol)});
     // the built-in set: where sampling cannot name the code (Pillow's JPEG decode call, libtorch's ops)
     EXPECT_FALSE(elf::library_wanted(d, "/usr/lib/x86_64-linux-gnu/libjpeg.so.62.3.0"));
     EXPECT_TRUE(elf::library_wanted(d, "/x/PIL/_imaging.cpython-311-x86_64-linux-gnu.so"));
@@ -355,7 +358,8 @@ TEST(Symbols, AnOffsetsRangeResolvesAsTheOffsetDoes)
 // The symbolizer's range for an address of this process: the function around it, as process addresses.
 TEST(Symbols, AnAddressRangeIsTheFunctionAroundIt)
 {
-    elf::Symbolizer s;
+    proc::ProcessTree tree;
+    elf::Symbolizer s(tree);
     auto pid = static_cast<uint32_t>(getpid());
     auto own = reinterpret_cast<uint64_t>(&getpid);
     auto f = s.resolve(pid, own + 1);
@@ -408,7 +412,8 @@ TEST(Symbols, AForkChildUsesItsParentsMapsUntilItMissesThem)
     auto is_getpid = [](const elf::NativeFrame& f) {
         return (f.function == "getpid" || f.function == "__getpid") && f.library == "libc.so.6";
     };
-    elf::Symbolizer s;
+    proc::ProcessTree tree;
+    elf::Symbolizer s(tree);
     auto own = reinterpret_cast<uint64_t>(&getpid);
     EXPECT_TRUE(is_getpid(s.resolve(static_cast<uint32_t>(getpid()), own)));
     EXPECT_EQ(s.maps_read(), 1u);
@@ -432,7 +437,8 @@ TEST(Symbols, AForkChildUsesItsParentsMapsUntilItMissesThem)
     ASSERT_EQ(read(ready[0], &mapped, sizeof(mapped)), static_cast<ssize_t>(sizeof(mapped)));
     close(ready[0]);
     close(ready[1]);
-    s.set_parent(static_cast<uint32_t>(child), static_cast<uint32_t>(getpid()));
+    tree.add(static_cast<uint32_t>(child), static_cast<uint32_t>(getpid()));
+    s.forked(static_cast<uint32_t>(child), static_cast<uint32_t>(getpid()));
     EXPECT_TRUE(is_getpid(s.resolve(static_cast<uint32_t>(child), own)));
     EXPECT_EQ(s.maps_read(), 1u); // the parent's
     ASSERT_NE(mapped, 0u);

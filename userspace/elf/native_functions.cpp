@@ -49,29 +49,6 @@ NativeSpec parse_native_spec(const std::string& text)
     return {text.substr(0, colon), text.substr(colon + 1)};
 }
 
-std::vector<NativeSpec> default_native_specs()
-{
-    // A probed call costs its thread an entry and a return trap (11 us on these machines), so the built-in set is
-    // where sampling alone cannot name the code that runs: libjpeg's decoder internals are static and libtorch's
-    // kernels hidden, and their samples are named after the innermost probed call open (docs/native-map.md).
-    // Pillow's own functions and libjpeg's API have symbols: sampling names them; --native probes them as spans.
-    return {
-        // JPEG decode: Pillow's decoder call, once per image (per read chunk of a large file).
-        {"_imaging*.so", "ImagingJpegDecode"},
-        // torch ops behind ToTensor (copy, div), Normalize (sub_, div_) and default_collate (stack). Not
-        // _to_copy: it copies through copy_, which is probed.
-        {"libtorch_cpu.so*", "at::_ops::copy_::call"},
-        {"libtorch_cpu.so*", "at::_ops::div_Scalar::call"},
-        {"libtorch_cpu.so*", "at::_ops::div_Tensor::call"},
-        {"libtorch_cpu.so*", "at::_ops::div__Tensor::call"},
-        {"libtorch_cpu.so*", "at::_ops::div__Scalar::call"},
-        {"libtorch_cpu.so*", "at::_ops::sub_Tensor::call"},
-        {"libtorch_cpu.so*", "at::_ops::sub__Tensor::call"},
-        {"libtorch_cpu.so*", "at::_ops::stack::call"},
-        {"libtorch_cpu.so*", "at::_ops::stack_out::call"},
-    };
-}
-
 bool library_wanted(const std::vector<NativeSpec>& specs, const std::string& path)
 {
     std::string base = common::base_name(path);

@@ -14,8 +14,6 @@ struct NativeSpec {
 
 // "LIBGLOB:SYMBOLGLOB"; the symbol part may itself hold "::" (C++). Throws std::invalid_argument.
 NativeSpec parse_native_spec(const std::string& text);
-// JPEG decode (libjpeg, Pillow's decoder), Pillow resample/crop/flip/convert, torch copy/arith/stack ops.
-std::vector<NativeSpec> default_native_specs();
 
 struct NativeFunction {
     std::string path;     // the library file

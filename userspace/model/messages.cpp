@@ -3,11 +3,11 @@
 #include <cstring>
 #include <string_view>
 
+#include "model/framework.h"
+
 namespace lotus::model {
 
 namespace {
-
-constexpr std::string_view kWorkerModule = "torch.utils.data._utils.worker";
 
 // A SHORT_BINUNICODE string at data[at] (optionally followed by MEMOIZE); its text, and where the next opcode is.
 bool short_str(const uint8_t* data, size_t n, size_t& at, std::string_view& text)
@@ -27,7 +27,7 @@ bool short_str(const uint8_t* data, size_t n, size_t& at, std::string_view& text
 bool worker_global(const uint8_t* data, size_t n, size_t at, std::string_view prefix)
 {
     std::string_view module, name;
-    if (!short_str(data, n, at, module) || module != kWorkerModule || !short_str(data, n, at, name))
+    if (!short_str(data, n, at, module) || module != framework::kWorkerModule || !short_str(data, n, at, name))
         return false;
     return name.size() >= prefix.size() ? name.substr(0, prefix.size()) == prefix
                                          : !name.empty() && prefix.substr(0, name.size()) == name && name.size() >= 8;
@@ -64,7 +64,7 @@ QueueMessage parse_queue_message(const uint8_t* data, size_t n)
         break;
     }
     default:
-        if (worker_global(data, n, at, "_ResumeIteration"))
+        if (worker_global(data, n, at, framework::kResumeGlobal))
             m.kind = QueueMessage::Resume;
         return m;
     }
@@ -73,7 +73,7 @@ QueueMessage parse_queue_message(const uint8_t* data, size_t n)
         return m;
     m.kind = QueueMessage::Indexed;
     m.index = index;
-    m.stop = worker_global(data, n, at, "_IterableDatasetStopIteration");
+    m.stop = worker_global(data, n, at, framework::kIterableStopGlobal);
     // A list (EMPTY_LIST, MEMOIZE, then MARK for several items) whose first item is an int or None; None (the
     // task of an IterableDataset without batching); or an int (a map-style dataset's without batching,
     // batch_size=None: the sampler's index itself).

@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 
 #include "lotus_abi.h"
+#include "model/framework.h"
 
 namespace lotus::model {
 
@@ -12,8 +13,6 @@ bool ends_with(const std::string& s, const std::string& suffix)
 {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
-
-bool in_file(const CodeInfo& code, const char* path_part) { return code.file.find(path_part) != std::string::npos; }
 
 // Code objects carry a qualified name from 3.11 on ("Class.method"); 3.10's carry the bare name.
 bool unqualified(const CodeInfo& code) { return code.name.find('.') == std::string::npos; }
@@ -30,25 +29,35 @@ std::string last_part(const std::string& qualname)
     return dot == std::string::npos ? qualname : qualname.substr(dot + 1);
 }
 
-// The code of calling an object: its __call__, an nn.Module's forward, or nn.Module's call wrappers (torch 1.x
-// enters _call_impl, 2.x _wrapped_call_impl then _call_impl). Its self is the object called.
-bool object_call(const CodeInfo& code)
+bool one_of(const std::string& s, const std::vector<std::string_view>& names)
 {
-    std::string m = last_part(code.name);
-    return m == "__call__" || m == "forward" || m == "_call_impl" || m == "_wrapped_call_impl";
+    for (auto n : names)
+        if (s == n)
+            return true;
+    return false;
 }
 
-// A comprehension's or generator expression's code (3.12+ inlines list, dict and set comprehensions).
-bool scope(const CodeInfo& code)
-{
-    std::string m = last_part(code.name);
-    return m == "<genexpr>" || m == "<listcomp>" || m == "<dictcomp>" || m == "<setcomp>";
-}
+// The code of calling an object (its self is the object called).
+bool object_call(const CodeInfo& code) { return one_of(last_part(code.name), framework::kObjectCallMethods); }
 
-// torchvision's container transforms (v1 and v2): called by a pipeline, they call transforms of their own.
-bool container_class(const std::string& cls)
+// A comprehension's or generator expression's code.
+bool scope(const CodeInfo& code) { return one_of(last_part(code.name), framework::kScopeNames); }
+
+bool container_class(const std::string& cls) { return one_of(cls, framework::kContainerClasses); }
+
+bool matches(const framework::CodeRow& row, const CodeInfo& code)
 {
-    return cls == "RandomApply" || cls == "RandomChoice" || cls == "RandomOrder";
+    if (code.file.find(row.file) == std::string::npos)
+        return false;
+    switch (row.match) {
+    case framework::NameMatch::Exact:
+        return code.name == row.name;
+    case framework::NameMatch::Method:
+        return method_is(code, std::string(row.cls), std::string(row.name));
+    case framework::NameMatch::Contains:
+        return code.name.find(row.name) != std::string::npos;
+    }
+    return false;
 }
 
 } // namespace
@@ -81,7 +90,7 @@ std::string class_name(const std::string& tp_name) { return last_part(tp_name); 
 Rules::Rules(std::vector<std::string> pipeline_classes, std::vector<std::string> spans)
     : pipeline_classes_(std::move(pipeline_classes))
 {
-    pipeline_classes_.insert(pipeline_classes_.begin(), "Compose");
+    pipeline_classes_.insert(pipeline_classes_.begin(), std::string(framework::kPipelineClass));
     for (auto& s : spans) {
         auto colon = s.find(':');
         spans_.push_back(colon == std::string::npos ? SpanRule{s, "*", s}
@@ -117,39 +126,15 @@ CodeRole Rules::classify(const CodeInfo& code) const
         role.flags |= LOTUS_ROLE_SELF_PIPELINE;
         return role;
     }
-    if (code.name == "_worker_loop" && in_file(code, "torch/utils/data/_utils/worker.py")) {
-        // A DataLoader worker's main loop: which worker it is.
-        role.kind = CodeKind::WorkerLoop;
-        role.flags |= LOTUS_ROLE_CAPTURE;
-        role.capture_locals = {"worker_id"};
-    } else if (code.name == "_wrap" && in_file(code, "torch/multiprocessing/spawn.py")) {
-        // torch.multiprocessing.spawn runs fn(i, *args) in process i: its rank.
-        role.kind = CodeKind::RankMain;
-        role.flags |= LOTUS_ROLE_CAPTURE;
-        role.capture_locals = {"i"};
-    } else if (method_is(code, "DataLoader", "__iter__") && in_file(code, "torch/utils/data/dataloader.py")) {
-        // `for batch in loader` (GET_ITER through the type's tp_iter slot: a call from C in every version).
-        role.kind = CodeKind::LoaderIter;
-        role.flags &= ~LOTUS_ROLE_SKIP;
-        role.flags |= LOTUS_ROLE_WALK | LOTUS_ROLE_RETURNED; // up to a rank's _wrap; the iterator it made
-    } else if (method_is(code, "DataLoaderIter", "__next__") && in_file(code, "torch/utils/data/dataloader.py")) {
-        // (through tp_iternext: a call from C in every version)
-        role.kind = CodeKind::LoaderNext;
-        role.flags &= ~LOTUS_ROLE_SKIP;
-        role.flags |= LOTUS_ROLE_WALK;
-    } else if (method_is(code, "DataLoaderIter", "__init__") && in_file(code, "torch/utils/data/dataloader.py")) {
-        // _MultiProcessingDataLoaderIter.__init__ forks the workers; the base class's __init__ is inlined into
-        // it, so both names are kept and the engine treats nested ones as one. (3.13+ may run it inlined once
-        // its call site is specialised: DataLoader.__iter__ is the signal that always comes.)
-        role.kind = CodeKind::IterInit;
-        role.flags &= ~LOTUS_ROLE_SKIP;
-        role.flags |= LOTUS_ROLE_OBJ1; // the DataLoader it iterates
-    } else if (in_file(code, "torch/utils/data/_utils/fetch.py") && code.name.find("fetch") != std::string::npos) {
-        role.kind = CodeKind::Fetcher;
-    } else if (method_is(code, "", "__getitem__")) {
-        // its direct calls into Python make up a sample when no pipeline call does; its index
-        role.kind = CodeKind::GetItem;
-        role.flags |= LOTUS_ROLE_EMIT_CALLEES | LOTUS_ROLE_ARG1;
+    for (const auto& row : framework::kCode) {
+        if (!matches(row, code))
+            continue;
+        role.kind = row.kind;
+        role.flags |= row.flags;
+        if (row.emitted)
+            role.flags &= ~LOTUS_ROLE_SKIP;
+        role.capture_locals.assign(row.locals.begin(), row.locals.end());
+        break;
     }
     return role;
 }
@@ -169,15 +154,15 @@ TypeRole Rules::classify_type(const std::string& name, const std::vector<std::st
         for (const auto& glob : pipeline_classes_)
             pipeline |= glob_match(glob, cls);
         container |= container_class(cls);
-        loader |= cls == "DataLoader";
-        iterator |= ends_with(cls, "DataLoaderIter");
+        loader |= cls == framework::kLoaderClass;
+        iterator |= ends_with(cls, std::string(framework::kLoaderIteratorSuffix));
     }
     t.kind = iterator    ? TypeKind::LoaderIterator
              : loader    ? TypeKind::Loader
              : container ? TypeKind::Container
              : pipeline  ? TypeKind::Pipeline
                          : TypeKind::Other;
-    t.single_process = iterator && classes[0].find("SingleProcess") != std::string::npos;
+    t.single_process = iterator && classes[0].find(framework::kSingleProcessMark) != std::string::npos;
     if (t.pipeline())
         t.flags |= LOTUS_TYPE_PIPELINE;
     if (t.loader() || t.loader_iterator())

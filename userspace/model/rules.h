@@ -1,6 +1,6 @@
-// What the engine knows about pipelines and torch: which code objects are calls of an object (a pipeline's
-// call when the object's class is a pipeline class), which classes are pipelines, where a sample's index, a
-// worker's id and a rank live, how an op is named. The one place that knows torchvision and torch.
+// How the engine classifies code and classes: which code objects are calls of an object (a pipeline's call when
+// the object's class is a pipeline class), which classes are pipelines, where a sample's index, a worker's id and
+// a rank live, how an op is named. What it knows of torch and torchvision is the table in framework.h.
 #pragma once
 #include <cstdint>
 #include <optional>
