@@ -162,74 +162,77 @@ void NativeCapture::on_library_open(const void* data, size_t len)
     }
 }
 
-void NativeCapture::on_event(const void* data, size_t len)
+void NativeCapture::on_event(const void* data, size_t len) { model::dispatch(data, len, *this); }
+
+void NativeCapture::process_event(const lotus_proc_event& p)
 {
-    auto* h = static_cast<const lotus_event_header*>(data);
-    if (len < sizeof(*h))
+    if (p.h.type == LOTUS_EV_FORK) {
+        symbolizer_.forked(p.h.tgid, p.parent_tgid);
         return;
-    if (h->type == LOTUS_EV_FORK && len >= sizeof(lotus_proc_event)) {
-        symbolizer_.forked(h->tgid, static_cast<const lotus_proc_event*>(data)->parent_tgid);
-    } else if (h->type == LOTUS_EV_EXEC || h->type == LOTUS_EV_EXIT) {
-        if (h->type == LOTUS_EV_EXEC)
-            symbolizer_.execed(h->tgid);
-        written_.erase(h->tgid);
-        std::erase_if(said_late_, [&](const auto& s) { return s.first == h->tgid; });
-    } else if (h->type == LOTUS_EV_OPEN && len >= sizeof(lotus_open)) {
-        auto* o = static_cast<const lotus_open*>(data);
-        if (std::string_view(o->path, strnlen(o->path, sizeof(o->path))).find(".so") != std::string_view::npos)
-            symbolizer_.library_opened(h->tgid);
-        on_library_open(data, len);
-    } else if (h->type == LOTUS_EV_SAMPLE && len >= sizeof(lotus_sample)) {
-        auto* s = static_cast<const lotus_sample*>(data);
-        // Callers are only looked at when the leaf has no name (the engine's rule); without frame pointers
-        // they are mostly noise, and each new one would cost a lookup and a record.
-        // One record per function (or gap between them) a process's samples meet, not per address: every
-        // address of its range resolves the same.
-        auto& process = written_[h->tgid];
-        auto& written = process.ranges;
-        auto through_current_maps = [&] {
-            uint64_t g = symbolizer_.maps_generation(h->tgid);
-            if (g != process.generation) {
-                written.clear();
-                process.generation = g;
-            }
-        };
-        through_current_maps();
-        bool leaf_named = false;
-        for (uint32_t i = 0; i < s->nr_ips && i < LOTUS_STACK_DEPTH; i++) {
-            if (i == 1 && leaf_named)
-                break;
-            uint64_t ip = s->ip[i];
-            auto next = written.upper_bound(ip); // the first range starting after ip
-            if (next != written.begin() && ip < std::prev(next)->second.hi) {
-                leaf_named = i == 0 ? std::prev(next)->second.named : leaf_named;
-                continue;
-            }
-            auto f = symbolizer_.resolve(h->tgid, ip);
-            if (!(f.lo <= ip && ip < f.hi))
-                f.lo = ip, f.hi = ip + 1;
-            if (symbolizer_.maps_generation(h->tgid) != process.generation) { // resolving read them again
-                through_current_maps();
-                next = written.end();
-            }
-            // Within what is not written yet (a range written from other maps may lie across it).
-            if (next != written.end())
-                f.hi = std::min(f.hi, next->first);
-            if (next != written.begin())
-                f.lo = std::max(f.lo, std::prev(next)->second.hi);
-            bool named = !f.function.empty();
-            written.emplace_hint(next, f.lo, Written{f.hi, named});
-            leaf_named = i == 0 ? named : leaf_named;
-            model::RecordSymbolRange rec{};
-            rec.type = model::kRecordSymbolRange;
-            rec.tgid = h->tgid;
-            rec.ts_ns = h->ts_ns;
-            rec.ip_lo = f.lo;
-            rec.ip_hi = f.hi;
-            copy_str(rec.name, f.function);
-            copy_str(rec.library, f.library);
-            emit_(&rec, sizeof(rec));
+    }
+    if (p.h.type == LOTUS_EV_EXEC)
+        symbolizer_.execed(p.h.tgid);
+    written_.erase(p.h.tgid);
+    std::erase_if(said_late_, [&](const auto& s) { return s.first == p.h.tgid; });
+}
+
+void NativeCapture::open(const lotus_open& o)
+{
+    if (std::string_view(o.path, strnlen(o.path, sizeof(o.path))).find(".so") != std::string_view::npos)
+        symbolizer_.library_opened(o.h.tgid);
+    on_library_open(&o, sizeof(o));
+}
+
+void NativeCapture::sample(const lotus_sample& s)
+{
+    // Callers are only looked at when the leaf has no name (the engine's rule); without frame pointers
+    // they are mostly noise, and each new one would cost a lookup and a record.
+    // One record per function (or gap between them) a process's samples meet, not per address: every
+    // address of its range resolves the same.
+    auto& process = written_[s.h.tgid];
+    auto& written = process.ranges;
+    auto through_current_maps = [&] {
+        uint64_t g = symbolizer_.maps_generation(s.h.tgid);
+        if (g != process.generation) {
+            written.clear();
+            process.generation = g;
         }
+    };
+    through_current_maps();
+    bool leaf_named = false;
+    for (uint32_t i = 0; i < s.nr_ips && i < LOTUS_STACK_DEPTH; i++) {
+        if (i == 1 && leaf_named)
+            break;
+        uint64_t ip = s.ip[i];
+        auto next = written.upper_bound(ip); // the first range starting after ip
+        if (next != written.begin() && ip < std::prev(next)->second.hi) {
+            leaf_named = i == 0 ? std::prev(next)->second.named : leaf_named;
+            continue;
+        }
+        auto f = symbolizer_.resolve(s.h.tgid, ip);
+        if (!(f.lo <= ip && ip < f.hi))
+            f.lo = ip, f.hi = ip + 1;
+        if (symbolizer_.maps_generation(s.h.tgid) != process.generation) { // resolving read them again
+            through_current_maps();
+            next = written.end();
+        }
+        // Within what is not written yet (a range written from other maps may lie across it).
+        if (next != written.end())
+            f.hi = std::min(f.hi, next->first);
+        if (next != written.begin())
+            f.lo = std::max(f.lo, std::prev(next)->second.hi);
+        bool named = !f.function.empty();
+        written.emplace_hint(next, f.lo, Written{f.hi, named});
+        leaf_named = i == 0 ? named : leaf_named;
+        model::RecordSymbolRange rec{};
+        rec.type = model::kRecordSymbolRange;
+        rec.tgid = s.h.tgid;
+        rec.ts_ns = s.h.ts_ns;
+        rec.ip_lo = f.lo;
+        rec.ip_hi = f.hi;
+        copy_str(rec.name, f.function);
+        copy_str(rec.library, f.library);
+        emit_(&rec, sizeof(rec));
     }
 }
 

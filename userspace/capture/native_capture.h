@@ -13,11 +13,12 @@
 
 #include "probe.h"
 #include "elf/native_functions.h"
+#include "model/record_dispatch.h"
 #include "elf/symbolizer.h"
 
 namespace lotus::capture {
 
-class NativeCapture {
+class NativeCapture : private model::RecordHandler {
 public:
     using Emit = std::function<void(const void* data, size_t len)>; // a user record into the stream
     // tree: the traced processes' parents, kept by the stream's completion (capture::Completion).
@@ -38,6 +39,9 @@ public:
     double attach_seconds() const { return attach_s_; }
 
 private:
+    void process_event(const lotus_proc_event& p) override;
+    void open(const lotus_open& o) override;
+    void sample(const lotus_sample& s) override;
     struct Probed {
         uint64_t live_ns = 0; // when its probes were in place
         std::string library;  // its basename

@@ -60,110 +60,40 @@ void Engine::consume(const void* data, size_t len)
             p.first_ns = h->ts_ns;
         p.last_ns = std::max<uint64_t>(p.last_ns, h->ts_ns);
     }
-    switch (h->type) {
-    case LOTUS_EV_PY_ENTRY:
-        if (auto* e = as<lotus_py_entry>(data, len))
-            return on_entry(*e);
-        break;
-    case LOTUS_EV_PY_RETURN:
-        if (auto* r = as<lotus_py_return>(data, len))
-            return on_return(*r);
-        break;
-    case LOTUS_EV_CODE:
-        if (auto* c = as<lotus_code_info>(data, len))
-            return on_code(*c);
-        break;
-    case LOTUS_EV_TYPE:
-        if (auto* t = as<lotus_type_info>(data, len))
-            return on_type(*t);
-        break;
-    case LOTUS_EV_MSG:
-        if (auto* m = as<lotus_msg>(data, len))
-            return batches_.message(*m);
-        break;
-    case LOTUS_EV_GETPPID:
-        return batches_.getppid(h->tgid, h->tid, h->ts_ns);
-    case LOTUS_EV_CAPTURE:
-        if (auto* e = as<lotus_py_entry>(data, len))
-            return captured(*e);
-        break;
-    case LOTUS_EV_THREAD:
-        if (auto* t = as<lotus_thread_name>(data, len)) {
-            process(t->h.tgid).thread_names[t->h.tid] = decode(t->comm, sizeof(t->comm), 0);
-            return;
-        }
-        break;
-    case LOTUS_EV_OPEN:
-        if (auto* o = as<lotus_open>(data, len))
-            return batches_.opened(o->h.tgid, o->h.tid, o->h.ts_ns, decode(o->path, sizeof(o->path), 0));
-        break;
-    case LOTUS_EV_NATIVE_ENTRY:
-    case LOTUS_EV_NATIVE_RETURN:
-        if (auto* n = as<lotus_native>(data, len))
-            return on_native(*n);
-        break;
-    case LOTUS_EV_SAMPLE:
-        if (auto* smp = as<lotus_sample>(data, len))
-            return on_sample(*smp);
-        break;
-    case kRecordNativeFunc:
-        if (auto* f = as<RecordNativeFunc>(data, len)) {
-            std::string name = decode(f->name, sizeof(f->name), 0), library = decode(f->library, sizeof(f->library), 0);
-            uint32_t id = native_map_.function_id(name, library);
-            native_funcs_[f->func] = {std::move(name), std::move(library), id};
-            return;
-        }
-        break;
-    case kRecordNativeLate:
-        if (auto* r = as<RecordNativeLate>(data, len)) {
-            native_late_.push_back({r->tgid, decode(r->library, sizeof(r->library), 0), r->loaded_ns, r->ts_ns});
-            return;
-        }
-        break;
-    case kRecordOtherInterpreter:
-        if (auto* r = as<RecordOtherInterpreter>(data, len)) {
-            other_interpreters_.push_back({r->tgid, decode(r->path, sizeof(r->path), 0)});
-            return;
-        }
-        break;
-    case kRecordUntracedPython:
-        if (auto* r = as<RecordUntracedPython>(data, len)) {
-            untraced_pythons_.push_back({r->tgid, decode(r->comm, sizeof(r->comm), 0), decode(r->path, sizeof(r->path), 0)});
-            return;
-        }
-        break;
-    case kRecordRank:
-        if (auto* r = as<RecordRank>(data, len)) {
-            process(r->tgid).env_rank = r->rank;
-            return;
-        }
-        break;
-    case kRecordSymbol:
-        if (auto* r = as<RecordSymbol>(data, len))
-            return on_symbol(r->tgid, r->ip, r->ip + 1, r->name, r->library);
-        break;
-    case kRecordSymbolRange:
-        if (auto* r = as<RecordSymbolRange>(data, len))
-            return on_symbol(r->tgid, r->ip_lo, r->ip_hi, r->name, r->library);
-        break;
-    case kRecordSlots:
-        if (auto* r = as<RecordSlots>(data, len))
-            return on_slots(*r);
-        break;
-    case kRecordProcess:
-        if (auto* r = as<RecordProcess>(data, len))
-            return add_process(r->pid, r->parent, r->root != 0);
-        break;
-    case kRecordEnd:
-        return; // the session's
-    case LOTUS_EV_FORK:
-    case LOTUS_EV_EXIT:
-    case LOTUS_EV_EXEC:
-        if (auto* p = as<lotus_proc_event>(data, len))
-            return on_process(*p);
-        break;
-    }
-    counters_.malformed++;
+    if (!dispatch(data, len, *this))
+        counters_.malformed++; // too short for its type, or of no known type
+}
+
+void Engine::open(const lotus_open& o)
+{
+    batches_.opened(o.h.tgid, o.h.tid, o.h.ts_ns, decode(o.path, sizeof(o.path), 0));
+}
+
+void Engine::thread_name(const lotus_thread_name& t)
+{
+    process(t.h.tgid).thread_names[t.h.tid] = decode(t.comm, sizeof(t.comm), 0);
+}
+
+void Engine::native_func(const RecordNativeFunc& f)
+{
+    std::string name = decode(f.name, sizeof(f.name), 0), library = decode(f.library, sizeof(f.library), 0);
+    uint32_t id = native_map_.function_id(name, library);
+    native_funcs_[f.func] = {std::move(name), std::move(library), id};
+}
+
+void Engine::native_late(const RecordNativeLate& r)
+{
+    native_late_.push_back({r.tgid, decode(r.library, sizeof(r.library), 0), r.loaded_ns, r.ts_ns});
+}
+
+void Engine::other_interpreter(const RecordOtherInterpreter& r)
+{
+    other_interpreters_.push_back({r.tgid, decode(r.path, sizeof(r.path), 0)});
+}
+
+void Engine::untraced_python(const RecordUntracedPython& r)
+{
+    untraced_pythons_.push_back({r.tgid, decode(r.comm, sizeof(r.comm), 0), decode(r.path, sizeof(r.path), 0)});
 }
 
 void Engine::on_process(const lotus_proc_event& p)

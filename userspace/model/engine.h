@@ -10,6 +10,7 @@
 #include "lotus_abi.h"
 #include "batches.h"
 #include "native_map.h"
+#include "record_dispatch.h"
 #include "role_spaces.h"
 #include "rules.h"
 #include "spans.h"
@@ -29,7 +30,7 @@ struct EngineCounters {
     uint64_t samples = 0;         // perf-event samples
 };
 
-class Engine {
+class Engine : private RecordHandler {
 public:
     using SpanSink = std::function<void(const Span&)>;
     // Told of every newly described code object, so that capture can tell BPF its role under the key space
@@ -129,6 +130,28 @@ private:
         uint32_t map_id; // the native map's number of (name, library)
     };
 
+    // The stream's records (record_dispatch.h), each to the part that reads it.
+    void py_entry(const lotus_py_entry& e) override { on_entry(e); }
+    void py_return(const lotus_py_return& r) override { on_return(r); }
+    void code(const lotus_code_info& c) override { on_code(c); }
+    void type(const lotus_type_info& t) override { on_type(t); }
+    void process_event(const lotus_proc_event& p) override { on_process(p); }
+    void open(const lotus_open& o) override;
+    void native(const lotus_native& n) override { on_native(n); }
+    void sample(const lotus_sample& s) override { on_sample(s); }
+    void msg(const lotus_msg& m) override { batches_.message(m); }
+    void getppid(const lotus_event_header& h) override { batches_.getppid(h.tgid, h.tid, h.ts_ns); }
+    void thread_name(const lotus_thread_name& t) override;
+    void capture(const lotus_py_entry& e) override { captured(e); }
+    void slots(const RecordSlots& r) override { on_slots(r); }
+    void known_process(const RecordProcess& r) override { add_process(r.pid, r.parent, r.root != 0); }
+    void native_func(const RecordNativeFunc& f) override;
+    void symbol(const RecordSymbol& r) override { on_symbol(r.tgid, r.ip, r.ip + 1, r.name, r.library); }
+    void symbol_range(const RecordSymbolRange& r) override { on_symbol(r.tgid, r.ip_lo, r.ip_hi, r.name, r.library); }
+    void rank(const RecordRank& r) override { process(r.tgid).env_rank = r.rank; }
+    void native_late(const RecordNativeLate& r) override;
+    void other_interpreter(const RecordOtherInterpreter& r) override;
+    void untraced_python(const RecordUntracedPython& r) override;
     void on_entry(const lotus_py_entry& e);
     void on_return(const lotus_py_return& r);
     void on_code(const lotus_code_info& c);

@@ -27,66 +27,59 @@ uint64_t user_part(uint64_t runtime, uint64_t utime, uint64_t stime)
 
 } // namespace
 
-void UsageTracker::consume(const void* data, size_t len)
+void UsageTracker::consume(const void* data, size_t len) { dispatch(data, len, *this); }
+
+void UsageTracker::process_event(const lotus_proc_event& p)
 {
-    if (len < sizeof(lotus_event_header))
+    if (p.h.type != LOTUS_EV_FORK)
         return;
-    auto* h = static_cast<const lotus_event_header*>(data);
-    // Records of older files end before their network fields: read as not counted.
-    if (h->type == kRecordUsage && len >= offsetof(RecordUsage, net_sent)) {
-        RecordUsage r{};
-        memcpy(&r, data, std::min(len, sizeof(r)));
-        if (len < sizeof(r))
-            r.flags = 0;
-        reading(r);
-    } else if (h->type == LOTUS_EV_FORK && len >= sizeof(lotus_proc_event)) {
-        forked_at_[h->tgid] = h->ts_ns;
-        last_.erase(h->tgid); // a reused pid whose exit record was lost: not its base
-        ended_.erase(h->tgid);
-    } else if (h->type == LOTUS_EV_USAGE && len >= offsetof(lotus_usage, net_sent)) {
-        // Its exit: the kernel's totals over its life, against its last reading (or its fork).
-        lotus_usage exit{};
-        memcpy(&exit, data, std::min(len, sizeof(exit)));
-        const lotus_usage* x = &exit;
-        auto l = last_.find(x->h.tgid);
-        auto fork = forked_at_.find(x->h.tgid);
-        if (!ended_.insert(x->h.tgid).second || ((l == last_.end() || !l->second.have) && fork == forked_at_.end()))
-            return; // never read and not forked while traced: nothing to measure from
-        auto& u = usage_[x->h.tgid];
-        RecordUsage prev{};
-        prev.ts_ns = fork != forked_at_.end() ? fork->second : 0;
-        if (l != last_.end() && l->second.have)
-            prev = l->second.r;
-        else
-            u.forked = true, u.first_ns = prev.ts_ns;
-        // the exact CPU time, split user/system as the kernel's ticks split it
-        uint64_t user = user_part(x->runtime_ns, x->utime_ns, x->stime_ns);
-        uint64_t system = x->runtime_ns - user; // user_part never exceeds the runtime
-        uint64_t d_cpu = since(user, prev.user_ns) + since(system, prev.system_ns);
-        u.user_ns += since(user, prev.user_ns);
-        u.system_ns += since(system, prev.system_ns);
-        u.read_bytes += since(x->read_bytes, prev.read_bytes);
-        u.write_bytes += since(x->write_bytes, prev.write_bytes);
-        u.nvcsw += since(x->nvcsw, prev.nvcsw);
-        u.nivcsw += since(x->nivcsw, prev.nivcsw);
-        // network: from its fork (prev all zeros) or its last reading
-        if (x->net_counted) {
-            u.net_seen = true;
-            u.net_sent += since(x->net_sent, prev.net_sent);
-            u.net_recv += since(x->net_recv, prev.net_recv);
-        } else {
-            u.net_missing = true;
-        }
-        u.last_ns = std::max<uint64_t>(u.last_ns, x->h.ts_ns);
-        u.exact_end = true;
-        job_window_cpu_ns_ += d_cpu;
-        if (l != last_.end()) {
-            l->second.peak_cpu_ns += d_cpu;
-            close_peak(u, l->second, x->h.ts_ns);
-            last_.erase(l);
-        } else if (x->h.ts_ns > prev.ts_ns) { // forked and gone before its first reading
-            u.peak_cpu_pct = 100.0 * static_cast<double>(d_cpu) / static_cast<double>(x->h.ts_ns - prev.ts_ns);
-        }
+    forked_at_[p.h.tgid] = p.h.ts_ns;
+    last_.erase(p.h.tgid); // a reused pid whose exit record was lost: not its base
+    ended_.erase(p.h.tgid);
+}
+
+// Its exit: the kernel's totals over its life, against its last reading (or its fork).
+void UsageTracker::exit_usage(const lotus_usage& exit)
+{
+    const lotus_usage* x = &exit;
+    auto l = last_.find(x->h.tgid);
+    auto fork = forked_at_.find(x->h.tgid);
+    if (!ended_.insert(x->h.tgid).second || ((l == last_.end() || !l->second.have) && fork == forked_at_.end()))
+        return; // never read and not forked while traced: nothing to measure from
+    auto& u = usage_[x->h.tgid];
+    RecordUsage prev{};
+    prev.ts_ns = fork != forked_at_.end() ? fork->second : 0;
+    if (l != last_.end() && l->second.have)
+        prev = l->second.r;
+    else
+        u.forked = true, u.first_ns = prev.ts_ns;
+    // the exact CPU time, split user/system as the kernel's ticks split it
+    uint64_t user = user_part(x->runtime_ns, x->utime_ns, x->stime_ns);
+    uint64_t system = x->runtime_ns - user; // user_part never exceeds the runtime
+    uint64_t d_cpu = since(user, prev.user_ns) + since(system, prev.system_ns);
+    u.user_ns += since(user, prev.user_ns);
+    u.system_ns += since(system, prev.system_ns);
+    u.read_bytes += since(x->read_bytes, prev.read_bytes);
+    u.write_bytes += since(x->write_bytes, prev.write_bytes);
+    u.nvcsw += since(x->nvcsw, prev.nvcsw);
+    u.nivcsw += since(x->nivcsw, prev.nivcsw);
+    // network: from its fork (prev all zeros) or its last reading
+    if (x->net_counted) {
+        u.net_seen = true;
+        u.net_sent += since(x->net_sent, prev.net_sent);
+        u.net_recv += since(x->net_recv, prev.net_recv);
+    } else {
+        u.net_missing = true;
+    }
+    u.last_ns = std::max<uint64_t>(u.last_ns, x->h.ts_ns);
+    u.exact_end = true;
+    job_window_cpu_ns_ += d_cpu;
+    if (l != last_.end()) {
+        l->second.peak_cpu_ns += d_cpu;
+        close_peak(u, l->second, x->h.ts_ns);
+        last_.erase(l);
+    } else if (x->h.ts_ns > prev.ts_ns) { // forked and gone before its first reading
+        u.peak_cpu_pct = 100.0 * static_cast<double>(d_cpu) / static_cast<double>(x->h.ts_ns - prev.ts_ns);
     }
 }
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "model/record_dispatch.h"
 #include "model/user_records.h"
 
 namespace lotus::model {
@@ -57,7 +58,7 @@ struct JobUsage {
     uint64_t peak_pss_sum_kb = 0;   // the same with PSS (shared pages split): 0 when never read
 };
 
-class UsageTracker {
+class UsageTracker : private RecordHandler {
 public:
     using Sink = std::function<void(const UsagePoint&)>;
     explicit UsageTracker(Sink sink = {}) : sink_(std::move(sink)) {}
@@ -75,6 +76,9 @@ private:
         uint64_t peak_from_ns = 0, peak_cpu_ns = 0; // the current ≥ 1 s window for the peak
         bool peaked = false; // a window was closed
     };
+    void usage(const RecordUsage& r) override { reading(r); }
+    void process_event(const lotus_proc_event& p) override;
+    void exit_usage(const lotus_usage& exit) override;
     void reading(const RecordUsage& r);
     void end_sweep();
     void close_job_peak();

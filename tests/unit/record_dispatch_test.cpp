@@ -1,0 +1,65 @@
+// The one switch on a record's type (model/record_dispatch.h).
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "model/record_dispatch.h"
+
+using namespace lotus;
+
+namespace {
+
+struct Seen : model::RecordHandler {
+    std::vector<int> calls;
+    model::RecordUsage usage_read{};
+    void py_entry(const lotus_py_entry&) override { calls.push_back(LOTUS_EV_PY_ENTRY); }
+    void process_event(const lotus_proc_event& p) override { calls.push_back(static_cast<int>(p.h.type)); }
+    void getppid(const lotus_event_header&) override { calls.push_back(LOTUS_EV_GETPPID); }
+    void usage(const model::RecordUsage& r) override
+    {
+        calls.push_back(model::kRecordUsage);
+        usage_read = r;
+    }
+};
+
+} // namespace
+
+TEST(RecordDispatch, EachTypeToItsHandlerOnceLongEnough)
+{
+    Seen s;
+    lotus_py_entry e{};
+    e.h.type = LOTUS_EV_PY_ENTRY;
+    EXPECT_TRUE(model::dispatch(&e, sizeof(e), s));
+    EXPECT_FALSE(model::dispatch(&e, sizeof(e) - 1, s)); // cut short: refused, nothing called
+    lotus_proc_event p{};
+    for (auto t : {LOTUS_EV_FORK, LOTUS_EV_EXIT, LOTUS_EV_EXEC}) {
+        p.h.type = t;
+        EXPECT_TRUE(model::dispatch(&p, sizeof(p), s));
+    }
+    lotus_event_header h{LOTUS_EV_GETPPID, 1, 1, 0, 0};
+    EXPECT_TRUE(model::dispatch(&h, sizeof(h), s)); // a header-only record
+    h.type = 999;
+    EXPECT_FALSE(model::dispatch(&h, sizeof(h), s)); // no known type
+    EXPECT_FALSE(model::dispatch(&h, 3, s));         // not even a header
+    EXPECT_EQ(s.calls, (std::vector<int>{LOTUS_EV_PY_ENTRY, LOTUS_EV_FORK, LOTUS_EV_EXIT, LOTUS_EV_EXEC,
+                                         LOTUS_EV_GETPPID}));
+}
+
+TEST(RecordDispatch, AnOlderUsageRecordIsReadWithoutItsNetworkFields)
+{
+    Seen s;
+    model::RecordUsage r{};
+    r.type = model::kRecordUsage;
+    r.rss_kb = 123;
+    r.flags = model::kUsageNet;
+    r.net_sent = 77;
+    EXPECT_TRUE(model::dispatch(&r, offsetof(model::RecordUsage, net_sent), s));
+    EXPECT_EQ(s.usage_read.rss_kb, 123u);
+    EXPECT_EQ(s.usage_read.flags, 0u); // not counted in that file
+    EXPECT_EQ(s.usage_read.net_sent, 0u);
+    EXPECT_FALSE(model::dispatch(&r, offsetof(model::RecordUsage, net_sent) - 1, s));
+    EXPECT_TRUE(model::dispatch(&r, sizeof(r), s));
+    EXPECT_EQ(s.usage_read.flags, model::kUsageNet);
+    EXPECT_EQ(s.usage_read.net_sent, 77u);
+}
