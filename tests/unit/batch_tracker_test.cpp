@@ -20,7 +20,7 @@ using model::SpanKind;
 
 namespace {
 
-struct Tracker : ::testing::Test {
+struct BatchTrackerTest : ::testing::Test {
     std::vector<Span> spans;
     BatchTracker::SpanSink sink = [this](const Span& s) { spans.push_back(s); };
     std::map<uint32_t, model::ProcessInfo> processes;
@@ -131,7 +131,7 @@ struct Tracker : ::testing::Test {
 
 } // namespace
 
-TEST_F(Tracker, AnEpochsBatchesWaitsDelaysAndCollates)
+TEST_F(BatchTrackerTest, AnEpochsBatchesWaitsDelaysAndCollates)
 {
     constexpr uint32_t P = 10, W0 = 11, W1 = 12;
     root(P);
@@ -180,7 +180,7 @@ TEST_F(Tracker, AnEpochsBatchesWaitsDelaysAndCollates)
     EXPECT_EQ(tracker.loops().at(P).last_ns, now - 1);
 }
 
-TEST_F(Tracker, OutOfOrderArrivalsAndBatchesFromNextsCache)
+TEST_F(BatchTrackerTest, OutOfOrderArrivalsAndBatchesFromNextsCache)
 {
     constexpr uint32_t P = 10, W0 = 11, W1 = 12;
     root(P);
@@ -202,7 +202,7 @@ TEST_F(Tracker, OutOfOrderArrivalsAndBatchesFromNextsCache)
     expect_flows_join();
 }
 
-TEST_F(Tracker, EndOfDataMarkersAreSkippedNeverBatches)
+TEST_F(BatchTrackerTest, EndOfDataMarkersAreSkippedNeverBatches)
 {
     constexpr uint32_t P = 10, W0 = 11, W1 = 12;
     root(P);
@@ -224,7 +224,7 @@ TEST_F(Tracker, EndOfDataMarkersAreSkippedNeverBatches)
     expect_flows_join();
 }
 
-TEST_F(Tracker, EpochsWithNewWorkersAndWithPersistentOnes)
+TEST_F(BatchTrackerTest, EpochsWithNewWorkersAndWithPersistentOnes)
 {
     constexpr uint32_t P = 10;
     root(P);
@@ -259,7 +259,7 @@ TEST_F(Tracker, EpochsWithNewWorkersAndWithPersistentOnes)
     EXPECT_EQ(tracker.stats().at({P, 1}).wait_ns.count(), 2u);
 }
 
-TEST_F(Tracker, NoWorkersNextBuildsTheBatchItself)
+TEST_F(BatchTrackerTest, NoWorkersNextBuildsTheBatchItself)
 {
     constexpr uint32_t P = 10;
     root(P);
@@ -280,7 +280,7 @@ TEST_F(Tracker, NoWorkersNextBuildsTheBatchItself)
     EXPECT_EQ(of(SpanKind::Loader).size(), 6u);
 }
 
-TEST_F(Tracker, TwoDataLoadersOfOneProcess)
+TEST_F(BatchTrackerTest, TwoDataLoadersOfOneProcess)
 {
     constexpr uint32_t P = 10, TRAIN = 11, VAL = 12;
     root(P);
@@ -299,7 +299,7 @@ TEST_F(Tracker, TwoDataLoadersOfOneProcess)
     expect_flows_join();
 }
 
-TEST_F(Tracker, RanksKeepTheirOwnLoadersEpochsAndBatches)
+TEST_F(BatchTrackerTest, RanksKeepTheirOwnLoadersEpochsAndBatches)
 {
     constexpr uint32_t MAIN = 10, R0 = 20, R1 = 30, W00 = 21, W10 = 31;
     root(MAIN);
@@ -323,7 +323,7 @@ TEST_F(Tracker, RanksKeepTheirOwnLoadersEpochsAndBatches)
     EXPECT_FALSE(processes[MAIN].consumer);
 }
 
-TEST_F(Tracker, WhatBeganBeforeTracingIsNotGuessed)
+TEST_F(BatchTrackerTest, WhatBeganBeforeTracingIsNotGuessed)
 {
     constexpr uint32_t P = 10, W = 11;
     root(P);
@@ -358,7 +358,7 @@ TEST_F(Tracker, WhatBeganBeforeTracingIsNotGuessed)
     EXPECT_EQ(of(SpanKind::Loader).size(), 1u + 2u);
 }
 
-TEST_F(Tracker, ABatchNeverHandedOverIsNotInvented)
+TEST_F(BatchTrackerTest, ABatchNeverHandedOverIsNotInvented)
 {
     constexpr uint32_t P = 10, W = 11;
     root(P);

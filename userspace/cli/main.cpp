@@ -242,15 +242,7 @@ void parse_window(Parsed& p)
         throw CLI::ValidationError("--window wants START:END in seconds, e.g. 10:20 or 5:");
 }
 
-} // namespace
-
-int main(int argc, char** argv)
-{
-    if (argc >= 2 && strcmp(argv[1], "__guardian") == 0) // started by lotus-bpf itself (capture/guardian.h)
-        return lotus::capture::guardian_main(argc - 1, argv + 1);
-    CLI::App app{"lotus-bpf: per-op spans of a PyTorch DataLoader pipeline, traced with eBPF, zero code change"};
-    app.set_version_flag("-V,--version", "lotus-bpf " LOTUS_VERSION);
-    app.footer(R"(Examples:
+constexpr const char* kFooter = R"(Examples:
   sudo lotus-bpf --pid 4242                        attach to a training job; Ctrl-C to stop
   sudo lotus-bpf -o run.json.gz -- python train.py launch and trace
   sudo lotus-bpf record -o run.lbt --pid 4242      keep the raw events; then:
@@ -263,12 +255,21 @@ int main(int argc, char** argv)
   lotus-bpf probes /usr/bin/python3                where it would probe this interpreter
 
 Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (one line on stderr);
-2 usage error; 74 an output could not be written (the others were). man lotus-bpf for more.)");
-    Parsed p;
-    auto& opts = p.opts;
+2 usage error; 74 an output could not be written (the others were). man lotus-bpf for more.)";
 
-    // The one-step path: trace, write the Chrome trace, print the summary.
-    auto* pid_opt = add_capture_options(&app, p);
+// A command that traces (the one-step path, record, top): its options, and the --pid option among them.
+struct TraceCommand {
+    CLI::App* app = nullptr;
+    CLI::Option* pid = nullptr;
+    Parsed p;
+};
+
+// The one-step path: trace, write the Chrome trace, print the summary.
+void add_one_step(CLI::App& app, TraceCommand& c)
+{
+    c.app = &app;
+    auto& opts = c.p.opts;
+    c.pid = add_capture_options(&app, c.p);
     app.add_option("-o,--output", opts.output, "Chrome trace JSON to write (.json.gz: gzip)")
         ->capture_default_str()
         ->check(kNonEmpty);
@@ -281,185 +282,263 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
     app.add_option("--record", opts.record, "also write the raw event stream to this record file")->check(kNonEmpty);
     app.add_option("--replay", opts.replay, "reconstruct from a record file (no tracing, no root needed)")
         ->check(kNonEmpty);
-    add_trace_file_options(&app, p);
-    add_disk_reserve_option(&app, p);
+    add_trace_file_options(&app, c.p);
+    add_disk_reserve_option(&app, c.p);
+}
 
-    Parsed rp; // record
-    auto* record = app.add_subcommand("record", "trace and write only the raw event stream (a record file)");
-    auto* rec_pid = add_capture_options(record, rp);
-    rp.opts.record = "lotus.lbt";
-    record->add_option("-o,--output", rp.opts.record, "record file to write")->capture_default_str()->check(kNonEmpty);
-    add_disk_reserve_option(record, rp);
+void add_record(CLI::App& app, TraceCommand& c)
+{
+    c.app = app.add_subcommand("record", "trace and write only the raw event stream (a record file)");
+    c.pid = add_capture_options(c.app, c.p);
+    c.p.opts.record = "lotus.lbt";
+    c.app->add_option("-o,--output", c.p.opts.record, "record file to write")->capture_default_str()->check(kNonEmpty);
+    add_disk_reserve_option(c.app, c.p);
+}
 
-    Parsed tp; // top
-    auto* top = app.add_subcommand("top", "a live table of the pipeline, refreshed every second (like py-spy top); "
-                                          "q or Ctrl-C to quit");
-    auto* top_pid = add_capture_options(top, tp);
+void add_top(CLI::App& app, TraceCommand& c)
+{
+    c.app = app.add_subcommand("top", "a live table of the pipeline, refreshed every second (like py-spy top); "
+                                      "q or Ctrl-C to quit");
+    c.pid = add_capture_options(c.app, c.p);
+}
 
-    Parsed ep; // export
-    auto* exp = app.add_subcommand("export", "reconstruct a record file into a Chrome trace (no root needed)");
-    exp->add_option("file", ep.opts.replay, "record file")->required()->check(kNonEmpty);
-    exp->add_option("-o,--output", ep.opts.output, "Chrome trace JSON to write (.json.gz: gzip)")
+// A command that reconstructs a record file (export, report).
+struct ReplayCommand {
+    CLI::App* app = nullptr;
+    Parsed p;
+};
+
+void add_export(CLI::App& app, ReplayCommand& c)
+{
+    auto* exp = c.app = app.add_subcommand("export", "reconstruct a record file into a Chrome trace (no root needed)");
+    auto& o = c.p.opts;
+    exp->add_option("file", o.replay, "record file")->required()->check(kNonEmpty);
+    exp->add_option("-o,--output", o.output, "Chrome trace JSON to write (.json.gz: gzip)")
         ->capture_default_str()
         ->check(kNonEmpty);
-    exp->add_option("--summary-json", ep.opts.summary_json, "also write the summary as JSON to this file")
+    exp->add_option("--summary-json", o.summary_json, "also write the summary as JSON to this file")->check(kNonEmpty);
+    exp->add_option("--html", o.html, "also write the HTML report to this file")->check(kNonEmpty);
+    exp->add_option("--resources-csv", o.resources_csv, "also write the resource readings as CSV to this file")
         ->check(kNonEmpty);
-    exp->add_option("--html", ep.opts.html, "also write the HTML report to this file")->check(kNonEmpty);
-    exp->add_option("--resources-csv", ep.opts.resources_csv, "also write the resource readings as CSV to this file")
-        ->check(kNonEmpty);
-    add_rule_options(exp, ep);
-    add_trace_file_options(exp, ep);
-    add_disk_reserve_option(exp, ep);
+    add_rule_options(exp, c.p);
+    add_trace_file_options(exp, c.p);
+    add_disk_reserve_option(exp, c.p);
+}
 
-    Parsed sp; // report
-    auto* rep = app.add_subcommand("report", "print the summary of a record file (no root needed)");
-    rep->add_option("file", sp.opts.replay, "record file")->required()->check(kNonEmpty);
-    rep->add_option("--summary-json", sp.opts.summary_json, "also write the summary as JSON to this file")
+void add_report(CLI::App& app, ReplayCommand& c)
+{
+    auto* rep = c.app = app.add_subcommand("report", "print the summary of a record file (no root needed)");
+    auto& o = c.p.opts;
+    rep->add_option("file", o.replay, "record file")->required()->check(kNonEmpty);
+    rep->add_option("--summary-json", o.summary_json, "also write the summary as JSON to this file")->check(kNonEmpty);
+    rep->add_option("--html", o.html, "also write the HTML report (one offline file with charts) to this file")
         ->check(kNonEmpty);
-    rep->add_option("--html", sp.opts.html, "also write the HTML report (one offline file with charts) to this file")
+    rep->add_option("--resources-csv", o.resources_csv, "also write the resource readings as CSV to this file")
         ->check(kNonEmpty);
-    rep->add_option("--resources-csv", sp.opts.resources_csv, "also write the resource readings as CSV to this file")
-        ->check(kNonEmpty);
-    add_rule_options(rep, sp);
-    add_disk_reserve_option(rep, sp);
+    add_rule_options(rep, c.p);
+    add_disk_reserve_option(rep, c.p);
+}
+
+// sweep: its options as given, made into SweepOptions once parsed.
+struct SweepCommand {
+    CLI::App* app = nullptr;
     lotus::cli::SweepOptions sw;
-    std::string sw_cpus, sw_memory, sw_duration, sw_interval, sw_reserve;
-    std::vector<std::string> sw_pipelines, sw_spans, sw_rules;
-    auto* sweep = app.add_subcommand("sweep", "launch and trace a command once per configuration of limits, then one "
-                                              "table: lotus-bpf sweep --cpus 1,2,4 [--memory 2G,4G] -- CMD");
-    sweep->add_option("--cpus", sw_cpus, "comma list of CPU limits (each a run)")->check(kNonEmpty);
-    sweep->add_option("--memory", sw_memory, "comma list of memory limits (each a run; with --cpus: every pair)")
+    std::string cpus, memory, duration, interval, reserve;
+    std::vector<std::string> pipelines, spans, rules;
+    bool net = false;
+};
+
+void add_sweep(CLI::App& app, SweepCommand& c)
+{
+    auto* sweep = c.app = app.add_subcommand("sweep", "launch and trace a command once per configuration of limits, "
+                                                      "then one table: lotus-bpf sweep --cpus 1,2,4 [--memory 2G,4G] -- CMD");
+    sweep->add_option("--cpus", c.cpus, "comma list of CPU limits (each a run)")->check(kNonEmpty);
+    sweep->add_option("--memory", c.memory, "comma list of memory limits (each a run; with --cpus: every pair)")
         ->check(kNonEmpty);
-    sweep->add_option("--output-dir", sw.dir, "where each run's summary (.txt), trace (.json), summary JSON and HTML "
-                                              "report go")
+    sweep->add_option("--output-dir", c.sw.dir, "where each run's summary (.txt), trace (.json), summary JSON and HTML "
+                                                "report go")
         ->capture_default_str()
         ->check(kNonEmpty);
-    sweep->add_option("--summary-json", sw.summary_json, "also write the table as JSON to this file")->check(kNonEmpty);
-    sweep->add_option("-d,--duration", sw_duration, "stop each run after this many seconds")->check(kSeconds);
-    sweep->add_option("--resources-interval", sw_interval, "as for a single run")->check(CLI::Range(0, 60000));
-    bool sw_net = false;
-    sweep->add_flag("--net", sw_net, "as for a single run");
-    sweep->add_option("--pipeline", sw_pipelines, "as for a single run (repeatable)")->check(kNonEmpty);
-    sweep->add_option("--span", sw_spans, "as for a single run (repeatable)")->check(kNonEmpty);
-    sweep->add_option("--rules", sw_rules, "as for a single run")->check(kNonEmpty);
-    sweep->add_option("--disk-reserve", sw_reserve, "as for a single run: each run's outputs and the sweep's table keep "
-                                                    "this much of their file system free (percent; default 5)")
+    sweep->add_option("--summary-json", c.sw.summary_json, "also write the table as JSON to this file")->check(kNonEmpty);
+    sweep->add_option("-d,--duration", c.duration, "stop each run after this many seconds")->check(kSeconds);
+    sweep->add_option("--resources-interval", c.interval, "as for a single run")->check(CLI::Range(0, 60000));
+    sweep->add_flag("--net", c.net, "as for a single run");
+    sweep->add_option("--pipeline", c.pipelines, "as for a single run (repeatable)")->check(kNonEmpty);
+    sweep->add_option("--span", c.spans, "as for a single run (repeatable)")->check(kNonEmpty);
+    sweep->add_option("--rules", c.rules, "as for a single run")->check(kNonEmpty);
+    sweep->add_option("--disk-reserve", c.reserve, "as for a single run: each run's outputs and the sweep's table keep "
+                                                   "this much of their file system free (percent; default 5)")
         ->check(CLI::Range(0.0, 99.0));
-    sweep->add_option("command", sw.command, "the command to run (after --)")->required();
+    sweep->add_option("command", c.sw.command, "the command to run (after --)")->required();
     sweep->positionals_at_end();
-    std::string diff_a, diff_b, diff_html;
-    auto* diff = app.add_subcommand("diff", "compare two runs, each a summary JSON (--summary-json) or a record file "
-                                            "(no root needed)");
-    diff->add_option("A", diff_a, "the first run")->required()->check(kNonEmpty);
-    diff->add_option("B", diff_b, "the second run")->required()->check(kNonEmpty);
-    diff->add_option("--html", diff_html, "also write the comparison as an HTML page (offline, one file)")
-        ->check(kNonEmpty);
-    std::string probes_python;
-    int probes_pid = 0;
-    auto* probes = app.add_subcommand("probes", "where lotus-bpf probes an interpreter: its file, version, and the "
-                                                "file offsets of the type-slot functions and the evaluator "
-                                                "(no root needed)");
-    auto* probes_pid_opt = probes->add_option("-p,--pid", probes_pid, "a running Python process")
-                               ->check(CLI::PositiveNumber);
-    probes->add_option("python", probes_python, "a Python executable")->check(kNonEmpty);
+}
+
+std::vector<std::string> split_commas(const std::string& list)
+{
+    std::vector<std::string> out;
+    std::stringstream in(list);
+    for (std::string v; std::getline(in, v, ',');)
+        out.push_back(v);
+    return out;
+}
+
+int run_sweep_command(SweepCommand& c)
+{
+    auto& sw = c.sw;
+    sw.cpus = split_commas(c.cpus);
+    sw.memory = split_commas(c.memory);
+    if (sw.cpus.empty() && sw.memory.empty())
+        throw CLI::ValidationError("sweep: give --cpus LIST and/or --memory LIST");
+    for (const auto& cpus : sw.cpus) {
+        char* end = nullptr;
+        double v = strtod(cpus.c_str(), &end);
+        if (cpus.empty() || *end || !(v >= 0.01 && v <= 4096))
+            throw CLI::ValidationError(fmt::format("sweep: --cpus wants numbers of CPUs, not '{}'", cpus));
+    }
+    for (const auto& m : sw.memory)
+        try {
+            lotus::launch::parse_bytes(m);
+        } catch (const std::exception& e) {
+            throw CLI::ValidationError(fmt::format("sweep: --memory: {}", e.what()));
+        }
+    // What each run gets of the sweep's options.
+    auto pass = [&](const char* flag, const std::string& v) {
+        if (!v.empty())
+            sw.pass.insert(sw.pass.end(), {flag, v});
+    };
+    pass("-d", c.duration);
+    pass("--resources-interval", c.interval);
+    if (c.net)
+        sw.pass.push_back("--net");
+    for (const auto& v : c.pipelines)
+        pass("--pipeline", v);
+    for (const auto& v : c.spans)
+        pass("--span", v);
+    for (const auto& v : c.rules)
+        pass("--rules", v);
+    pass("--disk-reserve", c.reserve);
+    if (!c.reserve.empty()) // the sweep's own table too
+        lotus::exporter::set_disk_reserve(std::stod(c.reserve));
+    return lotus::cli::run_sweep(sw);
+}
+
+struct DiffCommand {
+    CLI::App* app = nullptr;
+    std::string a, b, html;
+};
+
+void add_diff(CLI::App& app, DiffCommand& c)
+{
+    auto* diff = c.app = app.add_subcommand("diff", "compare two runs, each a summary JSON (--summary-json) or a "
+                                                    "record file (no root needed)");
+    diff->add_option("A", c.a, "the first run")->required()->check(kNonEmpty);
+    diff->add_option("B", c.b, "the second run")->required()->check(kNonEmpty);
+    diff->add_option("--html", c.html, "also write the comparison as an HTML page (offline, one file)")->check(kNonEmpty);
+}
+
+struct ProbesCommand {
+    CLI::App* app = nullptr;
+    CLI::Option* pid_opt = nullptr;
+    std::string python;
+    int pid = 0;
+};
+
+void add_probes(CLI::App& app, ProbesCommand& c)
+{
+    c.app = app.add_subcommand("probes", "where lotus-bpf probes an interpreter: its file, version, and the file "
+                                         "offsets of the type-slot functions and the evaluator (no root needed)");
+    c.pid_opt = c.app->add_option("-p,--pid", c.pid, "a running Python process")->check(CLI::PositiveNumber);
+    c.app->add_option("python", c.python, "a Python executable")->check(kNonEmpty);
+}
+
+int run_probes_command(const ProbesCommand& c)
+{
+    if (c.pid_opt->count() == !c.python.empty())
+        throw CLI::ValidationError("probes: give --pid PID or a Python executable");
+    return lotus::cli::run_probes(c.pid_opt->count() ? std::optional<int>(c.pid) : std::nullopt, c.python);
+}
+
+// record and top: a target (--pid or a command, not both), and the outputs that command makes.
+lotus::cli::Options& traced_by(TraceCommand& c, const char* name)
+{
+    auto& o = c.p.opts;
+    o.output.clear();
+    o.print_summary = false;
+    if (c.pid->count())
+        o.pid = c.p.pid;
+    if (c.pid->count() && !o.command.empty())
+        throw CLI::ValidationError("give either --pid or a command, not both");
+    if (!c.pid->count() && o.command.empty())
+        throw CLI::ValidationError(fmt::format("{}: give --pid PID or -- COMMAND", name));
+    check_limits(c.p, c.pid->count());
+    return o;
+}
+
+// The one-step path's checks.
+lotus::cli::Options& one_step(TraceCommand& c)
+{
+    auto& opts = c.p.opts;
+    if (c.pid->count() && !opts.command.empty())
+        throw CLI::ValidationError("give either --pid or a command, not both");
+    if (!opts.replay.empty() && (c.pid->count() || !opts.command.empty() || !opts.record.empty()))
+        throw CLI::ValidationError("--replay reads a record file: no --pid, command or --record with it");
+    if (!c.pid->count() && opts.command.empty() && opts.replay.empty())
+        throw CLI::ValidationError("give --pid PID or -- COMMAND (or --replay FILE, or a subcommand: "
+                                   "record, export, report, top, diff, sweep, probes)");
+    if (c.pid->count())
+        opts.pid = c.p.pid;
+    check_limits(c.p, c.pid->count() || !opts.replay.empty());
+    parse_window(c.p);
+    return opts;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "__guardian") == 0) // started by lotus-bpf itself (capture/guardian.h)
+        return lotus::capture::guardian_main(argc - 1, argv + 1);
+    CLI::App app{"lotus-bpf: per-op spans of a PyTorch DataLoader pipeline, traced with eBPF, zero code change"};
+    app.set_version_flag("-V,--version", "lotus-bpf " LOTUS_VERSION);
+    app.footer(kFooter);
+    TraceCommand main_cmd, record, top;
+    ReplayCommand exp, rep;
+    SweepCommand sweep;
+    DiffCommand diff;
+    ProbesCommand probes;
+    add_one_step(app, main_cmd);
+    add_record(app, record);
+    add_top(app, top);
+    add_export(app, exp);
+    add_report(app, rep);
+    add_sweep(app, sweep);
+    add_diff(app, diff);
+    add_probes(app, probes);
     app.require_subcommand(0, 1);
 
-    Parsed* chosen = &p;
+    lotus::cli::Options* session = nullptr;
     try {
         app.parse(argc, argv);
-        if (diff->parsed())
-            return lotus::cli::run_diff(diff_a, diff_b, diff_html);
-        if (probes->parsed()) {
-            if (probes_pid_opt->count() == !probes_python.empty())
-                throw CLI::ValidationError("probes: give --pid PID or a Python executable");
-            return lotus::cli::run_probes(probes_pid_opt->count() ? std::optional<int>(probes_pid) : std::nullopt,
-                                          probes_python);
-        }
-        if (sweep->parsed()) {
-            auto split = [](const std::string& list) {
-                std::vector<std::string> out;
-                std::stringstream in(list);
-                for (std::string v; std::getline(in, v, ',');)
-                    out.push_back(v);
-                return out;
-            };
-            sw.cpus = split(sw_cpus);
-            sw.memory = split(sw_memory);
-            if (sw.cpus.empty() && sw.memory.empty())
-                throw CLI::ValidationError("sweep: give --cpus LIST and/or --memory LIST");
-            for (const auto& c : sw.cpus) {
-                char* end = nullptr;
-                double v = strtod(c.c_str(), &end);
-                if (c.empty() || *end || !(v >= 0.01 && v <= 4096))
-                    throw CLI::ValidationError(fmt::format("sweep: --cpus wants numbers of CPUs, not '{}'", c));
-            }
-            for (const auto& m : sw.memory)
-                try {
-                    lotus::launch::parse_bytes(m);
-                } catch (const std::exception& e) {
-                    throw CLI::ValidationError(fmt::format("sweep: --memory: {}", e.what()));
-                }
-            auto pass = [&](const char* flag, const std::string& v) {
-                if (!v.empty())
-                    sw.pass.insert(sw.pass.end(), {flag, v});
-            };
-            pass("-d", sw_duration);
-            pass("--resources-interval", sw_interval);
-            if (sw_net)
-                sw.pass.push_back("--net");
-            for (const auto& v : sw_pipelines)
-                pass("--pipeline", v);
-            for (const auto& v : sw_spans)
-                pass("--span", v);
-            for (const auto& v : sw_rules)
-                pass("--rules", v);
-            pass("--disk-reserve", sw_reserve);
-            if (!sw_reserve.empty()) // the sweep's own table too
-                lotus::exporter::set_disk_reserve(std::stod(sw_reserve));
-            return lotus::cli::run_sweep(sw);
-        }
-        if (record->parsed()) {
-            chosen = &rp;
-            rp.opts.output.clear();
-            rp.opts.print_summary = false;
-            if (rec_pid->count())
-                rp.opts.pid = rp.pid;
-            if (rec_pid->count() && !rp.opts.command.empty())
-                throw CLI::ValidationError("give either --pid or a command, not both");
-            if (!rec_pid->count() && rp.opts.command.empty())
-                throw CLI::ValidationError("record: give --pid PID or -- COMMAND");
-            check_limits(rp, rec_pid->count());
-        } else if (top->parsed()) {
-            chosen = &tp;
-            tp.opts.output.clear();
-            tp.opts.print_summary = false;
-            tp.opts.top = true;
-            if (top_pid->count())
-                tp.opts.pid = tp.pid;
-            if (top_pid->count() && !tp.opts.command.empty())
-                throw CLI::ValidationError("give either --pid or a command, not both");
-            if (!top_pid->count() && tp.opts.command.empty())
-                throw CLI::ValidationError("top: give --pid PID or -- COMMAND");
-            check_limits(tp, top_pid->count());
-        } else if (exp->parsed()) {
-            chosen = &ep;
-            ep.opts.print_summary = false;
-            parse_window(ep);
-        } else if (rep->parsed()) {
-            chosen = &sp;
-            sp.opts.output.clear();
+        if (diff.app->parsed())
+            return lotus::cli::run_diff(diff.a, diff.b, diff.html);
+        if (probes.app->parsed())
+            return run_probes_command(probes);
+        if (sweep.app->parsed())
+            return run_sweep_command(sweep);
+        if (record.app->parsed()) {
+            session = &traced_by(record, "record");
+        } else if (top.app->parsed()) {
+            session = &traced_by(top, "top");
+            session->top = true;
+        } else if (exp.app->parsed()) {
+            session = &exp.p.opts;
+            session->print_summary = false;
+            parse_window(exp.p);
+        } else if (rep.app->parsed()) {
+            session = &rep.p.opts;
+            session->output.clear();
         } else {
-            if (pid_opt->count() && !opts.command.empty())
-                throw CLI::ValidationError("give either --pid or a command, not both");
-            if (!opts.replay.empty() && (pid_opt->count() || !opts.command.empty() || !opts.record.empty()))
-                throw CLI::ValidationError("--replay reads a record file: no --pid, command or --record with it");
-            if (!pid_opt->count() && opts.command.empty() && opts.replay.empty())
-                throw CLI::ValidationError("give --pid PID or -- COMMAND (or --replay FILE, or a subcommand: "
-                                           "record, export, report, top, diff, sweep, probes)");
-            if (pid_opt->count())
-                opts.pid = p.pid;
-            check_limits(p, pid_opt->count() || !opts.replay.empty());
-            parse_window(p);
+            session = &one_step(main_cmd);
         }
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
@@ -469,5 +548,5 @@ Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (
         fmt::print(stderr, "lotus-bpf: {}\n", e.what());
         return 2;
     }
-    return lotus::cli::run_session(chosen->opts);
+    return lotus::cli::run_session(*session);
 }
