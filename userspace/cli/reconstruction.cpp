@@ -70,8 +70,41 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
     // no table rather than a "job" missing the others.
     auto usage_rows = run.resources_interval_ms ? exporter::usage_rows(usage_, engine_.processes())
                                                 : std::vector<exporter::UsageRow>{};
-    std::string usage_json =
-        usage_rows.empty() ? "null" : exporter::usage_json(usage_rows, run.resources_interval_ms);
+    add_stream_facts(run, calls_inlined);
+    Said said;
+    said.ended = process_ends(run);
+    said.late = native_late(run);
+    said.interpreters = interpreters(run);
+    run.output_failures = outputs_.failures();
+    trace_.finish(engine_.processes(), run);
+    outputs_.trace().commit();
+    exporter::take_output_cuts(run, trace_.t0_ns()); // the trace's and the record file's, if cut
+
+    std::string trace_cut;
+    for (const auto& c : run.outputs_cut)
+        if (c.output == "-o" && c.path == opts_.output)
+            trace_cut = fmt::format(" (cut at {:.2f} s)", c.at_s);
+    auto batches = exporter::summarize_batches(engine_.batches(), engine_.processes(), summary_, run.cpus);
+    auto notes = summary_notes(run, said, trace_cut, calls_inlined);
+    if (!opts_.print_summary) {
+        if (!opts_.record.empty()) {
+            if (outputs_.failures().empty())
+                fmt::print(stderr, "lotus-bpf: wrote {} events ({} lost) to {}\n", run.events, run.lost_events,
+                           opts_.record);
+        } else if (!opts_.output.empty() && !outputs_.trace().failed()) {
+            fmt::print(stderr, "lotus-bpf: wrote {}{}\n", opts_.output, trace_cut);
+        }
+    } else {
+        summary_.print(stdout, engine_.processes(), batches, notes, usage_rows, run.resources_interval_ms);
+        fflush(stdout);
+    }
+    write_reports(run, batches, notes, usage_rows);
+    return outputs_.failures().empty();
+}
+
+// What only the stream's end knows: the native map and counters tables, each --span's calls, the samples.
+void Reconstruction::add_stream_facts(exporter::RunInfo& run, bool calls_inlined)
+{
     const auto& c = engine_.counters();
     summary_.set_native_map(engine_.native_map().table());
     if (engine_.counters().samples)
@@ -85,24 +118,32 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
         run.span_patterns.push_back({rule.text, calls, !calls_inlined || (calls && !rule.maybe_inlined)});
     }
     run.samples = engine_.samples();
-    // The job's fate: every traced process that was killed or exited non-zero, in the order they ended.
-    std::vector<std::pair<uint64_t, uint32_t>> ended;
+}
+
+// The job's fate: every traced process that was killed or exited non-zero, in the order they ended.
+Reconstruction::Ended Reconstruction::process_ends(exporter::RunInfo& run)
+{
+    Ended out;
     for (const auto& [pid, p] : engine_.processes())
         if (!model::how_it_ended(p).empty())
-            ended.emplace_back(p.exit_ns, pid);
-    std::sort(ended.begin(), ended.end());
-    std::vector<std::string> end_notes;
-    for (const auto& [exit_ns, pid] : ended) {
+            out.order.emplace_back(p.exit_ns, pid);
+    std::sort(out.order.begin(), out.order.end());
+    for (const auto& [exit_ns, pid] : out.order) {
         const auto& p = engine_.processes().at(pid);
         exporter::RunInfo::ProcessEnd e{pid, model::process_label(engine_.processes(), pid), model::how_it_ended(p),
                                         model::exit_signal(p), model::exit_code(p),
                                         exit_ns > trace_.t0_ns() ? static_cast<double>(exit_ns - trace_.t0_ns()) / 1e9 : 0};
-        end_notes.push_back(fmt::format("{} (PID {}) {} at {:.2f} s.", e.label, pid, e.how, e.at_s));
+        out.notes.push_back(fmt::format("{} (PID {}) {} at {:.2f} s.", e.label, pid, e.how, e.at_s));
         run.process_ends.push_back(std::move(e));
     }
-    // Native calls a process made into a library it loaded before lotus-bpf had probed it are not in the trace:
-    // said where the process had begun its work by then (loaded at startup, before any span, it did not matter).
-    std::vector<std::string> late_notes;
+    return out;
+}
+
+// Native calls a process made into a library it loaded before lotus-bpf had probed it are not in the trace: said
+// where the process had begun its work by then (loaded at startup, before any span, it did not matter).
+std::vector<std::string> Reconstruction::native_late(exporter::RunInfo& run)
+{
+    std::vector<std::string> notes;
     for (const auto& l : engine_.native_late()) {
         auto p = engine_.processes().find(l.pid);
         uint64_t first = p != engine_.processes().end() ? p->second.first_span_ns : 0;
@@ -112,52 +153,43 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
                                         l.live_ns > l.loaded_ns ? static_cast<double>(l.live_ns - l.loaded_ns) / 1e6 : 0,
                                         first && first < l.live_ns};
         if (n.during_work)
-            late_notes.push_back(fmt::format(
+            notes.push_back(fmt::format(
                 "{} (PID {}) loaded {} at {:.2f} s, while it ran spans, and its native probes were in place {:.1f} ms "
                 "later: calls it made into it before then may be missing from the trace and the native counts.",
                 n.label, l.pid, l.library, n.loaded_s, n.probed_after_ms));
         run.native_late.push_back(std::move(n));
     }
-    // A traced process that runs another interpreter than the probed file reaches no Python probe: its ops and
-    // samples are missing, which the tables alone would not tell.
-    std::vector<std::string> interp_notes;
+    return notes;
+}
+
+// A traced process that runs another interpreter than the probed file reaches no Python probe: its ops and samples
+// are missing, which the tables alone would not tell. So too a Python process of the command outside the tree.
+std::vector<std::string> Reconstruction::interpreters(exporter::RunInfo& run)
+{
+    std::vector<std::string> notes;
     for (const auto& o : engine_.other_interpreters()) {
         exporter::RunInfo::OtherInterpreter n{o.pid, model::process_label(engine_.processes(), o.pid), o.path};
-        interp_notes.push_back(fmt::format(
+        notes.push_back(fmt::format(
             "{} (PID {}) runs {}, another CPython interpreter than the one lotus-bpf probes ({}): its Python calls "
             "and those of the processes it forks (their ops and samples) are not in the trace.",
             n.label, o.pid, o.path, run.interpreter.empty() ? "unknown" : run.interpreter));
         run.other_interpreters.push_back(std::move(n));
     }
     for (const auto& u : engine_.untraced_pythons()) {
-        interp_notes.push_back(fmt::format(
+        notes.push_back(fmt::format(
             "PID {} ({}) ran CPython ({}) under the launched command but outside the traced process's tree: it was "
             "not traced. Launch mode traces the first of the command's processes to run CPython (PID {}) and the "
             "processes it starts; attach to another one with --pid.",
             u.pid, u.comm, u.path, run.target_pid));
         run.untraced_pythons.push_back({u.pid, u.comm, u.path});
     }
-    run.output_failures = outputs_.failures();
-    trace_.finish(engine_.processes(), run);
-    outputs_.trace().commit();
-    exporter::take_output_cuts(run, trace_.t0_ns()); // the trace's and the record file's, if cut
+    return notes;
+}
 
-    std::string trace_cut;
-    for (const auto& c : run.outputs_cut)
-        if (c.output == "-o" && c.path == opts_.output)
-            trace_cut = fmt::format(" (cut at {:.2f} s)", c.at_s);
-
-    auto batches = exporter::summarize_batches(engine_.batches(), engine_.processes(), summary_, run.cpus);
+// What --span saw, said where it saw nothing or maybe not every call.
+std::vector<std::string> Reconstruction::span_notes(bool calls_inlined) const
+{
     std::vector<std::string> notes;
-    notes.push_back(fmt::format("\n{} events, {} lost (ring buffer full); stopped: {}; trace: {}", run.events,
-                                run.lost_events, run.stop_reason,
-                                opts_.output.empty() ? "none" : outputs_.trace().failed() ? "not written" : opts_.output + trace_cut));
-    if (run.lost_events)
-        notes.push_back("Spans that lost an event are left out, never guessed.");
-    for (const auto& f : run.bpf_failures) // what BPF could not record: said where it happened
-        if (f.count)
-            notes.push_back(fmt::format("BPF: {} {} (otherData.bpf_failures.{}).", f.count, f.meaning, f.name));
-    notes.insert(notes.end(), interp_notes.begin(), interp_notes.end());
     for (size_t i = 0; i < rules_.spans().size(); i++) {
         const auto& rule = rules_.spans()[i];
         uint64_t calls = i < engine_.span_calls().size() ? engine_.span_calls()[i] : 0;
@@ -174,6 +206,27 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
                                         "every call.",
                                         rule.text, calls));
     }
+    return notes;
+}
+
+// The summary's closing notes, in order: the run, what BPF or the stream could not record, the rules, the holds,
+// the processes' fates, the limits, the outputs.
+std::vector<std::string> Reconstruction::summary_notes(const exporter::RunInfo& run, const Said& said,
+                                                       const std::string& trace_cut, bool calls_inlined) const
+{
+    const auto& c = engine_.counters();
+    std::vector<std::string> notes;
+    notes.push_back(fmt::format("\n{} events, {} lost (ring buffer full); stopped: {}; trace: {}", run.events,
+                                run.lost_events, run.stop_reason,
+                                opts_.output.empty() ? "none" : outputs_.trace().failed() ? "not written" : opts_.output + trace_cut));
+    if (run.lost_events)
+        notes.push_back("Spans that lost an event are left out, never guessed.");
+    for (const auto& f : run.bpf_failures) // what BPF could not record: said where it happened
+        if (f.count)
+            notes.push_back(fmt::format("BPF: {} {} (otherData.bpf_failures.{}).", f.count, f.meaning, f.name));
+    notes.insert(notes.end(), said.interpreters.begin(), said.interpreters.end());
+    for (auto& n : span_notes(calls_inlined))
+        notes.push_back(std::move(n));
     if (c.incomplete + c.lost_returns)
         notes.push_back(fmt::format("{} span(s) were still open at the end or lost their return and are not in "
                                     "the trace.",
@@ -181,52 +234,45 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
     if (run.holds)
         if (auto n = exporter::holds_note(*run.holds); !n.empty())
             notes.push_back(std::move(n));
-    notes.insert(notes.end(), late_notes.begin(), late_notes.end());
-    notes.insert(notes.end(), end_notes.begin(), end_notes.end());
+    notes.insert(notes.end(), said.late.begin(), said.late.end());
+    notes.insert(notes.end(), said.ended.notes.begin(), said.ended.notes.end());
     if (run.limits)
-        for (auto& n : limit_notes(*run.limits, engine_.processes(), ended))
+        for (auto& n : limit_notes(*run.limits, engine_.processes(), said.ended.order))
             notes.push_back(std::move(n));
     for (const auto& f : outputs_.failures())
         notes.push_back("Not written: " + f);
-    for (const auto& c : run.outputs_cut)
+    for (const auto& cut : run.outputs_cut)
         notes.push_back(fmt::format("Cut at {:.2f} s: {} {}: {} (--disk-reserve). It keeps what it had until then, "
                                     "completed; the other outputs went on.",
-                                    c.at_s, c.output, c.path, c.why));
-    auto write_reports = [&] {
-        if (auto* js = outputs_.summary_json()) {
-            run.output_failures = outputs_.failures();
-            exporter::take_output_cuts(run, trace_.t0_ns());
-            js->write(summary_.json(engine_.processes(), batches, run, usage_json));
-            js->commit();
-        }
-        if (auto* csv = outputs_.resources_csv()) {
-            csv->write(usage_csv_.text(engine_.processes(), t0_));
-            csv->commit();
-        }
-        if (auto* html = outputs_.html()) {
-            std::vector<std::string> html_notes;
-            for (const auto& n : notes) // the printed ones may open with a blank line
-                html_notes.push_back(n.substr(std::min(n.size(), n.find_first_not_of('\n'))));
-            html->write(exporter::html_report({summary_, batches, engine_.processes(), run, timeline_, html_notes,
-                                               usage_rows, run.resources_interval_ms}));
-            html->commit();
-        }
-    };
-    if (!opts_.print_summary) {
-        if (!opts_.record.empty()) {
-            if (outputs_.failures().empty())
-                fmt::print(stderr, "lotus-bpf: wrote {} events ({} lost) to {}\n", run.events, run.lost_events,
-                           opts_.record);
-        } else if (!opts_.output.empty() && !outputs_.trace().failed()) {
-            fmt::print(stderr, "lotus-bpf: wrote {}{}\n", opts_.output, trace_cut);
-        }
-        write_reports();
-        return outputs_.failures().empty();
+                                    cut.at_s, cut.output, cut.path, cut.why));
+    return notes;
+}
+
+// The summary JSON, the resources CSV and the HTML report, each where asked.
+void Reconstruction::write_reports(exporter::RunInfo& run, const exporter::DataLoaderReport& batches,
+                                   const std::vector<std::string>& notes,
+                                   const std::vector<exporter::UsageRow>& usage_rows)
+{
+    if (auto* js = outputs_.summary_json()) {
+        run.output_failures = outputs_.failures();
+        exporter::take_output_cuts(run, trace_.t0_ns());
+        std::string usage_json =
+            usage_rows.empty() ? "null" : exporter::usage_json(usage_rows, run.resources_interval_ms);
+        js->write(summary_.json(engine_.processes(), batches, run, usage_json));
+        js->commit();
     }
-    summary_.print(stdout, engine_.processes(), batches, notes, usage_rows, run.resources_interval_ms);
-    fflush(stdout);
-    write_reports();
-    return outputs_.failures().empty();
+    if (auto* csv = outputs_.resources_csv()) {
+        csv->write(usage_csv_.text(engine_.processes(), t0_));
+        csv->commit();
+    }
+    if (auto* html = outputs_.html()) {
+        std::vector<std::string> html_notes;
+        for (const auto& n : notes) // the printed ones may open with a blank line
+            html_notes.push_back(n.substr(std::min(n.size(), n.find_first_not_of('\n'))));
+        html->write(exporter::html_report({summary_, batches, engine_.processes(), run, timeline_, html_notes,
+                                           usage_rows, run.resources_interval_ms}));
+        html->commit();
+    }
 }
 
 std::vector<std::string> limit_notes(const exporter::RunInfo::Limits& l,

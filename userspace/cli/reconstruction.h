@@ -65,6 +65,25 @@ public:
     bool finish(exporter::RunInfo run, bool calls_inlined);
 
 private:
+    // The processes that did not end cleanly, in the order they ended ((end time, pid)), and what is said of each.
+    struct Ended {
+        std::vector<std::pair<uint64_t, uint32_t>> order;
+        std::vector<std::string> notes;
+    };
+    // What finish() learns for the summary's notes while it fills the run's facts.
+    struct Said {
+        Ended ended;
+        std::vector<std::string> late, interpreters;
+    };
+    void add_stream_facts(exporter::RunInfo& run, bool calls_inlined);
+    Ended process_ends(exporter::RunInfo& run);
+    std::vector<std::string> native_late(exporter::RunInfo& run);
+    std::vector<std::string> interpreters(exporter::RunInfo& run);
+    std::vector<std::string> span_notes(bool calls_inlined) const;
+    std::vector<std::string> summary_notes(const exporter::RunInfo& run, const Said& said, const std::string& trace_cut,
+                                           bool calls_inlined) const;
+    void write_reports(exporter::RunInfo& run, const exporter::DataLoaderReport& batches,
+                       const std::vector<std::string>& notes, const std::vector<exporter::UsageRow>& usage_rows);
     bool in_trace(const model::Span& s) const;
     bool in_window(uint64_t ns) const;
 
