@@ -6,7 +6,12 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <random>
+
 #include "event_builder.h"
+#include "export/json.h"
 #include "export/summary.h"
 #include "export/timeline.h"
 
@@ -325,4 +330,106 @@ TEST(Summary, MemoryFlatOverALongRun)
     EXPECT_LT(after - std::min(after, before), 2000 * 4 * 64 + 64 * 1024) << before << " -> " << after;
     EXPECT_EQ(stats.wait_ns.count(), 1100u * 16);
     EXPECT_EQ(summary.rows().back().second.count, 1100u * 16 * 32);
+}
+
+// The summary JSON's numbers are what a parser reads from fmt's fixed decimals, written without trailing zeros.
+TEST(SummaryJson, NumbersReadAsTheirFixedDecimalsDid)
+{
+    using exporter::json_dump, exporter::json_fixed, exporter::json_general;
+    EXPECT_EQ(json_dump(json_fixed(2.5, 4)), "2.5");
+    EXPECT_EQ(json_dump(json_fixed(0, 4)), "0.0");
+    EXPECT_EQ(json_dump(json_fixed(80.0, 2)), "80.0");
+    EXPECT_EQ(json_dump(json_fixed(1.23456, 4)), "1.2346");
+    EXPECT_EQ(json_dump(json_fixed(-0.00001, 4)), "-0.0"); // fmt's "-0.0000"
+    EXPECT_EQ(json_dump(json_fixed(499.6, 0)), "500");     // no decimals: an integer, as "{:.0f}" was
+    EXPECT_TRUE(json_fixed(499.6, 0).is_number_integer());
+    EXPECT_EQ(json_dump(json_fixed(std::nan(""), 4)), "null"); // fmt's "nan" and "inf" were not JSON
+    EXPECT_EQ(json_dump(json_fixed(-INFINITY, 2)), "null");
+    EXPECT_EQ(json_dump(json_general(2.0)), "2");
+    EXPECT_EQ(json_dump(json_general(1.5)), "1.5");
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<double> mag(-8, 8);
+    for (int i = 0; i < 20000; i++) {
+        double x = std::pow(10.0, mag(rng)) * (i % 3 ? 1 : -1);
+        if (i % 5 == 0)
+            x = std::round(x * 1e4) / 1e4 + 0.00005; // at the rounding's halfway points, near enough
+        for (int d : {2, 3, 4, 6}) {
+            auto then = nlohmann::json::parse(fmt::format("{:.{}f}", x, d)).get<double>();
+            auto now = nlohmann::json::parse(json_dump(json_fixed(x, d))).get<double>();
+            ASSERT_EQ(std::signbit(then), std::signbit(now)) << x;
+            ASSERT_EQ(then, now) << fmt::format("{} with {} decimals", x, d);
+        }
+    }
+}
+
+// Strings read as json_string() wrote them: escapes, UTF-8 passed through, a stray byte U+FFFD.
+TEST(SummaryJson, StringsReadAsJsonStringWroteThem)
+{
+    for (std::string s : {std::string("plain"), std::string("q\"b\\s\n\t\r\x01\x08\x0c\x7f"), std::string("caf\xc3\xa9 \xe2\x82\xac"),
+                          std::string("bad \xff\xc3 \xed\xa0\x80 end"), std::string("nul\0in", 6)}) {
+        std::string now = exporter::json_dump(exporter::json_text(s));
+        EXPECT_EQ(nlohmann::json::parse(now), nlohmann::json::parse(exporter::json_string(s))) << now;
+    }
+}
+
+TEST(SummaryJson, KeysInTheirOrderAndTheRunsAlphabetical)
+{
+    exporter::Summary sum;
+    model::Span a;
+    a.pid = 7;
+    a.name = "B";
+    a.start_ns = 1'000'000;
+    a.end_ns = 3'500'000;
+    sum.add(a);
+    a.kind = model::SpanKind::Sample;
+    a.name = "sample";
+    sum.add(a);
+    a.start_ns = 4'000'000, a.end_ns = 6'000'000;
+    sum.add(a);
+    std::map<uint32_t, model::ProcessInfo> procs;
+    procs[7].pid = 7;
+    procs[7].root = procs[7].consumer = true;
+    exporter::RunInfo run;
+    run.tool = "lotus-bpf test";
+    run.limits.emplace();
+    run.limits->cpus = 1.5;
+    run.native_map_json = "[{\"op\":\"x\",\"samples\":3}]";
+    run.process_ends.push_back({9, "worker 0", "killed", 9, -1, 0.25});
+    std::string text = sum.json(procs, {}, run, exporter::usage_json({}, 100));
+    ASSERT_EQ(text.back(), '\n');
+    auto doc = nlohmann::ordered_json::parse(text);
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : doc.items())
+        keys.push_back(k);
+    EXPECT_EQ(keys, (std::vector<std::string>{"run", "ops", "batches", "loaders", "training", "processes", "counters",
+                                              "native_map", "resources", "throughput"}));
+    std::vector<std::string> run_keys;
+    for (const auto& [k, v] : doc["run"].items())
+        run_keys.push_back(k);
+    EXPECT_TRUE(std::is_sorted(run_keys.begin(), run_keys.end()));
+    EXPECT_EQ(doc["run"]["native_map"], nlohmann::ordered_json::parse(run.native_map_json));
+    EXPECT_EQ(doc["run"]["limits"]["cpus"], 1.5);
+    EXPECT_EQ(doc["run"]["limits"]["memory_bytes"], nullptr);
+    EXPECT_EQ(doc["run"]["process_ends"][0]["at_s"], 0.25);
+    EXPECT_EQ(doc["run"]["tool"], "lotus-bpf test");
+    // The trace's otherData: the same members, without the braces.
+    EXPECT_EQ(nlohmann::ordered_json::parse("{" + exporter::run_json_members(run) + "}"), doc["run"]);
+    std::vector<std::string> stat_keys;
+    for (const auto& [k, v] : doc["ops"]["B"].items())
+        stat_keys.push_back(k);
+    EXPECT_EQ(stat_keys, (std::vector<std::string>{"count", "mean_ms", "std_ms", "min_ms", "p25_ms", "p50_ms", "p75_ms",
+                                                   "p95_ms", "p99_ms", "max_ms", "total_ms"}));
+    EXPECT_EQ(doc["ops"]["B"]["count"], 1);
+    EXPECT_EQ(doc["ops"]["B"]["mean_ms"], 2.5);
+    EXPECT_EQ(doc["batches"], nullptr);
+    EXPECT_EQ(doc["processes"][0]["pid"], 7);
+    EXPECT_EQ(doc["processes"][0]["busy_pct"], 0.0);
+    EXPECT_EQ(doc["counters"].dump(), R"({"names":[],"ops":{}})");
+    EXPECT_EQ(doc["native_map"].dump(), "[]");
+    EXPECT_EQ(doc["resources"].dump(), R"({"interval_ms":100,"roles":[],"job":null,"network":false})");
+    EXPECT_EQ(doc["throughput"]["samples"], 2);
+    EXPECT_EQ(doc["throughput"]["seconds"], 0.005); // first sample's start to the last one's end
+    EXPECT_EQ(doc["throughput"]["samples_per_s"], 400.0);
+    // No resources: null.
+    EXPECT_EQ(nlohmann::ordered_json::parse(sum.json(procs, {}, run))["resources"], nullptr);
 }

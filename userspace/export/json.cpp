@@ -1,6 +1,9 @@
 #include "json.h"
 
+#include <charconv>
+#include <cmath>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "common/utf8.h"
 
@@ -8,6 +11,26 @@ namespace lotus::exporter {
 
 namespace {
 bool plain(unsigned char c) { return c >= 0x20 && c < 0x7f && c != '"' && c != '\\'; }
+
+// The number JSON text `s` (fmt's output for a finite value) stands for: an integer where it has only digits.
+nlohmann::ordered_json parsed_number(const std::string& s)
+{
+    const char* end = s.data() + s.size();
+    if (s.find_first_not_of("-0123456789") == std::string::npos) {
+        if (s[0] == '-') {
+            int64_t i = 0;
+            if (auto r = std::from_chars(s.data(), end, i); r.ec == std::errc() && r.ptr == end)
+                return i;
+        } else {
+            uint64_t u = 0;
+            if (auto r = std::from_chars(s.data(), end, u); r.ec == std::errc() && r.ptr == end)
+                return u;
+        }
+    }
+    double d = 0;
+    std::from_chars(s.data(), end, d); // correctly rounded, whatever the locale
+    return d;
+}
 } // namespace
 
 std::string json_string(std::string_view s)
@@ -59,6 +82,36 @@ std::string json_strings(const std::vector<std::string>& v)
     for (const auto& s : v)
         out += (out.empty() ? "" : ",") + json_string(s);
     return "[" + out + "]";
+}
+
+nlohmann::ordered_json json_fixed(double x, int decimals)
+{
+    if (!std::isfinite(x))
+        return nullptr;
+    return parsed_number(fmt::format("{:.{}f}", x, decimals));
+}
+
+nlohmann::ordered_json json_general(double x)
+{
+    if (!std::isfinite(x))
+        return nullptr;
+    return parsed_number(fmt::format("{:g}", x));
+}
+
+nlohmann::ordered_json json_text(std::string_view s) { return common::valid_utf8(s); }
+
+nlohmann::ordered_json json_texts(const std::vector<std::string>& v)
+{
+    auto out = nlohmann::ordered_json::array();
+    for (const auto& s : v)
+        out.push_back(json_text(s));
+    return out;
+}
+
+std::string json_dump(const nlohmann::ordered_json& j)
+{
+    // Strings are valid UTF-8 already (json_text); the handler keeps a stray one from throwing.
+    return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 } // namespace lotus::exporter

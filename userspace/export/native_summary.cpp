@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <iterator>
+#include <nlohmann/json.hpp>
 
+#include "common/utf8.h"
 #include "export/json.h"
 
 namespace lotus::exporter {
@@ -102,34 +104,53 @@ void Summary::print_native_map(FILE* out) const
     }
 }
 
-std::string Summary::counters_json() const
+nlohmann::ordered_json Summary::counters_json_value() const
 {
-    std::string names, rows;
-    for (const auto& n : counter_names_)
-        names += fmt::format("{}{}", names.empty() ? "" : ",", json_string(n));
+    using J = nlohmann::ordered_json;
+    J ops = J::object();
     for (const auto& r : counter_rows()) {
-        std::string mean;
+        J mean = J::object();
         for (size_t k = 0; k < r.mean.size(); k++)
-            mean += fmt::format("{}{}:{:.3f}", mean.empty() ? "" : ",", json_string(counter_names_[k]), r.mean[k]);
-        rows += fmt::format("{}{}:{{\"count\":{},\"mean\":{{{}}},\"ipc\":{},\"on_cpu_pct\":{:.2f}}}",
-                            rows.empty() ? "" : ",", json_string(r.op), r.count, mean,
-                            r.ipc < 0 ? "null" : fmt::format("{:.4f}", r.ipc), r.on_cpu_pct);
+            mean[common::valid_utf8(counter_names_[k])] = json_fixed(r.mean[k], 3);
+        J o = J::object();
+        o["count"] = r.count;
+        o["mean"] = std::move(mean);
+        o["ipc"] = r.ipc < 0 ? J(nullptr) : json_fixed(r.ipc, 4);
+        o["on_cpu_pct"] = json_fixed(r.on_cpu_pct, 2);
+        ops[common::valid_utf8(r.op)] = std::move(o);
     }
-    return fmt::format("{{\"names\":[{}],\"ops\":{{{}}}}}", names, rows);
+    J out = J::object();
+    out["names"] = json_texts(counter_names_);
+    out["ops"] = std::move(ops);
+    return out;
 }
 
-std::string Summary::native_map_json() const
+std::string Summary::counters_json() const { return json_dump(counters_json_value()); }
+
+nlohmann::ordered_json Summary::native_map_json_value() const
 {
-    std::string ops;
+    using J = nlohmann::ordered_json;
+    J ops = J::array();
     for (const auto& op : native_map_) {
-        std::string fns;
-        for (const auto& f : op.functions)
-            fns += fmt::format("{}{{\"function\":{},\"library\":{},\"samples\":{}}}", fns.empty() ? "" : ",",
-                               json_string(f.function), json_string(f.library), f.samples);
-        ops += fmt::format("{}{{\"op\":{},\"samples\":{},\"named\":{},\"in_kernel\":{},\"functions\":[{}]}}",
-                           ops.empty() ? "" : ",", json_string(op.op), op.samples, op.named, op.in_kernel, fns);
+        J fns = J::array();
+        for (const auto& f : op.functions) {
+            J o = J::object();
+            o["function"] = json_text(f.function);
+            o["library"] = json_text(f.library);
+            o["samples"] = f.samples;
+            fns.push_back(std::move(o));
+        }
+        J o = J::object();
+        o["op"] = json_text(op.op);
+        o["samples"] = op.samples;
+        o["named"] = op.named;
+        o["in_kernel"] = op.in_kernel;
+        o["functions"] = std::move(fns);
+        ops.push_back(std::move(o));
     }
-    return "[" + ops + "]";
+    return ops;
 }
+
+std::string Summary::native_map_json() const { return json_dump(native_map_json_value()); }
 
 } // namespace lotus::exporter

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
 
+#include "common/utf8.h"
 #include "export/json.h"
 #include "export/output_file.h"
 
@@ -16,129 +18,184 @@ void take_output_cuts(RunInfo& r, uint64_t t0_ns)
         r.outputs_cut.push_back({c.what, c.path, c.why, c.at_ns > t0_ns ? static_cast<double>(c.at_ns - t0_ns) / 1e9 : 0});
 }
 
-std::string run_json_members(const RunInfo& r)
+nlohmann::ordered_json run_json(const RunInfo& r)
 {
-    std::map<std::string, std::string> m; // key -> encoded value, written in key order
-    m["tool"] = json_string(r.tool);
-    m["target_pid"] = std::to_string(r.target_pid);
-    m["t0_monotonic_ns"] = std::to_string(r.t0_monotonic_ns);
-    m["python"] = json_string(r.python);
-    m["interpreter"] = json_string(r.interpreter);
-    m["layout"] = json_string(r.layout);
+    using J = nlohmann::ordered_json;
+    std::map<std::string, J> m; // written in key order
+    m["tool"] = json_text(r.tool);
+    m["target_pid"] = r.target_pid;
+    m["t0_monotonic_ns"] = r.t0_monotonic_ns;
+    m["python"] = json_text(r.python);
+    m["interpreter"] = json_text(r.interpreter);
+    m["layout"] = json_text(r.layout);
     if (!r.evaluator_probe.empty())
-        m["evaluator_probe"] = json_string(r.evaluator_probe);
+        m["evaluator_probe"] = json_text(r.evaluator_probe);
     if (!r.python_probes.empty())
-        m["python_probes"] = json_string(r.python_probes);
+        m["python_probes"] = json_text(r.python_probes);
     if (!r.python_probes_scope.empty())
-        m["python_probes_scope"] = json_string(r.python_probes_scope);
+        m["python_probes_scope"] = json_text(r.python_probes_scope);
     if (!r.syscall_programs.empty())
-        m["syscall_programs"] = json_string(r.syscall_programs);
-    if (r.holds)
-        m["held_children"] = fmt::format(
-            "{{\"count\":{},\"total_ms\":{:.3f},\"max_ms\":{:.3f},\"attach_ms\":{:.3f},\"deadline_ms\":{:.0f},"
-            "\"released_at_deadline\":{},\"not_held\":{{\"shared_memory\":{},\"tracer_not_running\":{},"
-            "\"guardian_not_running\":{},\"refused\":{}}},\"unseen\":{{\"count\":{},\"max_ms\":{:.3f},"
-            "\"total_ms\":{:.3f}}},\"spawned_python\":{}}}",
-            r.holds->children, r.holds->total_ms, r.holds->max_ms, r.holds->attach_ms, r.holds->deadline_ms,
-            r.holds->released_at_deadline, r.holds->shared_memory, r.holds->tracer_not_running,
-            r.holds->guardian_not_running, r.holds->refused, r.holds->unseen, r.holds->unseen_max_ms,
-            r.holds->unseen_total_ms, r.holds->spawned_python);
-    m["stop_reason"] = json_string(r.stop_reason);
-    m["events"] = std::to_string(r.events);
-    m["lost_events"] = std::to_string(r.lost_events);
-    if (r.events_delivered)
-        m["events_delivered"] = std::to_string(*r.events_delivered);
-    m["tracer_peak_rss_kb"] = std::to_string(r.tracer_peak_rss_kb);
-    m["tracer_cpu_ms"] = std::to_string(r.tracer_cpu_ms);
-    m["samples"] = std::to_string(r.samples);
-    if (r.cpus)
-        m["cpus"] = std::to_string(r.cpus);
-    m["incomplete_spans"] = std::to_string(r.incomplete_spans);
-    if (!r.span_patterns.empty()) {
-        std::string list;
-        for (const auto& p : r.span_patterns)
-            list += fmt::format("{}{{\"pattern\":{},\"calls\":{},\"complete\":{}}}", list.empty() ? "" : ",",
-                                json_string(p.pattern), p.calls, p.complete);
-        m["span_patterns"] = "[" + list + "]";
+        m["syscall_programs"] = json_text(r.syscall_programs);
+    if (r.holds) {
+        const auto& h = *r.holds;
+        J o = J::object(), not_held = J::object(), unseen = J::object();
+        o["count"] = h.children;
+        o["total_ms"] = json_fixed(h.total_ms, 3);
+        o["max_ms"] = json_fixed(h.max_ms, 3);
+        o["attach_ms"] = json_fixed(h.attach_ms, 3);
+        o["deadline_ms"] = json_fixed(h.deadline_ms, 0);
+        o["released_at_deadline"] = h.released_at_deadline;
+        not_held["shared_memory"] = h.shared_memory;
+        not_held["tracer_not_running"] = h.tracer_not_running;
+        not_held["guardian_not_running"] = h.guardian_not_running;
+        not_held["refused"] = h.refused;
+        o["not_held"] = std::move(not_held);
+        unseen["count"] = h.unseen;
+        unseen["max_ms"] = json_fixed(h.unseen_max_ms, 3);
+        unseen["total_ms"] = json_fixed(h.unseen_total_ms, 3);
+        o["unseen"] = std::move(unseen);
+        o["spawned_python"] = h.spawned_python;
+        m["held_children"] = std::move(o);
     }
-    std::string ends;
-    for (const auto& e : r.process_ends)
-        ends += fmt::format("{}{{\"pid\":{},\"label\":{},\"how\":{},\"signal\":{},\"status\":{},\"at_s\":{:.3f}}}",
-                            ends.empty() ? "" : ",", e.pid, json_string(e.label), json_string(e.how), e.signal,
-                            e.status, e.at_s);
-    m["process_ends"] = "[" + ends + "]";
-    m["output_failures"] = json_strings(r.output_failures);
-    std::string cuts;
-    for (const auto& c : r.outputs_cut)
-        cuts += fmt::format("{}{{\"output\":{},\"path\":{},\"at_s\":{:.3f},\"why\":{}}}", cuts.empty() ? "" : ",",
-                            json_string(c.output), json_string(c.path), c.at_s, json_string(c.why));
-    m["outputs_cut"] = "[" + cuts + "]";
+    m["stop_reason"] = json_text(r.stop_reason);
+    m["events"] = r.events;
+    m["lost_events"] = r.lost_events;
+    if (r.events_delivered)
+        m["events_delivered"] = *r.events_delivered;
+    m["tracer_peak_rss_kb"] = r.tracer_peak_rss_kb;
+    m["tracer_cpu_ms"] = r.tracer_cpu_ms;
+    m["samples"] = r.samples;
+    if (r.cpus)
+        m["cpus"] = r.cpus;
+    m["incomplete_spans"] = r.incomplete_spans;
+    if (!r.span_patterns.empty()) {
+        J list = J::array();
+        for (const auto& p : r.span_patterns) {
+            J o = J::object();
+            o["pattern"] = json_text(p.pattern);
+            o["calls"] = p.calls;
+            o["complete"] = p.complete;
+            list.push_back(std::move(o));
+        }
+        m["span_patterns"] = std::move(list);
+    }
+    J ends = J::array();
+    for (const auto& e : r.process_ends) {
+        J o = J::object();
+        o["pid"] = e.pid;
+        o["label"] = json_text(e.label);
+        o["how"] = json_text(e.how);
+        o["signal"] = e.signal;
+        o["status"] = e.status;
+        o["at_s"] = json_fixed(e.at_s, 3);
+        ends.push_back(std::move(o));
+    }
+    m["process_ends"] = std::move(ends);
+    m["output_failures"] = json_texts(r.output_failures);
+    J cuts = J::array();
+    for (const auto& c : r.outputs_cut) {
+        J o = J::object();
+        o["output"] = json_text(c.output);
+        o["path"] = json_text(c.path);
+        o["at_s"] = json_fixed(c.at_s, 3);
+        o["why"] = json_text(c.why);
+        cuts.push_back(std::move(o));
+    }
+    m["outputs_cut"] = std::move(cuts);
     if (r.native) {
-        m["native_functions_probed"] = std::to_string(r.native->functions_probed);
-        m["native_attach_s"] = fmt::format("{:.3f}", r.native->attach_s);
-        m["native_probe_links"] = std::to_string(r.native->probe_links);
-        m["sampling_event"] = json_string(r.native->sampling_event);
-        m["sampling_stack_frames"] = std::to_string(r.native->sampling_stack_frames);
-        m["sampling_scope"] = json_string(r.native->sampling_scope);
-        m["sampled_elsewhere"] = std::to_string(r.native->sampled_elsewhere);
-        m["native_specs_unmatched"] = json_strings(r.native->specs_unmatched);
+        m["native_functions_probed"] = r.native->functions_probed;
+        m["native_attach_s"] = json_fixed(r.native->attach_s, 3);
+        m["native_probe_links"] = r.native->probe_links;
+        m["sampling_event"] = json_text(r.native->sampling_event);
+        m["sampling_stack_frames"] = r.native->sampling_stack_frames;
+        m["sampling_scope"] = json_text(r.native->sampling_scope);
+        m["sampled_elsewhere"] = r.native->sampled_elsewhere;
+        m["native_specs_unmatched"] = json_texts(r.native->specs_unmatched);
     }
     if (!r.bpf_failures.empty()) {
-        std::string f;
+        J f = J::object();
         for (const auto& x : r.bpf_failures)
-            f += fmt::format("{}{}:{}", f.empty() ? "" : ",", json_string(x.name), x.count);
-        m["bpf_failures"] = "{" + f + "}";
+            f[common::valid_utf8(x.name)] = x.count;
+        m["bpf_failures"] = std::move(f);
     }
     if (r.native || !r.native_late.empty()) {
-        std::string late;
-        for (const auto& l : r.native_late)
-            late += fmt::format("{}{{\"pid\":{},\"label\":{},\"library\":{},\"loaded_s\":{:.6f},"
-                                "\"probed_after_ms\":{:.3f},\"during_work\":{}}}",
-                                late.empty() ? "" : ",", l.pid, json_string(l.label), json_string(l.library),
-                                l.loaded_s, l.probed_after_ms, l.during_work);
-        m["native_probed_late"] = "[" + late + "]";
+        J late = J::array();
+        for (const auto& l : r.native_late) {
+            J o = J::object();
+            o["pid"] = l.pid;
+            o["label"] = json_text(l.label);
+            o["library"] = json_text(l.library);
+            o["loaded_s"] = json_fixed(l.loaded_s, 6);
+            o["probed_after_ms"] = json_fixed(l.probed_after_ms, 3);
+            o["during_work"] = l.during_work;
+            late.push_back(std::move(o));
+        }
+        m["native_probed_late"] = std::move(late);
     }
     // Python processes no probe saw: [{"pid":..,"<name_key>":..,"interpreter":..}], only when there is one.
     auto unseen = [&](const char* key, const char* name_key, const auto& list, auto name) {
-        std::string items;
-        for (const auto& p : list)
-            items += fmt::format("{}{{\"pid\":{},\"{}\":{},\"interpreter\":{}}}", items.empty() ? "" : ",", p.pid,
-                                 name_key, json_string(name(p)), json_string(p.interpreter));
+        J items = J::array();
+        for (const auto& p : list) {
+            J o = J::object();
+            o["pid"] = p.pid;
+            o[name_key] = json_text(name(p));
+            o["interpreter"] = json_text(p.interpreter);
+            items.push_back(std::move(o));
+        }
         if (!items.empty())
-            m[key] = "[" + items + "]";
+            m[key] = std::move(items);
     };
     unseen("unprobed_interpreters", "label", r.other_interpreters, [](const auto& o) { return o.label; });
     unseen("untraced_python_processes", "comm", r.untraced_pythons, [](const auto& u) { return u.comm; });
     if (r.limits) {
         const auto& l = *r.limits;
-        std::string o = fmt::format("\"cgroup\":{},\"cpus\":{},\"memory_bytes\":{},\"cpuset\":{},\"left_running\":{}",
-                                    json_string(l.cgroup), l.cpus > 0 ? fmt::format("{:g}", l.cpus) : "null",
-                                    l.memory_bytes ? std::to_string(l.memory_bytes) : "null",
-                                    l.cpuset.empty() ? "null" : json_string(l.cpuset), l.left_running);
-        if (l.have_cpu)
-            o += fmt::format(",\"periods\":{},\"throttled_periods\":{},\"throttled_s\":{:.3f}", l.periods,
-                             l.throttled_periods, static_cast<double>(l.throttled_ns) / 1e9);
-        if (l.have_memory)
-            o += fmt::format(",\"memory_peak_bytes\":{},\"memory_limit_hits\":{},\"oom_kills\":{}", l.memory_peak_bytes,
-                             l.memory_limit_hits, l.oom_kills);
-        for (auto [key, rates] : {std::pair{"device_read_bps", &l.read_bps}, std::pair{"device_write_bps", &l.write_bps}}) {
-            std::string a;
-            for (const auto& [dev, bps] : *rates)
-                a += fmt::format("{}{{\"device\":{},\"bytes_per_s\":{}}}", a.empty() ? "" : ",", json_string(dev), bps);
-            o += fmt::format(",\"{}\":[{}]", key, a);
+        J o = J::object();
+        o["cgroup"] = json_text(l.cgroup);
+        o["cpus"] = l.cpus > 0 ? json_general(l.cpus) : J(nullptr);
+        o["memory_bytes"] = l.memory_bytes ? J(l.memory_bytes) : J(nullptr);
+        o["cpuset"] = l.cpuset.empty() ? J(nullptr) : json_text(l.cpuset);
+        o["left_running"] = l.left_running;
+        if (l.have_cpu) {
+            o["periods"] = l.periods;
+            o["throttled_periods"] = l.throttled_periods;
+            o["throttled_s"] = json_fixed(static_cast<double>(l.throttled_ns) / 1e9, 3);
         }
-        if (l.have_io)
-            o += fmt::format(",\"io_read_bytes\":{},\"io_write_bytes\":{}", l.io_read_bytes, l.io_write_bytes);
-        m["limits"] = "{" + o + "}";
+        if (l.have_memory) {
+            o["memory_peak_bytes"] = l.memory_peak_bytes;
+            o["memory_limit_hits"] = l.memory_limit_hits;
+            o["oom_kills"] = l.oom_kills;
+        }
+        for (auto [key, rates] : {std::pair{"device_read_bps", &l.read_bps}, std::pair{"device_write_bps", &l.write_bps}}) {
+            J a = J::array();
+            for (const auto& [dev, bps] : *rates) {
+                J d = J::object();
+                d["device"] = json_text(dev);
+                d["bytes_per_s"] = bps;
+                a.push_back(std::move(d));
+            }
+            o[key] = std::move(a);
+        }
+        if (l.have_io) {
+            o["io_read_bytes"] = l.io_read_bytes;
+            o["io_write_bytes"] = l.io_write_bytes;
+        }
+        m["limits"] = std::move(o);
     }
-    if (!r.native_map_json.empty())
-        m["native_map"] = r.native_map_json;
-    if (!r.counters_json.empty())
-        m["counters"] = r.counters_json;
-    std::string out;
-    for (const auto& [k, v] : m)
-        out += fmt::format("{}{}:{}", out.empty() ? "" : ",", json_string(k), v);
+    // The summary's tables, encoded there (Summary::native_map_json(), counters_json()).
+    for (auto [key, text] : {std::pair{"native_map", &r.native_map_json}, std::pair{"counters", &r.counters_json}})
+        if (!text->empty())
+            if (J v = J::parse(*text, nullptr, false); !v.is_discarded())
+                m[key] = std::move(v);
+    J out = J::object();
+    for (auto& [k, v] : m)
+        out[k] = std::move(v);
     return out;
+}
+
+std::string run_json_members(const RunInfo& r)
+{
+    std::string text = json_dump(run_json(r)); // "{...}"
+    return text.substr(1, text.size() - 2);
 }
 
 std::string holds_note(const RunInfo::Holds& h)

@@ -2,6 +2,7 @@
 // (docs/trace-format.md lists the keys).
 #pragma once
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -117,7 +118,9 @@ struct RunInfo {
 // Sets r.outputs_cut to the outputs cut so far in this process (output_file.h), their times after t0_ns.
 void take_output_cuts(RunInfo& r, uint64_t t0_ns);
 
-// The members of the JSON object (without its braces), keys in alphabetical order.
+// The JSON object, keys in alphabetical order.
+nlohmann::ordered_json run_json(const RunInfo& r);
+// Its members as text, without the braces (the trace's otherData).
 std::string run_json_members(const RunInfo& r);
 
 // The summary's note on the children whose probes were not in place before they ran; empty if there were none.

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
 #include <tuple>
 
+#include "common/utf8.h"
 #include "export/json.h"
 
 namespace lotus::exporter {
@@ -412,14 +414,15 @@ static double busy_pct(const model::ProcessInfo& p)
 }
 
 // A row other exited processes of its role were folded into: how many it stands for, and the first of their pids.
-static std::string folded_json(const model::ProcessInfo& p)
+static void add_folded(nlohmann::ordered_json& o, const model::ProcessInfo& p)
 {
     if (!p.folded)
-        return "";
-    std::string pids;
+        return;
+    auto pids = nlohmann::ordered_json::array();
     for (uint32_t pid : p.folded_pids)
-        pids += (pids.empty() ? "" : ",") + std::to_string(pid);
-    return fmt::format(",\"processes\":{},\"folded_pids\":[{}]", p.processes(), pids);
+        pids.push_back(pid);
+    o["processes"] = p.processes();
+    o["folded_pids"] = std::move(pids);
 }
 
 static std::string group_title(const GroupKey& k, const std::map<uint32_t, model::ProcessInfo>& processes)
@@ -592,91 +595,137 @@ void Summary::print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& pro
 
 namespace lotus::exporter {
 
-static std::string stats_json(const DurationStats& s)
+using J = nlohmann::ordered_json;
+
+static J stats_json(const DurationStats& s)
 {
-    return fmt::format("{{\"count\":{},\"mean_ms\":{:.4f},\"std_ms\":{:.4f},\"min_ms\":{:.4f},\"p25_ms\":{:.4f},"
-                       "\"p50_ms\":{:.4f},\"p75_ms\":{:.4f},\"p95_ms\":{:.4f},\"p99_ms\":{:.4f},\"max_ms\":{:.4f},"
-                       "\"total_ms\":{:.4f}{}}}",
-                       s.count, s.mean_ms, s.std_ms, s.min_ms, s.p25_ms, s.p50_ms, s.p75_ms, s.p95_ms, s.p99_ms,
-                       s.max_ms, s.total_ms,
-                       s.cpu_ms < 0 ? std::string()
-                                    : fmt::format(",\"cpu_ms\":{:.4f},\"on_cpu_pct\":{:.2f},\"minor_faults\":{:.2f}",
-                                                  s.cpu_ms, s.on_cpu_pct, s.minor_faults));
+    J o = J::object();
+    o["count"] = s.count;
+    for (auto [key, v] : std::initializer_list<std::pair<const char*, double>>{
+             {"mean_ms", s.mean_ms}, {"std_ms", s.std_ms}, {"min_ms", s.min_ms}, {"p25_ms", s.p25_ms},
+             {"p50_ms", s.p50_ms}, {"p75_ms", s.p75_ms}, {"p95_ms", s.p95_ms}, {"p99_ms", s.p99_ms},
+             {"max_ms", s.max_ms}, {"total_ms", s.total_ms}})
+        o[key] = json_fixed(v, 4);
+    if (s.cpu_ms >= 0) {
+        o["cpu_ms"] = json_fixed(s.cpu_ms, 4);
+        o["on_cpu_pct"] = json_fixed(s.on_cpu_pct, 2);
+        o["minor_faults"] = json_fixed(s.minor_faults, 2);
+    }
+    return o;
 }
 
-static std::string rows_json(const Rows& rows)
+static J rows_json(const Rows& rows)
 {
-    std::string ops;
+    J ops = J::object();
     for (const auto& [name, st] : rows)
-        ops += fmt::format("{}{}:{}", ops.empty() ? "" : ",", json_string(name), stats_json(st));
-    return "{" + ops + "}";
+        ops[common::valid_utf8(name)] = stats_json(st);
+    return ops;
 }
 
-static std::string batches_json(const BatchSummary& x)
+static J batches_json(const BatchSummary& x)
 {
-    return fmt::format("{{\"prepare\":{},\"wait\":{},\"delay\":{},\"wait_share\":{{\"out_of_order\":{:.4f},"
-                       "\"le_1ms\":{:.4f},\"1ms_500ms\":{:.4f},\"gt_500ms\":{:.4f}}},\"delay_gt_500ms_share\":{:.4f},"
-                       "\"delay_share\":{{\"le_1ms\":{:.4f},\"1ms_500ms\":{:.4f},\"gt_500ms\":{:.4f}}},"
-                       "\"unnamed\":{},\"unmatched\":{},\"arrival_order\":{},\"misnamed\":{},\"misnamed_passes\":{}",
-                       stats_json(x.prepare), stats_json(x.wait), stats_json(x.delay),
-                       share(x.out_of_order, x.delay.count) / 100, share(x.wait_le_1ms, x.wait.count) / 100,
-                       share(x.wait_1_500ms, x.wait.count) / 100, share(x.wait_gt_500ms, x.wait.count) / 100,
-                       share(x.delay_gt_500ms, x.delay.count) / 100, share(x.delay_le_1ms, x.delay.count) / 100,
-                       share(x.delay_1_500ms, x.delay.count) / 100, share(x.delay_gt_500ms, x.delay.count) / 100,
-                       x.unnamed, x.unmatched, x.arrival_order, x.misnamed, x.passes_before);
+    J o = J::object(), wait = J::object(), delay = J::object();
+    o["prepare"] = stats_json(x.prepare);
+    o["wait"] = stats_json(x.wait);
+    o["delay"] = stats_json(x.delay);
+    wait["out_of_order"] = json_fixed(share(x.out_of_order, x.delay.count) / 100, 4);
+    wait["le_1ms"] = json_fixed(share(x.wait_le_1ms, x.wait.count) / 100, 4);
+    wait["1ms_500ms"] = json_fixed(share(x.wait_1_500ms, x.wait.count) / 100, 4);
+    wait["gt_500ms"] = json_fixed(share(x.wait_gt_500ms, x.wait.count) / 100, 4);
+    o["wait_share"] = std::move(wait);
+    o["delay_gt_500ms_share"] = json_fixed(share(x.delay_gt_500ms, x.delay.count) / 100, 4);
+    delay["le_1ms"] = json_fixed(share(x.delay_le_1ms, x.delay.count) / 100, 4);
+    delay["1ms_500ms"] = json_fixed(share(x.delay_1_500ms, x.delay.count) / 100, 4);
+    delay["gt_500ms"] = json_fixed(share(x.delay_gt_500ms, x.delay.count) / 100, 4);
+    o["delay_share"] = std::move(delay);
+    o["unnamed"] = x.unnamed;
+    o["unmatched"] = x.unmatched;
+    o["arrival_order"] = x.arrival_order;
+    o["misnamed"] = x.misnamed;
+    o["misnamed_passes"] = x.passes_before;
+    return o;
 }
 
 std::string Summary::json(const std::map<uint32_t, model::ProcessInfo>& processes, const DataLoaderReport& batches,
                           const RunInfo& run, const std::string& resources) const
 {
-    std::string procs;
+    J procs = J::array();
     for (const auto& [pid, p] : processes)
-        if (p.root || p.consumer || p.samples > 0 || p.worker || p.worker_id >= 0)
-            procs += fmt::format("{}{{\"pid\":{},\"label\":{},\"worker\":{},\"rank\":{},\"owner\":{},\"loader\":{},"
-                                 "\"samples\":{},\"batches\":{},\"busy_pct\":{:.2f}{}}}",
-                                 procs.empty() ? "" : ",", pid, json_string(model::process_label(processes, pid)),
-                                 p.worker_id, p.known_rank(), p.owner, p.loader, p.samples, p.batches,
-                                 p.root || p.consumer ? 0.0 : busy_pct(p), folded_json(p));
+        if (p.root || p.consumer || p.samples > 0 || p.worker || p.worker_id >= 0) {
+            J o = J::object();
+            o["pid"] = pid;
+            o["label"] = json_text(model::process_label(processes, pid));
+            o["worker"] = p.worker_id;
+            o["rank"] = p.known_rank();
+            o["owner"] = p.owner;
+            o["loader"] = p.loader;
+            o["samples"] = p.samples;
+            o["batches"] = p.batches;
+            o["busy_pct"] = json_fixed(p.root || p.consumer ? 0.0 : busy_pct(p), 2);
+            add_folded(o, p);
+            procs.push_back(std::move(o));
+        }
     // Per DataLoader of each training process: its ops and batches.
-    std::string loaders;
+    J loaders = J::array();
     std::vector<GroupKey> keys = group_order_;
     for (const auto& b : batches.loaders)
         if (std::find(keys.begin(), keys.end(), b.key) == keys.end())
             keys.push_back(b.key);
     for (const auto& k : keys) {
-        std::string b = "null";
+        J b = nullptr;
         for (const auto& x : batches.loaders)
             if (x.key == k)
-                b = batches_json(x) + "}";
+                b = batches_json(x);
         auto g = groups_.find(k);
-        loaders += fmt::format("{}{{\"owner\":{},\"owner_label\":{},\"loader\":{},\"ops\":{},\"batches\":{}}}",
-                               loaders.empty() ? "" : ",", k.owner,
-                               json_string(k.owner ? model::process_label(processes, k.owner) : ""), k.loader,
-                               g == groups_.end() ? "{}" : rows_json(rows_of(g->second)), b);
+        J o = J::object();
+        o["owner"] = k.owner;
+        o["owner_label"] = json_text(k.owner ? model::process_label(processes, k.owner) : "");
+        o["loader"] = k.loader;
+        o["ops"] = g == groups_.end() ? J::object() : rows_json(rows_of(g->second));
+        o["batches"] = std::move(b);
+        loaders.push_back(std::move(o));
     }
-    std::string loops;
-    for (const auto& l : batches.loops)
-        loops += fmt::format("{}{{\"pid\":{},\"label\":{},\"batches\":{},\"waiting_share\":{:.4f},\"verdict\":{},"
-                             "\"advice\":{},\"all\":{}}}}}",
-                             loops.empty() ? "" : ",", l.pid, json_string(model::process_label(processes, l.pid)),
-                             l.batches, l.waiting_share, json_string(l.verdict), json_strings(l.advice),
-                             batches_json(l.all));
+    J loops = J::array();
+    for (const auto& l : batches.loops) {
+        J o = J::object();
+        o["pid"] = l.pid;
+        o["label"] = json_text(model::process_label(processes, l.pid));
+        o["batches"] = l.batches;
+        o["waiting_share"] = json_fixed(l.waiting_share, 4);
+        o["verdict"] = json_text(l.verdict);
+        o["advice"] = json_texts(l.advice);
+        o["all"] = batches_json(l.all);
+        loops.push_back(std::move(o));
+    }
     // Every DataLoader together, and the training loop's share: where there is one training process (else null).
-    std::string merged = "null";
+    J merged = nullptr;
     if (batches.loops.size() == 1) {
         const auto& l = batches.loops[0];
-        merged = batches_json(l.all) + fmt::format(",\"waiting_share\":{:.4f},\"verdict\":{},\"advice\":{}}}",
-                                                   l.waiting_share, json_string(l.verdict), json_strings(l.advice));
+        merged = batches_json(l.all);
+        merged["waiting_share"] = json_fixed(l.waiting_share, 4);
+        merged["verdict"] = json_text(l.verdict);
+        merged["advice"] = json_texts(l.advice);
     }
-    std::string r = run_json_members(run);
-    return fmt::format("{{\"run\":{{{}}},\"ops\":{},\"batches\":{},\"loaders\":[{}],\"training\":[{}],\"processes\":[{}],"
-                       "\"counters\":{},\"native_map\":{},\"resources\":{},\"throughput\":{}}}\n",
-                       r, rows_json(rows()), merged, loaders, loops, procs, counters_json(), native_map_json(), resources,
-                       samples_per_s() > 0
-                           ? fmt::format("{{\"samples\":{},\"seconds\":{:.4f},\"samples_per_s\":{:.3f}}}",
-                                         all_.samples.count(),
-                                         static_cast<double>(last_sample_ns_ - first_sample_ns_) / 1e9, samples_per_s())
-                           : "null");
+    J throughput = nullptr;
+    if (samples_per_s() > 0) {
+        throughput = J::object();
+        throughput["samples"] = all_.samples.count();
+        throughput["seconds"] = json_fixed(static_cast<double>(last_sample_ns_ - first_sample_ns_) / 1e9, 4);
+        throughput["samples_per_s"] = json_fixed(samples_per_s(), 3);
+    }
+    J res = J::parse(resources, nullptr, false);
+    J doc = J::object();
+    doc["run"] = run_json(run);
+    doc["ops"] = rows_json(rows());
+    doc["batches"] = std::move(merged);
+    doc["loaders"] = std::move(loaders);
+    doc["training"] = std::move(loops);
+    doc["processes"] = std::move(procs);
+    doc["counters"] = counters_json_value();
+    doc["native_map"] = native_map_json_value();
+    doc["resources"] = res.is_discarded() ? J(nullptr) : std::move(res);
+    doc["throughput"] = std::move(throughput);
+    return json_dump(doc) + "\n";
 }
 
 } // namespace lotus::exporter

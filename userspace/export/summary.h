@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,8 @@ public:
     std::vector<CounterRow> counter_rows() const;
     std::string counters_json() const;   // also the trace's otherData
     std::string native_map_json() const;
+    nlohmann::ordered_json counters_json_value() const; // the same as JSON values
+    nlohmann::ordered_json native_map_json_value() const;
     const std::vector<model::OpNativeMap>& native_map() const { return native_map_; }
     const std::vector<std::string>& counter_names() const { return counter_names_; }
     // Op names in first-seen order with their stats over every DataLoader; "sample" (a whole pipeline call) last.
@@ -116,7 +119,7 @@ public:
                const std::vector<std::string>& notes, const std::vector<UsageRow>& usage = {},
                unsigned usage_interval_ms = 0) const;
     // The same content as JSON (--summary-json); schema: schemas/summary.schema.json.
-    // resources: usage_json()'s object, or "null".
+    // resources: usage_json()'s object, or "null" (text that does not parse: null).
     std::string json(const std::map<uint32_t, model::ProcessInfo>& processes, const DataLoaderReport& batches,
                      const RunInfo& run, const std::string& resources = "null") const;
 

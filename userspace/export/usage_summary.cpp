@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "export/json.h"
 #include "export/summary.h"
@@ -112,26 +113,45 @@ void print_usage(FILE* out, const std::vector<UsageRow>& rows, unsigned interval
                                    running ? "; *: still running at the end, its totals up to its last reading" : ""));
 }
 
+nlohmann::ordered_json usage_json_value(const std::vector<UsageRow>& rows, unsigned interval_ms)
+{
+    using J = nlohmann::ordered_json;
+    J roles = J::array(), job = nullptr;
+    for (const auto& r : rows) {
+        J o = J::object();
+        o["role"] = json_text(r.role);
+        o["processes"] = r.processes;
+        o["wall_s"] = json_fixed(r.wall_s, 3);
+        o["user_s"] = json_fixed(r.user_s, 3);
+        o["system_s"] = json_fixed(r.system_s, 3);
+        o["cpu_avg_pct"] = json_fixed(r.cpu_avg_pct, 2);
+        o["cpu_peak_pct"] = json_fixed(r.cpu_peak_pct, 2);
+        o["rss_avg_mb"] = json_fixed(r.rss_avg_mb, 2);
+        o["rss_peak_mb"] = json_fixed(r.rss_peak_mb, 2);
+        o["pss_peak_mb"] = r.pss_peak_mb < 0 ? J(nullptr) : json_fixed(r.pss_peak_mb, 2);
+        o["read_mb"] = json_fixed(r.read_mb, 3);
+        o["write_mb"] = json_fixed(r.write_mb, 3);
+        o["net_sent_mb"] = r.net_known ? json_fixed(r.net_sent_mb, 6) : J(nullptr);
+        o["net_recv_mb"] = r.net_known ? json_fixed(r.net_recv_mb, 6) : J(nullptr);
+        o["voluntary_cs"] = r.voluntary_cs;
+        o["involuntary_cs"] = r.involuntary_cs;
+        o["exact"] = r.exact;
+        if (&r == &rows.back())
+            job = std::move(o);
+        else
+            roles.push_back(std::move(o));
+    }
+    J out = J::object();
+    out["interval_ms"] = interval_ms;
+    out["roles"] = std::move(roles);
+    out["job"] = std::move(job);
+    out["network"] = !rows.empty() && rows.back().net_known;
+    return out;
+}
+
 std::string usage_json(const std::vector<UsageRow>& rows, unsigned interval_ms)
 {
-    std::string roles, job = "null";
-    for (const auto& r : rows) {
-        std::string o = fmt::format(
-            "{{\"role\":{},\"processes\":{},\"wall_s\":{:.3f},\"user_s\":{:.3f},\"system_s\":{:.3f},\"cpu_avg_pct\":{:.2f},"
-            "\"cpu_peak_pct\":{:.2f},\"rss_avg_mb\":{:.2f},\"rss_peak_mb\":{:.2f},\"pss_peak_mb\":{},\"read_mb\":{:.3f},"
-            "\"write_mb\":{:.3f},\"net_sent_mb\":{},\"net_recv_mb\":{},\"voluntary_cs\":{},\"involuntary_cs\":{},"
-            "\"exact\":{}}}",
-            json_string(r.role), r.processes, r.wall_s, r.user_s, r.system_s, r.cpu_avg_pct, r.cpu_peak_pct, r.rss_avg_mb,
-            r.rss_peak_mb, r.pss_peak_mb < 0 ? "null" : fmt::format("{:.2f}", r.pss_peak_mb), r.read_mb, r.write_mb,
-            r.net_known ? fmt::format("{:.6f}", r.net_sent_mb) : "null",
-            r.net_known ? fmt::format("{:.6f}", r.net_recv_mb) : "null", r.voluntary_cs, r.involuntary_cs, r.exact);
-        if (&r == &rows.back())
-            job = o;
-        else
-            roles += (roles.empty() ? "" : ",") + o;
-    }
-    return fmt::format("{{\"interval_ms\":{},\"roles\":[{}],\"job\":{},\"network\":{}}}", interval_ms, roles, job,
-                       !rows.empty() && rows.back().net_known);
+    return json_dump(usage_json_value(rows, interval_ms));
 }
 
 void UsageCsv::add(const model::UsagePoint& p)

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,8 @@ struct UsageRow {
 std::vector<UsageRow> usage_rows(const model::UsageTracker& usage,
                                  const std::map<uint32_t, model::ProcessInfo>& processes);
 void print_usage(FILE* out, const std::vector<UsageRow>& rows, unsigned interval_ms);
+// The summary JSON's "resources" object, and its text.
+nlohmann::ordered_json usage_json_value(const std::vector<UsageRow>& rows, unsigned interval_ms);
 std::string usage_json(const std::vector<UsageRow>& rows, unsigned interval_ms);
 
 // The readings, one CSV row per process and interval, with the process's label.
