@@ -84,6 +84,7 @@ static bpf_link* attach_tracepoint_id(bpf_program* prog, uint32_t id)
     return link;
 }
 
+// Opening, planning and loading, in that order: nothing is attached here (the attach_* calls do that).
 Probe::Probe(const cpython::Interpreter& interp, Sink sink, const std::vector<CounterSpec>& counters,
              ProbeFeatures features)
     : interp_(interp), sink_(std::move(sink))
@@ -92,18 +93,47 @@ Probe::Probe(const cpython::Interpreter& interp, Sink sink, const std::vector<Co
     skel_.reset(lotus_bpf__open());
     if (!skel_)
         throw CaptureError(fmt::format("cannot open the BPF programs: {}", strerror(errno)));
-    skel_->rodata->layout = interp.layout;
     int ncpu = libbpf_num_possible_cpus();
     if (ncpu <= 0 || counters.size() > LOTUS_MAX_PERF)
         throw CaptureError("cannot count the CPUs, or too many counters");
+    set_constants(interp, counters, features, ncpu);
+    const KernelFeatures kernel = detect_kernel(); // once
+    apply_plan(make_plan(kernel, interp, features), kernel, interp, features);
+    bpf_map__set_max_entries(skel_->maps.lotus_perf, static_cast<uint32_t>(LOTUS_MAX_PERF * ncpu));
+    if (int err = lotus_bpf__load(skel_.get()))
+        throw CaptureError(fmt::format("cannot load the BPF programs: {} (set LOTUS_BPF_DEBUG=1 for the log)",
+                                       strerror(-err)));
+    if (thread_sampling_) {
+        bpf_prog_info info{};
+        uint32_t len = sizeof(info);
+        if (bpf_obj_get_info_by_fd(bpf_program__fd(skel_->progs.on_sample), &info, &len))
+            throw CaptureError(fmt::format("cannot read the sampling program's id: {}", strerror(errno)));
+        skel_->bss->sampler_prog_id = info.id;
+    }
+    if (hold_)
+        start_guardian();
+    open_rings();
+    hand_counters(counters, ncpu);
+}
+
+// What BPF reads as constants: the interpreter's layout, the counters' sources, the CPUs, the call features.
+void Probe::set_constants(const cpython::Interpreter& interp, const std::vector<CounterSpec>& counters,
+                          const ProbeFeatures& features, int ncpu)
+{
+    skel_->rodata->layout = interp.layout;
     skel_->rodata->nr_perf = static_cast<uint32_t>(counters.size());
     for (size_t k = 0; k < counters.size(); k++)
         skel_->rodata->perf_src[k] = counters[k].source;
     skel_->rodata->nr_cpus = static_cast<uint32_t>(ncpu);
     skel_->rodata->inline_calls = features.inline_calls ? 1 : 0;
     skel_->rodata->sample_frames = features.sample_frames;
-    // The kernel's features (detected once), then the plan of what loads (probe_plan.h: pure, unit-tested).
-    const KernelFeatures kernel = detect_kernel();
+    skel_->rodata->hold_while_tracer_stopped = common::knob_on("LOTUS_TEST_HOLD_WHILE_STOPPED");
+}
+
+// The plan of what loads (probe_plan.h: pure, unit-tested) from the kernel's features, the run's and the knobs.
+ProbePlan Probe::make_plan(const KernelFeatures& kernel, const cpython::Interpreter& interp,
+                           const ProbeFeatures& features) const
+{
     PlanInputs in;
     in.evaluator = features.evaluator;
     in.inline_calls = features.inline_calls;
@@ -127,9 +157,16 @@ Probe::Probe(const cpython::Interpreter& interp, Sink sink, const std::vector<Co
         in.libc_dlopen = w && w->dlopen;
         plan = plan_probes(kernel, in);
     }
+    return plan;
+}
+
+// The plan into the probe's state (which Python probes, holds, network, sampling, libc or syscall events) and
+// into the skeleton: the slot addresses, the programs that load and their attach types.
+void Probe::apply_plan(const ProbePlan& plan, const KernelFeatures& kernel, const cpython::Interpreter& interp,
+                       const ProbeFeatures& features)
+{
     multi_type_ = kernel.uprobe_multi_type;
     session_type_ = kernel.uprobe_session_type;
-    const bool session = plan.session;
     slots_ = plan.slots;
     py_offsets_ = {interp.eval_offset};
     py_cookies_ = {0};
@@ -145,7 +182,6 @@ Probe::Probe(const cpython::Interpreter& interp, Sink sink, const std::vector<Co
     }
     hold_ = plan.hold;
     hold_deadline_ns_ = features.hold_deadline_ns;
-    skel_->rodata->hold_while_tracer_stopped = common::knob_on("LOTUS_TEST_HOLD_WHILE_STOPPED");
     net_ = plan.net;
     skel_->rodata->count_net = net_ ? 1 : 0;
     thread_sampling_ = plan.thread_sampling;
@@ -161,6 +197,11 @@ Probe::Probe(const cpython::Interpreter& interp, Sink sink, const std::vector<Co
         if (auto ids = tracepoint_ids(kSyscallEvents))
             syscall_ids_ = std::move(*ids);
     syscall_events_ = !syscall_ids_.empty();
+    choose_programs(plan);
+}
+
+void Probe::choose_programs(const ProbePlan& plan)
+{
     const auto& load = plan.load;
     auto& progs = skel_->progs;
     for (auto [prog, on] : {std::pair{progs.on_fork_hold, load.on_fork_hold}, {progs.on_exec_hold, load.on_exec_hold},
@@ -173,7 +214,7 @@ Probe::Probe(const cpython::Interpreter& interp, Sink sink, const std::vector<Co
                             {progs.on_sample, load.on_sample}, {progs.unsampled_threads, load.unsampled_threads},
                             {progs.libc_call, load.libc_call}})
         bpf_program__set_autoload(prog, on);
-    if (session)
+    if (plan.session)
         for (bpf_program* prog : {progs.py_call, progs.py_slot, progs.native_call})
             bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(session_type_));
     if (multi_type_ >= 0)
@@ -186,30 +227,26 @@ Probe::Probe(const cpython::Interpreter& interp, Sink sink, const std::vector<Co
         bpf_program__set_autoload(prog, !libc_ && !syscall_events_);
     if (libc_)
         bpf_program__set_expected_attach_type(progs.libc_call, static_cast<bpf_attach_type>(session_type_));
-    bpf_map__set_max_entries(skel_->maps.lotus_perf, static_cast<uint32_t>(LOTUS_MAX_PERF * ncpu));
-    if (int err = lotus_bpf__load(skel_.get()))
-        throw CaptureError(fmt::format("cannot load the BPF programs: {} (set LOTUS_BPF_DEBUG=1 for the log)",
-                                       strerror(-err)));
-    if (thread_sampling_) {
-        bpf_prog_info info{};
-        uint32_t len = sizeof(info);
-        if (bpf_obj_get_info_by_fd(bpf_program__fd(skel_->progs.on_sample), &info, &len))
-            throw CaptureError(fmt::format("cannot read the sampling program's id: {}", strerror(errno)));
-        skel_->bss->sampler_prog_id = info.id;
-    }
-    if (hold_)
-        start_guardian();
+}
+
+// The record ring and the side ring of library opens, both waking one epoll set (a held child waits for us).
+void Probe::open_rings()
+{
     rb_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.lotus_events), on_record, this, nullptr));
     lib_rb_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.lotus_lib_opens), on_library, this, nullptr));
     if (!rb_ || !lib_rb_)
         throw CaptureError(fmt::format("cannot open the ring buffer: {}", strerror(errno)));
-    // The side ring wakes poll() too: a held child waits for us.
     if (ring_buffer__add(rb_.get(), bpf_map__fd(skel_->maps.lotus_lib_opens), on_library, this))
         throw CaptureError(fmt::format("cannot open the ring buffer: {}", strerror(errno)));
     epoll_.reset(epoll_create1(EPOLL_CLOEXEC));
     if (!epoll_)
         throw CaptureError(fmt::format("cannot open the ring buffer: {}", strerror(errno)));
     wake_on(ring_buffer__epoll_fd(rb_.get()));
+}
+
+// --counters that are perf events: one per CPU each, handed to BPF, which reads them at each switch.
+void Probe::hand_counters(const std::vector<CounterSpec>& counters, int ncpu)
+{
     for (size_t k = 0; k < counters.size(); k++) {
         if (counters[k].source != LOTUS_SRC_PERF_EVENT)
             continue; // BPF reads the thread's own counts

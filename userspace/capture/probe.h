@@ -17,6 +17,7 @@
 #include "common/unique_fd.h"
 #include "perf_events.h"
 #include "process_links.h"
+#include "probe_plan.h"
 #include "elf/libc_wrappers.h"
 #include "lotus_abi.h"
 #include "cpython/interpreter.h"
@@ -165,6 +166,15 @@ public:
     void close();
 
 private:
+    void set_constants(const cpython::Interpreter& interp, const std::vector<CounterSpec>& counters,
+                       const ProbeFeatures& features, int ncpu);
+    ProbePlan make_plan(const KernelFeatures& kernel, const cpython::Interpreter& interp,
+                        const ProbeFeatures& features) const;
+    void apply_plan(const ProbePlan& plan, const KernelFeatures& kernel, const cpython::Interpreter& interp,
+                    const ProbeFeatures& features);
+    void choose_programs(const ProbePlan& plan);
+    void open_rings();
+    void hand_counters(const std::vector<CounterSpec>& counters, int ncpu);
     static int on_record(void* ctx, void* data, size_t len);
     static int on_library(void* ctx, void* data, size_t len);
     // Per-thread state in BPF for every thread of the processes traced so far (later ones get theirs as they are
