@@ -18,9 +18,117 @@ void take_output_cuts(RunInfo& r, uint64_t t0_ns)
         r.outputs_cut.push_back({c.what, c.path, c.why, c.at_ns > t0_ns ? static_cast<double>(c.at_ns - t0_ns) / 1e9 : 0});
 }
 
+namespace {
+
+using J = nlohmann::ordered_json;
+
+J holds_json(const RunInfo::Holds& h)
+{
+    J o = J::object(), not_held = J::object(), unseen = J::object();
+    o["count"] = h.children;
+    o["total_ms"] = json_fixed(h.total_ms, 3);
+    o["max_ms"] = json_fixed(h.max_ms, 3);
+    o["attach_ms"] = json_fixed(h.attach_ms, 3);
+    o["deadline_ms"] = json_fixed(h.deadline_ms, 0);
+    o["released_at_deadline"] = h.released_at_deadline;
+    not_held["shared_memory"] = h.shared_memory;
+    not_held["tracer_not_running"] = h.tracer_not_running;
+    not_held["guardian_not_running"] = h.guardian_not_running;
+    not_held["refused"] = h.refused;
+    o["not_held"] = std::move(not_held);
+    unseen["count"] = h.unseen;
+    unseen["max_ms"] = json_fixed(h.unseen_max_ms, 3);
+    unseen["total_ms"] = json_fixed(h.unseen_total_ms, 3);
+    o["unseen"] = std::move(unseen);
+    o["spawned_python"] = h.spawned_python;
+    return o;
+}
+
+J process_ends_json(const std::vector<RunInfo::ProcessEnd>& list)
+{
+    J ends = J::array();
+    for (const auto& e : list) {
+        J o = J::object();
+        o["pid"] = e.pid;
+        o["label"] = json_text(e.label);
+        o["how"] = json_text(e.how);
+        o["signal"] = e.signal;
+        o["status"] = e.status;
+        o["at_s"] = json_fixed(e.at_s, 3);
+        ends.push_back(std::move(o));
+    }
+    return ends;
+}
+
+J outputs_cut_json(const std::vector<RunInfo::Cut>& list)
+{
+    J cuts = J::array();
+    for (const auto& c : list) {
+        J o = J::object();
+        o["output"] = json_text(c.output);
+        o["path"] = json_text(c.path);
+        o["at_s"] = json_fixed(c.at_s, 3);
+        o["why"] = json_text(c.why);
+        cuts.push_back(std::move(o));
+    }
+    return cuts;
+}
+
+J native_late_json(const std::vector<RunInfo::NativeLate>& list)
+{
+    J late = J::array();
+    for (const auto& l : list) {
+        J o = J::object();
+        o["pid"] = l.pid;
+        o["label"] = json_text(l.label);
+        o["library"] = json_text(l.library);
+        o["loaded_s"] = json_fixed(l.loaded_s, 6);
+        o["probed_after_ms"] = json_fixed(l.probed_after_ms, 3);
+        o["during_work"] = l.during_work;
+        late.push_back(std::move(o));
+    }
+    return late;
+}
+
+J limits_json(const RunInfo::Limits& l)
+{
+    J o = J::object();
+    o["cgroup"] = json_text(l.cgroup);
+    o["cpus"] = l.cpus > 0 ? json_general(l.cpus) : J(nullptr);
+    o["memory_bytes"] = l.memory_bytes ? J(l.memory_bytes) : J(nullptr);
+    o["cpuset"] = l.cpuset.empty() ? J(nullptr) : json_text(l.cpuset);
+    o["left_running"] = l.left_running;
+    if (l.have_cpu) {
+        o["periods"] = l.periods;
+        o["throttled_periods"] = l.throttled_periods;
+        o["throttled_s"] = json_fixed(static_cast<double>(l.throttled_ns) / 1e9, 3);
+    }
+    if (l.have_memory) {
+        o["memory_peak_bytes"] = l.memory_peak_bytes;
+        o["memory_limit_hits"] = l.memory_limit_hits;
+        o["oom_kills"] = l.oom_kills;
+    }
+    for (auto [key, rates] : {std::pair{"device_read_bps", &l.read_bps}, std::pair{"device_write_bps", &l.write_bps}}) {
+        J a = J::array();
+        for (const auto& [dev, bps] : *rates) {
+            J d = J::object();
+            d["device"] = json_text(dev);
+            d["bytes_per_s"] = bps;
+            a.push_back(std::move(d));
+        }
+        o[key] = std::move(a);
+    }
+    if (l.have_io) {
+        o["io_read_bytes"] = l.io_read_bytes;
+        o["io_write_bytes"] = l.io_write_bytes;
+    }
+    return o;
+}
+
+} // namespace
+
 nlohmann::ordered_json run_json(const RunInfo& r)
 {
-    using J = nlohmann::ordered_json;
     std::map<std::string, J> m; // written in key order
     m["tool"] = json_text(r.tool);
     m["target_pid"] = r.target_pid;
@@ -36,27 +144,8 @@ nlohmann::ordered_json run_json(const RunInfo& r)
         m["python_probes_scope"] = json_text(r.python_probes_scope);
     if (!r.syscall_programs.empty())
         m["syscall_programs"] = json_text(r.syscall_programs);
-    if (r.holds) {
-        const auto& h = *r.holds;
-        J o = J::object(), not_held = J::object(), unseen = J::object();
-        o["count"] = h.children;
-        o["total_ms"] = json_fixed(h.total_ms, 3);
-        o["max_ms"] = json_fixed(h.max_ms, 3);
-        o["attach_ms"] = json_fixed(h.attach_ms, 3);
-        o["deadline_ms"] = json_fixed(h.deadline_ms, 0);
-        o["released_at_deadline"] = h.released_at_deadline;
-        not_held["shared_memory"] = h.shared_memory;
-        not_held["tracer_not_running"] = h.tracer_not_running;
-        not_held["guardian_not_running"] = h.guardian_not_running;
-        not_held["refused"] = h.refused;
-        o["not_held"] = std::move(not_held);
-        unseen["count"] = h.unseen;
-        unseen["max_ms"] = json_fixed(h.unseen_max_ms, 3);
-        unseen["total_ms"] = json_fixed(h.unseen_total_ms, 3);
-        o["unseen"] = std::move(unseen);
-        o["spawned_python"] = h.spawned_python;
-        m["held_children"] = std::move(o);
-    }
+    if (r.holds)
+        m["held_children"] = holds_json(*r.holds);
     m["stop_reason"] = json_text(r.stop_reason);
     m["events"] = r.events;
     m["lost_events"] = r.lost_events;
@@ -79,29 +168,9 @@ nlohmann::ordered_json run_json(const RunInfo& r)
         }
         m["span_patterns"] = std::move(list);
     }
-    J ends = J::array();
-    for (const auto& e : r.process_ends) {
-        J o = J::object();
-        o["pid"] = e.pid;
-        o["label"] = json_text(e.label);
-        o["how"] = json_text(e.how);
-        o["signal"] = e.signal;
-        o["status"] = e.status;
-        o["at_s"] = json_fixed(e.at_s, 3);
-        ends.push_back(std::move(o));
-    }
-    m["process_ends"] = std::move(ends);
+    m["process_ends"] = process_ends_json(r.process_ends);
     m["output_failures"] = json_texts(r.output_failures);
-    J cuts = J::array();
-    for (const auto& c : r.outputs_cut) {
-        J o = J::object();
-        o["output"] = json_text(c.output);
-        o["path"] = json_text(c.path);
-        o["at_s"] = json_fixed(c.at_s, 3);
-        o["why"] = json_text(c.why);
-        cuts.push_back(std::move(o));
-    }
-    m["outputs_cut"] = std::move(cuts);
+    m["outputs_cut"] = outputs_cut_json(r.outputs_cut);
     if (r.native) {
         m["native_functions_probed"] = r.native->functions_probed;
         m["native_attach_s"] = json_fixed(r.native->attach_s, 3);
@@ -118,20 +187,8 @@ nlohmann::ordered_json run_json(const RunInfo& r)
             f[common::valid_utf8(x.name)] = x.count;
         m["bpf_failures"] = std::move(f);
     }
-    if (r.native || !r.native_late.empty()) {
-        J late = J::array();
-        for (const auto& l : r.native_late) {
-            J o = J::object();
-            o["pid"] = l.pid;
-            o["label"] = json_text(l.label);
-            o["library"] = json_text(l.library);
-            o["loaded_s"] = json_fixed(l.loaded_s, 6);
-            o["probed_after_ms"] = json_fixed(l.probed_after_ms, 3);
-            o["during_work"] = l.during_work;
-            late.push_back(std::move(o));
-        }
-        m["native_probed_late"] = std::move(late);
-    }
+    if (r.native || !r.native_late.empty())
+        m["native_probed_late"] = native_late_json(r.native_late);
     // Python processes no probe saw: [{"pid":..,"<name_key>":..,"interpreter":..}], only when there is one.
     auto unseen = [&](const char* key, const char* name_key, const auto& list, auto name) {
         J items = J::array();
@@ -147,40 +204,8 @@ nlohmann::ordered_json run_json(const RunInfo& r)
     };
     unseen("unprobed_interpreters", "label", r.other_interpreters, [](const auto& o) { return o.label; });
     unseen("untraced_python_processes", "comm", r.untraced_pythons, [](const auto& u) { return u.comm; });
-    if (r.limits) {
-        const auto& l = *r.limits;
-        J o = J::object();
-        o["cgroup"] = json_text(l.cgroup);
-        o["cpus"] = l.cpus > 0 ? json_general(l.cpus) : J(nullptr);
-        o["memory_bytes"] = l.memory_bytes ? J(l.memory_bytes) : J(nullptr);
-        o["cpuset"] = l.cpuset.empty() ? J(nullptr) : json_text(l.cpuset);
-        o["left_running"] = l.left_running;
-        if (l.have_cpu) {
-            o["periods"] = l.periods;
-            o["throttled_periods"] = l.throttled_periods;
-            o["throttled_s"] = json_fixed(static_cast<double>(l.throttled_ns) / 1e9, 3);
-        }
-        if (l.have_memory) {
-            o["memory_peak_bytes"] = l.memory_peak_bytes;
-            o["memory_limit_hits"] = l.memory_limit_hits;
-            o["oom_kills"] = l.oom_kills;
-        }
-        for (auto [key, rates] : {std::pair{"device_read_bps", &l.read_bps}, std::pair{"device_write_bps", &l.write_bps}}) {
-            J a = J::array();
-            for (const auto& [dev, bps] : *rates) {
-                J d = J::object();
-                d["device"] = json_text(dev);
-                d["bytes_per_s"] = bps;
-                a.push_back(std::move(d));
-            }
-            o[key] = std::move(a);
-        }
-        if (l.have_io) {
-            o["io_read_bytes"] = l.io_read_bytes;
-            o["io_write_bytes"] = l.io_write_bytes;
-        }
-        m["limits"] = std::move(o);
-    }
+    if (r.limits)
+        m["limits"] = limits_json(*r.limits);
     // The summary's tables, encoded there (Summary::native_map_json(), counters_json()).
     for (auto [key, text] : {std::pair{"native_map", &r.native_map_json}, std::pair{"counters", &r.counters_json}})
         if (!text->empty())
