@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fmt/format.h>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -402,4 +403,67 @@ TEST(VersionCaps, ParsesARecordFilesVersion)
     EXPECT_FALSE(parse_version(""));
     EXPECT_FALSE(parse_version("python"));
     EXPECT_FALSE(parse_version("3.12.x"));
+}
+
+#include "cpython/remote_memory.h"
+
+namespace {
+
+// Bytes at chosen addresses, as a target's memory would hold them; nothing else is readable.
+class FakeMemory : public Memory {
+public:
+    void put(uint64_t addr, const void* data, size_t len)
+    {
+        auto* p = static_cast<const uint8_t*>(data);
+        for (size_t i = 0; i < len; i++)
+            bytes_[addr + i] = p[i];
+    }
+    template <typename T>
+    void put_value(uint64_t addr, T v) { put(addr, &v, sizeof(v)); }
+    bool read(uint64_t addr, void* buf, size_t len) const override
+    {
+        auto* out = static_cast<uint8_t*>(buf);
+        for (size_t i = 0; i < len; i++) {
+            auto it = bytes_.find(addr + i);
+            if (it == bytes_.end())
+                return false;
+            out[i] = it->second;
+        }
+        return true;
+    }
+
+private:
+    std::map<uint64_t, uint8_t> bytes_;
+};
+
+// An ASCII str object of 3.11's layout at addr.
+void put_ascii(FakeMemory& m, uint64_t addr, const std::string& s, const lotus_py_layout& l)
+{
+    m.put_value<uint32_t>(addr + static_cast<uint64_t>(l.unicode_state), 1u << l.unicode_ascii_bit);
+    m.put_value<int64_t>(addr + static_cast<uint64_t>(l.unicode_length), static_cast<int64_t>(s.size()));
+    std::string padded = s + std::string(64, '\0'); // what follows a str in memory is readable too
+    m.put(addr + static_cast<uint64_t>(l.unicode_ascii_data), padded.data(), padded.size());
+}
+
+} // namespace
+
+TEST(ObjectReads, LocalNamesOfACodeObjectFromAnyMemory)
+{
+    auto l = *layout_for({3, 11, 0});
+    FakeMemory m;
+    const uint64_t code = 0x1000, tuple = 0x2000, a = 0x3000, b = 0x4000;
+    m.put_value<uint64_t>(code + static_cast<uint64_t>(l.code_localsplusnames), tuple);
+    m.put_value<int64_t>(tuple + static_cast<uint64_t>(l.tuple_size), 2);
+    m.put_value<uint64_t>(tuple + static_cast<uint64_t>(l.tuple_items), a);
+    m.put_value<uint64_t>(tuple + static_cast<uint64_t>(l.tuple_items) + 8, b);
+    put_ascii(m, a, "self", l);
+    put_ascii(m, b, "worker_id", l);
+    auto names = read_local_names(m, code, l);
+    ASSERT_TRUE(names);
+    EXPECT_EQ(*names, (std::vector<std::string>{"self", "worker_id"}));
+    char buf[16];
+    EXPECT_EQ(read_unicode(m, b, l, buf, sizeof(buf)), 0); // ASCII
+    EXPECT_STREQ(buf, "worker_id");
+    EXPECT_FALSE(read_local_names(m, 0x9000, l)); // unreadable: nothing invented
+    EXPECT_FALSE(m.ptr(0x9000));
 }

@@ -9,48 +9,48 @@ namespace lotus::capture {
 
 namespace {
 
-void complete_type(lotus_type_info& t, int pid, const lotus_py_layout& layout)
+void complete_type(lotus_type_info& t, const cpython::Memory& mem, const lotus_py_layout& layout)
 {
     if (t.unread & 1) {
-        auto name = cpython::read_remote_ptr(pid, t.type + layout.type_name);
-        if (name && cpython::read_remote_cstr(pid, *name, t.name, sizeof(t.name)) && t.name[0])
+        auto name = mem.ptr(t.type + layout.type_name);
+        if (name && cpython::read_cstr(mem, *name, t.name, sizeof(t.name)) && t.name[0])
             t.unread &= ~1;
     }
     uint64_t base = t.type;
     bool known = true; // the chain's links so far were read
     for (int i = 0; i < LOTUS_BASES; i++) {
         if (known && base) {
-            auto next = cpython::read_remote_ptr(pid, base + layout.type_base);
+            auto next = mem.ptr(base + layout.type_base);
             known = next.has_value();
             base = next.value_or(0);
         }
         uint8_t bit = static_cast<uint8_t>(2 << i);
         if (!(t.unread & bit) || !known)
             continue;
-        auto name = base ? cpython::read_remote_ptr(pid, base + layout.type_name) : std::nullopt;
-        if (!base || (name && cpython::read_remote_cstr(pid, *name, t.bases[i], LOTUS_BASE_LEN) && t.bases[i][0]))
+        auto name = base ? mem.ptr(base + layout.type_name) : std::nullopt;
+        if (!base || (name && cpython::read_cstr(mem, *name, t.bases[i], LOTUS_BASE_LEN) && t.bases[i][0]))
             t.unread &= ~bit; // named, or past the chain's end (object): nothing to name
     }
 }
 
 // Whether obj is a code object: a frame's executable that is not one (None, on 3.13+) is never named as code.
-bool is_code(int pid, uint64_t obj, const lotus_py_layout& layout)
+bool is_code(const cpython::Memory& mem, uint64_t obj, const lotus_py_layout& layout)
 {
     char name[8] = {};
-    auto type = cpython::read_remote_ptr(pid, obj + layout.object_type);
-    auto tp_name = type ? cpython::read_remote_ptr(pid, *type + layout.type_name) : std::nullopt;
-    return tp_name && cpython::read_remote_cstr(pid, *tp_name, name, sizeof(name)) && std::string_view(name) == "code";
+    auto type = mem.ptr(obj + layout.object_type);
+    auto tp_name = type ? mem.ptr(*type + layout.type_name) : std::nullopt;
+    return tp_name && cpython::read_cstr(mem, *tp_name, name, sizeof(name)) && std::string_view(name) == "code";
 }
 
-void complete_code(lotus_code_info& c, int pid, const lotus_py_layout& layout)
+void complete_code(lotus_code_info& c, const cpython::Memory& mem, const lotus_py_layout& layout)
 {
-    if (!is_code(pid, c.code, layout))
+    if (!is_code(mem, c.code, layout))
         return;
     auto fill = [&](int64_t offset, uint8_t& kind, char* buf, size_t size) {
         if (kind != 0xff)
             return;
-        if (auto str = cpython::read_remote_ptr(pid, c.code + offset))
-            kind = cpython::read_remote_unicode(pid, *str, layout, buf, size);
+        if (auto str = mem.ptr(c.code + offset))
+            kind = cpython::read_unicode(mem, *str, layout, buf, size);
     };
     fill(layout.code_name, c.name_kind, c.name, sizeof(c.name));
     fill(layout.code_filename, c.file_kind, c.file, sizeof(c.file));
@@ -84,10 +84,11 @@ std::vector<char> complete_description(const void* data, size_t len, const std::
     for (uint32_t pid : pids) {
         if (complete(copy.data()))
             break;
+        cpython::ProcessMemory mem(static_cast<int>(pid));
         if (reinterpret_cast<lotus_event_header*>(copy.data())->type == LOTUS_EV_TYPE)
-            complete_type(*reinterpret_cast<lotus_type_info*>(copy.data()), static_cast<int>(pid), layout);
+            complete_type(*reinterpret_cast<lotus_type_info*>(copy.data()), mem, layout);
         else
-            complete_code(*reinterpret_cast<lotus_code_info*>(copy.data()), static_cast<int>(pid), layout);
+            complete_code(*reinterpret_cast<lotus_code_info*>(copy.data()), mem, layout);
     }
     return copy;
 }

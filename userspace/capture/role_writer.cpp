@@ -18,7 +18,7 @@ std::vector<uint8_t> resolve_locals(const std::vector<uint32_t>& pids, uint64_t 
     std::optional<std::vector<std::string>> names;
     for (uint32_t pid : pids)
         if (!names)
-            names = cpython::read_local_names(static_cast<int>(pid), code, layout);
+            names = cpython::read_local_names(cpython::ProcessMemory(static_cast<int>(pid)), code, layout);
     std::vector<uint8_t> slots;
     for (const auto& w : wanted) {
         uint8_t slot = LOTUS_NO_SLOT;
