@@ -95,13 +95,24 @@ std::vector<char> complete_description(const void* data, size_t len, const std::
 
 std::pair<const void*, size_t> Completion::complete(const void* data, size_t len)
 {
-    auto* h = static_cast<const lotus_event_header*>(data);
-    if (len >= sizeof(lotus_proc_event) && h->type == LOTUS_EV_FORK)
-        tree_.add(h->tgid, static_cast<const lotus_proc_event*>(data)->parent_tgid);
-    if (!incomplete_description(data, len))
+    completed_.clear();
+    model::dispatch(data, len, *this);
+    if (completed_.empty())
         return {data, len};
-    completed_ = complete_description(data, len, tree_.lineage(h->tgid), layout_);
     return {completed_.data(), completed_.size()};
+}
+
+void Completion::process_event(const lotus_proc_event& p)
+{
+    if (p.h.type == LOTUS_EV_FORK)
+        tree_.add(p.h.tgid, p.parent_tgid);
+}
+
+void Completion::complete_one(const void* data, size_t len)
+{
+    if (incomplete_description(data, len))
+        completed_ = complete_description(data, len, tree_.lineage(static_cast<const lotus_event_header*>(data)->tgid),
+                                          layout_);
 }
 
 } // namespace lotus::capture

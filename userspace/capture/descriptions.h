@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "lotus_abi.h"
+#include "model/record_dispatch.h"
 #include "proc/process_tree.h"
 
 namespace lotus::capture {
@@ -24,13 +25,17 @@ std::vector<char> complete_description(const void* data, size_t len, const std::
 
 // The stream's first stage: each record as BPF wrote it, completed with the names only user space can read, the
 // process tree kept from its FORK records.
-class Completion {
+class Completion : private model::RecordHandler {
 public:
     Completion(const lotus_py_layout& layout, proc::ProcessTree& tree) : layout_(layout), tree_(tree) {}
     // The record to pass on: `data` itself, or a completed copy (valid until the next call).
     std::pair<const void*, size_t> complete(const void* data, size_t len);
 
 private:
+    void process_event(const lotus_proc_event& p) override;
+    void code(const lotus_code_info& c) override { complete_one(&c, sizeof(c)); }
+    void type(const lotus_type_info& t) override { complete_one(&t, sizeof(t)); }
+    void complete_one(const void* data, size_t len);
     lotus_py_layout layout_;
     proc::ProcessTree& tree_;
     std::vector<char> completed_;

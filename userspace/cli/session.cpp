@@ -33,6 +33,7 @@
 #include "model/engine.h"
 #include "model/framework.h"
 #include "model/messages.h"
+#include "model/record_dispatch.h"
 #include "elf/elf_file.h"
 #include "cpython/interpreter.h"
 #include "cpython/opcode_handlers.h"
@@ -113,34 +114,44 @@ exporter::RunInfo::Holds holds_info(const capture::HoldStats& h, unsigned deadli
     return r;
 }
 
-// LOTUS_DEBUG_EVENTS=1: one line per record on stderr, to debug a reconstruction from its events.
-void dump_event(const void* data, size_t len)
-{
-    auto* h = static_cast<const lotus_event_header*>(data);
-    std::string line = fmt::format("ev {} pid {} tid {} ts {}", h->type, h->tgid, h->tid, h->ts_ns);
-    if (h->type == LOTUS_EV_PY_ENTRY && len >= sizeof(lotus_py_entry)) {
-        auto* e = static_cast<const lotus_py_entry*>(data);
-        line += fmt::format(" entry depth {} code {:#x} caller {:#x} self {:#x} type {:#x}", e->depth, e->code,
-                            e->chain_len ? e->chain_code[0] : 0, e->self_obj, e->self_type);
-    } else if (h->type == LOTUS_EV_PY_RETURN && len >= sizeof(lotus_py_return)) {
-        line += fmt::format(" return depth {}", static_cast<const lotus_py_return*>(data)->depth);
-    } else if (h->type == LOTUS_EV_TYPE && len >= sizeof(lotus_type_info)) {
-        auto* t = static_cast<const lotus_type_info*>(data);
-        line += fmt::format(" type {:#x} own {} {:.{}}", t->type, t->own_space, t->name, strnlen(t->name, sizeof(t->name)));
-    } else if (h->type == LOTUS_EV_CODE && len >= sizeof(lotus_code_info)) {
-        auto* c = static_cast<const lotus_code_info*>(data);
-        line += fmt::format(" code {:#x} {:.{}}", c->code, c->name, strnlen(c->name, sizeof(c->name)));
-    } else if (h->type == LOTUS_EV_MSG && len >= sizeof(lotus_msg)) {
-        auto* m = static_cast<const lotus_msg*>(data);
-        auto q = model::parse_queue_message(m->data, std::min<size_t>(m->nbytes, sizeof(m->data)));
-        static constexpr const char* kinds[] = {"other", "indexed", "resume"};
-        line += fmt::format(" msg {} file {:#x} {} index {}{}{}", m->dir == LOTUS_MSG_IN ? "in" : "out", m->file,
-                            kinds[q.kind], q.index, q.task ? " task" : "", q.stop ? " stop" : "");
-    } else if (h->type == LOTUS_EV_SAMPLE && len >= sizeof(lotus_sample)) {
-        line += fmt::format(" sample frames {}", static_cast<const lotus_sample*>(data)->nr_ips);
+// LOTUS_DEBUG_EVENTS=1: one line per record on stderr, to debug a reconstruction from its events; the details of
+// the records that carry most of it.
+class DebugDump : public model::RecordHandler {
+public:
+    void py_entry(const lotus_py_entry& e) override
+    {
+        line_ += fmt::format(" entry depth {} code {:#x} caller {:#x} self {:#x} type {:#x}", e.depth, e.code,
+                             e.chain_len ? e.chain_code[0] : 0, e.self_obj, e.self_type);
     }
-    fmt::print(stderr, "{}\n", line);
-}
+    void py_return(const lotus_py_return& r) override { line_ += fmt::format(" return depth {}", r.depth); }
+    void type(const lotus_type_info& t) override
+    {
+        line_ += fmt::format(" type {:#x} own {} {:.{}}", t.type, t.own_space, t.name, strnlen(t.name, sizeof(t.name)));
+    }
+    void code(const lotus_code_info& c) override
+    {
+        line_ += fmt::format(" code {:#x} {:.{}}", c.code, c.name, strnlen(c.name, sizeof(c.name)));
+    }
+    void msg(const lotus_msg& m) override
+    {
+        auto q = model::parse_queue_message(m.data, std::min<size_t>(m.nbytes, sizeof(m.data)));
+        static constexpr const char* kinds[] = {"other", "indexed", "resume"};
+        line_ += fmt::format(" msg {} file {:#x} {} index {}{}{}", m.dir == LOTUS_MSG_IN ? "in" : "out", m.file,
+                             kinds[q.kind], q.index, q.task ? " task" : "", q.stop ? " stop" : "");
+    }
+    void sample(const lotus_sample& s) override { line_ += fmt::format(" sample frames {}", s.nr_ips); }
+
+    void print(const void* data, size_t len)
+    {
+        auto* h = static_cast<const lotus_event_header*>(data);
+        line_ = fmt::format("ev {} pid {} tid {} ts {}", h->type, h->tgid, h->tid, h->ts_ns);
+        model::dispatch(data, len, *this);
+        fmt::print(stderr, "{}\n", line_);
+    }
+
+private:
+    std::string line_;
+};
 
 
 // --cpus/--memory/--cpuset as the summary reports them, with what the kernel counted in the job's cgroup.
@@ -237,7 +248,7 @@ private:
     proc::ProcUsageReader proc_reader_;
     std::optional<proc::PssSchedule> pss_schedule_;
     std::unique_ptr<capture::InterpreterWatch> interpreters_;
-    bool debug_events_ = false;
+    std::optional<DebugDump> debug_; // LOTUS_DEBUG_EVENTS
     uint64_t delivered_ = 0; // records read from the ring buffer: equals BPF's submitted count once drained
     size_t initial_ = 1;     // processes traced at attach
     // loop
@@ -346,7 +357,8 @@ void Session::build_pipeline()
     pss_schedule_.emplace(opts_.pss_interval_ms, cpus_, t0_);
     interpreters_ = std::make_unique<capture::InterpreterWatch>(
         interp_, [this](const void* data, size_t len) { feed(data, len); }); // Python processes no probe sees
-    debug_events_ = common::knob_value("LOTUS_DEBUG_EVENTS") != nullptr;
+    if (common::knob_value("LOTUS_DEBUG_EVENTS"))
+        debug_.emplace();
 }
 
 // Every record, the kernel's and capture's own, goes to the record file and the engine alike; then what capture
@@ -371,8 +383,8 @@ void Session::on_record(const void* raw, size_t raw_len)
     delivered_++;
     auto [data, len] = completion_->complete(raw, raw_len);
     auto* h = static_cast<const lotus_event_header*>(data);
-    if (debug_events_)
-        dump_event(data, len);
+    if (debug_)
+        debug_->print(data, len);
     if (native_)
         native_->on_event(data, len);
     feed(data, len);
