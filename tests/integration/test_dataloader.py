@@ -244,6 +244,41 @@ class DataLoaderSemantics(DataLoaderScenarios, BpfTestCase):
         self.assertEqual(longest[0]["args"]["sample"], 150)
         self.assertIn(said[0][:60], r.stdout)  # the printed summary says it too (wrapped)
 
+    def test_ops_named_like_the_parts_stay_ops(self):
+        """Ops whose classes are named `loader` and `collate` are rows of their own, apart from the samples' loading
+        and the batches' collation (the summary keys rows on their kind, never on a name): each op's count is its
+        calls', the parts' their own, and the advice names the slow op as an op."""
+        job = ("import time, torch\n"
+               "from torch.utils.data import DataLoader, Dataset\n"
+               "from torchvision import transforms\n"
+               "class loader:\n"
+               "    def __call__(self, i): return i + 1\n"
+               "class collate:\n"
+               "    def __call__(self, i):\n"
+               "        time.sleep(0.003); return float(i)\n"
+               "class Numbers(Dataset):\n"
+               "    def __init__(self): self.transform = transforms.Compose([loader(), collate()])\n"
+               "    def __len__(self): return 200\n"
+               "    def __getitem__(self, i): return self.transform(i)\n"
+               "for batch in DataLoader(Numbers(), batch_size=10, num_workers=2):\n"
+               "    pass\n")
+        out, summary = self.path("t.json"), self.path("s.json")
+        r = run_lotus(["-q", "-o", out, "--summary-json", summary, "--", PY, "-c", job])
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        with open(summary) as f:
+            s = json.load(f)
+        ops = s["ops"]
+        self.assertEqual({k: ops[k]["count"] for k in ("loader (op)", "collate (op)", "collate", "sample")},
+                         {"loader (op)": 200, "collate (op)": 200, "collate": 20, "sample": 200}, list(ops))
+        self.assertGreaterEqual(ops["collate (op)"]["min_ms"], 3.0)  # the op's calls, each sleeping 3 ms
+        trace = load_trace(out)
+        self.assertEqual(Counter(o["name"] for o in spans(trace, "op")), Counter({"loader": 200, "collate": 200}))
+        self.assertEqual(len(spans(trace, "collate")), 20)
+        advice = [a for t in s["training"] for a in t["advice"]]
+        self.assertFalse([a for a in advice if a.startswith("Collation")], advice)
+        self.assertEqual(len([a for a in advice if a.startswith("collate (op) takes the most time per sample")]), 1,
+                         advice)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -143,7 +143,7 @@ struct HtmlReport : test::JobFixture {
 TEST_F(HtmlReport, EveryChartAndNothingOnline)
 {
     summary.set_counter_names({"task-clock"});
-    model::OpNativeMap op{"Resize", 10, 9, 1, {{"ImagingResample", "libImaging.so", 8}, {"memcpy", "libc.so.6", 1}}};
+    model::OpNativeMap op{"Resize", model::Claim::Op, 10, 9, 1, {{"ImagingResample", "libImaging.so", 8}, {"memcpy", "libc.so.6", 1}}};
     summary.set_native_map({op});
     delays_ns = {100'000, 2'000'000, 3'000'000, 600'000'000};
     std::string h = html();

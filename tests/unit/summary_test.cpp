@@ -13,6 +13,7 @@
 #include "event_builder.h"
 #include "export/json.h"
 #include "export/summary.h"
+#include "model/native_map.h"
 #include "export/timeline.h"
 
 #include <malloc.h>
@@ -53,11 +54,59 @@ TEST(Summary, RowsPerOpInFirstSeenOrderThenSample)
     sum.add(a);
     auto rows = sum.rows();
     ASSERT_EQ(rows.size(), 3u);
-    EXPECT_EQ(rows[0].first, "B");
-    EXPECT_EQ(rows[0].second.count, 2u);
-    EXPECT_DOUBLE_EQ(rows[0].second.mean_ms, 3.0);
-    EXPECT_EQ(rows[1].first, "A");
-    EXPECT_EQ(rows[2].first, "sample");
+    EXPECT_EQ(rows[0].name, "B");
+    EXPECT_EQ(rows[0].stats.count, 2u);
+    EXPECT_DOUBLE_EQ(rows[0].stats.mean_ms, 3.0);
+    EXPECT_EQ(rows[1].name, "A");
+    EXPECT_EQ(rows[2].name, "sample");
+}
+
+// Rows are told apart by their part, never by their names: a --span function named "collate" or "sample", or an
+// op class named "loader", is an op row of its own, named so that it does not read as the part.
+TEST(Summary, OpsNamedLikeThePartsStayOps)
+{
+    exporter::Summary sum;
+    auto add = [&](model::SpanKind k, const char* name, uint64_t ms) {
+        sum.add(model::Span::make(k, name, 7, 7, 0, ms * 1'000'000));
+    };
+    add(model::SpanKind::Py, "collate", 5);
+    add(model::SpanKind::Op, "loader", 3);
+    add(model::SpanKind::Py, "sample", 2);
+    add(model::SpanKind::Collate, "collate", 1);
+    add(model::SpanKind::Loader, "loader", 4);
+    add(model::SpanKind::Sample, "sample", 6);
+    auto rows = sum.rows();
+    ASSERT_EQ(rows.size(), 6u);
+    std::vector<std::pair<exporter::Part, std::string>> got;
+    for (const auto& r : rows)
+        got.emplace_back(r.part, r.name);
+    using P = exporter::Part;
+    EXPECT_EQ(got, (std::vector<std::pair<P, std::string>>{{P::Op, "collate (op)"},
+                                                           {P::Op, "loader (op)"},
+                                                           {P::Op, "sample (op)"},
+                                                           {P::Loader, "loader"},
+                                                           {P::Collate, "collate"},
+                                                           {P::Sample, "sample"}}));
+    EXPECT_DOUBLE_EQ(rows[3].stats.total_ms, 4.0); // the loading's own, not the op's
+    EXPECT_DOUBLE_EQ(rows[4].stats.total_ms, 1.0);
+    EXPECT_DOUBLE_EQ(rows[5].stats.total_ms, 6.0);
+    EXPECT_EQ(rows[5].label(), "sample (whole pipeline)");
+    EXPECT_EQ(rows[2].label(), "sample (op)");
+}
+
+TEST(NativeMap, SpansNamedLikeThePartsAreOps)
+{
+    model::NativeMap map;
+    map.sample(7, 10, "f", "lib.so", true, false);
+    map.sample(7, 30, "g", "lib.so", true, false);
+    map.span(model::Span::make(model::SpanKind::Py, "wait", 7, 7, 0, 20));
+    map.span(model::Span::make(model::SpanKind::Wait, "wait", 7, 7, 25, 40));
+    map.finish();
+    auto t = map.table();
+    ASSERT_EQ(t.size(), 2u);
+    for (const auto& row : t)
+        EXPECT_EQ(row.claim, row.op == "wait" ? model::Claim::Wait : model::Claim::Op) << row.op;
+    EXPECT_TRUE(t[0].op == "wait (op)" || t[1].op == "wait (op)");
 }
 
 TEST(Summary, SaysWhenNoPipelineWasSeen)
@@ -216,6 +265,21 @@ TEST_F(Advice, LoadingWithoutFilesIsNotCalledDecoding)
     EXPECT_FALSE(has(a, "decod"));
 }
 
+// A --span function named "collate" that takes the most time is named as what it is, not as the collation.
+TEST_F(Advice, AFunctionNamedLikeAPartIsNotThatPart)
+{
+    job(6, 95, 1.0, 0.5);
+    for (int i = 0; i < 100; i++) {
+        model::Span s = model::Span::make(model::SpanKind::Py, "collate", W0, W0, 0, 2'000'000);
+        s.owner = P;
+        s.loader = 0;
+        summary.add(s);
+    }
+    auto a = advice(8);
+    EXPECT_TRUE(has(a, "collate (op) takes the most time per sample: 2.00 ms of 3.60 ms")) << ::testing::PrintToString(a);
+    EXPECT_FALSE(has(a, "Collation"));
+}
+
 TEST_F(Advice, NotInputBoundSaysNothingOfWorkers)
 {
     job(1, 95, 1.0, 3.0);
@@ -329,7 +393,7 @@ TEST(Summary, MemoryFlatOverALongRun)
     // The timeline keeps a row per process (each a few bins); everything else stays as it was.
     EXPECT_LT(after - std::min(after, before), 2000 * 4 * 64 + 64 * 1024) << before << " -> " << after;
     EXPECT_EQ(stats.wait_ns.count(), 1100u * 16);
-    EXPECT_EQ(summary.rows().back().second.count, 1100u * 16 * 32);
+    EXPECT_EQ(summary.rows().back().stats.count, 1100u * 16 * 32);
 }
 
 // The summary JSON's numbers are what a parser reads from fmt's fixed decimals, written without trailing zeros.

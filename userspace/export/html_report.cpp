@@ -59,12 +59,13 @@ std::string box_plots(const Rows& all)
 {
     Rows rows;
     for (const auto& r : all)
-        if (r.second.count)
+        if (r.stats.count)
             rows.push_back(r);
     if (rows.empty())
         return absent("No op, loader or pipeline call was seen: nothing to plot.");
     double lo = 1e300, hi = 0;
-    for (const auto& [name, s] : rows) {
+    for (const auto& r : rows) {
+        const DurationStats& s = r.stats;
         lo = std::min(lo, std::max(s.min_ms, 1e-4));
         hi = std::max(hi, std::max(s.max_ms, 1e-4));
     }
@@ -86,9 +87,9 @@ std::string box_plots(const Rows& all)
                            "<text class=\"tick\" x=\"{0:.1f}\" y=\"{3:.1f}\" text-anchor=\"middle\">{4}</text>\n",
                            x(t), top, axis_y, axis_y + 16, html_escape(duration(t)));
     for (size_t i = 0; i < rows.size(); i++) {
-        const auto& [name, s] = rows[i];
+        const DurationStats& s = rows[i].stats;
         double y = top + rowh * static_cast<double>(i) + rowh / 2;
-        std::string label = name == "sample" ? "sample (whole pipeline)" : name;
+        std::string label = rows[i].label();
         std::string tip = fmt::format("{}: {} calls; min {}, p25 {}, median {}, p75 {}, max {}, mean {}, p95 {}, p99 {}",
                                       label, s.count, duration(s.min_ms), duration(s.p25_ms), duration(s.p50_ms),
                                       duration(s.p75_ms), duration(s.max_ms), duration(s.mean_ms), duration(s.p95_ms),
@@ -114,13 +115,13 @@ std::string ops_table(const Rows& rows)
 {
     std::string t = "<table class=\"numbers\"><thead><tr><th>op</th><th>count</th><th>mean</th><th>p50</th><th>p95</th>"
                     "<th>p99</th><th>total</th><th>on-CPU per call</th><th>on-CPU %</th></tr></thead><tbody>\n";
-    for (const auto& [name, s] : rows)
+    for (const auto& r : rows)
         t += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
                          "<td>{}</td></tr>\n",
-                         html_escape(name == "sample" ? "sample (whole pipeline)" : name), s.count, duration(s.mean_ms),
-                         duration(s.p50_ms), duration(s.p95_ms), duration(s.p99_ms), duration(s.total_ms),
-                         s.cpu_ms < 0 ? "-" : duration(s.cpu_ms),
-                         s.on_cpu_pct < 0 ? "-" : fmt::format("{:.0f}", s.on_cpu_pct));
+                         html_escape(r.label()), r.stats.count, duration(r.stats.mean_ms), duration(r.stats.p50_ms),
+                         duration(r.stats.p95_ms), duration(r.stats.p99_ms), duration(r.stats.total_ms),
+                         r.stats.cpu_ms < 0 ? "-" : duration(r.stats.cpu_ms),
+                         r.stats.on_cpu_pct < 0 ? "-" : fmt::format("{:.0f}", r.stats.on_cpu_pct));
     return t + "</tbody></table>\n";
 }
 
@@ -396,7 +397,7 @@ std::string counters_table(const Summary& summary)
         t += "<th>" + html_escape(clock_counter(n) ? n + " ms" : n) + "</th>";
     t += "<th>IPC</th><th>on-CPU %</th></tr></thead><tbody>\n";
     for (const auto& r : rows) {
-        t += fmt::format("<tr><td>{}</td><td>{}</td>", html_escape(r.op == "sample" ? "sample (whole pipeline)" : r.op),
+        t += fmt::format("<tr><td>{}</td><td>{}</td>", html_escape(r.label()),
                          r.count);
         for (size_t k = 0; k < r.mean.size(); k++)
             t += clock_counter(names[k]) ? fmt::format("<td>{:.3f}</td>", r.mean[k] / 1e6)

@@ -14,15 +14,8 @@ namespace lotus::exporter {
 
 void Summary::set_native_map(std::vector<model::OpNativeMap> map)
 {
-    static const char* const kLast[] = {"loader", "collate", "sample (between ops)", "batch (outside samples)", "wait",
-                                        "outside any span"};
-    auto rank = [](const std::string& op) {
-        for (size_t i = 0; i < std::size(kLast); i++)
-            if (op == kLast[i])
-                return static_cast<int>(i) + 1;
-        return 0; // an op (or a --span function)
-    };
-    std::stable_sort(map.begin(), map.end(), [&](const auto& a, const auto& b) { return rank(a.op) < rank(b.op); });
+    // Ops (and --span functions) first, then the parts around them (model::Claim's order).
+    std::stable_sort(map.begin(), map.end(), [](const auto& a, const auto& b) { return a.claim < b.claim; });
     native_map_ = std::move(map);
 }
 
@@ -40,15 +33,16 @@ std::vector<CounterRow> Summary::counter_rows() const
         if (counter_names_[k] == "instructions")
             instructions = static_cast<int>(k);
     }
-    std::vector<std::string> names = all_.order;
-    if (all_.counters.count("sample"))
-        names.push_back("sample");
-    for (const auto& name : names) {
+    std::vector<std::pair<Part, std::string>> names; // ops and samples have counters
+    for (const auto& name : all_.order)
+        names.emplace_back(Part::Op, name);
+    names.emplace_back(Part::Sample, "sample");
+    for (const auto& [part, name] : names) {
         auto it = all_.counters.find(name);
         if (it == all_.counters.end() || !it->second.count)
             continue;
         const auto& c = it->second;
-        CounterRow row{name, c.count, {}, -1, -1};
+        CounterRow row{part, name, c.count, {}, -1, -1};
         for (size_t k = 0; k < counter_names_.size() && k < model::kMaxPerfCounters; k++)
             row.mean.push_back(static_cast<double>(c.perf[k]) / static_cast<double>(c.count));
         if (cycles >= 0 && instructions >= 0 && c.perf[cycles])
@@ -71,7 +65,7 @@ void Summary::print_counters(FILE* out) const
     head += fmt::format(" {:>6} {:>8}", "IPC", "on-CPU %");
     fmt::print(out, "{}\n", head);
     for (const auto& r : rows) {
-        std::string line = fmt::format("{:<28} {:>8}", r.op == "sample" ? "sample (whole pipeline)" : r.op, r.count);
+        std::string line = fmt::format("{:<28} {:>8}", r.label(), r.count);
         for (size_t k = 0; k < r.mean.size(); k++)
             line += clock_counter(counter_names_[k]) ? fmt::format(" {:>16.3f}", r.mean[k] / 1e6)
                                                      : fmt::format(" {:>16.1f}", r.mean[k]);

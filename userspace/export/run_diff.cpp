@@ -88,7 +88,8 @@ std::string diff_runs(const json& a, const json& b, const std::string& name_a, c
     }
     out += fmt::format("verdict A: {}\nverdict B: {}\n", verdict(a), verdict(b));
 
-    // Ops: those of A in its order, then those only B has; loader, collate and the whole pipeline last.
+    // Ops: those of A in its order, then those only B has; loader, collate and the whole pipeline last. (In the
+    // summary JSON those three keys are the parts': an op of such a name is written "NAME (op)", model::op_row_name.)
     std::vector<std::string> ops;
     for (const json* j : {&a, &b})
         if (j->contains("ops") && (*j)["ops"].is_object())

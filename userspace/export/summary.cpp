@@ -53,7 +53,7 @@ DurationStats stats_of(const std::vector<uint64_t>& durations_ns)
 
 std::string row_name(const model::Span& s)
 {
-    return s.container.empty() ? s.name : s.name + " (in " + s.container + ")";
+    return model::op_row_name(s.container.empty() ? s.name : s.name + " (in " + s.container + ")");
 }
 
 void print_wrapped(FILE* out, const std::string& text, size_t indent, size_t width)
@@ -91,9 +91,9 @@ static double per_sample_ms(const Summary& summary, uint32_t owner)
     uint64_t n = 0;
     for (const auto& [key, rows] : summary.groups())
         if (key.owner == owner)
-            for (const auto& [name, st] : rows)
-                if (name == "sample")
-                    total += st.total_ms, n += st.count;
+            for (const auto& r : rows)
+                if (r.part == Part::Sample)
+                    total += r.stats.total_ms, n += r.stats.count;
     return n ? total / static_cast<double>(n) : 0;
 }
 
@@ -140,49 +140,55 @@ static std::vector<std::string> advice_for(uint32_t pid, double waiting_pct, con
                                            const std::map<uint32_t, model::ProcessInfo>& processes, unsigned cpus)
 {
     std::vector<std::string> out;
-    struct Part {
+    struct Sums {
+        Row row; // (its stats unused)
         double total_ms = 0, cpu_ms = 0, cpu_wall_ms = 0; // cpu_*: over the calls whose on-CPU time was measured
         uint64_t count = 0;
     };
-    std::map<std::string, Part> parts;
+    std::map<std::string, Sums> parts; // by row name (those of different parts differ): its DataLoaders together
     for (const auto& [key, rows] : summary.groups()) {
         if (key.owner != pid)
             continue;
-        for (const auto& [name, st] : rows) {
-            auto& p = parts[name];
-            p.total_ms += st.total_ms;
-            p.count += st.count;
-            if (st.cpu_ms >= 0) {
-                p.cpu_ms += st.cpu_ms * static_cast<double>(st.count);
-                p.cpu_wall_ms += st.total_ms;
+        for (const auto& r : rows) {
+            auto& p = parts[r.name];
+            p.row = r;
+            p.total_ms += r.stats.total_ms;
+            p.count += r.stats.count;
+            if (r.stats.cpu_ms >= 0) {
+                p.cpu_ms += r.stats.cpu_ms * static_cast<double>(r.stats.count);
+                p.cpu_wall_ms += r.stats.total_ms;
             }
         }
     }
     // Per sample: its loading, its ops and its share of the collation.
-    double samples = parts.count("sample") ? static_cast<double>(parts["sample"].count) : 0, whole = 0, top_ms = 0;
-    std::string top;
+    const Sums* sample = nullptr;
+    const Sums* top = nullptr;
+    double whole = 0;
     for (const auto& [name, p] : parts) {
-        if (name == "sample")
+        if (p.row.part == Part::Sample) {
+            sample = &p;
             continue;
+        }
         whole += p.total_ms;
-        if (p.total_ms > top_ms)
-            top = name, top_ms = p.total_ms;
+        if (p.total_ms > (top ? top->total_ms : 0))
+            top = &p;
     }
-    if (samples > 0 && whole > 0 && !top.empty()) {
-        double pct = 100 * top_ms / whole;
-        const std::string few = few_long_calls(summary.longest(pid, top), parts[top].count, top_ms);
-        if (top == "loader" && summary.loaders_read_files())
+    double samples = sample ? static_cast<double>(sample->count) : 0;
+    if (samples > 0 && whole > 0 && top) {
+        double top_ms = top->total_ms, pct = 100 * top_ms / whole;
+        const std::string few = few_long_calls(summary.longest(pid, top->row), top->count, top_ms);
+        if (top->row.part == Part::Loader && summary.loaders_read_files())
             out.push_back(fmt::format("Loading (reading and decoding each file) takes the most time per sample: {:.2f} "
                                       "ms of {:.2f} ms ({:.0f} %).{}{}",
                                       top_ms / samples, whole / samples, pct, few,
                                       pct >= 50 && few.empty() ? " Decoding dominates: smaller or pre-resized images, "
                                                                  "or a faster decoder, would help most."
                                                                : ""));
-        else if (top == "loader")
+        else if (top->row.part == Part::Loader)
             out.push_back(fmt::format("Loading (the dataset's own work before the pipeline) takes the most time per "
                                       "sample: {:.2f} ms of {:.2f} ms ({:.0f} %).{}",
                                       top_ms / samples, whole / samples, pct, few));
-        else if (top == "collate")
+        else if (top->row.part == Part::Collate)
             out.push_back(fmt::format("Collation (each batch's collate_fn: from its last sample's end to the batch's "
                                       "end) takes the most time per sample: {:.2f} ms of {:.2f} ms ({:.0f} %; each "
                                       "batch's collation divided among its samples).{}",
@@ -190,7 +196,7 @@ static std::vector<std::string> advice_for(uint32_t pid, double waiting_pct, con
         else
             out.push_back(fmt::format("{} takes the most time per sample: {:.2f} ms of {:.2f} ms ({:.0f} %; loading and "
                                       "collation included){}",
-                                      top, top_ms / samples, whole / samples, pct,
+                                      top->row.name, top_ms / samples, whole / samples, pct,
                                       few.empty() ? ": the op to make cheaper first." : "." + few));
     }
     std::set<int> ids;
@@ -228,8 +234,8 @@ static std::vector<std::string> advice_for(uint32_t pid, double waiting_pct, con
                                       "{} CPU(s) the job may use; make the pipeline cheaper instead.",
                                       n, cpus));
     }
-    if (auto sp = parts.find("sample"); sp != parts.end() && sp->second.cpu_wall_ms > 0) {
-        double on = 100 * sp->second.cpu_ms / sp->second.cpu_wall_ms;
+    if (sample && sample->cpu_wall_ms > 0) {
+        double on = 100 * sample->cpu_ms / sample->cpu_wall_ms;
         if (on < 70)
             out.push_back(fmt::format("The pipeline ran on a CPU only {:.0f} % of its wall time: the rest it waited for a "
                                       "CPU (more busy threads than {}) or for I/O, and the times above include that.",
@@ -323,7 +329,10 @@ void Summary::add(const model::Span& s)
     if (fresh)
         group_order_.push_back(key);
     uint64_t dur = s.end_ns > s.start_ns ? s.end_ns - s.start_ns : 0;
-    std::string name = s.kind == model::SpanKind::Sample ? "sample" : row_name(s);
+    const std::string name = s.kind == model::SpanKind::Sample   ? "sample"
+                             : s.kind == model::SpanKind::Loader  ? "loader"
+                             : s.kind == model::SpanKind::Collate ? "collate"
+                                                                  : row_name(s);
     for (Group* grp : {&all_, &g->second}) {
         if (s.has_counters) {
             auto& c = grp->counters[name];
@@ -334,8 +343,11 @@ void Summary::add(const model::Span& s)
                 c.perf[k] += s.counters.perf[k];
             c.count++;
         }
-        if (s.kind == model::SpanKind::Sample) {
-            grp->samples.add(dur);
+        if (s.kind == model::SpanKind::Sample || s.kind == model::SpanKind::Loader ||
+            s.kind == model::SpanKind::Collate) {
+            (s.kind == model::SpanKind::Sample ? grp->samples : s.kind == model::SpanKind::Loader ? grp->loaders
+                                                                                                 : grp->collates)
+                .add(dur);
             continue;
         }
         auto [it, first] = grp->durations.try_emplace(name);
@@ -356,11 +368,11 @@ void Summary::add(const model::Span& s)
     }
 }
 
-std::vector<LongCall> Summary::longest(uint32_t owner, const std::string& name) const
+std::vector<LongCall> Summary::longest(uint32_t owner, const Row& row) const
 {
     std::vector<LongCall> out;
     for (const auto& [key, g] : groups_)
-        if (auto it = g.longest.find(name); key.owner == owner && it != g.longest.end())
+        if (auto it = g.longest.find(row.name); key.owner == owner && it != g.longest.end())
             out.insert(out.end(), it->second.begin(), it->second.end());
     std::stable_sort(out.begin(), out.end(), [](const LongCall& a, const LongCall& b) { return a.ns > b.ns; });
     if (out.size() > kLongest)
@@ -373,14 +385,14 @@ Rows Summary::rows_of(const Group& g) const
     Rows out;
     // Ops in first-seen order, then the loading and the collation around them, then the whole pipeline.
     for (const auto& name : g.order)
-        if (name != "loader" && name != "collate")
-            out.emplace_back(name, stats_of(g.durations.at(name)));
-    for (const char* name : {"loader", "collate"})
-        if (auto d = g.durations.find(name); d != g.durations.end())
-            out.emplace_back(name, stats_of(d->second));
+        out.push_back({Part::Op, name, stats_of(g.durations.at(name))});
+    if (g.loaders.count())
+        out.push_back({Part::Loader, "loader", stats_of(g.loaders)});
+    if (g.collates.count())
+        out.push_back({Part::Collate, "collate", stats_of(g.collates)});
     if (g.samples.count())
-        out.emplace_back("sample", stats_of(g.samples));
-    for (auto& [name, st] : out) {
+        out.push_back({Part::Sample, "sample", stats_of(g.samples)});
+    for (auto& [part, name, st] : out) {
         auto c = g.counters.find(name);
         if (c == g.counters.end() || !c->second.count)
             continue;
@@ -440,14 +452,14 @@ static void print_rows(FILE* out, const Rows& r)
     fmt::print(out, "{:<28} {:>8} {:>10} {:>10} {:>10} {:>10} {:>12} {:>10} {:>9} {:>12}\n", "op", "count", "mean ms",
                "p50 ms", "p95 ms", "p99 ms", "total ms", "on-CPU ms", "on-CPU %", "faults/call");
     bool measured = false;
-    for (const auto& [name, s] : r) {
+    for (const auto& row : r) {
+        const DurationStats& s = row.stats;
         std::string cpu = s.cpu_ms < 0 ? "-" : fmt::format("{:.3f}", s.cpu_ms);
         std::string pct = s.on_cpu_pct < 0 ? "-" : fmt::format("{:.0f}", s.on_cpu_pct);
         std::string flt = s.minor_faults < 0 ? "-" : fmt::format("{:.1f}", s.minor_faults);
         measured |= s.cpu_ms >= 0;
         fmt::print(out, "{:<28} {:>8} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.1f} {:>10} {:>9} {:>12}\n",
-                   name == "sample" ? "sample (whole pipeline)" : name,
-                   s.count, s.mean_ms, s.p50_ms, s.p95_ms, s.p99_ms, s.total_ms, cpu, pct, flt);
+                   row.label(), s.count, s.mean_ms, s.p50_ms, s.p95_ms, s.p99_ms, s.total_ms, cpu, pct, flt);
     }
     print_wrapped(out, fmt::format("(wall-clock time per call; p50/p95/p99 exact up to {} calls, within 1 % beyond; loader: from "
                     "the previous sample's end to its pipeline call, the dataset's work such as reading and decoding "
@@ -617,8 +629,8 @@ static J stats_json(const DurationStats& s)
 static J rows_json(const Rows& rows)
 {
     J ops = J::object();
-    for (const auto& [name, st] : rows)
-        ops[common::valid_utf8(name)] = stats_json(st);
+    for (const auto& r : rows)
+        ops[common::valid_utf8(r.name)] = stats_json(r.stats);
     return ops;
 }
 

@@ -26,7 +26,18 @@ struct DurationStats {
     double min_ms = 0, max_ms = 0, p25_ms = 0, p75_ms = 0, std_ms = 0;
 };
 
-using Rows = std::vector<std::pair<std::string, DurationStats>>;
+// What a row of the op statistics stands for. Code reads a row's part, never its name: an op may be named "loader".
+enum class Part : uint8_t { Op, Loader, Collate, Sample };
+
+struct Row {
+    Part part = Part::Op;
+    // The row's key in the summary JSON's `ops`: an op's or --span function's row name (row_name), else "loader",
+    // "collate" or "sample".
+    std::string name;
+    DurationStats stats;
+    std::string label() const { return part == Part::Sample ? "sample (whole pipeline)" : name; } // as printed
+};
+using Rows = std::vector<Row>;
 
 // One DataLoader of one training process (owner 0 / loader -1: not known).
 struct GroupKey {
@@ -83,11 +94,13 @@ struct LongCall {
 
 // Per-op means of the perf-event counters (--counters).
 struct CounterRow {
-    std::string op;
+    Part part = Part::Op; // an op's or the whole pipeline's (the sample's)
+    std::string op;       // as Row::name
     uint64_t count = 0;
     std::vector<double> mean;  // per counter name, in order
     double ipc = -1;           // instructions / cycles when both are counted
     double on_cpu_pct = -1;    // on-CPU time over wall time
+    std::string label() const { return part == Part::Sample ? "sample (whole pipeline)" : op; }
 };
 
 class Summary {
@@ -95,7 +108,7 @@ public:
     static constexpr size_t kLongest = 8;
     void add(const model::Span& s);
     // The longest calls of a part of one training process's DataLoaders, longest first: at most kLongest.
-    std::vector<LongCall> longest(uint32_t owner, const std::string& name) const;
+    std::vector<LongCall> longest(uint32_t owner, const Row& row) const;
     void set_counter_names(std::vector<std::string> names) { counter_names_ = std::move(names); }
     // Ops first, then the loader, the collation, the pipeline's own time, batches outside samples, the training
     // loop's wait, and what ran outside any span last.
@@ -128,12 +141,13 @@ private:
         uint64_t cpu_ns = 0, wall_ns = 0, minor_faults = 0, count = 0;
         uint64_t perf[model::kMaxPerfCounters] = {};
     };
+    // Rows by name: the names of rows of different parts differ (op_row_name).
     struct Group {
-        std::vector<std::string> order;
-        std::map<std::string, DurationSeries> durations; // bounded: see duration_series.h
-        DurationSeries samples;
+        std::vector<std::string> order;                  // ops' rows, first seen first
+        std::map<std::string, DurationSeries> durations; // ops' rows; bounded: see duration_series.h
+        DurationSeries loaders, collates, samples;
         std::map<std::string, CounterSums> counters;
-        std::map<std::string, std::vector<LongCall>> longest; // per part, longest first, kLongest at most
+        std::map<std::string, std::vector<LongCall>> longest; // per row, longest first, kLongest at most
     };
     Rows rows_of(const Group& g) const;
     void print_counters(FILE* out) const;
@@ -154,7 +168,7 @@ bool clock_counter(const std::string& name);
 // indented by `indent`.
 void print_wrapped(FILE* out, const std::string& text, size_t indent = 2, size_t width = 110);
 
-// "ColorJitter (in RandomApply)" for an op of a container transform, else its name.
+// "ColorJitter (in RandomApply)" for an op of a container transform, else its name (model::op_row_name).
 std::string row_name(const model::Span& s);
 
 } // namespace lotus::exporter

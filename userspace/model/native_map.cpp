@@ -7,26 +7,31 @@ namespace lotus::model {
 
 namespace {
 
-// Which spans claim the samples inside them, and under what name. Op-like spans (2) win over the sample or
-// batch around them (1), whatever order they are emitted in.
-std::pair<int, std::string_view> claim_of(const Span& s)
+struct ClaimOf {
+    int priority; // op-like spans (2) win over the sample or batch around them (1), whatever order they end in
+    Claim claim;
+    std::string name;
+};
+
+// Which spans claim the samples inside them, and under what name.
+ClaimOf claim_of(const Span& s)
 {
     switch (s.kind) {
     case SpanKind::Op:
     case SpanKind::Py:
-        return {2, s.name};
+        return {2, Claim::Op, op_row_name(s.name)};
     case SpanKind::Loader:
-        return {2, "loader"};
+        return {2, Claim::Loader, "loader"};
     case SpanKind::Collate:
-        return {2, "collate"};
+        return {2, Claim::Collate, "collate"};
     case SpanKind::Wait:
-        return {2, "wait"};
+        return {2, Claim::Wait, "wait"};
     case SpanKind::Sample:
-        return {1, "sample (between ops)"};
+        return {1, Claim::SampleBetweenOps, "sample (between ops)"};
     case SpanKind::Batch:
-        return {1, "batch (outside samples)"};
+        return {1, Claim::BatchOutsideSamples, "batch (outside samples)"};
     default:
-        return {0, ""};
+        return {0, Claim::Op, ""};
     }
 }
 
@@ -43,11 +48,11 @@ uint32_t NativeMap::function_id(const std::string& function, const std::string& 
     return it->second;
 }
 
-uint32_t NativeMap::owner_id(const std::string& owner)
+uint32_t NativeMap::owner_id(const std::string& owner, Claim claim)
 {
     auto [it, fresh] = owner_ids_.try_emplace(owner, static_cast<uint32_t>(owners_.size()));
     if (fresh)
-        owners_.push_back(owner);
+        owners_.emplace_back(owner, claim);
     return it->second;
 }
 
@@ -64,7 +69,7 @@ void NativeMap::sample(uint32_t tid, uint64_t ts_ns, uint32_t function, bool nam
 
 void NativeMap::span(const Span& s)
 {
-    auto [priority, owner] = claim_of(s);
+    auto [priority, claim, owner] = claim_of(s);
     if (!priority)
         return;
     auto it = pending_.find(s.tid);
@@ -76,7 +81,7 @@ void NativeMap::span(const Span& s)
     for (auto p = first; p != q.end() && p->ts <= s.end_ns; ++p) {
         if (p->priority < priority) {
             if (id < 0)
-                id = owner_id(std::string(owner));
+                id = owner_id(owner, claim);
             p->priority = static_cast<uint8_t>(priority);
             p->owner = static_cast<uint32_t>(id);
         }
@@ -90,7 +95,7 @@ void NativeMap::settle(std::deque<Pending>& q, uint64_t before_ns)
     while (!q.empty() && q.front().ts < before_ns) {
         const Pending& p = q.front();
         if (!p.priority && outside_ < 0)
-            outside_ = owner_id(kOutside);
+            outside_ = owner_id(kOutside, Claim::Outside);
         auto& a = agg_[p.priority ? p.owner : static_cast<uint32_t>(outside_)];
         a.samples++;
         a.named += p.named;
@@ -111,7 +116,7 @@ std::vector<OpNativeMap> NativeMap::table() const
 {
     std::vector<OpNativeMap> out;
     for (const auto& [owner, a] : agg_) {
-        OpNativeMap m{owners_[owner], a.samples, a.named, a.kernel, {}};
+        OpNativeMap m{owners_[owner].first, owners_[owner].second, a.samples, a.named, a.kernel, {}};
         for (const auto& [fn, n] : a.by_fn)
             m.functions.push_back({fns_[fn].first, fns_[fn].second, n});
         std::sort(m.functions.begin(), m.functions.end(), [](const NativeHit& x, const NativeHit& y) {

@@ -20,8 +20,12 @@ struct NativeHit {
     uint64_t samples = 0;
 };
 
+// What claimed a sample, in the order the summary lists them.
+enum class Claim : uint8_t { Op, Loader, Collate, SampleBetweenOps, BatchOutsideSamples, Wait, Outside };
+
 struct OpNativeMap {
-    std::string op;       // an op's class, "loader", "collate", "wait", a --span name, "sample (between ops)"...
+    std::string op; // an op's class or a --span name (op_row_name), "loader", "collate", "wait", ...
+    Claim claim = Claim::Op;
     uint64_t samples = 0;
     uint64_t named = 0;     // samples attributed to a named function
     uint64_t in_kernel = 0; // samples that hit kernel code (attributed to the user function that entered it)
@@ -53,7 +57,7 @@ private:
         uint8_t priority = 0; // 0: unclaimed, 1: by a sample or batch, 2: by an op-like span
         uint32_t owner = 0;   // owners_[owner] (with priority)
     };
-    uint32_t owner_id(const std::string& owner);
+    uint32_t owner_id(const std::string& owner, Claim claim);
     void settle(std::deque<Pending>& q, uint64_t before_ns);
     uint64_t horizon_ns_;
     struct PairHash {
@@ -69,8 +73,8 @@ private:
         uint64_t samples = 0, named = 0, kernel = 0;
         std::unordered_map<uint32_t, uint64_t> by_fn;
     };
-    std::unordered_map<std::string, uint32_t> owner_ids_;
-    std::vector<std::string> owners_;
+    std::unordered_map<std::string, uint32_t> owner_ids_; // (the names of different claims differ: op_row_name)
+    std::vector<std::pair<std::string, Claim>> owners_;
     std::unordered_map<uint32_t, Agg> agg_; // by owner; "outside any span" is an owner too
     int64_t outside_ = -1;                  // its number, once taken
     uint64_t total_ = 0;

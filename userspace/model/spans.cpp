@@ -21,6 +21,16 @@ const char* category(SpanKind k)
     return "?";
 }
 
+std::string op_row_name(std::string name)
+{
+    static const char* const kPartNames[] = {"loader", "collate", "sample", "sample (whole pipeline)", "wait",
+                                             "sample (between ops)", "batch (outside samples)", "outside any span"};
+    for (const char* part : kPartNames)
+        if (name == part)
+            return name + " (op)";
+    return name;
+}
+
 static std::string own_label(const ProcessInfo& p)
 {
     if (p.known_rank() >= 0) // (a worker inherits its trainer's environment: RANK is not its rank)

@@ -30,6 +30,12 @@ enum class SpanKind {
 
 const char* category(SpanKind k);
 
+// The name an op's (or a --span function's) row goes by in the summary, the counters table and the native map:
+// its own, or "NAME (op)" where its own is one of the names the parts that are not ops go by ("loader",
+// "collate", "sample", "wait", ...), so that no row reads as a row of another kind. Code tells rows apart by
+// their kind, never by this name.
+std::string op_row_name(std::string name);
+
 // Per-thread counters over a span (exact: kernel per-task counts and on-CPU time), and the perf-event
 // counters chosen with --counters (named by the session, in that order).
 constexpr unsigned kMaxPerfCounters = 4;
