@@ -22,10 +22,13 @@ _lotus_bpf()
             return ;;
     esac
     if [[ $cword -eq 1 && $cur != -* ]]; then
-        COMPREPLY=($(compgen -W "record export report top diff sweep probes" -- "$cur"))
+        COMPREPLY=($(compgen -W "record export report top diff sweep probes rules" -- "$cur"))
         return
     fi
     case ${words[1]} in
+        rules)
+            COMPREPLY=($(compgen -W "-o --output -h --help" -- "$cur"))
+            return ;;
         probes)
             if [[ $cur != -* ]]; then
                 _filedir

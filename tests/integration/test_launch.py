@@ -147,6 +147,56 @@ class LaunchMode(BpfTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(len(spans(load_trace(out), "py")), 300)
 
+    def test_builtin_rules_written_out_changed_and_read_back(self):
+        """`lotus-bpf rules` writes the built-in torch/torchvision knowledge as a --rules file (valid against its
+        schema); a copy that names one more container class makes the job's own Twice a container, live, and a
+        record made with it replays with it, no --rules given."""
+        builtin = self.path("builtin.json")
+        r = run_lotus(["rules", "-o", builtin])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(builtin) as f:
+            rules = json.load(f)
+        if jsonschema:
+            with open(os.path.join(SOURCE, "schemas", "rules.schema.json")) as f:
+                jsonschema.validate(rules, json.load(f))
+        self.assertIn("Compose", rules["framework"]["pipeline_class"])
+        rules["framework"]["container_classes"].append("Twice")
+        changed = self.path("changed.json")
+        with open(changed, "w") as f:
+            json.dump(rules, f)
+        job = ("import torch\n"
+               "from torch.utils.data import DataLoader, Dataset\n"
+               "from torchvision import transforms\n"
+               "class Double:\n"
+               "    def __call__(self, i): return 2 * i\n"
+               "class Twice:\n"
+               "    def __init__(self, t): self.t = t\n"
+               "    def __call__(self, i): return self.t(self.t(i))\n"
+               "class Inc:\n"
+               "    def __call__(self, i): return i + 1\n"
+               "class Numbers(Dataset):\n"
+               "    def __init__(self): self.transform = transforms.Compose([Twice(Double()), Inc()])\n"
+               "    def __len__(self): return 100\n"
+               "    def __getitem__(self, i): return self.transform(i)\n"
+               "for batch in DataLoader(Numbers(), batch_size=10, num_workers=2):\n"
+               "    pass\n")
+        expected = {"Twice": 100, "Double (in Twice)": 200, "Inc": 100, "sample": 100}
+
+        def ops(summary):
+            with open(summary) as f:
+                return {k: v["count"] for k, v in json.load(f)["ops"].items() if k not in ("loader", "collate")}
+        summary = self.path("s.json")
+        r = run_lotus(["-q", "-o", self.path("t.json"), "--summary-json", summary, "--rules", changed, "--",
+                       PY, "-c", job])
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertEqual(ops(summary), expected)
+        record = self.path("run.lbt")
+        r = run_lotus(["record", "-o", record, "--rules", changed, "--", PY, "-c", job])
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        r = run_lotus(["--replay", record, "-q", "-o", self.path("r.json"), "--summary-json", summary])
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertEqual(ops(summary), expected)
+
     def test_per_op_software_counters(self):
         """On-CPU time, blocking and page faults per op, from the kernel's per-thread accounting."""
         out = self.path("trace.json")

@@ -180,6 +180,59 @@ TEST_F(BatchTrackerTest, AnEpochsBatchesWaitsDelaysAndCollates)
     EXPECT_EQ(tracker.loops().at(P).last_ns, now - 1);
 }
 
+// The tracker calls nothing back: a record that ends a batch says so first (message_begin's thread,
+// getppid_ends_batch), and a sample the caller completes then still counts in the batch ending.
+TEST_F(BatchTrackerTest, ARecordThatEndsABatchSaysSoFirst)
+{
+    constexpr uint32_t P = 10, W0 = 11;
+    root(P);
+    begin_epoch(P, 0xa0, 0x70, {W0});
+    auto msg = [&](uint32_t pid, uint32_t tid, uint8_t dir, int64_t idx, uint64_t file) {
+        lotus_msg m{};
+        m.h.tgid = pid;
+        m.h.tid = tid;
+        m.h.ts_ns = now++;
+        m.file = file;
+        m.mode = 0010000; // S_IFIFO
+        m.dir = dir;
+        std::string pickle = test::pickled_indexed(idx);
+        m.nbytes = static_cast<uint8_t>(pickle.size());
+        memcpy(m.data, pickle.data(), m.nbytes);
+        return m;
+    };
+    // The first task ends nothing; the worker's one sample is still open when its getppid comes.
+    EXPECT_EQ(tracker.message_begin(msg(W0, W0, LOTUS_MSG_IN, 0, task_pipe(W0))), 0u);
+    tracker.message_end();
+    tracker.sample_started(W0, W0, now++, 1, 0);
+    EXPECT_FALSE(tracker.getppid_ends_batch(W0, W0 + 1)); // another thread of the worker builds no batch
+    EXPECT_TRUE(tracker.getppid_ends_batch(W0, W0));
+    tracker.sample_finished(W0, W0, now++); // what the engine completes before the batch ends
+    tracker.getppid(W0, W0, now++);
+    EXPECT_FALSE(tracker.getppid_ends_batch(W0, W0)); // ended
+    // Its next task, with no getppid seen before it, ends batch 1 on the worker's main thread; the feeder's send
+    // of batch 1 then ends nothing more, and a send of a batch the thread builds ends it.
+    EXPECT_EQ(tracker.message_begin(msg(W0, W0, LOTUS_MSG_IN, 1, task_pipe(W0))), 0u);
+    tracker.message_end();
+    tracker.sample_started(W0, W0, now++, 2, 1);
+    EXPECT_EQ(tracker.message_begin(msg(W0, W0, LOTUS_MSG_IN, 2, task_pipe(W0))), W0);
+    uint64_t pending = now;
+    tracker.sample_finished(W0, W0, now++);
+    tracker.message_end();
+    EXPECT_EQ(tracker.message_begin(msg(W0, W0 + 1000, LOTUS_MSG_OUT, 0, RESULTS)), 0u);
+    tracker.message_end();
+    EXPECT_EQ(tracker.message_begin(msg(W0, W0 + 1000, LOTUS_MSG_OUT, 1, RESULTS)), 0u);
+    tracker.message_end();
+    tracker.sample_started(W0, W0, now++, 3, 2);
+    EXPECT_EQ(tracker.message_begin(msg(W0, W0 + 1000, LOTUS_MSG_OUT, 2, RESULTS)), W0);
+    tracker.sample_finished(W0, W0, now++);
+    tracker.message_end();
+    auto batches = of(SpanKind::Batch);
+    ASSERT_EQ(batches.size(), 3u);
+    for (const auto& b : batches)
+        EXPECT_EQ(test::arg_text(b, "samples"), "1") << test::arg_text(b, "batch");
+    EXPECT_EQ(of(SpanKind::Collate).at(1).start_ns, pending); // the sample finished between the two steps
+}
+
 TEST_F(BatchTrackerTest, OutOfOrderArrivalsAndBatchesFromNextsCache)
 {
     constexpr uint32_t P = 10, W0 = 11, W1 = 12;

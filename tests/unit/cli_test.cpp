@@ -10,6 +10,11 @@
 
 #include "capture/descriptions.h"
 #include "cli/reconstruction.h"
+#include "cli/rules_file.h"
+#include "model/framework.h"
+
+#include <functional>
+#include <nlohmann/json.hpp>
 #include "proc/process_tree.h"
 
 using namespace lotus;
@@ -35,6 +40,56 @@ TEST(Cli, RuleListsAreTheOptionsThenTheRulesFile)
     std::filesystem::remove(path);
     EXPECT_EQ(r.pipelines, (std::vector<std::string>{"MyPipe", "FilePipe"}));
     EXPECT_EQ(r.spans, (std::vector<std::string>{"f", "*/aug.py:Jitter.__call__"}));
+}
+
+// The built-in knowledge written out as a rules file reads back as the same table; a file that leaves a key out,
+// or names a kind or flag that does not exist, is refused with the key at fault.
+TEST(Cli, TheBuiltinRulesReadBackAsTheyAre)
+{
+    const auto& builtin = model::framework::builtin();
+    EXPECT_EQ(cli::parse_framework(nlohmann::json(cli::framework_json(builtin)), "f"), builtin);
+    auto path = std::filesystem::temp_directory_path() / fmt::format("lotus-builtin-{}.json", getpid());
+    ASSERT_EQ(cli::write_builtin_rules(path), 0);
+    auto file = cli::load_rules_file(path);
+    std::filesystem::remove(path);
+    ASSERT_TRUE(file.framework);
+    EXPECT_EQ(*file.framework, builtin);
+    EXPECT_TRUE(file.pipelines.empty() && file.spans.empty());
+
+    auto refused = [&](const std::function<void(nlohmann::json&)>& change) {
+        nlohmann::json j = cli::framework_json(builtin);
+        change(j);
+        try {
+            cli::parse_framework(j, "f.json");
+        } catch (const std::runtime_error& e) {
+            return std::string(e.what());
+        }
+        return std::string("accepted");
+    };
+    EXPECT_EQ(refused([](auto& j) { j.erase("worker_module"); }), "f.json: \"framework\": \"worker_module\" is missing");
+    EXPECT_EQ(refused([](auto& j) { j["code"][0]["kind"] = "span"; }),
+              "f.json: \"framework\" code row 0: unknown kind \"span\"");
+    EXPECT_EQ(refused([](auto& j) { j["code"][1]["flags"].push_back("fast"); }),
+              "f.json: \"framework\" code row 1: unknown flag \"fast\"");
+    EXPECT_EQ(refused([](auto& j) { j["extra"] = 1; }), "f.json: \"framework\": unknown key \"extra\"");
+    EXPECT_EQ(refused([](auto& j) { j["native_set"][0].erase("symbol"); }),
+              "f.json: \"framework\" native_set: \"symbol\" is missing");
+}
+
+// The knowledge a Rules object is given is the one it classifies with: a container class added in the table
+// makes its calls a container's, and a pipeline class taken out is no pipeline.
+TEST(Cli, RulesClassifyWithTheKnowledgeTheyAreGiven)
+{
+    auto fw = std::make_shared<model::framework::Framework>(model::framework::builtin());
+    fw->container_classes.push_back("Twice");
+    fw->pipeline_class = "Chain";
+    model::Rules rules({}, {}, fw);
+    EXPECT_EQ(rules.classify_type("Twice", {}).kind, model::TypeKind::Container);
+    EXPECT_EQ(rules.classify_type("Chain", {}).kind, model::TypeKind::Pipeline);
+    EXPECT_EQ(rules.classify_type("torchvision.transforms.transforms.Compose", {}).kind, model::TypeKind::Other);
+    model::Rules builtin;
+    EXPECT_EQ(builtin.classify_type("Twice", {}).kind, model::TypeKind::Other);
+    EXPECT_EQ(builtin.classify_type("Compose", {}).kind, model::TypeKind::Pipeline);
 }
 
 TEST(ProcessTree, LineageIsThePidThenItsKnownAncestors)

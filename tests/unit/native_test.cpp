@@ -286,7 +286,7 @@ TEST(NativeSpecs, ParseLibraryAndCxxSymbolGlobs)
     EXPECT_THROW(elf::parse_native_spec(":sym"), std::invalid_argument);
     EXPECT_THROW(elf::parse_native_spec("lib:"), std::invalid_argument);
     std::vector<elf::NativeSpec> d;
-    for (const auto& row : model::framework::kNativeSet)
+    for (const auto& row : model::framework::builtin().native_set)
         d.push_back({std::string(row.library), std::string(row.symbol)});
     // the built-in set: where sampling cannot name the code (Pillow's JPEG decode call, libtorch's ops)
     EXPECT_FALSE(elf::library_wanted(d, "/usr/lib/x86_64-linux-gnu/libjpeg.so.62.3.0"));

@@ -16,6 +16,7 @@
 #include "diff.h"
 #include "export/output_file.h"
 #include "probes.h"
+#include "rules_file.h"
 #include "sweep.h"
 #include "session.h"
 #include "launch/cgroup.h"
@@ -129,7 +130,9 @@ void add_rule_options(CLI::App* app, Parsed& p)
                     "trace every call of these Python functions as spans: QUALNAME_GLOB or FILE_GLOB:QUALNAME_GLOB "
                     "(repeatable)")
         ->check(kNonEmpty);
-    app->add_option("--rules", p.opts.rules_file, "pipelines and spans from a JSON file (schemas/rules.schema.json)")
+    app->add_option("--rules", p.opts.rules_file,
+                    "pipelines, spans and the torch/torchvision knowledge from a JSON file (schemas/rules.schema.json; "
+                    "`lotus-bpf rules` writes the built-in one)")
         ->check(kNonEmpty);
 }
 
@@ -253,6 +256,7 @@ constexpr const char* kFooter = R"(Examples:
   lotus-bpf diff before.lbt after.json             two runs side by side (record files or summary JSONs)
   sudo lotus-bpf sweep --cpus 1,2,4 -- python3 train.py   one run per CPU limit, one table
   lotus-bpf probes /usr/bin/python3                where it would probe this interpreter
+  lotus-bpf rules -o torch.json                    the built-in rules, to change and pass to --rules
 
 Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (one line on stderr);
 2 usage error; 74 an output could not be written (the others were). man lotus-bpf for more.)";
@@ -458,6 +462,18 @@ int run_probes_command(const ProbesCommand& c)
     return lotus::cli::run_probes(c.pid_opt->count() ? std::optional<int>(c.pid) : std::nullopt, c.python);
 }
 
+struct RulesCommand {
+    CLI::App* app = nullptr;
+    std::string output;
+};
+
+void add_rules(CLI::App& app, RulesCommand& c)
+{
+    c.app = app.add_subcommand("rules", "write the built-in rules (what lotus-bpf knows of torch and torchvision) "
+                                        "as a --rules file, to change and pass back with --rules FILE");
+    c.app->add_option("-o,--output", c.output, "write here (default: stdout)")->check(kNonEmpty);
+}
+
 // record and top: a target (--pid or a command, not both), and the outputs that command makes.
 lotus::cli::Options& traced_by(TraceCommand& c, const char* name)
 {
@@ -484,7 +500,7 @@ lotus::cli::Options& one_step(TraceCommand& c)
         throw CLI::ValidationError("--replay reads a record file: no --pid, command or --record with it");
     if (!c.pid->count() && opts.command.empty() && opts.replay.empty())
         throw CLI::ValidationError("give --pid PID or -- COMMAND (or --replay FILE, or a subcommand: "
-                                   "record, export, report, top, diff, sweep, probes)");
+                                   "record, export, report, top, diff, sweep, probes, rules)");
     if (c.pid->count())
         opts.pid = c.p.pid;
     check_limits(c.p, c.pid->count() || !opts.replay.empty());
@@ -506,6 +522,7 @@ int main(int argc, char** argv)
     SweepCommand sweep;
     DiffCommand diff;
     ProbesCommand probes;
+    RulesCommand rules;
     add_one_step(app, main_cmd);
     add_record(app, record);
     add_top(app, top);
@@ -514,6 +531,7 @@ int main(int argc, char** argv)
     add_sweep(app, sweep);
     add_diff(app, diff);
     add_probes(app, probes);
+    add_rules(app, rules);
     app.require_subcommand(0, 1);
 
     lotus::cli::Options* session = nullptr;
@@ -523,6 +541,8 @@ int main(int argc, char** argv)
             return lotus::cli::run_diff(diff.a, diff.b, diff.html);
         if (probes.app->parsed())
             return run_probes_command(probes);
+        if (rules.app->parsed())
+            return lotus::cli::write_builtin_rules(rules.output);
         if (sweep.app->parsed())
             return run_sweep_command(sweep);
         if (record.app->parsed()) {

@@ -13,7 +13,7 @@ namespace lotus::cli {
 Reconstruction::Reconstruction(const Options& opts, Outputs& outputs, RuleLists lists, uint64_t t0,
                                const std::vector<std::string>& counter_names, model::Engine::RoleSink roles,
                                model::Engine::TypeSink types)
-    : opts_(opts), outputs_(outputs), t0_(t0), rules_(std::move(lists.pipelines), std::move(lists.spans)),
+    : opts_(opts), outputs_(outputs), t0_(t0), rules_(std::move(lists.pipelines), std::move(lists.spans), std::move(lists.framework)),
       trace_(outputs.trace(), t0), timeline_(t0),
       usage_([this](const model::UsagePoint& p) {
           if (!opts_.coarse && in_window(p.ts_ns))
@@ -338,6 +338,7 @@ RuleLists rule_lists(const Options& opts)
         auto file = load_rules_file(opts.rules_file);
         r.pipelines.insert(r.pipelines.end(), file.pipelines.begin(), file.pipelines.end());
         r.spans.insert(r.spans.end(), file.spans.begin(), file.spans.end());
+        r.framework = std::move(file.framework);
     }
     return r;
 }

@@ -25,6 +25,9 @@ namespace lotus::cli {
 // capture ran with).
 struct RuleLists {
     std::vector<std::string> pipelines, spans;
+    // The torch/torchvision knowledge of the --rules file (or, on replay, of the record's capture); null: built in.
+    std::shared_ptr<const model::framework::Framework> framework;
+    const model::framework::Framework& knowledge() const { return framework ? *framework : model::framework::builtin(); }
 };
 RuleLists rule_lists(const Options& opts);
 

@@ -8,6 +8,7 @@
 #include "record/record_file.h"
 #include "outputs.h"
 #include "reconstruction.h"
+#include "rules_file.h"
 #include "self_usage.h"
 
 namespace lotus::cli {
@@ -40,6 +41,9 @@ static int replay_into(const Options& opts, record::RecordReader& in)
         lists.pipelines.push_back(p);
     for (auto& sp : strings("spans"))
         lists.spans.push_back(sp);
+    if (meta.contains("framework")) // the capture's knowledge of torch (a --rules file's), not today's
+        lists.framework =
+            std::make_shared<const model::framework::Framework>(parse_framework(meta["framework"], opts.replay));
     Outputs outputs(opts);
     Reconstruction rec(opts, outputs, std::move(lists), in.header().t0_ns, strings("counters"));
     // The stream as it was captured, into the engine (the records capture added included); only the end

@@ -24,6 +24,7 @@
 #include "outputs.h"
 #include "replay.h"
 #include "reconstruction.h"
+#include "rules_file.h"
 #include "self_usage.h"
 #include "terminal.h"
 #include "export/live_table.h"
@@ -286,7 +287,7 @@ void Session::plan()
     // evaluator's entry; otherwise the type-slot functions, where only calls of objects pass.
     evaluator_ = opts_.all_calls || !lists_.spans.empty();
     if (opts_.native_map || !opts_.native.empty()) {
-        for (const auto& row : model::framework::kNativeSet) // the built-in set
+        for (const auto& row : lists_.knowledge().native_set) // the built-in set (or the --rules file's)
             native_specs_.push_back({std::string(row.library), std::string(row.symbol)});
         for (const auto& n : opts_.native)
             native_specs_.push_back(elf::parse_native_spec(n));
@@ -334,6 +335,8 @@ void Session::open_target()
                             {"pipelines", lists_.pipelines}, {"spans", lists_.spans}, {"all_calls", opts_.all_calls},
                             {"resources_interval_ms", opts_.resources_interval_ms},
                             {"pss_interval_ms", opts_.pss_interval_ms}};
+        if (lists_.framework) // (a replay reconstructs with the knowledge the capture ran with)
+            meta["framework"] = framework_json(*lists_.framework);
         recorder_->begin(record::RecordHeader{t0_, static_cast<uint32_t>(root_), meta.dump()});
     }
 }

@@ -40,8 +40,8 @@ void BatchStats::merge(const BatchStats& b)
     passes_before += b.passes_before;
 }
 
-BatchTracker::BatchTracker(SpanSink& sink, std::map<uint32_t, ProcessInfo>& processes)
-    : sink_(sink), processes_(processes)
+BatchTracker::BatchTracker(SpanSink& sink, std::map<uint32_t, ProcessInfo>& processes, const framework::Framework& fw)
+    : sink_(sink), processes_(processes), fw_(fw)
 {
 }
 
@@ -286,9 +286,7 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
         w.args.emplace_back("loader", int64_t{ep.loader});
     BatchStats& st = stats_[{pid, ep.loader}];
     if (single) {
-        if (t.in_batch) {
-            if (batch_ending_)
-                batch_ending_(tid);
+        if (t.in_batch) { // (the engine completed what the thread held before next() returned)
             t.in_batch = false;
             Ended b{t.epoch, t.start, end, t.last_sample_end, t.samples, std::move(t.loaders)};
             t.loaders.clear();
@@ -325,32 +323,33 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
     sink_(consumed);
 }
 
-void BatchTracker::message(const lotus_msg& m)
+uint32_t BatchTracker::message_begin(const lotus_msg& m)
 {
+    pending_ = PendingMessage{};
     if ((m.mode & S_IFMT) != S_IFIFO) // a DataLoader's queues are pipes (sockets carry other conversations)
-        return;
-    QueueMessage q = parse_queue_message(m.data, std::min<size_t>(m.nbytes, sizeof(m.data)));
+        return 0;
+    QueueMessage q = parse_queue_message(m.data, std::min<size_t>(m.nbytes, sizeof(m.data)), fw_);
     if (q.kind == QueueMessage::Other)
-        return;
+        return 0;
     uint32_t pid = m.h.tgid, tid = m.h.tid;
     if (m.dir == LOTUS_MSG_IN) {
         if (auto c = consumers_.find(pid); c != consumers_.end()) {
             // The training loop reading batches inside next(); a training process reads no tasks.
             if (q.kind != QueueMessage::Indexed)
-                return;
+                return 0;
             int sent_in = sent_epoch(m.file, q.index);
             if (auto nc = c->second.next.find(tid); nc != c->second.next.end()) {
                 if (!q.stop) {
                     nc->second.last_read = q.index;
                     result_epoch_[m.file] = nc->second.epoch;
                 }
-                return;
+                return 0;
             }
             // The loop's own thread inside DataLoader.__iter__: a persistent iterator's reset reading what its
             // workers still sent of the pass left unfinished (a loop that broke out of it), which torch drops.
             auto& open = c->second.open;
             if (std::any_of(open.begin(), open.end(), [&](const Bracket& b) { return b.tid == tid; }))
-                return;
+                return 0;
             // Another thread reading a result queue: a pin-memory thread relaying the batch to next(), of the pass
             // its worker sent it in (a pass left unfinished may still send after the next one began).
             if (sent_in < 0)
@@ -362,10 +361,10 @@ void BatchTracker::message(const lotus_msg& m)
                 ep.relayed_set.insert(q.index);
                 ep.pending.insert(q.index);
             }
-            return;
+            return 0;
         }
         if (tid != pid) // a worker's loop runs on its main thread
-            return;
+            return 0;
         ProcessInfo& proc = processes_[pid];
         if (!proc.owner) {
             auto w = task_writer_.find(m.file);
@@ -379,52 +378,68 @@ void BatchTracker::message(const lotus_msg& m)
                 worker_epoch_[pid] = c->second.open.back().epoch;
             else
                 worker_epoch_.erase(pid);
-            return;
+            return 0;
         }
         // A task: batch q.index begins (the previous one, if its loop's getppid was not seen, ended by now).
         if (!q.task)
-            return; // a batch read by a training process whose next() was not seen (tracing began inside it)
+            return 0; // a batch read by a training process whose next() was not seen (tracing began inside it)
         task_reader_[m.file] = pid;
         proc.worker = true;
         auto we = worker_epoch_.find(pid);
         int e = we == worker_epoch_.end() ? -1 : we->second;
         if (e >= 0)
             proc.loader = epochs_[e].loader;
-        Thread& t = thread(pid, tid);
-        if (t.in_batch)
-            end_batch(tid, t, m.h.ts_ns);
-        start_batch(t, m.h.ts_ns, q.index, e);
-        seen_ = true;
-        return;
+        pending_ = PendingMessage{PendingMessage::TaskRead, pid, m.h.ts_ns, m.file, q, e};
+        return thread(pid, tid).in_batch ? tid : 0;
     }
     // Sent: a worker's queue feeder thread sending batch q.index, or an end-of-data marker in its place.
     if (q.kind != QueueMessage::Indexed)
-        return;
+        return 0;
     if (tid != pid) // a multiprocessing queue's feeder thread writes to the pipe
         processes_[pid].feeder_threads.insert(tid);
     if (!processes_[pid].worker) {
         task_writer_[m.file] = pid; // a training process sending tasks (or another program's queue)
         if (q.task)
             task_sent(m.file, q.index);
-        return;
+        return 0;
     }
     if (!worker_epoch_.count(pid))
         if (auto re = result_epoch_.find(m.file); re != result_epoch_.end())
             adopt_epoch(pid, re->second);
-    Thread& t = thread(pid, pid);
+    pending_ = PendingMessage{PendingMessage::ResultSent, pid, m.h.ts_ns, m.file, q, -1};
+    const Thread& t = thread(pid, pid);
+    return t.in_batch && t.idx == q.index ? pid : 0; // its loop's getppid not seen yet (or never: the send bounds it)
+}
+
+void BatchTracker::message_end()
+{
+    PendingMessage p = pending_;
+    pending_ = PendingMessage{};
+    const QueueMessage& q = p.q;
+    if (p.step == PendingMessage::TaskRead) {
+        Thread& t = thread(p.pid, p.pid);
+        if (t.in_batch)
+            end_batch(t, p.ts);
+        start_batch(t, p.ts, q.index, p.epoch);
+        seen_ = true;
+        return;
+    }
+    if (p.step != PendingMessage::ResultSent)
+        return;
+    Thread& t = thread(p.pid, p.pid);
     if (t.in_batch && t.idx == q.index)
-        end_batch(pid, t, m.h.ts_ns); // its loop's getppid not seen yet (or never: the send bounds it)
+        end_batch(t, p.ts);
     auto ended = t.ended.find(q.index);
     // The pass this message is of: its batch's, else the worker's now. (The queue's feeder thread sends after its
     // worker put the batch: a persistent worker may have begun its next pass meanwhile.)
     int e = -1;
     if (ended != t.ended.end() && ended->second.epoch >= 0)
         e = ended->second.epoch;
-    else if (auto we = worker_epoch_.find(pid); we != worker_epoch_.end())
+    else if (auto we = worker_epoch_.find(p.pid); we != worker_epoch_.end())
         e = we->second;
     if (e >= 0) {
-        result_epoch_[m.file] = e; // a pin-memory thread's reads of this queue are of this pass
-        auto& sent = sent_[m.file];
+        result_epoch_[p.file] = e; // a pin-memory thread's reads of this queue are of this pass
+        auto& sent = sent_[p.file];
         sent.emplace_back(q.index, e);
         if (sent.size() > kMaxUnread)
             sent.pop_front();
@@ -440,7 +455,7 @@ void BatchTracker::message(const lotus_msg& m)
         return;
     }
     if (ended != t.ended.end()) {
-        emit_batch(pid, pid, q.index, ended->second, false);
+        emit_batch(p.pid, p.pid, q.index, ended->second, false);
         t.ended.erase(ended);
     }
 }
@@ -531,11 +546,16 @@ void BatchTracker::adopt_epoch(uint32_t pid, int epoch)
     }
 }
 
-void BatchTracker::getppid(uint32_t pid, uint32_t tid, uint64_t ts)
+bool BatchTracker::getppid_ends_batch(uint32_t pid, uint32_t tid) const
 {
     auto it = threads_.find(static_cast<uint64_t>(pid) << 32 | tid);
-    if (it != threads_.end() && it->second.in_batch && !it->second.single)
-        end_batch(tid, it->second, ts);
+    return it != threads_.end() && it->second.in_batch && !it->second.single;
+}
+
+void BatchTracker::getppid(uint32_t pid, uint32_t tid, uint64_t ts)
+{
+    if (getppid_ends_batch(pid, tid))
+        end_batch(threads_.at(static_cast<uint64_t>(pid) << 32 | tid), ts);
 }
 
 void BatchTracker::start_batch(Thread& t, uint64_t start, int64_t idx, int epoch)
@@ -638,10 +658,8 @@ void BatchTracker::flush_loaders(Thread& t)
     t.opens.clear(); // later samples open their files after the hand-over
 }
 
-void BatchTracker::end_batch(uint32_t tid, Thread& t, uint64_t end)
+void BatchTracker::end_batch(Thread& t, uint64_t end)
 {
-    if (batch_ending_)
-        batch_ending_(tid);
     t.in_batch = false;
     if (t.partial || t.idx < 0) {
         // Begun before tracing: its samples are reported, the batch itself (start unknown) is not invented.

@@ -26,6 +26,7 @@
 
 #include "common/quantile_sketch.h"
 #include "lotus_abi.h"
+#include "messages.h"
 #include "spans.h"
 
 namespace lotus::model {
@@ -64,9 +65,9 @@ public:
     using SpanSink = std::function<void(const Span&)>;
     // Loader spans a thread may hold for a batch not handed over yet (DataLoader batches are far smaller).
     static constexpr size_t kMaxPendingLoaders = 4096;
-    BatchTracker(SpanSink& sink, std::map<uint32_t, ProcessInfo>& processes);
-    // Called with a thread's id just before a batch it was building ends (the engine completes what it holds).
-    void set_batch_ending(std::function<void(uint32_t tid)> f) { batch_ending_ = std::move(f); }
+    // fw: the DataLoader queues' pickle globals.
+    BatchTracker(SpanSink& sink, std::map<uint32_t, ProcessInfo>& processes,
+                 const framework::Framework& fw = framework::builtin());
 
     void forked(uint32_t child, uint32_t parent);
     void exited(uint32_t pid);
@@ -80,7 +81,14 @@ public:
     void init_end(uint32_t pid, uint32_t tid, uint64_t iterator);
     void next_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t iterator, bool single_process);
     void next_finished(uint32_t pid, uint32_t tid, uint64_t start, uint64_t end, bool raised);
-    void message(const lotus_msg& m);
+    // The calls go one way: the tracker calls nothing back. Where a record ends a batch, the caller first completes
+    // what the thread building it holds (its last sample), so that the batch counts it: a queue message in two
+    // steps, message_begin (returning the thread whose batch the message ends, or 0) then message_end; a getppid
+    // after asking getppid_ends_batch. next() returning ends a num_workers=0 batch: complete its thread first.
+    uint32_t message_begin(const lotus_msg& m);
+    void message_end();
+    void message(const lotus_msg& m) { message_begin(m), message_end(); } // nothing held (tests)
+    bool getppid_ends_batch(uint32_t pid, uint32_t tid) const;
     void getppid(uint32_t pid, uint32_t tid, uint64_t ts); // a worker's loop begins its next task
     void sample_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t sample_id, int64_t sample);
     void sample_finished(uint32_t pid, uint32_t tid, uint64_t ts);
@@ -164,7 +172,7 @@ private:
     uint32_t owner_of(uint32_t pid) const; // the nearest training process above pid
     void start_batch(Thread& t, uint64_t start, int64_t idx, int epoch);
     void flush_loaders(Thread& t);
-    void end_batch(uint32_t tid, Thread& t, uint64_t end); // a worker's: waits in t.ended for its hand-over
+    void end_batch(Thread& t, uint64_t end); // a worker's: waits in t.ended for its hand-over
     void emit_batch(uint32_t pid, uint32_t tid, int64_t idx, Ended& b, bool single, bool force = false);
     void release_held(uint32_t pid, bool force);
     void tag(Span& s, int epoch) const;
@@ -175,7 +183,15 @@ private:
 
     SpanSink& sink_;
     std::map<uint32_t, ProcessInfo>& processes_;
-    std::function<void(uint32_t)> batch_ending_;
+    const framework::Framework& fw_;
+    // A queue message between message_begin and message_end: what message_end does with it.
+    struct PendingMessage {
+        enum Step { None, TaskRead, ResultSent } step = None;
+        uint32_t pid = 0;
+        uint64_t ts = 0, file = 0;
+        QueueMessage q;
+        int epoch = -1; // TaskRead: the worker's epoch now
+    } pending_;
     std::vector<Epoch> epochs_;                       // by serial
     std::map<uint32_t, Consumer> consumers_;          // by pid
     std::unordered_map<uint32_t, int> worker_epoch_;  // worker pid -> the epoch it prepares batches for

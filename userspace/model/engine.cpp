@@ -27,8 +27,6 @@ Engine::Engine(const Rules& rules, SpanSink spans, RoleSink roles, TypeSink type
     span_calls_.resize(rules.spans().size());
     anonymous_id_ = native_map_.function_id("[unknown]", "[anonymous]");
     no_stack_id_ = native_map_.function_id("[unknown]", "[no user stack]");
-    // A batch's last implicit sample is complete once the batch ends: it belongs to that batch.
-    batches_.set_batch_ending([this](uint32_t tid) { close_samples(tid); });
 }
 
 ProcessInfo& Engine::process(uint32_t pid)
@@ -62,6 +60,22 @@ void Engine::consume(const void* data, size_t len)
     }
     if (!dispatch(data, len, *this))
         counters_.malformed++; // too short for its type, or of no known type
+}
+
+// A batch's last sample (a returned or implicit one) is complete once the batch ends: it belongs to that batch,
+// so the thread's samples are closed before the tracker ends it.
+void Engine::msg(const lotus_msg& m)
+{
+    if (uint32_t tid = batches_.message_begin(m))
+        close_samples(tid);
+    batches_.message_end();
+}
+
+void Engine::getppid(const lotus_event_header& h)
+{
+    if (batches_.getppid_ends_batch(h.tgid, h.tid))
+        close_samples(h.tid);
+    batches_.getppid(h.tgid, h.tid, h.ts_ns);
 }
 
 void Engine::open(const lotus_open& o)

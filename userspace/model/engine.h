@@ -139,8 +139,8 @@ private:
     void open(const lotus_open& o) override;
     void native(const lotus_native& n) override { on_native(n); }
     void sample(const lotus_sample& s) override { on_sample(s); }
-    void msg(const lotus_msg& m) override { batches_.message(m); }
-    void getppid(const lotus_event_header& h) override { batches_.getppid(h.tgid, h.tid, h.ts_ns); }
+    void msg(const lotus_msg& m) override;
+    void getppid(const lotus_event_header& h) override;
     void thread_name(const lotus_thread_name& t) override;
     void capture(const lotus_py_entry& e) override { captured(e); }
     void slots(const RecordSlots& r) override { on_slots(r); }
@@ -248,7 +248,7 @@ private:
     uint64_t sample_seq_ = 0;
     bool pipeline_seen_ = false;
     std::vector<uint64_t> span_calls_;
-    BatchTracker batches_{span_sink_, processes_};
+    BatchTracker batches_{span_sink_, processes_, rules_.framework()};
 };
 
 } // namespace lotus::model

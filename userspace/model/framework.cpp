@@ -4,9 +4,14 @@
 
 namespace lotus::model::framework {
 
-constexpr std::string_view kDataLoaderFile = "torch/utils/data/dataloader.py";
+namespace {
 
-const std::vector<CodeRow> kCode = {
+constexpr const char* kDataLoaderFile = "torch/utils/data/dataloader.py";
+
+Framework make_builtin()
+{
+    Framework f;
+    f.code = {
     // A DataLoader worker's main loop: which worker it is.
     {"torch/utils/data/_utils/worker.py", "", "_worker_loop", NameMatch::Exact, CodeKind::WorkerLoop,
      LOTUS_ROLE_CAPTURE, false, {"worker_id"}},
@@ -30,20 +35,24 @@ const std::vector<CodeRow> kCode = {
     // index.
     {"", "", "__getitem__", NameMatch::Method, CodeKind::GetItem, LOTUS_ROLE_EMIT_CALLEES | LOTUS_ROLE_ARG1, false,
      {}},
-};
-
-const std::vector<std::string_view> kObjectCallMethods = {"__call__", "forward", "_call_impl", "_wrapped_call_impl"};
-
-// (3.12+ inlines list, dict and set comprehensions.)
-const std::vector<std::string_view> kScopeNames = {"<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>"};
-
-const std::vector<std::string_view> kContainerClasses = {"RandomApply", "RandomChoice", "RandomOrder"};
+    };
+    f.object_call_methods = {"__call__", "forward", "_call_impl", "_wrapped_call_impl"};
+    // (3.12+ inlines list, dict and set comprehensions.)
+    f.scope_names = {"<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>"};
+    f.container_classes = {"RandomApply", "RandomChoice", "RandomOrder"};
+    f.pipeline_class = "Compose";
+    f.loader_class = "DataLoader";
+    f.loader_iterator_suffix = "DataLoaderIter";
+    f.single_process_mark = "SingleProcess";
+    f.worker_module = "torch.utils.data._utils.worker";
+    f.resume_global = "_ResumeIteration";
+    f.iterable_stop_global = "_IterableDatasetStopIteration";
 
 // A probed call costs its thread an entry and a return trap, so the built-in set is where sampling alone cannot
 // name the code that runs: libjpeg's decoder internals are static and libtorch's kernels hidden, and their
 // samples are named after the innermost probed call open (docs/native-map.md). Pillow's own functions and
 // libjpeg's API have symbols: sampling names them; --native probes them as spans.
-const std::vector<NativeRow> kNativeSet = {
+    f.native_set = {
     // JPEG decode: Pillow's decoder call, once per image (per read chunk of a large file).
     {"_imaging*.so", "ImagingJpegDecode"},
     // torch ops behind ToTensor (copy, div), Normalize (sub_, div_) and default_collate (stack). Not _to_copy: it
@@ -57,6 +66,71 @@ const std::vector<NativeRow> kNativeSet = {
     {"libtorch_cpu.so*", "at::_ops::sub__Tensor::call"},
     {"libtorch_cpu.so*", "at::_ops::stack::call"},
     {"libtorch_cpu.so*", "at::_ops::stack_out::call"},
-};
+    };
+    return f;
+}
+
+} // namespace
+
+const Framework& builtin()
+{
+    static const Framework f = make_builtin();
+    return f;
+}
+
+const char* kind_name(CodeKind k)
+{
+    switch (k) {
+    case CodeKind::Other: return "other";
+    case CodeKind::Span: return "span";
+    case CodeKind::ObjectCall: return "object_call";
+    case CodeKind::GetItem: return "get_item";
+    case CodeKind::WorkerLoop: return "worker_loop";
+    case CodeKind::RankMain: return "rank_main";
+    case CodeKind::LoaderIter: return "loader_iter";
+    case CodeKind::IterInit: return "iter_init";
+    case CodeKind::LoaderNext: return "loader_next";
+    case CodeKind::Fetcher: return "fetcher";
+    case CodeKind::Scope: return "scope";
+    }
+    return "?";
+}
+
+const char* match_name(NameMatch m)
+{
+    switch (m) {
+    case NameMatch::Exact: return "exact";
+    case NameMatch::Method: return "method";
+    case NameMatch::Contains: return "contains";
+    }
+    return "?";
+}
+
+const std::vector<std::pair<const char*, uint32_t>>& role_flag_names()
+{
+    static const std::vector<std::pair<const char*, uint32_t>> names = {
+        {"capture", LOTUS_ROLE_CAPTURE}, {"emit_callees", LOTUS_ROLE_EMIT_CALLEES}, {"arg1", LOTUS_ROLE_ARG1},
+        {"obj1", LOTUS_ROLE_OBJ1},       {"walk", LOTUS_ROLE_WALK},                 {"returned", LOTUS_ROLE_RETURNED},
+    };
+    return names;
+}
+
+bool kind_of(const std::string& name, CodeKind& out)
+{
+    for (auto k : {CodeKind::Other, CodeKind::Span, CodeKind::ObjectCall, CodeKind::GetItem, CodeKind::WorkerLoop,
+                   CodeKind::RankMain, CodeKind::LoaderIter, CodeKind::IterInit, CodeKind::LoaderNext,
+                   CodeKind::Fetcher, CodeKind::Scope})
+        if (name == kind_name(k))
+            return out = k, true;
+    return false;
+}
+
+bool match_of(const std::string& name, NameMatch& out)
+{
+    for (auto m : {NameMatch::Exact, NameMatch::Method, NameMatch::Contains})
+        if (name == match_name(m))
+            return out = m, true;
+    return false;
+}
 
 } // namespace lotus::model::framework

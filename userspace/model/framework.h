@@ -1,8 +1,10 @@
 // What lotus-bpf knows of torch's and torchvision's code, as data: the one place that names framework code. The
-// rules (rules.cpp), the DataLoader queue's pickles (messages.cpp) and the default native set read it.
+// rules (rules.cpp), the DataLoader queue's pickles (messages.cpp) and the default native set read it. The
+// built-in table can be written out as a --rules file and read back from one (cli/rules_file.h): a new torch
+// that renames a function is a changed row, not a new build.
 #pragma once
 #include <cstdint>
-#include <string_view>
+#include <string>
 #include <vector>
 
 #include "model/rules.h"
@@ -18,38 +20,53 @@ enum class NameMatch : uint8_t {
 
 // A framework function with a meaning. Rows are tried in order; the first that matches gives the code its role.
 struct CodeRow {
-    std::string_view file; // a part of its file's path ("": any file)
-    std::string_view cls;  // NameMatch::Method: the class-name suffix ("": any class)
-    std::string_view name;
-    NameMatch match;
-    CodeKind kind;
-    uint32_t flags;                       // LOTUS_ROLE_* bits it adds
-    bool emitted;                         // its calls are emitted for their own sake (no LOTUS_ROLE_SKIP)
-    std::vector<std::string_view> locals; // LOTUS_ROLE_CAPTURE: the locals it reports, by name
+    std::string file; // a part of its file's path ("": any file)
+    std::string cls;  // NameMatch::Method: the class-name suffix ("": any class)
+    std::string name;
+    NameMatch match = NameMatch::Exact;
+    CodeKind kind = CodeKind::Other;
+    uint32_t flags = 0;              // LOTUS_ROLE_* bits it adds
+    bool emitted = false;            // its calls are emitted for their own sake (no LOTUS_ROLE_SKIP)
+    std::vector<std::string> locals; // LOTUS_ROLE_CAPTURE: the locals it reports, by name
+    bool operator==(const CodeRow&) const = default;
 };
-extern const std::vector<CodeRow> kCode;
-
-// The methods through which an object is called: __call__, nn.Module's forward and its call wrappers (torch 1.x
-// enters _call_impl, 2.x _wrapped_call_impl then _call_impl). Their self is the object called.
-extern const std::vector<std::string_view> kObjectCallMethods;
-// The code of a comprehension or generator expression (part of the function it is written in).
-extern const std::vector<std::string_view> kScopeNames;
-// torchvision's container transforms (v1 and v2): called by a pipeline, they call transforms of their own.
-extern const std::vector<std::string_view> kContainerClasses;
-constexpr std::string_view kPipelineClass = "Compose";              // always a pipeline class, beside --pipeline
-constexpr std::string_view kLoaderClass = "DataLoader";
-constexpr std::string_view kLoaderIteratorSuffix = "DataLoaderIter"; // _SingleProcess..., _MultiProcessing...
-constexpr std::string_view kSingleProcessMark = "SingleProcess";    // an iterator without workers
-
-// The DataLoader's queues: pickles whose globals come from torch's worker module.
-constexpr std::string_view kWorkerModule = "torch.utils.data._utils.worker";
-constexpr std::string_view kResumeGlobal = "_ResumeIteration";                // a persistent worker's new epoch
-constexpr std::string_view kIterableStopGlobal = "_IterableDatasetStopIteration"; // an iterable dataset ran out
 
 // The native functions --native-map probes by default: a library glob and a symbol glob each.
 struct NativeRow {
-    std::string_view library, symbol;
+    std::string library, symbol;
+    bool operator==(const NativeRow&) const = default;
 };
-extern const std::vector<NativeRow> kNativeSet;
+
+struct Framework {
+    std::vector<CodeRow> code;
+    // The methods through which an object is called: __call__, nn.Module's forward and its call wrappers (torch
+    // 1.x enters _call_impl, 2.x _wrapped_call_impl then _call_impl). Their self is the object called.
+    std::vector<std::string> object_call_methods;
+    // The code of a comprehension or generator expression (part of the function it is written in).
+    std::vector<std::string> scope_names;
+    // torchvision's container transforms (v1 and v2): called by a pipeline, they call transforms of their own.
+    std::vector<std::string> container_classes;
+    std::string pipeline_class;         // always a pipeline class, beside --pipeline (Compose)
+    std::string loader_class;           // DataLoader
+    std::string loader_iterator_suffix; // DataLoaderIter: _SingleProcess..., _MultiProcessing...
+    std::string single_process_mark;    // SingleProcess: an iterator without workers
+    // The DataLoader's queues: pickles whose globals come from torch's worker module.
+    std::string worker_module;
+    std::string resume_global;        // _ResumeIteration: a persistent worker's new epoch
+    std::string iterable_stop_global; // _IterableDatasetStopIteration: an iterable dataset ran out
+    std::vector<NativeRow> native_set;
+    bool operator==(const Framework&) const = default;
+};
+
+// The built-in knowledge (torch 1.13 to 2.x, torchvision 0.14 on).
+const Framework& builtin();
+
+// Names of the kinds, matches and LOTUS_ROLE_* flags, as the rules file writes them.
+const char* kind_name(CodeKind k);
+const char* match_name(NameMatch m);
+// {name, bit} of every LOTUS_ROLE_* flag a row may carry.
+const std::vector<std::pair<const char*, uint32_t>>& role_flag_names();
+bool kind_of(const std::string& name, CodeKind& out);
+bool match_of(const std::string& name, NameMatch& out);
 
 } // namespace lotus::model::framework

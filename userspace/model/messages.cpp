@@ -24,10 +24,10 @@ bool short_str(const uint8_t* data, size_t n, size_t& at, std::string_view& text
 }
 
 // A global of torch's worker module whose name begins with `prefix` (the name may be cut by the capture).
-bool worker_global(const uint8_t* data, size_t n, size_t at, std::string_view prefix)
+bool worker_global(const uint8_t* data, size_t n, size_t at, std::string_view module_name, std::string_view prefix)
 {
     std::string_view module, name;
-    if (!short_str(data, n, at, module) || module != framework::kWorkerModule || !short_str(data, n, at, name))
+    if (prefix.empty() || !short_str(data, n, at, module) || module != module_name || !short_str(data, n, at, name))
         return false;
     return name.size() >= prefix.size() ? name.substr(0, prefix.size()) == prefix
                                          : !name.empty() && prefix.substr(0, name.size()) == name && name.size() >= 8;
@@ -35,7 +35,7 @@ bool worker_global(const uint8_t* data, size_t n, size_t at, std::string_view pr
 
 } // namespace
 
-QueueMessage parse_queue_message(const uint8_t* data, size_t n)
+QueueMessage parse_queue_message(const uint8_t* data, size_t n, const framework::Framework& fw)
 {
     QueueMessage m;
     // PROTO 4|5, FRAME <8-byte length>
@@ -64,7 +64,7 @@ QueueMessage parse_queue_message(const uint8_t* data, size_t n)
         break;
     }
     default:
-        if (worker_global(data, n, at, framework::kResumeGlobal))
+        if (worker_global(data, n, at, fw.worker_module, fw.resume_global))
             m.kind = QueueMessage::Resume;
         return m;
     }
@@ -73,7 +73,7 @@ QueueMessage parse_queue_message(const uint8_t* data, size_t n)
         return m;
     m.kind = QueueMessage::Indexed;
     m.index = index;
-    m.stop = worker_global(data, n, at, framework::kIterableStopGlobal);
+    m.stop = worker_global(data, n, at, fw.worker_module, fw.iterable_stop_global);
     // A list (EMPTY_LIST, MEMOIZE, then MARK for several items) whose first item is an int or None; None (the
     // task of an IterableDataset without batching); or an int (a map-style dataset's without batching,
     // batch_size=None: the sampler's index itself).

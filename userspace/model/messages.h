@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "model/framework.h"
+
 namespace lotus::model {
 
 struct QueueMessage {
@@ -17,7 +19,7 @@ struct QueueMessage {
     bool task = false;  // Indexed: its second item is a list of ints or Nones, None or an int: a task's sample indices
 };
 
-// data: the pickle's first n bytes (from its PROTO opcode).
-QueueMessage parse_queue_message(const uint8_t* data, size_t n);
+// data: the pickle's first n bytes (from its PROTO opcode); fw: the worker module's globals.
+QueueMessage parse_queue_message(const uint8_t* data, size_t n, const framework::Framework& fw = framework::builtin());
 
 } // namespace lotus::model

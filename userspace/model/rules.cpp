@@ -29,21 +29,13 @@ std::string last_part(const std::string& qualname)
     return dot == std::string::npos ? qualname : qualname.substr(dot + 1);
 }
 
-bool one_of(const std::string& s, const std::vector<std::string_view>& names)
+bool one_of(const std::string& s, const std::vector<std::string>& names)
 {
     for (auto n : names)
         if (s == n)
             return true;
     return false;
 }
-
-// The code of calling an object (its self is the object called).
-bool object_call(const CodeInfo& code) { return one_of(last_part(code.name), framework::kObjectCallMethods); }
-
-// A comprehension's or generator expression's code.
-bool scope(const CodeInfo& code) { return one_of(last_part(code.name), framework::kScopeNames); }
-
-bool container_class(const std::string& cls) { return one_of(cls, framework::kContainerClasses); }
 
 bool matches(const framework::CodeRow& row, const CodeInfo& code)
 {
@@ -53,7 +45,7 @@ bool matches(const framework::CodeRow& row, const CodeInfo& code)
     case framework::NameMatch::Exact:
         return code.name == row.name;
     case framework::NameMatch::Method:
-        return method_is(code, std::string(row.cls), std::string(row.name));
+        return method_is(code, row.cls, row.name);
     case framework::NameMatch::Contains:
         return code.name.find(row.name) != std::string::npos;
     }
@@ -87,10 +79,13 @@ bool glob_match(const std::string& pattern, const std::string& text)
 
 std::string class_name(const std::string& tp_name) { return last_part(tp_name); }
 
-Rules::Rules(std::vector<std::string> pipeline_classes, std::vector<std::string> spans)
-    : pipeline_classes_(std::move(pipeline_classes))
+Rules::Rules(std::vector<std::string> pipeline_classes, std::vector<std::string> spans,
+             std::shared_ptr<const framework::Framework> fw)
+    : fw_(fw ? std::move(fw) : std::shared_ptr<const framework::Framework>(&framework::builtin(), [](auto*) {})),
+      pipeline_classes_(std::move(pipeline_classes))
 {
-    pipeline_classes_.insert(pipeline_classes_.begin(), std::string(framework::kPipelineClass));
+    if (!fw_->pipeline_class.empty())
+        pipeline_classes_.insert(pipeline_classes_.begin(), fw_->pipeline_class);
     for (auto& s : spans) {
         auto colon = s.find(':');
         spans_.push_back(colon == std::string::npos ? SpanRule{s, "*", s}
@@ -115,18 +110,19 @@ CodeRole Rules::classify(const CodeInfo& code) const
     }
     // Everything else is not emitted for its own sake: ops are emitted because their caller is a pipeline.
     role.flags |= LOTUS_ROLE_SKIP;
-    if (scope(code)) {
+    const std::string method = last_part(code.name);
+    if (one_of(method, fw_->scope_names)) { // a comprehension's or generator expression's code
         role.kind = CodeKind::Scope;
         role.flags |= LOTUS_ROLE_SCOPE;
         return role;
     }
-    if (object_call(code)) {
+    if (one_of(method, fw_->object_call_methods)) { // the code of calling an object (its self is the object)
         // BPF emits it when self's class is a pipeline class (or not classified yet); so too the calls it makes.
         role.kind = CodeKind::ObjectCall;
         role.flags |= LOTUS_ROLE_SELF_PIPELINE;
         return role;
     }
-    for (const auto& row : framework::kCode) {
+    for (const auto& row : fw_->code) {
         if (!matches(row, code))
             continue;
         role.kind = row.kind;
@@ -153,16 +149,17 @@ TypeRole Rules::classify_type(const std::string& name, const std::vector<std::st
     for (const auto& cls : classes) {
         for (const auto& glob : pipeline_classes_)
             pipeline |= glob_match(glob, cls);
-        container |= container_class(cls);
-        loader |= cls == framework::kLoaderClass;
-        iterator |= ends_with(cls, std::string(framework::kLoaderIteratorSuffix));
+        container |= one_of(cls, fw_->container_classes);
+        loader |= cls == fw_->loader_class;
+        iterator |= !fw_->loader_iterator_suffix.empty() && ends_with(cls, fw_->loader_iterator_suffix);
     }
     t.kind = iterator    ? TypeKind::LoaderIterator
              : loader    ? TypeKind::Loader
              : container ? TypeKind::Container
              : pipeline  ? TypeKind::Pipeline
                          : TypeKind::Other;
-    t.single_process = iterator && classes[0].find(framework::kSingleProcessMark) != std::string::npos;
+    t.single_process = iterator && !fw_->single_process_mark.empty() &&
+                       classes[0].find(fw_->single_process_mark) != std::string::npos;
     if (t.pipeline())
         t.flags |= LOTUS_TYPE_PIPELINE;
     if (t.loader() || t.loader_iterator())

@@ -3,11 +3,16 @@
 // a rank live, how an op is named. What it knows of torch and torchvision is the table in framework.h.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace lotus::model {
+
+namespace framework {
+struct Framework;
+}
 
 struct CodeInfo {
     std::string name; // qualified name (3.11+), bare name (3.10)
@@ -69,8 +74,10 @@ class Rules {
 public:
     // pipeline_classes: extra class-name globs whose instances play Compose's role (their calls are samples,
     // the calls they make ops). spans: "QUALNAME_GLOB" or "FILE_GLOB:QUALNAME_GLOB": functions whose every
-    // call becomes a span.
-    explicit Rules(std::vector<std::string> pipeline_classes = {}, std::vector<std::string> spans = {});
+    // call becomes a span. fw: what is known of torch and torchvision (null: framework::builtin()).
+    explicit Rules(std::vector<std::string> pipeline_classes = {}, std::vector<std::string> spans = {},
+                   std::shared_ptr<const framework::Framework> fw = nullptr);
+    const framework::Framework& framework() const { return *fw_; }
     CodeRole classify(const CodeInfo& code) const;
     // name: tp_name; bases: the tp_names of its tp_base chain, nearest first.
     TypeRole classify_type(const std::string& name, const std::vector<std::string>& bases) const;
@@ -86,6 +93,7 @@ public:
     const std::vector<SpanRule>& spans() const { return spans_; }
 
 private:
+    std::shared_ptr<const framework::Framework> fw_;
     std::vector<std::string> pipeline_classes_;
     std::vector<SpanRule> spans_;
 };
