@@ -16,6 +16,8 @@
 
 #include "export/chrome_trace.h"
 #include "record/record_file.h"
+#include "export/html_report.h"
+#include "export/report.h"
 #include "export/summary.h"
 #include "model/engine.h"
 
@@ -51,10 +53,13 @@ template <typename Next> void reconstruct(uint64_t t0_ns, Next next)
     summary.set_native_map(engine.native_map().table());
     trace.finish(engine.processes(), {});
     auto batches = lotus::exporter::summarize_batches(engine.batches(), engine.processes(), summary, 0);
-    summary.json(engine.processes(), batches, {}, lotus::exporter::usage_json(usage_rows, 100));
+    auto report = lotus::exporter::build_report({summary, batches, engine.processes(), {}, {}, usage_rows, 100});
+    lotus::exporter::report_json(report);
     FILE* sink = fopen("/dev/null", "w");
-    summary.print(sink, engine.processes(), batches, {}, usage_rows, 100);
+    lotus::exporter::print_report(sink, report);
     fclose(sink);
+    lotus::exporter::Timeline timeline(t0_ns);
+    lotus::exporter::html_report(report, timeline);
     out.commit();
 }
 

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "event_builder.h"
+#include "export/report.h"
 #include "export/summary.h"
 #include "model/engine.h"
 #include "model/messages.h"
@@ -559,7 +560,7 @@ TEST_F(Batches, AttachedMidEpochIdsAreLeftOutUntilKnownNeverGuessed)
         auto report = exporter::summarize_batches(engine.batches(), engine.processes(), summary, 2);
         char buf[8192] = {};
         FILE* f = fmemopen(buf, sizeof(buf) - 1, "w");
-        summary.print(f, engine.processes(), report, {});
+        exporter::print_report(f, exporter::build_report({summary, report, engine.processes(), {}, {}}));
         fclose(f);
         return std::string(buf);
     };

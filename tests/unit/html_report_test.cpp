@@ -136,7 +136,8 @@ struct HtmlReport : test::JobFixture {
             for (uint64_t d : delays_ns)
                 (d <= 1'000'000 ? all.delay_le_1ms : d <= 500'000'000 ? all.delay_1_500ms : all.delay_gt_500ms)++;
         }
-        return exporter::html_report({summary, batches, processes, run, timeline, std::move(notes)});
+        return exporter::html_report(exporter::build_report({summary, batches, processes, run, std::move(notes)}),
+                                     timeline);
     }
 };
 
@@ -182,7 +183,7 @@ TEST_F(HtmlReport, SaysWhatItCannotShowInsteadOfDrawingIt)
     std::map<uint32_t, model::ProcessInfo> none;
     exporter::Timeline tl{0};
     exporter::DataLoaderReport nothing;
-    std::string e = exporter::html_report({empty, nothing, none, run, tl, {}});
+    std::string e = exporter::html_report(exporter::build_report({empty, nothing, none, run, {}}), tl);
     EXPECT_NE(e.find("No op, loader or pipeline call was seen"), std::string::npos);
     EXPECT_NE(e.find("No sample (pipeline call) completed"), std::string::npos);
     EXPECT_NE(e.find("no verdict"), std::string::npos);

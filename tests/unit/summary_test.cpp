@@ -12,6 +12,7 @@
 
 #include "event_builder.h"
 #include "export/json.h"
+#include "export/report.h"
 #include "export/summary.h"
 #include "model/native_map.h"
 #include "export/timeline.h"
@@ -112,9 +113,11 @@ TEST(NativeMap, SpansNamedLikeThePartsAreOps)
 TEST(Summary, SaysWhenNoPipelineWasSeen)
 {
     exporter::Summary sum;
+    exporter::DataLoaderReport batches;
+    std::map<uint32_t, model::ProcessInfo> processes;
     char buf[4096] = {};
     FILE* f = fmemopen(buf, sizeof(buf), "w");
-    sum.print(f, {}, exporter::DataLoaderReport{}, {});
+    exporter::print_report(f, exporter::build_report({sum, batches, processes, {}, {}}));
     fclose(f);
     EXPECT_NE(std::string(buf).find("No pipeline was seen"), std::string::npos);
 }
@@ -459,7 +462,11 @@ TEST(SummaryJson, KeysInTheirOrderAndTheRunsAlphabetical)
     run.limits->cpus = 1.5;
     run.native_map_json = "[{\"op\":\"x\",\"samples\":3}]";
     run.process_ends.push_back({9, "worker 0", "killed", 9, -1, 0.25});
-    std::string text = sum.json(procs, {}, run, exporter::usage_json({}, 100));
+    exporter::DataLoaderReport batches;
+    exporter::UsageRow job;
+    job.role = "job";
+    auto report = exporter::build_report({sum, batches, procs, run, {}, {job}, 100});
+    std::string text = exporter::report_json(report);
     ASSERT_EQ(text.back(), '\n');
     auto doc = nlohmann::ordered_json::parse(text);
     std::vector<std::string> keys;
@@ -490,10 +497,12 @@ TEST(SummaryJson, KeysInTheirOrderAndTheRunsAlphabetical)
     EXPECT_EQ(doc["processes"][0]["busy_pct"], 0.0);
     EXPECT_EQ(doc["counters"].dump(), R"({"names":[],"ops":{}})");
     EXPECT_EQ(doc["native_map"].dump(), "[]");
-    EXPECT_EQ(doc["resources"].dump(), R"({"interval_ms":100,"roles":[],"job":null,"network":false})");
+    EXPECT_EQ(doc["resources"]["interval_ms"], 100);
+    EXPECT_EQ(doc["resources"]["job"]["processes"], 0);
     EXPECT_EQ(doc["throughput"]["samples"], 2);
     EXPECT_EQ(doc["throughput"]["seconds"], 0.005); // first sample's start to the last one's end
     EXPECT_EQ(doc["throughput"]["samples_per_s"], 400.0);
     // No resources: null.
-    EXPECT_EQ(nlohmann::ordered_json::parse(sum.json(procs, {}, run))["resources"], nullptr);
+    report.usage.clear();
+    EXPECT_EQ(nlohmann::ordered_json::parse(exporter::report_json(report))["resources"], nullptr);
 }

@@ -86,6 +86,8 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
             trace_cut = fmt::format(" (cut at {:.2f} s)", c.at_s);
     auto batches = exporter::summarize_batches(engine_.batches(), engine_.processes(), summary_, run.cpus);
     auto notes = summary_notes(run, said, trace_cut, calls_inlined);
+    auto report = exporter::build_report(
+        {summary_, batches, engine_.processes(), run, std::move(notes), std::move(usage_rows), run.resources_interval_ms});
     if (!opts_.print_summary) {
         if (!opts_.record.empty()) {
             if (outputs_.failures().empty())
@@ -95,10 +97,10 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
             fmt::print(stderr, "lotus-bpf: wrote {}{}\n", opts_.output, trace_cut);
         }
     } else {
-        summary_.print(stdout, engine_.processes(), batches, notes, usage_rows, run.resources_interval_ms);
+        exporter::print_report(stdout, report);
         fflush(stdout);
     }
-    write_reports(run, batches, notes, usage_rows);
+    write_reports(run, report);
     return outputs_.failures().empty();
 }
 
@@ -249,16 +251,13 @@ std::vector<std::string> Reconstruction::summary_notes(const exporter::RunInfo& 
 }
 
 // The summary JSON, the resources CSV and the HTML report, each where asked.
-void Reconstruction::write_reports(exporter::RunInfo& run, const exporter::DataLoaderReport& batches,
-                                   const std::vector<std::string>& notes,
-                                   const std::vector<exporter::UsageRow>& usage_rows)
+void Reconstruction::write_reports(exporter::RunInfo& run, exporter::Report& report)
 {
     if (auto* js = outputs_.summary_json()) {
-        run.output_failures = outputs_.failures();
+        run.output_failures = outputs_.failures(); // (the outputs written so far: the trace's, the record's)
         exporter::take_output_cuts(run, trace_.t0_ns());
-        std::string usage_json =
-            usage_rows.empty() ? "null" : exporter::usage_json(usage_rows, run.resources_interval_ms);
-        js->write(summary_.json(engine_.processes(), batches, run, usage_json));
+        report.run = run;
+        js->write(exporter::report_json(report));
         js->commit();
     }
     if (auto* csv = outputs_.resources_csv()) {
@@ -266,11 +265,8 @@ void Reconstruction::write_reports(exporter::RunInfo& run, const exporter::DataL
         csv->commit();
     }
     if (auto* html = outputs_.html()) {
-        std::vector<std::string> html_notes;
-        for (const auto& n : notes) // the printed ones may open with a blank line
-            html_notes.push_back(n.substr(std::min(n.size(), n.find_first_not_of('\n'))));
-        html->write(exporter::html_report({summary_, batches, engine_.processes(), run, timeline_, html_notes,
-                                           usage_rows, run.resources_interval_ms}));
+        report.run = run;
+        html->write(exporter::html_report(report, timeline_));
         html->commit();
     }
 }
@@ -333,7 +329,7 @@ bool calls_inlined(const cpython::VersionCaps& caps, bool all_calls)
 
 RuleLists rule_lists(const Options& opts)
 {
-    RuleLists r{opts.pipeline_classes, opts.spans};
+    RuleLists r{opts.pipeline_classes, opts.spans, nullptr};
     if (!opts.rules_file.empty()) {
         auto file = load_rules_file(opts.rules_file);
         r.pipelines.insert(r.pipelines.end(), file.pipelines.begin(), file.pipelines.end());

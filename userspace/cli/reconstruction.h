@@ -11,6 +11,7 @@
 #include "cpython/cpython_layouts.h"
 #include "export/chrome_trace.h"
 #include "export/run_info.h"
+#include "export/report.h"
 #include "export/summary.h"
 #include "export/timeline.h"
 #include "export/usage_summary.h"
@@ -85,8 +86,7 @@ private:
     std::vector<std::string> span_notes(bool calls_inlined) const;
     std::vector<std::string> summary_notes(const exporter::RunInfo& run, const Said& said, const std::string& trace_cut,
                                            bool calls_inlined) const;
-    void write_reports(exporter::RunInfo& run, const exporter::DataLoaderReport& batches,
-                       const std::vector<std::string>& notes, const std::vector<exporter::UsageRow>& usage_rows);
+    void write_reports(exporter::RunInfo& run, exporter::Report& report);
     bool in_trace(const model::Span& s) const;
     bool in_window(uint64_t ns) const;
 

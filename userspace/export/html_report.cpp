@@ -386,12 +386,10 @@ std::string native_bars(const std::vector<model::OpNativeMap>& map)
            more;
 }
 
-std::string counters_table(const Summary& summary)
+std::string counters_table(const std::vector<std::string>& names, const std::vector<CounterRow>& rows)
 {
-    auto rows = summary.counter_rows();
     if (rows.empty())
         return absent("No counters: the run was not traced with --counters.");
-    const auto& names = summary.counter_names();
     std::string t = "<table class=\"numbers\"><thead><tr><th>op</th><th>count</th>";
     for (const auto& n : names)
         t += "<th>" + html_escape(clock_counter(n) ? n + " ms" : n) + "</th>";
@@ -409,22 +407,21 @@ std::string counters_table(const Summary& summary)
                "the PMU counts both; on-CPU %: the thread's time on a CPU over the call's wall time.</p>\n";
 }
 
-std::string processes_table(const Processes& procs)
+std::string processes_table(const std::vector<ProcessEntry>& entries)
 {
     // (a row that other exited processes of its role were folded into: theirs too)
     std::string t = "<table class=\"numbers\"><thead><tr><th>process</th><th>pid</th><th>DataLoader</th><th>samples"
                     "</th><th>batches</th><th>busy %</th><th>ended</th></tr></thead><tbody>\n";
-    for (const auto& [pid, p] : procs) {
-        bool worker = p.worker || p.worker_id >= 0;
-        if (!p.root && !p.consumer && p.samples == 0 && !worker)
-            continue;
+    for (const auto& e : entries) {
+        const auto& p = *e.info;
+        bool worker = e.worker;
         double seen = static_cast<double>(p.seen_ns());
         std::string busy = worker && p.batches && seen > 0
                                ? fmt::format("{:.1f}", 100.0 * static_cast<double>(p.busy_ns) / seen)
                                : "-";
         std::string how = model::how_it_ended(p);
         t += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                         html_escape(model::process_label(procs, pid)), model::pid_list(p),
+                         html_escape(e.label), model::pid_list(p),
                          worker ? (p.loader >= 0 ? std::to_string(p.loader) : "?") : "-", p.samples, p.batches, busy,
                          html_escape(how.empty() ? (p.exited ? "exited" : "-") : how));
     }
@@ -445,9 +442,10 @@ svg text{font:11px system-ui,sans-serif;fill:#333}svg .op{font-weight:600}.grid{
 
 } // namespace
 
-std::string html_report(const HtmlReportInput& in)
+std::string html_report(const Report& r, const Timeline& timeline)
 {
-    const auto& run = in.run;
+    const auto& run = r.run;
+    const Processes& processes = *r.processes;
     std::string title = fmt::format("lotus-bpf report{}", run.target_pid ? fmt::format(": PID {}", run.target_pid) : "");
     std::string h = fmt::format("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n"
                                 "<style>\n{}</style>\n</head>\n<body>\n<h1>{}</h1>\n",
@@ -461,9 +459,9 @@ std::string html_report(const HtmlReportInput& in)
         h += absent("Events were lost (ring buffer full): spans that lost an event are left out, never guessed.");
 
     h += "<h2 id=\"verdict\">Verdict</h2>\n";
-    if (in.batches.loops.empty())
+    if (r.loops.empty())
         h += absent("No training loop consumed a DataLoader batch while tracing: no verdict.");
-    for (const auto& l : in.batches.loops) {
+    for (const auto& l : r.loops) {
         h += "<p class=\"verdict\">" + html_escape(l.verdict) + "</p>\n";
         if (!l.advice.empty()) {
             h += "<ul class=\"advice\">\n";
@@ -473,7 +471,7 @@ std::string html_report(const HtmlReportInput& in)
         }
     }
 
-    auto rows = in.summary.rows();
+    const auto& rows = r.ops;
     h += "<h2 id=\"ops\">Time per call</h2>\n";
     h += figure("op-durations",
                 "Wall-clock time per call of each op, the sample's loading (loader: reading and decoding the file) and "
@@ -484,11 +482,12 @@ std::string html_report(const HtmlReportInput& in)
         h += ops_table(rows);
 
     h += "<h2 id=\"waits\">The training loop's waits</h2>\n";
-    if (in.batches.loops.empty())
+    if (r.loops.empty())
         h += figure("wait-histogram", "", absent("No training loop waited for a DataLoader batch while tracing.")) +
              figure("delay-histogram", "", absent("No batch was consumed while tracing."));
-    for (const auto& l : in.batches.loops) {
-        std::string who = in.batches.loops.size() > 1 ? model::process_label(in.processes, l.pid) + ": " : "";
+    for (size_t i = 0; i < r.loops.size(); i++) {
+        const auto& l = r.loops[i];
+        std::string who = r.loops.size() > 1 ? r.loop_labels[i] + ": " : "";
         const auto& b = l.all;
         h += "<div class=\"pair\">\n";
         h += figure("wait-histogram",
@@ -515,41 +514,41 @@ std::string html_report(const HtmlReportInput& in)
     h += "<h2 id=\"time\">Over time</h2>\n";
     h += figure("samples-per-second",
                 fmt::format("Samples (pipeline calls) completed per second by the whole job, per {:g} ms.",
-                            static_cast<double>(in.timeline.width_ns()) / 1e6),
-                samples_rate(in.timeline));
+                            static_cast<double>(timeline.width_ns()) / 1e6),
+                samples_rate(timeline));
     h += figure("busy-over-time",
                 fmt::format("Per DataLoader worker id, the share of each {:g} ms preparing batches (blue); per training "
                             "loop, the share waiting in next() (orange). Darker is more; blank: no process of that role "
                             "was running. A worker id stands for every process that played it (one per epoch unless "
                             "persistent_workers).",
-                            static_cast<double>(in.timeline.width_ns()) / 1e6),
-                busy_strips(in.timeline, in.processes));
+                            static_cast<double>(timeline.width_ns()) / 1e6),
+                busy_strips(timeline, processes));
 
     h += "<h2 id=\"resources\">Resources</h2>\n";
     h += figure("cpu-over-time",
                 "CPU per process role over time, in % of one CPU (a worker id stands for every process that played it; "
                 "/proc counts in 10 ms clock ticks).",
-                usage_lines(in.timeline, in.processes, false));
+                usage_lines(timeline, processes, false));
     h += figure("memory-over-time", "Resident memory (RSS) per process role over time, in MB (pages shared between "
                                     "processes count in each).",
-                usage_lines(in.timeline, in.processes, true));
-    if (!in.usage.empty())
-        h += "<div data-chart=\"usage\">\n" + usage_table(in.usage) +
+                usage_lines(timeline, processes, true));
+    if (!r.usage.empty())
+        h += "<div data-chart=\"usage\">\n" + usage_table(r.usage) +
              fmt::format("<p class=\"legend\">Read from /proc every {} ms and from the kernel as each process exited. "
                          "Peaks over 1 s or more; the job's peaks are of the processes' sum; PSS splits shared pages "
                          "between the processes that share them.</p>\n</div>\n",
-                         in.usage_interval_ms);
+                         r.usage_interval_ms);
     h += "<h2 id=\"native\">Native functions per op</h2>\n";
     h += figure("native-map",
                 "Share of each op's CPU samples that fell in each native function (the top six; docs/native-map.md).",
-                native_bars(in.summary.native_map()));
+                native_bars(r.native_map));
     h += "<h2 id=\"counters\">Counters per op</h2>\n";
-    h += "<div data-chart=\"counters\">\n" + counters_table(in.summary) + "</div>\n";
-    h += "<h2 id=\"processes\">Processes</h2>\n" + processes_table(in.processes);
-    if (!in.notes.empty()) {
+    h += "<div data-chart=\"counters\">\n" + counters_table(r.counter_names, r.counters) + "</div>\n";
+    h += "<h2 id=\"processes\">Processes</h2>\n" + processes_table(r.entries);
+    if (!r.notes.empty()) {
         h += "<h2 id=\"notes\">Notes</h2>\n<ul>\n";
-        for (const auto& n : in.notes)
-            h += "<li>" + html_escape(n) + "</li>\n";
+        for (const auto& n : r.notes) // (a printed one may open with a blank line)
+            h += "<li>" + html_escape(n.substr(std::min(n.size(), n.find_first_not_of('\n')))) + "</li>\n";
         h += "</ul>\n";
     }
     h += "<p class=\"legend\">How to read this report: docs/trace-format.md and docs/html-report.md (installed under "

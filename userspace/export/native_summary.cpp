@@ -1,4 +1,4 @@
-// The summary's perf-counter table and native map (Summary members kept apart from the op statistics).
+// The summary's perf-counter table and native map (kept apart from the op statistics), and their JSON.
 #include "summary.h"
 
 #include <fmt/format.h>
@@ -54,58 +54,14 @@ std::vector<CounterRow> Summary::counter_rows() const
     return out;
 }
 
-void Summary::print_counters(FILE* out) const
-{
-    auto rows = counter_rows();
-    if (rows.empty())
-        return;
-    std::string head = fmt::format("\n{:<28} {:>8}", "counters per call (mean)", "count");
-    for (const auto& n : counter_names_)
-        head += fmt::format(" {:>16}", clock_counter(n) ? n + " ms" : n);
-    head += fmt::format(" {:>6} {:>8}", "IPC", "on-CPU %");
-    fmt::print(out, "{}\n", head);
-    for (const auto& r : rows) {
-        std::string line = fmt::format("{:<28} {:>8}", r.label(), r.count);
-        for (size_t k = 0; k < r.mean.size(); k++)
-            line += clock_counter(counter_names_[k]) ? fmt::format(" {:>16.3f}", r.mean[k] / 1e6)
-                                                     : fmt::format(" {:>16.1f}", r.mean[k]);
-        line += fmt::format(" {:>6} {:>8}", r.ipc < 0 ? "-" : fmt::format("{:.2f}", r.ipc),
-                            r.on_cpu_pct < 0 ? "-" : fmt::format("{:.0f}", r.on_cpu_pct));
-        fmt::print(out, "{}\n", line);
-    }
-    print_wrapped(out, "(counts are per call of the op; IPC: instructions per cycle, where the PMU counts both; "
-                       "on-CPU %: the thread's time on a CPU over the call's wall time)");
-}
-
-void Summary::print_native_map(FILE* out) const
-{
-    if (native_map_.empty())
-        return;
-    fmt::print(out, "\n");
-    print_wrapped(out, "native map: in which native functions each op's time went (share of the CPU samples taken "
-                       "inside it; docs/native-map.md)");
-    for (const auto& op : native_map_) {
-        double n = static_cast<double>(op.samples);
-        fmt::print(out, "  {}: {} samples, {:.0f} % named, {:.0f} % in the kernel\n", op.op, op.samples,
-                   100.0 * static_cast<double>(op.named) / n, 100.0 * static_cast<double>(op.in_kernel) / n);
-        size_t shown = 0;
-        for (const auto& f : op.functions) {
-            if (shown++ == 6)
-                break;
-            fmt::print(out, "    {:>5.1f} %  {:<56} {}\n", 100.0 * static_cast<double>(f.samples) / n,
-                       f.function.size() > 56 ? f.function.substr(0, 53) + "..." : f.function, f.library);
-        }
-    }
-}
-
-nlohmann::ordered_json Summary::counters_json_value() const
+nlohmann::ordered_json counters_json_value(const std::vector<std::string>& names, const std::vector<CounterRow>& rows)
 {
     using J = nlohmann::ordered_json;
     J ops = J::object();
-    for (const auto& r : counter_rows()) {
+    for (const auto& r : rows) {
         J mean = J::object();
         for (size_t k = 0; k < r.mean.size(); k++)
-            mean[common::valid_utf8(counter_names_[k])] = json_fixed(r.mean[k], 3);
+            mean[common::valid_utf8(names[k])] = json_fixed(r.mean[k], 3);
         J o = J::object();
         o["count"] = r.count;
         o["mean"] = std::move(mean);
@@ -114,18 +70,18 @@ nlohmann::ordered_json Summary::counters_json_value() const
         ops[common::valid_utf8(r.op)] = std::move(o);
     }
     J out = J::object();
-    out["names"] = json_texts(counter_names_);
+    out["names"] = json_texts(names);
     out["ops"] = std::move(ops);
     return out;
 }
 
-std::string Summary::counters_json() const { return json_dump(counters_json_value()); }
+std::string Summary::counters_json() const { return json_dump(counters_json_value(counter_names_, counter_rows())); }
 
-nlohmann::ordered_json Summary::native_map_json_value() const
+nlohmann::ordered_json native_map_json_value(const std::vector<model::OpNativeMap>& map)
 {
     using J = nlohmann::ordered_json;
     J ops = J::array();
-    for (const auto& op : native_map_) {
+    for (const auto& op : map) {
         J fns = J::array();
         for (const auto& f : op.functions) {
             J o = J::object();
@@ -145,6 +101,6 @@ nlohmann::ordered_json Summary::native_map_json_value() const
     return ops;
 }
 
-std::string Summary::native_map_json() const { return json_dump(native_map_json_value()); }
+std::string Summary::native_map_json() const { return json_dump(native_map_json_value(native_map_)); }
 
 } // namespace lotus::exporter

@@ -1,5 +1,6 @@
-// The end-of-run summary: per-op duration statistics per DataLoader (of each training process), the batch
-// analyses, the training loops' waits, and per-process sample counts.
+// The end-of-run summary's statistics: per-op duration statistics per DataLoader (of each training process), the
+// batch analyses with the training loops' verdicts and advice, the counters and the native map. The report that
+// renders them (text, JSON, HTML) is export/report.h.
 #pragma once
 #include "export/run_info.h"
 #include <cstdint>
@@ -114,27 +115,23 @@ public:
     // loop's wait, and what ran outside any span last.
     void set_native_map(std::vector<model::OpNativeMap> map);
     std::vector<CounterRow> counter_rows() const;
-    std::string counters_json() const;   // also the trace's otherData
+    std::string counters_json() const; // the trace's otherData (the summary JSON's "counters")
     std::string native_map_json() const;
-    nlohmann::ordered_json counters_json_value() const; // the same as JSON values
-    nlohmann::ordered_json native_map_json_value() const;
     const std::vector<model::OpNativeMap>& native_map() const { return native_map_; }
     const std::vector<std::string>& counter_names() const { return counter_names_; }
     // Op names in first-seen order with their stats over every DataLoader; "sample" (a whole pipeline call) last.
     Rows rows() const;
     // Samples (pipeline calls) per second, from the first sample's start to the last one's end; 0: fewer than 2.
     double samples_per_s() const;
+    uint64_t samples() const { return all_.samples.count(); }
+    double sample_seconds() const // the first sample's start to the last one's end
+    {
+        return last_sample_ns_ > first_sample_ns_ ? static_cast<double>(last_sample_ns_ - first_sample_ns_) / 1e9 : 0;
+    }
     // Whether most loader spans opened a file (an image dataset: loading is reading and decoding it).
     bool loaders_read_files() const { return loaders_ && files_opened_ * 2 > loaders_; }
     // The same per DataLoader of each training process, in first-seen order.
     std::vector<std::pair<GroupKey, Rows>> groups() const;
-    void print(FILE* out, const std::map<uint32_t, model::ProcessInfo>& processes, const DataLoaderReport& batches,
-               const std::vector<std::string>& notes, const std::vector<UsageRow>& usage = {},
-               unsigned usage_interval_ms = 0) const;
-    // The same content as JSON (--summary-json); schema: schemas/summary.schema.json.
-    // resources: usage_json()'s object, or "null" (text that does not parse: null).
-    std::string json(const std::map<uint32_t, model::ProcessInfo>& processes, const DataLoaderReport& batches,
-                     const RunInfo& run, const std::string& resources = "null") const;
 
 private:
     struct CounterSums {
@@ -150,8 +147,6 @@ private:
         std::map<std::string, std::vector<LongCall>> longest; // per row, longest first, kLongest at most
     };
     Rows rows_of(const Group& g) const;
-    void print_counters(FILE* out) const;
-    void print_native_map(FILE* out) const;
     std::vector<std::string> counter_names_;
     std::vector<model::OpNativeMap> native_map_;
     Group all_;
@@ -163,6 +158,13 @@ private:
 
 // A counter that counts nanoseconds (task-clock, cpu-clock): shown in ms.
 bool clock_counter(const std::string& name);
+
+// part over whole in %; 0 where whole is 0.
+double share(uint64_t part, uint64_t whole);
+
+// The counters and native map tables as the summary JSON (and the trace's otherData) writes them.
+nlohmann::ordered_json counters_json_value(const std::vector<std::string>& names, const std::vector<CounterRow>& rows);
+nlohmann::ordered_json native_map_json_value(const std::vector<model::OpNativeMap>& map);
 
 // A prose line of the summary (legends, advice, batch figures) wrapped at `width` columns; continuation lines
 // indented by `indent`.

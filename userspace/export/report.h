@@ -1,0 +1,86 @@
+// The end-of-run report: one model of what the run found, built once from the summary's statistics, the batch
+// analyses, the processes, the resource use and the run's facts. The printed summary (summary_text.cpp), the
+// summary JSON (summary_json.cpp) and the HTML report (html_report.cpp) are renderings of it: what is in a
+// section, in which order and under which title is decided here, once; the renderers only format.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "export/run_info.h"
+#include "export/summary.h"
+#include "export/usage_summary.h"
+#include "model/native_map.h"
+#include "model/spans.h"
+
+namespace lotus::exporter {
+
+// One DataLoader of one training process: its ops and its batches.
+struct LoaderSection {
+    GroupKey key;
+    std::string title;       // "DataLoader 0 of main", "DataLoader ? of main (its iterator was made before ...)"
+    std::string owner_label; // "" where the training process is not known
+    Rows rows;               // empty: none of its samples was seen
+    std::optional<BatchSummary> batches;
+};
+
+// A traced process with a DataLoader role (a training process, a worker, or one that ran samples).
+struct ProcessEntry {
+    uint32_t pid = 0;
+    const model::ProcessInfo* info = nullptr; // the engine's
+    std::string label;                        // model::process_label
+    bool worker = false;                      // a DataLoader worker (by its loop or its worker id)
+};
+
+// The processes of one role, as the printed table shows them: a worker id stands for every process that played it.
+struct RoleEntry {
+    std::string label, loader; // loader: its DataLoader number, "?" where unknown, "-" for a training process
+    std::string pids;          // comma-separated (folded processes' included)
+    size_t processes = 0;
+    uint64_t samples = 0, batches = 0, busy_ns = 0, seen_ns = 0;
+    bool has_busy() const { return batches && seen_ns; } // busy/idle are about DataLoader workers
+};
+
+struct Throughput {
+    uint64_t samples = 0;
+    double seconds = 0, samples_per_s = 0;
+};
+
+struct Report {
+    RunInfo run;
+    const std::map<uint32_t, model::ProcessInfo>* processes = nullptr; // the engine's (the charts' roles)
+    Rows ops;                            // every DataLoader together
+    std::vector<LoaderSection> loaders;  // per DataLoader of each training process, in first-seen order
+    std::vector<LoopSummary> loops;      // each training loop: its waits, verdict and advice
+    std::vector<std::string> loop_labels; // loops[i]'s process label
+    std::optional<Throughput> throughput; // where 2 samples or more were seen
+    std::vector<ProcessEntry> entries;   // by pid
+    std::vector<RoleEntry> roles;        // training processes first, then their workers by id
+    std::vector<UsageRow> usage;         // empty: not read
+    unsigned usage_interval_ms = 0;
+    std::vector<std::string> counter_names;
+    std::vector<CounterRow> counters;
+    std::vector<model::OpNativeMap> native_map;
+    std::vector<std::string> notes; // what the printed summary says at its end (a note may open with "\n")
+};
+
+struct ReportInput {
+    const Summary& summary;
+    const DataLoaderReport& batches;
+    const std::map<uint32_t, model::ProcessInfo>& processes;
+    RunInfo run;
+    std::vector<std::string> notes;
+    std::vector<UsageRow> usage = {};
+    unsigned usage_interval_ms = 0;
+};
+
+Report build_report(const ReportInput& in);
+
+// The renderings.
+void print_report(FILE* out, const Report& r);
+std::string report_json(const Report& r); // --summary-json; schema: schemas/summary.schema.json
+
+} // namespace lotus::exporter

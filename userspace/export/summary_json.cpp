@@ -1,0 +1,157 @@
+// The summary JSON (--summary-json): the report (report.h) as JSON, through nlohmann-json; schema:
+// schemas/summary.schema.json.
+#include "report.h"
+
+#include <nlohmann/json.hpp>
+
+#include "common/utf8.h"
+#include "export/json.h"
+
+namespace lotus::exporter {
+
+namespace {
+
+using J = nlohmann::ordered_json;
+
+double busy_pct(const model::ProcessInfo& p)
+{
+    return p.seen_ns() ? 100.0 * static_cast<double>(p.busy_ns) / static_cast<double>(p.seen_ns()) : 0;
+}
+
+
+// A process other exited processes of its role were folded into: how many it stands for, and the first of their pids.
+void add_folded(nlohmann::ordered_json& o, const model::ProcessInfo& p)
+{
+    if (!p.folded)
+        return;
+    auto pids = nlohmann::ordered_json::array();
+    for (uint32_t pid : p.folded_pids)
+        pids.push_back(pid);
+    o["processes"] = p.processes();
+    o["folded_pids"] = std::move(pids);
+}
+
+J stats_json(const DurationStats& s)
+{
+    J o = J::object();
+    o["count"] = s.count;
+    for (auto [key, v] : std::initializer_list<std::pair<const char*, double>>{
+             {"mean_ms", s.mean_ms}, {"std_ms", s.std_ms}, {"min_ms", s.min_ms}, {"p25_ms", s.p25_ms},
+             {"p50_ms", s.p50_ms}, {"p75_ms", s.p75_ms}, {"p95_ms", s.p95_ms}, {"p99_ms", s.p99_ms},
+             {"max_ms", s.max_ms}, {"total_ms", s.total_ms}})
+        o[key] = json_fixed(v, 4);
+    if (s.cpu_ms >= 0) {
+        o["cpu_ms"] = json_fixed(s.cpu_ms, 4);
+        o["on_cpu_pct"] = json_fixed(s.on_cpu_pct, 2);
+        o["minor_faults"] = json_fixed(s.minor_faults, 2);
+    }
+    return o;
+}
+
+J rows_json(const Rows& rows)
+{
+    J ops = J::object();
+    for (const auto& r : rows)
+        ops[common::valid_utf8(r.name)] = stats_json(r.stats);
+    return ops;
+}
+
+J batches_json(const BatchSummary& x)
+{
+    J o = J::object(), wait = J::object(), delay = J::object();
+    o["prepare"] = stats_json(x.prepare);
+    o["wait"] = stats_json(x.wait);
+    o["delay"] = stats_json(x.delay);
+    wait["out_of_order"] = json_fixed(share(x.out_of_order, x.delay.count) / 100, 4);
+    wait["le_1ms"] = json_fixed(share(x.wait_le_1ms, x.wait.count) / 100, 4);
+    wait["1ms_500ms"] = json_fixed(share(x.wait_1_500ms, x.wait.count) / 100, 4);
+    wait["gt_500ms"] = json_fixed(share(x.wait_gt_500ms, x.wait.count) / 100, 4);
+    o["wait_share"] = std::move(wait);
+    o["delay_gt_500ms_share"] = json_fixed(share(x.delay_gt_500ms, x.delay.count) / 100, 4);
+    delay["le_1ms"] = json_fixed(share(x.delay_le_1ms, x.delay.count) / 100, 4);
+    delay["1ms_500ms"] = json_fixed(share(x.delay_1_500ms, x.delay.count) / 100, 4);
+    delay["gt_500ms"] = json_fixed(share(x.delay_gt_500ms, x.delay.count) / 100, 4);
+    o["delay_share"] = std::move(delay);
+    o["unnamed"] = x.unnamed;
+    o["unmatched"] = x.unmatched;
+    o["arrival_order"] = x.arrival_order;
+    o["misnamed"] = x.misnamed;
+    o["misnamed_passes"] = x.passes_before;
+    return o;
+}
+
+} // namespace
+
+std::string report_json(const Report& r)
+{
+    J procs = J::array();
+    for (const auto& e : r.entries) {
+        const auto& p = *e.info;
+        J o = J::object();
+        o["pid"] = e.pid;
+        o["label"] = json_text(e.label);
+        o["worker"] = p.worker_id;
+        o["rank"] = p.known_rank();
+        o["owner"] = p.owner;
+        o["loader"] = p.loader;
+        o["samples"] = p.samples;
+        o["batches"] = p.batches;
+        o["busy_pct"] = json_fixed(p.root || p.consumer ? 0.0 : busy_pct(p), 2);
+        add_folded(o, p);
+        procs.push_back(std::move(o));
+    }
+    // Per DataLoader of each training process: its ops and batches.
+    J loaders = J::array();
+    for (const auto& s : r.loaders) {
+        J o = J::object();
+        o["owner"] = s.key.owner;
+        o["owner_label"] = json_text(s.owner_label);
+        o["loader"] = s.key.loader;
+        o["ops"] = rows_json(s.rows);
+        o["batches"] = s.batches ? batches_json(*s.batches) : J(nullptr);
+        loaders.push_back(std::move(o));
+    }
+    J loops = J::array();
+    for (size_t i = 0; i < r.loops.size(); i++) {
+        const auto& l = r.loops[i];
+        J o = J::object();
+        o["pid"] = l.pid;
+        o["label"] = json_text(r.loop_labels[i]);
+        o["batches"] = l.batches;
+        o["waiting_share"] = json_fixed(l.waiting_share, 4);
+        o["verdict"] = json_text(l.verdict);
+        o["advice"] = json_texts(l.advice);
+        o["all"] = batches_json(l.all);
+        loops.push_back(std::move(o));
+    }
+    // Every DataLoader together, and the training loop's share: where there is one training process (else null).
+    J merged = nullptr;
+    if (r.loops.size() == 1) {
+        const auto& l = r.loops[0];
+        merged = batches_json(l.all);
+        merged["waiting_share"] = json_fixed(l.waiting_share, 4);
+        merged["verdict"] = json_text(l.verdict);
+        merged["advice"] = json_texts(l.advice);
+    }
+    J throughput = nullptr;
+    if (r.throughput) {
+        throughput = J::object();
+        throughput["samples"] = r.throughput->samples;
+        throughput["seconds"] = json_fixed(r.throughput->seconds, 4);
+        throughput["samples_per_s"] = json_fixed(r.throughput->samples_per_s, 3);
+    }
+    J doc = J::object();
+    doc["run"] = run_json(r.run);
+    doc["ops"] = rows_json(r.ops);
+    doc["batches"] = std::move(merged);
+    doc["loaders"] = std::move(loaders);
+    doc["training"] = std::move(loops);
+    doc["processes"] = std::move(procs);
+    doc["counters"] = counters_json_value(r.counter_names, r.counters);
+    doc["native_map"] = native_map_json_value(r.native_map);
+    doc["resources"] = r.usage.empty() ? J(nullptr) : usage_json_value(r.usage, r.usage_interval_ms);
+    doc["throughput"] = std::move(throughput);
+    return json_dump(doc) + "\n";
+}
+
+} // namespace lotus::exporter
