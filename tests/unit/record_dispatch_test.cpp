@@ -21,6 +21,12 @@ struct Seen : model::RecordHandler {
         calls.push_back(model::kRecordUsage);
         usage_read = r;
     }
+    model::RecordEnd end_read{};
+    void end(const model::RecordEnd& e) override
+    {
+        calls.push_back(model::kRecordEnd);
+        end_read = e;
+    }
 };
 
 } // namespace
@@ -62,4 +68,16 @@ TEST(RecordDispatch, AnOlderUsageRecordIsReadWithoutItsNetworkFields)
     EXPECT_TRUE(model::dispatch(&r, sizeof(r), s));
     EXPECT_EQ(s.usage_read.flags, model::kUsageNet);
     EXPECT_EQ(s.usage_read.net_sent, 77u);
+}
+
+// The capture's end record (its counts as tracing stopped) is a record of the stream like the others.
+TEST(RecordDispatch, TheEndRecordCarriesTheCapturesCounts)
+{
+    Seen s;
+    model::RecordEnd e{model::kRecordEnd, 1, 1, 0, 5, 1000, 7};
+    EXPECT_FALSE(model::dispatch(&e, sizeof(e) - 8, s)); // without its lost count: refused
+    EXPECT_TRUE(model::dispatch(&e, sizeof(e), s));
+    EXPECT_EQ(s.calls, (std::vector<int>{model::kRecordEnd}));
+    EXPECT_EQ(s.end_read.submitted, 1000u);
+    EXPECT_EQ(s.end_read.lost, 7u);
 }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "model/record_dispatch.h"
 #include "record/record_file.h"
 #include "outputs.h"
 #include "reconstruction.h"
@@ -14,6 +15,25 @@
 namespace lotus::cli {
 
 static int replay_into(const Options& opts, record::RecordReader& in);
+
+namespace {
+
+// What a record file says of its own capture: the end record's counts (the session's, as tracing stopped), and
+// the records user space added to the stream (processes alive at attach, capture slots), not events captured.
+struct StreamCounts : model::RecordHandler {
+    uint64_t added = 0, captured = 0, lost = 0;
+    bool ended = false, ended_now = false;
+    void end(const model::RecordEnd& e) override
+    {
+        captured = e.submitted;
+        lost = e.lost;
+        ended = ended_now = true;
+    }
+    void slots(const model::RecordSlots&) override { added++; }
+    void known_process(const model::RecordProcess&) override { added++; }
+};
+
+} // namespace
 
 // A corrupt record file throws before anything is committed: the outputs keep what they had.
 int replay(const Options& opts)
@@ -49,21 +69,19 @@ static int replay_into(const Options& opts, record::RecordReader& in)
     // The stream as it was captured, into the engine (the records capture added included); only the end
     // record's counts are the session's.
     std::vector<uint8_t> record;
-    uint64_t events = 0, captured = 0, lost = 0, last_ns = in.header().t0_ns;
-    bool ended = false;
+    StreamCounts counts;
+    uint64_t records = 0, last_ns = in.header().t0_ns;
     while (in.next(record)) {
-        auto* h = reinterpret_cast<const lotus_event_header*>(record.data());
-        if (h->type == record::kRecordEnd && record.size() >= sizeof(record::RecordEnd)) {
-            auto* end = reinterpret_cast<const record::RecordEnd*>(record.data());
-            captured = end->submitted;
-            lost = end->lost;
-            ended = true;
+        counts.ended_now = false;
+        model::dispatch(record.data(), record.size(), counts);
+        if (counts.ended_now)
             continue;
-        }
-        last_ns = std::max<uint64_t>(last_ns, h->ts_ns);
-        events += h->type != model::kRecordProcess && h->type != model::kRecordSlots; // as captured
+        records++;
+        last_ns = std::max<uint64_t>(last_ns, reinterpret_cast<const lotus_event_header*>(record.data())->ts_ns);
         rec.consume(record.data(), record.size());
     }
+    uint64_t events = records - counts.added, captured = counts.captured, lost = counts.lost;
+    bool ended = counts.ended;
     auto str = [&](const char* k) {
         return meta.contains(k) && meta[k].is_string() ? meta[k].get<std::string>() : std::string("?");
     };

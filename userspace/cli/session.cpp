@@ -245,6 +245,18 @@ private:
     std::unique_ptr<capture::Completion> completion_;
     std::unique_ptr<capture::RoleWriter> roles_;
     std::unique_ptr<Reconstruction> rec_;
+    // A new program (EXEC): its own environment (torchrun sets RANK), and maybe an interpreter to watch.
+    struct ExecWatch : model::RecordHandler {
+        Session& s;
+        explicit ExecWatch(Session& session) : s(session) {}
+        void process_event(const lotus_proc_event& p) override
+        {
+            if (p.h.type != LOTUS_EV_EXEC)
+                return;
+            s.rank_of(p.h.tgid);
+            s.interpreters_->look_at(p.h.tgid, monotonic_ns());
+        }
+    } exec_watch_{*this};
     uint64_t last_sweep_ = 0;
     proc::ProcUsageReader proc_reader_;
     std::optional<proc::PssSchedule> pss_schedule_;
@@ -385,16 +397,12 @@ void Session::on_record(const void* raw, size_t raw_len)
 {
     delivered_++;
     auto [data, len] = completion_->complete(raw, raw_len);
-    auto* h = static_cast<const lotus_event_header*>(data);
     if (debug_)
         debug_->print(data, len);
     if (native_)
         native_->on_event(data, len);
     feed(data, len);
-    if (h->type == LOTUS_EV_EXEC) { // a new program: its own environment (torchrun sets RANK)
-        rank_of(h->tgid);
-        interpreters_->look_at(h->tgid, monotonic_ns());
-    }
+    model::dispatch(data, len, exec_watch_);
 }
 
 // RANK from a process's environment, into the stream (the record file keeps it for replays).

@@ -75,7 +75,7 @@ bool dispatch(const void* data, size_t len, RecordHandler& h)
     case kRecordProcess:
         return call(as<RecordProcess>(data, len), &RecordHandler::known_process);
     case kRecordEnd:
-        return call(hd, &RecordHandler::end);
+        return call(as<RecordEnd>(data, len), &RecordHandler::end);
     case kRecordNativeFunc:
         return call(as<RecordNativeFunc>(data, len), &RecordHandler::native_func);
     case kRecordSymbol:

@@ -1,7 +1,8 @@
 // The one switch on a record's type. Each record of the stream (lotus_abi.h's kernel records and
 // user_records.h's), checked once against its type's size, is handed to the handler's function for that type; a
-// handler overrides the ones it wants. Engine, usage tracker, native capture, the stream's completion and the
-// session all read the stream through it.
+// handler overrides the ones it wants. Engine, usage tracker, native capture, the stream's completion, the
+// session and the replay all read the stream through it. (The capture's ring-buffer callback looks at a raw
+// record's type once before the stream: a held child's release and libc links cannot wait for completion.)
 #pragma once
 #include <cstddef>
 
@@ -28,7 +29,7 @@ public:
     virtual void capture(const lotus_py_entry&) {}
     virtual void slots(const RecordSlots&) {}
     virtual void known_process(const RecordProcess&) {}
-    virtual void end(const lotus_event_header&) {} // the session's own counts as tracing stopped (record_file.h)
+    virtual void end(const RecordEnd&) {} // the session's own counts as tracing stopped
     virtual void native_func(const RecordNativeFunc&) {}
     virtual void symbol(const RecordSymbol&) {}
     virtual void symbol_range(const RecordSymbolRange&) {}

@@ -38,6 +38,13 @@ struct RecordProcess {
     uint32_t parent, root;
 };
 
+// The capture's own counts, written when tracing stopped (absent where the tracer was killed or the file cut).
+struct RecordEnd {
+    uint32_t type, pid, tid, cpu;
+    uint64_t ts_ns;
+    uint64_t submitted, lost; // records the BPF programs wrote / could not write (ring buffer full)
+};
+
 struct RecordRank {
     uint32_t type, tgid, tid, cpu; // tgid: the process
     uint64_t ts_ns;

@@ -23,15 +23,9 @@ using model::kRecordSlots;
 using model::kRecordProcess;
 using model::kRecordEnd;
 
+using model::RecordEnd;
 using model::RecordProcess;
 using model::RecordSlots;
-
-// Like the kernel's, they start with a lotus_event_header (type, tgid, tid, cpu, ts_ns).
-struct RecordEnd {
-    uint32_t type, pid, tid, cpu;
-    uint64_t ts_ns;
-    uint64_t submitted, lost; // records the BPF programs wrote / could not write (ring buffer full)
-};
 
 struct RecordHeader {
     uint64_t t0_ns = 0;
