@@ -74,11 +74,13 @@ class BadInput(BpfTestCase):
     def test_bad_rules_file(self):
         bad = self.path("bad.json")
         for content, needle in (("{not json", "not valid JSON"), ('{"spans": [1]}', "list of non-empty strings"),
-                                ('{"ops": []}', "unknown key")):
+                                ('{"ops": []}', "unknown key"),
+                                ('{"framework": {"code": []}}', '"object_call_methods" is missing')):
             with open(bad, "w") as f:
                 f.write(content)
             self.assert_refused(["--rules", bad, "--", PY, "-c", "pass"], needle)
         self.assert_refused(["--rules", self.path("missing.json"), "--", PY, "-c", "pass"], "cannot read rules file")
+        self.assert_refused(["rules", "-o", "/nonexistent-dir/rules.json"], "cannot write", "/nonexistent-dir")
 
     def test_usage_errors(self):
         self.assert_refused([], "--pid")

@@ -55,6 +55,7 @@ TEST(Cli, TheBuiltinRulesReadBackAsTheyAre)
     ASSERT_TRUE(file.framework);
     EXPECT_EQ(*file.framework, builtin);
     EXPECT_TRUE(file.pipelines.empty() && file.spans.empty());
+    EXPECT_EQ(cli::write_builtin_rules("/nonexistent-dir/rules.json"), 1); // one line on stderr, no abort
 
     auto refused = [&](const std::function<void(nlohmann::json&)>& change) {
         nlohmann::json j = cli::framework_json(builtin);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -195,9 +196,14 @@ int write_builtin_rules(const std::string& path)
         fwrite(text.data(), 1, text.size(), stdout);
         return fflush(stdout) == 0 ? 0 : 1;
     }
-    exporter::OutputFile out(path);
-    out.write(text);
-    return out.commit() ? 0 : 1;
+    try {
+        exporter::OutputFile out(path); // (a link, a missing directory: one line, nothing written)
+        out.write(text);
+        return out.commit() ? 0 : 1;
+    } catch (const std::runtime_error& e) {
+        fmt::print(stderr, "lotus-bpf: {}\n", e.what());
+        return 1;
+    }
 }
 
 } // namespace lotus::cli
