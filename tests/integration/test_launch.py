@@ -196,6 +196,12 @@ class LaunchMode(BpfTestCase):
         r = run_lotus(["--replay", record, "-q", "-o", self.path("r.json"), "--summary-json", summary])
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         self.assertEqual(ops(summary), expected)
+        # A table given at replay is not the capture's: it is said and not used.
+        r = run_lotus(["--replay", record, "-q", "-o", self.path("r.json"), "--summary-json", summary,
+                       "--rules", builtin])
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertIn('"framework" is not used', r.stderr)
+        self.assertEqual(ops(summary), expected)
 
     def test_per_op_software_counters(self):
         """On-CPU time, blocking and page faults per op, from the kernel's per-thread accounting."""

@@ -61,9 +61,14 @@ static int replay_into(const Options& opts, record::RecordReader& in)
         lists.pipelines.push_back(p);
     for (auto& sp : strings("spans"))
         lists.spans.push_back(sp);
-    if (meta.contains("framework")) // the capture's knowledge of torch (a --rules file's), not today's
-        lists.framework =
-            std::make_shared<const model::framework::Framework>(parse_framework(meta["framework"], opts.replay));
+    // The knowledge of torch the capture ran with (it decided what BPF emitted): the record's (a --rules file's
+    // then), else the built-in one; never one given now.
+    if (lists.framework)
+        fmt::print(stderr, "lotus-bpf: {}'s \"framework\" is not used: a replay reconstructs with the knowledge the "
+                           "capture ran with\n", opts.rules_file);
+    lists.framework = meta.contains("framework") ? std::make_shared<const model::framework::Framework>(
+                                                       parse_framework(meta["framework"], opts.replay))
+                                                 : nullptr;
     Outputs outputs(opts);
     Reconstruction rec(opts, outputs, std::move(lists), in.header().t0_ns, strings("counters"));
     // The stream as it was captured, into the engine (the records capture added included); only the end
