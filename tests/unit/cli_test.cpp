@@ -55,7 +55,7 @@ TEST(Cli, TheBuiltinRulesReadBackAsTheyAre)
     ASSERT_TRUE(file.framework);
     EXPECT_EQ(*file.framework, builtin);
     EXPECT_TRUE(file.pipelines.empty() && file.spans.empty());
-    EXPECT_EQ(cli::write_builtin_rules("/nonexistent-dir/rules.json"), 1); // one line on stderr, no abort
+    EXPECT_EQ(cli::write_builtin_rules("/nonexistent-dir/rules.json"), 74); // one line on stderr, no abort
 
     auto refused = [&](const std::function<void(nlohmann::json&)>& change) {
         nlohmann::json j = cli::framework_json(builtin);
@@ -73,6 +73,19 @@ TEST(Cli, TheBuiltinRulesReadBackAsTheyAre)
     EXPECT_EQ(refused([](auto& j) { j["code"][1]["flags"].push_back("fast"); }),
               "f.json: \"framework\" code row 1: unknown flag \"fast\"");
     EXPECT_EQ(refused([](auto& j) { j["extra"] = 1; }), "f.json: \"framework\": unknown key \"extra\"");
+    // Rows that would do nothing: a capture without locals, locals without the flag, more locals than BPF reports,
+    // a worker loop that captures nothing.
+    EXPECT_EQ(refused([](auto& j) { j["code"][0]["locals"] = nlohmann::json::array(); }),
+              "f.json: \"framework\" code row 0: the \"capture\" flag and \"locals\" go together");
+    EXPECT_EQ(refused([](auto& j) { j["code"][2]["locals"] = {"self"}; }),
+              "f.json: \"framework\" code row 2: the \"capture\" flag and \"locals\" go together");
+    EXPECT_EQ(refused([](auto& j) { j["code"][0]["locals"] = {"a", "b", "c"}; }),
+              "f.json: \"framework\" code row 0: at most 2 locals");
+    EXPECT_EQ(refused([](auto& j) {
+                  j["code"][0]["flags"] = nlohmann::json::array();
+                  j["code"][0]["locals"] = nlohmann::json::array();
+              }),
+              "f.json: \"framework\" code row 0: a worker_loop row captures its local (\"capture\", \"locals\")");
     EXPECT_EQ(refused([](auto& j) { j["native_set"][0].erase("symbol"); }),
               "f.json: \"framework\" native_set: \"symbol\" is missing");
 }

@@ -61,6 +61,7 @@ public:
     // Also hands every span to `f` as it ends (the live view).
     void observe(std::function<void(const model::Span&)> f) { observer_ = std::move(f); }
     const model::Engine& engine() const { return engine_; }
+    const model::Rules& rules() const { return rules_; }
 
     // Ends the run: writes the trace's end and the summary JSON, prints the summary (unless the options say
     // not to). run: what the session knows of the run; the rest (samples, process ends, output failures...) is

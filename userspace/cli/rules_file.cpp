@@ -9,6 +9,8 @@
 #include <stdexcept>
 
 #include "export/output_file.h"
+#include "lotus_abi.h"
+#include "outputs.h"
 
 namespace lotus::cli {
 
@@ -80,6 +82,15 @@ fw::CodeRow parse_row(const nlohmann::json& j, const std::string& where)
         throw std::runtime_error(where + ": \"emitted\" must be true or false");
     row.emitted = j.value("emitted", false);
     row.locals = strings(j, "locals", where);
+    // Knowledge that would do nothing is refused: BPF reports a capturing row's first locals, the engine reads
+    // the first as the worker id or the rank.
+    bool capture = row.flags & LOTUS_ROLE_CAPTURE;
+    if (capture != !row.locals.empty())
+        throw std::runtime_error(where + ": the \"capture\" flag and \"locals\" go together");
+    if (row.locals.size() > LOTUS_SLOTS_PER_ROLE)
+        throw std::runtime_error(where + fmt::format(": at most {} locals", LOTUS_SLOTS_PER_ROLE));
+    if ((row.kind == model::CodeKind::WorkerLoop || row.kind == model::CodeKind::RankMain) && !capture)
+        throw std::runtime_error(where + ": a " + fw::kind_name(row.kind) + " row captures its local (\"capture\", \"locals\")");
     return row;
 }
 
@@ -199,10 +210,10 @@ int write_builtin_rules(const std::string& path)
     try {
         exporter::OutputFile out(path); // (a link, a missing directory: one line, nothing written)
         out.write(text);
-        return out.commit() ? 0 : 1;
+        return out.commit() ? 0 : kExitOutputFailed;
     } catch (const std::runtime_error& e) {
         fmt::print(stderr, "lotus-bpf: {}\n", e.what());
-        return 1;
+        return kExitOutputFailed;
     }
 }
 

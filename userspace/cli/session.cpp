@@ -119,6 +119,7 @@ exporter::RunInfo::Holds holds_info(const capture::HoldStats& h, unsigned deadli
 // the records that carry most of it.
 class DebugDump : public model::RecordHandler {
 public:
+    explicit DebugDump(const model::framework::Framework& fw) : fw_(fw) {} // (the queues' pickle globals)
     void py_entry(const lotus_py_entry& e) override
     {
         line_ += fmt::format(" entry depth {} code {:#x} caller {:#x} self {:#x} type {:#x}", e.depth, e.code,
@@ -135,7 +136,7 @@ public:
     }
     void msg(const lotus_msg& m) override
     {
-        auto q = model::parse_queue_message(m.data, std::min<size_t>(m.nbytes, sizeof(m.data)));
+        auto q = model::parse_queue_message(m.data, std::min<size_t>(m.nbytes, sizeof(m.data)), fw_);
         static constexpr const char* kinds[] = {"other", "indexed", "resume"};
         line_ += fmt::format(" msg {} file {:#x} {} index {}{}{}", m.dir == LOTUS_MSG_IN ? "in" : "out", m.file,
                              kinds[q.kind], q.index, q.task ? " task" : "", q.stop ? " stop" : "");
@@ -151,6 +152,7 @@ public:
     }
 
 private:
+    const model::framework::Framework& fw_;
     std::string line_;
 };
 
@@ -373,7 +375,7 @@ void Session::build_pipeline()
     interpreters_ = std::make_unique<capture::InterpreterWatch>(
         interp_, [this](const void* data, size_t len) { feed(data, len); }); // Python processes no probe sees
     if (common::knob_value("LOTUS_DEBUG_EVENTS"))
-        debug_.emplace();
+        debug_.emplace(rec_->rules().framework());
 }
 
 // Every record, the kernel's and capture's own, goes to the record file and the engine alike; then what capture

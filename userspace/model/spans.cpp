@@ -23,8 +23,9 @@ const char* category(SpanKind k)
 
 std::string op_row_name(std::string name)
 {
-    static const char* const kPartNames[] = {"loader", "collate", "sample", "sample (whole pipeline)", "wait",
-                                             "sample (between ops)", "batch (outside samples)", "outside any span"};
+    static const char* const kPartNames[] = {"loader",  "collate", "sample", "sample (whole pipeline)", "wait",
+                                             "batch", "sample (between ops)", "batch (outside samples)",
+                                             "outside any span"};
     for (const char* part : kPartNames)
         if (name == part)
             return name + " (op)";

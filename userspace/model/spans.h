@@ -32,7 +32,7 @@ const char* category(SpanKind k);
 
 // The name an op's (or a --span function's) row goes by in the summary, the counters table and the native map:
 // its own, or "NAME (op)" where its own is one of the names the parts that are not ops go by ("loader",
-// "collate", "sample", "wait", ...), so that no row reads as a row of another kind. Code tells rows apart by
+// "collate", "sample", "wait", "batch", ...), so that no row reads as a row of another kind (also in top's table). Code tells rows apart by
 // their kind, never by this name.
 std::string op_row_name(std::string name);
 
