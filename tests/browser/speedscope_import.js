@@ -3,9 +3,12 @@
 // and error (its trace importer warns for each end that does not match the innermost open span: a span that
 // overlaps its neighbour or nests wrongly), the number of profiles (one per traced thread), their names, and a
 // screenshot.
-//   node speedscope_import.js MODULES_DIR TRACE SCREENSHOT  ->  one JSON object on stdout
+//   node speedscope_import.js MODULES_DIR TRACE SCREENSHOT [TITLE [sandwich]]  ->  one JSON object on stdout
+// (TITLE: what the page's title begins with once imported; default the file's name, as for a Chrome trace; a
+// file in speedscope's own format is titled by its "name". sandwich: also, per profile, the Sandwich view's
+// table, each frame's total and self time as speedscope prints them: {profile: [[name, total, self]...]})
 const path = require('path');
-const [modules, trace, screenshot] = process.argv.slice(2);
+const [modules, trace, screenshot, title, mode] = process.argv.slice(2);
 const {chromium} = require(path.join(modules, 'node_modules', 'playwright-core'));
 
 (async () => {
@@ -13,7 +16,7 @@ const {chromium} = require(path.join(modules, 'node_modules', 'playwright-core')
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
     args: ['--no-sandbox', '--disable-gpu'],
   });
-  const out = {warnings: [], errors: [], requests: [], profiles: 0, names: [], title: ''};
+  const out = {warnings: [], errors: [], requests: [], profiles: 0, names: [], title: '', sandwich: {}};
   try {
     const page = await browser.newPage({viewport: {width: 1600, height: 900}});
     page.on('console', m => {
@@ -25,7 +28,7 @@ const {chromium} = require(path.join(modules, 'node_modules', 'playwright-core')
     page.on('request', r => { if (!r.url().startsWith('file:') && !r.url().startsWith('data:') && !r.url().startsWith('blob:')) out.requests.push(r.url()); });
     await page.goto('file://' + path.join(modules, 'node_modules', 'speedscope', 'dist', 'release', 'index.html'));
     await page.setInputFiles('input[type=file]', trace);
-    await page.waitForFunction(name => document.title.startsWith(name), path.basename(trace), {timeout: 120000});
+    await page.waitForFunction(name => document.title.startsWith(name), title || path.basename(trace), {timeout: 120000});
     out.title = await page.title();
     // The toolbar names the profile shown, with "(i/N)" where there are several; "n" shows the next one.
     const shown = async () => {
@@ -39,8 +42,23 @@ const {chromium} = require(path.join(modules, 'node_modules', 'playwright-core')
     let now = await shown();
     out.profiles = now ? now.count : 1;
     let pictured = false;
+    // The Sandwich view's table: after its header, three lines per frame (total, self, name).
+    const sandwich = async () => {
+      await page.keyboard.press('3');
+      await page.waitForTimeout(300);
+      const lines = (await page.evaluate(() => document.body.innerText)).split('\n').map(l => l.trim());
+      const at = lines.findIndex(l => /^Total\s+Self\s+Symbol Name$/.test(l));
+      const rows = [];
+      // (the rows shown: the table draws those in its window, the largest first)
+      for (let k = at + 1; at >= 0 && k + 2 < lines.length && /^[0-9]/.test(lines[k]); k += 3)
+        rows.push([lines[k + 2], lines[k], lines[k + 1]]);
+      await page.keyboard.press('1');
+      await page.waitForTimeout(100);
+      return rows;
+    };
     for (let i = 0; now && i < now.count; i++) {
       out.names.push(now.name);
+      if (mode === 'sandwich') out.sandwich[now.name] = await sandwich();
       if (!pictured && /worker/.test(now.name)) { // a DataLoader worker's timeline: batch > loader/sample > op
         await page.waitForTimeout(300);
         await page.screenshot({path: screenshot});

@@ -18,6 +18,7 @@
 #include "record/record_file.h"
 #include "export/html_report.h"
 #include "export/report.h"
+#include "export/speedscope.h"
 #include "export/summary.h"
 #include "model/engine.h"
 
@@ -32,9 +33,11 @@ template <typename Next> void reconstruct(uint64_t t0_ns, Next next)
     trace.set_counter_names({"task-clock", "page-faults"});
     lotus::exporter::Summary summary;
     summary.set_counter_names({"task-clock", "page-faults"});
+    lotus::exporter::SpeedscopeWriter flame;
     lotus::model::Engine engine(rules, [&](const lotus::model::Span& s) {
         summary.add(s);
         trace.span(s);
+        flame.add(s);
     });
     lotus::exporter::UsageCsv csv;
     lotus::model::UsageTracker usage([&](const lotus::model::UsagePoint& p) {
@@ -60,6 +63,8 @@ template <typename Next> void reconstruct(uint64_t t0_ns, Next next)
     fclose(sink);
     lotus::exporter::Timeline timeline(t0_ns);
     lotus::exporter::html_report(report, timeline);
+    lotus::exporter::OutputFile flame_out(""); // keeps nothing
+    flame.write(flame_out, engine.processes(), "fuzz", t0_ns);
     out.commit();
 }
 

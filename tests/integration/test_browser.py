@@ -5,6 +5,7 @@ as recorded; one profile per traced thread, named after its process. A screensho
 in the build's test-artefacts directory."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import html as htmllib
@@ -20,11 +21,13 @@ CHARTS = ["op-durations", "wait-histogram", "delay-histogram", "samples-per-seco
           "memory-over-time", "usage", "native-map", "counters"]
 
 
-def speedscope(test, trace_path, screenshot):
+def speedscope(test, trace_path, screenshot, title=None, sandwich=False):
     """What speedscope said importing the file: warnings (its own; Chromium's GL driver notes left out), errors,
-    network requests, profile count and names."""
-    r = subprocess.run(["node", IMPORT, MODULES, trace_path, screenshot], capture_output=True, text=True,
-                       timeout=300)
+    network requests, profile count and names. title: what the page is titled once imported (default: the file's
+    name)."""
+    r = subprocess.run(["node", IMPORT, MODULES, trace_path, screenshot] + ([title] if title else []) +
+                       (["sandwich"] if sandwich else []),
+                       capture_output=True, text=True, timeout=300)
     test.assertEqual(r.returncode, 0, r.stderr)
     out = json.loads(r.stdout)
     out["warnings"] = [w for w in out["warnings"] if "GL Driver Message" not in w]
@@ -99,11 +102,12 @@ class Browser(BpfTestCase):
 
     def test_example_trace_imports_into_speedscope_with_no_warning(self):
         data = dataset(128)
-        out = self.path("lotus-trace.json")
-        r = run_lotus(["-q", "-o", out, "--native-map", "--counters", "default", "--", PY, EXAMPLE, data,
-                       "--epochs", "2", "--workers", "2"])
+        out, flame, summary = self.path("lotus-trace.json"), self.path("flame.speedscope.json"), self.path("s.json")
+        r = run_lotus(["-q", "-o", out, "--speedscope", flame, "--summary-json", summary, "--native-map", "--counters",
+                       "default", "--", PY, EXAMPLE, data, "--epochs", "2", "--workers", "2"])
         self.assertEqual(r.returncode, 0, r.stderr)
         trace = load_trace(out)
+        self.check_speedscope_file(flame, summary, {s["name"] for s in spans(trace, "native")})
         self.assertEqual(trace["otherData"]["lost_events"], 0)
         for e in trace["traceEvents"]:
             for k in ("ts", "dur"):
@@ -133,6 +137,58 @@ class Browser(BpfTestCase):
             self.assertEqual(len(named), 1, (pid, tid, seen["names"]))
         self.assertTrue(any(n.startswith("worker 0 ") for n in seen["names"]), seen["names"])
         self.assertGreater(os.path.getsize(shot), 10000)
+
+    def check_speedscope_file(self, flame, summary_path, native_names):
+        """The speedscope file (--speedscope) imports with no warning, one profile per role (a worker id merges
+        the processes that played it), and its root frames' totals are the summary's per-op totals: what Left
+        Heavy shows."""
+        seen = speedscope(self, flame, self.path("flame.png"), "lotus-bpf: the pipeline's spans per role", sandwich=True)
+        self.assertEqual(seen["requests"], [])
+        self.assertEqual(seen["errors"], [])
+        self.assertEqual(seen["warnings"], [], f"{len(seen['warnings'])} import warnings")
+        self.assertEqual(sorted(seen["names"]), ["main", "worker 0", "worker 1"])
+        with open(flame) as f:
+            doc = json.load(f)
+        with open(summary_path) as f:
+            ops = json.load(f)["ops"]
+        self.assertNotIn("left out", doc["name"])
+        frames = [f["name"] for f in doc["shared"]["frames"]]
+        totals, natives = defaultdict(int), set()
+        for p in doc["profiles"]:
+            stack = []
+            for e in p["events"]:
+                if e["type"] == "O":
+                    stack.append((e["frame"], e["at"]))
+                    continue
+                frame, at = stack.pop()
+                self.assertEqual(frame, e["frame"])
+                if stack:
+                    natives.add(frames[frame])
+                else:
+                    totals[frames[frame]] += e["at"] - at
+            self.assertEqual(stack, [])
+        self.assertNotIn("sample", totals)  # samples and batches are not frames
+        self.assertNotIn("batch", totals)
+        for op, st in ops.items():
+            if op != "sample":
+                self.assertAlmostEqual(totals.pop(op) / 1e6, st["total_ms"], delta=0.001, msg=op)
+        # What speedscope itself shows: its Sandwich view's totals per frame (Left Heavy's, as a table), over the
+        # roles, are the summary's per-op totals (to its printed precision: 2 decimals per role).
+        unit = {"ns": 1e-6, "µs": 1e-3, "ms": 1.0, "s": 1e3}
+        shown = defaultdict(float)
+        for role, rows in seen["sandwich"].items():
+            for name, total, _ in rows:
+                m = re.match(r"([0-9.]+)(ns|µs|ms|s)\b", total)
+                self.assertIsNotNone(m, (role, name, total))
+                shown[name] += float(m.group(1)) * unit[m.group(2)]
+        for op, st in ops.items():
+            if op != "sample":
+                self.assertAlmostEqual(shown[op], st["total_ms"], delta=max(0.011 * len(seen["sandwich"]),
+                                                                            st["total_ms"] * 0.005), msg=op)
+        # left: the training loop's waits, and native calls outside any op (the training loop's own torch calls)
+        self.assertIn("wait", totals)
+        self.assertLessEqual(set(totals) - {"wait"}, native_names)
+        self.assertIn("ImagingJpegDecode", natives)  # native functions inside the ops and loaders
 
     def test_html_report_renders_every_chart_offline(self):
         images, epochs, workers = 128, 2, 2

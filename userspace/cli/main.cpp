@@ -280,6 +280,10 @@ void add_one_step(CLI::App& app, TraceCommand& c)
     app.add_option("--summary-json", opts.summary_json, "also write the summary as JSON to this file")->check(kNonEmpty);
     app.add_option("--html", opts.html, "also write the HTML report (one offline file with charts) to this file")
         ->check(kNonEmpty);
+    app.add_option("--speedscope", opts.speedscope,
+                   "also write a speedscope file: per role, ops, loader, collate, native functions and waits as "
+                   "frames (its Left Heavy view: each op's total over all samples)")
+        ->check(kNonEmpty);
     app.add_option("--resources-csv", opts.resources_csv, "also write the resource readings (one row per process and "
                                                           "interval) as CSV to this file")
         ->check(kNonEmpty);
@@ -322,6 +326,8 @@ void add_export(CLI::App& app, ReplayCommand& c)
         ->check(kNonEmpty);
     exp->add_option("--summary-json", o.summary_json, "also write the summary as JSON to this file")->check(kNonEmpty);
     exp->add_option("--html", o.html, "also write the HTML report to this file")->check(kNonEmpty);
+    exp->add_option("--speedscope", o.speedscope, "also write a speedscope file (a flame graph per role) to this file")
+        ->check(kNonEmpty);
     exp->add_option("--resources-csv", o.resources_csv, "also write the resource readings as CSV to this file")
         ->check(kNonEmpty);
     add_rule_options(exp, c.p);

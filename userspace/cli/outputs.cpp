@@ -19,6 +19,9 @@ Outputs::Outputs(const Options& opts)
                                                                 exporter::OutputOptions{true, "--resources-csv"}, sink());
     if (!opts.html.empty())
         html_ = std::make_unique<exporter::OutputFile>(opts.html, exporter::OutputOptions{false, "--html"}, sink());
+    if (!opts.speedscope.empty())
+        speedscope_ = std::make_unique<exporter::OutputFile>(opts.speedscope,
+                                                             exporter::OutputOptions{false, "--speedscope"}, sink());
 }
 
 exporter::OutputFailure Outputs::sink()

@@ -21,13 +21,14 @@ public:
     exporter::OutputFile& trace() { return *trace_; }        // discards when no trace file is wanted
     exporter::OutputFile* summary_json() { return summary_json_.get(); }
     exporter::OutputFile* html() { return html_.get(); }
+    exporter::OutputFile* speedscope() { return speedscope_.get(); }
     exporter::OutputFile* resources_csv() { return resources_csv_.get(); }
     exporter::OutputFailure sink();
     const std::vector<std::string>& failures() const { return failures_; }
 
 private:
     std::vector<std::string> failures_;
-    std::unique_ptr<exporter::OutputFile> trace_, summary_json_, html_, resources_csv_;
+    std::unique_ptr<exporter::OutputFile> trace_, summary_json_, html_, resources_csv_, speedscope_;
 };
 
 } // namespace lotus::cli

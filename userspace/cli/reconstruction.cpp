@@ -24,8 +24,10 @@ Reconstruction::Reconstruction(const Options& opts, Outputs& outputs, RuleLists 
       }),
       engine_(rules_,
               [this](const model::Span& s) {
-                  summary_.add(s); // the summary and the HTML report always cover everything
+                  summary_.add(s); // the summary, the HTML report and the speedscope file cover everything
                   timeline_.add(s);
+                  if (speedscope_)
+                      speedscope_->add(s);
                   if (observer_)
                       observer_(s);
                   if (in_trace(s))
@@ -44,7 +46,11 @@ Reconstruction::Reconstruction(const Options& opts, Outputs& outputs, RuleLists 
             usage_csv_.name(pid, model::process_label(procs, pid));
         timeline_.fold(pid, into, p.first_ns, p.last_ns);
         usage_.fold(pid, into);
+        if (speedscope_)
+            speedscope_->folded(pid, into);
     });
+    if (!opts.speedscope.empty())
+        speedscope_.emplace();
 }
 
 // --coarse keeps batches, waits and their arrows; --window keeps spans that start inside it.
@@ -263,6 +269,11 @@ void Reconstruction::write_reports(exporter::RunInfo& run, exporter::Report& rep
     if (auto* csv = outputs_.resources_csv()) {
         csv->write(usage_csv_.text(engine_.processes(), t0_));
         csv->commit();
+    }
+    if (auto* ss = outputs_.speedscope()) {
+        if (uint64_t n = speedscope_->write(*ss, engine_.processes(), run.tool, trace_.t0_ns()))
+            fmt::print(stderr, "lotus-bpf: {} span(s) left out of {} (the file's name says why)\n", n, opts_.speedscope);
+        ss->commit();
     }
     if (auto* html = outputs_.html()) {
         report.run = run;

@@ -4,6 +4,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "export/chrome_trace.h"
 #include "export/run_info.h"
 #include "export/report.h"
+#include "export/speedscope.h"
 #include "export/summary.h"
 #include "export/timeline.h"
 #include "export/usage_summary.h"
@@ -98,6 +100,7 @@ private:
     exporter::ChromeTraceWriter trace_;
     exporter::Summary summary_;
     exporter::Timeline timeline_;
+    std::optional<exporter::SpeedscopeWriter> speedscope_; // --speedscope
     std::function<void(const model::Span&)> observer_;
     exporter::UsageCsv usage_csv_;
     model::UsageTracker usage_;

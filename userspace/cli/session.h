@@ -16,6 +16,7 @@ struct Options {
     bool print_summary = true;                // false: the record and export subcommands
     std::string summary_json; // also write the summary as JSON here
     std::string html;         // also write the HTML report here
+    std::string speedscope;   // also write the speedscope file here
     std::string resources_csv; // also write the resource readings as CSV here
     unsigned resources_interval_ms = 100; // read each traced process's /proc this often; 0: never
     unsigned hold_deadline_ms = 500; // a new child held for its probes is continued after this, whatever the tracer does
