@@ -36,7 +36,7 @@ struct BatchTrackerTest : ::testing::Test {
         processes[child].parent = parent; // (the engine records the parent before telling the tracker)
         tracker.forked(child, parent);
     }
-    void message(uint32_t pid, uint32_t tid, uint8_t dir, const std::string& pickle, uint64_t file)
+    lotus_msg make_message(uint32_t pid, uint32_t tid, uint8_t dir, const std::string& pickle, uint64_t file)
     {
         lotus_msg m{};
         m.h.tgid = pid;
@@ -47,7 +47,11 @@ struct BatchTrackerTest : ::testing::Test {
         m.dir = dir;
         m.nbytes = static_cast<uint8_t>(std::min(pickle.size(), sizeof(m.data)));
         memcpy(m.data, pickle.data(), m.nbytes);
-        tracker.message(m);
+        return m;
+    }
+    void message(uint32_t pid, uint32_t tid, uint8_t dir, const std::string& pickle, uint64_t file)
+    {
+        tracker.message(make_message(pid, tid, dir, pickle, file));
     }
     // A training process's `for batch in loader` begins: __iter__ forks `workers`, returns `iterator`.
     void begin_epoch(uint32_t pid, uint64_t loader, uint64_t iterator, const std::vector<uint32_t>& workers)
@@ -188,17 +192,7 @@ TEST_F(BatchTrackerTest, ARecordThatEndsABatchSaysSoFirst)
     root(P);
     begin_epoch(P, 0xa0, 0x70, {W0});
     auto msg = [&](uint32_t pid, uint32_t tid, uint8_t dir, int64_t idx, uint64_t file) {
-        lotus_msg m{};
-        m.h.tgid = pid;
-        m.h.tid = tid;
-        m.h.ts_ns = now++;
-        m.file = file;
-        m.mode = 0010000; // S_IFIFO
-        m.dir = dir;
-        std::string pickle = test::pickled_indexed(idx);
-        m.nbytes = static_cast<uint8_t>(pickle.size());
-        memcpy(m.data, pickle.data(), m.nbytes);
-        return m;
+        return make_message(pid, tid, dir, test::pickled_indexed(idx), file);
     };
     // The first task ends nothing; the worker's one sample is still open when its getppid comes.
     EXPECT_EQ(tracker.message_begin(msg(W0, W0, LOTUS_MSG_IN, 0, task_pipe(W0))), 0u);
