@@ -7,7 +7,9 @@ and a small CNN training step. Nothing in it knows about lotus-bpf.
 before consuming batches, so a tracer can attach to workers that are already alive and idle.
 --log FILE: append one line per consumed batch ("batch EPOCH INDEX N") for tests.
 --steps DIR: before each epoch N, wait until DIR/go-N exists (bench/alternate.py attaches and detaches a tracer
-between epochs)."""
+between epochs).
+--linger FILE: after the last epoch, print "lingering" and wait until FILE exists (the figures are then still:
+the metrics test reads them from Prometheus)."""
 import argparse
 import os
 import resource
@@ -37,6 +39,7 @@ def main():
     ap.add_argument("--steps", help="before each epoch N, wait for the file DIR/go-N")
     ap.add_argument("--no-train", action="store_true", help="skip the model step")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--linger", help="after the last epoch, say so on stdout and wait for this file before exiting")
     args = ap.parse_args()
 
     torch.manual_seed(args.seed)
@@ -76,6 +79,10 @@ def main():
                 log.flush()
         print(f"train.py: epoch {epoch} done in {time.perf_counter() - t0:.2f} s, cpu {cpu_seconds() - c0:.2f} s",
               flush=True)
+    if args.linger:
+        print("train.py: last epoch done, lingering", flush=True)
+        while not os.path.exists(args.linger):
+            time.sleep(0.02)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(f"train.py: cpu total {cpu_seconds():.3f} s (this process since it started, and its workers), workers "
           f"{kids.ru_utime + kids.ru_stime:.3f} s", flush=True)

@@ -5,6 +5,8 @@ pkgs=(
   build-essential cmake pkg-config clang llvm libclang-rt-14-dev
   libbpf-dev bpftool libelf-dev zlib1g-dev libfmt-dev libcli11-dev
   libgtest-dev nlohmann-json3-dev python3-jsonschema
+  prometheus-cpp-dev  # --metrics: the registry and its HTTP exposer (civetweb)
+  prometheus  # the metrics test: a real Prometheus server scrapes lotus-bpf (and promtool checks the exposition)
   bash-completion groff-base dpkg-dev  # tests of the install: completion, man page, cpack -G DEB
   tmux  # the test of `lotus-bpf top` runs it in a terminal
   python3 python3-torch python3-torchvision python3-pil python3-numpy

@@ -3,7 +3,7 @@ _lotus_bpf()
 {
     local cur prev words cword
     _init_completion || return
-    local opts="-p --pid -d --duration -o --output --summary-json --html --speedscope --resources-csv --resources-interval --net --pss-interval --cpus --memory --cpuset --device-read-bps --device-write-bps --record --replay --disk-reserve --hold-deadline --pipeline --span --rules
+    local opts="-p --pid -d --duration -o --output --summary-json --html --speedscope --resources-csv --resources-interval --net --pss-interval --cpus --memory --cpuset --device-read-bps --device-write-bps --record --replay --disk-reserve --hold-deadline --pipeline --span --rules --metrics --node
         --all-calls --native-map --native --sample-freq --sample-stack --counters --coarse --window -q --quiet -V --version -h --help"
     case $prev in
         -p|--pid)

@@ -21,6 +21,7 @@
 #include "session.h"
 #include "launch/cgroup.h"
 #include "elf/native_functions.h"
+#include "metrics/endpoint.h"
 
 namespace {
 
@@ -67,6 +68,17 @@ const CLI::Validator kNativeSpec(
         return std::string();
     },
     "LIB:SYM", "NativeSpec");
+
+const CLI::Validator kBindAddress(
+    [](std::string& v) {
+        try {
+            lotus::metrics::parse_bind_address(v);
+        } catch (const std::exception& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    },
+    "HOST:PORT", "BindAddress");
 
 // --pss-interval: "auto" or milliseconds (0: never).
 const CLI::Validator kPssInterval(
@@ -203,6 +215,13 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
                     "then it runs (counted and said in the summary), whatever becomes of lotus-bpf")
         ->capture_default_str()
         ->check(CLI::Range(1, 60000));
+    app->add_option("--metrics", p.opts.metrics,
+                    "serve Prometheus metrics at http://HOST:PORT/metrics while tracing (:9464 binds 127.0.0.1; "
+                    "0.0.0.0:9464 every interface); docs/metrics.md")
+        ->check(kBindAddress);
+    app->add_option("--node", p.opts.node, "this machine's name in the metrics and the record file (default: its "
+                                           "hostname)")
+        ->check(kNonEmpty);
     app->add_flag("-q,--quiet", p.opts.quiet, "no live status line");
     app->add_option("command", p.opts.command, "launch mode: the command to run and trace (after --)");
     app->positionals_at_end();

@@ -21,6 +21,8 @@ Reconstruction::Reconstruction(const Options& opts, Outputs& outputs, RuleLists 
           if (outputs_.resources_csv())
               usage_csv_.add(p);
           timeline_.usage(p);
+          for (const auto& f : usage_observers_)
+              f(p);
       }),
       engine_(rules_,
               [this](const model::Span& s) {
@@ -28,8 +30,8 @@ Reconstruction::Reconstruction(const Options& opts, Outputs& outputs, RuleLists 
                   timeline_.add(s);
                   if (speedscope_)
                       speedscope_->add(s);
-                  if (observer_)
-                      observer_(s);
+                  for (const auto& f : observers_)
+                      f(s);
                   if (in_trace(s))
                       trace_.span(s);
               },

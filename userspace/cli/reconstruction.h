@@ -60,8 +60,10 @@ public:
         engine_.consume(data, len);
         usage_.consume(data, len);
     }
-    // Also hands every span to `f` as it ends (the live view).
-    void observe(std::function<void(const model::Span&)> f) { observer_ = std::move(f); }
+    // Also hands every span to `f` as it ends (the live view, the metrics).
+    void observe(std::function<void(const model::Span&)> f) { observers_.push_back(std::move(f)); }
+    // Also hands every resource reading to `f` (the metrics).
+    void observe_usage(std::function<void(const model::UsagePoint&)> f) { usage_observers_.push_back(std::move(f)); }
     const model::Engine& engine() const { return engine_; }
     const model::Rules& rules() const { return rules_; }
 
@@ -101,7 +103,8 @@ private:
     exporter::Summary summary_;
     exporter::Timeline timeline_;
     std::optional<exporter::SpeedscopeWriter> speedscope_; // --speedscope
-    std::function<void(const model::Span&)> observer_;
+    std::vector<std::function<void(const model::Span&)>> observers_;
+    std::vector<std::function<void(const model::UsagePoint&)>> usage_observers_;
     exporter::UsageCsv usage_csv_;
     model::UsageTracker usage_;
     model::Engine engine_; // last: it refers to the rules and its sink to the writers

@@ -46,6 +46,8 @@
 #include "cpython/remote_memory.h"
 #include "capture/bpf_failures.h"
 #include "common/knobs.h"
+#include "metrics/endpoint.h"
+#include "metrics/pipeline_metrics.h"
 
 namespace lotus::cli {
 
@@ -220,6 +222,7 @@ private:
     int sleep_ms(uint64_t now) const;
     bool stop_due(uint64_t now);
     void tick(uint64_t now);
+    void update_metrics(uint64_t now);
     void draw(uint64_t now);
     exporter::RunInfo run_info();
 
@@ -237,6 +240,10 @@ private:
     int root_ = 0;
     std::unique_ptr<Outputs> outputs_;
     std::unique_ptr<record::RecordWriter> recorder_;
+    std::shared_ptr<prometheus::Registry> registry_; // --metrics: what the endpoint serves
+    std::unique_ptr<metrics::Endpoint> endpoint_;
+    std::unique_ptr<metrics::PipelineMetrics> metrics_;
+    uint64_t last_metrics_ns_ = 0;
     std::optional<std::vector<uint64_t>> handlers_; // --all-calls on 3.11: the RESUME and RETURN_VALUE handlers
     uint64_t t0_ = 0;
     unsigned cpus_ = 0;
@@ -348,7 +355,7 @@ void Session::open_target()
                             {"layout", interp_.layout_source}, {"counters", counter_names_},
                             {"pipelines", lists_.pipelines}, {"spans", lists_.spans}, {"all_calls", opts_.all_calls},
                             {"resources_interval_ms", opts_.resources_interval_ms},
-                            {"pss_interval_ms", opts_.pss_interval_ms}};
+                            {"pss_interval_ms", opts_.pss_interval_ms}, {"node", node_name(opts_)}};
         if (lists_.framework) // (a replay reconstructs with the knowledge the capture ran with)
             meta["framework"] = framework_json(*lists_.framework);
         recorder_->begin(record::RecordHeader{t0_, static_cast<uint32_t>(root_), meta.dump()});
@@ -357,6 +364,10 @@ void Session::open_target()
 
 void Session::open_outputs()
 {
+    if (!opts_.metrics.empty()) { // bound before any output is opened and anything attached or launched
+        registry_ = std::make_shared<prometheus::Registry>();
+        endpoint_ = std::make_unique<metrics::Endpoint>(metrics::parse_bind_address(opts_.metrics), registry_);
+    }
     outputs_ = std::make_unique<Outputs>(opts_);
     if (!opts_.record.empty())
         recorder_ = std::make_unique<record::RecordWriter>(opts_.record, outputs_->sink());
@@ -376,6 +387,13 @@ void Session::build_pipeline()
         interp_, [this](const void* data, size_t len) { feed(data, len); }); // Python processes no probe sees
     if (common::knob_value("LOTUS_DEBUG_EVENTS"))
         debug_.emplace(rec_->rules().framework());
+    if (registry_) {
+        metrics_ = std::make_unique<metrics::PipelineMetrics>(
+            registry_, metrics::JobIdentity{node_name(opts_), LOTUS_VERSION, interp_.version.str(),
+                                            static_cast<uint32_t>(root_), {}});
+        rec_->observe([this](const model::Span& s) { metrics_->span(s, rec_->engine().processes()); });
+        rec_->observe_usage([this](const model::UsagePoint& p) { metrics_->usage(p, rec_->engine().processes()); });
+    }
 }
 
 // Every record, the kernel's and capture's own, goes to the record file and the engine alike; then what capture
@@ -414,7 +432,8 @@ void Session::rank_of(uint32_t pid)
     if (!rank)
         return;
     model::RecordRank r{model::kRecordRank, pid, pid, 0, monotonic_ns(), *rank,
-                        proc::env_int(static_cast<int>(pid), "LOCAL_RANK").value_or(-1)};
+                        proc::env_int(static_cast<int>(pid), "LOCAL_RANK").value_or(-1),
+                        proc::env_int(static_cast<int>(pid), "WORLD_SIZE").value_or(-1), 0};
     feed(&r, sizeof(r));
 }
 
@@ -470,6 +489,12 @@ void Session::attach()
         launcher_->release();
     fmt::print(stderr, "lotus-bpf: tracing PID {} (CPython {}, {}) and {} descendant(s); Ctrl-C to stop\n", root_,
                interp_.version.str(), interp_.target_path, initial_ - 1);
+    if (endpoint_) {
+        update_metrics(monotonic_ns());
+        auto at = metrics::parse_bind_address(opts_.metrics);
+        at.port = endpoint_->port();
+        fmt::print(stderr, "lotus-bpf: metrics at http://{}/metrics\n", at.str());
+    }
 }
 
 void Session::attach_probes()
@@ -542,6 +567,8 @@ int Session::sleep_ms(uint64_t now) const
         wake.due_at(last_sweep_ + opts_.resources_interval_ms * 1'000'000ull);
     if (tty_)
         wake.due_at(last_status_ + 500'000'000ull);
+    if (metrics_)
+        wake.due_at(last_metrics_ns_ + 500'000'000ull);
     if (screen_)
         wake.due_at(last_frame_ns_ + 1'000'000'000ull);
     if (opts_.duration_s > 0)
@@ -579,6 +606,18 @@ bool Session::stop_due(uint64_t now)
     return false;
 }
 
+// --metrics: the gauges (memory, processes, the info series) and the capture's counts, at most twice a second.
+void Session::update_metrics(uint64_t now)
+{
+    last_metrics_ns_ = now;
+    auto st = probe_->stats();
+    metrics::CaptureFigures f{st.submitted, st.lost, {}};
+    for (const auto& b : capture::kBpfFailures)
+        f.failures.emplace_back(std::string(b.name), st.failures[b.slot]);
+    metrics_->capture(f);
+    metrics_->refresh(rec_->engine().processes());
+}
+
 void Session::draw(uint64_t now)
 {
     auto st = probe_->stats();
@@ -592,13 +631,18 @@ void Session::draw(uint64_t now)
 // the status line.
 void Session::tick(uint64_t now)
 {
-    if (opts_.resources_interval_ms && now - last_sweep_ >= opts_.resources_interval_ms * 1'000'000ull)
+    if (opts_.resources_interval_ms && now - last_sweep_ >= opts_.resources_interval_ms * 1'000'000ull) {
         sweep(now);
+        if (metrics_) // (memory per role at each reading: a worker that lives a second shows)
+            metrics_->refresh(rec_->engine().processes());
+    }
     interpreters_->check(now);
     if (launcher_)
         interpreters_->scan_command(static_cast<uint32_t>(launcher_->command_pid()), static_cast<uint32_t>(root_), now);
     if (screen_ && now - last_frame_ns_ >= 1'000'000'000ull)
         draw(now);
+    if (metrics_ && now - last_metrics_ns_ >= 500'000'000ull)
+        update_metrics(now);
     if (tty_ && now - last_status_ > 500000000ull) {
         last_status_ = now;
         auto st = probe_->stats();
@@ -644,6 +688,8 @@ void Session::detach()
     if (launcher_)
         interpreters_->scan_command(static_cast<uint32_t>(launcher_->command_pid()), static_cast<uint32_t>(root_),
                                     monotonic_ns(), true);
+    if (metrics_)
+        update_metrics(monotonic_ns()); // (the figures the summary will give)
     stats_ = probe_->stats();
     evaluator_probe_ = probe_->evaluator_probe();
     python_probes_ = probe_->python_probes();
@@ -709,6 +755,8 @@ exporter::RunInfo Session::run_info()
 
 int Session::finish()
 {
+    if (endpoint_) // its figures are final: it stops while the outputs are written
+        endpoint_->stop();
     auto run = run_info();
     if (recorder_) {
         record::RecordEnd end{record::kRecordEnd, static_cast<uint32_t>(root_), 0, 0, monotonic_ns(),
@@ -722,6 +770,14 @@ int Session::finish()
 }
 
 } // namespace
+
+std::string node_name(const Options& opts)
+{
+    if (!opts.node.empty())
+        return opts.node;
+    char host[256] = {};
+    return gethostname(host, sizeof(host) - 1) == 0 ? std::string(host) : std::string("unknown");
+}
 
 int run_session(const Options& opts)
 {

@@ -38,9 +38,14 @@ struct Options {
     unsigned sample_freq = 99;        // Hz, for the native map (docs/native-map.md: what a sample costs)
     unsigned sample_stack = 1;        // user-stack frames per sample: 1 the leaf, more with callers
     std::string counters;             // --counters: "default" or a list; empty: none
+    std::string metrics;  // --metrics HOST:PORT: serve Prometheus metrics there while tracing
+    std::string node;     // --node: this machine's name in the metrics and the record file (default: hostname)
     bool coarse = false;  // trace file: batches, waits and flows only
     double window_start_s = 0, window_end_s = 0; // trace file: spans starting in [start, end) s; end 0 = open
 };
+
+// The node's name: --node, else the hostname.
+std::string node_name(const Options& opts);
 
 // Returns the process exit code. Errors are printed as one line on stderr.
 int run_session(const Options& opts);

@@ -15,6 +15,14 @@ namespace lotus::launch {
 
 namespace {
 
+// SIGPIPE as lotus-bpf found it when it started. The --metrics endpoint's HTTP library ignores it process-wide
+// (a scraper that hangs up must not kill the tracer), and the launched job starts as it would without lotus-bpf.
+const struct sigaction g_inherited_sigpipe = [] {
+    struct sigaction sa = {};
+    sigaction(SIGPIPE, nullptr, &sa);
+    return sa;
+}();
+
 std::string exe_of(pid_t pid)
 {
     char buf[4096];
@@ -60,6 +68,7 @@ Launcher::Launcher(const std::vector<std::string>& argv, const std::vector<std::
         args.push_back(nullptr);
         for (const auto& kv : env)
             putenv(const_cast<char*>(kv.c_str()));
+        sigaction(SIGPIPE, &g_inherited_sigpipe, nullptr);
         ptrace(PTRACE_TRACEME, 0, nullptr, nullptr);
         execvp(args[0], args.data());
         _exit(127); // the parent checked the command exists and reports

@@ -83,6 +83,14 @@ void Engine::open(const lotus_open& o)
     batches_.opened(o.h.tgid, o.h.tid, o.h.ts_ns, decode(o.path, sizeof(o.path), 0));
 }
 
+void Engine::rank(const RecordRank& r)
+{
+    auto& p = process(r.tgid);
+    p.env_rank = r.rank;
+    p.local_rank = r.local_rank;
+    p.world_size = r.world_size;
+}
+
 void Engine::thread_name(const lotus_thread_name& t)
 {
     process(t.h.tgid).thread_names[t.h.tid] = decode(t.comm, sizeof(t.comm), 0);

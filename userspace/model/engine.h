@@ -148,7 +148,7 @@ private:
     void native_func(const RecordNativeFunc& f) override;
     void symbol(const RecordSymbol& r) override { on_symbol(r.tgid, r.ip, r.ip + 1, r.name, r.library); }
     void symbol_range(const RecordSymbolRange& r) override { on_symbol(r.tgid, r.ip_lo, r.ip_hi, r.name, r.library); }
-    void rank(const RecordRank& r) override { process(r.tgid).env_rank = r.rank; }
+    void rank(const RecordRank& r) override;
     void native_late(const RecordNativeLate& r) override;
     void other_interpreter(const RecordOtherInterpreter& r) override;
     void untraced_python(const RecordUntracedPython& r) override;

@@ -82,8 +82,14 @@ bool dispatch(const void* data, size_t len, RecordHandler& h)
         return call(as<RecordSymbol>(data, len), &RecordHandler::symbol);
     case kRecordSymbolRange:
         return call(as<RecordSymbolRange>(data, len), &RecordHandler::symbol_range);
-    case kRecordRank:
-        return call(as<RecordRank>(data, len), &RecordHandler::rank);
+    case kRecordRank: {
+        RecordRank r;
+        if (!widened(data, len, offsetof(RecordRank, world_size), r))
+            return false;
+        if (len < offsetof(RecordRank, pad)) // (written before world_size was)
+            r.world_size = -1;
+        return call(&r, &RecordHandler::rank);
+    }
     case kRecordUsage: {
         RecordUsage r;
         if (!widened(data, len, offsetof(RecordUsage, net_sent), r))

@@ -84,6 +84,8 @@ struct ProcessInfo {
     int worker_id = -1;   // DataLoader worker id, when recovered
     int rank = -1;        // the rank of a training process (torch.multiprocessing.spawn's i), when known
     int env_rank = -1;    // RANK in its environment when it started (a DataLoader worker may inherit it too)
+    int local_rank = -1;  // LOCAL_RANK there (torchrun: its index on its node)
+    int world_size = -1;  // WORLD_SIZE there
     bool consumer = false; // it iterates DataLoaders (a training loop: the main process, or a rank)
     bool worker = false;   // it prepared DataLoader batches (read a task from a DataLoader's index queue)
     uint32_t owner = 0;    // a worker: the process it prepares batches for, when known

@@ -49,6 +49,7 @@ struct RecordRank {
     uint32_t type, tgid, tid, cpu; // tgid: the process
     uint64_t ts_ns;
     int32_t rank, local_rank; // -1: not set
+    int32_t world_size, pad;  // -1: not set (a record file before it ends at world_size: read as -1)
 };
 
 // One process's reading in a sweep over the traced processes; every record of one sweep has the sweep's ts_ns.

@@ -1,0 +1,203 @@
+#include <gtest/gtest.h>
+
+#include <prometheus/text_serializer.h>
+
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "metrics/endpoint.h"
+#include "metrics/pipeline_metrics.h"
+
+using namespace lotus;
+using model::Span;
+using model::SpanKind;
+
+namespace {
+
+constexpr uint64_t MS = 1'000'000;
+
+std::string exposition(prometheus::Registry& r)
+{
+    return prometheus::TextSerializer().Serialize(r.Collect());
+}
+
+// The value of the series whose line starts with `series` (its name and labels as written), or -1.
+double value(const std::string& text, const std::string& series)
+{
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind(series + " ", 0) == 0)
+            return std::stod(line.substr(series.size() + 1));
+    return -1;
+}
+
+// A training process (rank 1 of 4, local rank 1) and its worker 0.
+std::map<uint32_t, model::ProcessInfo> ranked_job()
+{
+    std::map<uint32_t, model::ProcessInfo> procs;
+    auto& t = procs[10];
+    t.pid = 10;
+    t.consumer = true;
+    t.env_rank = 1;
+    t.local_rank = 1;
+    t.world_size = 4;
+    auto& w = procs[11];
+    w.pid = 11;
+    w.worker = true;
+    w.worker_id = 0;
+    w.owner = 10;
+    w.env_rank = 1; // (inherited: not the worker's own)
+    return procs;
+}
+
+Span owned(SpanKind k, std::string name, uint32_t pid, uint64_t start, uint64_t end)
+{
+    Span s = Span::make(k, std::move(name), pid, pid, start, end);
+    s.owner = 10;
+    s.loader = 0;
+    return s;
+}
+
+} // namespace
+
+TEST(PipelineMetrics, SpansBecomeCountersAndHistogramsLabelledByRankLoaderWorkerAndOp)
+{
+    auto reg = std::make_shared<prometheus::Registry>();
+    metrics::PipelineMetrics m(reg, {"node-a", "0.1.0", "3.11.2", 4242, {}});
+    auto procs = ranked_job();
+    for (int i = 0; i < 3; i++) {
+        uint64_t at = i * 100 * MS;
+        m.span(owned(SpanKind::Loader, "loader", 11, at, at + 2 * MS), procs);
+        m.span(owned(SpanKind::Op, "ToTensor", 11, at + 2 * MS, at + 5 * MS), procs);
+        Span op = owned(SpanKind::Op, "ColorJitter", 11, at + 5 * MS, at + 6 * MS);
+        op.container = "RandomApply";
+        m.span(op, procs);
+        m.span(owned(SpanKind::Sample, "sample", 11, at + 2 * MS, at + 6 * MS), procs);
+    }
+    m.span(owned(SpanKind::Collate, "collate", 11, 300 * MS, 301 * MS), procs);
+    m.span(owned(SpanKind::Batch, "batch 0", 11, 0, 301 * MS), procs);
+    m.span(owned(SpanKind::Wait, "wait", 10, 0, 302 * MS), procs);
+    Span got = owned(SpanKind::Consumed, "consumed", 10, 302 * MS, 302 * MS);
+    got.args = {{"batch", int64_t{0}}, {"delay_ms", model::DurationNs{MS}}, {"out_of_order", true}};
+    m.span(got, procs);
+    m.span(owned(SpanKind::Native, "memcpy", 11, 0, 1), procs); // (not a metric)
+    std::string text = exposition(*reg);
+    const std::string who = "dataloader=\"0\",local_rank=\"1\",node=\"node-a\",rank=\"1\"";
+    // (labels in name order: op between node and rank)
+    auto op = [](const std::string& family, const std::string& name, const std::string& more = "") {
+        return family + "{dataloader=\"0\",local_rank=\"1\",node=\"node-a\",op=\"" + name + "\",rank=\"1\"" + more + "}";
+    };
+    EXPECT_EQ(value(text, "lotus_samples_total{" + who + ",worker=\"0\"}"), 3) << text;
+    EXPECT_EQ(value(text, op("lotus_op_duration_seconds_count", "ToTensor")), 3);
+    EXPECT_NEAR(value(text, op("lotus_op_duration_seconds_sum", "ToTensor")), 0.009, 1e-12);
+    // A container's op goes by the summary's row name; 3 ms falls in the 5 ms bucket, not the 2.5 ms one.
+    EXPECT_EQ(value(text, op("lotus_op_duration_seconds_count", "ColorJitter (in RandomApply)")), 3);
+    EXPECT_EQ(value(text, op("lotus_op_duration_seconds_bucket", "ToTensor", ",le=\"0.0025\"")), 0);
+    EXPECT_EQ(value(text, op("lotus_op_duration_seconds_bucket", "ToTensor", ",le=\"0.005\"")), 3);
+    EXPECT_EQ(value(text, "lotus_load_duration_seconds_count{" + who + "}"), 3);
+    EXPECT_EQ(value(text, "lotus_collate_duration_seconds_count{" + who + "}"), 1);
+    EXPECT_EQ(value(text, "lotus_batch_preparation_duration_seconds_count{" + who + ",worker=\"0\"}"), 1);
+    EXPECT_NEAR(value(text, "lotus_wait_duration_seconds_sum{" + who + "}"), 0.302, 1e-12);
+    EXPECT_EQ(value(text, "lotus_batches_consumed_total{" + who + "}"), 1);
+    EXPECT_EQ(value(text, "lotus_batches_out_of_order_total{" + who + "}"), 1);
+    EXPECT_NEAR(value(text, "lotus_batch_delay_seconds_sum{" + who + "}"), 0.001, 1e-12);
+    EXPECT_EQ(text.find("memcpy"), std::string::npos);
+    EXPECT_EQ(text.find("4242"), std::string::npos); // no pid in any series before the info series exists
+}
+
+TEST(PipelineMetrics, BucketsResolveTenMicrosecondsToTenSeconds)
+{
+    const auto& b = metrics::duration_buckets();
+    ASSERT_FALSE(b.empty());
+    EXPECT_DOUBLE_EQ(b.front(), 1e-5);
+    EXPECT_DOUBLE_EQ(b.back(), 10);
+    for (size_t i = 1; i < b.size(); i++)
+        EXPECT_LT(b[i - 1], b[i]);
+}
+
+TEST(PipelineMetrics, CpuPerRoleAddsUpMemoryIsTheLastReadingAndEndedRolesReadZero)
+{
+    auto reg = std::make_shared<prometheus::Registry>();
+    metrics::PipelineMetrics m(reg, {"n", "0.1.0", "3.11.2", 4242, {{"job", "train"}}});
+    auto procs = ranked_job();
+    model::UsagePoint p{};
+    p.pid = 11;
+    p.interval_s = 0.5;
+    p.user_pct = 80; // 0.4 s
+    p.system_pct = 20; // 0.1 s
+    p.rss_mb = 100;
+    m.usage(p, procs);
+    m.usage(p, procs);
+    m.refresh(procs);
+    std::string text = exposition(*reg);
+    const std::string worker = "job=\"train\",local_rank=\"1\",node=\"n\",rank=\"1\",role=\"worker\",worker=\"0\"";
+    EXPECT_NEAR(value(text, "lotus_cpu_seconds_total{" + worker + "}"), 1.0, 1e-12) << text;
+    EXPECT_EQ(value(text, "lotus_resident_memory_bytes{" + worker + "}"), 100.0 * 1024 * 1024);
+    EXPECT_EQ(value(text, "lotus_processes{" + worker + "}"), 1);
+    // The info series: one per training process, with the job's pid, its ranks and world size.
+    EXPECT_EQ(value(text, "lotus_job_info{job=\"train\",local_rank=\"1\",node=\"n\",pid=\"4242\",python=\"3.11.2\","
+                          "rank=\"1\",version=\"0.1.0\",world_size=\"4\"}"),
+              1);
+    procs[11].exited = true;
+    m.refresh(procs);
+    text = exposition(*reg);
+    EXPECT_EQ(value(text, "lotus_resident_memory_bytes{" + worker + "}"), 0);
+    EXPECT_EQ(value(text, "lotus_processes{" + worker + "}"), 0);
+    EXPECT_NEAR(value(text, "lotus_cpu_seconds_total{" + worker + "}"), 1.0, 1e-12); // a counter never goes back
+}
+
+TEST(PipelineMetrics, AnInfoSeriesWhoseRanksChangedIsReplaced)
+{
+    auto reg = std::make_shared<prometheus::Registry>();
+    metrics::PipelineMetrics m(reg, {"n", "v", "3.11.2", 7, {}});
+    std::map<uint32_t, model::ProcessInfo> procs;
+    procs[7].pid = 7;
+    procs[7].root = true;
+    m.refresh(procs); // no training process yet: the job's own series
+    EXPECT_EQ(value(exposition(*reg), "lotus_job_info{node=\"n\",pid=\"7\",python=\"3.11.2\",version=\"v\"}"), 1);
+    procs[7].consumer = true;
+    procs[7].rank = 2; // torch.multiprocessing.spawn's index: local, so not "rank"
+    m.refresh(procs);
+    std::string text = exposition(*reg);
+    EXPECT_EQ(value(text, "lotus_job_info{node=\"n\",pid=\"7\",python=\"3.11.2\",version=\"v\"}"), -1) << text;
+    EXPECT_EQ(value(text, "lotus_job_info{local_rank=\"2\",node=\"n\",pid=\"7\",python=\"3.11.2\",version=\"v\"}"), 1);
+}
+
+TEST(PipelineMetrics, CaptureCountsFollowTheProbesTotals)
+{
+    auto reg = std::make_shared<prometheus::Registry>();
+    metrics::PipelineMetrics m(reg, {"n", "v", "3.11.2", 7, {}});
+    m.capture({100, 0, {{"depth_over_64", 0}}});
+    m.capture({250, 3, {{"depth_over_64", 2}}});
+    std::string text = exposition(*reg);
+    EXPECT_EQ(value(text, "lotus_events_total{node=\"n\"}"), 250);
+    EXPECT_EQ(value(text, "lotus_events_lost_total{node=\"n\"}"), 3);
+    EXPECT_EQ(value(text, "lotus_bpf_failures_total{failure=\"depth_over_64\",node=\"n\"}"), 2);
+}
+
+TEST(BindAddress, HostAndPortAsMetricsTakesThem)
+{
+    auto a = metrics::parse_bind_address(":9464");
+    EXPECT_EQ(a.host, "127.0.0.1");
+    EXPECT_EQ(a.port, 9464);
+    EXPECT_EQ(metrics::parse_bind_address("0.0.0.0:80").civetweb(), "0.0.0.0:80");
+    EXPECT_EQ(metrics::parse_bind_address("[::1]:9464").civetweb(), "[::1]:9464");
+    EXPECT_EQ(metrics::parse_bind_address("localhost:1").host, "127.0.0.1");
+    for (const char* bad : {"9464", "host:9464", "::1:9464", "1.2.3.4:", "1.2.3.4:70000", "1.2.3.4:-1", ":x"})
+        EXPECT_THROW(metrics::parse_bind_address(bad), std::invalid_argument) << bad;
+}
+
+TEST(Endpoint, APortInUseIsOneLineBeforeAnythingStarts)
+{
+    auto reg = std::make_shared<prometheus::Registry>();
+    metrics::Endpoint first(metrics::parse_bind_address("127.0.0.1:0"), reg);
+    ASSERT_GT(first.port(), 0);
+    try {
+        metrics::Endpoint second(metrics::parse_bind_address("127.0.0.1:" + std::to_string(first.port())), reg);
+        FAIL() << "bound twice";
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("Address already in use"), std::string::npos) << e.what();
+        EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+    }
+}

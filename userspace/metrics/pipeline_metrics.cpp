@@ -1,0 +1,300 @@
+#include "metrics/pipeline_metrics.h"
+
+#include <set>
+
+#include "export/summary.h"
+
+namespace lotus::metrics {
+
+namespace {
+
+using prometheus::Labels;
+
+template <typename B>
+auto& family(B builder, const char* name, const char* help, prometheus::Registry& r)
+{
+    return builder.Name(name).Help(help).Register(r);
+}
+
+auto& counters(const char* name, const char* help, prometheus::Registry& r)
+{
+    return family(prometheus::BuildCounter(), name, help, r);
+}
+auto& histograms(const char* name, const char* help, prometheus::Registry& r)
+{
+    return family(prometheus::BuildHistogram(), name, help, r);
+}
+auto& gauges(const char* name, const char* help, prometheus::Registry& r)
+{
+    return family(prometheus::BuildGauge(), name, help, r);
+}
+
+double seconds(const model::Span& s) { return s.end_ns > s.start_ns ? static_cast<double>(s.end_ns - s.start_ns) / 1e9 : 0; }
+
+std::string number(int v) { return v >= 0 ? std::to_string(v) : ""; }
+
+// A label map's text, the key of its series in the caches (the family's name first).
+std::string key_of(const void* family, const Labels& l)
+{
+    std::string k = std::to_string(reinterpret_cast<uintptr_t>(family));
+    for (const auto& [name, value] : l) {
+        k += '\x1f';
+        k += name;
+        k += '=';
+        k += value;
+    }
+    return k;
+}
+
+// Empty label values are dropped: Prometheus reads an empty label as an absent one.
+Labels compact(Labels l)
+{
+    for (auto it = l.begin(); it != l.end();)
+        it = it->second.empty() ? l.erase(it) : std::next(it);
+    return l;
+}
+
+} // namespace
+
+const prometheus::Histogram::BucketBoundaries& duration_buckets()
+{
+    static const prometheus::Histogram::BucketBoundaries b = [] {
+        prometheus::Histogram::BucketBoundaries out;
+        for (double decade = 1e-5; decade < 10; decade *= 10)
+            for (double step : {1.0, 2.5, 5.0})
+                out.push_back(decade * step);
+        out.push_back(10);
+        return out;
+    }();
+    return b;
+}
+
+PipelineMetrics::PipelineMetrics(std::shared_ptr<prometheus::Registry> registry, JobIdentity job)
+    : registry_(std::move(registry)), job_(std::move(job)),
+      samples_(counters("lotus_samples_total", "Samples through the pipeline (one call of the Compose or pipeline, or "
+                        "a dataset's __getitem__ without one)", *registry_)),
+      consumed_(counters("lotus_batches_consumed_total", "Batches the training loop took from its DataLoader",
+                         *registry_)),
+      out_of_order_(counters("lotus_batches_out_of_order_total",
+                             "Batches taken after a later batch had been handed over", *registry_)),
+      events_(counters("lotus_events_total", "Events the BPF programs submitted", *registry_)),
+      lost_(counters("lotus_events_lost_total",
+                     "Events lost (ring buffer full): the figures are short by what they carried", *registry_)),
+      failures_(counters("lotus_bpf_failures_total", "Failures in the BPF programs, per failure path", *registry_)),
+      cpu_(counters("lotus_cpu_seconds_total", "CPU time of the traced processes while traced, per role (as /proc "
+                    "reads it at the resource readings)", *registry_)),
+      ops_(histograms("lotus_op_duration_seconds", "Wall time of each op (transform) of a sample", *registry_)),
+      loads_(histograms("lotus_load_duration_seconds", "Wall time of a sample's loading (file read and decode: "
+                        "__getitem__ up to the pipeline call)", *registry_)),
+      collates_(histograms("lotus_collate_duration_seconds", "Wall time of a batch's collation", *registry_)),
+      sample_durations_(histograms("lotus_sample_duration_seconds", "Wall time of a sample's pipeline call",
+                                   *registry_)),
+      batches_(histograms("lotus_batch_preparation_duration_seconds",
+                          "Wall time a worker took to prepare a batch (its count: batches prepared)", *registry_)),
+      waits_(histograms("lotus_wait_duration_seconds",
+                        "Time the training loop waited in next() for a batch", *registry_)),
+      delays_(histograms("lotus_batch_delay_seconds",
+                         "Time from a worker handing a batch over to the training loop taking it", *registry_)),
+      functions_(histograms("lotus_function_duration_seconds", "Wall time of each call of a --span function",
+                            *registry_)),
+      rss_(gauges("lotus_resident_memory_bytes", "Resident memory of the traced processes per role, at the last "
+                  "resource reading (shared pages counted in each process)", *registry_)),
+      processes_(gauges("lotus_processes", "Traced processes alive, per role", *registry_)),
+      info_(gauges("lotus_job_info", "The traced job: one series per training process (rank), value 1", *registry_))
+{
+}
+
+PipelineMetrics::Trainer PipelineMetrics::trainer(uint32_t pid, const std::map<uint32_t, model::ProcessInfo>& processes) const
+{
+    auto it = processes.find(pid);
+    if (it == processes.end())
+        return {};
+    const auto& p = it->second;
+    // RANK is global; the spawn index (rank) and LOCAL_RANK are local to the node.
+    return {number(p.env_rank), number(p.local_rank >= 0 ? p.local_rank : p.rank)};
+}
+
+Labels PipelineMetrics::with_job(Labels l) const
+{
+    l.insert(job_.labels.begin(), job_.labels.end());
+    l["node"] = job_.node;
+    return compact(std::move(l));
+}
+
+// A process's role ("main", "trainer", "worker", "child"), with its training process's ranks and its worker id.
+Labels PipelineMetrics::role_labels(uint32_t pid, const std::map<uint32_t, model::ProcessInfo>& processes) const
+{
+    auto it = processes.find(pid);
+    if (it == processes.end())
+        return with_job({{"role", "child"}});
+    const auto& p = it->second;
+    bool worker = p.worker || p.worker_id >= 0;
+    std::string role = p.consumer ? (p.root ? "main" : "trainer") : worker ? "worker" : p.root ? "main" : "child";
+    Trainer t = trainer(worker ? p.owner : p.consumer ? pid : 0, processes);
+    return with_job({{"role", role}, {"rank", t.rank}, {"local_rank", t.local_rank},
+                     {"worker", worker ? (p.worker_id >= 0 ? std::to_string(p.worker_id) : "?") : ""}});
+}
+
+prometheus::Histogram& PipelineMetrics::histogram(prometheus::Family<prometheus::Histogram>& f, const Labels& l)
+{
+    auto [it, fresh] = histograms_.try_emplace(key_of(&f, l));
+    if (fresh)
+        it->second = &f.Add(l, duration_buckets());
+    return *it->second;
+}
+
+prometheus::Counter& PipelineMetrics::counter(prometheus::Family<prometheus::Counter>& f, const Labels& l)
+{
+    auto [it, fresh] = counters_.try_emplace(key_of(&f, l));
+    if (fresh)
+        it->second = &f.Add(l);
+    return *it->second;
+}
+
+void PipelineMetrics::span(const model::Span& s, const std::map<uint32_t, model::ProcessInfo>& processes)
+{
+    using K = model::SpanKind;
+    if (s.kind == K::Native)
+        return; // (the native map's business: far too many to count one by one here)
+    uint32_t owner = s.owner;
+    if (!owner)
+        if (auto it = processes.find(s.pid); it != processes.end() && it->second.consumer)
+            owner = s.pid;
+    Trainer t = trainer(owner, processes);
+    Labels l = with_job({{"rank", t.rank}, {"local_rank", t.local_rank}, {"dataloader", number(s.loader)}});
+    auto worker_of = [&] {
+        auto it = processes.find(s.pid);
+        if (it == processes.end() || !(it->second.worker || it->second.worker_id >= 0))
+            return std::string();
+        return it->second.worker_id >= 0 ? std::to_string(it->second.worker_id) : std::string("?");
+    };
+    switch (s.kind) {
+    case K::Sample: {
+        histogram(sample_durations_, l).Observe(seconds(s));
+        Labels w = l;
+        if (auto id = worker_of(); !id.empty())
+            w["worker"] = id;
+        counter(samples_, w).Increment();
+        break;
+    }
+    case K::Op: {
+        Labels o = l;
+        o["op"] = exporter::row_name(s);
+        histogram(ops_, o).Observe(seconds(s));
+        break;
+    }
+    case K::Py: {
+        Labels o = l;
+        o["function"] = exporter::row_name(s);
+        histogram(functions_, o).Observe(seconds(s));
+        break;
+    }
+    case K::Loader:
+        histogram(loads_, l).Observe(seconds(s));
+        break;
+    case K::Collate:
+        histogram(collates_, l).Observe(seconds(s));
+        break;
+    case K::Batch: {
+        Labels w = l;
+        if (auto id = worker_of(); !id.empty())
+            w["worker"] = id;
+        histogram(batches_, w).Observe(seconds(s));
+        break;
+    }
+    case K::Wait:
+        histogram(waits_, l).Observe(seconds(s));
+        break;
+    case K::Consumed:
+        counter(consumed_, l).Increment();
+        for (const auto& [name, value] : s.args) {
+            if (name == "delay_ms")
+                if (auto* d = std::get_if<model::DurationNs>(&value))
+                    histogram(delays_, l).Observe(static_cast<double>(d->ns) / 1e9);
+            if (name == "out_of_order")
+                if (auto* b = std::get_if<bool>(&value); b && *b)
+                    counter(out_of_order_, l).Increment();
+        }
+        break;
+    case K::Native:
+        break;
+    }
+}
+
+void PipelineMetrics::usage(const model::UsagePoint& p, const std::map<uint32_t, model::ProcessInfo>& processes)
+{
+    double cpu_s = (p.user_pct + p.system_pct) / 100 * p.interval_s;
+    if (cpu_s > 0)
+        counter(cpu_, role_labels(p.pid, processes)).Increment(cpu_s);
+    rss_bytes_[p.pid] = static_cast<uint64_t>(p.rss_mb * 1024 * 1024);
+}
+
+void PipelineMetrics::refresh(const std::map<uint32_t, model::ProcessInfo>& processes)
+{
+    // Per role: resident memory summed over its live processes, and how many there are.
+    std::map<std::string, std::pair<Labels, std::pair<double, double>>> roles;
+    for (auto it = rss_bytes_.begin(); it != rss_bytes_.end();) {
+        auto p = processes.find(it->first);
+        if (p == processes.end() || p->second.exited) {
+            it = rss_bytes_.erase(it);
+            continue;
+        }
+        Labels l = role_labels(it->first, processes);
+        auto& r = roles[key_of(nullptr, l)];
+        r.first = l;
+        r.second.first += static_cast<double>(it->second);
+        r.second.second += 1;
+        ++it;
+    }
+    std::map<std::string, prometheus::Gauge*> set;
+    for (const auto& [k, r] : roles) {
+        auto& rss = rss_.Add(r.first);
+        rss.Set(r.second.first);
+        auto& n = processes_.Add(r.first);
+        n.Set(r.second.second);
+        set[key_of(&rss_, r.first)] = &rss;
+        set[key_of(&processes_, r.first)] = &n;
+    }
+    for (const auto& [k, g] : gauges_) // a role none of whose processes is alive now reads 0
+        if (!set.count(k))
+            g->Set(0);
+    gauges_ = std::move(set);
+    // The info series: one per training process, else one for the job.
+    std::vector<Labels> info;
+    for (const auto& [pid, p] : processes) {
+        if (!p.consumer)
+            continue;
+        Trainer t = trainer(pid, processes);
+        info.push_back(with_job({{"version", job_.version}, {"python", job_.python}, {"pid", std::to_string(job_.pid)},
+                                 {"rank", t.rank}, {"local_rank", t.local_rank}, {"world_size", number(p.world_size)}}));
+    }
+    if (info.empty())
+        info.push_back(with_job({{"version", job_.version}, {"python", job_.python}, {"pid", std::to_string(job_.pid)}}));
+    std::set<std::string> now;
+    for (const auto& l : info) {
+        now.insert(key_of(nullptr, l));
+        info_.Add(l).Set(1);
+    }
+    for (const auto& old : info_series_)
+        if (!now.count(key_of(nullptr, old)))
+            info_.Remove(&info_.Add(old));
+    info_series_ = std::move(info);
+}
+
+void PipelineMetrics::bump(prometheus::Family<prometheus::Counter>& f, const Labels& l, uint64_t total, uint64_t& last)
+{
+    auto& c = counter(f, l); // (made at the first call: a zero is a figure too)
+    if (total > last)
+        c.Increment(static_cast<double>(total - last));
+    last = std::max(last, total);
+}
+
+void PipelineMetrics::capture(const CaptureFigures& f)
+{
+    bump(events_, with_job({}), f.events, events_seen_);
+    bump(lost_, with_job({}), f.lost, lost_seen_);
+    for (const auto& [name, n] : f.failures)
+        bump(failures_, with_job({{"failure", name}}), n, failures_seen_[name]);
+}
+
+} // namespace lotus::metrics

@@ -1,0 +1,89 @@
+// The run as Prometheus metrics (--metrics): counters and histograms fed the spans as they end and the resource
+// readings as they come, in a prometheus-cpp registry that an endpoint (endpoint.h) serves. Pure: no HTTP, no
+// capture; the unit tests read it back through the text serializer.
+//
+// Labels stay bounded: the node, the training process's global rank (RANK) and local rank, the DataLoader's
+// number, the worker id, the op's row name and the process role; never a pid (but in lotus_job_info), a path or
+// a batch or sample id. docs/metrics.md lists the families.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "model/spans.h"
+#include "model/usage.h"
+
+namespace lotus::metrics {
+
+// 10 µs to 10 s, 1-2.5-5 per decade: what a transform, a batch and a wait take.
+const prometheus::Histogram::BucketBoundaries& duration_buckets();
+
+// What every series of one traced job carries, and what its info series says.
+struct JobIdentity {
+    std::string node;              // the hostname, or --node
+    std::string version;           // lotus-bpf's
+    std::string python;            // the job's CPython version
+    uint32_t pid = 0;              // the traced job's pid: in lotus_job_info only
+    prometheus::Labels labels;     // more labels on every series of this job (the agent's per-job labels)
+};
+
+// The capture's own figures, as the session reads them from the probe.
+struct CaptureFigures {
+    uint64_t events = 0, lost = 0;
+    std::vector<std::pair<std::string, uint64_t>> failures; // BPF failure paths by name (capture/bpf_failures.h)
+};
+
+class PipelineMetrics {
+public:
+    PipelineMetrics(std::shared_ptr<prometheus::Registry> registry, JobIdentity job);
+    PipelineMetrics(const PipelineMetrics&) = delete;
+    PipelineMetrics& operator=(const PipelineMetrics&) = delete;
+
+    // A span as it ends; processes: the engine's table, for the labels of its training process and worker.
+    void span(const model::Span& s, const std::map<uint32_t, model::ProcessInfo>& processes);
+    // A process's resource reading over an interval: its CPU time into its role's counter, its RSS kept.
+    void usage(const model::UsagePoint& p, const std::map<uint32_t, model::ProcessInfo>& processes);
+    // The gauges recomputed: resident memory and processes per role, the info series. Call after a sweep.
+    void refresh(const std::map<uint32_t, model::ProcessInfo>& processes);
+    // The capture's counts so far (monotonic).
+    void capture(const CaptureFigures& f);
+
+private:
+    // The labels of a training process: its global rank and local rank ("" where unknown).
+    struct Trainer {
+        std::string rank, local_rank;
+    };
+    Trainer trainer(uint32_t pid, const std::map<uint32_t, model::ProcessInfo>& processes) const;
+    prometheus::Labels role_labels(uint32_t pid, const std::map<uint32_t, model::ProcessInfo>& processes) const;
+    prometheus::Labels with_job(prometheus::Labels l) const;
+    prometheus::Histogram& histogram(prometheus::Family<prometheus::Histogram>& f, const prometheus::Labels& l);
+    prometheus::Counter& counter(prometheus::Family<prometheus::Counter>& f, const prometheus::Labels& l);
+    void bump(prometheus::Family<prometheus::Counter>& f, const prometheus::Labels& l, uint64_t total, uint64_t& last);
+
+    std::shared_ptr<prometheus::Registry> registry_;
+    JobIdentity job_;
+    prometheus::Family<prometheus::Counter>&samples_, &consumed_, &out_of_order_, &events_, &lost_, &failures_, &cpu_;
+    prometheus::Family<prometheus::Histogram>&ops_, &loads_, &collates_, &sample_durations_, &batches_, &waits_,
+        &delays_, &functions_;
+    prometheus::Family<prometheus::Gauge>&rss_, &processes_, &info_;
+    // Series by their labels' text: a span's metric is found without building the family's label map twice.
+    std::unordered_map<std::string, prometheus::Histogram*> histograms_;
+    std::unordered_map<std::string, prometheus::Counter*> counters_;
+    uint64_t events_seen_ = 0, lost_seen_ = 0;
+    std::map<std::string, uint64_t> failures_seen_;
+    std::map<uint32_t, uint64_t> rss_bytes_; // per live process, its last reading
+    std::map<std::string, prometheus::Gauge*> gauges_; // the gauges set at the last refresh, by key
+    std::vector<prometheus::Labels> info_series_;
+};
+
+} // namespace lotus::metrics
