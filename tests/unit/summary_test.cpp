@@ -473,7 +473,7 @@ TEST(SummaryJson, KeysInTheirOrderAndTheRunsAlphabetical)
     for (const auto& [k, v] : doc.items())
         keys.push_back(k);
     EXPECT_EQ(keys, (std::vector<std::string>{"run", "ops", "batches", "loaders", "training", "processes", "counters",
-                                              "native_map", "resources", "throughput"}));
+                                              "native_map", "resources", "throughput", "ranks", "straggler"}));
     std::vector<std::string> run_keys;
     for (const auto& [k, v] : doc["run"].items())
         run_keys.push_back(k);
@@ -505,4 +505,30 @@ TEST(SummaryJson, KeysInTheirOrderAndTheRunsAlphabetical)
     // No resources: null.
     report.usage.clear();
     EXPECT_EQ(nlohmann::ordered_json::parse(exporter::report_json(report))["resources"], nullptr);
+}
+
+TEST(Straggler, TheRankWhoseWaitStandsOutIsNamedWithWhatToDo)
+{
+    auto row = [](int rank, double wait, const char* node) {
+        exporter::RankRow r;
+        r.rank = rank;
+        r.label = "rank " + std::to_string(rank);
+        r.node = node;
+        r.batches = 10;
+        r.wait_share = wait;
+        return r;
+    };
+    auto s = exporter::find_straggler({row(0, 0.03, "n0"), row(1, 0.05, "n0"), row(2, 0.62, "n1"), row(3, 0.04, "n1")});
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->rank.rank, 2);
+    EXPECT_DOUBLE_EQ(s->others_wait_share, 0.04);
+    EXPECT_NE(s->text.find("rank 2 on n1 waited for data 62 %"), std::string::npos) << s->text;
+    // Close shares, or one rank alone: none.
+    EXPECT_FALSE(exporter::find_straggler({row(0, 0.30, "n0"), row(1, 0.22, "n0")}));
+    EXPECT_FALSE(exporter::find_straggler({row(0, 0.15, "n0"), row(1, 0.09, "n0")})); // not 10 points apart
+    EXPECT_FALSE(exporter::find_straggler({row(0, 0.9, "n0")}));
+    // A rank that consumed no batch is not compared.
+    auto idle = row(1, 0.0, "n0");
+    idle.batches = 0;
+    EXPECT_FALSE(exporter::find_straggler({row(0, 0.5, "n0"), idle}));
 }

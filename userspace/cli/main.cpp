@@ -333,13 +333,23 @@ void add_top(CLI::App& app, TraceCommand& c)
 struct ReplayCommand {
     CLI::App* app = nullptr;
     Parsed p;
+    std::vector<std::string> files; // several nodes' record files: one reconstruction
 };
+
+// report/export: the first file is the replay's, the others join it (several nodes).
+void take_files(ReplayCommand& c)
+{
+    c.p.opts.replay = c.files.front();
+    c.p.opts.replay_more.assign(c.files.begin() + 1, c.files.end());
+}
 
 void add_export(CLI::App& app, ReplayCommand& c)
 {
     auto* exp = c.app = app.add_subcommand("export", "reconstruct a record file into a Chrome trace (no root needed)");
     auto& o = c.p.opts;
-    exp->add_option("file", o.replay, "record file")->required()->check(kNonEmpty);
+    exp->add_option("files", c.files, "record file(s): several nodes' files give one reconstruction")
+        ->required()
+        ->check(kNonEmpty);
     exp->add_option("-o,--output", o.output, "Chrome trace JSON to write (.json.gz: gzip)")
         ->capture_default_str()
         ->check(kNonEmpty);
@@ -358,7 +368,9 @@ void add_report(CLI::App& app, ReplayCommand& c)
 {
     auto* rep = c.app = app.add_subcommand("report", "print the summary of a record file (no root needed)");
     auto& o = c.p.opts;
-    rep->add_option("file", o.replay, "record file")->required()->check(kNonEmpty);
+    rep->add_option("files", c.files, "record file(s): several nodes' files give one report")
+        ->required()
+        ->check(kNonEmpty);
     rep->add_option("--summary-json", o.summary_json, "also write the summary as JSON to this file")->check(kNonEmpty);
     rep->add_option("--html", o.html, "also write the HTML report (one offline file with charts) to this file")
         ->check(kNonEmpty);
@@ -576,10 +588,12 @@ int main(int argc, char** argv)
             session = &traced_by(top, "top");
             session->top = true;
         } else if (exp.app->parsed()) {
+            take_files(exp);
             session = &exp.p.opts;
             session->print_summary = false;
             parse_window(exp.p);
         } else if (rep.app->parsed()) {
+            take_files(rep);
             session = &rep.p.opts;
             session->output.clear();
         } else {

@@ -6,6 +6,7 @@
 
 #include "export/html_report.h"
 #include "model/engine.h"
+#include "model/node_streams.h"
 #include "rules_file.h"
 
 namespace lotus::cli {
@@ -94,8 +95,8 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
             trace_cut = fmt::format(" (cut at {:.2f} s)", c.at_s);
     auto batches = exporter::summarize_batches(engine_.batches(), engine_.processes(), summary_, run.cpus);
     auto notes = summary_notes(run, said, trace_cut, calls_inlined);
-    auto report = exporter::build_report(
-        {summary_, batches, engine_.processes(), run, std::move(notes), std::move(usage_rows), run.resources_interval_ms});
+    auto report = exporter::build_report({summary_, batches, engine_.processes(), run, std::move(notes),
+                                          std::move(usage_rows), run.resources_interval_ms, node_of_});
     if (!opts_.print_summary) {
         if (!opts_.record.empty()) {
             if (outputs_.failures().empty())
@@ -231,6 +232,21 @@ std::vector<std::string> Reconstruction::summary_notes(const exporter::RunInfo& 
                                 opts_.output.empty() ? "none" : outputs_.trace().failed() ? "not written" : opts_.output + trace_cut));
     if (run.lost_events)
         notes.push_back("Spans that lost an event are left out, never guessed.");
+    if (!run.nodes.empty()) {
+        std::string list;
+        for (const auto& n : run.nodes)
+            list += fmt::format("{}{} ({}, clock {:+.3f} ms)", list.empty() ? "" : ", ", n.name, n.record,
+                                n.clock_offset_ms);
+        notes.push_back(fmt::format("{} nodes in one reconstruction: {}. Each record is placed on one clock by the "
+                                    "CLOCK_REALTIME its capture read at its start, which assumes the nodes' clocks "
+                                    "were synchronised (NTP, PTP): an error there shifts one node's spans against the "
+                                    "others', never a duration.", run.nodes.size(), list));
+        for (const auto& n : run.nodes)
+            if (n.ids_moved)
+                notes.push_back(fmt::format("The process ids of {} collided with an earlier node's: its processes are "
+                                            "shown with {} added to their pids.", n.name,
+                                            static_cast<uint64_t>(n.ids_moved) * model::kNodeIdStride));
+    }
     for (const auto& f : run.bpf_failures) // what BPF could not record: said where it happened
         if (f.count)
             notes.push_back(fmt::format("BPF: {} {} (otherData.bpf_failures.{}).", f.count, f.meaning, f.name));

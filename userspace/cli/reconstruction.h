@@ -65,6 +65,13 @@ public:
     // Also hands every resource reading to `f` (the metrics).
     void observe_usage(std::function<void(const model::UsagePoint&)> f) { usage_observers_.push_back(std::move(f)); }
     const model::Engine& engine() const { return engine_; }
+    // Which node a process is on (the per-rank table). labelled: several nodes, so labels name theirs too.
+    void set_node_of(std::function<std::string(uint32_t)> f, bool labelled)
+    {
+        node_of_ = f;
+        if (labelled)
+            engine_.set_node_of(std::move(f));
+    }
     const model::Rules& rules() const { return rules_; }
 
     // Ends the run: writes the trace's end and the summary JSON, prints the summary (unless the options say
@@ -104,6 +111,7 @@ private:
     exporter::Timeline timeline_;
     std::optional<exporter::SpeedscopeWriter> speedscope_; // --speedscope
     std::vector<std::function<void(const model::Span&)>> observers_;
+    std::function<std::string(uint32_t)> node_of_;
     std::vector<std::function<void(const model::UsagePoint&)>> usage_observers_;
     exporter::UsageCsv usage_csv_;
     model::UsageTracker usage_;

@@ -349,13 +349,15 @@ void Session::open_target()
         if (auto found = cpython::inline_call_handlers(interp_); !found.empty())
             handlers_ = std::move(found);
     t0_ = monotonic_ns();
+    uint64_t t0_realtime = clock_ns(CLOCK_REALTIME); // (the pair that places this run on other nodes' clocks)
     cpus_ = proc::allowed_cpus(root_).value_or(0); // for the summary's advice
     if (recorder_) {
         nlohmann::json meta{{"python", interp_.version.str()}, {"interpreter", interp_.target_path}, {"cpus", cpus_},
                             {"layout", interp_.layout_source}, {"counters", counter_names_},
                             {"pipelines", lists_.pipelines}, {"spans", lists_.spans}, {"all_calls", opts_.all_calls},
                             {"resources_interval_ms", opts_.resources_interval_ms},
-                            {"pss_interval_ms", opts_.pss_interval_ms}, {"node", node_name(opts_)}};
+                            {"pss_interval_ms", opts_.pss_interval_ms}, {"node", node_name(opts_)},
+                            {"clock", {{"realtime_ns", t0_realtime}, {"monotonic_ns", t0_}}}};
         if (lists_.framework) // (a replay reconstructs with the knowledge the capture ran with)
             meta["framework"] = framework_json(*lists_.framework);
         recorder_->begin(record::RecordHeader{t0_, static_cast<uint32_t>(root_), meta.dump()});
@@ -382,6 +384,7 @@ void Session::build_pipeline()
             roles_->code_role(tgid, space, code, r);
         },
         [this](uint32_t space, uint64_t type, uint32_t flags) { roles_->type_role(space, type, flags); });
+    rec_->set_node_of([node = node_name(opts_)](uint32_t) { return node; }, false); // (one node: the labels say none)
     pss_schedule_.emplace(opts_.pss_interval_ms, cpus_, t0_);
     interpreters_ = std::make_unique<capture::InterpreterWatch>(
         interp_, [this](const void* data, size_t len) { feed(data, len); }); // Python processes no probe sees

@@ -28,6 +28,7 @@ struct Options {
     std::string record;     // --record: also write the raw event stream here
     double disk_reserve_pct = 5; // --disk-reserve: free space (% of each output's file system) no output takes
     std::string replay;     // --replay: reconstruct from a record file instead of tracing
+    std::vector<std::string> replay_more; // report/export of several nodes' record files: the ones after the first
     std::string rules_file;         // --rules: more pipelines and spans from a JSON file
     bool all_calls = false;         // see every Python call (launch mode, CPython 3.12+ via PYTHONPERFSUPPORT)
     bool quiet = false; // no status line

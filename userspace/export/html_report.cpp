@@ -471,6 +471,23 @@ std::string html_report(const Report& r, const Timeline& timeline)
         }
     }
 
+    if (!r.ranks.empty()) { // several training processes: side by side, and the straggler
+        h += "<h2 id=\"ranks\">Ranks</h2>\n";
+        h += "<table class=\"numbers\"><thead><tr><th>training process</th><th>rank</th><th>local rank</th>"
+             "<th>node</th><th>samples</th><th>samples/s</th><th>wait %</th><th>batch prep ms</th></tr></thead>"
+             "<tbody>\n";
+        auto num = [](int v) { return v >= 0 ? std::to_string(v) : std::string("-"); };
+        for (const auto& k : r.ranks)
+            h += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1f}</td><td>{:.1f}</td>"
+                             "<td>{:.2f}</td></tr>\n",
+                             html_escape(k.label), num(k.rank), num(k.local_rank),
+                             html_escape(k.node.empty() ? "-" : k.node), k.samples, k.samples_per_s,
+                             k.wait_share * 100, k.prepare_mean_ms);
+        h += "</tbody></table>\n";
+        h += r.straggler ? "<p class=\"verdict\">" + html_escape(r.straggler->text) + "</p>\n"
+                         : absent("No straggler: no rank's wait for data stands out from the others'.");
+    }
+
     const auto& rows = r.ops;
     h += "<h2 id=\"ops\">Time per call</h2>\n";
     h += figure("op-durations",

@@ -77,7 +77,66 @@ std::vector<RoleEntry> role_entries(const std::vector<ProcessEntry>& entries)
     return out;
 }
 
+// Each training loop's row, where there are two or more: its samples are its own and its workers'.
+std::vector<RankRow> rank_rows(const ReportInput& in)
+{
+    std::vector<RankRow> out;
+    if (in.batches.loops.size() < 2)
+        return out;
+    for (const auto& l : in.batches.loops) {
+        RankRow row;
+        row.pid = l.pid;
+        row.label = model::process_label(in.processes, l.pid);
+        if (auto it = in.processes.find(l.pid); it != in.processes.end()) {
+            const auto& p = it->second;
+            row.rank = p.global_rank();
+            row.local_rank = p.local_rank >= 0 ? p.local_rank : p.rank;
+        }
+        row.node = in.node_of ? in.node_of(l.pid) : "";
+        for (const auto& [pid, p] : in.processes)
+            if (pid == l.pid || p.owner == l.pid)
+                row.samples += p.samples;
+        row.batches = l.batches;
+        row.seconds = l.seconds;
+        row.samples_per_s = l.seconds > 0 ? static_cast<double>(row.samples) / l.seconds : 0;
+        row.wait_share = l.waiting_share;
+        row.prepare_mean_ms = l.all.prepare.mean_ms;
+        row.input_bound = l.batches && l.waiting_share >= 0.2;
+        out.push_back(std::move(row));
+    }
+    return out;
+}
+
 } // namespace
+
+std::optional<Straggler> find_straggler(const std::vector<RankRow>& ranks)
+{
+    std::vector<const RankRow*> with_batches;
+    for (const auto& r : ranks)
+        if (r.batches)
+            with_batches.push_back(&r);
+    if (with_batches.size() < 2)
+        return std::nullopt;
+    std::sort(with_batches.begin(), with_batches.end(),
+              [](const RankRow* a, const RankRow* b) { return a->wait_share > b->wait_share; });
+    std::vector<double> others;
+    for (size_t i = 1; i < with_batches.size(); i++)
+        others.push_back(with_batches[i]->wait_share);
+    double median = others.size() % 2 ? others[others.size() / 2]
+                                      : (others[others.size() / 2 - 1] + others[others.size() / 2]) / 2;
+    const RankRow& top = *with_batches[0];
+    if (top.wait_share - median < 0.1 || top.wait_share < 2 * median)
+        return std::nullopt;
+    Straggler s{top, median, ""};
+    std::string where = top.node.empty() || top.label.find(" on ") != std::string::npos ? "" : " on " + top.node;
+    s.text = fmt::format(
+        "Straggler: {}{} waited for data {:.0f} % of its time, the other ranks {:.0f} % (their median). At each "
+        "collective (the gradients' all-reduce) every rank waits for it, so its input pipeline holds back the whole "
+        "job: give its DataLoader more workers or CPUs, or look at what is slower in its data (its shard, its "
+        "storage, its node's load); its ops and batches are in its DataLoader section.",
+        top.label, where, top.wait_share * 100, median * 100);
+    return s;
+}
 
 Report build_report(const ReportInput& in)
 {
@@ -89,6 +148,8 @@ Report build_report(const ReportInput& in)
     r.loops = in.batches.loops;
     for (const auto& l : r.loops)
         r.loop_labels.push_back(model::process_label(in.processes, l.pid));
+    r.ranks = rank_rows(in);
+    r.straggler = find_straggler(r.ranks);
     if (in.summary.samples_per_s() > 0)
         r.throughput = Throughput{in.summary.samples(), in.summary.sample_seconds(), in.summary.samples_per_s()};
     r.entries = process_entries(in.processes);

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -49,6 +50,25 @@ struct Throughput {
     double seconds = 0, samples_per_s = 0;
 };
 
+// A training process (a rank) where there are two or more: its throughput and its wait, side by side.
+struct RankRow {
+    uint32_t pid = 0;
+    std::string label;           // "rank 3", "local rank 1 on node-b"
+    int rank = -1, local_rank = -1; // global (RANK), local (LOCAL_RANK or spawn's index); -1 unknown
+    std::string node;            // "" where not known
+    uint64_t samples = 0, batches = 0;
+    double seconds = 0, samples_per_s = 0, wait_share = 0, prepare_mean_ms = 0;
+    bool input_bound = false; // it waited for data 20 % of its time or more (the verdict's threshold)
+};
+
+// One rank whose wait in next() stands out from the others': at each collective (all-reduce) every rank waits
+// for it, so its input pipeline holds all of them back.
+struct Straggler {
+    RankRow rank;
+    double others_wait_share = 0; // the other ranks' median
+    std::string text;             // what to do, in words
+};
+
 struct Report {
     RunInfo run;
     const std::map<uint32_t, model::ProcessInfo>* processes = nullptr; // the engine's (the charts' roles)
@@ -56,6 +76,8 @@ struct Report {
     std::vector<LoaderSection> loaders;  // per DataLoader of each training process, in first-seen order
     std::vector<LoopSummary> loops;      // each training loop: its waits, verdict and advice
     std::vector<std::string> loop_labels; // loops[i]'s process label
+    std::vector<RankRow> ranks;           // every training loop, where there are two or more
+    std::optional<Straggler> straggler;   // with ranks: the one that stands out, if one does
     std::optional<Throughput> throughput; // where 2 samples or more were seen
     std::vector<ProcessEntry> entries;   // by pid
     std::vector<RoleEntry> roles;        // training processes first, then their workers by id
@@ -75,7 +97,12 @@ struct ReportInput {
     std::vector<std::string> notes;
     std::vector<UsageRow> usage = {};
     unsigned usage_interval_ms = 0;
+    std::function<std::string(uint32_t)> node_of = {}; // a process's node; empty: not known
 };
+
+// The straggler among ranks, or none: the rank that waited most, where its share is at least 10 points and twice
+// the others' median.
+std::optional<Straggler> find_straggler(const std::vector<RankRow>& ranks);
 
 Report build_report(const ReportInput& in);
 

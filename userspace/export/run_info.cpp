@@ -8,6 +8,7 @@
 #include "common/utf8.h"
 #include "export/json.h"
 #include "export/output_file.h"
+#include "model/node_streams.h"
 
 namespace lotus::exporter {
 
@@ -147,6 +148,18 @@ nlohmann::ordered_json run_json(const RunInfo& r)
     if (r.holds)
         m["held_children"] = holds_json(*r.holds);
     m["stop_reason"] = json_text(r.stop_reason);
+    if (!r.nodes.empty()) {
+        J nodes = J::array();
+        for (const auto& n : r.nodes) {
+            J o = J::object();
+            o["name"] = json_text(n.name);
+            o["record"] = json_text(n.record);
+            o["clock_offset_ms"] = json_fixed(n.clock_offset_ms, 3);
+            o["ids_moved_by"] = static_cast<uint64_t>(n.ids_moved) * model::kNodeIdStride;
+            nodes.push_back(std::move(o));
+        }
+        m["nodes"] = std::move(nodes);
+    }
     m["events"] = r.events;
     m["lost_events"] = r.lost_events;
     if (r.events_delivered)

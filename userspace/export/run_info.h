@@ -111,6 +111,15 @@ struct RunInfo {
         size_t left_running = 0; // processes still running when tracing stopped: moved out, no longer limited
     };
     std::optional<Limits> limits;
+    // Several nodes' record files in one reconstruction: each node, its file, where its clock was placed (its
+    // CLOCK_REALTIME at start against the first's) and, where its process ids collided with an earlier node's,
+    // the multiple of model::kNodeIdStride they were moved by (0: kept).
+    struct Node {
+        std::string name, record;
+        double clock_offset_ms = 0;
+        uint32_t ids_moved = 0;
+    };
+    std::vector<Node> nodes;
     // The summary's native map and counters tables (export/summary.h encodes them), when there are any.
     std::string native_map_json, counters_json;
 };

@@ -287,6 +287,7 @@ DataLoaderReport summarize_batches(const model::BatchTracker& batches,
         l.batches = all.wait_ns.count();
         double span = static_cast<double>(loop.last_ns > loop.first_ns ? loop.last_ns - loop.first_ns : 0);
         l.waiting_share = span > 0 ? static_cast<double>(loop.wait_ns) / span : 0;
+        l.seconds = span / 1e9;
         std::set<int> ids; // worker ids, not processes: each epoch may fork new ones
         for (const auto& [wpid, p] : processes)
             if (p.owner == pid && p.batches > 0)

@@ -63,6 +63,7 @@ struct LoopSummary {
     uint32_t pid = 0;
     uint64_t batches = 0;
     double waiting_share = 0;
+    double seconds = 0; // its first next() to its last
     std::string verdict;
     std::vector<std::string> advice; // what the numbers suggest doing, each a sentence with its figures
     BatchSummary all; // its DataLoaders together

@@ -140,6 +140,32 @@ std::string report_json(const Report& r)
         throughput["seconds"] = json_fixed(r.throughput->seconds, 4);
         throughput["samples_per_s"] = json_fixed(r.throughput->samples_per_s, 3);
     }
+    // The ranks side by side, and the straggler (null: none stands out, or fewer than two ranks).
+    auto rank_json = [](const RankRow& k) {
+        J o = J::object();
+        o["label"] = json_text(k.label);
+        o["rank"] = k.rank >= 0 ? J(k.rank) : J(nullptr);
+        o["local_rank"] = k.local_rank >= 0 ? J(k.local_rank) : J(nullptr);
+        o["node"] = k.node.empty() ? J(nullptr) : json_text(k.node);
+        o["pid"] = k.pid;
+        o["samples"] = k.samples;
+        o["batches"] = k.batches;
+        o["seconds"] = json_fixed(k.seconds, 4);
+        o["samples_per_s"] = json_fixed(k.samples_per_s, 3);
+        o["wait_share"] = json_fixed(k.wait_share, 4);
+        o["batch_prepare_mean_ms"] = json_fixed(k.prepare_mean_ms, 4);
+        o["input_bound"] = k.input_bound;
+        return o;
+    };
+    J ranks = J::array();
+    for (const auto& k : r.ranks)
+        ranks.push_back(rank_json(k));
+    J straggler = nullptr;
+    if (r.straggler) {
+        straggler = rank_json(r.straggler->rank);
+        straggler["others"] = json_fixed(r.straggler->others_wait_share, 4);
+        straggler["text"] = json_text(r.straggler->text);
+    }
     J doc = J::object();
     doc["run"] = run_json(r.run);
     doc["ops"] = rows_json(r.ops);
@@ -151,6 +177,8 @@ std::string report_json(const Report& r)
     doc["native_map"] = native_map_json_value(r.native_map);
     doc["resources"] = r.usage.empty() ? J(nullptr) : usage_json_value(r.usage, r.usage_interval_ms);
     doc["throughput"] = std::move(throughput);
+    doc["ranks"] = std::move(ranks);
+    doc["straggler"] = std::move(straggler);
     return json_dump(doc) + "\n";
 }
 

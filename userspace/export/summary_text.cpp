@@ -125,6 +125,27 @@ void print_native_map(FILE* out, const std::vector<model::OpNativeMap>& map)
 
 } // namespace
 
+// The ranks side by side (two or more training loops), and the straggler where one stands out.
+static void print_ranks(FILE* out, const Report& r)
+{
+    if (r.ranks.empty())
+        return;
+    auto num = [](int v) { return v >= 0 ? std::to_string(v) : std::string("-"); };
+    fmt::print(out, "\n{:<28} {:>5} {:>6} {:<16} {:>8} {:>10} {:>7} {:>14}  {}\n", "training process", "rank", "local",
+               "node", "samples", "samples/s", "wait %", "batch prep ms", "verdict");
+    for (const auto& k : r.ranks)
+        fmt::print(out, "{:<28} {:>5} {:>6} {:<16} {:>8} {:>10.1f} {:>7.1f} {:>14.2f}  {}\n", k.label, num(k.rank),
+                   num(k.local_rank), k.node.empty() ? "-" : k.node, k.samples, k.samples_per_s, k.wait_share * 100,
+                   k.prepare_mean_ms, !k.batches ? "no batch" : k.input_bound ? "input-bound" : "keeps up");
+    print_wrapped(out, "(samples: its own and its workers'; samples/s and wait %: over its first next() to its last; "
+                       "batch prep: the mean time a batch took its workers)");
+    if (r.straggler)
+        print_wrapped(out, r.straggler->text);
+    else
+        print_wrapped(out, "No straggler: no rank's wait for data stands out from the others' (by 10 points and "
+                           "twice their median).");
+}
+
 void print_report(FILE* out, const Report& r)
 {
     // One section per DataLoader of each training process (just the table where there is only one).
@@ -152,6 +173,7 @@ void print_report(FILE* out, const Report& r)
         for (const auto& a : l.advice)
             print_wrapped(out, "  - " + a, 4);
     }
+    print_ranks(out, r);
     // One row per role (the JSON keeps one entry per process, but for those folded into their role's row).
     fmt::print(out, "\n{:<20} {:>6} {:>10} {:>8} {:>8} {:>7} {:>7}  pids\n", "process", "loader", "processes", "samples",
                "batches", "busy %", "idle %");

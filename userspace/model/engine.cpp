@@ -33,6 +33,8 @@ ProcessInfo& Engine::process(uint32_t pid)
 {
     auto& p = processes_[pid];
     p.pid = pid;
+    if (node_of_ && p.node.empty())
+        p.node = node_of_(pid);
     return p;
 }
 

@@ -46,6 +46,8 @@ public:
     // still holds both, so that what keeps figures by pid can fold its own and name the process.
     using FoldSink = std::function<void(uint32_t pid, uint32_t into)>;
     void set_fold_sink(FoldSink f) { fold_sink_ = std::move(f); }
+    // Several nodes' streams: each process learns its node's name (ProcessInfo::node) when it is first met.
+    void set_node_of(std::function<std::string(uint32_t)> f) { node_of_ = std::move(f); }
 
     // Processes known before the stream starts (the traced root and its live descendants); also what a
     // RecordProcess in the stream does.
@@ -230,6 +232,7 @@ private:
     } last_code_; // the code object of the latest CODE record: a RecordSlots follows it
     TypeSink type_sink_;
     FoldSink fold_sink_;
+    std::function<std::string(uint32_t)> node_of_;
     std::map<uint32_t, ProcessInfo> processes_;
     RoleSpaces spaces_;                             // code objects and types
     std::unordered_map<uint32_t, Symbols> symbols_; // per process

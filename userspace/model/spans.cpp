@@ -34,15 +34,20 @@ std::string op_row_name(std::string name)
 
 static std::string own_label(const ProcessInfo& p)
 {
-    if (p.known_rank() >= 0) // (a worker inherits its trainer's environment: RANK is not its rank)
-        return "rank " + std::to_string(p.known_rank());
+    // Where a report has several nodes, a rank known only by spawn's index is local to its node, and the roles
+    // every node has (its main process, its children) say which node's they are.
+    const std::string on = p.node.empty() ? "" : " on " + p.node;
+    if (p.global_rank() >= 0) // (a worker inherits its trainer's environment: RANK is not its rank)
+        return "rank " + std::to_string(p.global_rank());
+    if (p.known_rank() >= 0)
+        return "local rank " + std::to_string(p.known_rank()) + on;
     if (p.root)
-        return "main";
+        return "main" + on;
     if (p.consumer)
-        return "trainer";
+        return "trainer" + on;
     if (p.worker || p.worker_id >= 0)
         return p.worker_id >= 0 ? "worker " + std::to_string(p.worker_id) : "worker ?";
-    return "child";
+    return "child" + on;
 }
 
 int exit_signal(const ProcessInfo& p) { return p.exit_status > 0 ? p.exit_status & 0x7f : 0; }

@@ -86,6 +86,7 @@ struct ProcessInfo {
     int env_rank = -1;    // RANK in its environment when it started (a DataLoader worker may inherit it too)
     int local_rank = -1;  // LOCAL_RANK there (torchrun: its index on its node)
     int world_size = -1;  // WORLD_SIZE there
+    std::string node;     // the node it ran on, where a report has several (else empty)
     bool consumer = false; // it iterates DataLoaders (a training loop: the main process, or a rank)
     bool worker = false;   // it prepared DataLoader batches (read a task from a DataLoader's index queue)
     uint32_t owner = 0;    // a worker: the process it prepares batches for, when known
@@ -110,6 +111,9 @@ struct ProcessInfo {
     uint32_t processes() const { return 1 + folded; }
     // Time from the first event to the last, summed over the processes it stands for.
     uint64_t seen_ns() const { return (last_ns > first_ns ? last_ns - first_ns : 0) + folded_seen_ns; }
+    // A training process's global rank: RANK from its environment, else spawn's index where there is one node
+    // (spawn's index is local to its node); -1 unknown.
+    int global_rank() const { return consumer && env_rank >= 0 ? env_rank : node.empty() ? rank : -1; }
     // A training process's rank: spawn's index, else RANK from its environment; -1 unknown.
     int known_rank() const { return rank >= 0 ? rank : consumer ? env_rank : -1; }
 };
