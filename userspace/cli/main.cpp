@@ -13,6 +13,7 @@
 #include "capture/guardian.h"
 #include "capture/perf_events.h"
 #include "lotus_abi.h"
+#include "agent.h"
 #include "diff.h"
 #include "export/output_file.h"
 #include "probes.h"
@@ -276,6 +277,7 @@ constexpr const char* kFooter = R"(Examples:
   sudo lotus-bpf sweep --cpus 1,2,4 -- python3 train.py   one run per CPU limit, one table
   lotus-bpf probes /usr/bin/python3                where it would probe this interpreter
   lotus-bpf rules -o torch.json                    the built-in rules, to change and pass to --rules
+  sudo lotus-bpf agent --metrics 0.0.0.0:9464      a node's service: every PyTorch job, as it starts
 
 Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (one line on stderr);
 2 usage error; 74 an output could not be written (the others were). man lotus-bpf for more.)";
@@ -499,6 +501,42 @@ int run_probes_command(const ProbesCommand& c)
     return lotus::cli::run_probes(c.pid_opt->count() ? std::optional<int>(c.pid) : std::nullopt, c.python);
 }
 
+struct AgentCommand {
+    CLI::App* app = nullptr;
+    lotus::cli::AgentOptions a;
+    Parsed p; // each job's run
+};
+
+void add_agent(CLI::App& app, AgentCommand& c)
+{
+    c.app = app.add_subcommand("agent", "a node's tracer as a service: keep --metrics up, attach to each PyTorch "
+                                        "training process as it starts (with its children), detach when it ends; "
+                                        "SIGTERM detaches everything (docs/agent.md)");
+    c.app->add_option("--metrics", c.a.metrics, "serve Prometheus metrics at HOST:PORT")
+        ->capture_default_str()
+        ->check(kBindAddress);
+    c.app->add_option("--match", c.a.match, "only processes whose command line matches this glob (repeatable; "
+                                            "default: every CPython process that loaded torch)")
+        ->check(kNonEmpty);
+    c.app->add_option("--record-dir", c.a.record_dir, "also keep one record file per job in this directory")
+        ->check(kNonEmpty);
+    c.app->add_option("--node", c.p.opts.node, "this machine's name in the metrics and the record files (default: "
+                                               "its hostname)")
+        ->check(kNonEmpty);
+    c.app->add_option("--scan-interval", c.a.scan_interval_s, "look through /proc for new jobs this often (seconds)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.05, 60.0));
+    c.app->add_option("--keep-finished", c.a.keep_finished_s, "keep a finished job's series this long (seconds), for "
+                                                              "the last scrapes")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 86400.0));
+    c.app->add_option("--resources-interval", c.p.opts.resources_interval_ms, "as for a single run")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 60000));
+    add_rule_options(c.app, c.p);
+    add_disk_reserve_option(c.app, c.p);
+}
+
 struct RulesCommand {
     CLI::App* app = nullptr;
     std::string output;
@@ -560,6 +598,7 @@ int main(int argc, char** argv)
     DiffCommand diff;
     ProbesCommand probes;
     RulesCommand rules;
+    AgentCommand agent;
     add_one_step(app, main_cmd);
     add_record(app, record);
     add_top(app, top);
@@ -569,6 +608,7 @@ int main(int argc, char** argv)
     add_diff(app, diff);
     add_probes(app, probes);
     add_rules(app, rules);
+    add_agent(app, agent);
     app.require_subcommand(0, 1);
 
     lotus::cli::Options* session = nullptr;
@@ -580,6 +620,10 @@ int main(int argc, char** argv)
             return run_probes_command(probes);
         if (rules.app->parsed())
             return lotus::cli::write_builtin_rules(rules.output);
+        if (agent.app->parsed()) {
+            agent.a.session = agent.p.opts;
+            return lotus::cli::run_agent(agent.a);
+        }
         if (sweep.app->parsed())
             return run_sweep_command(sweep);
         if (record.app->parsed()) {

@@ -60,7 +60,11 @@ std::atomic<int> g_stop_signal{0};
 
 void on_signal(int sig) { g_stop_signal = sig; }
 
-void install_signal_handlers()
+} // namespace
+
+int stop_signal() { return g_stop_signal; }
+
+void install_stop_handlers()
 {
     struct sigaction sa = {};
     sa.sa_handler = on_signal;
@@ -70,6 +74,8 @@ void install_signal_handlers()
     sigaction(SIGTERM, &sa, nullptr);
     sigaction(SIGHUP, &sa, nullptr);
 }
+
+namespace {
 
 // This thread's CPU time: what the PSS walks cost the tracer.
 uint64_t thread_cpu_ns()
@@ -242,7 +248,7 @@ private:
     std::unique_ptr<record::RecordWriter> recorder_;
     std::shared_ptr<prometheus::Registry> registry_; // --metrics: what the endpoint serves
     std::unique_ptr<metrics::Endpoint> endpoint_;
-    std::unique_ptr<metrics::PipelineMetrics> metrics_;
+    std::shared_ptr<metrics::PipelineMetrics> metrics_;
     uint64_t last_metrics_ns_ = 0;
     std::optional<std::vector<uint64_t>> handlers_; // --all-calls on 3.11: the RESUME and RETURN_VALUE handlers
     uint64_t t0_ = 0;
@@ -366,7 +372,9 @@ void Session::open_target()
 
 void Session::open_outputs()
 {
-    if (!opts_.metrics.empty()) { // bound before any output is opened and anything attached or launched
+    if (opts_.metrics_registry) { // the agent's: it serves them
+        registry_ = opts_.metrics_registry;
+    } else if (!opts_.metrics.empty()) { // bound before any output is opened and anything attached or launched
         registry_ = std::make_shared<prometheus::Registry>();
         endpoint_ = std::make_unique<metrics::Endpoint>(metrics::parse_bind_address(opts_.metrics), registry_);
     }
@@ -391,9 +399,10 @@ void Session::build_pipeline()
     if (common::knob_value("LOTUS_DEBUG_EVENTS"))
         debug_.emplace(rec_->rules().framework());
     if (registry_) {
-        metrics_ = std::make_unique<metrics::PipelineMetrics>(
+        metrics_ = std::make_shared<metrics::PipelineMetrics>(
             registry_, metrics::JobIdentity{node_name(opts_), LOTUS_VERSION, interp_.version.str(),
-                                            static_cast<uint32_t>(root_), {}});
+                                            static_cast<uint32_t>(root_),
+                                            prometheus::Labels(opts_.metrics_labels.begin(), opts_.metrics_labels.end())});
         rec_->observe([this](const model::Span& s) { metrics_->span(s, rec_->engine().processes()); });
         rec_->observe_usage([this](const model::UsagePoint& p) { metrics_->usage(p, rec_->engine().processes()); });
     }
@@ -514,7 +523,7 @@ void Session::attach_probes()
                                                            [this](const void* data, size_t len) { feed(data, len); });
         probe_->set_library_sink([this](const void* data, size_t len) { native_->on_library_open(data, len); });
     }
-    install_signal_handlers();
+    install_stop_handlers();
     probe_->attach_process_tracking();
     probe_->trace_process(static_cast<uint32_t>(root_), static_cast<uint32_t>(root_));
     known(static_cast<uint32_t>(root_), 0, true);
@@ -767,6 +776,8 @@ int Session::finish()
         recorder_->write(&end, sizeof(end));
         recorder_->close();
     }
+    if (metrics_ && opts_.metrics_handoff)
+        opts_.metrics_handoff(metrics_);
     if (!rec_->finish(std::move(run), calls_inlined(interp_.caps, opts_.all_calls)))
         return kExitOutputFailed;
     return launcher_ ? launched_status_ : 0;

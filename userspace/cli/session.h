@@ -1,9 +1,14 @@
 // One tracing run: attach (to a PID or a launched command), poll until told to stop, then detach, write the
 // trace and print the summary.
 #pragma once
+#include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <prometheus/registry.h>
 
 #include "launch/cgroup.h"
 
@@ -41,9 +46,18 @@ struct Options {
     std::string counters;             // --counters: "default" or a list; empty: none
     std::string metrics;  // --metrics HOST:PORT: serve Prometheus metrics there while tracing
     std::string node;     // --node: this machine's name in the metrics and the record file (default: hostname)
+    // lotus-bpf agent: its registry (this run serves no endpoint of its own), the labels of this job's series, and
+    // the job's metrics handed over when the run ends (the agent keeps them a while for the last scrapes).
+    std::shared_ptr<prometheus::Registry> metrics_registry;
+    std::map<std::string, std::string> metrics_labels;
+    std::function<void(std::shared_ptr<void>)> metrics_handoff; // (a metrics::PipelineMetrics)
     bool coarse = false;  // trace file: batches, waits and flows only
     double window_start_s = 0, window_end_s = 0; // trace file: spans starting in [start, end) s; end 0 = open
 };
+
+// SIGINT, SIGTERM and SIGHUP stop every run of this process (and the agent): the signal, 0 while none came.
+void install_stop_handlers();
+int stop_signal();
 
 // The node's name: --node, else the hostname.
 std::string node_name(const Options& opts);

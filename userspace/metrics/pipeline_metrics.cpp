@@ -139,16 +139,16 @@ prometheus::Histogram& PipelineMetrics::histogram(prometheus::Family<prometheus:
 {
     auto [it, fresh] = histograms_.try_emplace(key_of(&f, l));
     if (fresh)
-        it->second = &f.Add(l, duration_buckets());
-    return *it->second;
+        it->second = {&f, &f.Add(l, duration_buckets())};
+    return *it->second.metric;
 }
 
 prometheus::Counter& PipelineMetrics::counter(prometheus::Family<prometheus::Counter>& f, const Labels& l)
 {
     auto [it, fresh] = counters_.try_emplace(key_of(&f, l));
     if (fresh)
-        it->second = &f.Add(l);
-    return *it->second;
+        it->second = {&f, &f.Add(l)};
+    return *it->second.metric;
 }
 
 void PipelineMetrics::span(const model::Span& s, const std::map<uint32_t, model::ProcessInfo>& processes)
@@ -246,19 +246,18 @@ void PipelineMetrics::refresh(const std::map<uint32_t, model::ProcessInfo>& proc
         r.second.second += 1;
         ++it;
     }
-    std::map<std::string, prometheus::Gauge*> set;
+    std::set<std::string> set;
     for (const auto& [k, r] : roles) {
-        auto& rss = rss_.Add(r.first);
-        rss.Set(r.second.first);
-        auto& n = processes_.Add(r.first);
-        n.Set(r.second.second);
-        set[key_of(&rss_, r.first)] = &rss;
-        set[key_of(&processes_, r.first)] = &n;
+        for (auto* f : {&rss_, &processes_}) {
+            auto& g = f->Add(r.first);
+            g.Set(f == &rss_ ? r.second.first : r.second.second);
+            set.insert(key_of(f, r.first));
+            gauges_[key_of(f, r.first)] = {f, &g};
+        }
     }
     for (const auto& [k, g] : gauges_) // a role none of whose processes is alive now reads 0
         if (!set.count(k))
-            g->Set(0);
-    gauges_ = std::move(set);
+            g.metric->Set(0);
     // The info series: one per training process, else one for the job.
     std::vector<Labels> info;
     for (const auto& [pid, p] : processes) {
@@ -287,6 +286,22 @@ void PipelineMetrics::bump(prometheus::Family<prometheus::Counter>& f, const Lab
     if (total > last)
         c.Increment(static_cast<double>(total - last));
     last = std::max(last, total);
+}
+
+void PipelineMetrics::remove_series()
+{
+    for (auto& [k, h] : histograms_)
+        h.family->Remove(h.metric);
+    for (auto& [k, c] : counters_)
+        c.family->Remove(c.metric);
+    for (auto& [k, g] : gauges_)
+        g.family->Remove(g.metric);
+    for (const auto& l : info_series_)
+        info_.Remove(&info_.Add(l));
+    histograms_.clear();
+    counters_.clear();
+    gauges_.clear();
+    info_series_.clear();
 }
 
 void PipelineMetrics::capture(const CaptureFigures& f)

@@ -57,6 +57,8 @@ public:
     void refresh(const std::map<uint32_t, model::ProcessInfo>& processes);
     // The capture's counts so far (monotonic).
     void capture(const CaptureFigures& f);
+    // Every series this job added, out of the registry (the agent, a while after the job ended).
+    void remove_series();
 
 private:
     // The labels of a training process: its global rank and local rank ("" where unknown).
@@ -77,12 +79,17 @@ private:
         &delays_, &functions_;
     prometheus::Family<prometheus::Gauge>&rss_, &processes_, &info_;
     // Series by their labels' text: a span's metric is found without building the family's label map twice.
-    std::unordered_map<std::string, prometheus::Histogram*> histograms_;
-    std::unordered_map<std::string, prometheus::Counter*> counters_;
+    template <typename T>
+    struct Series {
+        prometheus::Family<T>* family;
+        T* metric;
+    };
+    std::unordered_map<std::string, Series<prometheus::Histogram>> histograms_;
+    std::unordered_map<std::string, Series<prometheus::Counter>> counters_;
     uint64_t events_seen_ = 0, lost_seen_ = 0;
     std::map<std::string, uint64_t> failures_seen_;
     std::map<uint32_t, uint64_t> rss_bytes_; // per live process, its last reading
-    std::map<std::string, prometheus::Gauge*> gauges_; // the gauges set at the last refresh, by key
+    std::map<std::string, Series<prometheus::Gauge>> gauges_; // every gauge set since the start, by key
     std::vector<prometheus::Labels> info_series_;
 };
 

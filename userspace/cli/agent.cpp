@@ -1,0 +1,294 @@
+#include "agent.h"
+
+#include <fnmatch.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <list>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/read_file.h"
+#include "metrics/endpoint.h"
+#include "metrics/pipeline_metrics.h"
+#include "proc/proc_maps.h"
+
+namespace lotus::cli {
+
+namespace {
+
+std::string read_text(const std::string& path)
+{
+    return common::read_file(path).value_or("");
+}
+
+std::string basename_of(const std::string& path)
+{
+    auto slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// The process's environment variable `name` (/proc/PID/environ), or "".
+std::string env_text(int pid, const std::string& name)
+{
+    std::string env = read_text(fmt::format("/proc/{}/environ", pid));
+    std::string key = name + "=";
+    for (size_t at = 0; at < env.size();) {
+        size_t end = env.find('\0', at);
+        if (end == std::string::npos)
+            end = env.size();
+        if (env.compare(at, key.size(), key) == 0)
+            return env.substr(at + key.size(), end - at - key.size());
+        at = end + 1;
+    }
+    return "";
+}
+
+Candidate read_candidate(int pid)
+{
+    Candidate c;
+    c.cmdline = read_text(fmt::format("/proc/{}/cmdline", pid));
+    for (auto& ch : c.cmdline)
+        if (ch == '\0')
+            ch = ' ';
+    while (!c.cmdline.empty() && c.cmdline.back() == ' ')
+        c.cmdline.pop_back();
+    std::error_code ec;
+    auto exe = std::filesystem::read_symlink(fmt::format("/proc/{}/exe", pid), ec).string();
+    c.python = basename_of(exe).rfind("python", 0) == 0;
+    if (!c.python && exe.empty())
+        return c; // (a kernel thread, or gone)
+    // The maps only of CPython processes: torch's library is what makes one a PyTorch job.
+    std::string maps = read_text(fmt::format("/proc/{}/maps", pid));
+    c.python = c.python || maps.find("libpython3") != std::string::npos;
+    c.torch = c.python && maps.find("libtorch") != std::string::npos;
+    return c;
+}
+
+// A job's run: one Session on its own thread, its metrics handed back when it ends.
+struct Job {
+    int pid = 0;
+    std::map<std::string, std::string> labels;
+    std::thread thread;
+    std::atomic<bool> done{false};
+    std::shared_ptr<void> metrics; // (a metrics::PipelineMetrics, kept keep_finished_s after the end)
+    std::chrono::steady_clock::time_point ended;
+};
+
+class Agent {
+public:
+    explicit Agent(const AgentOptions& opts) : opts_(opts) {}
+    int run();
+
+private:
+    void scan();
+    void start(int pid);
+    void reap();
+    bool under_a_job(int pid) const;
+
+    const AgentOptions& opts_;
+    std::shared_ptr<prometheus::Registry> registry_;
+    std::unique_ptr<metrics::Endpoint> endpoint_;
+    std::list<Job> jobs_;
+    std::set<int> seen_; // pids looked at (jobs, and processes that were not one)
+};
+
+bool Agent::under_a_job(int pid) const
+{
+    for (int p = pid, hops = 0; p > 1 && hops < 64; hops++) {
+        for (const auto& j : jobs_)
+            if (!j.done && j.pid == p)
+                return true;
+        auto parent = proc::parent_pid(p);
+        if (!parent)
+            return false;
+        p = *parent;
+    }
+    return false;
+}
+
+void Agent::scan()
+{
+    std::error_code ec;
+    std::set<int> alive;
+    for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos)
+            continue;
+        int pid = std::atoi(name.c_str());
+        alive.insert(pid);
+        if (pid == getpid() || seen_.count(pid))
+            continue;
+        Candidate c = read_candidate(pid);
+        if (c.python && !c.torch)
+            continue; // (not yet: a CPython process may import torch later; looked at again next scan)
+        seen_.insert(pid);
+        if (!is_job(c, opts_.match) || under_a_job(pid))
+            continue; // (a job's children are traced with it)
+        start(pid);
+    }
+    for (auto it = seen_.begin(); it != seen_.end();) // a pid that came back is a new process
+        it = alive.count(*it) ? std::next(it) : seen_.erase(it);
+}
+
+void Agent::start(int pid)
+{
+    auto& job = jobs_.emplace_back();
+    job.pid = pid;
+    job.labels = job_labels(pid);
+    Options o = opts_.session;
+    o.pid = pid;
+    o.output.clear();
+    o.print_summary = false;
+    o.quiet = true;
+    o.metrics_registry = registry_;
+    o.metrics_labels = job.labels;
+    if (!opts_.record_dir.empty())
+        o.record = fmt::format("{}/{}-{}.lbt", opts_.record_dir, job.labels["lotus_job"], job.labels["lotus_job_id"]);
+    fmt::print(stderr, "lotus-bpf agent: attaching to PID {} ({} {})\n", pid, job.labels["lotus_job"],
+               job.labels["lotus_job_id"]);
+    Job* j = &job;
+    o.metrics_handoff = [j](std::shared_ptr<void> m) { j->metrics = std::move(m); };
+    job.thread = std::thread([j, o = std::move(o)]() {
+        int rc = run_session(o);
+        fmt::print(stderr, "lotus-bpf agent: detached from PID {} (status {})\n", j->pid, rc);
+        j->ended = std::chrono::steady_clock::now();
+        j->done = true;
+    });
+}
+
+// Finished jobs' threads joined; their series removed once kept long enough.
+void Agent::reap()
+{
+    auto now = std::chrono::steady_clock::now();
+    for (auto it = jobs_.begin(); it != jobs_.end();) {
+        if (!it->done) {
+            ++it;
+            continue;
+        }
+        if (it->thread.joinable())
+            it->thread.join();
+        if (std::chrono::duration<double>(now - it->ended).count() < opts_.keep_finished_s) {
+            ++it;
+            continue;
+        }
+        if (it->metrics)
+            std::static_pointer_cast<metrics::PipelineMetrics>(it->metrics)->remove_series();
+        it = jobs_.erase(it);
+    }
+}
+
+int Agent::run()
+{
+    if (!opts_.record_dir.empty() && !std::filesystem::is_directory(opts_.record_dir))
+        throw std::runtime_error(fmt::format("--record-dir {}: not a directory", opts_.record_dir));
+    registry_ = std::make_shared<prometheus::Registry>();
+    endpoint_ = std::make_unique<metrics::Endpoint>(metrics::parse_bind_address(opts_.metrics), registry_);
+    install_stop_handlers();
+    auto at = metrics::parse_bind_address(opts_.metrics);
+    at.port = endpoint_->port();
+    fmt::print(stderr, "lotus-bpf agent: metrics at http://{}/metrics; watching for PyTorch training processes{}\n",
+               at.str(), opts_.match.empty() ? "" : " matching --match");
+    while (!stop_signal()) {
+        scan();
+        reap();
+        auto ns = static_cast<long>(opts_.scan_interval_s * 1e9);
+        timespec ts{ns / 1'000'000'000, ns % 1'000'000'000};
+        nanosleep(&ts, nullptr); // (a signal ends it early)
+    }
+    // Every job's session sees the same signal and detaches.
+    for (auto& j : jobs_)
+        if (j.thread.joinable())
+            j.thread.join();
+    fmt::print(stderr, "lotus-bpf agent: stopped ({} job(s) traced)\n", jobs_.size());
+    endpoint_->stop();
+    return 0;
+}
+
+} // namespace
+
+bool is_job(const Candidate& c, const std::vector<std::string>& match)
+{
+    if (!c.python || !c.torch)
+        return false;
+    if (match.empty())
+        return true;
+    for (const auto& glob : match)
+        if (fnmatch(glob.c_str(), c.cmdline.c_str(), 0) == 0)
+            return true;
+    return false;
+}
+
+std::map<std::string, std::string> job_labels(int pid)
+{
+    std::string cmdline = read_text(fmt::format("/proc/{}/cmdline", pid));
+    std::vector<std::string> args;
+    for (size_t at = 0; at < cmdline.size();) {
+        size_t end = cmdline.find('\0', at);
+        if (end == std::string::npos)
+            end = cmdline.size();
+        args.push_back(cmdline.substr(at, end - at));
+        at = end + 1;
+    }
+    // The script (python [options] script.py ...; python -m module), else the program.
+    std::string name = args.empty() ? proc::read_comm(pid) : basename_of(args[0]);
+    for (size_t i = 1; i < args.size(); i++) {
+        if (args[i] == "-m" && i + 1 < args.size()) {
+            name = args[i + 1];
+            break;
+        }
+        if (!args[i].empty() && args[i][0] != '-') {
+            name = basename_of(args[i]);
+            break;
+        }
+    }
+    std::string id = env_text(pid, "SLURM_JOB_ID");
+    if (id.empty()) {
+        std::string run = env_text(pid, "TORCHELASTIC_RUN_ID");
+        id = run == "none" ? "" : run;
+    }
+    if (id.empty()) { // its start: boot time + its start in clock ticks (/proc/PID/stat field 22)
+        std::string stat = read_text(fmt::format("/proc/{}/stat", pid));
+        auto close = stat.rfind(')');
+        unsigned long long start_ticks = 0;
+        if (close != std::string::npos) {
+            std::istringstream in(stat.substr(close + 2));
+            std::string field;
+            for (int f = 3; f <= 22 && in >> field; f++)
+                if (f == 22)
+                    start_ticks = std::stoull(field);
+        }
+        timespec boot{}, rt{};
+        clock_gettime(CLOCK_BOOTTIME, &boot);
+        clock_gettime(CLOCK_REALTIME, &rt);
+        double boot_at = static_cast<double>(rt.tv_sec) - static_cast<double>(boot.tv_sec);
+        auto started = static_cast<time_t>(boot_at + static_cast<double>(start_ticks) / sysconf(_SC_CLK_TCK));
+        char buf[32];
+        std::tm tm{};
+        gmtime_r(&started, &tm);
+        strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        id = buf;
+    }
+    return {{"lotus_job", name}, {"lotus_job_id", id}};
+}
+
+int run_agent(const AgentOptions& opts)
+{
+    try {
+        return Agent(opts).run();
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "lotus-bpf agent: {}\n", e.what());
+        return 1;
+    }
+}
+
+} // namespace lotus::cli
