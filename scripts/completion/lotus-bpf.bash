@@ -22,10 +22,13 @@ _lotus_bpf()
             return ;;
     esac
     if [[ $cword -eq 1 && $cur != -* ]]; then
-        COMPREPLY=($(compgen -W "record export report top diff sweep probes rules" -- "$cur"))
+        COMPREPLY=($(compgen -W "record export report top diff sweep probes rules agent" -- "$cur"))
         return
     fi
     case ${words[1]} in
+        agent)
+            COMPREPLY=($(compgen -W "--metrics --match --record-dir --node --scan-interval --keep-finished --resources-interval --pipeline --span --rules --disk-reserve -h --help" -- "$cur"))
+            return ;;
         rules)
             COMPREPLY=($(compgen -W "-o --output -h --help" -- "$cur"))
             return ;;
