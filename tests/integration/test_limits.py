@@ -166,6 +166,44 @@ class Limits(BpfTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(leftovers(), [])
 
+    def test_sweep_over_the_jobs_own_settings(self):
+        out_dir, table, page = self.path("sweep"), self.path("sweep.json"), self.path("sweep.html")
+        r = run_lotus(["sweep", "--param", "workers=1,2,bad", "--repeats", "2", "--output-dir", out_dir,
+                       "--summary-json", table, "--html", page, "--", PY, EXAMPLE, dataset(128), "--workers",
+                       "{workers}"], timeout=900)
+        self.assertEqual(r.returncode, 0, r.stderr)  # (every run went through: one configuration's job failed)
+        with open(table) as f:
+            t = json.load(f)
+        runs = {x["name"]: x for x in t["runs"]}
+        self.assertEqual(list(runs), ["workers=1", "workers=2", "workers=bad"])
+        for name, workers in (("workers=1", 1), ("workers=2", 2)):
+            x = runs[name]
+            self.assertEqual(x["params"], {"workers": str(workers)})
+            self.assertEqual((x["runs"], x["failed_runs"], x["exit_status"]), (2, 0, 0))
+            self.assertEqual(len(x["samples_per_s_runs"]), 2)
+            self.assertAlmostEqual(x["samples_per_s"], sum(x["samples_per_s_runs"]) / 2, delta=0.001)
+            self.assertLessEqual(x["samples_per_s_min"], x["samples_per_s"])
+            for rep in (1, 2):  # each run traced the job with the workers asked for (ground truth: its summary)
+                with open(os.path.join(out_dir, f"{name}.r{rep}.summary.json")) as f:
+                    s = json.load(f)
+                ids = {p["worker"] for p in s["processes"] if p["worker"] >= 0}
+                self.assertEqual(ids, set(range(workers)), name)
+                self.assertIn(s["throughput"]["samples_per_s"], [round(v, 3) for v in x["samples_per_s_runs"]] +
+                              x["samples_per_s_runs"])
+        bad = runs["workers=bad"]
+        self.assertEqual((bad["runs"], bad["failed_runs"], bad["samples_per_s"]), (2, 2, None))
+        self.assertIn("workers=bad: failed", r.stdout)
+        best = max(("workers=1", "workers=2"), key=lambda n: runs[n]["samples_per_s"])
+        self.assertEqual(t["best"], best)
+        self.assertIn(f"best: {best} (", r.stdout)
+        self.assertIn(t["cheapest_within_5pct"], ("workers=1", "workers=2"))
+        self.assertRegex(r.stdout, r"\nworkers=1 +0 +[\d.]+ +[\d.]+-[\d.]+ ")
+        with open(page) as f:
+            html = f.read()
+        for name in runs:
+            self.assertIn(name, html)
+        self.assertIn("best", html)
+
     def test_sweep_over_three_cpu_limits(self):
         out_dir, table = self.path("sweep"), self.path("sweep.json")
         r = run_lotus(["sweep", "--cpus", "0.5,1,2", "--output-dir", out_dir, "--summary-json", table, "--", PY,

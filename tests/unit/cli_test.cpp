@@ -11,6 +11,7 @@
 #include "capture/descriptions.h"
 #include "cli/reconstruction.h"
 #include "cli/rules_file.h"
+#include "cli/sweep.h"
 #include "model/framework.h"
 
 #include <functional>
@@ -135,4 +136,39 @@ TEST(Completion, KeepsForkParentsAndPassesOtherRecordsAsTheyAre)
     exec.h.tgid = 43;
     c.complete(&exec, sizeof(exec));
     EXPECT_EQ(tree.parent(43), 0u);
+}
+
+TEST(Sweep, ParamsCrossTheLimitsAndFillTheirPlaceholders)
+{
+    cli::SweepOptions o;
+    o.params = {{"workers", {"1", "2"}}, {"batch", {"32"}}};
+    o.cpus = {"1", "2"};
+    o.command = {"python3", "job.py", "--workers", "{workers}", "--batch-size={batch}"};
+    auto configs = cli::sweep_configs(o);
+    ASSERT_EQ(configs.size(), 4u);
+    EXPECT_EQ(configs[0].name, "workers=1_batch=32_cpus-1");
+    EXPECT_EQ(configs[3].name, "workers=2_batch=32_cpus-2");
+    EXPECT_EQ(configs[3].command, (std::vector<std::string>{"python3", "job.py", "--workers", "2", "--batch-size=32"}));
+    EXPECT_EQ(configs[1].cpus, "2");
+    // A placeholder no --param names, and a --param the command never uses: refused.
+    o.command = {"python3", "job.py", "--workers", "{workers}", "{batch}", "{seed}"};
+    EXPECT_THROW(cli::sweep_configs(o), std::invalid_argument);
+    o.command = {"python3", "job.py", "--workers", "{workers}"};
+    EXPECT_THROW(cli::sweep_configs(o), std::invalid_argument);
+    // Braces that are no placeholder (a JSON argument) are left as they are.
+    o.params = {{"workers", {"1"}}};
+    o.cpus.clear();
+    o.command = {"python3", "-c", "d = {'a': 1}", "{workers}"};
+    EXPECT_EQ(cli::sweep_configs(o)[0].command[2], "d = {'a': 1}");
+}
+
+TEST(Sweep, TheBestAndTheCheapestWithinFivePercent)
+{
+    // samples/s, CPUs, memory
+    std::vector<cli::SweepCost> rows{{100, 4, 900}, {97, 2, 800}, {96, 2, 700}, {80, 1, 500}, {-1, 0.5, 100}};
+    auto [best, cheapest] = cli::best_and_cheapest(rows);
+    EXPECT_EQ(best, 0);
+    EXPECT_EQ(cheapest, 2); // 2 CPUs like row 1, less memory; row 3 is more than 5 % slower; row 4 has no figures
+    EXPECT_EQ(cli::best_and_cheapest({{-1, 1, 1}}), (std::pair<int, int>{-1, -1}));
+    EXPECT_EQ(cli::best_and_cheapest({{50, 1, 1}}), (std::pair<int, int>{0, 0}));
 }

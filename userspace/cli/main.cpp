@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -274,7 +275,7 @@ constexpr const char* kFooter = R"(Examples:
   lotus-bpf report run.lbt --html run.html         the HTML report with charts (offline, one file)
   sudo lotus-bpf top --pid 4242                    a live table, refreshed every second; q to quit
   lotus-bpf diff before.lbt after.json             two runs side by side (record files or summary JSONs)
-  sudo lotus-bpf sweep --cpus 1,2,4 -- python3 train.py   one run per CPU limit, one table
+  sudo lotus-bpf sweep --param workers=1,2,4 -- python3 train.py --workers {workers}   one run per setting
   lotus-bpf probes /usr/bin/python3                where it would probe this interpreter
   lotus-bpf rules -o torch.json                    the built-in rules, to change and pass to --rules
   sudo lotus-bpf agent --metrics 0.0.0.0:9464      a node's service: every PyTorch job, as it starts
@@ -386,6 +387,7 @@ void add_report(CLI::App& app, ReplayCommand& c)
 struct SweepCommand {
     CLI::App* app = nullptr;
     lotus::cli::SweepOptions sw;
+    std::vector<std::string> params; // NAME=V1,V2
     std::string cpus, memory, duration, interval, reserve;
     std::vector<std::string> pipelines, spans, rules;
     bool net = false;
@@ -393,8 +395,18 @@ struct SweepCommand {
 
 void add_sweep(CLI::App& app, SweepCommand& c)
 {
-    auto* sweep = c.app = app.add_subcommand("sweep", "launch and trace a command once per configuration of limits, "
-                                                      "then one table: lotus-bpf sweep --cpus 1,2,4 [--memory 2G,4G] -- CMD");
+    auto* sweep = c.app = app.add_subcommand("sweep", "launch and trace a command once per configuration (the job's own "
+                                                      "settings crossed with limits), then one table: lotus-bpf sweep "
+                                                      "--param workers=1,2,4 [--cpus 1,2] -- CMD --workers {workers}");
+    sweep->add_option("--param", c.params, "NAME=V1,V2,...: a setting of the job to vary; {NAME} in the command is "
+                                           "replaced by each value (repeatable: every combination)")
+        ->check(kNonEmpty);
+    sweep->add_option("--repeats", c.sw.repeats, "runs per configuration, interleaved; the table gives their median "
+                                                 "and spread")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100));
+    sweep->add_option("--html", c.sw.html, "also write the table as an HTML page (samples/s per configuration as bars)")
+        ->check(kNonEmpty);
     sweep->add_option("--cpus", c.cpus, "comma list of CPU limits (each a run)")->check(kNonEmpty);
     sweep->add_option("--memory", c.memory, "comma list of memory limits (each a run; with --cpus: every pair)")
         ->check(kNonEmpty);
@@ -430,8 +442,21 @@ int run_sweep_command(SweepCommand& c)
     auto& sw = c.sw;
     sw.cpus = split_commas(c.cpus);
     sw.memory = split_commas(c.memory);
-    if (sw.cpus.empty() && sw.memory.empty())
-        throw CLI::ValidationError("sweep: give --cpus LIST and/or --memory LIST");
+    for (const auto& p : c.params) {
+        auto eq = p.find('=');
+        std::string name = eq == std::string::npos ? "" : p.substr(0, eq);
+        auto values = eq == std::string::npos ? std::vector<std::string>{} : split_commas(p.substr(eq + 1));
+        if (name.empty() || values.empty() || std::find(values.begin(), values.end(), "") != values.end() ||
+            name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != std::string::npos)
+            throw CLI::ValidationError(fmt::format("sweep: --param wants NAME=V1,V2 (NAME of letters, digits, _ and -), "
+                                                   "not '{}'", p));
+        for (const auto& [seen, v] : sw.params)
+            if (seen == name)
+                throw CLI::ValidationError(fmt::format("sweep: --param {} given twice", name));
+        sw.params.emplace_back(name, values);
+    }
+    if (sw.cpus.empty() && sw.memory.empty() && sw.params.empty())
+        throw CLI::ValidationError("sweep: give --param NAME=LIST, --cpus LIST and/or --memory LIST");
     for (const auto& cpus : sw.cpus) {
         char* end = nullptr;
         double v = strtod(cpus.c_str(), &end);

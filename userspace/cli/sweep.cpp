@@ -6,17 +6,20 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "export/html_report.h"
 #include "export/json.h"
 #include "export/output_file.h"
 
@@ -30,6 +33,11 @@ void on_interrupt(int) { g_interrupted = true; }
 struct Row {
     std::string name, cpus, memory;
     int status = -1;
+    std::vector<std::pair<std::string, std::string>> params;
+    unsigned repeats = 0, failed = 0;       // runs made, and of them those that gave no summary or a non-zero status
+    std::vector<double> rates;              // samples/s of each run that had it
+    double rate_min = 0, rate_max = 0;
+    std::string summary; // the last run's summary JSON
     std::optional<double> samples_per_s, waiting_pct, cpu_avg, cpu_peak, memory_peak_mb, throttled_s;
     std::optional<uint64_t> oom_kills;
     std::string verdict = "-", top_op = "-", memory_kind = "";
@@ -101,96 +109,352 @@ int run_one(const std::vector<std::string>& args, const std::string& stdout_path
 
 } // namespace
 
-int run_sweep(const SweepOptions& o)
-{
-    if (mkdir(o.dir.c_str(), 0755) != 0 && errno != EEXIST) {
-        fmt::print(stderr, "lotus-bpf: sweep: cannot create {}: {}\n", o.dir, strerror(errno));
-        return 1;
-    }
-    std::unique_ptr<exporter::OutputFile> table; // opened first: a bad destination stops the sweep before it runs
-    if (!o.summary_json.empty()) {
-        try {
-            table = std::make_unique<exporter::OutputFile>(
-                o.summary_json, exporter::OutputOptions{true, "--summary-json"},
-                [](const std::string& line) { fmt::print(stderr, "lotus-bpf: {}\n", line); });
-        } catch (const std::exception& e) {
-            fmt::print(stderr, "lotus-bpf: {}\n", e.what());
-            return 1;
-        }
-    }
-    struct sigaction sa = {};
-    sa.sa_handler = on_interrupt; // the run in progress stops on the same Ctrl-C; no further one starts
-    sigaction(SIGINT, &sa, nullptr);
-    std::vector<std::string> cpus = o.cpus.empty() ? std::vector<std::string>{""} : o.cpus;
-    std::vector<std::string> memory = o.memory.empty() ? std::vector<std::string>{""} : o.memory;
-    std::vector<Row> rows;
-    int failed = 0;
-    size_t total = cpus.size() * memory.size(), n = 0;
-    for (const auto& c : cpus)
-        for (const auto& m : memory) {
-            if (g_interrupted)
-                break;
-            Row r;
-            r.cpus = c;
-            r.memory = m;
-            r.name = (c.empty() ? "" : "cpus-" + c) + (c.empty() || m.empty() ? "" : "_") + (m.empty() ? "" : "memory-" + m);
-            if (r.name.empty())
-                r.name = "unlimited";
-            std::string base = o.dir + "/" + r.name;
-            std::vector<std::string> args{"lotus-bpf", "-q", "-o", base + ".json", "--summary-json", base + ".summary.json",
-                                          "--html", base + ".html"};
-            if (!c.empty())
-                args.insert(args.end(), {"--cpus", c});
-            if (!m.empty())
-                args.insert(args.end(), {"--memory", m});
-            args.insert(args.end(), o.pass.begin(), o.pass.end());
-            args.push_back("--");
-            args.insert(args.end(), o.command.begin(), o.command.end());
-            fmt::print(stderr, "lotus-bpf: sweep {}/{}: {} ...\n", ++n, total, r.name);
-            unlink((base + ".summary.json").c_str()); // a summary left by an earlier sweep is not this run's
-            r.status = run_one(args, base + ".txt");
-            std::ifstream f(base + ".summary.json");
-            auto s = nlohmann::json::parse(f, nullptr, false);
-            if (f && !s.is_discarded())
-                fill(r, s);
-            else if (!failed)
-                failed = r.status ? r.status : 1;
-            fmt::print(stderr, "lotus-bpf: sweep {}/{}: {}: exit status {}{}\n", n, total, r.name, r.status,
-                       f ? "" : " (no summary: see " + base + ".txt)");
-            rows.push_back(r);
-        }
-    sa.sa_handler = SIG_DFL;
-    sigaction(SIGINT, &sa, nullptr);
+namespace {
 
-    fmt::print("{:<24} {:>6} {:>10} {:>9} {:<12} {:>8} {:>9} {:>10} {:>11} {:>5}  {}\n", "configuration", "exit",
-               "samples/s", "waiting%", "verdict", "avg CPU%", "peak CPU%", "peak MB", "throttled s", "OOM",
-               "most time per sample");
-    std::string js;
+std::string replaced(std::string arg, const std::vector<std::pair<std::string, std::string>>& values)
+{
+    for (const auto& [name, value] : values)
+        for (size_t at; (at = arg.find("{" + name + "}")) != std::string::npos;)
+            arg.replace(at, name.size() + 2, value);
+    return arg;
+}
+
+double median_of(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The figures of one run into its configuration's row: rates kept for the median and spread, the rest from the
+// last run that had them.
+void add_run(Row& r, const nlohmann::json& s)
+{
+    Row one;
+    fill(one, s);
+    if (one.samples_per_s)
+        r.rates.push_back(*one.samples_per_s);
+    for (auto [to, from] : {std::pair{&r.waiting_pct, &one.waiting_pct}, {&r.cpu_avg, &one.cpu_avg},
+                            {&r.cpu_peak, &one.cpu_peak}, {&r.memory_peak_mb, &one.memory_peak_mb},
+                            {&r.throttled_s, &one.throttled_s}})
+        if (*from)
+            *to = *from;
+    if (one.oom_kills)
+        r.oom_kills = one.oom_kills;
+    if (one.verdict != "-")
+        r.verdict = one.verdict;
+    if (one.top_op != "-")
+        r.top_op = one.top_op;
+    if (!one.memory_kind.empty())
+        r.memory_kind = one.memory_kind;
+}
+
+std::string config_name(const SweepConfig& c)
+{
+    std::string n;
+    for (const auto& [k, v] : c.params)
+        n += (n.empty() ? "" : "_") + k + "=" + v;
+    if (!c.cpus.empty())
+        n += (n.empty() ? "" : "_") + std::string("cpus-") + c.cpus;
+    if (!c.memory.empty())
+        n += (n.empty() ? "" : "_") + std::string("memory-") + c.memory;
+    return n.empty() ? "unlimited" : n;
+}
+
+// The page of the table: samples/s per configuration as bars with their spread, the best and the cheapest marked.
+std::string sweep_html(const std::vector<Row>& rows, int best, int cheapest, unsigned repeats)
+{
+    double top = 0;
+    for (const auto& r : rows)
+        top = std::max(top, r.rate_max);
+    const int bar_h = 22, left = 260, width = 520;
+    std::string svg = fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+                                  "font-family=\"sans-serif\" font-size=\"12\">\n",
+                                  left + width + 140, rows.size() * (bar_h + 8) + 30);
+    for (size_t i = 0; i < rows.size(); i++) {
+        const auto& r = rows[i];
+        int y = static_cast<int>(i) * (bar_h + 8) + 10;
+        svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", left - 8, y + 15,
+                           exporter::html_escape(r.name));
+        if (!r.samples_per_s || top <= 0) {
+            svg += fmt::format("<text x=\"{}\" y=\"{}\">failed (exit status {})</text>\n", left, y + 15, r.status);
+            continue;
+        }
+        auto x = [&](double v) { return left + static_cast<int>(v / top * width); };
+        const char* colour = static_cast<int>(i) == best ? "#2b8a3e" : static_cast<int>(i) == cheapest ? "#1c7ed6"
+                                                                                                      : "#868e96";
+        svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"><title>{}: {:.1f} "
+                           "samples/s (median of {}, {:.1f}-{:.1f})</title></rect>\n",
+                           left, y, x(*r.samples_per_s) - left, bar_h, colour, exporter::html_escape(r.name),
+                           *r.samples_per_s, r.rates.size(), r.rate_min, r.rate_max);
+        if (r.rates.size() > 1)
+            svg += fmt::format("<line x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\" stroke=\"#000\"/>\n", x(r.rate_min),
+                               x(r.rate_max), y + bar_h / 2, y + bar_h / 2);
+        svg += fmt::format("<text x=\"{}\" y=\"{}\">{:.1f}{}</text>\n", x(r.rate_max) + 6, y + 15, *r.samples_per_s,
+                           static_cast<int>(i) == best ? " best" : static_cast<int>(i) == cheapest ? " cheapest" : "");
+    }
+    svg += "</svg>\n";
+    std::string h = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>lotus-bpf sweep</title></head><body>\n"
+                    "<h1>lotus-bpf sweep</h1>\n";
+    h += fmt::format("<p>Samples/s per configuration: the median of {} run(s), the line its spread (min to max). "
+                     "Green: the best; blue: the cheapest within 5 % of it (fewest CPUs, then least memory).</p>\n",
+                     repeats);
+    h += svg;
+    h += "<table border=\"1\" cellpadding=\"4\"><tr><th>configuration</th><th>samples/s</th><th>spread</th>"
+         "<th>waiting %</th><th>verdict</th><th>avg CPU %</th><th>peak MB</th><th>runs</th></tr>\n";
+    for (const auto& r : rows)
+        h += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+                         "<td>{}{}</td></tr>\n",
+                         exporter::html_escape(r.name), num(r.samples_per_s, 1),
+                         r.rates.size() > 1 ? fmt::format("{:.1f}-{:.1f}", r.rate_min, r.rate_max) : "-",
+                         num(r.waiting_pct, 0), r.verdict, num(r.cpu_avg, 0), num(r.memory_peak_mb, 0), r.repeats,
+                         r.failed ? fmt::format(" ({} failed)", r.failed) : "");
+    h += "</table>\n</body></html>\n";
+    return h;
+}
+
+void print_table(const std::vector<Row>& rows, const SweepOptions& o, int best, int cheapest)
+{
+    fmt::print("{:<28} {:>6} {:>10} {:>13} {:>9} {:<12} {:>8} {:>9} {:>10} {:>11} {:>5}  {}\n", "configuration", "exit",
+               "samples/s", o.repeats > 1 ? "spread" : "", "waiting%", "verdict", "avg CPU%", "peak CPU%", "peak MB",
+               "throttled s", "OOM", "most time per sample");
     for (const auto& r : rows) {
-        fmt::print("{:<24} {:>6} {:>10} {:>9} {:<12} {:>8} {:>9} {:>10} {:>11} {:>5}  {}\n", r.name, r.status,
-                   num(r.samples_per_s, 1), num(r.waiting_pct, 0), r.verdict, num(r.cpu_avg, 0), num(r.cpu_peak, 0),
+        std::string exit = r.repeats == 0 ? "-" : r.failed && o.repeats > 1 ? fmt::format("{}({}/{})", r.status, r.failed, r.repeats)
+                                                                             : std::to_string(r.status);
+        fmt::print("{:<28} {:>6} {:>10} {:>13} {:>9} {:<12} {:>8} {:>9} {:>10} {:>11} {:>5}  {}\n", r.name, exit,
+                   num(r.samples_per_s, 1),
+                   r.rates.size() > 1 ? fmt::format("{:.1f}-{:.1f}", r.rate_min, r.rate_max) : "",
+                   num(r.waiting_pct, 0), r.verdict, num(r.cpu_avg, 0), num(r.cpu_peak, 0),
                    r.memory_peak_mb ? fmt::format("{:.0f} {}", *r.memory_peak_mb, r.memory_kind) : "-",
                    num(r.throttled_s, 2), r.oom_kills ? std::to_string(*r.oom_kills) : "-", r.top_op);
-        auto jn = [](std::optional<double> v) { return v ? fmt::format("{:.4f}", *v) : std::string("null"); };
-        js += fmt::format("{}{{\"name\":{},\"cpus\":{},\"memory\":{},\"exit_status\":{},\"summary\":{},"
-                          "\"samples_per_s\":{},\"waiting_pct\":{},\"verdict\":{},\"cpu_avg_pct\":{},\"cpu_peak_pct\":{},"
-                          "\"memory_peak_mb\":{},\"memory_kind\":{},\"throttled_s\":{},\"oom_kills\":{},\"top_op\":{}}}",
-                          js.empty() ? "" : ",", exporter::json_string(r.name),
+    }
+    for (const auto& r : rows) // a run that failed is said, with where to read why
+        if (r.failed)
+            fmt::print("{}: failed: {} of {} run(s) exited with status {} or gave no summary{} (see {}/{}.txt)\n",
+                       r.name, r.failed, r.repeats, r.status, r.samples_per_s ? "" : "; no samples/s", o.dir,
+                       r.name + (o.repeats > 1 ? ".r1" : ""));
+    if (best >= 0) {
+        fmt::print("best: {} ({:.1f} samples/s{})\n", rows[best].name, *rows[best].samples_per_s,
+                   o.repeats > 1 ? fmt::format(", median of {}", rows[best].rates.size()) : "");
+        const auto& c = rows[cheapest];
+        if (cheapest == best)
+            fmt::print("cheapest within 5 % of it: the same (no configuration within 5 % uses fewer CPUs or less "
+                       "memory)\n");
+        else
+            fmt::print("cheapest within 5 % of it: {} ({:.1f} samples/s, {:.0f} % of the best, with {}{})\n", c.name,
+                       *c.samples_per_s, 100 * *c.samples_per_s / *rows[best].samples_per_s,
+                       !c.cpus.empty() ? c.cpus + " CPU(s)" : c.cpu_avg ? fmt::format("{:.2f} CPUs used on average", *c.cpu_avg / 100) : "-",
+                       c.memory_peak_mb ? fmt::format(", {:.0f} MB peak {}", *c.memory_peak_mb, c.memory_kind) : "");
+    }
+    fmt::print("(each run's summary, trace and HTML report: {}/NAME{}.txt, .json, .html; samples/s: the median over "
+               "the repeats, spread: min to max; peak MB: the job's PSS (read every 2 s or less often: "
+               "--pss-interval) where read, else its RSS sum; throttled s: time the CPU limit held the job back; "
+               "cheapest: fewest CPUs (the --cpus limit, else the CPUs used on average), then least memory)\n",
+               o.dir, o.repeats > 1 ? ".rN" : "");
+}
+
+std::string table_json(const std::vector<Row>& rows, const SweepOptions& o, int best, int cheapest)
+{
+    auto jn = [](std::optional<double> v) { return v ? fmt::format("{:.4f}", *v) : std::string("null"); };
+    std::string js;
+    for (const auto& r : rows) {
+        std::string params;
+        for (const auto& [k, v] : r.params)
+            params += (params.empty() ? "" : ",") + exporter::json_string(k) + ":" + exporter::json_string(v);
+        std::string rates;
+        for (double x : r.rates)
+            rates += (rates.empty() ? "" : ",") + fmt::format("{:.4f}", x);
+        js += fmt::format("{}{{\"name\":{},\"params\":{{{}}},\"cpus\":{},\"memory\":{},\"exit_status\":{},\"runs\":{},"
+                          "\"failed_runs\":{},\"summary\":{},\"samples_per_s\":{},\"samples_per_s_runs\":[{}],"
+                          "\"samples_per_s_min\":{},\"samples_per_s_max\":{},\"waiting_pct\":{},\"verdict\":{},"
+                          "\"cpu_avg_pct\":{},\"cpu_peak_pct\":{},\"memory_peak_mb\":{},\"memory_kind\":{},"
+                          "\"throttled_s\":{},\"oom_kills\":{},\"top_op\":{}}}",
+                          js.empty() ? "" : ",", exporter::json_string(r.name), params,
                           r.cpus.empty() ? "null" : exporter::json_string(r.cpus),
-                          r.memory.empty() ? "null" : exporter::json_string(r.memory), r.status,
-                          exporter::json_string(o.dir + "/" + r.name + ".summary.json"), jn(r.samples_per_s),
+                          r.memory.empty() ? "null" : exporter::json_string(r.memory), r.status, r.repeats, r.failed,
+                          exporter::json_string(r.summary), jn(r.samples_per_s), rates,
+                          r.rates.empty() ? "null" : jn(r.rate_min), r.rates.empty() ? "null" : jn(r.rate_max),
                           jn(r.waiting_pct), exporter::json_string(r.verdict), jn(r.cpu_avg), jn(r.cpu_peak),
                           jn(r.memory_peak_mb), r.memory_peak_mb ? exporter::json_string(r.memory_kind) : "null",
                           jn(r.throttled_s), r.oom_kills ? std::to_string(*r.oom_kills) : "null",
                           r.top_op == "-" ? "null" : exporter::json_string(r.top_op));
     }
-    fmt::print("(each run's summary, trace and HTML report: {}/NAME.txt, .json, .html; peak MB: the job's PSS (read "
-               "every 2 s or less often: --pss-interval) where read, else its RSS sum; throttled s: time the CPU "
-               "limit held the job back)\n",
-               o.dir);
+    auto name = [&](int i) { return i < 0 ? std::string("null") : exporter::json_string(rows[i].name); };
+    return fmt::format("{{\"repeats\":{},\"runs\":[{}],\"best\":{},\"cheapest_within_5pct\":{}}}\n", o.repeats, js,
+                       name(best), name(cheapest));
+}
+
+std::unique_ptr<exporter::OutputFile> open_table(const std::string& path, const char* flag)
+{
+    if (path.empty())
+        return nullptr;
+    return std::make_unique<exporter::OutputFile>(path, exporter::OutputOptions{true, flag}, [](const std::string& line) {
+        fmt::print(stderr, "lotus-bpf: {}\n", line);
+    });
+}
+
+} // namespace
+
+std::vector<SweepConfig> sweep_configs(const SweepOptions& o)
+{
+    // Every {NAME} of the command is a --param, and every --param is used.
+    std::set<std::string> names;
+    for (const auto& [name, values] : o.params)
+        names.insert(name);
+    for (const auto& arg : o.command)
+        for (size_t at = arg.find('{'); at != std::string::npos; at = arg.find('{', at + 1)) {
+            size_t end = arg.find('}', at);
+            if (end == std::string::npos)
+                break;
+            std::string name = arg.substr(at + 1, end - at - 1);
+            if (!name.empty() && name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
+                                     std::string::npos &&
+                !names.count(name))
+                throw std::invalid_argument(fmt::format("sweep: the command has {{{}}} but no --param {}=...", name, name));
+        }
+    for (const auto& [name, values] : o.params) {
+        bool used = false;
+        for (const auto& arg : o.command)
+            used |= arg.find("{" + name + "}") != std::string::npos;
+        if (!used)
+            throw std::invalid_argument(fmt::format("sweep: --param {} is not used in the command (put {{{}}} where its "
+                                                    "value goes)", name, name));
+    }
+    std::vector<std::vector<std::pair<std::string, std::string>>> combos{{}};
+    for (const auto& [name, values] : o.params) {
+        std::vector<std::vector<std::pair<std::string, std::string>>> next;
+        for (const auto& c : combos)
+            for (const auto& v : values) {
+                auto d = c;
+                d.emplace_back(name, v);
+                next.push_back(std::move(d));
+            }
+        combos = std::move(next);
+    }
+    std::vector<std::string> cpus = o.cpus.empty() ? std::vector<std::string>{""} : o.cpus;
+    std::vector<std::string> memory = o.memory.empty() ? std::vector<std::string>{""} : o.memory;
+    std::vector<SweepConfig> out;
+    for (const auto& combo : combos)
+        for (const auto& c : cpus)
+            for (const auto& m : memory) {
+                SweepConfig cfg{"", c, m, combo, {}};
+                for (const auto& arg : o.command)
+                    cfg.command.push_back(replaced(arg, combo));
+                cfg.name = config_name(cfg);
+                out.push_back(std::move(cfg));
+            }
+    return out;
+}
+
+std::pair<int, int> best_and_cheapest(const std::vector<SweepCost>& rows)
+{
+    int best = -1;
+    for (size_t i = 0; i < rows.size(); i++)
+        if (rows[i].samples_per_s >= 0 && (best < 0 || rows[i].samples_per_s > rows[best].samples_per_s))
+            best = static_cast<int>(i);
+    if (best < 0)
+        return {-1, -1};
+    int cheapest = best;
+    auto key = [](const SweepCost& c) {
+        return std::pair{c.cpus < 0 ? 1e18 : c.cpus, c.memory_mb < 0 ? 1e18 : c.memory_mb};
+    };
+    for (size_t i = 0; i < rows.size(); i++)
+        if (rows[i].samples_per_s >= 0.95 * rows[best].samples_per_s && key(rows[i]) < key(rows[cheapest]))
+            cheapest = static_cast<int>(i);
+    return {best, cheapest};
+}
+
+int run_sweep(const SweepOptions& o)
+{
+    std::vector<SweepConfig> configs;
+    try {
+        configs = sweep_configs(o);
+    } catch (const std::invalid_argument& e) {
+        fmt::print(stderr, "lotus-bpf: {}\n", e.what());
+        return 2;
+    }
+    if (mkdir(o.dir.c_str(), 0755) != 0 && errno != EEXIST) {
+        fmt::print(stderr, "lotus-bpf: sweep: cannot create {}: {}\n", o.dir, strerror(errno));
+        return 1;
+    }
+    std::unique_ptr<exporter::OutputFile> table, page; // opened first: a bad destination stops the sweep before it runs
+    try {
+        table = open_table(o.summary_json, "--summary-json");
+        page = open_table(o.html, "--html");
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "lotus-bpf: {}\n", e.what());
+        return 1;
+    }
+    struct sigaction sa = {};
+    sa.sa_handler = on_interrupt; // the run in progress stops on the same Ctrl-C; no further one starts
+    sigaction(SIGINT, &sa, nullptr);
+    std::vector<Row> rows(configs.size());
+    for (size_t i = 0; i < configs.size(); i++) {
+        rows[i].name = configs[i].name;
+        rows[i].cpus = configs[i].cpus;
+        rows[i].memory = configs[i].memory;
+        rows[i].params = configs[i].params;
+    }
+    int failed = 0;
+    size_t total = configs.size() * o.repeats, n = 0;
+    // Repeats interleaved: each round runs every configuration once, so that a slow spell of the machine falls
+    // on all of them.
+    for (unsigned rep = 0; rep < o.repeats && !g_interrupted; rep++)
+        for (size_t i = 0; i < configs.size() && !g_interrupted; i++) {
+            const auto& cfg = configs[i];
+            Row& r = rows[i];
+            std::string base = o.dir + "/" + cfg.name + (o.repeats > 1 ? fmt::format(".r{}", rep + 1) : "");
+            std::vector<std::string> args{"lotus-bpf", "-q", "-o", base + ".json", "--summary-json", base + ".summary.json",
+                                          "--html", base + ".html"};
+            if (!cfg.cpus.empty())
+                args.insert(args.end(), {"--cpus", cfg.cpus});
+            if (!cfg.memory.empty())
+                args.insert(args.end(), {"--memory", cfg.memory});
+            args.insert(args.end(), o.pass.begin(), o.pass.end());
+            args.push_back("--");
+            args.insert(args.end(), cfg.command.begin(), cfg.command.end());
+            fmt::print(stderr, "lotus-bpf: sweep {}/{}: {} ...\n", ++n, total, base.substr(o.dir.size() + 1));
+            unlink((base + ".summary.json").c_str()); // a summary left by an earlier sweep is not this run's
+            int status = run_one(args, base + ".txt");
+            r.repeats++;
+            std::ifstream f(base + ".summary.json");
+            auto s = nlohmann::json::parse(f, nullptr, false);
+            bool summarized = f && !s.is_discarded();
+            if (summarized)
+                add_run(r, s);
+            if (!summarized || status)
+                r.failed++;
+            if (!summarized && !failed)
+                failed = status ? status : 1;
+            if (r.status <= 0) // (the row shows a failing run's status where one failed)
+                r.status = status;
+            r.summary = base + ".summary.json";
+            fmt::print(stderr, "lotus-bpf: sweep {}/{}: {}: exit status {}{}\n", n, total, cfg.name, status,
+                       summarized ? "" : " (no summary: see " + base + ".txt)");
+        }
+    sa.sa_handler = SIG_DFL;
+    sigaction(SIGINT, &sa, nullptr);
+
+    std::vector<SweepCost> costs;
+    for (auto& r : rows) {
+        if (!r.rates.empty()) {
+            r.samples_per_s = median_of(r.rates);
+            r.rate_min = *std::min_element(r.rates.begin(), r.rates.end());
+            r.rate_max = *std::max_element(r.rates.begin(), r.rates.end());
+        }
+        double cpus = !r.cpus.empty() ? std::stod(r.cpus) : r.cpu_avg ? *r.cpu_avg / 100 : -1;
+        costs.push_back({r.samples_per_s.value_or(-1), cpus, r.memory_peak_mb.value_or(-1)});
+    }
+    auto [best, cheapest] = best_and_cheapest(costs);
+    print_table(rows, o, best, cheapest);
     if (table) {
-        table->write("{\"runs\":[" + js + "]}\n");
+        table->write(table_json(rows, o, best, cheapest));
         if (!table->commit())
+            return 74;
+    }
+    if (page) {
+        page->write(sweep_html(rows, best, cheapest, o.repeats));
+        if (!page->commit())
             return 74;
     }
     if (g_interrupted)

@@ -1,13 +1,19 @@
-// `lotus-bpf sweep --cpus 1,2,4 [--memory 2G,4G] -- CMD`: the command launched and traced once per configuration
-// (each run a lotus-bpf of its own, with its own outputs in the output directory), then one table of them all.
+// `lotus-bpf sweep [--param NAME=V1,V2 ...] [--cpus 1,2,4] [--memory 2G,4G] [--repeats N] -- CMD {NAME}`: the
+// command launched and traced once per configuration and repeat (each run a lotus-bpf of its own, with its own
+// outputs in the output directory; {NAME} in the command is the configuration's value of --param NAME), then one
+// table of them all, the best configuration by samples/s and the cheapest within 5 % of it.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lotus::cli {
 
 struct SweepOptions {
     std::vector<std::string> cpus, memory; // as given: each value a configuration (empty: not varied)
+    std::vector<std::pair<std::string, std::vector<std::string>>> params; // --param NAME=V1,V2: the job's own settings
+    unsigned repeats = 1;                  // runs per configuration, interleaved (the table: median and spread)
+    std::string html;                      // the table as an HTML page (samples/s per configuration as bars)
     std::vector<std::string> pass;         // options every run gets (rules, duration, resources interval)
     std::vector<std::string> command;
     std::string dir = "lotus-sweep";
@@ -16,5 +22,25 @@ struct SweepOptions {
 
 // Returns 0 when every run went through (whatever its job's exit status), else the first failing run's status.
 int run_sweep(const SweepOptions& opts);
+
+// One configuration of a sweep: its name ("workers=2_cpus-1"), its values and its command with {NAME} replaced.
+struct SweepConfig {
+    std::string name, cpus, memory;
+    std::vector<std::pair<std::string, std::string>> params;
+    std::vector<std::string> command;
+};
+// Every configuration, the params' values crossed with the limits'. Throws std::invalid_argument where the
+// command has a {NAME} that no --param names, or a --param the command never uses.
+std::vector<SweepConfig> sweep_configs(const SweepOptions& opts);
+
+// The best configuration (highest median samples/s) and the cheapest within 5 % of it (fewest CPUs: the --cpus
+// limit, else the CPUs the job used on average; then least peak memory), as indices into the rows' figures;
+// -1 where none has figures.
+struct SweepCost {
+    double samples_per_s = -1; // median over its repeats; -1: none went through
+    double cpus = -1;          // its --cpus limit, else average CPUs used; -1 unknown
+    double memory_mb = -1;     // peak memory; -1 unknown
+};
+std::pair<int, int> best_and_cheapest(const std::vector<SweepCost>& rows);
 
 } // namespace lotus::cli
