@@ -19,20 +19,6 @@ void copy_str(char (&dst)[N], const std::string& s)
     std::memcpy(dst, s.data(), std::min(s.size(), N - 1));
 }
 
-// Whether pid is root or descends from it (its parents, read from /proc, reach root before init).
-bool in_tree(int pid, int root)
-{
-    for (int p = pid, steps = 0; p > 1 && steps < 64; steps++) {
-        if (p == root)
-            return true;
-        auto parent = proc::parent_pid(p);
-        if (!parent)
-            return false;
-        p = *parent;
-    }
-    return false;
-}
-
 } // namespace
 
 void InterpreterWatch::check(uint64_t now_ns)
@@ -68,7 +54,7 @@ void InterpreterWatch::scan_command(uint32_t command, uint32_t root, uint64_t no
         auto seen = examined_.find(static_cast<uint32_t>(pid));
         if (ec || (seen != examined_.end() && seen->second == exe))
             continue;
-        if (in_tree(pid, static_cast<int>(root))) { // traced
+        if (proc::descends_from(pid, [&](int p) { return p == static_cast<int>(root); })) { // traced
             examined_[static_cast<uint32_t>(pid)] = exe;
             continue;
         }

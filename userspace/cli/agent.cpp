@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -104,16 +105,9 @@ private:
 
 bool Agent::under_a_job(int pid) const
 {
-    for (int p = pid, hops = 0; p > 1 && hops < 64; hops++) {
-        for (const auto& j : jobs_)
-            if (!j.done && j.pid == p)
-                return true;
-        auto parent = proc::parent_pid(p);
-        if (!parent)
-            return false;
-        p = *parent;
-    }
-    return false;
+    return proc::descends_from(pid, [this](int p) {
+        return std::any_of(jobs_.begin(), jobs_.end(), [p](const Job& j) { return !j.done && j.pid == p; });
+    });
 }
 
 void Agent::scan()

@@ -211,6 +211,19 @@ std::optional<int> parent_pid(int pid)
     return ppid;
 }
 
+bool descends_from(int pid, const std::function<bool(int)>& root)
+{
+    for (int p = pid, steps = 0; p > 1 && steps < 64; steps++) {
+        if (root(p))
+            return true;
+        auto parent = parent_pid(p);
+        if (!parent)
+            return false;
+        p = *parent;
+    }
+    return false;
+}
+
 std::vector<int> descendants(int pid)
 {
     std::multimap<int, int> children;

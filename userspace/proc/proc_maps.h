@@ -38,6 +38,8 @@ bool process_exists(int pid);
 // A pidfd of the process (Linux 5.3+): readable once it has exited (a zombie too). Invalid where there is none.
 common::UniqueFd pidfd_of(int pid);
 std::optional<int> parent_pid(int pid);
+// Whether pid, or one of its ancestors (read from /proc, up to init), is one `root` says yes to.
+bool descends_from(int pid, const std::function<bool(int)>& root);
 // Every live descendant of pid (children, grandchildren, ...), from /proc/*/stat.
 std::vector<int> descendants(int pid);
 // How many CPUs the process may run on (its affinity mask: a cpuset, taskset), or nullopt.
