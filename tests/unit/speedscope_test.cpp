@@ -104,3 +104,22 @@ TEST(Speedscope, OverlapsAreLeftOutAndSaid)
     EXPECT_EQ(doc["name"], "lotus-bpf: the pipeline's spans per role (1 left out: 1 overlapping without nesting, 0 past "
                            "4000000 spans)");
 }
+
+// A process's other threads (a result queue's feeder thread pickling a batch while the main thread runs the next
+// sample's ops) are a profile of their own: their spans overlap the main thread's without nesting.
+TEST(Speedscope, OtherThreadsAreAProfileOfTheirOwn)
+{
+    std::map<uint32_t, model::ProcessInfo> procs;
+    procs[10].pid = 10, procs[10].root = true;
+    procs[11].pid = 11, procs[11].worker = true, procs[11].worker_id = 0, procs[11].owner = 10, procs[11].loader = 0;
+    exporter::SpeedscopeWriter w;
+    w.add(Span::make(SpanKind::Op, "Crop", 11, 11, 1100, 1200));
+    w.add(Span::make(SpanKind::Native, "memcpy", 11, 17, 1150, 1250)); // the feeder thread
+    auto doc = written(w, procs, 0);
+    ASSERT_EQ(doc["profiles"].size(), 2u);
+    EXPECT_EQ(doc["profiles"][0]["name"], "worker 0");
+    EXPECT_EQ(events(doc, doc["profiles"][0]), (std::vector<std::string>{"O Crop 100", "C Crop 200"}));
+    EXPECT_EQ(doc["profiles"][1]["name"], "worker 0, other threads");
+    EXPECT_EQ(events(doc, doc["profiles"][1]), (std::vector<std::string>{"O memcpy 150", "C memcpy 250"}));
+    EXPECT_EQ(doc["name"], "lotus-bpf: the pipeline's spans per role");
+}

@@ -93,7 +93,10 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
     for (const auto& c : run.outputs_cut)
         if (c.output == "-o" && c.path == opts_.output)
             trace_cut = fmt::format(" (cut at {:.2f} s)", c.at_s);
-    auto batches = exporter::summarize_batches(engine_.batches(), engine_.processes(), summary_, run.cpus);
+    double cpus = run.cpus; // (a --cpus limit below the job's CPUs is what it may use)
+    if (run.limits && run.limits->cpus > 0 && (cpus == 0 || run.limits->cpus < cpus))
+        cpus = run.limits->cpus;
+    auto batches = exporter::summarize_batches(engine_.batches(), engine_.processes(), summary_, cpus);
     auto notes = summary_notes(run, said, trace_cut, calls_inlined);
     auto report = exporter::build_report({summary_, batches, engine_.processes(), run, std::move(notes),
                                           std::move(usage_rows), run.resources_interval_ms, node_of_});

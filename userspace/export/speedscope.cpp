@@ -59,13 +59,15 @@ void SpeedscopeWriter::add(const model::Span& s)
         past_cap_++;
         return;
     }
-    items_.push_back({s.start_ns, std::max(s.end_ns, s.start_ns), frame_id(name), s.pid});
+    items_.push_back({s.start_ns, std::max(s.end_ns, s.start_ns), frame_id(name), s.pid, s.tid == s.pid});
 }
 
 uint64_t SpeedscopeWriter::write(OutputFile& out, const std::map<uint32_t, model::ProcessInfo>& processes,
                                  const std::string& tool, uint64_t t0_ns) const
 {
-    std::map<RoleKey, std::vector<const Item*>> roles;
+    // A role's main threads in one profile; its other threads (a queue's feeder thread, a pin-memory thread) in
+    // another, since their spans overlap the main thread's without nesting.
+    std::map<std::pair<RoleKey, bool>, std::vector<const Item*>> roles;
     for (const auto& it : items_) {
         uint32_t pid = it.pid;
         for (int hops = 0; hops < 8; hops++) { // (a row folded into one folded later)
@@ -74,12 +76,12 @@ uint64_t SpeedscopeWriter::write(OutputFile& out, const std::map<uint32_t, model
                 break;
             pid = a->second;
         }
-        roles[role_of(pid, processes)].push_back(&it);
+        roles[{role_of(pid, processes), !it.main_thread}].push_back(&it);
     }
     std::set<int> loaders;
-    for (const auto& [key, items] : roles)
-        if (!std::get<3>(key))
-            loaders.insert(std::get<1>(key));
+    for (const auto& [k, items] : roles)
+        if (!std::get<3>(k.first))
+            loaders.insert(std::get<1>(k.first));
     std::string text = fmt::format("{{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\"exporter\":{},"
                                    "\"activeProfileIndex\":0,\"shared\":{{\"frames\":[",
                                    json_string(tool));
@@ -89,7 +91,8 @@ uint64_t SpeedscopeWriter::write(OutputFile& out, const std::map<uint32_t, model
     uint64_t overlapping = 0;
     bool first_profile = true;
     auto rel = [&](uint64_t ns) { return ns > t0_ns ? ns - t0_ns : 0; };
-    for (auto& [key, items] : roles) {
+    for (auto& [k, items] : roles) {
+        const RoleKey& key = k.first;
         // Outer spans first where two start together; then one stack per role, each span closed before the next
         // one that starts at or after its end opens.
         std::stable_sort(items.begin(), items.end(), [](const Item* a, const Item* b) {
@@ -108,6 +111,8 @@ uint64_t SpeedscopeWriter::write(OutputFile& out, const std::map<uint32_t, model
             name += fmt::format(" (DataLoader {})", std::get<1>(key));
         else if (std::get<3>(key) && (self == processes.end() || (!self->second.root && !self->second.consumer)))
             name += fmt::format(" (PID {})", pid);
+        if (k.second)
+            name += ", other threads";
         text += fmt::format("{}{{\"type\":\"evented\",\"name\":{},\"unit\":\"nanoseconds\",\"events\":[",
                             first_profile ? "" : ",", json_string(name));
         first_profile = false;

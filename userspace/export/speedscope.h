@@ -36,6 +36,7 @@ private:
     struct Item {
         uint64_t start, end;
         uint32_t frame, pid;
+        bool main_thread; // a process's main thread (its pid's): other threads' spans go to a profile of their own
     };
     uint32_t frame_id(const std::string& name);
     std::vector<std::string> frames_;

@@ -136,8 +136,26 @@ static std::string few_long_calls(const std::vector<LongCall>& calls, uint64_t c
 // What the numbers of one training loop suggest doing, each with its figures: the part of per-sample time that
 // dominates, whether more DataLoader workers would help (their busy share, the CPUs the job may use), and whether
 // the pipeline ran mostly off-CPU.
+WorkerEstimate estimate_workers(unsigned n, double busy_share, double waiting_share, double cpus, double samples_per_s)
+{
+    WorkerEstimate e{n, busy_share, waiting_share, cpus, 0, samples_per_s, 0, 1, 1};
+    double work = static_cast<double>(n) * busy_share; // CPUs' worth the workers supply today's rate with
+    e.free_cpus = cpus - work - (1 - waiting_share);
+    e.loop_limit = waiting_share < 1 ? 1 / (1 - waiting_share) : 1e9;
+    if (e.free_cpus < 0.5 || work <= 0)
+        return e; // (under half a CPU free: another worker would only take CPU from the others)
+    // Enough workers to reach the loop's limit, or to use the free CPUs, whichever is fewer.
+    double needed = work * (e.loop_limit - 1);
+    double extra = std::min(std::ceil(needed - 1e-9), std::ceil(e.free_cpus - 1e-9));
+    extra = std::max(extra, 1.0);
+    e.suggested_workers = n + static_cast<unsigned>(extra);
+    e.factor = std::min((work + std::min(extra, e.free_cpus)) / work, e.loop_limit);
+    return e;
+}
+
 static std::vector<std::string> advice_for(uint32_t pid, double waiting_pct, const Summary& summary,
-                                           const std::map<uint32_t, model::ProcessInfo>& processes, unsigned cpus)
+                                           const std::map<uint32_t, model::ProcessInfo>& processes, double cpus,
+                                           double loop_seconds, std::optional<WorkerEstimate>& estimate)
 {
     std::vector<std::string> out;
     struct Sums {
@@ -225,14 +243,25 @@ static std::vector<std::string> advice_for(uint32_t pid, double waiting_pct, con
             out.push_back(fmt::format("The {} worker(s) were busy {:.0f} % of their time; whether more would help depends "
                                       "on the CPUs the job may use, which this record does not say.",
                                       n, b));
-        else if (n + 1 < cpus)
-            out.push_back(fmt::format("More DataLoader workers should help: the {} worker(s) were busy {:.0f} % of their "
-                                      "time and the job may use {} CPUs (try num_workers up to {}).",
-                                      n, b, cpus, cpus - 1));
-        else
-            out.push_back(fmt::format("More workers would not help: {} worker(s) and the training loop already have the "
-                                      "{} CPU(s) the job may use; make the pipeline cheaper instead.",
-                                      n, cpus));
+        else {
+            double rate = loop_seconds > 0 ? samples / loop_seconds : 0;
+            estimate = estimate_workers(static_cast<unsigned>(n), b / 100, waiting_pct / 100, cpus, rate);
+            const auto& e = *estimate;
+            if (e.suggested_workers)
+                out.push_back(fmt::format(
+                    "More DataLoader workers should help. An estimate from the figures above: the {} worker(s) were "
+                    "busy {:.0f} % of their time, the training loop waited {:.0f} % of its own and about {:.1f} of the "
+                    "job's {:g} CPU(s) were free; with {} workers the pipeline could supply up to about {:.1f}x today's "
+                    "samples/s ({:.0f} -> {:.0f}), if {} more CPU(s) are free for them (the loop itself could take at "
+                    "most {:.1f}x, never waiting).",
+                    n, b, waiting_pct, e.free_cpus, cpus, e.suggested_workers, e.factor, e.samples_per_s,
+                    e.samples_per_s * e.factor, e.suggested_workers - n, e.loop_limit));
+            else
+                out.push_back(fmt::format("More workers would not help: the {} worker(s) (busy {:.0f} %) and the training "
+                                          "loop (not waiting {:.0f} % of its time) already use the {:g} CPU(s) the job "
+                                          "may use; make the pipeline cheaper instead.",
+                                          n, b, 100 - waiting_pct, cpus));
+        }
     }
     if (sample && sample->cpu_wall_ms > 0) {
         double on = 100 * sample->cpu_ms / sample->cpu_wall_ms;
@@ -268,7 +297,7 @@ static BatchSummary summarize(const model::BatchStats& b, GroupKey key)
 
 DataLoaderReport summarize_batches(const model::BatchTracker& batches,
                                    const std::map<uint32_t, model::ProcessInfo>& processes, const Summary& summary,
-                                   unsigned cpus)
+                                   double cpus)
 {
     DataLoaderReport out;
     for (const auto& [key, b] : batches.stats())
@@ -305,7 +334,7 @@ DataLoaderReport summarize_batches(const model::BatchTracker& batches,
                                     "data pipeline keeps up.",
                                     who, pct);
         if (l.batches)
-            l.advice = advice_for(pid, pct, summary, processes, cpus);
+            l.advice = advice_for(pid, pct, summary, processes, cpus, l.seconds, l.estimate);
         out.loops.push_back(l);
     }
     return out;

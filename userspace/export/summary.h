@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
@@ -58,6 +59,23 @@ struct BatchSummary {
     uint64_t misnamed = 0, passes_before = 0;
 };
 
+// What more DataLoader workers could give an input-bound training loop, estimated from its figures: each worker
+// busy `busy_share` of its time supplies today's samples/s over n x busy_share CPUs' worth of work; an added worker
+// adds up to one free CPU's worth; the loop itself can take at most 1 / (1 - waiting_share) of today's rate.
+struct WorkerEstimate {
+    unsigned workers = 0;            // today's
+    double busy_share = 0;           // the workers' busy share
+    double waiting_share = 0;        // the training loop's
+    double cpus = 0;                 // the CPUs the job may use (its affinity, or its --cpus limit)
+    double free_cpus = 0;            // cpus - (workers x busy_share + the loop's 1 - waiting_share)
+    double samples_per_s = 0;        // today's, over the loop's time
+    unsigned suggested_workers = 0;  // 0: more would not help (under half a CPU free)
+    double factor = 1;               // the pipeline's supply with suggested_workers over today's samples/s
+    double loop_limit = 1;           // 1 / (1 - waiting_share): the loop never waiting
+};
+// The estimate for n workers busy busy_share, a loop waiting waiting_share, `cpus` CPUs, today's samples/s.
+WorkerEstimate estimate_workers(unsigned n, double busy_share, double waiting_share, double cpus, double samples_per_s);
+
 // A training loop: how much of its time (first next() to last) it spent waiting in next().
 struct LoopSummary {
     uint32_t pid = 0;
@@ -66,6 +84,7 @@ struct LoopSummary {
     double seconds = 0; // its first next() to its last
     std::string verdict;
     std::vector<std::string> advice; // what the numbers suggest doing, each a sentence with its figures
+    std::optional<WorkerEstimate> estimate; // input-bound with busy workers and known CPUs: what more could give
     BatchSummary all; // its DataLoaders together
 };
 
@@ -76,10 +95,11 @@ struct DataLoaderReport {
 };
 
 class Summary;
-// cpus: CPUs the traced job could run on (0: not known, as in record files of earlier versions).
+// cpus: CPUs the traced job could run on (its affinity, or a --cpus limit below it; 0: not known, as in record
+// files of earlier versions).
 DataLoaderReport summarize_batches(const model::BatchTracker& batches,
                                    const std::map<uint32_t, model::ProcessInfo>& processes, const Summary& summary,
-                                   unsigned cpus);
+                                   double cpus);
 
 // Nearest-rank percentile of sorted values (q in [0, 1]).
 double percentile(const std::vector<uint64_t>& sorted, double q);

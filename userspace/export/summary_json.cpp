@@ -121,6 +121,21 @@ std::string report_json(const Report& r)
         o["waiting_share"] = json_fixed(l.waiting_share, 4);
         o["verdict"] = json_text(l.verdict);
         o["advice"] = json_texts(l.advice);
+        o["estimate"] = nullptr; // the inputs and result of the advice's estimate, where it gave one
+        if (l.estimate) {
+            const auto& e = *l.estimate;
+            J est = J::object();
+            est["workers"] = e.workers;
+            est["busy_share"] = json_fixed(e.busy_share, 4);
+            est["waiting_share"] = json_fixed(e.waiting_share, 4);
+            est["cpus"] = json_fixed(e.cpus, 2);
+            est["free_cpus"] = json_fixed(e.free_cpus, 3);
+            est["samples_per_s"] = json_fixed(e.samples_per_s, 3);
+            est["suggested_workers"] = e.suggested_workers ? J(e.suggested_workers) : J(nullptr);
+            est["factor"] = json_fixed(e.factor, 3);
+            est["loop_limit"] = json_fixed(std::min(e.loop_limit, 1e6), 3);
+            o["estimate"] = std::move(est);
+        }
         o["all"] = batches_json(l.all);
         loops.push_back(std::move(o));
     }
