@@ -526,7 +526,7 @@ TEST(SummaryJson, KeysInTheirOrderAndTheRunsAlphabetical)
     EXPECT_EQ(nlohmann::ordered_json::parse(exporter::report_json(report))["resources"], nullptr);
 }
 
-TEST(Straggler, TheRankWhoseWaitStandsOutIsNamedWithWhatToDo)
+TEST(Straggler, TheRankWhoseWaitStandsOutIsNamedAndTheTextSaysWhatToTry)
 {
     auto row = [](int rank, double wait, const char* node) {
         exporter::RankRow r;

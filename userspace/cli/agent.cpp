@@ -11,6 +11,7 @@
 #include <ctime>
 #include <filesystem>
 #include <list>
+#include <map>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -101,6 +102,13 @@ private:
     std::unique_ptr<metrics::Endpoint> endpoint_;
     std::list<Job> jobs_;
     std::set<int> seen_; // pids looked at (jobs, and processes that were not one)
+    // CPython processes without torch yet: scans to skip before their maps are read again, and the gap (in scans),
+    // doubled at each look up to kMaxGap, so that an idle python's maps are not read every second for ever.
+    struct Backoff {
+        int skip = 0, gap = 1;
+    };
+    std::map<int, Backoff> waiting_;
+    static constexpr int kMaxGap = 32;
 };
 
 bool Agent::under_a_job(int pid) const
@@ -122,9 +130,17 @@ void Agent::scan()
         alive.insert(pid);
         if (pid == getpid() || seen_.count(pid))
             continue;
+        auto w = waiting_.find(pid);
+        if (w != waiting_.end() && w->second.skip-- > 0)
+            continue;
         Candidate c = read_candidate(pid);
-        if (c.python && !c.torch)
-            continue; // (not yet: a CPython process may import torch later; looked at again next scan)
+        if (c.python && !c.torch) { // (not yet: a CPython process may import torch later; looked at again)
+            auto& b = waiting_[pid];
+            b.skip = b.gap;
+            b.gap = std::min(2 * b.gap, kMaxGap);
+            continue;
+        }
+        waiting_.erase(pid);
         seen_.insert(pid);
         if (!is_job(c, opts_.match) || under_a_job(pid))
             continue; // (a job's children are traced with it)
@@ -132,6 +148,8 @@ void Agent::scan()
     }
     for (auto it = seen_.begin(); it != seen_.end();) // a pid that came back is a new process
         it = alive.count(*it) ? std::next(it) : seen_.erase(it);
+    for (auto it = waiting_.begin(); it != waiting_.end();)
+        it = alive.count(it->first) ? std::next(it) : waiting_.erase(it);
 }
 
 void Agent::start(int pid)
