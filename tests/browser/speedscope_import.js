@@ -3,12 +3,14 @@
 // and error (its trace importer warns for each end that does not match the innermost open span: a span that
 // overlaps its neighbour or nests wrongly), the number of profiles (one per traced thread), their names, and a
 // screenshot.
-//   node speedscope_import.js MODULES_DIR TRACE SCREENSHOT [TITLE [sandwich]]  ->  one JSON object on stdout
-// (TITLE: what the page's title begins with once imported; default the file's name, as for a Chrome trace; a
-// file in speedscope's own format is titled by its "name". sandwich: also, per profile, the Sandwich view's
-// table, each frame's total and self time as speedscope prints them: {profile: [[name, total, self]...]})
+//   node speedscope_import.js MODULES_DIR TRACE SCREENSHOT [TITLE [sandwich] [leftheavy]]  ->  one JSON object
+// on stdout (TITLE: what the page's title begins with once imported; default the file's name, as for a Chrome
+// trace; a file in speedscope's own format is titled by its "name". sandwich: also, per profile, the Sandwich
+// view's table, each frame's total and self time as speedscope prints them: {profile: [[name, total, self]...]}.
+// leftheavy: also, per profile, the Left Heavy flame graph's top frames (depth 0), each with the total its
+// tooltip prints: {profile: [[name, total]...]})
 const path = require('path');
-const [modules, trace, screenshot, title, mode] = process.argv.slice(2);
+const [modules, trace, screenshot, title, ...modes] = process.argv.slice(2);
 const {chromium} = require(path.join(modules, 'node_modules', 'playwright-core'));
 
 (async () => {
@@ -16,7 +18,7 @@ const {chromium} = require(path.join(modules, 'node_modules', 'playwright-core')
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
     args: ['--no-sandbox', '--disable-gpu'],
   });
-  const out = {warnings: [], errors: [], requests: [], profiles: 0, names: [], title: '', sandwich: {}};
+  const out = {warnings: [], errors: [], requests: [], profiles: 0, names: [], title: '', sandwich: {}, leftHeavy: {}};
   try {
     const page = await browser.newPage({viewport: {width: 1600, height: 900}});
     page.on('console', m => {
@@ -56,9 +58,58 @@ const {chromium} = require(path.join(modules, 'node_modules', 'playwright-core')
       await page.waitForTimeout(100);
       return rows;
     };
+    // The Left Heavy view draws its flame graph on a canvas; what can be read is the tooltip a hovered frame
+    // shows: "TOTAL (PERCENT) NAME". Its top row holds each root frame once (merged), packed from the left edge
+    // with no gap, the largest first, then nothing: so from the left edge, each frame's end is the first px that
+    // shows another frame (or none), found by doubling steps then halving them (a hover costs a rendered frame,
+    // some 50 ms here: a sweep of every px took minutes). Frames narrower than 1 px may be passed over.
+    const tip = /^([0-9.]+(?:ns|µs|ms|s)) \((?:[<>]?[0-9.]+%)\) (.+)$/;
+    const tipAt = async (x, y) => {
+      await page.mouse.move(x, y);
+      return page.evaluate(re => new Promise(done => requestAnimationFrame(() => {
+        const m = document.body.innerText.split('\n').map(l => l.trim().match(new RegExp(re))).find(m => m);
+        done(m ? [m[2], m[1]] : null);
+      })), tip.source);
+    };
+    const leftHeavy = async () => {
+      await page.mouse.move(0, 0);
+      await page.keyboard.press('2');
+      await page.waitForTimeout(300);
+      // its panel: the lowest canvas (the minimap's is above it; the whole page's WebGL canvas starts at 0)
+      const panel = await page.evaluate(() => [...document.querySelectorAll('canvas')]
+        .map(c => c.getBoundingClientRect()).map(r => ({x: r.left, y: r.top, w: Math.floor(r.width), h: r.height}))
+        .reduce((a, b) => (b.y > a.y ? b : a)));
+      // The row of depth 0 lies below the time axis' labels: the first hit going down the left edge (where the
+      // largest root frame begins), then a few px further into its 20 px row.
+      let row = null;
+      for (let y = panel.y + 1; row === null && y < panel.y + 100; y += 4)
+        if (await tipAt(panel.x + 1.5, y)) row = y + 8;
+      const at = i => tipAt(panel.x + i + 0.5, row);  // px i of the row
+      const frames = new Map(), last = panel.w - 1;
+      for (let i = 1, t = row === null ? null : await at(i); t;) {
+        frames.set(t[0], t[1]);
+        let lo = i, hi = i, u = t;  // lo shows t's frame; hi, once past it, another one or none
+        for (let step = 1; u && u[0] === t[0]; step *= 2) {
+          lo = hi;
+          if (hi === last) u = null;  // t's frame reaches the right edge
+          else u = await at(hi = Math.min(hi + step, last));
+        }
+        while (hi - lo > 1) {
+          const mid = (lo + hi) >> 1, m = await at(mid);
+          if (m && m[0] === t[0]) lo = mid;
+          else [hi, u] = [mid, m];
+        }
+        [i, t] = [hi, u];
+      }
+      await page.mouse.move(0, 0);
+      await page.keyboard.press('1');
+      await page.waitForTimeout(100);
+      return [...frames];
+    };
     for (let i = 0; now && i < now.count; i++) {
       out.names.push(now.name);
-      if (mode === 'sandwich') out.sandwich[now.name] = await sandwich();
+      if (modes.includes('sandwich')) out.sandwich[now.name] = await sandwich();
+      if (modes.includes('leftheavy')) out.leftHeavy[now.name] = await leftHeavy();
       if (!pictured && /worker/.test(now.name)) { // a DataLoader worker's timeline: batch > loader/sample > op
         await page.waitForTimeout(300);
         await page.screenshot({path: screenshot});

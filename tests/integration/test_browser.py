@@ -21,13 +21,13 @@ CHARTS = ["op-durations", "wait-histogram", "delay-histogram", "samples-per-seco
           "memory-over-time", "usage", "native-map", "counters"]
 
 
-def speedscope(test, trace_path, screenshot, title=None, sandwich=False):
+def speedscope(test, trace_path, screenshot, title=None, sandwich=False, left_heavy=False):
     """What speedscope said importing the file: warnings (its own; Chromium's GL driver notes left out), errors,
     network requests, profile count and names. title: what the page is titled once imported (default: the file's
-    name)."""
+    name). sandwich, left_heavy: also what those views show per profile (speedscope_import.js)."""
     r = subprocess.run(["node", IMPORT, MODULES, trace_path, screenshot] + ([title] if title else []) +
-                       (["sandwich"] if sandwich else []),
-                       capture_output=True, text=True, timeout=300)
+                       (["sandwich"] if sandwich else []) + (["leftheavy"] if left_heavy else []),
+                       capture_output=True, text=True, timeout=600)  # (Left Heavy: a hover per step, ~50 ms each)
     test.assertEqual(r.returncode, 0, r.stderr)
     out = json.loads(r.stdout)
     out["warnings"] = [w for w in out["warnings"] if "GL Driver Message" not in w]
@@ -142,7 +142,8 @@ class Browser(BpfTestCase):
         """The speedscope file (--speedscope) imports with no warning, one profile per role (a worker id merges
         the processes that played it), and its root frames' totals are the summary's per-op totals: what Left
         Heavy shows."""
-        seen = speedscope(self, flame, self.path("flame.png"), "lotus-bpf: the pipeline's spans per role", sandwich=True)
+        seen = speedscope(self, flame, self.path("flame.png"), "lotus-bpf: the pipeline's spans per role", sandwich=True,
+                          left_heavy=True)
         self.assertEqual(seen["requests"], [])
         self.assertEqual(seen["errors"], [])
         self.assertEqual(seen["warnings"], [], f"{len(seen['warnings'])} import warnings")
@@ -175,19 +176,26 @@ class Browser(BpfTestCase):
         for op, st in ops.items():
             if op != "sample":
                 self.assertAlmostEqual(totals.pop(op) / 1e6, st["total_ms"], delta=0.001, msg=op)
-        # What speedscope itself shows: its Sandwich view's totals per frame (Left Heavy's, as a table), over the
-        # roles, are the summary's per-op totals (to its printed precision: 2 decimals per role).
+        # What speedscope itself shows, over the roles, is the summary's per-op totals (to its printed precision:
+        # 2 decimals per role): its Sandwich view's totals per frame, and the totals of the Left Heavy flame
+        # graph's top frames (the ops are root frames: a frame of each there, merged).
         unit = {"ns": 1e-6, "µs": 1e-3, "ms": 1.0, "s": 1e3}
-        shown = defaultdict(float)
-        for role, rows in seen["sandwich"].items():
-            for name, total, _ in rows:
-                m = re.match(r"([0-9.]+)(ns|µs|ms|s)\b", total)
-                self.assertIsNotNone(m, (role, name, total))
-                shown[name] += float(m.group(1)) * unit[m.group(2)]
-        for op, st in ops.items():
-            if op != "sample":
-                self.assertAlmostEqual(shown[op], st["total_ms"], delta=max(0.011 * len(seen["sandwich"]),
-                                                                            st["total_ms"] * 0.005), msg=op)
+        for view, per_role in (("Sandwich", seen["sandwich"]), ("Left Heavy", seen["leftHeavy"])):
+            self.assertEqual(sorted(per_role), sorted(seen["names"]), view)
+            shown = defaultdict(float)
+            for role, rows in per_role.items():
+                for name, total, *_ in rows:
+                    m = re.match(r"([0-9.]+)(ns|µs|ms|s)\b", total)
+                    self.assertIsNotNone(m, (view, role, name, total))
+                    shown[name] += float(m.group(1)) * unit[m.group(2)]
+            for op, st in ops.items():
+                if op != "sample":
+                    self.assertAlmostEqual(shown[op], st["total_ms"], delta=max(0.011 * len(per_role),
+                                                                                st["total_ms"] * 0.005),
+                                           msg=f"{view}: {op} {dict(shown)}")
+        # the top row holds the root frames only: no native function called inside an op is there
+        top = {name for rows in seen["leftHeavy"].values() for name, _ in rows}
+        self.assertLessEqual(top, set(totals) | (set(ops) - {"sample"}), top)
         # left: the training loop's waits, and native calls outside any op (the training loop's own torch calls)
         self.assertIn("wait", totals)
         self.assertLessEqual(set(totals) - {"wait"}, native_names)
