@@ -11,7 +11,23 @@
 #include <frameobject.h>
 #include <longintrepr.h>
 #include "internal/pycore_runtime.h"
+/* 3.10 does not install the dict's keys (Objects/dict-common.h): its fields as that file declares them */
+typedef struct {
+    Py_hash_t me_hash;
+    PyObject *me_key;
+    PyObject *me_value;
+} PyDictKeyEntry;
+struct _dictkeysobject {
+    Py_ssize_t dk_refcnt;
+    Py_ssize_t dk_size;
+    void *dk_lookup;
+    Py_ssize_t dk_usable;
+    Py_ssize_t dk_nentries;
+    char dk_indices[];
+};
 #else
+#include "internal/pycore_dict.h"
+#include "internal/pycore_object.h"
 #include "internal/pycore_frame.h"
 #include "internal/pycore_runtime.h"
 #include "internal/pycore_interp.h"
@@ -127,6 +143,53 @@ int main(void)
     printf("        .code_nlocals = %ld, .code_cellvars = %ld, .code_cell2arg = %ld, .cell_ref = %ld, "
            ".type_base = %ld,\n",
            code_nlocals, code_cellvars, code_cell2arg, OFF(PyCellObject, ob_ref), OFF(PyTypeObject, tp_base));
-    printf("        .runtime_tstate = %ld, .bytes_data = %ld}},\n", runtime_tstate, OFF(PyBytesObject, ob_sval));
+    printf("        .runtime_tstate = %ld, .bytes_data = %ld},\n", runtime_tstate, OFF(PyBytesObject, ob_sval));
+
+    /* Where an instance keeps its attributes (user space reads a few: cpython/instance_attrs.h) */
+    long managed_dict = 0, managed_values = 0, values_items = 0, values_valid = -1, keys_size = -1, keys_log2_size = -1;
+    long keys_log2_index_bytes = -1, keys_kind = -1, unicode_entry = -1, unicode_key = -1, unicode_value = -1;
+    unsigned long flag_managed_dict = 0, flag_inline_values = 0, managed_tagged = 0;
+#if PY_VERSION_HEX < 0x030B0000
+    keys_size = OFF(struct _dictkeysobject, dk_size); /* 3.10: the instance's dict at tp_dictoffset */
+#else
+    flag_managed_dict = Py_TPFLAGS_MANAGED_DICT;
+#ifdef MANAGED_DICT_OFFSET
+    managed_dict = MANAGED_DICT_OFFSET;
+#else
+    managed_dict = -3 * (long)sizeof(PyDictOrValues); /* 3.12: as _PyObject_DictOrValuesPointer computes it */
+#endif
+    keys_log2_size = OFF(struct _dictkeysobject, dk_log2_size);
+    keys_log2_index_bytes = OFF(struct _dictkeysobject, dk_log2_index_bytes);
+    keys_kind = OFF(struct _dictkeysobject, dk_kind);
+    unicode_entry = (long)sizeof(PyDictUnicodeEntry);
+    unicode_key = OFF(PyDictUnicodeEntry, me_key);
+    unicode_value = OFF(PyDictUnicodeEntry, me_value);
+#if PY_VERSION_HEX < 0x030C0000
+    managed_values = managed_dict - (long)sizeof(PyObject *); /* _PyObject_ValuesPointer: the slot below */
+#elif PY_VERSION_HEX < 0x030D0000
+    managed_tagged = 1; /* PyDictOrValues: the values' address - 1, or the dict */
+#else
+    flag_inline_values = Py_TPFLAGS_INLINE_VALUES; /* the values right after the object (tp_basicsize) */
+#endif
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+    values_items = OFF(PyDictValues, values);
+    values_valid = OFF(PyDictValues, valid); /* 0: the values moved into a dict */
+#endif
+    printf("        ObjectLayout{.type_basicsize = %ld, .type_dictoffset = %ld, .heaptype_cached_keys = %ld,\n",
+           OFF(PyTypeObject, tp_basicsize), OFF(PyTypeObject, tp_dictoffset), OFF(PyHeapTypeObject, ht_cached_keys));
+    printf("        .flag_managed_dict = %lu, .flag_inline_values = %lu, .managed_dict = %ld, .managed_values = %ld,\n",
+           flag_managed_dict, flag_inline_values, managed_dict, managed_values);
+    printf("        .managed_tagged = %lu, .values_items = %ld, .values_valid = %ld, .dict_keys = %ld, "
+           ".dict_values = %ld,\n",
+           managed_tagged, values_items, values_valid, OFF(PyDictObject, ma_keys), OFF(PyDictObject, ma_values));
+    printf("        .keys_size = %ld, .keys_log2_size = %ld, .keys_log2_index_bytes = %ld, .keys_kind = %ld,\n",
+           keys_size, keys_log2_size, keys_log2_index_bytes, keys_kind);
+    printf("        .keys_nentries = %ld, .keys_indices = %ld,\n", OFF(struct _dictkeysobject, dk_nentries),
+           OFF(struct _dictkeysobject, dk_indices));
+    printf("        .entry_size = %ld, .entry_key = %ld, .entry_value = %ld,\n", (long)sizeof(PyDictKeyEntry),
+           OFF(PyDictKeyEntry, me_key), OFF(PyDictKeyEntry, me_value));
+    printf("        .unicode_entry_size = %ld, .unicode_entry_key = %ld, .unicode_entry_value = %ld}},\n",
+           unicode_entry, unicode_key, unicode_value);
     return 0;
 }

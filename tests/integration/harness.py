@@ -509,6 +509,50 @@ class DataLoaderScenarios:
                 self.assertEqual(len(spans(trace, "wait")), 2 * (3 + IMAGES // BATCH))
                 self.assertNotIn("as they arrived", self.stdout)
 
+    def test_attached_mid_epoch_one_section_per_loader(self):
+        """Attached after 3 batches of the first epoch, a train loader and a val loader over the same dataset
+        object: the pass in flight joins the train loader, told apart by its sampler (the dataset is the val's
+        too), so there is one section per real loader, each named by its dataset's class and root, with counts
+        equal to the job's own log."""
+        data = dataset(IMAGES)
+        out, js, waits, hold = self.path("attach.json"), self.path("s.json"), self.path("w.log"), self.path("hold")
+        job = subprocess.Popen([*self.stack.python, WORKLOAD, data, *self.stack.transforms, "--workers", "2",
+                                "--batch-size", str(BATCH), "--epochs", "2", "--val", "--val-same-dataset",
+                                "--wait-log", waits, "--pause-after", "3", "--hold", hold],
+                               stdout=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            pid = int(job.stdout.readline().split()[-1])
+            wait_for_file(hold + ".paused")
+            tracer = start_lotus(["-q", "-o", out, "--summary-json", js, "--pid", str(pid)])
+            wait_for_attach(tracer)
+            with open(hold, "w"):
+                pass
+            self.assertEqual(job.wait(timeout=300), 0)
+            stdout, err = tracer.communicate(timeout=60)
+            self.assertEqual(tracer.returncode, 0, err)
+        finally:
+            kill_group(job)
+            job.stdout.close()
+        with open(js) as f:
+            summary = json.load(f)
+        sections = {s["loader"]: s for s in summary["loaders"] if s["owner"] == pid}
+        self.assertEqual(sorted(sections), [0, 1], [s["title"] for s in summary["loaders"]])
+        train = [s for s in sections.values() if s["batches"]["joined_partial_pass"]]
+        self.assertEqual(len(train), 1, [s["title"] for s in sections.values()])
+        val = [s for s in sections.values() if s is not train[0]][0]
+        per_epoch = IMAGES // BATCH
+        self.assertEqual(len(read_lines(waits)), 2 * per_epoch)  # (the job's own log: every next() of the train loop)
+        self.assertEqual(train[0]["batches"]["partial_pass_batches"], per_epoch - 3)
+        self.assertEqual(train[0]["batches"]["wait"]["count"], 2 * per_epoch - 3)
+        self.assertEqual(val["batches"]["wait"]["count"], 2 * (IMAGES // (2 * BATCH)))
+        self.assertFalse(val["batches"]["joined_partial_pass"])
+        for s in sections.values():
+            self.assertTrue(s["title"].endswith(f": LoggedFolder {data}"), s["title"])
+        self.assertIn("Includes the pass that was in flight when tracing began", stdout)
+        self.assertNotIn("DataLoader ?", stdout)
+        # every worker's row names its loader
+        self.assertEqual([p["label"] for p in summary["processes"] if p["worker"] >= 0 and p["loader"] < 0], [])
+
     def test_target_transform_and_own_calls_are_the_items(self):
         """An item's __getitem__ runs two pipelines (transform, then target_transform, each a Compose) and calls an
         object of its own after them (a subclass's, after super().__getitem__; Python-to-Python calls inlined since

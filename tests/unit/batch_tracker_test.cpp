@@ -59,7 +59,7 @@ struct BatchTrackerTest : ::testing::Test {
         tracker.iter_begin(pid, pid, loader);
         for (auto w : workers)
             fork(w, pid);
-        tracker.iter_end(pid, pid, iterator);
+        tracker.iter_end(pid, pid, iterator, 0);
     }
     // A worker's batch: its task, `samples` samples, its loop's getppid (the batch's end); then its feeder
     // thread sends it (or an end-of-data marker in its place).
@@ -294,7 +294,7 @@ TEST_F(BatchTrackerTest, EpochsWithNewWorkersAndWithPersistentOnes)
     stop_iteration(P, 0x80);
     tracker.iter_begin(P, P, 0xb0);
     message(W, W, LOTUS_MSG_IN, test::pickled_resume(), task_pipe(W));
-    tracker.iter_end(P, P, 0x80);
+    tracker.iter_end(P, P, 0x80, 0);
     batch(W, 0);
     send(W, 0);
     next(P, 0x80, {0});
@@ -414,4 +414,92 @@ TEST_F(BatchTrackerTest, ABatchNeverHandedOverIsNotInvented)
     tracker.exited(W);
     EXPECT_TRUE(of(SpanKind::Batch).empty());
     EXPECT_EQ(of(SpanKind::Loader).size(), 2u); // its samples' loading was real
+}
+
+namespace {
+
+model::RecordObject holds(uint32_t pid, uint64_t object, uint32_t kind, uint64_t dataset, uint64_t sampler,
+                          uint64_t read_ns, const char* cls = "")
+{
+    model::RecordObject r{};
+    r.type = model::kRecordObject;
+    r.tgid = r.tid = pid;
+    r.ts_ns = read_ns;
+    r.object = object;
+    r.kind = kind;
+    r.dataset = dataset;
+    r.sampler = sampler;
+    strncpy(r.dataset_class, cls, sizeof(r.dataset_class) - 1);
+    return r;
+}
+
+} // namespace
+
+// The pass in flight at attach (an iterator first met in next()) joins the DataLoader whose next __iter__
+// holds the same dataset and sampler objects; over one dataset, the sampler tells two loaders apart.
+TEST_F(BatchTrackerTest, ThePassInFlightAtAttachJoinsTheLoaderHoldingItsDatasetAndSampler)
+{
+    const uint32_t P = 10;
+    root(P);
+    const uint64_t DATASET = 0xd0, TRAIN_SAMPLER = 0x51, VAL_SAMPLER = 0x52, OLD_IT = 0x70;
+    EXPECT_TRUE(tracker.next_started(P, P, now++, OLD_IT, false)); // unknown: ask what it holds
+    tracker.described(holds(P, OLD_IT, model::kObjectIterator, DATASET, VAL_SAMPLER, now++));
+    tracker.next_finished(P, P, now - 2, now++, false);
+    next(P, OLD_IT);
+    stop_iteration(P, OLD_IT);
+    EXPECT_EQ(tracker.stats().count({P, -1}), 1u);
+    // the train loader (0), then the val loader (1), each over the same dataset
+    for (auto [loader, sampler] : {std::pair{0xa0ul, TRAIN_SAMPLER}, std::pair{0xb0ul, VAL_SAMPLER}}) {
+        EXPECT_TRUE(tracker.iter_begin(P, P, loader));
+        tracker.described(holds(P, loader, model::kObjectLoader, DATASET, sampler, now++, "ImageFolder"));
+        tracker.iter_end(P, P, loader + 1, now++);
+        next(P, loader + 1);
+        stop_iteration(P, loader + 1);
+    }
+    EXPECT_FALSE(tracker.iter_begin(P, P, 0xa0)) << "known already: not read again";
+    tracker.finish();
+    ASSERT_EQ(tracker.joins().count(P), 1u);
+    EXPECT_EQ(tracker.joins().at(P).loader, 1) << tracker.joins().at(P).reason;
+    EXPECT_EQ(tracker.stats().count({P, -1}), 0u);
+    const auto& val = tracker.stats().at({P, 1});
+    EXPECT_TRUE(val.joined_partial);
+    EXPECT_EQ(val.partial_batches, 2u);
+    EXPECT_EQ(val.wait_ns.count(), 2u + 1u);
+    EXPECT_FALSE(tracker.stats().at({P, 0}).joined_partial);
+    EXPECT_EQ(tracker.loader_names().at({P, 1}).dataset_class, "ImageFolder");
+}
+
+// Never joined on a guess: two loaders holding the same dataset and sampler, or a reading the iterator may not
+// have been alive for, leave the pass in flight a section of its own, with why.
+TEST_F(BatchTrackerTest, ThePassInFlightStaysApartWhenItCannotBeTold)
+{
+    const uint32_t P = 10, Q = 20;
+    root(P);
+    root(Q);
+    // P: two loaders sharing one dataset and one sampler
+    tracker.next_started(P, P, now++, 0x70, false);
+    tracker.described(holds(P, 0x70, model::kObjectIterator, 0xd0, 0x51, now++));
+    tracker.next_finished(P, P, now - 2, now++, false);
+    stop_iteration(P, 0x70);
+    for (uint64_t loader : {0xa0ul, 0xb0ul}) {
+        tracker.iter_begin(P, P, loader);
+        tracker.described(holds(P, loader, model::kObjectLoader, 0xd0, 0x51, now++));
+        tracker.iter_end(P, P, loader + 1, now++);
+    }
+    // Q: its iterator was read after its one next() had ended (the address may have named another object then)
+    uint64_t start = now++, end = now++;
+    tracker.next_started(Q, Q, start, 0x80, false);
+    tracker.described(holds(Q, 0x80, model::kObjectIterator, 0xd1, 0x53, end + 100));
+    tracker.next_finished(Q, Q, start, end, false);
+    tracker.iter_begin(Q, Q, 0xc0);
+    tracker.described(holds(Q, 0xc0, model::kObjectLoader, 0xd1, 0x53, now + 200));
+    tracker.iter_end(Q, Q, 0xc1, now + 300);
+    tracker.finish();
+    EXPECT_EQ(tracker.joins().at(P).loader, -1);
+    EXPECT_NE(tracker.joins().at(P).reason.find("DataLoaders 0 and 1 hold the same dataset and sampler"),
+              std::string::npos);
+    EXPECT_EQ(tracker.joins().at(Q).loader, -1);
+    EXPECT_NE(tracker.joins().at(Q).reason.find("after its last next() ended"), std::string::npos);
+    EXPECT_EQ(tracker.stats().count({P, -1}), 1u);
+    EXPECT_EQ(tracker.stats().count({Q, -1}), 1u);
 }

@@ -74,6 +74,9 @@ bool Reconstruction::in_window(uint64_t ns) const
 bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
 {
     engine_.finish();
+    for (const auto& [owner, j] : engine_.batches().joins())
+        if (j.loader >= 0)
+            summary_.merge_group({owner, -1}, {owner, j.loader});
     usage_.finish();
     // Without readings only the processes forked while traced would have figures (from the kernel at their exit):
     // no table rather than a "job" missing the others.
@@ -99,7 +102,8 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
     auto batches = exporter::summarize_batches(engine_.batches(), engine_.processes(), summary_, cpus);
     auto notes = summary_notes(run, said, trace_cut, calls_inlined);
     auto report = exporter::build_report({summary_, batches, engine_.processes(), run, std::move(notes),
-                                          std::move(usage_rows), run.resources_interval_ms, node_of_});
+                                          std::move(usage_rows), run.resources_interval_ms, node_of_,
+                                          &engine_.batches()});
     if (!opts_.print_summary) {
         if (!opts_.record.empty()) {
             if (outputs_.failures().empty())

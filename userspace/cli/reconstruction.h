@@ -66,6 +66,7 @@ public:
     void observe_usage(std::function<void(const model::UsagePoint&)> f) { usage_observers_.push_back(std::move(f)); }
     const model::Engine& engine() const { return engine_; }
     // Which node a process is on (the per-rank table). labelled: several nodes, so labels name theirs too.
+    void set_describe_sink(model::Engine::DescribeSink f) { engine_.set_describe_sink(std::move(f)); }
     void set_node_of(std::function<std::string(uint32_t)> f, bool labelled)
     {
         node_of_ = f;

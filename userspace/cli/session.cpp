@@ -18,6 +18,7 @@
 #include "capture/probe.h"
 #include "capture/native_capture.h"
 #include "capture/descriptions.h"
+#include "capture/object_reads.h"
 #include "capture/role_writer.h"
 #include "proc/process_tree.h"
 #include "capture/interpreter_watch.h"
@@ -259,6 +260,7 @@ private:
     proc::ProcessTree tree_;
     std::unique_ptr<capture::Completion> completion_;
     std::unique_ptr<capture::RoleWriter> roles_;
+    std::unique_ptr<capture::ObjectReads> object_reads_; // (none where the version's object layout is unknown)
     std::unique_ptr<Reconstruction> rec_;
     // A new program (EXEC): its own environment (torchrun sets RANK), and maybe an interpreter to watch.
     struct ExecWatch : model::RecordHandler {
@@ -393,6 +395,12 @@ void Session::build_pipeline()
         },
         [this](uint32_t space, uint64_t type, uint32_t flags) { roles_->type_role(space, type, flags); });
     rec_->set_node_of([node = node_name(opts_)](uint32_t) { return node; }, false); // (one node: the labels say none)
+    if (auto objects = cpython::object_layout_for(interp_.version)) {
+        object_reads_ = std::make_unique<capture::ObjectReads>(interp_.layout, *objects);
+        rec_->set_describe_sink([this](uint32_t tgid, uint64_t object, uint32_t kind) {
+            object_reads_->read(tgid, object, kind);
+        });
+    }
     pss_schedule_.emplace(opts_.pss_interval_ms, cpus_, t0_);
     interpreters_ = std::make_unique<capture::InterpreterWatch>(
         interp_, [this](const void* data, size_t len) { feed(data, len); }); // Python processes no probe sees
@@ -420,6 +428,13 @@ void Session::feed(const void* data, size_t len)
             if (recorder_)
                 recorder_->write(&rs, sizeof(rs));
             rec_->consume(&rs, sizeof(rs));
+        }
+    for (auto reads = object_reads_ ? object_reads_->take() : std::vector<model::RecordObject>{}; !reads.empty();
+         reads = object_reads_->take())
+        for (const auto& ro : reads) {
+            if (recorder_)
+                recorder_->write(&ro, sizeof(ro));
+            rec_->consume(&ro, sizeof(ro));
         }
 }
 

@@ -11,6 +11,7 @@ namespace {
 struct Row {
     int major, minor;
     lotus_py_layout layout;
+    ObjectLayout objects;
 };
 
 // One row per supported version, measured with offsetof() against that version's own headers by
@@ -26,6 +27,8 @@ struct Row {
 // - 3.14: f_executable is a tagged _PyStackRef (Py_TAG_BITS cleared), frame fields after it moved
 //   (stackpointer), the shim frames' owner renamed FRAME_OWNED_BY_INTERPRETER, tuples cache their hash (ob_item
 //   32). The interpreter's own _Py_DebugOffsets, where present (3.13+), are read in preference.
+// Instances' attributes (ObjectLayout): 3.10 a dict at tp_dictoffset; 3.11 a managed dict or values pointer just
+// below the object; 3.12 one tagged pointer there; 3.13+ values inline after the object, or that dict.
 constexpr Row kRows[] = {
 #include "cpython/cpython_layout_rows.inc"
 };
@@ -58,6 +61,14 @@ std::optional<lotus_py_layout> layout_for(const PyVersion& v)
     for (const auto& r : kRows)
         if (r.major == v.major && r.minor == v.minor)
             return r.layout;
+    return std::nullopt;
+}
+
+std::optional<ObjectLayout> object_layout_for(const PyVersion& v)
+{
+    for (const auto& r : kRows)
+        if (r.major == v.major && r.minor == v.minor)
+            return r.objects;
     return std::nullopt;
 }
 

@@ -1,5 +1,6 @@
 // The one place that knows where each CPython version keeps what lotus-bpf reads: a table of rows.
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,8 +14,27 @@ struct PyVersion {
     std::string str() const;
 };
 
+// Where an instance keeps its attributes, for user space's reads of a few (instance_attrs.h); BPF never reads
+// them. Offsets in bytes; flags as tp_flags bits (0: the version has none); -1: the version has no such field.
+struct ObjectLayout {
+    int32_t type_basicsize, type_dictoffset, heaptype_cached_keys; // PyTypeObject, PyHeapTypeObject
+    int32_t flag_managed_dict, flag_inline_values;                 // Py_TPFLAGS_MANAGED_DICT, _INLINE_VALUES
+    int32_t managed_dict;   // from the object: its dict pointer (3.11+; 0 where the dict is at tp_dictoffset)
+    int32_t managed_values; // from the object: its values pointer (3.11; 0 none)
+    int32_t managed_tagged; // 1: managed_dict holds the values' address - 1 when its low bit is set (3.12)
+    int32_t values_items;   // PyDictValues.values
+    int32_t values_valid;   // PyDictValues.valid (3.13+: 0 once the values moved into a dict), or -1
+    int32_t dict_keys, dict_values; // PyDictObject.ma_keys, ma_values
+    int32_t keys_size;      // PyDictKeysObject.dk_size (3.10), or -1
+    int32_t keys_log2_size, keys_log2_index_bytes, keys_kind; // (3.11+), or -1
+    int32_t keys_nentries, keys_indices;
+    int32_t entry_size, entry_key, entry_value;                 // PyDictKeyEntry
+    int32_t unicode_entry_size, unicode_entry_key, unicode_entry_value; // PyDictUnicodeEntry (3.11+), or -1
+};
+
 // The layout for a version, or nullopt when that version is not supported.
 std::optional<lotus_py_layout> layout_for(const PyVersion& v);
+std::optional<ObjectLayout> object_layout_for(const PyVersion& v);
 // Opcodes whose handlers --all-calls probes where calls are inlined and no trampoline exists (3.11): the
 // instructions every frame starts with, and the one a normal return runs.
 struct InlineCallOpcodes {

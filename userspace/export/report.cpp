@@ -10,14 +10,37 @@ namespace lotus::exporter {
 
 namespace {
 
-std::string group_title(const GroupKey& k, const std::map<uint32_t, model::ProcessInfo>& processes)
+// "DataLoader 0 of main: ImageFolder /data/train" (what it loads, where that was read).
+std::string group_title(const GroupKey& k, const std::map<uint32_t, model::ProcessInfo>& processes,
+                        const model::BatchTracker* tracker)
 {
     if (!k.owner)
         return "Outside any DataLoader that was seen";
     std::string who = model::process_label(processes, k.owner);
     if (k.loader < 0)
         return fmt::format("DataLoader ? of {} (its iterator was made before tracing began)", who);
-    return fmt::format("DataLoader {} of {}", k.loader, who);
+    std::string what;
+    if (tracker)
+        if (auto n = tracker->loader_names().find({k.owner, k.loader}); n != tracker->loader_names().end())
+            what = ": " + n->second.dataset_class + (n->second.root.empty() ? "" : " " + n->second.root);
+    return fmt::format("DataLoader {} of {}{}", k.loader, who, what);
+}
+
+// What became of the pass in flight when tracing began, said in the section it concerns.
+std::string group_note(const GroupKey& k, const std::optional<BatchSummary>& b, const model::BatchTracker* tracker)
+{
+    if (!tracker || !k.owner)
+        return "";
+    auto j = tracker->joins().find(k.owner);
+    if (j == tracker->joins().end())
+        return "";
+    if (k.loader < 0 && j->second.loader < 0)
+        return fmt::format("Not joined to a DataLoader: {}.", j->second.reason);
+    if (k.loader >= 0 && k.loader == j->second.loader)
+        return fmt::format("Includes the pass that was in flight when tracing began ({} of its batches consumed while "
+                           "traced): its iterator held this DataLoader's dataset and sampler.",
+                           b ? b->partial_batches : 0);
+    return "";
 }
 
 // One section per DataLoader of each training process: those whose samples were seen, in first-seen order, then
@@ -26,15 +49,16 @@ std::vector<LoaderSection> loader_sections(const ReportInput& in)
 {
     std::vector<LoaderSection> out;
     for (auto& [key, rows] : in.summary.groups())
-        out.push_back({key, "", "", std::move(rows), std::nullopt});
+        out.push_back({key, "", "", "", std::move(rows), std::nullopt});
     for (const auto& b : in.batches.loaders) {
         auto it = std::find_if(out.begin(), out.end(), [&](const LoaderSection& s) { return s.key == b.key; });
         if (it == out.end())
-            it = out.insert(out.end(), LoaderSection{b.key, "", "", {}, std::nullopt});
+            it = out.insert(out.end(), LoaderSection{b.key, "", "", "", {}, std::nullopt});
         it->batches = b; // (the last of its key, as each rendering took it)
     }
     for (auto& s : out) {
-        s.title = group_title(s.key, in.processes);
+        s.title = group_title(s.key, in.processes, in.batch_tracker);
+        s.note = group_note(s.key, s.batches, in.batch_tracker);
         s.owner_label = s.key.owner ? model::process_label(in.processes, s.key.owner) : "";
     }
     return out;

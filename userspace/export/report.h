@@ -24,6 +24,7 @@ struct LoaderSection {
     GroupKey key;
     std::string title;       // "DataLoader 0 of main", "DataLoader ? of main (its iterator was made before ...)"
     std::string owner_label; // "" where the training process is not known
+    std::string note;        // the pass in flight at attach: counted here, or why it is a section of its own
     Rows rows;               // empty: none of its samples was seen
     std::optional<BatchSummary> batches;
 };
@@ -98,6 +99,7 @@ struct ReportInput {
     std::vector<UsageRow> usage = {};
     unsigned usage_interval_ms = 0;
     std::function<std::string(uint32_t)> node_of = {}; // a process's node; empty: not known
+    const model::BatchTracker* batch_tracker = nullptr;  // the DataLoaders' names and joins; null: none known
 };
 
 // The straggler among ranks, or none: the rank that waited most, where its share is at least 10 points and twice

@@ -292,6 +292,8 @@ static BatchSummary summarize(const model::BatchStats& b, GroupKey key)
     s.arrival_order = b.arrival_order;
     s.misnamed = b.misnamed;
     s.passes_before = b.passes_before;
+    s.joined_partial = b.joined_partial;
+    s.partial_batches = b.partial_batches;
     return s;
 }
 
@@ -440,6 +442,48 @@ double Summary::samples_per_s() const
     if (all_.samples.count() < 2 || last_sample_ns_ <= first_sample_ns_)
         return 0;
     return static_cast<double>(all_.samples.count()) / (static_cast<double>(last_sample_ns_ - first_sample_ns_) / 1e9);
+}
+
+void Summary::merge_group(const GroupKey& from, const GroupKey& into)
+{
+    auto f = groups_.find(from);
+    if (f == groups_.end() || from == into)
+        return;
+    auto [t, fresh] = groups_.try_emplace(into);
+    Group& g = t->second;
+    for (const auto& name : f->second.order) {
+        auto [d, first] = g.durations.try_emplace(name);
+        if (first)
+            g.order.push_back(name);
+        d->second.merge(f->second.durations.at(name));
+    }
+    g.loaders.merge(f->second.loaders);
+    g.collates.merge(f->second.collates);
+    g.samples.merge(f->second.samples);
+    for (const auto& [name, c] : f->second.counters) {
+        auto& to = g.counters[name];
+        to.cpu_ns += c.cpu_ns, to.wall_ns += c.wall_ns, to.minor_faults += c.minor_faults, to.count += c.count;
+        for (unsigned k = 0; k < model::kMaxPerfCounters; k++)
+            to.perf[k] += c.perf[k];
+    }
+    for (const auto& [name, calls] : f->second.longest) {
+        auto& top = g.longest[name];
+        top.insert(top.end(), calls.begin(), calls.end());
+        std::stable_sort(top.begin(), top.end(), [](const LongCall& a, const LongCall& b) { return a.ns > b.ns; });
+        if (top.size() > kLongest)
+            top.resize(kLongest);
+    }
+    groups_.erase(f);
+    auto at_from = std::find(group_order_.begin(), group_order_.end(), from);
+    auto at_into = std::find(group_order_.begin(), group_order_.end(), into);
+    if (fresh || at_from < at_into) { // (the pass in flight came first)
+        if (at_into != group_order_.end())
+            group_order_.erase(at_into);
+        at_from = std::find(group_order_.begin(), group_order_.end(), from);
+        *at_from = into;
+    } else {
+        group_order_.erase(at_from);
+    }
 }
 
 std::vector<std::pair<GroupKey, Rows>> Summary::groups() const

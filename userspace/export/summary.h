@@ -57,6 +57,8 @@ struct BatchSummary {
     uint64_t unnamed = 0, unmatched = 0;
     bool arrival_order = false; // model::BatchStats
     uint64_t misnamed = 0, passes_before = 0;
+    bool joined_partial = false; // model::BatchStats: the pass in flight at attach is counted here
+    uint64_t partial_batches = 0;
 };
 
 // What more DataLoader workers could give an input-bound training loop, estimated from its figures: each worker
@@ -153,6 +155,9 @@ public:
     bool loaders_read_files() const { return loaders_ && files_opened_ * 2 > loaders_; }
     // The same per DataLoader of each training process, in first-seen order.
     std::vector<std::pair<GroupKey, Rows>> groups() const;
+    // `from`'s figures are `into`'s (a pass in flight at attach found to be that DataLoader's): one group, at the
+    // first-seen place of either.
+    void merge_group(const GroupKey& from, const GroupKey& into);
 
 private:
     struct CounterSums {

@@ -77,6 +77,8 @@ J batches_json(const BatchSummary& x)
     o["arrival_order"] = x.arrival_order;
     o["misnamed"] = x.misnamed;
     o["misnamed_passes"] = x.passes_before;
+    o["joined_partial_pass"] = x.joined_partial;
+    o["partial_pass_batches"] = x.partial_batches;
     return o;
 }
 
@@ -107,6 +109,8 @@ std::string report_json(const Report& r)
         o["owner"] = s.key.owner;
         o["owner_label"] = json_text(s.owner_label);
         o["loader"] = s.key.loader;
+        o["title"] = json_text(s.title);
+        o["note"] = s.note.empty() ? J(nullptr) : json_text(s.note);
         o["ops"] = rows_json(s.rows);
         o["batches"] = s.batches ? batches_json(*s.batches) : J(nullptr);
         loaders.push_back(std::move(o));

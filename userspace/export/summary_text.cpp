@@ -154,8 +154,10 @@ void print_report(FILE* out, const Report& r)
     bool titled = r.loaders.size() > 1;
     for (size_t i = 0; i < r.loaders.size(); i++) {
         const auto& s = r.loaders[i];
-        if (titled)
+        if (titled || s.title.find(": ") != std::string::npos || !s.note.empty())
             fmt::print(out, "{}{}\n", i ? "\n" : "", s.title);
+        if (!s.note.empty())
+            print_wrapped(out, s.note);
         if (!s.rows.empty())
             print_rows(out, s.rows);
         if (s.batches && (s.batches->prepare.count || s.batches->wait.count)) {

@@ -3,6 +3,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
 
 #include "messages.h"
 
@@ -38,6 +41,8 @@ void BatchStats::merge(const BatchStats& b)
     arrival_order |= b.arrival_order;
     misnamed += b.misnamed;
     passes_before += b.passes_before;
+    joined_partial |= b.joined_partial;
+    partial_batches += b.partial_batches;
 }
 
 BatchTracker::BatchTracker(SpanSink& sink, std::map<uint32_t, ProcessInfo>& processes, const framework::Framework& fw)
@@ -130,18 +135,24 @@ void BatchTracker::forget(uint32_t pid)
     }
 }
 
-void BatchTracker::iter_begin(uint32_t pid, uint32_t tid, uint64_t loader)
+bool BatchTracker::iter_begin(uint32_t pid, uint32_t tid, uint64_t loader)
 {
     processes_[pid].consumer = true;
     Consumer& c = consumers_[pid];
-    c.open.push_back(Bracket{tid, new_epoch(pid, c, loader), false, 0});
+    Bracket b{tid, new_epoch(pid, c, loader), false, 0};
+    b.loader = loader;
+    c.open.push_back(b);
+    return !c.loader_holds[loader].trusted;
 }
 
-void BatchTracker::iter_end(uint32_t pid, uint32_t tid, uint64_t iterator)
+void BatchTracker::iter_end(uint32_t pid, uint32_t tid, uint64_t iterator, uint64_t ts)
 {
     Consumer& c = consumers_[pid];
     for (auto b = c.open.rbegin(); b != c.open.rend(); ++b) {
         if (b->tid == tid && !b->from_init) {
+            if (auto h = c.loader_holds.find(b->loader); h != c.loader_holds.end() && h->second.read &&
+                                                          h->second.read_ns <= ts)
+                h->second.trusted = true; // read while its __iter__ ran
             if (iterator) // a persistent iterator is returned again: its next epoch is this one
                 c.iterators[iterator] = b->epoch;
             c.open.erase(std::next(b).base());
@@ -185,13 +196,14 @@ void BatchTracker::init_end(uint32_t pid, uint32_t tid, uint64_t iterator)
     }
 }
 
-void BatchTracker::next_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t iterator, bool single_process)
+bool BatchTracker::next_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t iterator, bool single_process)
 {
     processes_[pid].consumer = true;
     Consumer& c = consumers_[pid];
     auto it = c.iterators.find(iterator);
     int e;
-    if (it != c.iterators.end()) {
+    bool unknown = it == c.iterators.end();
+    if (!unknown) {
         e = it->second;
     } else {
         // An iterator made before tracing began: which loader and epoch it is, and which batch next() returns,
@@ -211,6 +223,7 @@ void BatchTracker::next_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_
         t.single = true;
         start_batch(t, ts, epochs_[e].counted ? epochs_[e].next_idx : -1, e);
     }
+    return unknown;
 }
 
 void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uint64_t end, bool raised)
@@ -224,6 +237,8 @@ void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uin
     NextCall call = nc->second;
     c->second.next.erase(nc);
     Epoch& ep = epochs_[call.epoch];
+    if (ep.holds.read && ep.holds.read_ns <= end)
+        ep.holds.trusted = true; // read while one of its next() calls ran
     loops_[pid].last_ns = end;
     Thread& t = thread(pid, tid);
     bool single = t.single;
@@ -705,6 +720,85 @@ void BatchTracker::finish()
         pids.push_back(pid);
     for (auto pid : pids)
         release_held(pid, true);
+    for (const auto& [owner, c] : consumers_) {
+        Join j = join_partial(owner, c);
+        if (j.loader >= 0)
+            apply_join(owner, j.loader);
+        if (j.loader >= 0 || !j.reason.empty())
+            joins_[owner] = j;
+    }
+}
+
+void BatchTracker::described(const RecordObject& r)
+{
+    auto c = consumers_.find(r.tgid);
+    if (c == consumers_.end())
+        return;
+    Holds h{true, false, r.ts_ns, r.dataset, r.sampler};
+    if (r.kind == kObjectLoader) {
+        auto id = c->second.loader_ids.find(r.object);
+        if (id == c->second.loader_ids.end())
+            return;
+        c->second.loader_holds[r.object] = h;
+        LoaderName name{std::string(r.dataset_class, strnlen(r.dataset_class, sizeof(r.dataset_class))),
+                        std::string(r.dataset_root, strnlen(r.dataset_root, sizeof(r.dataset_root)))};
+        if (!name.dataset_class.empty())
+            loader_names_[{r.tgid, id->second}] = name;
+    } else if (r.kind == kObjectIterator) {
+        auto it = c->second.iterators.find(r.object);
+        if (it != c->second.iterators.end() && epochs_[it->second].loader < 0)
+            epochs_[it->second].holds = h;
+    }
+}
+
+// The DataLoader that the passes in flight at attach (iterators first met in next()) of one training process
+// belong to: the one loader iterated while traced whose dataset and sampler are the objects each of them held.
+// Their figures are counted together, so all must name that one loader. Never a guess: else why not.
+BatchTracker::Join BatchTracker::join_partial(uint32_t owner, const Consumer& c) const
+{
+    int found = -1;
+    for (const auto& ep : epochs_) {
+        if (ep.owner != owner || ep.loader >= 0)
+            continue;
+        const Holds& h = ep.holds;
+        if (!h.read || !h.dataset || !h.sampler)
+            return {-1, "what its iterator holds could not be read"};
+        if (!h.trusted)
+            return {-1, "its iterator was read after its last next() ended (it may have gone)"};
+        std::vector<int> match;
+        for (const auto& [obj, lh] : c.loader_holds)
+            if (lh.trusted && lh.dataset == h.dataset && lh.sampler == h.sampler)
+                match.push_back(c.loader_ids.at(obj));
+        if (match.empty())
+            return {-1, "no DataLoader iterated while traced holds its dataset and sampler"};
+        if (match.size() > 1)
+            return {-1, fmt::format("DataLoaders {} and {} hold the same dataset and sampler: it could be either",
+                                    match[0], match[1])};
+        if (found >= 0 && found != match[0])
+            return {-1, fmt::format("iterators of DataLoaders {} and {} were both in flight: their batches are counted "
+                                    "together",
+                                    found, match[0])};
+        found = match[0];
+    }
+    return {found, ""};
+}
+
+void BatchTracker::apply_join(uint32_t owner, int loader)
+{
+    for (auto& ep : epochs_)
+        if (ep.owner == owner && ep.loader < 0)
+            ep.loader = loader;
+    auto partial = stats_.find({owner, -1});
+    BatchStats& into = stats_[{owner, loader}];
+    into.joined_partial = true;
+    if (partial != stats_.end()) {
+        into.partial_batches += partial->second.wait_ns.count();
+        into.merge(partial->second);
+        stats_.erase(partial);
+    }
+    for (auto& [pid, p] : processes_)
+        if (p.owner == owner && p.loader < 0 && (p.worker || p.worker_id >= 0))
+            p.loader = loader;
 }
 
 void BatchTracker::emit_batch(uint32_t pid, uint32_t tid, int64_t idx, Ended& b, bool single, bool force)

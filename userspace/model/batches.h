@@ -28,6 +28,7 @@
 #include "lotus_abi.h"
 #include "messages.h"
 #include "spans.h"
+#include "user_records.h"
 
 namespace lotus::model {
 
@@ -48,10 +49,19 @@ struct BatchStats {
     bool arrival_order = false;
     uint64_t misnamed = 0;
     uint64_t passes_before = 0; // earlier passes of that loader, named in index order before it was seen
+    // The pass in flight when tracing began was found to be this loader's (BatchTracker::joins): its figures are
+    // in these, from the batches seen of it.
+    bool joined_partial = false;
+    uint64_t partial_batches = 0; // that pass's consumed batches seen
 
     void add_wait(uint64_t ns);
     void add_delay(uint64_t ns, bool out_of_order);
     void merge(const BatchStats& other);
+};
+
+// What a DataLoader loads, as read from the target (RecordObject): its dataset's class and root; "" unread.
+struct LoaderName {
+    std::string dataset_class, root;
 };
 
 // Per training process: its loop, first next() start to last next() end (all its DataLoaders).
@@ -73,13 +83,15 @@ public:
     void exited(uint32_t pid);
     // pid is folded into its role's row (process_fold.h): what is kept by its pid or by its own queue goes.
     void forget(uint32_t pid);
-    // DataLoader.__iter__(self=loader) entered / returned `iterator` (0: it raised).
-    void iter_begin(uint32_t pid, uint32_t tid, uint64_t loader);
-    void iter_end(uint32_t pid, uint32_t tid, uint64_t iterator);
+    // DataLoader.__iter__(self=loader) entered (true: what the loader holds is not known yet, ask for it: a
+    // RecordObject) / returned `iterator` (0: it raised) at ts.
+    bool iter_begin(uint32_t pid, uint32_t tid, uint64_t loader);
+    void iter_end(uint32_t pid, uint32_t tid, uint64_t iterator, uint64_t ts);
     // A DataLoader iterator's __init__(self=iterator, loader) entered / returned.
     void init_begin(uint32_t pid, uint32_t tid, uint64_t iterator, uint64_t loader);
     void init_end(uint32_t pid, uint32_t tid, uint64_t iterator);
-    void next_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t iterator, bool single_process);
+    // true: the iterator was made before tracing began (its pass in flight); ask what it holds (a RecordObject).
+    bool next_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t iterator, bool single_process);
     void next_finished(uint32_t pid, uint32_t tid, uint64_t start, uint64_t end, bool raised);
     // The calls go one way: the tracker calls nothing back. Where a record ends a batch, the caller first completes
     // what the thread building it holds (its last sample), so that the batch counts it: a queue message in two
@@ -93,10 +105,22 @@ public:
     void sample_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t sample_id, int64_t sample);
     void sample_finished(uint32_t pid, uint32_t tid, uint64_t ts);
     void opened(uint32_t pid, uint32_t tid, uint64_t ts, std::string path);
+    // What a DataLoader or an iterator made before tracing began holds (read when asked).
+    void described(const RecordObject& r);
     // The training process and DataLoader number a sample of this thread is for now ({0, -1}: unknown).
     std::pair<uint32_t, int> data_for(uint32_t pid, uint32_t tid) const;
-    // End of stream: batches still waiting for their training process to be known go out as they are.
+    // End of stream: batches still waiting for their training process to be known go out as they are; the pass
+    // in flight when tracing began joins its DataLoader where exactly one holds the dataset and sampler its
+    // iterator held.
     void finish();
+    // After finish: per training process, the DataLoader its pass in flight at attach joined, or why none.
+    struct Join {
+        int loader = -1;    // -1: not joined
+        std::string reason; // why not
+    };
+    const std::map<uint32_t, Join>& joins() const { return joins_; }
+    // What each DataLoader (owner, number) loads, where it was read.
+    const std::map<std::pair<uint32_t, int>, LoaderName>& loader_names() const { return loader_names_; }
 
     const std::map<std::pair<uint32_t, int>, BatchStats>& stats() const { return stats_; }
     const std::map<uint32_t, LoopSpan>& loops() const { return loops_; }
@@ -106,6 +130,12 @@ private:
     struct Ready {
         uint64_t ts;
         uint64_t flow;
+    };
+    // What a DataLoader or an iterator holds, read at read_ns; trusted once a call of the holder is seen to end
+    // after that (the addresses then named the objects it held).
+    struct Holds {
+        bool read = false, trusted = false;
+        uint64_t read_ns = 0, dataset = 0, sampler = 0;
     };
     // One pass over a DataLoader in one training process.
     struct Epoch {
@@ -126,6 +156,7 @@ private:
         std::vector<int64_t> named; // the batch each next() of this pass returned, as named then (-1: unnamed)
         bool iterable = false;      // an end-of-data marker was sent: workers drop out of the task rotation
         std::set<int64_t> stops;        // IterableDataset end-of-data markers: indices next() skips
+        Holds holds;                // an iterator made before tracing began: what it holds
     };
     struct Bracket { // a DataLoader.__iter__ or iterator __init__ running: processes forked meanwhile are its workers
         uint32_t tid;
@@ -134,6 +165,7 @@ private:
         uint64_t iterator;
         int nested = 0;  // from_init: base-class __init__ calls inside it (3.10 sees them)
         int returns = 0;
+        uint64_t loader = 0; // the DataLoader object (from __iter__)
     };
     struct NextCall {
         int epoch;
@@ -141,6 +173,7 @@ private:
     };
     struct Consumer { // a training process
         std::map<uint64_t, int> loader_ids; // DataLoader object -> number
+        std::map<uint64_t, Holds> loader_holds; // DataLoader object -> what it holds
         std::map<int, int> epochs_begun;    // DataLoader number -> epochs begun
         std::set<int> arrival_order;        // DataLoader numbers whose next() returns batches as they arrive
         std::vector<Bracket> open;
@@ -180,6 +213,8 @@ private:
     void task_sent(uint64_t file, int64_t idx);
     int sent_epoch(uint64_t file, int64_t idx);
     void seen_arrival_order(Epoch& ep);
+    Join join_partial(uint32_t owner, const Consumer& c) const;
+    void apply_join(uint32_t owner, int loader);
 
     SpanSink& sink_;
     std::map<uint32_t, ProcessInfo>& processes_;
@@ -217,6 +252,8 @@ private:
     std::unordered_map<uint64_t, Thread> threads_;    // key pid << 32 | tid
     std::map<std::pair<uint32_t, int>, BatchStats> stats_;
     std::map<uint32_t, LoopSpan> loops_;
+    std::map<uint32_t, Join> joins_;
+    std::map<std::pair<uint32_t, int>, LoaderName> loader_names_;
     uint64_t next_flow_ = 1;
     bool seen_ = false;
 };

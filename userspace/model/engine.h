@@ -46,6 +46,11 @@ public:
     // still holds both, so that what keeps figures by pid can fold its own and name the process.
     using FoldSink = std::function<void(uint32_t pid, uint32_t into)>;
     void set_fold_sink(FoldSink f) { fold_sink_ = std::move(f); }
+    // Asked to read what a DataLoader (kObjectLoader) or an iterator made before tracing began (kObjectIterator)
+    // holds, while the call that named it runs: capture answers with a RecordObject in the stream, right after
+    // the record that asked (a replay reads it from the file, with no sink).
+    using DescribeSink = std::function<void(uint32_t tgid, uint64_t object, uint32_t kind)>;
+    void set_describe_sink(DescribeSink f) { describe_sink_ = std::move(f); }
     // Several nodes' streams: each process learns its node's name (ProcessInfo::node) when it is first met.
     void set_node_of(std::function<std::string(uint32_t)> f) { node_of_ = std::move(f); }
 
@@ -154,6 +159,7 @@ private:
     void native_late(const RecordNativeLate& r) override;
     void other_interpreter(const RecordOtherInterpreter& r) override;
     void untraced_python(const RecordUntracedPython& r) override;
+    void object(const RecordObject& r) override { batches_.described(r); }
     void on_entry(const lotus_py_entry& e);
     void on_return(const lotus_py_return& r);
     void on_code(const lotus_code_info& c);
@@ -232,6 +238,7 @@ private:
     } last_code_; // the code object of the latest CODE record: a RecordSlots follows it
     TypeSink type_sink_;
     FoldSink fold_sink_;
+    DescribeSink describe_sink_;
     std::function<std::string(uint32_t)> node_of_;
     std::map<uint32_t, ProcessInfo> processes_;
     RoleSpaces spaces_;                             // code objects and types

@@ -150,7 +150,8 @@ void Engine::on_entry(const lotus_py_entry& e)
     switch (r->kind) {
     case CodeKind::LoaderIter:
         if (td && td->role.loader()) { // (3.10 names carry no class: the base iterator's __iter__ too)
-            batches_.iter_begin(e.h.tgid, e.h.tid, e.self_obj);
+            if (batches_.iter_begin(e.h.tgid, e.h.tid, e.self_obj) && describe_sink_)
+                describe_sink_(e.h.tgid, e.self_obj, kObjectLoader);
             stack.push_back(opened(OpenKind::IterCall, e));
         }
         return;
@@ -162,7 +163,9 @@ void Engine::on_entry(const lotus_py_entry& e)
         return;
     case CodeKind::LoaderNext:
         if (td && td->role.loader_iterator()) {
-            batches_.next_started(e.h.tgid, e.h.tid, e.h.ts_ns, e.self_obj, td->role.single_process);
+            if (batches_.next_started(e.h.tgid, e.h.tid, e.h.ts_ns, e.self_obj, td->role.single_process) &&
+                describe_sink_)
+                describe_sink_(e.h.tgid, e.self_obj, kObjectIterator);
             stack.push_back(opened(OpenKind::Next, e));
         }
         return;
@@ -212,7 +215,7 @@ void Engine::finish_span(const lotus_py_return& r, Open o, std::vector<Open>& st
         batches_.init_end(r.h.tgid, r.h.tid, o.self_obj);
         return;
     case OpenKind::IterCall:
-        batches_.iter_end(r.h.tgid, r.h.tid, r.ret_null ? 0 : r.ret_obj);
+        batches_.iter_end(r.h.tgid, r.h.tid, r.ret_null ? 0 : r.ret_obj, r.h.ts_ns);
         return;
     case OpenKind::Py: {
         auto* c = code_info(r.h.tgid, o.code, o.code_own);

@@ -104,6 +104,8 @@ bool dispatch(const void* data, size_t len, RecordHandler& h)
         return call(as<RecordOtherInterpreter>(data, len), &RecordHandler::other_interpreter);
     case kRecordUntracedPython:
         return call(as<RecordUntracedPython>(data, len), &RecordHandler::untraced_python);
+    case kRecordObject:
+        return call(as<RecordObject>(data, len), &RecordHandler::object);
     }
     return false;
 }

@@ -38,6 +38,7 @@ public:
     virtual void native_late(const RecordNativeLate&) {}
     virtual void other_interpreter(const RecordOtherInterpreter&) {}
     virtual void untraced_python(const RecordUntracedPython&) {}
+    virtual void object(const RecordObject&) {}
 };
 
 // False when the record is too short for its type or of no known type (nothing is called then).

@@ -20,6 +20,7 @@ enum : uint32_t {
     kRecordOtherInterpreter = 108, // a traced process runs a CPython interpreter other than the probed one
     kRecordUntracedPython = 109,   // a process of the launched command ran CPython outside the traced tree
     kRecordSymbolRange = 110,      // the function and library at a range of addresses of a process (104's successor)
+    kRecordObject = 111,           // what a DataLoader or its iterator holds, read from the target
 };
 
 // The slots of the locals a code object's role captures (its CODE record's code), as read from the target's
@@ -125,5 +126,23 @@ struct RecordSymbolRange {
     char name[kSymbolNameLen];     // empty: no symbol covers them
     char library[kLibraryNameLen]; // empty: in no file mapping
 };
+
+constexpr unsigned kClassNameLen = 64, kDatasetRootLen = 192;
+
+// What a DataLoader (at its __iter__) or an iterator first met in next() (made before tracing began) holds, read
+// from the target's memory by capture when the engine asked (Engine::DescribeSink), at ts_ns. The dataset and
+// sampler are object addresses: a DataLoader's `dataset` and its index sampler (`batch_sampler`, else
+// `sampler`), an iterator's `_dataset` and `_index_sampler`; 0 where unread. An address names the object only
+// while the holder lives: the engine trusts a reading taken before a call of the holder ended.
+struct RecordObject {
+    uint32_t type, tgid, tid, cpu; // tgid: the process whose object it is
+    uint64_t ts_ns;                // when it was read
+    uint64_t object;
+    uint32_t kind, _pad;           // kObjectLoader, kObjectIterator
+    uint64_t dataset, sampler;
+    char dataset_class[kClassNameLen]; // the dataset's class (tp_name); "" unread
+    char dataset_root[kDatasetRootLen]; // its `root` where that is a str (torchvision's datasets), else ""
+};
+constexpr uint32_t kObjectLoader = 1, kObjectIterator = 2;
 
 } // namespace lotus::model
