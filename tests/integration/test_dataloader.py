@@ -93,6 +93,12 @@ class DataLoaderSemantics(DataLoaderScenarios, BpfTestCase):
     def test_forkserver(self):
         data, trace = self.job("--context", "forkserver", epochs=1)
         self.exact(data, trace, 1, 2)
+        # multiprocessing's helpers have their roles (framework helpers, by their command lines), not "child"
+        with open(self.summary) as f:
+            roles = {r["role"] for r in json.load(f)["resources"]["roles"]}
+        self.assertIn("forkserver", roles)
+        self.assertIn("resource tracker", roles)
+        self.assertNotIn("child", roles)
 
     def test_two_dataloaders_told_apart(self):
         data, trace = self.job("--val", epochs=2)

@@ -53,6 +53,11 @@ class ModernStack(DataLoaderScenarios, BpfTestCase):
     def test_v1_transforms(self):
         data, trace = self.job(transforms=())
         self.exact(data, trace, 2, 2, OPS)
+        # CPython 3.14 starts DataLoader workers through multiprocessing's forkserver: shown by its role
+        with open(self.summary) as f:
+            roles = {r["role"] for r in json.load(f)["resources"]["roles"]}
+        self.assertIn("forkserver", roles)
+        self.assertNotIn("child", roles)
 
     def test_v2_transforms_tensor_decode(self):
         # torchvision.io reads and decodes the JPEG (its C++ opens the file): the loader still has its path

@@ -443,7 +443,7 @@ TEST_F(BatchTrackerTest, ThePassInFlightAtAttachJoinsTheLoaderHoldingItsDatasetA
     root(P);
     const uint64_t DATASET = 0xd0, TRAIN_SAMPLER = 0x51, VAL_SAMPLER = 0x52, OLD_IT = 0x70;
     EXPECT_TRUE(tracker.next_started(P, P, now++, OLD_IT, false)); // unknown: ask what it holds
-    tracker.described(holds(P, OLD_IT, model::kObjectIterator, DATASET, VAL_SAMPLER, now++));
+    tracker.described(holds(P, OLD_IT, model::kObjectIterator, DATASET, VAL_SAMPLER, now++, "ImageFolder"));
     tracker.next_finished(P, P, now - 2, now++, false);
     next(P, OLD_IT);
     stop_iteration(P, OLD_IT);
@@ -456,7 +456,7 @@ TEST_F(BatchTrackerTest, ThePassInFlightAtAttachJoinsTheLoaderHoldingItsDatasetA
         next(P, loader + 1);
         stop_iteration(P, loader + 1);
     }
-    EXPECT_FALSE(tracker.iter_begin(P, P, 0xa0)) << "known already: not read again";
+    EXPECT_TRUE(tracker.iter_begin(P, P, 0xa0)) << "read at every pass: an address may name a new DataLoader";
     tracker.finish();
     ASSERT_EQ(tracker.joins().count(P), 1u);
     EXPECT_EQ(tracker.joins().at(P).loader, 1) << tracker.joins().at(P).reason;
@@ -494,7 +494,18 @@ TEST_F(BatchTrackerTest, ThePassInFlightStaysApartWhenItCannotBeTold)
     tracker.iter_begin(Q, Q, 0xc0);
     tracker.described(holds(Q, 0xc0, model::kObjectLoader, 0xd1, 0x53, now + 200));
     tracker.iter_end(Q, Q, 0xc1, now + 300);
+    // R: a loader at the addresses the pass's freed dataset and sampler had, but of another class (reused)
+    const uint32_t R = 30;
+    root(R);
+    tracker.next_started(R, R, now++, 0x90, false);
+    tracker.described(holds(R, 0x90, model::kObjectIterator, 0xd2, 0x54, now++, "Subset"));
+    tracker.next_finished(R, R, now - 2, now++, false);
+    stop_iteration(R, 0x90);
+    tracker.iter_begin(R, R, 0xe0);
+    tracker.described(holds(R, 0xe0, model::kObjectLoader, 0xd2, 0x54, now++, "ImageFolder"));
+    tracker.iter_end(R, R, 0xe1, now++);
     tracker.finish();
+    EXPECT_EQ(tracker.joins().at(R).loader, -1);
     EXPECT_EQ(tracker.joins().at(P).loader, -1);
     EXPECT_NE(tracker.joins().at(P).reason.find("DataLoaders 0 and 1 hold the same dataset and sampler"),
               std::string::npos);

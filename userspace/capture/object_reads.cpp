@@ -37,7 +37,7 @@ void ObjectReads::read(uint32_t tgid, uint64_t object, uint32_t kind)
         // DataLoader._index_sampler: its batch_sampler where it batches (not None), else its sampler
         auto batch_sampler = r.attr(object, "batch_sampler");
         bool none = batch_sampler && r.classes(*batch_sampler) == std::vector<std::string>{"NoneType", "object"};
-        o.sampler = (batch_sampler && !none ? batch_sampler : r.attr(object, "sampler")).value_or(0);
+        o.sampler = (none ? r.attr(object, "sampler") : batch_sampler).value_or(0);
     } else {
         o.dataset = r.attr(object, "_dataset").value_or(0);
         o.sampler = r.attr(object, "_index_sampler").value_or(0);
@@ -48,6 +48,14 @@ void ObjectReads::read(uint32_t tgid, uint64_t object, uint32_t kind)
             copy_text(o.dataset_class, sizeof(o.dataset_class), classes.front());
         if (auto root = r.attr(o.dataset, "root"))
             copy_text(o.dataset_root, sizeof(o.dataset_root), r.ascii(*root).value_or(""));
+    }
+    if (o.sampler) { // (more than an address to tell it by: a freed sampler's address may be another's later)
+        auto classes = r.classes(o.sampler);
+        std::string name = classes.empty() ? "" : classes.front();
+        if (auto inner = r.attr(o.sampler, "sampler"); inner && !name.empty())
+            if (auto of = r.classes(*inner); !of.empty())
+                name += " of " + of.front();
+        copy_text(o.sampler_class, sizeof(o.sampler_class), name);
     }
     done_.push_back(o);
 }

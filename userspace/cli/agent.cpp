@@ -58,12 +58,7 @@ std::string env_text(int pid, const std::string& name)
 Candidate read_candidate(int pid)
 {
     Candidate c;
-    c.cmdline = read_text(fmt::format("/proc/{}/cmdline", pid));
-    for (auto& ch : c.cmdline)
-        if (ch == '\0')
-            ch = ' ';
-    while (!c.cmdline.empty() && c.cmdline.back() == ' ')
-        c.cmdline.pop_back();
+    c.cmdline = proc::command_line(pid);
     std::error_code ec;
     auto exe = std::filesystem::read_symlink(fmt::format("/proc/{}/exe", pid), ec).string();
     c.python = basename_of(exe).rfind("python", 0) == 0;

@@ -132,6 +132,10 @@ nlohmann::ordered_json framework_json(const fw::Framework& f)
     o["resume_global"] = f.resume_global;
     o["iterable_stop_global"] = f.iterable_stop_global;
     o["native_set"] = std::move(native);
+    J helpers = J::array();
+    for (const auto& h : f.helpers)
+        helpers.push_back(J{{"command", h.command}, {"role", h.role}});
+    o["helpers"] = std::move(helpers);
     return o;
 }
 
@@ -144,9 +148,9 @@ fw::Framework parse_framework(const nlohmann::json& j, const std::string& where)
     only_keys(j,
               {"code", "object_call_methods", "scope_names", "container_classes", "pipeline_class", "loader_class",
                "loader_iterator_suffix", "single_process_mark", "worker_module", "resume_global",
-               "iterable_stop_global", "native_set"},
+               "iterable_stop_global", "native_set", "helpers"},
               at);
-    for (const char* key : {"code", "object_call_methods", "scope_names", "container_classes", "native_set"})
+    for (const char* key : {"code", "object_call_methods", "scope_names", "container_classes", "native_set", "helpers"})
         if (!j.contains(key))
             throw std::runtime_error(at + ": \"" + key + "\" is missing");
     fw::Framework f;
@@ -175,6 +179,17 @@ fw::Framework parse_framework(const nlohmann::json& j, const std::string& where)
         if (row.library.empty() || row.symbol.empty())
             throw std::runtime_error(at + ": a native_set row needs a library and a symbol");
         f.native_set.push_back(std::move(row));
+    }
+    if (!j.at("helpers").is_array())
+        throw std::runtime_error(at + ": \"helpers\" must be a list of {command, role}");
+    for (const auto& h : j.at("helpers")) {
+        if (!h.is_object())
+            throw std::runtime_error(at + ": \"helpers\" must be a list of {command, role}");
+        only_keys(h, {"command", "role"}, at + " helpers");
+        fw::HelperRow row{string_at(h, "command", at + " helpers"), string_at(h, "role", at + " helpers")};
+        if (row.command.empty() || row.role.empty())
+            throw std::runtime_error(at + ": a helpers row needs a command and a role");
+        f.helpers.push_back(std::move(row));
     }
     return f;
 }

@@ -452,9 +452,15 @@ void Session::on_record(const void* raw, size_t raw_len)
     model::dispatch(data, len, exec_watch_);
 }
 
-// RANK from a process's environment, into the stream (the record file keeps it for replays).
+// RANK from a process's environment, and its command line (a helper's role), into the stream (the record file
+// keeps them for replays).
 void Session::rank_of(uint32_t pid)
 {
+    model::RecordCommand c{model::kRecordCommand, pid, pid, 0, monotonic_ns(), {}};
+    std::string line = proc::command_line(static_cast<int>(pid));
+    memcpy(c.command, line.data(), std::min(line.size(), sizeof(c.command) - 1));
+    if (!line.empty())
+        feed(&c, sizeof(c));
     auto rank = proc::env_int(static_cast<int>(pid), "RANK");
     if (!rank)
         return;

@@ -142,7 +142,8 @@ bool BatchTracker::iter_begin(uint32_t pid, uint32_t tid, uint64_t loader)
     Bracket b{tid, new_epoch(pid, c, loader), false, 0};
     b.loader = loader;
     c.open.push_back(b);
-    return !c.loader_holds[loader].trusted;
+    c.loader_reading.erase(loader);
+    return true;
 }
 
 void BatchTracker::iter_end(uint32_t pid, uint32_t tid, uint64_t iterator, uint64_t ts)
@@ -150,9 +151,10 @@ void BatchTracker::iter_end(uint32_t pid, uint32_t tid, uint64_t iterator, uint6
     Consumer& c = consumers_[pid];
     for (auto b = c.open.rbegin(); b != c.open.rend(); ++b) {
         if (b->tid == tid && !b->from_init) {
-            if (auto h = c.loader_holds.find(b->loader); h != c.loader_holds.end() && h->second.read &&
-                                                          h->second.read_ns <= ts)
+            if (auto h = c.loader_reading.find(b->loader); h != c.loader_reading.end() && h->second.read_ns <= ts) {
                 h->second.trusted = true; // read while its __iter__ ran
+                c.loader_holds[b->loader] = h->second;
+            }
             if (iterator) // a persistent iterator is returned again: its next epoch is this one
                 c.iterators[iterator] = b->epoch;
             c.open.erase(std::next(b).base());
@@ -734,12 +736,15 @@ void BatchTracker::described(const RecordObject& r)
     auto c = consumers_.find(r.tgid);
     if (c == consumers_.end())
         return;
-    Holds h{true, false, r.ts_ns, r.dataset, r.sampler};
+    auto text = [](const char* s, size_t n) { return std::string(s, strnlen(s, n)); };
+    Holds h{true, false, r.ts_ns, r.dataset, r.sampler,
+            text(r.dataset_class, sizeof(r.dataset_class)) + "\n" + text(r.dataset_root, sizeof(r.dataset_root)) +
+                "\n" + text(r.sampler_class, sizeof(r.sampler_class))};
     if (r.kind == kObjectLoader) {
         auto id = c->second.loader_ids.find(r.object);
         if (id == c->second.loader_ids.end())
             return;
-        c->second.loader_holds[r.object] = h;
+        c->second.loader_reading[r.object] = h;
         LoaderName name{std::string(r.dataset_class, strnlen(r.dataset_class, sizeof(r.dataset_class))),
                         std::string(r.dataset_root, strnlen(r.dataset_root, sizeof(r.dataset_root)))};
         if (!name.dataset_class.empty())
@@ -761,13 +766,16 @@ BatchTracker::Join BatchTracker::join_partial(uint32_t owner, const Consumer& c)
         if (ep.owner != owner || ep.loader >= 0)
             continue;
         const Holds& h = ep.holds;
-        if (!h.read || !h.dataset || !h.sampler)
+        if (!h.read)
+            return {-1, "what its iterator holds was not read (a record file made before lotus-bpf read it, or an "
+                        "interpreter whose object layout it does not know)"};
+        if (!h.dataset || !h.sampler)
             return {-1, "what its iterator holds could not be read"};
         if (!h.trusted)
             return {-1, "its iterator was read after its last next() ended (it may have gone)"};
         std::vector<int> match;
         for (const auto& [obj, lh] : c.loader_holds)
-            if (lh.trusted && lh.dataset == h.dataset && lh.sampler == h.sampler)
+            if (lh.trusted && lh.same(h))
                 match.push_back(c.loader_ids.at(obj));
         if (match.empty())
             return {-1, "no DataLoader iterated while traced holds its dataset and sampler"};
@@ -796,9 +804,13 @@ void BatchTracker::apply_join(uint32_t owner, int loader)
         into.merge(partial->second);
         stats_.erase(partial);
     }
-    for (auto& [pid, p] : processes_)
-        if (p.owner == owner && p.loader < 0 && (p.worker || p.worker_id >= 0))
+    // Its workers: those of the owner whose epoch was never known (alive at attach) or is one of these.
+    for (auto& [pid, p] : processes_) {
+        auto e = worker_epoch_.find(pid);
+        bool of_pass = e == worker_epoch_.end() || (epochs_[e->second].owner == owner && epochs_[e->second].loader == loader);
+        if (p.owner == owner && p.loader < 0 && (p.worker || p.worker_id >= 0) && of_pass)
             p.loader = loader;
+    }
 }
 
 void BatchTracker::emit_batch(uint32_t pid, uint32_t tid, int64_t idx, Ended& b, bool single, bool force)

@@ -83,8 +83,8 @@ public:
     void exited(uint32_t pid);
     // pid is folded into its role's row (process_fold.h): what is kept by its pid or by its own queue goes.
     void forget(uint32_t pid);
-    // DataLoader.__iter__(self=loader) entered (true: what the loader holds is not known yet, ask for it: a
-    // RecordObject) / returned `iterator` (0: it raised) at ts.
+    // DataLoader.__iter__(self=loader) entered (true: ask what the loader holds now, a RecordObject: at every
+    // pass, an address may name a new DataLoader) / returned `iterator` (0: it raised) at ts.
     bool iter_begin(uint32_t pid, uint32_t tid, uint64_t loader);
     void iter_end(uint32_t pid, uint32_t tid, uint64_t iterator, uint64_t ts);
     // A DataLoader iterator's __init__(self=iterator, loader) entered / returned.
@@ -136,6 +136,11 @@ private:
     struct Holds {
         bool read = false, trusted = false;
         uint64_t read_ns = 0, dataset = 0, sampler = 0;
+        std::string classes; // the dataset's and the sampler's classes, and the dataset's root
+        bool same(const Holds& o) const
+        {
+            return dataset && sampler && dataset == o.dataset && sampler == o.sampler && classes == o.classes;
+        }
     };
     // One pass over a DataLoader in one training process.
     struct Epoch {
@@ -173,7 +178,8 @@ private:
     };
     struct Consumer { // a training process
         std::map<uint64_t, int> loader_ids; // DataLoader object -> number
-        std::map<uint64_t, Holds> loader_holds; // DataLoader object -> what it holds
+        std::map<uint64_t, Holds> loader_holds;   // DataLoader object -> what it held at its last trusted reading
+        std::map<uint64_t, Holds> loader_reading; // DataLoader object -> its reading at the __iter__ running
         std::map<int, int> epochs_begun;    // DataLoader number -> epochs begun
         std::set<int> arrival_order;        // DataLoader numbers whose next() returns batches as they arrive
         std::vector<Bracket> open;

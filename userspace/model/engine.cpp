@@ -93,6 +93,18 @@ void Engine::rank(const RecordRank& r)
     p.world_size = r.world_size;
 }
 
+void Engine::command(const RecordCommand& r)
+{
+    std::string line = decode(r.command, sizeof(r.command), 0);
+    auto& p = process(r.tgid);
+    p.helper.clear(); // (an exec: what it runs now)
+    for (const auto& h : rules_.framework().helpers)
+        if (line.find(h.command) != std::string::npos) {
+            p.helper = h.role;
+            break;
+        }
+}
+
 void Engine::thread_name(const lotus_thread_name& t)
 {
     process(t.h.tgid).thread_names[t.h.tid] = decode(t.comm, sizeof(t.comm), 0);

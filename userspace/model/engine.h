@@ -160,6 +160,7 @@ private:
     void other_interpreter(const RecordOtherInterpreter& r) override;
     void untraced_python(const RecordUntracedPython& r) override;
     void object(const RecordObject& r) override { batches_.described(r); }
+    void command(const RecordCommand& r) override;
     void on_entry(const lotus_py_entry& e);
     void on_return(const lotus_py_return& r);
     void on_code(const lotus_code_info& c);

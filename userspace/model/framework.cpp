@@ -67,6 +67,12 @@ Framework make_builtin()
     {"libtorch_cpu.so*", "at::_ops::stack::call"},
     {"libtorch_cpu.so*", "at::_ops::stack_out::call"},
     };
+    // multiprocessing's helpers, started with `python -c 'from multiprocessing.X import main; main(...)'`: the
+    // forkserver that forks DataLoader workers (the default start method from CPython 3.14), the resource tracker.
+    f.helpers = {
+        {"from multiprocessing.forkserver import main", "forkserver"},
+        {"from multiprocessing.resource_tracker import main", "resource tracker"},
+    };
     return f;
 }
 

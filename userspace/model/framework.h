@@ -37,6 +37,13 @@ struct NativeRow {
     bool operator==(const NativeRow&) const = default;
 };
 
+// A helper process that a library starts, known by a part of its command line, and the role it is shown as.
+struct HelperRow {
+    std::string command; // a part of its command line
+    std::string role;    // "forkserver"
+    bool operator==(const HelperRow&) const = default;
+};
+
 struct Framework {
     std::vector<CodeRow> code;
     // The methods through which an object is called: __call__, nn.Module's forward and its call wrappers (torch
@@ -55,6 +62,7 @@ struct Framework {
     std::string resume_global;        // _ResumeIteration: a persistent worker's new epoch
     std::string iterable_stop_global; // _IterableDatasetStopIteration: an iterable dataset ran out
     std::vector<NativeRow> native_set;
+    std::vector<HelperRow> helpers; // multiprocessing's forkserver and resource tracker (DataLoader workers use them)
     bool operator==(const Framework&) const = default;
 };
 

@@ -106,6 +106,8 @@ bool dispatch(const void* data, size_t len, RecordHandler& h)
         return call(as<RecordUntracedPython>(data, len), &RecordHandler::untraced_python);
     case kRecordObject:
         return call(as<RecordObject>(data, len), &RecordHandler::object);
+    case kRecordCommand:
+        return call(as<RecordCommand>(data, len), &RecordHandler::command);
     }
     return false;
 }

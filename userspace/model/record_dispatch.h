@@ -39,6 +39,7 @@ public:
     virtual void other_interpreter(const RecordOtherInterpreter&) {}
     virtual void untraced_python(const RecordUntracedPython&) {}
     virtual void object(const RecordObject&) {}
+    virtual void command(const RecordCommand&) {}
 };
 
 // False when the record is too short for its type or of no known type (nothing is called then).

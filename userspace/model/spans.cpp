@@ -47,6 +47,8 @@ static std::string own_label(const ProcessInfo& p)
         return "trainer" + on;
     if (p.worker || p.worker_id >= 0)
         return p.worker_id >= 0 ? "worker " + std::to_string(p.worker_id) : "worker ?";
+    if (!p.helper.empty())
+        return p.helper + on;
     return "child" + on;
 }
 

@@ -87,6 +87,7 @@ struct ProcessInfo {
     int local_rank = -1;  // LOCAL_RANK there (torchrun: its index on its node)
     int world_size = -1;  // WORLD_SIZE there
     std::string node;     // the node it ran on, where a report has several (else empty)
+    std::string helper;   // a helper's role, as its command line says (framework::HelperRow: "forkserver"), or ""
     bool consumer = false; // it iterates DataLoaders (a training loop: the main process, or a rank)
     bool worker = false;   // it prepared DataLoader batches (read a task from a DataLoader's index queue)
     uint32_t owner = 0;    // a worker: the process it prepares batches for, when known

@@ -21,6 +21,7 @@ enum : uint32_t {
     kRecordUntracedPython = 109,   // a process of the launched command ran CPython outside the traced tree
     kRecordSymbolRange = 110,      // the function and library at a range of addresses of a process (104's successor)
     kRecordObject = 111,           // what a DataLoader or its iterator holds, read from the target
+    kRecordCommand = 112,          // a process's command line (a helper's role: multiprocessing's forkserver)
 };
 
 // The slots of the locals a code object's role captures (its CODE record's code), as read from the target's
@@ -142,7 +143,19 @@ struct RecordObject {
     uint64_t dataset, sampler;
     char dataset_class[kClassNameLen]; // the dataset's class (tp_name); "" unread
     char dataset_root[kDatasetRootLen]; // its `root` where that is a str (torchvision's datasets), else ""
+    char sampler_class[kClassNameLen];  // the index sampler's class, with its own `sampler`'s: "BatchSampler of
+                                        // RandomSampler"; "" unread
 };
 constexpr uint32_t kObjectLoader = 1, kObjectIterator = 2;
+
+constexpr unsigned kCommandLen = 256;
+
+// A process's command line (its arguments joined by spaces, cut at kCommandLen - 1 bytes), read when it was met
+// or exec'd: what names a helper process's role (framework::HelperRow).
+struct RecordCommand {
+    uint32_t type, tgid, tid, cpu; // tgid: the process
+    uint64_t ts_ns;
+    char command[kCommandLen];
+};
 
 } // namespace lotus::model

@@ -259,6 +259,18 @@ std::string read_comm(int pid)
     return s;
 }
 
+std::string command_line(int pid)
+{
+    std::ifstream f("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+    std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    for (auto& ch : s)
+        if (ch == '\0')
+            ch = ' ';
+    while (!s.empty() && s.back() == ' ')
+        s.pop_back();
+    return s;
+}
+
 } // namespace lotus::proc
 
 namespace lotus::proc {

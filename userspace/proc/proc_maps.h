@@ -45,6 +45,8 @@ std::vector<int> descendants(int pid);
 // How many CPUs the process may run on (its affinity mask: a cpuset, taskset), or nullopt.
 std::optional<unsigned> allowed_cpus(int pid);
 std::string read_comm(int pid);
+// Its command line, the arguments joined by spaces ("" when it is gone or has none).
+std::string command_line(int pid);
 // An integer variable of the environment the process started with (/proc/PID/environ), if set.
 std::optional<int> env_int(int pid, const std::string& name);
 
