@@ -46,6 +46,9 @@ class AttachMode(BpfTestCase):
         self.assertEqual(sum(1 for w in waits_traced if w["args"].get("epoch") == 0), 8)  # the first whole epoch
         if any("batch" not in w["args"] for w in waits_traced):
             self.assertIn("before their index could be known", stdout)
+        # one loader, one section: the pass in flight is its DataLoader's (its iterator held its dataset and sampler)
+        self.assertIn("Includes the pass that was in flight when tracing began (5 of its batches consumed", stdout)
+        self.assertNotIn("DataLoader ?", stdout)
 
     def test_idle_prefetched_workers_exactly_the_samples_after_attach(self):
         n = 256

@@ -190,7 +190,7 @@ class ModernStack(DataLoaderScenarios, BpfTestCase):
             with open(hold, "w"):
                 pass
             self.assertEqual(job.wait(timeout=300), 0)
-            _, err = tracer.communicate(timeout=60)
+            stdout, err = tracer.communicate(timeout=60)
             self.assertEqual(tracer.returncode, 0, err)
         finally:
             kill_group(job)
@@ -200,6 +200,9 @@ class ModernStack(DataLoaderScenarios, BpfTestCase):
         # the first epoch's rest and the whole second one
         waits_with_ids = [w for w in spans(trace, "wait") if "batch" in w["args"]]
         self.assertGreaterEqual(len(waits_with_ids), IMAGES // BATCH)
+        # one loader, one section: the pass in flight is its DataLoader's
+        self.assertIn(f"Includes the pass that was in flight when tracing began ({IMAGES // BATCH - 3} of its", stdout)
+        self.assertNotIn("DataLoader ?", stdout)
 
 
 if __name__ == "__main__":
