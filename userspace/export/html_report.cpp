@@ -497,6 +497,11 @@ std::string html_report(const Report& r, const Timeline& timeline)
                 box_plots(rows));
     if (!rows.empty())
         h += ops_table(rows);
+    // Which DataLoaders these are (what each loads), and what became of the pass in flight when tracing began.
+    for (const auto& s : r.loaders)
+        if (s.key.owner && (s.title.find(": ") != std::string::npos || !s.note.empty()))
+            h += "<p class=\"loader\">" + html_escape(s.title) + (s.note.empty() ? "" : ". " + html_escape(s.note)) +
+                 "</p>\n";
 
     h += "<h2 id=\"waits\">The training loop's waits</h2>\n";
     if (r.loops.empty())

@@ -777,6 +777,7 @@ BatchTracker::Join BatchTracker::join_partial(uint32_t owner, const Consumer& c)
         for (const auto& [obj, lh] : c.loader_holds)
             if (lh.trusted && lh.same(h))
                 match.push_back(c.loader_ids.at(obj));
+        std::sort(match.begin(), match.end());
         if (match.empty())
             return {-1, "no DataLoader iterated while traced holds its dataset and sampler"};
         if (match.size() > 1)

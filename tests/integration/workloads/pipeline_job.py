@@ -282,6 +282,9 @@ def main():
     ap.add_argument("--pause-after", type=int, help="with --hold F: after this many batches of the first epoch, "
                     "write F.paused and wait for F")
     ap.add_argument("--val", action="store_true", help="after each epoch, a pass over a second DataLoader")
+    ap.add_argument("--val-same-sampler", action="store_true",
+                    help="with --val: the second DataLoader over the first one's dataset with its batch_sampler too "
+                         "(the two cannot be told apart by what they hold)")
     ap.add_argument("--val-same-dataset", action="store_true",
                     help="with --val: the second DataLoader over the first one's own dataset object (batches of "
                          "twice the size, no shuffling: only its sampler tells it apart)")
@@ -384,8 +387,11 @@ def main():
     if args.val:
         val_ds = datasets.ImageFolder(args.data, transform=transforms.Compose([
             transforms.Resize(128), transforms.CenterCrop(112), transforms.ToTensor()]))
-        val = DataLoader(ds if args.val_same_dataset else val_ds, batch_size=2 * args.batch_size,
-                         num_workers=args.workers, **extra)
+        if args.val_same_sampler:
+            val = DataLoader(ds, batch_sampler=loader.batch_sampler, num_workers=args.workers, **extra)
+        else:
+            val = DataLoader(ds if args.val_same_dataset else val_ds, batch_size=2 * args.batch_size,
+                             num_workers=args.workers, **extra)
     print(f"pipeline_job: pid {os.getpid()}", flush=True)
     for epoch in range(args.epochs):
         it = iter(loader)
