@@ -121,7 +121,7 @@ Labels PipelineMetrics::with_job(Labels l) const
     return compact(std::move(l));
 }
 
-// A process's role ("main", "trainer", "worker", "child"), with its training process's ranks and its worker id.
+// A process's role ("main", "trainer", "worker", a helper's as the rules name it, "child"), with its training process's ranks and its worker id.
 Labels PipelineMetrics::role_labels(uint32_t pid, const std::map<uint32_t, model::ProcessInfo>& processes) const
 {
     auto it = processes.find(pid);
@@ -129,7 +129,11 @@ Labels PipelineMetrics::role_labels(uint32_t pid, const std::map<uint32_t, model
         return with_job({{"role", "child"}});
     const auto& p = it->second;
     bool worker = p.worker || p.worker_id >= 0;
-    std::string role = p.consumer ? (p.root ? "main" : "trainer") : worker ? "worker" : p.root ? "main" : "child";
+    std::string role = p.consumer ? (p.root ? "main" : "trainer")
+                       : worker   ? "worker"
+                       : p.root   ? "main"
+                       : !p.helper.empty() ? p.helper // (the rules' helpers: a bounded set)
+                                           : "child";
     Trainer t = trainer(worker ? p.owner : p.consumer ? pid : 0, processes);
     return with_job({{"role", role}, {"rank", t.rank}, {"local_rank", t.local_rank},
                      {"worker", worker ? (p.worker_id >= 0 ? std::to_string(p.worker_id) : "?") : ""}});
