@@ -509,17 +509,13 @@ class DataLoaderScenarios:
                 self.assertEqual(len(spans(trace, "wait")), 2 * (3 + IMAGES // BATCH))
                 self.assertNotIn("as they arrived", self.stdout)
 
-    def test_attached_mid_epoch_one_section_per_loader(self):
-        """Attached after 3 batches of the first epoch, a train loader and a val loader over the same dataset
-        object: the pass in flight joins the train loader, told apart by its sampler (the dataset is the val's
-        too), so there is one section per real loader, each named by its dataset's class and root, with counts
-        equal to the job's own log."""
-        data = dataset(IMAGES)
-        out, js, waits, hold = self.path("attach.json"), self.path("s.json"), self.path("w.log"), self.path("hold")
+    def attach_after_3_batches(self, data, waits, *args):
+        """The workload (2 workers, 2 epochs, `args` besides) paused after 3 batches of its first epoch, attached
+        by lotus-bpf --pid, then let go: returns (its pid, the trace's path, the summary JSON, the printed summary)."""
+        out, js, hold = self.path("attach.json"), self.path("s.json"), self.path("hold")
         job = subprocess.Popen([*self.stack.python, WORKLOAD, data, *self.stack.transforms, "--workers", "2",
-                                "--batch-size", str(BATCH), "--epochs", "2", "--val", "--val-same-dataset",
-                                "--wait-log", waits, "--pause-after", "3", "--hold", hold],
-                               stdout=subprocess.PIPE, text=True, start_new_session=True)
+                                "--batch-size", str(BATCH), "--epochs", "2", "--wait-log", waits, "--pause-after", "3",
+                                "--hold", hold, *args], stdout=subprocess.PIPE, text=True, start_new_session=True)
         try:
             pid = int(job.stdout.readline().split()[-1])
             wait_for_file(hold + ".paused")
@@ -534,7 +530,16 @@ class DataLoaderScenarios:
             kill_group(job)
             job.stdout.close()
         with open(js) as f:
-            summary = json.load(f)
+            return pid, out, json.load(f), stdout
+
+    def test_attached_mid_epoch_one_section_per_loader(self):
+        """Attached after 3 batches of the first epoch, a train loader and a val loader over the same dataset
+        object: the pass in flight joins the train loader, told apart by its sampler (the dataset is the val's
+        too), so there is one section per real loader, each named by its dataset's class and root, with counts
+        equal to the job's own log."""
+        data = dataset(IMAGES)
+        waits = self.path("w.log")
+        pid, _, summary, stdout = self.attach_after_3_batches(data, waits, "--val", "--val-same-dataset")
         sections = {s["loader"]: s for s in summary["loaders"] if s["owner"] == pid}
         self.assertEqual(sorted(sections), [0, 1], [s["title"] for s in summary["loaders"]])
         train = [s for s in sections.values() if s["batches"]["joined_partial_pass"]]

@@ -6,13 +6,11 @@ decoding, in_order=False, detection, __getitems__, attach mode; exact against in
 import dataclasses
 import json
 import os
-import subprocess
 import unittest
 from collections import Counter
 
-from harness import (BATCH, HERE, IMAGES, OPS, PIN_THREAD_SLACK_US, V2_OPS, WORKLOAD, BpfTestCase, DataLoaderScenarios,
-                     Stack, assert_true_ids, dataset, kill_group, load_trace, read_lines, run_lotus, spans, start_lotus,
-                     wait_for_attach, wait_for_file)
+from harness import (BATCH, HERE, IMAGES, OPS, PIN_THREAD_SLACK_US, V2_OPS, BpfTestCase, DataLoaderScenarios,
+                     Stack, assert_true_ids, dataset, load_trace, read_lines, run_lotus, spans)
 
 ROOT = os.environ.get("LOTUS_MODERN_ROOT", "/var/cache/lotus-bpf/sid-root")
 IN_ROOT = os.path.join(HERE, "in_root.sh")
@@ -177,24 +175,8 @@ class ModernStack(DataLoaderScenarios, BpfTestCase):
 
     def test_attach_mid_epoch(self):
         """Attached after batches were consumed: every id shown is the true one, every arrow joins one batch."""
-        data = dataset(IMAGES)
-        out, waits, hold = self.path("attach.json"), self.path("waits.log"), self.path("hold")
-        job = subprocess.Popen(in_root("python3", WORKLOAD, data, "--v2", "--workers", "2", "--batch-size",
-                                       str(BATCH), "--epochs", "2", "--wait-log", waits, "--pause-after", "3",
-                                       "--hold", hold), stdout=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            pid = int(job.stdout.readline().split()[-1])
-            wait_for_file(hold + ".paused")
-            tracer = start_lotus(["-q", "-o", out, "--pid", str(pid)])
-            wait_for_attach(tracer)
-            with open(hold, "w"):
-                pass
-            self.assertEqual(job.wait(timeout=300), 0)
-            stdout, err = tracer.communicate(timeout=60)
-            self.assertEqual(tracer.returncode, 0, err)
-        finally:
-            kill_group(job)
-            job.stdout.close()
+        waits = self.path("waits.log")
+        _, out, _, stdout = self.attach_after_3_batches(dataset(IMAGES), waits)
         trace = load_trace(out)
         assert_true_ids(self, trace, waits)
         # the first epoch's rest and the whole second one
