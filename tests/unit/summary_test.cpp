@@ -62,6 +62,38 @@ TEST(Summary, RowsPerOpInFirstSeenOrderThenSample)
     EXPECT_EQ(rows[2].name, "sample");
 }
 
+// The pass in flight at attach (DataLoader -1) found to be DataLoader 1's: one group, in the first-seen place of
+// either, with both groups' calls; the other DataLoader's group untouched.
+TEST(Summary, AGroupMergedIntoAnotherIsOneGroupAtTheEarlierPlace)
+{
+    exporter::Summary sum;
+    auto op = [&](int loader, const char* name, uint64_t ms) {
+        model::Span s = model::Span::make(model::SpanKind::Op, name, 7, 7, 0, ms * 1'000'000);
+        s.owner = 7;
+        s.loader = loader;
+        sum.add(s);
+    };
+    op(-1, "Crop", 2);  // the pass in flight, seen first
+    op(-1, "Flip", 1);
+    op(0, "Resize", 5); // another DataLoader
+    op(1, "Crop", 4);
+    op(1, "Norm", 3);
+    sum.merge_group({7, -1}, {7, 1});
+    auto groups = sum.groups();
+    ASSERT_EQ(groups.size(), 2u);
+    EXPECT_EQ(groups[0].first.loader, 1) << "at the pass's place (it came first)";
+    EXPECT_EQ(groups[1].first.loader, 0);
+    std::map<std::string, uint64_t> counts;
+    for (const auto& r : groups[0].second)
+        counts[r.name] = r.stats.count;
+    EXPECT_EQ(counts, (std::map<std::string, uint64_t>{{"Crop", 2}, {"Flip", 1}, {"Norm", 1}}));
+    for (const auto& r : groups[0].second)
+        if (r.name == "Crop")
+            EXPECT_DOUBLE_EQ(r.stats.total_ms, 6.0);
+    EXPECT_EQ(groups[1].second.size(), 1u);
+    EXPECT_EQ(sum.rows().size(), 4u) << "the all-DataLoaders rows were not changed";
+}
+
 // Rows are told apart by their part, never by their names: a --span function named "collate" or "sample", or an
 // op class named "loader", is an op row of its own, named so that it does not read as the part.
 TEST(Summary, OpsNamedLikeThePartsStayOps)
