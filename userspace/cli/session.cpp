@@ -223,7 +223,7 @@ private:
     void attach_native();
     void feed(const void* data, size_t len);
     void on_record(const void* data, size_t len);
-    void rank_of(uint32_t pid);
+    void started_as(uint32_t pid);
     void known(uint32_t pid, uint32_t parent, bool is_root);
     void sweep(uint64_t now);
     int sleep_ms(uint64_t now) const;
@@ -270,7 +270,7 @@ private:
         {
             if (p.h.type != LOTUS_EV_EXEC)
                 return;
-            s.rank_of(p.h.tgid);
+            s.started_as(p.h.tgid);
             s.interpreters_->look_at(p.h.tgid, monotonic_ns());
         }
     } exec_watch_{*this};
@@ -454,7 +454,7 @@ void Session::on_record(const void* raw, size_t raw_len)
 
 // RANK from a process's environment, and its command line (a helper's role), into the stream (the record file
 // keeps them for replays).
-void Session::rank_of(uint32_t pid)
+void Session::started_as(uint32_t pid)
 {
     model::RecordCommand c{model::kRecordCommand, pid, pid, 0, monotonic_ns(), {}};
     std::string line = proc::command_line(static_cast<int>(pid));
@@ -548,7 +548,7 @@ void Session::attach_probes()
     probe_->attach_process_tracking();
     probe_->trace_process(static_cast<uint32_t>(root_), static_cast<uint32_t>(root_));
     known(static_cast<uint32_t>(root_), 0, true);
-    rank_of(static_cast<uint32_t>(root_));
+    started_as(static_cast<uint32_t>(root_));
     if (opts_.pid)
         attach_existing();
     if (native_)
@@ -570,7 +570,7 @@ void Session::attach_existing()
         known(pid, parent, false);
         if (parent) // (forks seen later tell theirs through their FORK records)
             tree_.add(pid, parent);
-        rank_of(pid);
+        started_as(pid);
         interpreters_->look_at(pid, monotonic_ns());
         initial_++;
     }
