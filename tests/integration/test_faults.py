@@ -207,7 +207,9 @@ class Faults(BpfTestCase):
         self.assertEqual(calls, 20 * 101)
         trace = load_trace(out)
         failures = trace["otherData"]["bpf_failures"]
-        self.assertEqual(len(spans(trace, name="nest")) + failures["depth_over_64"], calls, failures)
+        # (the message carries what would tell a loss from a miss: one CI run saw 423 + 152 of 2020, not yet explained)
+        self.assertEqual(len(spans(trace, name="nest")) + failures["depth_over_64"], calls,
+                         (failures, trace["otherData"].get("lost_events"), r.stdout[-2000:], r.stderr[-2000:]))
         self.assertGreater(failures["depth_over_64"], 0)
         self.assertEqual({k: v for k, v in failures.items() if k != "depth_over_64"},
                          {k: 0 for k in failures if k != "depth_over_64"})
