@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define LOTUS_ABI_VERSION 9
+#define LOTUS_ABI_VERSION 10
 
 enum lotus_event_type {
     LOTUS_EV_PY_ENTRY = 1,  /* _PyEval_EvalFrameDefault entered (a C->Python transition) */
@@ -216,6 +216,9 @@ struct lotus_code_info {
     __u8 _pad;
     char name[LOTUS_NAME_LEN]; /* co_qualname (co_name before 3.11) */
     char file[LOTUS_FILE_LEN]; /* co_filename */
+    /* The fingerprint BPF keyed its role entry with (lotus_role): user space sets the role only while the entry
+     * still holds it, not onto another code object's at the address meanwhile; ABI 10 (older records end before) */
+    __u64 fingerprint;
 };
 
 #define LOTUS_BASES 3
@@ -231,6 +234,7 @@ struct lotus_type_info {
     __u8 _pad[6];
     char name[LOTUS_NAME_LEN]; /* tp_name */
     char bases[LOTUS_BASES][LOTUS_BASE_LEN]; /* tp_name of tp_base, its tp_base... ("" past object); ABI 4 */
+    __u64 fingerprint; /* as lotus_code_info's, of its lotus_type_role entry; ABI 10 */
 };
 
 #define LOTUS_COMM_LEN 16
@@ -266,8 +270,8 @@ struct lotus_proc_event {
     __u32 space;                 /* FORK, EXEC: the process's role space from now on (0 in ABI 2 files) */
 };
 
-/* Roles user space assigns to code objects (map lotus_roles); BPF inserts LOTUS_ROLE_UNCLASSIFIED on first
- * sight. Steady state: an entry is emitted when its code is not SKIP or when its caller is a PIPELINE. */
+/* Roles user space assigns to code objects (map lotus_code_classes); BPF describes an object on first sight
+ * (map lotus_roles). Steady state: an entry is emitted when its code is not SKIP or when its caller is a PIPELINE. */
 #define LOTUS_ROLE_UNCLASSIFIED 0u
 #define LOTUS_ROLE_CLASSIFIED (1u << 0)
 #define LOTUS_ROLE_SKIP (1u << 1)     /* uninteresting by itself: do not emit */
@@ -303,8 +307,8 @@ static inline __u32 lotus_slot_role(__u64 slot)
     return 0;
 }
 
-/* What user space says of a type (map lotus_types, key: role space and type address, value lotus_type_role).
- * BPF inserts DESCRIBED when it sends the TYPE record; user space adds the rest. Like code objects, types are
+/* What user space says of a type (map lotus_type_classes, value lotus_type_role: flags) and which type BPF
+ * described at an address (map lotus_types, key: role space and type address, flags DESCRIBED). Like code objects, types are
  * made and freed at run time (a DataLoader worker of a forkserver imports its transforms after the fork: its
  * sibling may hold another class at that address), so a type carries a fingerprint (its tp_name pointer) and a
  * process whose type at an address differs from its space's describes its own (tgid | LOTUS_SPACE_OWN). */
@@ -332,6 +336,18 @@ struct lotus_role_key {
     __u32 space;
     __u32 _pad;
     __u64 ptr;
+};
+
+/* What user space says of one object (maps lotus_code_classes, lotus_type_classes): its role key and the
+ * fingerprint its description carried. Only BPF writes lotus_roles and lotus_types (which object holds an
+ * address, as described last); only user space writes these. Setting a role into BPF's entry, user space
+ * could write back the fingerprint of an object that another had just replaced there: that one then went out
+ * under the other's description. */
+struct lotus_class_key {
+    __u32 space;
+    __u32 _pad;
+    __u64 ptr;
+    __u64 fingerprint;
 };
 
 /* fingerprint: co_qualname and co_filename pointers mixed. Code objects are freed and their addresses reused

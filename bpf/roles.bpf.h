@@ -18,6 +18,21 @@ struct {
     __type(value, struct lotus_type_role);
 } lotus_types SEC(".maps");
 
+/* User space's classifications (lotus_class_key). */
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 131072);
+    __type(key, struct lotus_class_key);
+    __type(value, struct lotus_role);
+} lotus_code_classes SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, struct lotus_class_key);
+    __type(value, struct lotus_type_role);
+} lotus_type_classes SEC(".maps");
+
 /* Classified roles looked up recently on this CPU: a small direct-mapped copy of lotus_roles. Nearly every
  * call into the evaluator asks for two roles; in the large LRU hash each lookup missed the caches (most of
  * what a skipped call cost). User space classifies a code object once (a new object at a reused address has
@@ -30,6 +45,7 @@ struct role_slot {
     __u32 space;
     __u32 flags;
     __s32 capture_slots; /* as capture_slots_of returns them */
+    __u64 epoch; /* role_epoch when it was filled */
     __u64 check;
 };
 
@@ -43,9 +59,17 @@ struct {
 /* Role spaces begun by exec: LOTUS_SPACE_EXEC_BASE + n. */
 volatile __u32 space_seq = 0;
 
+/* Moved by every new description of a code object: each CPU's copies made before are stale. A copy is checked
+ * against the address and fingerprint, but user space knows an address by its latest description: when another
+ * object took the address and was described, and the first object (same fingerprint) came back there, a copy
+ * of its role made the calls of the returning object go out as those of the one described last (a --span
+ * function's calls counted as another function's: tests/integration/workloads/reused_code.py). Past the start,
+ * new code objects are rare. */
+volatile __u64 role_epoch = 0;
+
 static __always_inline __u64 role_slot_check(const struct role_slot *c)
 {
-    return (c->code ^ (c->fingerprint * 0x9e3779b97f4a7c15ull) ^ c->space ^
+    return (c->code ^ (c->fingerprint * 0x9e3779b97f4a7c15ull) ^ c->space ^ (c->epoch << 17) ^
             ((__u64)(__u32)c->capture_slots << 32 | c->flags)) * 0xff51afd7ed558ccdull;
 }
 
@@ -59,7 +83,7 @@ static __always_inline struct role_slot *role_slot_of(__u32 space, __u64 code)
 static __always_inline bool role_slot_holds(const struct role_slot *c, __u32 space, __u32 tgid, __u64 code, __u64 fp)
 {
     return c->code == code && c->fingerprint == fp && (c->space == space || c->space == (tgid | LOTUS_SPACE_OWN)) &&
-           c->check == role_slot_check(c);
+           c->epoch == role_epoch && c->check == role_slot_check(c);
 }
 
 /* co_qualname ^ co_filename << 1: one read when the two are near each other (always so far). */
@@ -88,6 +112,13 @@ static __always_inline struct lotus_role *find_role(struct lotus_role_key *key, 
     return bpf_map_lookup_elem(&lotus_roles, key);
 }
 
+/* User space's classification of the code object described under *key with fingerprint fp; NULL until then. */
+static __always_inline struct lotus_role *code_class(const struct lotus_role_key *key, __u64 fp)
+{
+    struct lotus_class_key k = {.space = key->space, .ptr = key->ptr, .fingerprint = fp};
+    return bpf_map_lookup_elem(&lotus_code_classes, &k);
+}
+
 static __always_inline __s32 packed_slots(const struct lotus_role *r)
 {
     return r->flags & LOTUS_ROLE_CAPTURE ? r->capture_slot[0] | (r->capture_slot[1] << 8) : -1;
@@ -108,17 +139,20 @@ __noinline __u32 role_of(__u32 space, __u32 tgid, __u64 code)
     struct role_slot *c = role_slot_of(space, code);
     if (c && role_slot_holds(c, space, tgid, code, fp))
         return c->flags | (c->space != space ? FROM_OWN : 0);
+    __u64 epoch = role_epoch; /* (before the lookup: a description made meanwhile makes this copy stale) */
     struct lotus_role_key key = {.space = space, .ptr = code};
     struct lotus_role *r = find_role(&key, tgid, fp);
     __u32 own = key.space != space ? FROM_OWN : 0;
     if (r && r->fingerprint == fp) {
-        __u32 flags = r->flags;
-        if (c && (flags & LOTUS_ROLE_CLASSIFIED)) {
+        struct lotus_role *cl = code_class(&key, fp);
+        __u32 flags = cl ? cl->flags : LOTUS_ROLE_UNCLASSIFIED;
+        if (c && cl && (flags & LOTUS_ROLE_CLASSIFIED)) {
             c->code = code;
             c->fingerprint = fp;
             c->space = key.space;
             c->flags = flags;
-            c->capture_slots = packed_slots(r);
+            c->capture_slots = packed_slots(cl);
+            c->epoch = epoch;
             c->check = role_slot_check(c);
         }
         return flags | own;
@@ -126,6 +160,7 @@ __noinline __u32 role_of(__u32 space, __u32 tgid, __u64 code)
     /* New to the space (or to this process, or this process's object at the address changed). */
     struct lotus_role fresh = {.fingerprint = fp, .describer = tgid};
     bpf_map_update_elem(&lotus_roles, &key, &fresh, BPF_ANY);
+    __sync_fetch_and_add(&role_epoch, 1);
     struct lotus_code_info *e = reserve_description(sizeof(*e));
     if (!e) {
         /* Forget it again so that a later sighting retries the description. */
@@ -142,6 +177,7 @@ __noinline __u32 role_of(__u32 space, __u32 tgid, __u64 code)
     e->file[0] = 0;
     e->name_kind = read_unicode(read_ptr(code + layout.code_name), e->name, sizeof(e->name));
     e->file_kind = read_unicode(read_ptr(code + layout.code_filename), e->file, sizeof(e->file));
+    e->fingerprint = fp;
     /* Rare, and user space must classify it soon (roles decide what later calls emit): wake it now. */
     bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
     return own;
@@ -158,7 +194,8 @@ __noinline __s32 capture_slots_of(__u32 space, __u32 tgid, __u64 code)
         return c->capture_slots < 0 ? -1 : c->capture_slots | (c->space != space ? SLOTS_OWN : 0);
     struct lotus_role_key key = {.space = space, .ptr = code};
     struct lotus_role *r = find_role(&key, tgid, fp);
-    __s32 slots = r && r->fingerprint == fp ? packed_slots(r) : -1;
+    struct lotus_role *cl = r && r->fingerprint == fp ? code_class(&key, fp) : 0;
+    __s32 slots = cl ? packed_slots(cl) : -1;
     return slots < 0 ? -1 : slots | (key.space != space ? SLOTS_OWN : 0);
 }
 
@@ -190,8 +227,11 @@ __noinline __u32 type_flags(__u32 space, __u32 tgid, __u64 type)
     struct lotus_role_key key = {.space = space, .ptr = type};
     struct lotus_type_role *r = find_type(&key, tgid, name);
     __u32 own = key.space != space ? FROM_OWN : 0;
-    if (r)
-        return r->flags | own;
+    if (r) {
+        struct lotus_class_key ck = {.space = key.space, .ptr = type, .fingerprint = name};
+        struct lotus_type_role *cl = bpf_map_lookup_elem(&lotus_type_classes, &ck);
+        return (cl ? cl->flags : r->flags) | own;
+    }
     /* New to the space, or to this process: key says which. */
     struct lotus_type_info *e = reserve_description(sizeof(*e));
     if (!e)
@@ -223,6 +263,7 @@ __noinline __u32 type_flags(__u32 space, __u32 tgid, __u64 type)
             e->unread |= 2 << i;
         }
     }
+    e->fingerprint = name;
     struct lotus_type_role fresh = {.flags = LOTUS_TYPE_DESCRIBED, .describer = tgid, .fingerprint = name};
     bpf_map_update_elem(&lotus_types, &key, &fresh, BPF_ANY);
     /* Rare, and user space must classify it soon (and read what was left unread while the process lives). */

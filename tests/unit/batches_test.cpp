@@ -27,7 +27,7 @@ struct Batches : ::testing::Test {
     model::Rules rules;
     std::vector<Span> spans;
     model::Engine engine{rules, [this](const Span& s) { spans.push_back(s); },
-                         [this](uint32_t t, uint32_t, uint64_t c, const model::CodeRole& r) {
+                         [this](uint32_t t, uint32_t, uint64_t c, uint64_t, const model::CodeRole& r) {
                              std::vector<uint8_t> slots;
                              for (size_t i = 0; i < r.capture_locals.size(); i++)
                                  slots.push_back(static_cast<uint8_t>(10 + i));

@@ -178,7 +178,7 @@ TEST(Descriptions, TheEngineDoesNotClassifyATypeWithoutItsName)
     model::Rules rules;
     std::vector<std::pair<uint64_t, uint32_t>> told; // what BPF is told: type, LOTUS_TYPE_* flags
     model::Engine engine(rules, [](const model::Span&) {}, {},
-                         [&](uint32_t, uint64_t type, uint32_t flags) { told.emplace_back(type, flags); });
+                         [&](uint32_t, uint64_t type, uint64_t, uint32_t flags) { told.emplace_back(type, flags); });
     auto t = type_record(reinterpret_cast<void*>(0x5000), 1);
     t.h.tgid = t.h.tid = 7;
     engine.consume(&t, sizeof(t));
@@ -189,4 +189,41 @@ TEST(Descriptions, TheEngineDoesNotClassifyATypeWithoutItsName)
     ASSERT_EQ(told.size(), 1u);
     EXPECT_EQ(told[0].first, 0x5000u);
     EXPECT_TRUE(told[0].second & LOTUS_TYPE_PIPELINE);
+}
+
+// What the engine tells BPF of a code object or a type names the object described (the fingerprint its record
+// carried), for BPF's entry at the address may hold another object by then. A record of an older file (ABI 9,
+// no fingerprint) is read with 0 there.
+TEST(Descriptions, RolesToldBackCarryTheFingerprintOfTheObjectDescribed)
+{
+    model::Rules rules({}, {"nest"});
+    std::vector<std::pair<uint64_t, uint32_t>> codes, types; // fingerprint, flags
+    model::Engine engine(
+        rules, [](const model::Span&) {},
+        [&](uint32_t, uint32_t, uint64_t, uint64_t fp, const model::CodeRole& r) { codes.emplace_back(fp, r.flags); },
+        [&](uint32_t, uint64_t, uint64_t fp, uint32_t flags) { types.emplace_back(fp, flags); });
+    lotus_code_info c{};
+    c.h.type = LOTUS_EV_CODE;
+    c.h.tgid = c.h.tid = 7;
+    c.code = 0x7000;
+    strcpy(c.name, "other");
+    c.fingerprint = 0x111;
+    engine.consume(&c, sizeof(c));
+    strcpy(c.name, "nest"); // another code object at the address
+    c.fingerprint = 0x222;
+    engine.consume(&c, sizeof(c));
+    c.fingerprint = 0x333;
+    engine.consume(&c, offsetof(lotus_code_info, fingerprint));
+    ASSERT_EQ(codes.size(), 3u);
+    EXPECT_EQ(codes[0].first, 0x111u);
+    EXPECT_TRUE(codes[0].second & LOTUS_ROLE_SKIP);
+    EXPECT_EQ(codes[1].first, 0x222u);
+    EXPECT_FALSE(codes[1].second & LOTUS_ROLE_SKIP); // named by --span: seen
+    EXPECT_EQ(codes[2].first, 0u);
+    auto t = type_record(reinterpret_cast<void*>(0x5000), 0);
+    strcpy(t.name, "Compose");
+    t.fingerprint = 0x444;
+    engine.consume(&t, sizeof(t));
+    ASSERT_EQ(types.size(), 1u);
+    EXPECT_EQ(types[0].first, 0x444u);
 }

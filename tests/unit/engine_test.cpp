@@ -24,7 +24,7 @@ struct Engine : ::testing::Test {
     // The role sink resolves captured locals as the session would from co_localsplusnames; they reach the
     // engine as a RecordSlots right after the CODE record.
     model::Engine engine{rules, [this](const Span& s) { spans.push_back(s); },
-                         [this](uint32_t t, uint32_t space, uint64_t c, const model::CodeRole& r) {
+                         [this](uint32_t t, uint32_t space, uint64_t c, uint64_t, const model::CodeRole& r) {
                              std::vector<uint8_t> slots;
                              for (const auto& name : r.capture_locals)
                                  slots.push_back(name == "worker_id" ? 10 : 26);
@@ -32,7 +32,7 @@ struct Engine : ::testing::Test {
                                  ev.resolved.emplace_back(t, c, slots);
                              roles.emplace_back(t, c, r.flags, space);
                          },
-                         [this](uint32_t, uint64_t type, uint32_t flags) { type_flags[type] = flags; }};
+                         [this](uint32_t, uint64_t type, uint64_t, uint32_t flags) { type_flags[type] = flags; }};
     test::EventBuilder ev{engine};
 
     void describe(uint32_t tgid)

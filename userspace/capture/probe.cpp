@@ -958,32 +958,27 @@ void Probe::wake_on(int fd)
         throw CaptureError(fmt::format("cannot watch fd {} for wake-ups: {}", fd, strerror(errno)));
 }
 
-void Probe::set_role(uint32_t space, uint64_t code, uint32_t flags, const std::vector<uint8_t>& capture_slots)
+void Probe::set_role(uint32_t space, uint64_t code, uint64_t fingerprint, uint32_t flags,
+                     const std::vector<uint8_t>& capture_slots)
 {
-    lotus_role_key key{space, 0, code};
+    // Keyed by the object described (its fingerprint): the address may hold another code object by now, and
+    // BPF's entry for the address is BPF's alone (lotus_class_key). A failed update only means more events
+    // than needed.
+    lotus_class_key key{space, 0, code, fingerprint};
     lotus_role role{};
-    int fd = bpf_map__fd(skel_->maps.lotus_roles);
-    // Keep BPF's fingerprint. If the address was reused meanwhile, the new object's CODE record follows in
-    // the stream and sets its role then. Best effort: a failed update only means more events than needed.
-    if (bpf_map_lookup_elem(fd, &key, &role) != 0)
-        return;
     role.flags = flags;
+    role.fingerprint = fingerprint;
     for (size_t i = 0; i < LOTUS_SLOTS_PER_ROLE; i++)
         role.capture_slot[i] = i < capture_slots.size() ? capture_slots[i] : LOTUS_NO_SLOT;
-    bpf_map_update_elem(fd, &key, &role, BPF_EXIST);
+    bpf_map_update_elem(bpf_map__fd(skel_->maps.lotus_code_classes), &key, &role, BPF_ANY);
 }
 
-void Probe::set_type(uint32_t space, uint64_t type, uint32_t flags)
+void Probe::set_type(uint32_t space, uint64_t type, uint64_t fingerprint, uint32_t flags)
 {
-    // Keep BPF's fingerprint: if another type took the address meanwhile, its TYPE record follows and is
-    // classified then. (An LRU eviction since only means it is described again.)
-    lotus_role_key key{space, 0, type};
-    lotus_type_role role{};
-    int fd = bpf_map__fd(skel_->maps.lotus_types);
-    if (bpf_map_lookup_elem(fd, &key, &role) != 0)
-        return;
-    role.flags = flags;
-    bpf_map_update_elem(fd, &key, &role, BPF_EXIST);
+    // As set_role. (An LRU eviction of BPF's entry only means it is described again.)
+    lotus_class_key key{space, 0, type, fingerprint};
+    lotus_type_role role{flags, 0, fingerprint};
+    bpf_map_update_elem(bpf_map__fd(skel_->maps.lotus_type_classes), &key, &role, BPF_ANY);
 }
 
 lotus_net_bytes Probe::net_bytes(uint32_t tgid) const

@@ -131,10 +131,12 @@ public:
     // A vfork-like child (not held at its fork) that execs this file is held at its exec: the traced process's
     // executable, where the interpreter is a libpython (the interpreter's own file is there already).
     void hold_exec_of(const std::string& path);
-    // A code object's role in a role space, set once: BPF keeps per-CPU copies of classified roles.
-    void set_role(uint32_t space, uint64_t code, uint32_t flags, const std::vector<uint8_t>& capture_slots);
-    // What a type is (LOTUS_TYPE_* flags) in a role space.
-    void set_type(uint32_t space, uint64_t type, uint32_t flags);
+    // A code object's role in a role space, set once: BPF keeps per-CPU copies of classified roles. Only onto
+    // the entry of the object described (its fingerprint), not another's that took the address since.
+    void set_role(uint32_t space, uint64_t code, uint64_t fingerprint, uint32_t flags,
+                  const std::vector<uint8_t>& capture_slots);
+    // What a type is (LOTUS_TYPE_* flags) in a role space, likewise only onto the described type's entry.
+    void set_type(uint32_t space, uint64_t type, uint64_t fingerprint, uint32_t flags);
     CaptureStats stats() const;
     const HoldStats& holds() const { return holds_; }
     // Network bytes sent and received by a traced process so far (ProbeFeatures::network, where the kernel has

@@ -32,7 +32,8 @@ std::vector<uint8_t> resolve_locals(const std::vector<uint32_t>& pids, uint64_t 
 
 } // namespace
 
-void RoleWriter::code_role(uint32_t tgid, uint32_t space, uint64_t code, const model::CodeRole& r)
+void RoleWriter::code_role(uint32_t tgid, uint32_t space, uint64_t code, uint64_t fingerprint,
+                           const model::CodeRole& r)
 {
     std::vector<uint8_t> slots;
     if (!r.capture_locals.empty()) {
@@ -42,10 +43,13 @@ void RoleWriter::code_role(uint32_t tgid, uint32_t space, uint64_t code, const m
         memcpy(rs.slots, slots.data(), std::min(slots.size(), sizeof(rs.slots)));
         slots_.push_back(rs);
     }
-    probe_.set_role(space, code, r.flags, slots);
+    probe_.set_role(space, code, fingerprint, r.flags, slots);
 }
 
-void RoleWriter::type_role(uint32_t space, uint64_t type, uint32_t flags) { probe_.set_type(space, type, flags); }
+void RoleWriter::type_role(uint32_t space, uint64_t type, uint64_t fingerprint, uint32_t flags)
+{
+    probe_.set_type(space, type, fingerprint, flags);
+}
 
 std::vector<model::RecordSlots> RoleWriter::take() { return std::exchange(slots_, {}); }
 

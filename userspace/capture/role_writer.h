@@ -21,8 +21,8 @@ public:
         : probe_(probe), layout_(layout), tree_(tree)
     {
     }
-    void code_role(uint32_t tgid, uint32_t space, uint64_t code, const model::CodeRole& r);
-    void type_role(uint32_t space, uint64_t type, uint32_t flags);
+    void code_role(uint32_t tgid, uint32_t space, uint64_t code, uint64_t fingerprint, const model::CodeRole& r);
+    void type_role(uint32_t space, uint64_t type, uint64_t fingerprint, uint32_t flags);
     // The records to put in the stream now, in order (each taken once).
     std::vector<model::RecordSlots> take();
 

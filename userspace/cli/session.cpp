@@ -141,7 +141,8 @@ public:
     }
     void code(const lotus_code_info& c) override
     {
-        line_ += fmt::format(" code {:#x} {:.{}}", c.code, c.name, strnlen(c.name, sizeof(c.name)));
+        line_ += fmt::format(" code {:#x} fingerprint {:#x} {:.{}}", c.code, c.fingerprint, c.name,
+                             strnlen(c.name, sizeof(c.name)));
     }
     void msg(const lotus_msg& m) override
     {
@@ -390,10 +391,12 @@ void Session::build_pipeline()
     completion_ = std::make_unique<capture::Completion>(interp_.layout, tree_);
     rec_ = std::make_unique<Reconstruction>(
         opts_, *outputs_, std::move(lists_), t0_, counter_names_,
-        [this](uint32_t tgid, uint32_t space, uint64_t code, const model::CodeRole& r) {
-            roles_->code_role(tgid, space, code, r);
+        [this](uint32_t tgid, uint32_t space, uint64_t code, uint64_t fingerprint, const model::CodeRole& r) {
+            roles_->code_role(tgid, space, code, fingerprint, r);
         },
-        [this](uint32_t space, uint64_t type, uint32_t flags) { roles_->type_role(space, type, flags); });
+        [this](uint32_t space, uint64_t type, uint64_t fingerprint, uint32_t flags) {
+            roles_->type_role(space, type, fingerprint, flags);
+        });
     rec_->set_node_of([node = node_name(opts_)](uint32_t) { return node; }, false); // (one node: the labels say none)
     if (auto objects = cpython::object_layout_for(interp_.version)) {
         object_reads_ = std::make_unique<capture::ObjectReads>(interp_.layout, *objects);

@@ -36,10 +36,11 @@ public:
     // Told of every newly described code object, so that capture can tell BPF its role under the key space
     // (lotus_abi.h: a role space, or tgid | LOTUS_SPACE_OWN) it was described in. Where the role captures
     // locals, capture resolves them to slots and puts a RecordSlots in the stream, right after the CODE record.
-    using RoleSink = std::function<void(uint32_t tgid, uint32_t space, uint64_t code, const CodeRole&)>;
+    using RoleSink = std::function<void(uint32_t tgid, uint32_t space, uint64_t code, uint64_t fingerprint,
+                                        const CodeRole&)>;
     // Called for every newly described type, so that capture can tell BPF what it is (LOTUS_TYPE_* flags) in
     // the role space it was described in.
-    using TypeSink = std::function<void(uint32_t space, uint64_t type, uint32_t flags)>;
+    using TypeSink = std::function<void(uint32_t space, uint64_t type, uint64_t fingerprint, uint32_t flags)>;
 
     Engine(const Rules& rules, SpanSink spans, RoleSink roles = {}, TypeSink types = {});
     // Told before an exited process is folded into its role's row (process_fold.h) and forgotten: processes()

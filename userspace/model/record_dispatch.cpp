@@ -43,10 +43,14 @@ bool dispatch(const void* data, size_t len, RecordHandler& h)
         return call(as<lotus_py_entry>(data, len), &RecordHandler::py_entry);
     case LOTUS_EV_PY_RETURN:
         return call(as<lotus_py_return>(data, len), &RecordHandler::py_return);
-    case LOTUS_EV_CODE:
-        return call(as<lotus_code_info>(data, len), &RecordHandler::code);
-    case LOTUS_EV_TYPE:
-        return call(as<lotus_type_info>(data, len), &RecordHandler::type);
+    case LOTUS_EV_CODE: { // (no fingerprint before ABI 10: a replay needs none)
+        lotus_code_info c;
+        return widened(data, len, offsetof(lotus_code_info, fingerprint), c) && call(&c, &RecordHandler::code);
+    }
+    case LOTUS_EV_TYPE: {
+        lotus_type_info t;
+        return widened(data, len, offsetof(lotus_type_info, fingerprint), t) && call(&t, &RecordHandler::type);
+    }
     case LOTUS_EV_FORK:
     case LOTUS_EV_EXIT:
     case LOTUS_EV_EXEC:
