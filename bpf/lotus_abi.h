@@ -54,7 +54,7 @@ enum lotus_counter_slot {
     LOTUS_COUNT_SUBMITTED = 1, /* records written to it */
     LOTUS_COUNT_SAMPLED_ELSEWHERE = 2, /* sampling interrupts of a thread outside the traced processes */
     /* Failure paths, one slot each (user space names them: capture/bpf_failures.h): what BPF could not record. */
-    /* (The LRU maps, lotus_roles, lotus_types and lotus_frames, evict rather than fail when full.) */
+    /* (The LRU maps, lotus_roles, lotus_types, their *_classes and lotus_frames, evict rather than fail when full.) */
     LOTUS_FAIL_DEPTH = 3,        /* a call nested deeper than 64 seen calls: neither its entry nor its return */
     LOTUS_FAIL_THREAD_STATE = 4, /* a traced thread's calls while its state could not be made (task storage) */
     LOTUS_FAIL_NET_FULL = 5,     /* --net: a process not kept in the full lotus_net map: its bytes */

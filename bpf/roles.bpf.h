@@ -33,11 +33,11 @@ struct {
     __type(value, struct lotus_type_role);
 } lotus_type_classes SEC(".maps");
 
-/* Classified roles looked up recently on this CPU: a small direct-mapped copy of lotus_roles. Nearly every
+/* Classified roles looked up recently on this CPU: a small direct-mapped copy of lotus_code_classes. Nearly every
  * call into the evaluator asks for two roles; in the large LRU hash each lookup missed the caches (most of
  * what a skipped call cost). User space classifies a code object once (a new object at a reused address has
  * another fingerprint) and a role space is never reused (exec starts a new one), so a classified role never
- * changes. `check` catches an entry torn by a program that preempted another one filling the same slot. */
+ * changes; a copy is still dropped when another object is described (role_epoch). `check` catches an entry torn by a program that preempted another one filling the same slot. */
 #define ROLE_CACHE_SLOTS 1024
 struct role_slot {
     __u64 code;
