@@ -267,7 +267,7 @@ static __always_inline int enter(void *tstate, void *frame_arg, bool session)
  * describes `self` and the running frame (its caller), found through the thread state of the GIL's holder,
  * which is this thread. `session` and the verdict as for enter(): with a plain uprobe and uretprobe pair every
  * call is counted in the depth, since every one returns through py_return. */
-static __always_inline int slot_enter(struct pt_regs *ctx, __u64 self, __u64 cookie, bool session)
+static __always_inline int slot_enter(struct pt_regs *ctx, __u64 self, __u64 cookie, bool session, __u32 *entered)
 {
     struct thread_state *ts = traced_thread();
     if (!ts)
@@ -313,6 +313,7 @@ static __always_inline int slot_enter(struct pt_regs *ctx, __u64 self, __u64 coo
     if (!wanted && session)
         return 1;
     ts->depth = depth + 1;
+    *entered = depth;
     return 0;
 }
 
@@ -376,6 +377,19 @@ static __always_inline int emit_return(struct thread_state *ts, __u32 depth, __u
     read_counters(&e->counters, ts, e->h.ts_ns);
     bpf_ringbuf_submit(e, submit_flags());
     return 0;
+}
+
+/* The return of a call entered at `depth` (a uprobe session's cookie keeps it from the entry): calls entered above
+ * it whose returns never came (their probe's link closed while they ran: --trainer-calls) are unwound with it, so
+ * that the thread's depths stay true. */
+static __always_inline int leave_from(struct pt_regs *ctx, __u32 depth)
+{
+    struct thread_state *ts = bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0);
+    /* not above the thread's depth: entered before its state was (re)made (across fork) */
+    if (!ts || ts->depth <= depth || depth >= 64)
+        return 0;
+    ts->depth = depth;
+    return emit_return(ts, depth, PT_REGS_RC(ctx));
 }
 
 static __always_inline int leave(struct pt_regs *ctx)

@@ -21,6 +21,8 @@ const volatile __u64 tstate_vaddr = 0;
 
 /* In a uprobe session: whether this run is the return's. */
 extern bool bpf_session_is_return(void) __ksym __weak;
+/* ...and its cookie, shared by the entry's run and the return's (Linux 6.13+, with sessions). */
+extern __u64 *bpf_session_cookie(void) __ksym __weak;
 
 #include "ring.bpf.h"
 #include "pyobj.bpf.h"
@@ -96,15 +98,21 @@ int BPF_KPROBE(py_slot, void *self)
     __u64 cookie = bpf_get_attach_cookie(ctx);
     if (cookie == LOTUS_PY_OS_READ)
         return os_read_call(ctx);
+    __u64 *entered = bpf_session_cookie();
     if (bpf_session_is_return())
-        return leave(ctx);
-    return slot_enter(ctx, (__u64)self, cookie, true);
+        return entered && *entered ? leave_from(ctx, (__u32)(*entered - 1)) : leave(ctx);
+    __u32 depth = 0;
+    int verdict = slot_enter(ctx, (__u64)self, cookie, true, &depth);
+    if (!verdict && entered)
+        *entered = (__u64)depth + 1;
+    return verdict;
 }
 
 SEC("uprobe")
 int BPF_KPROBE(py_slot_entry, void *self)
 {
-    slot_enter(ctx, (__u64)self, bpf_get_attach_cookie(ctx), false);
+    __u32 depth;
+    slot_enter(ctx, (__u64)self, bpf_get_attach_cookie(ctx), false, &depth);
     return 0;
 }
 
