@@ -2,18 +2,33 @@
 """A model's forward in the training process: ResNet-50 (torchvision), one thread, a 1x3x16x16 input, no grad.
 Each of its module calls is a call of an object, which traps where lotus-bpf traces the process (and which its
 rules skip: a module is no pipeline). Prints the module calls a forward (counted once, by pre-hooks removed
-before the timing) and the median of 5 timings of N forwards, in ms a forward. Usage: forward.py N"""
+before the timing) and the median of 5 timings of N forwards, in ms a forward. With --loader-workers K, the
+process first iterates a DataLoader with K workers, as a training loop does (lotus-bpf's --trainer-calls auto then
+stops probing its object calls), and waits 0.5 s. Usage: forward.py N [--loader-workers K]"""
+import argparse
 import statistics
-import sys
 import time
 
 import torch
 import torchvision
 
 
+def iterate_loader(workers):
+    data = torch.utils.data.TensorDataset(torch.arange(64.0))
+    for _ in torch.utils.data.DataLoader(data, batch_size=8, num_workers=workers):
+        pass
+    time.sleep(0.5)
+
+
 def main():
-    n = int(sys.argv[1])
+    ap = argparse.ArgumentParser()
+    ap.add_argument("n", type=int)
+    ap.add_argument("--loader-workers", type=int, default=0)
+    args = ap.parse_args()
+    n = args.n
     torch.set_num_threads(1)
+    if args.loader_workers:
+        iterate_loader(args.loader_workers)
     model = torchvision.models.resnet50().eval()
     x = torch.randn(1, 3, 16, 16)
     calls = [0]

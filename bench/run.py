@@ -354,22 +354,24 @@ PY311 = "/root/.pyenv/versions/3.11.7/bin/python3.11"
 
 
 def model_forward(repeats, n=10):
-    """bench/forward.py (ResNet-50's forward, n of them a timing) untraced and launched under lotus-bpf in turn:
-    per run (module calls a forward, ms a forward); the untraced runs and the traced ones."""
-    def run(traced):
-        cmd = [PY, os.path.join(ROOT, "bench", "forward.py"), str(n)]
+    """bench/forward.py (ResNet-50's forward, n of them a timing, after a pass over a DataLoader with 2 workers)
+    untraced, launched under lotus-bpf (--trainer-calls auto: the default) and under lotus-bpf --trainer-calls on,
+    in turn: per run (module calls a forward, ms a forward); the untraced runs, the default ones, the `on` ones."""
+    def run(traced, extra=()):
+        cmd = [PY, os.path.join(ROOT, "bench", "forward.py"), str(n), "--loader-workers", "2"]
         if traced:
-            cmd = [LOTUS, "-q", "-o", os.devnull, "--", *cmd]
+            cmd = [LOTUS, "-q", "-o", os.devnull, *extra, "--", *cmd]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         m = re.search(r"module_calls (\d+) ms_per_forward ([0-9.]+)", out)
         if not m:
             raise RuntimeError(f"bench: forward.py printed no timing ({' '.join(cmd)})")
         return int(m.group(1)), float(m.group(2))
-    untraced, traced = [], []
+    untraced, traced, probed = [], [], []
     for _ in range(repeats):
         untraced.append(run(False))
         traced.append(run(True))
-    return untraced, traced
+        probed.append(run(True, ["--trainer-calls", "on"]))
+    return untraced, traced, probed
 
 
 def pure_wall(mode, n, py=PY312):
@@ -488,7 +490,7 @@ def main():
         beside_net = unrelated(max(args.repeats, 5), {"sockets": UNRELATED["sockets"]}, extra=["--net"])["sockets"]
         beside_per_cpu = unrelated(max(args.repeats, 5), syscalls_only, env={"LOTUS_PER_CPU_SAMPLING": "1"},
                                    extra=NATIVE + ["--sample-freq", "999"])["syscalls"]
-        fwd_untraced, fwd_traced = model_forward(args.repeats)
+        fwd_untraced, fwd_traced, fwd_probed = model_forward(args.repeats)
         pure = {"untraced": [], "default": [], "all-calls": []}
         pure311 = {"untraced": [], "all-calls": []}
         if os.access(PY312, os.X_OK):
@@ -636,13 +638,18 @@ def main():
         ("export throughput (events/s)", f"{export_eps:.0f}", f"lotus-bpf export of the flood's record file ({cap[0]} events) -> Chrome JSON"),
     ]
     fu, ft = statistics.median(r[1] for r in fwd_untraced), statistics.median(r[1] for r in fwd_traced)
+    fo = statistics.median(r[1] for r in fwd_probed)
     module_calls = fwd_untraced[0][0]
     rows.append(("a model's forward in the traced process (ms more)", f"{ft - fu:+.2f}",
-                 f"bench/forward.py: ResNet-50, one thread, a 16x16 input: {fu:.2f} ms a forward untraced, {ft:.2f} "
-                 f"ms under lotus-bpf ({100 * (ft / fu - 1):+.1f} %, "
+                 f"bench/forward.py after a pass over a DataLoader with 2 workers: ResNet-50, one thread, a 16x16 "
+                 f"input: {fu:.2f} ms a forward untraced, {ft:.2f} ms under lotus-bpf ({100 * (ft / fu - 1):+.1f} %, "
                  f"{pairs([r[1] for r in fwd_traced], [r[1] for r in fwd_untraced])}), median of {args.repeats} "
-                 f"interleaved; {module_calls} module calls a forward, {1000 * (ft - fu) / module_calls:+.1f} us "
-                 f"each: every call of an object traps in a traced process, the training loop's own too"))
+                 f"interleaved: --trainer-calls auto leaves the training process's object calls unprobed"))
+    rows.append(("the same with --trainer-calls on (ms more)", f"{fo - fu:+.2f}",
+                 f"{fo:.2f} ms a forward ({100 * (fo / fu - 1):+.1f} %, "
+                 f"{pairs([r[1] for r in fwd_probed], [r[1] for r in fwd_untraced])}), interleaved with the above; "
+                 f"{module_calls} module calls a forward, {1000 * (fo - fu) / module_calls:+.1f} us each: every call "
+                 f"of an object traps"))
     holds = [i["held_children"] for i in infos if i.get("held_children", {}).get("count")]
     if holds:  # per-process probes (6.13+): each new worker waits for its own
         rows.append(("DataLoader worker held at its fork (ms)",

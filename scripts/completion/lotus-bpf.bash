@@ -3,7 +3,7 @@ _lotus_bpf()
 {
     local cur prev words cword
     _init_completion || return
-    local opts="-p --pid -d --duration -o --output --summary-json --html --speedscope --resources-csv --resources-interval --net --pss-interval --cpus --memory --cpuset --device-read-bps --device-write-bps --record --replay --disk-reserve --hold-deadline --pipeline --span --rules --metrics --node
+    local opts="-p --pid -d --duration -o --output --summary-json --html --speedscope --resources-csv --resources-interval --net --pss-interval --cpus --memory --cpuset --device-read-bps --device-write-bps --record --replay --disk-reserve --hold-deadline --trainer-calls --pipeline --span --rules --metrics --node
         --all-calls --native-map --native --sample-freq --sample-stack --counters --coarse --window -q --quiet -V --version -h --help"
     case $prev in
         -p|--pid)
@@ -17,6 +17,9 @@ _lotus_bpf()
             return ;;
         --pss-interval)
             COMPREPLY=($(compgen -W "auto 0" -- "$cur"))
+            return ;;
+        --trainer-calls)
+            COMPREPLY=($(compgen -W "auto on off" -- "$cur"))
             return ;;
         -d|--duration|--disk-reserve|--hold-deadline|--resources-interval|--cpus|--memory|--cpuset|--device-read-bps|--device-write-bps|--sample-freq|--sample-stack|--window|--pipeline|--span|--native)
             return ;;

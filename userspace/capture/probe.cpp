@@ -181,6 +181,7 @@ void Probe::apply_plan(const ProbePlan& plan, const KernelFeatures& kernel, cons
         skel_->rodata->tstate_vaddr = interp.slots->tstate_vaddr;
     }
     hold_ = plan.hold;
+    calls_apart_ = slots_ && session_type_ >= 0 && hold_;
     hold_deadline_ns_ = features.hold_deadline_ns;
     net_ = plan.net;
     skel_->rodata->count_net = net_ ? 1 : 0;
@@ -342,8 +343,11 @@ int Probe::on_record(void* ctx, void* data, size_t len)
             self->release_held();
     }
     auto* h = static_cast<const lotus_event_header*>(data);
-    if (self->hold_ && h->type == LOTUS_EV_EXIT)
+    if (self->hold_ && h->type == LOTUS_EV_EXIT) {
         self->process_links_.exited(h->tgid);
+        if (!self->process_links_.has(h->tgid))
+            self->call_links_.erase(h->tgid);
+    }
     if (self->libc_ && h->type == LOTUS_EV_EXIT) {
         self->libc_linked_.erase(h->tgid);
         self->libc_pending_.erase(h->tgid);
@@ -605,7 +609,21 @@ void Probe::attach_python_to(uint32_t tgid, uint32_t forked_from)
     };
     std::vector<common::UniqueFd> python;
     std::string interp = pin(interp_.object_path);
-    if (session_type_ >= 0)
+    int call_link = -1;
+    if (calls_apart_) {
+        // The object calls' probe in a link of its own, which detach_object_calls can take away.
+        std::vector<uint64_t> offsets, cookies;
+        for (size_t i = 0; i < py_offsets_.size(); i++)
+            if (py_cookies_[i] != LOTUS_SLOT_CALL) {
+                offsets.push_back(py_offsets_[i]);
+                cookies.push_back(py_cookies_[i]);
+            }
+        python.push_back(multi_link(skel_->progs.py_slot, session_type_, interp, offsets, cookies, false, tgid));
+        if (python.back()) {
+            python.push_back(object_call_link(tgid));
+            call_link = python.back().get();
+        }
+    } else if (session_type_ >= 0)
         python.push_back(multi_link(slots_ ? skel_->progs.py_slot : skel_->progs.py_call, session_type_, interp,
                                     py_offsets_, py_cookies_, false, tgid));
     else
@@ -622,6 +640,42 @@ void Probe::attach_python_to(uint32_t tgid, uint32_t forked_from)
     if (libc_ && !attach_libc_to(tgid, fds, forked_from))
         libc_pending_.emplace(tgid, common::monotonic_ns()); // stopped at its exec: no libc mapped yet
     process_links_.add(tgid, std::move(fds));
+    if (call_link >= 0)
+        call_links_[tgid] = call_link;
+}
+
+common::UniqueFd Probe::object_call_link(uint32_t tgid)
+{
+    for (size_t i = 0; i < py_offsets_.size(); i++)
+        if (py_cookies_[i] == LOTUS_SLOT_CALL)
+            return multi_link(skel_->progs.py_slot, session_type_, pin(interp_.object_path), {py_offsets_[i]},
+                              {LOTUS_SLOT_CALL}, false, tgid);
+    errno = ENOENT;
+    return {};
+}
+
+common::UniqueFd Probe::detach_object_calls(uint32_t tgid)
+{
+    auto it = call_links_.find(tgid);
+    if (it == call_links_.end())
+        return {};
+    common::UniqueFd fd = process_links_.take(tgid, it->second);
+    call_links_.erase(it);
+    return fd;
+}
+
+bool Probe::attach_object_calls(uint32_t tgid)
+{
+    if (!calls_apart_ || call_links_.count(tgid) || !process_links_.has(tgid))
+        return false;
+    common::UniqueFd fd = object_call_link(tgid);
+    if (!fd)
+        return false;
+    call_links_[tgid] = fd.get();
+    std::vector<common::UniqueFd> v;
+    v.push_back(std::move(fd));
+    process_links_.append(tgid, std::move(v));
+    return true;
 }
 
 bool Probe::attach_libc_to(uint32_t tgid, std::vector<common::UniqueFd>& fds, uint32_t forked_from)

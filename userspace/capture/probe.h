@@ -164,6 +164,15 @@ public:
                : syscall_events_ ? "watched syscalls"
                                  : "every syscall";
     }
+    // Whether the object calls' probe (slot_tp_call) of each traced process is a link of its own, which can be
+    // taken away and put back while the process runs (--trainer-calls): type slots, uprobe sessions (a return
+    // knows the depth its entry had, so calls cut short by the detach unwind) and per-process probes.
+    bool object_calls_apart() const { return calls_apart_; }
+    // The process's object-calls link, for the caller to close (closing waits for grace periods: ~100 ms here,
+    // not on the loop's thread); empty if it has none. Its calls already entered may lose their returns.
+    common::UniqueFd detach_object_calls(uint32_t tgid);
+    // A new object-calls link for a process that has its other links and none of these; false if refused (errno).
+    bool attach_object_calls(uint32_t tgid);
     // Detach and unload now (also done by the destructor).
     void close();
 
@@ -211,6 +220,8 @@ private:
     static common::UniqueFd multi_link(bpf_program* prog, int attach_type, const std::string& path,
                                        const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies = {},
                                        bool ret = false, uint32_t pid = 0);
+    // The object calls' link of one process (calls_apart_).
+    common::UniqueFd object_call_link(uint32_t tgid);
     // --all-calls on 3.11, per-process mode: the opcode handlers' links for one process.
     std::vector<common::UniqueFd> inline_links(uint32_t tgid);
     // A name for the file at `path` that holds while the tracer runs (see pinned_).
@@ -238,6 +249,8 @@ private:
     int session_type_ = -1; // the kernel's BPF_TRACE_UPROBE_SESSION, -1 without sessions
     bool slots_ = false;    // the type-slot functions are probed, not the evaluator
     bool hold_ = false;     // per-process Python probes, new children held until theirs are attached
+    bool calls_apart_ = false; // object_calls_apart()
+    std::unordered_map<uint32_t, int> call_links_; // per process: its object-calls link (a descriptor in process_links_)
     bool syscall_events_ = false; // the syscall programs on the syscalls: events (else raw sys_enter/sys_exit)
     std::vector<uint32_t> syscall_ids_; // those events' ids (kSyscallEvents' order)
     // The syscalls through libc's wrappers in the traced processes (per-process links; no syscall event).

@@ -50,6 +50,20 @@ std::vector<uint32_t> ProcessLinks::tgids() const
     return out;
 }
 
+common::UniqueFd ProcessLinks::take(uint32_t tgid, int fd)
+{
+    auto it = links_.find(tgid);
+    if (it == links_.end())
+        return {};
+    for (auto l = it->second.begin(); l != it->second.end(); ++l)
+        if (l->get() == fd) {
+            common::UniqueFd out = std::move(*l);
+            it->second.erase(l);
+            return out;
+        }
+    return {};
+}
+
 void ProcessLinks::exited(uint32_t tgid)
 {
     if (auto s = stale_exits_.find(tgid); s != stale_exits_.end()) {

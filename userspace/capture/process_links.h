@@ -30,6 +30,8 @@ public:
     // More links of a process that has some (a library it or a sibling opened later).
     void append(uint32_t tgid, std::vector<common::UniqueFd> fds);
     std::vector<uint32_t> tgids() const;
+    // One of a process's links (its descriptor's number), handed to the caller; empty if it holds no such one.
+    common::UniqueFd take(uint32_t tgid, int fd);
     // The process exited: its links go, in the background.
     void exited(uint32_t tgid);
     // Every link it holds, for the caller to close together with others (one batch: one wait for the grace

@@ -217,6 +217,12 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
                     "then it runs (counted and said in the summary), whatever becomes of lotus-bpf")
         ->capture_default_str()
         ->check(CLI::Range(1, 60000));
+    app->add_option("--trainer-calls", p.opts.trainer_calls,
+                    "probe a training process's object calls: auto (not while it iterates only DataLoaders with "
+                    "workers, so that its model's forward pays no trap; again from when it iterates one without), on "
+                    "(always), off (not from its first DataLoader)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto", "on", "off"}));
     app->add_option("--metrics", p.opts.metrics,
                     "serve Prometheus metrics at http://HOST:PORT/metrics while tracing (:9464 binds 127.0.0.1; "
                     "0.0.0.0:9464 every interface); docs/metrics.md")
@@ -388,7 +394,7 @@ struct SweepCommand {
     CLI::App* app = nullptr;
     lotus::cli::SweepOptions sw;
     std::vector<std::string> params; // NAME=V1,V2
-    std::string cpus, memory, duration, interval, reserve;
+    std::string cpus, memory, duration, interval, reserve, trainer_calls;
     std::vector<std::string> pipelines, spans, rules;
     bool net = false;
 };
@@ -421,6 +427,8 @@ void add_sweep(CLI::App& app, SweepCommand& c)
     sweep->add_option("--pipeline", c.pipelines, "as for a single run (repeatable)")->check(kNonEmpty);
     sweep->add_option("--span", c.spans, "as for a single run (repeatable)")->check(kNonEmpty);
     sweep->add_option("--rules", c.rules, "as for a single run")->check(kNonEmpty);
+    sweep->add_option("--trainer-calls", c.trainer_calls, "as for a single run")
+        ->check(CLI::IsMember({"auto", "on", "off"}));
     sweep->add_option("--disk-reserve", c.reserve, "as for a single run: each run's outputs and the sweep's table keep "
                                                    "this much of their file system free (percent; default 5)")
         ->check(CLI::Range(0.0, 99.0));
@@ -485,6 +493,7 @@ int run_sweep_command(SweepCommand& c)
     for (const auto& v : c.rules)
         pass("--rules", v);
     pass("--disk-reserve", c.reserve);
+    pass("--trainer-calls", c.trainer_calls);
     if (!c.reserve.empty()) // the sweep's own table too
         lotus::exporter::set_disk_reserve(std::stod(c.reserve));
     return lotus::cli::run_sweep(sw);

@@ -87,6 +87,7 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
     said.ended = process_ends(run);
     said.late = native_late(run);
     said.interpreters = interpreters(run);
+    said.calls = calls_unprobed(run);
     run.output_failures = outputs_.failures();
     trace_.finish(engine_.processes(), run);
     outputs_.trace().commit();
@@ -204,6 +205,46 @@ std::vector<std::string> Reconstruction::interpreters(exporter::RunInfo& run)
     return notes;
 }
 
+// --trainer-calls: the training processes whose object calls went unprobed, and from when, so that a transform on
+// batches there is known to be missing; or, where the probe could not be taken away, that it stayed.
+std::vector<std::string> Reconstruction::calls_unprobed(exporter::RunInfo& run)
+{
+    std::vector<std::string> notes;
+    uint64_t t0 = trace_.t0_ns();
+    auto at_s = [t0](uint64_t ns) { return ns > t0 ? static_cast<double>(ns - t0) / 1e9 : 0.0; };
+    bool kept = false;
+    for (const auto& [pid, p] : engine_.processes()) {
+        kept = kept || p.calls_kept_ns;
+        if (!p.calls_off_ns)
+            continue;
+        exporter::RunInfo::CallsUnprobed c{pid, model::process_label(engine_.processes(), pid), at_s(p.calls_off_ns),
+                                           p.calls_on_ns ? at_s(p.calls_on_ns) : -1, p.batches_unprobed,
+                                           p.calls_cut};
+        std::string until = c.until_s >= 0 ? fmt::format(" to {:.2f} s", c.until_s) : std::string(" on");
+        bool off = run.trainer_calls == "off";
+        std::string note = fmt::format(
+            "{} (PID {}): its object calls were not probed from {:.2f} s{} (--trainer-calls {}{}): a pipeline it "
+            "called itself then (a transform on batches) is not in the trace.",
+            c.label, pid, c.from_s, until, off ? "off" : "auto",
+            off ? ", from its first DataLoader" : ", as it iterated DataLoaders with workers");
+        if (c.batches_unprobed && c.until_s >= 0)
+            note += fmt::format(" {} next() call(s) of a DataLoader without workers began before the probe was back: "
+                                "those batches' ops may be missing.", c.batches_unprobed);
+        else if (c.batches_unprobed)
+            note += fmt::format(" {} next() call(s) of a DataLoader without workers ran then: those batches' ops are "
+                                "not in the trace.", c.batches_unprobed);
+        if (c.calls_cut)
+            note += fmt::format(" {} call(s) in flight when the probe went are left out.", c.calls_cut);
+        notes.push_back(std::move(note));
+        run.object_calls_unprobed.push_back(std::move(c));
+    }
+    if (kept && !run.trainer_calls_unavailable.empty() && run.trainer_calls != "on")
+        notes.push_back(fmt::format("--trainer-calls {}: every object call of the training processes stayed probed, "
+                                    "as {}: each call of a model's modules trapped.",
+                                    run.trainer_calls, run.trainer_calls_unavailable));
+    return notes;
+}
+
 // What --span saw, said where it saw nothing or maybe not every call.
 std::vector<std::string> Reconstruction::span_notes(bool calls_inlined) const
 {
@@ -268,6 +309,7 @@ std::vector<std::string> Reconstruction::summary_notes(const exporter::RunInfo& 
         if (auto n = exporter::holds_note(*run.holds); !n.empty())
             notes.push_back(std::move(n));
     notes.insert(notes.end(), said.late.begin(), said.late.end());
+    notes.insert(notes.end(), said.calls.begin(), said.calls.end());
     notes.insert(notes.end(), said.ended.notes.begin(), said.ended.notes.end());
     if (run.limits)
         for (auto& n : limit_notes(*run.limits, engine_.processes(), said.ended.order))

@@ -67,6 +67,8 @@ public:
     const model::Engine& engine() const { return engine_; }
     // Which node a process is on (the per-rank table). labelled: several nodes, so labels name theirs too.
     void set_describe_sink(model::Engine::DescribeSink f) { engine_.set_describe_sink(std::move(f)); }
+    void set_calls_sink(model::Engine::CallsSink f) { engine_.set_calls_sink(std::move(f)); }
+    void set_trainer_calls(model::Engine::TrainerCalls m) { engine_.set_trainer_calls(m); }
     void set_node_of(std::function<std::string(uint32_t)> f, bool labelled)
     {
         node_of_ = f;
@@ -90,12 +92,13 @@ private:
     // What finish() learns for the summary's notes while it fills the run's facts.
     struct Said {
         Ended ended;
-        std::vector<std::string> late, interpreters;
+        std::vector<std::string> late, interpreters, calls;
     };
     void add_stream_facts(exporter::RunInfo& run, bool calls_inlined);
     Ended process_ends(exporter::RunInfo& run);
     std::vector<std::string> native_late(exporter::RunInfo& run);
     std::vector<std::string> interpreters(exporter::RunInfo& run);
+    std::vector<std::string> calls_unprobed(exporter::RunInfo& run);
     std::vector<std::string> span_notes(bool calls_inlined) const;
     std::vector<std::string> summary_notes(const exporter::RunInfo& run, const Said& said, const std::string& trace_cut,
                                            bool calls_inlined) const;

@@ -19,6 +19,7 @@
 #include "capture/native_capture.h"
 #include "capture/descriptions.h"
 #include "capture/object_reads.h"
+#include "capture/object_calls_switch.h"
 #include "capture/role_writer.h"
 #include "proc/process_tree.h"
 #include "capture/interpreter_watch.h"
@@ -222,6 +223,7 @@ private:
     void attach_probes();
     void attach_existing();
     void attach_native();
+    void watch_trainer_calls();
     void feed(const void* data, size_t len);
     void on_record(const void* data, size_t len);
     void started_as(uint32_t pid);
@@ -262,6 +264,8 @@ private:
     std::unique_ptr<capture::Completion> completion_;
     std::unique_ptr<capture::RoleWriter> roles_;
     std::unique_ptr<capture::ObjectReads> object_reads_; // (none where the version's object layout is unknown)
+    std::unique_ptr<capture::ObjectCallsSwitch> object_calls_; // --trainer-calls, where the probes allow it
+    std::string trainer_calls_unavailable_; // why not, where they do not
     std::unique_ptr<Reconstruction> rec_;
     // A new program (EXEC): its own environment (torchrun sets RANK), and maybe an interpreter to watch.
     struct ExecWatch : model::RecordHandler {
@@ -542,6 +546,7 @@ void Session::attach_probes()
                                opts_.resources_interval_ms > 0 && opts_.net, opts_.sample_stack,
                                opts_.hold_deadline_ms * 1'000'000ull});
     roles_ = std::make_unique<capture::RoleWriter>(*probe_, interp_.layout, tree_);
+    watch_trainer_calls();
     if (natives || opts_.native_map) {
         native_ = std::make_unique<capture::NativeCapture>(*probe_, native_specs_, tree_,
                                                            [this](const void* data, size_t len) { feed(data, len); });
@@ -561,6 +566,29 @@ void Session::attach_probes()
         std::vector<uint64_t> resume(handlers_->begin(), handlers_->end() - 1);
         probe_->attach_inline_calls(resume, handlers_->back());
     }
+}
+
+// --trainer-calls: the engine asks, the switch takes each training process's object-calls probe away or puts it
+// back (where the probes allow: else every call stays probed, and the summary says why where it mattered).
+void Session::watch_trainer_calls()
+{
+    using M = model::Engine::TrainerCalls;
+    M mode = opts_.trainer_calls == "on" ? M::On : opts_.trainer_calls == "off" ? M::Off : M::Auto;
+    rec_->set_trainer_calls(mode);
+    if (mode == M::On)
+        return;
+    if (!probe_->object_calls_apart()) {
+        trainer_calls_unavailable_ =
+            evaluator_                  ? "--span and --all-calls probe the evaluator's entry, which every call passes"
+            : !probe_->per_process()    ? "the Python probes are system-wide here (no per-process uprobe links)"
+            : std::string(probe_->evaluator_probe()) != "uprobe session"
+                ? "the kernel has no uprobe sessions (Linux 6.13+), which a probe taken away mid-call needs"
+                : "the object calls are not probed apart here";
+        return;
+    }
+    object_calls_ = std::make_unique<capture::ObjectCallsSwitch>(
+        *probe_, [this](const void* data, size_t len) { feed(data, len); });
+    rec_->set_calls_sink([this](uint32_t tgid, bool on) { object_calls_->ask(tgid, on); });
 }
 
 // Processes alive now (DataLoader workers already running); later ones join through fork.
@@ -611,6 +639,8 @@ int Session::sleep_ms(uint64_t now) const
         wake.due_at(t0_ + static_cast<uint64_t>(opts_.duration_s * 1e9));
     if (interpreters_->pending())
         wake.due_at(now + 100'000'000ull);
+    if (object_calls_ && object_calls_->pending())
+        wake.due_at(now + 20'000'000ull);
     return wake.sleep_ms();
 }
 
@@ -709,6 +739,8 @@ void Session::loop()
     uint64_t now = monotonic_ns();
     while (true) {
         probe_->poll(sleep_ms(now));
+        if (object_calls_)
+            object_calls_->apply();
         now = monotonic_ns();
         if (stop_due(now))
             break;
@@ -720,6 +752,8 @@ void Session::detach()
 {
     while (probe_->poll(0) > 0) {
     }
+    if (object_calls_)
+        object_calls_->apply(true);
     interpreters_->check(monotonic_ns());
     if (launcher_)
         interpreters_->scan_command(static_cast<uint32_t>(launcher_->command_pid()), static_cast<uint32_t>(root_),
@@ -760,6 +794,8 @@ exporter::RunInfo Session::run_info()
     run.evaluator_probe = evaluator_probe_;
     run.python_probes = python_probes_;
     run.python_probes_scope = python_scope_;
+    run.trainer_calls = opts_.trainer_calls;
+    run.trainer_calls_unavailable = trainer_calls_unavailable_;
     run.syscall_programs = syscall_programs_;
     run.holds = holds_;
     run.events = stats_.submitted;

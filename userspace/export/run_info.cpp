@@ -91,6 +91,22 @@ J native_late_json(const std::vector<RunInfo::NativeLate>& list)
     return late;
 }
 
+J calls_unprobed_json(const std::vector<RunInfo::CallsUnprobed>& list)
+{
+    J out = J::array();
+    for (const auto& c : list) {
+        J o = J::object();
+        o["pid"] = c.pid;
+        o["label"] = json_text(c.label);
+        o["from_s"] = json_fixed(c.from_s, 6);
+        o["until_s"] = c.until_s >= 0 ? json_fixed(c.until_s, 6) : J(nullptr);
+        o["batches_unprobed"] = c.batches_unprobed;
+        o["calls_cut"] = c.calls_cut;
+        out.push_back(std::move(o));
+    }
+    return out;
+}
+
 J limits_json(const RunInfo::Limits& l)
 {
     J o = J::object();
@@ -145,6 +161,13 @@ nlohmann::ordered_json run_json(const RunInfo& r)
         m["python_probes_scope"] = json_text(r.python_probes_scope);
     if (!r.syscall_programs.empty())
         m["syscall_programs"] = json_text(r.syscall_programs);
+    if (!r.trainer_calls.empty()) {
+        m["trainer_calls"] = json_text(r.trainer_calls);
+        m["trainer_calls_unavailable"] =
+            r.trainer_calls_unavailable.empty() ? J(nullptr) : json_text(r.trainer_calls_unavailable);
+    }
+    if (!r.trainer_calls.empty() || !r.object_calls_unprobed.empty())
+        m["object_calls_unprobed"] = calls_unprobed_json(r.object_calls_unprobed);
     if (r.holds)
         m["held_children"] = holds_json(*r.holds);
     m["stop_reason"] = json_text(r.stop_reason);

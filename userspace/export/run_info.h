@@ -98,6 +98,17 @@ struct RunInfo {
         std::string comm, interpreter;
     };
     std::vector<UntracedPython> untraced_pythons;
+    // --trainer-calls (live runs): the mode, and why a training process's object calls could not be taken away
+    // (empty where they could); per process whose object calls went unprobed, from when (s after t0) and until
+    // when (-1: the end), the next() calls of its loaders without workers begun in between and the calls cut.
+    std::string trainer_calls, trainer_calls_unavailable;
+    struct CallsUnprobed {
+        uint32_t pid = 0;
+        std::string label;
+        double from_s = 0, until_s = -1;
+        uint64_t batches_unprobed = 0, calls_cut = 0;
+    };
+    std::vector<CallsUnprobed> object_calls_unprobed;
     // --cpus/--memory/--cpuset (launch mode): what was asked, the cgroup it ran in, and what the kernel counted.
     struct Limits {
         double cpus = 0;

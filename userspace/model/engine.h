@@ -52,6 +52,16 @@ public:
     // the record that asked (a replay reads it from the file, with no sink).
     using DescribeSink = std::function<void(uint32_t tgid, uint64_t object, uint32_t kind)>;
     void set_describe_sink(DescribeSink f) { describe_sink_ = std::move(f); }
+    // --trainer-calls: a training process whose pipeline runs in DataLoader workers (it iterates only loaders
+    // with workers) need not have its object calls probed (every module of a model's forward would trap). The
+    // engine asks capture to take that probe away (on = false) when a process iterates a loader with workers
+    // (Auto; Off: any loader) and to put it back (on = true) when it iterates one without workers (Auto), for the
+    // rest of its life. Capture answers with a RecordObjectCalls once the change took effect. Without a sink
+    // nothing is asked: a process that would have been asked is noted (ProcessInfo::calls_kept_ns).
+    enum class TrainerCalls { Auto, On, Off };
+    using CallsSink = std::function<void(uint32_t tgid, bool on)>;
+    void set_calls_sink(CallsSink f) { calls_sink_ = std::move(f); }
+    void set_trainer_calls(TrainerCalls mode) { trainer_calls_ = mode; }
     // Several nodes' streams: each process learns its node's name (ProcessInfo::node) when it is first met.
     void set_node_of(std::function<std::string(uint32_t)> f) { node_of_ = std::move(f); }
 
@@ -162,6 +172,9 @@ private:
     void untraced_python(const RecordUntracedPython& r) override;
     void object(const RecordObject& r) override { batches_.described(r); }
     void command(const RecordCommand& r) override;
+    void object_calls(const RecordObjectCalls& r) override;
+    // A process began next() of a DataLoader iterator: whether its object calls should be probed (--trainer-calls).
+    void loader_iterated(uint32_t tgid, uint64_t ts, bool single_process);
     void on_entry(const lotus_py_entry& e);
     void on_return(const lotus_py_return& r);
     void on_code(const lotus_code_info& c);
@@ -241,6 +254,10 @@ private:
     TypeSink type_sink_;
     FoldSink fold_sink_;
     DescribeSink describe_sink_;
+    CallsSink calls_sink_;
+    TrainerCalls trainer_calls_ = TrainerCalls::Auto;
+    enum class CallsAsked : uint8_t { None, Off, OnForGood };
+    std::unordered_map<uint32_t, CallsAsked> calls_asked_; // per process
     std::function<std::string(uint32_t)> node_of_;
     std::map<uint32_t, ProcessInfo> processes_;
     RoleSpaces spaces_;                             // code objects and types

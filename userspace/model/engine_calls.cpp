@@ -167,6 +167,7 @@ void Engine::on_entry(const lotus_py_entry& e)
                 describe_sink_)
                 describe_sink_(e.h.tgid, e.self_obj, kObjectIterator);
             stack.push_back(opened(OpenKind::Next, e));
+            loader_iterated(e.h.tgid, e.h.ts_ns, td->role.single_process);
         }
         return;
     default:

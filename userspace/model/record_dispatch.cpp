@@ -112,6 +112,8 @@ bool dispatch(const void* data, size_t len, RecordHandler& h)
         return call(as<RecordObject>(data, len), &RecordHandler::object);
     case kRecordCommand:
         return call(as<RecordCommand>(data, len), &RecordHandler::command);
+    case kRecordObjectCalls:
+        return call(as<RecordObjectCalls>(data, len), &RecordHandler::object_calls);
     }
     return false;
 }

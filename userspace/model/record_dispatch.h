@@ -40,6 +40,7 @@ public:
     virtual void untraced_python(const RecordUntracedPython&) {}
     virtual void object(const RecordObject&) {}
     virtual void command(const RecordCommand&) {}
+    virtual void object_calls(const RecordObjectCalls&) {}
 };
 
 // False when the record is too short for its type or of no known type (nothing is called then).

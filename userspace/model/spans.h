@@ -101,6 +101,11 @@ struct ProcessInfo {
     int exit_status = -1;  // as the kernel keeps it (exit code << 8, or the killing signal | 0x80 core); -1 unknown
     uint64_t exit_ns = 0;
     bool preexisting = false; // alive when tracing began (its fork was not seen)
+    // --trainer-calls (RecordObjectCalls): when its object calls stopped being probed and when they were probed
+    // again (0: never); next() calls of its loaders without workers begun in between (those batches' ops may be
+    // missing); calls in flight when the probe went (their ends never came: not in the trace).
+    uint64_t calls_off_ns = 0, calls_on_ns = 0, batches_unprobed = 0, calls_cut = 0;
+    uint64_t calls_kept_ns = 0; // it iterated a loader with workers while its calls could not be taken away: when
     std::set<uint32_t> feeder_threads; // threads that sent DataLoader queue messages (multiprocessing's feeders)
     std::map<uint32_t, std::string> thread_names; // per thread, its name (comm) as the kernel last had it
     // Exited processes of the same role folded into this one (process_fold.h), their figures added to its own:

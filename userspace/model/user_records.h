@@ -22,6 +22,7 @@ enum : uint32_t {
     kRecordSymbolRange = 110,      // the function and library at a range of addresses of a process (104's successor)
     kRecordObject = 111,           // what a DataLoader or its iterator holds, read from the target
     kRecordCommand = 112,          // a process's command line (a helper's role: multiprocessing's forkserver)
+    kRecordObjectCalls = 113,      // a process's object calls stopped, or began again, being probed (--trainer-calls)
 };
 
 // The slots of the locals a code object's role captures (its CODE record's code), as read from the target's
@@ -156,6 +157,16 @@ struct RecordCommand {
     uint32_t type, tgid, tid, cpu; // tgid: the process
     uint64_t ts_ns;
     char command[kCommandLen];
+};
+
+// A training process's object calls (slot_tp_call) stopped (on = 0) or began again (on = 1) being probed, at
+// ts_ns (--trainer-calls, Engine::CallsSink): a stop at when its probe's link began to close, put in the stream
+// after every record the ring held when the close ended (no call of the process can come after it); a start at
+// when its link was attached (every call of the process after it is probed).
+struct RecordObjectCalls {
+    uint32_t type, tgid, tid, cpu; // tgid: the process
+    uint64_t ts_ns;
+    uint32_t on, _pad;
 };
 
 } // namespace lotus::model

@@ -132,6 +132,17 @@ class Relabel:
         return label - 1
 
 
+class BatchScale:
+    """--batch-transform: a transform the training loop runs on each batch (in a Compose, so a pipeline there),
+    logging the monotonic ns of each call's start."""
+    def __init__(self, log):
+        self.log = log
+
+    def __call__(self, x):
+        _append(self.log, f"{time.monotonic_ns()}\n")
+        return x * 2
+
+
 class TwoViews:
     """Two augmented views of each image (contrastive learning's TwoCropsTransform): the same pipeline twice."""
     def __init__(self, pipeline):
@@ -282,6 +293,9 @@ def main():
     ap.add_argument("--pause-after", type=int, help="with --hold F: after this many batches of the first epoch, "
                     "write F.paused and wait for F")
     ap.add_argument("--val", action="store_true", help="after each epoch, a pass over a second DataLoader")
+    ap.add_argument("--val-workers", type=int, help="the --val loader's workers (default: --workers)")
+    ap.add_argument("--batch-transform", help="the loop runs Compose([BatchScale]) on each training batch, logging "
+                                              "each call's start here (MONOTONIC_NS)")
     ap.add_argument("--val-same-sampler", action="store_true",
                     help="with --val: the second DataLoader over the first one's dataset with its batch_sampler too "
                          "(the two cannot be told apart by what they hold)")
@@ -385,13 +399,18 @@ def main():
         loader = DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers, **extra)
     val = None
     if args.val:
+        val_workers = args.workers if args.val_workers is None else args.val_workers
+        if not val_workers:  # (options only loaders with workers take)
+            extra = {k: v for k, v in extra.items()
+                     if k not in ("persistent_workers", "multiprocessing_context", "worker_init_fn")}
         val_ds = datasets.ImageFolder(args.data, transform=transforms.Compose([
             transforms.Resize(128), transforms.CenterCrop(112), transforms.ToTensor()]))
         if args.val_same_sampler:
-            val = DataLoader(ds, batch_sampler=loader.batch_sampler, num_workers=args.workers, **extra)
+            val = DataLoader(ds, batch_sampler=loader.batch_sampler, num_workers=val_workers, **extra)
         else:
             val = DataLoader(ds if args.val_same_dataset else val_ds, batch_size=2 * args.batch_size,
-                             num_workers=args.workers, **extra)
+                             num_workers=val_workers, **extra)
+    on_batch = transforms.Compose([BatchScale(args.batch_transform)]) if args.batch_transform else None
     print(f"pipeline_job: pid {os.getpid()}", flush=True)
     for epoch in range(args.epochs):
         it = iter(loader)
@@ -421,6 +440,8 @@ def main():
                 break
             b = int(y[0]) // args.batch_size if args.no_in_order else it._rcvd_idx - 1 if args.uneven else None
             waits.append((time.perf_counter_ns() - t0, began, b))
+            if on_batch is not None:
+                x = on_batch(x)
             n += 1 if args.no_batching else len(y)
             # Free this batch now: rebinding x to the next batch would free it inside the next timing.
             del x, y
