@@ -64,6 +64,8 @@ class NodesTest(BpfTestCase):
             self.assertEqual(k["local_rank"], rank % 2)
             self.assertEqual(k["label"], f"rank {rank}")
         self.assertEqual(s["throughput"]["samples"], IMAGES * EPOCHS)
+        # --trainer-calls auto: every torchrun rank's own object calls went unprobed (the records say when)
+        self.assertEqual(sorted(c["pid"] for c in s["run"]["object_calls_unprobed"]), sorted(k["pid"] for k in s["ranks"]))
         # The slowed rank is the straggler, said in words.
         self.assertIsNotNone(s["straggler"], s["ranks"])
         self.assertEqual(s["straggler"]["rank"], SLOW_RANK)

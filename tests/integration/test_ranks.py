@@ -31,6 +31,10 @@ class Ranks(BpfTestCase):
         labels = {p["pid"]: p["label"] for p in summary["processes"]}
         for rank, pid in rank_pids.items():
             self.assertEqual(labels.get(pid), f"rank {rank}")  # in the process table, named
+        # --trainer-calls auto: each rank iterates a loader with workers, so its own object calls went unprobed;
+        # the launcher iterated none
+        self.assertEqual(sorted(c["pid"] for c in trace["otherData"]["object_calls_unprobed"]),
+                         sorted(rank_pids.values()))
         training = {t["pid"]: t for t in summary["training"]}
         self.assertEqual(set(training), set(rank_pids.values()))
         for t in training.values():

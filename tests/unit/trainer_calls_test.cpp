@@ -40,7 +40,7 @@ struct TrainerCalls : ::testing::Test {
     }
     void switched(bool on, uint64_t ts)
     {
-        model::RecordObjectCalls r{model::kRecordObjectCalls, PID, PID, 0, ts, on ? 1u : 0u, 0};
+        model::RecordObjectCalls r{model::kRecordObjectCalls, PID, PID, 0, ts, on ? 1u : 0u, model::kCallsAuto};
         engine.consume(&r, sizeof(r));
     }
     const model::ProcessInfo& info() const { return engine.processes().at(PID); }
@@ -65,12 +65,21 @@ TEST_F(TrainerCalls, ALoaderWithoutWorkersAsksForTheProbeBackForGood)
     EXPECT_EQ(asked, (std::vector<std::pair<uint32_t, bool>>{{PID, false}, {PID, true}}));
 }
 
-TEST_F(TrainerCalls, ALoaderWithoutWorkersFirstKeepsTheProbeForGood)
+TEST_F(TrainerCalls, ALoaderWithoutWorkersBeforeAnyWithWorkersAsksNothing)
 {
     sink();
-    next(T_SPITER, 0xc0);
-    next(T_MPITER);
+    next(T_SPITER, 0xc0); // (a sanity pass before training: the probe is there, and stays until...)
     EXPECT_TRUE(asked.empty());
+    next(T_MPITER); // ...the training loader
+    EXPECT_EQ(asked, (std::vector<std::pair<uint32_t, bool>>{{PID, false}}));
+}
+
+TEST_F(TrainerCalls, ANewProgramInTheProcessGetsTheProbeBack)
+{
+    sink();
+    next(T_MPITER);
+    ev.proc(LOTUS_EV_EXEC, PID, 1, PID);
+    EXPECT_EQ(asked, (std::vector<std::pair<uint32_t, bool>>{{PID, false}, {PID, true}}));
 }
 
 TEST_F(TrainerCalls, OnAsksNothingAndOffAsksAtAnyLoader)
@@ -107,11 +116,14 @@ TEST_F(TrainerCalls, TheRecordsSayFromWhenUntilWhenAndTheBatchesBegunUnprobed)
     switched(false, 900); // (stamped with when its close began)
     next(T_SPITER, 0xc0);
     next(T_SPITER, 0xc0);
-    switched(true, 5000);
+    uint64_t back = now++;
+    next(T_SPITER, 0xc0); // begun after the attach returned, read before its record: probed
+    switched(true, back);
     next(T_SPITER, 0xc0);
     EXPECT_EQ(info().calls_off_ns, 900u);
-    EXPECT_EQ(info().calls_on_ns, 5000u);
+    EXPECT_EQ(info().calls_on_ns, back);
     EXPECT_EQ(info().batches_unprobed, 2u);
+    EXPECT_EQ(info().calls_off_mode, model::kCallsAuto);
 }
 
 TEST_F(TrainerCalls, CallsOpenWhenTheProbeWentAreCutNotEmitted)
@@ -129,6 +141,21 @@ TEST_F(TrainerCalls, CallsOpenWhenTheProbeWentAreCutNotEmitted)
     EXPECT_TRUE(test::spans_of(spans, model::SpanKind::Sample).empty());
     EXPECT_TRUE(test::spans_of(spans, model::SpanKind::Op).empty());
     EXPECT_EQ(engine.counters().incomplete, 0u);
+}
+
+TEST_F(TrainerCalls, ANextInsideACutCallStaysToReturn)
+{
+    sink();
+    next(T_MPITER);
+    // An op of a pipeline called by the loop draws from a loader itself: its next() is probed by the other link.
+    ev.entry(PID, PID, now++, 4, LOTUS_SLOT_CALL, T_COMPOSE, {}, {}, 0xd0);
+    ev.entry(PID, PID, now++, 5, LOTUS_SLOT_CALL, T_OP, {}, {}, 0xd1);
+    ev.entry(PID, PID, now++, 6, LOTUS_SLOT_NEXT, T_MPITER, {}, {}, 0xb0);
+    switched(false, now++);
+    EXPECT_EQ(info().calls_cut, 2u);
+    size_t waits = test::spans_of(spans, model::SpanKind::Wait).size();
+    ev.ret(PID, PID, now++, 6, 0x77);
+    EXPECT_EQ(test::spans_of(spans, model::SpanKind::Wait).size(), waits + 1);
 }
 
 } // namespace

@@ -1,5 +1,6 @@
 #include "object_calls_switch.h"
 
+#include <algorithm>
 #include <chrono>
 #include <system_error>
 
@@ -12,14 +13,16 @@ void ObjectCallsSwitch::record(uint32_t tgid, bool on, uint64_t ts_ns)
 {
     while (probe_.poll(0) > 0) { // every record the probes wrote before the change, first
     }
-    model::RecordObjectCalls r{model::kRecordObjectCalls, tgid, tgid, 0, ts_ns, on ? 1u : 0u, 0};
+    model::RecordObjectCalls r{model::kRecordObjectCalls, tgid, tgid, 0, ts_ns, on ? 1u : 0u, mode_};
     feed_(&r, sizeof(r));
 }
 
 void ObjectCallsSwitch::closed(Closing& c)
 {
     c.done.wait();
-    record(c.tgid, false, c.began_ns);
+    // A process that exited meanwhile, its pid taken by a new one with every probe: the stop is not the new one's.
+    if (!probe_.has_object_calls(c.tgid))
+        record(c.tgid, false, c.began_ns);
 }
 
 void ObjectCallsSwitch::apply(bool ending)
@@ -37,7 +40,14 @@ void ObjectCallsSwitch::apply(bool ending)
     asked_.clear();
     if (ending)
         return;
+    auto closing = [this](uint32_t tgid) {
+        return std::any_of(closing_.begin(), closing_.end(), [tgid](const Closing& c) { return c.tgid == tgid; });
+    };
     for (const auto& a : asked) {
+        if (closing(a.tgid)) {
+            asked_.push_back(a); // after its close (pending() keeps the loop coming back)
+            continue;
+        }
         if (!a.on) {
             common::UniqueFd fd = probe_.detach_object_calls(a.tgid);
             if (!fd)
@@ -55,14 +65,6 @@ void ObjectCallsSwitch::apply(bool ending)
                 record(a.tgid, false, began);
             continue;
         }
-        // Its link's close, if under way, ends first.
-        for (size_t i = 0; i < closing_.size(); i++)
-            if (closing_[i].tgid == a.tgid) {
-                Closing c = std::move(closing_[i]);
-                closing_.erase(closing_.begin() + static_cast<std::ptrdiff_t>(i));
-                closed(c);
-                break;
-            }
         if (probe_.attach_object_calls(a.tgid))
             record(a.tgid, true, common::monotonic_ns());
     }

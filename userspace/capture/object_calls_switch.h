@@ -13,7 +13,8 @@ namespace lotus::capture {
 class ObjectCallsSwitch {
 public:
     using Sink = std::function<void(const void* data, size_t len)>; // a record into the stream
-    ObjectCallsSwitch(Probe& probe, Sink feed) : probe_(probe), feed_(std::move(feed)) {}
+    // mode: what the records say asked for the stops (model::kCallsAuto, kCallsOff).
+    ObjectCallsSwitch(Probe& probe, Sink feed, uint32_t mode) : probe_(probe), feed_(std::move(feed)), mode_(mode) {}
     ~ObjectCallsSwitch() // (apply(true) before the probe closes puts their records in)
     {
         for (auto& c : closing_)
@@ -27,7 +28,8 @@ public:
     // Does what was asked. A link's close waits for grace periods (~100 ms here), so it runs on a thread of its
     // own; once it ended, the ring is drained (no call of the process can come after) and the stop's record goes
     // in, stamped with when the close began. A link put back: the ring drained, then its record, stamped with
-    // when the attach returned. ending: waits for every close and does nothing more that was asked.
+    // when the attach returned; asked while its close is still under way, after that close (the loop never waits
+    // for one). ending: waits for every close and does nothing more that was asked.
     void apply(bool ending = false);
     // A close under way: the loop should come back soon to put its record in.
     bool pending() const { return !closing_.empty(); }
@@ -47,6 +49,7 @@ private:
 
     Probe& probe_;
     Sink feed_;
+    uint32_t mode_;
     std::vector<Ask> asked_;
     std::vector<Closing> closing_;
 };

@@ -173,6 +173,7 @@ public:
     common::UniqueFd detach_object_calls(uint32_t tgid);
     // A new object-calls link for a process that has its other links and none of these; false if refused (errno).
     bool attach_object_calls(uint32_t tgid);
+    bool has_object_calls(uint32_t tgid) const { return call_links_.count(tgid) != 0; }
     // Detach and unload now (also done by the destructor).
     void close();
 

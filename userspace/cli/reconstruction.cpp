@@ -221,12 +221,13 @@ std::vector<std::string> Reconstruction::calls_unprobed(exporter::RunInfo& run)
                                            p.calls_on_ns ? at_s(p.calls_on_ns) : -1, p.batches_unprobed,
                                            p.calls_cut};
         std::string until = c.until_s >= 0 ? fmt::format(" to {:.2f} s", c.until_s) : std::string(" on");
-        bool off = run.trainer_calls == "off";
+        const char* why = p.calls_off_mode == model::kCallsOff    ? " off, from its first DataLoader"
+                          : p.calls_off_mode == model::kCallsAuto ? " auto, as it iterated DataLoaders with workers"
+                                                                  : "";
         std::string note = fmt::format(
-            "{} (PID {}): its object calls were not probed from {:.2f} s{} (--trainer-calls {}{}): a pipeline it "
-            "called itself then (a transform on batches) is not in the trace.",
-            c.label, pid, c.from_s, until, off ? "off" : "auto",
-            off ? ", from its first DataLoader" : ", as it iterated DataLoaders with workers");
+            "{} (PID {}): its object calls were not probed from {:.2f} s{} (--trainer-calls{}): a pipeline it called "
+            "itself then (a transform on batches) is not in the trace.",
+            c.label, pid, c.from_s, until, why);
         if (c.batches_unprobed && c.until_s >= 0)
             note += fmt::format(" {} next() call(s) of a DataLoader without workers began before the probe was back: "
                                 "those batches' ops may be missing.", c.batches_unprobed);

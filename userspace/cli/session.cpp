@@ -575,19 +575,18 @@ void Session::watch_trainer_calls()
     using M = model::Engine::TrainerCalls;
     M mode = opts_.trainer_calls == "on" ? M::On : opts_.trainer_calls == "off" ? M::Off : M::Auto;
     rec_->set_trainer_calls(mode);
-    if (mode == M::On)
-        return;
-    if (!probe_->object_calls_apart()) {
+    if (!probe_->object_calls_apart())
         trainer_calls_unavailable_ =
             evaluator_                  ? "--span and --all-calls probe the evaluator's entry, which every call passes"
             : !probe_->per_process()    ? "the Python probes are system-wide here (no per-process uprobe links)"
             : std::string(probe_->evaluator_probe()) != "uprobe session"
                 ? "the kernel has no uprobe sessions (Linux 6.13+), which a probe taken away mid-call needs"
                 : "the object calls are not probed apart here";
+    if (mode == M::On || !trainer_calls_unavailable_.empty())
         return;
-    }
     object_calls_ = std::make_unique<capture::ObjectCallsSwitch>(
-        *probe_, [this](const void* data, size_t len) { feed(data, len); });
+        *probe_, [this](const void* data, size_t len) { feed(data, len); },
+        mode == M::Off ? model::kCallsOff : model::kCallsAuto);
     rec_->set_calls_sink([this](uint32_t tgid, bool on) { object_calls_->ask(tgid, on); });
 }
 

@@ -142,6 +142,9 @@ void Engine::on_process(const lotus_proc_event& p)
         info.exited = false; // a pid used again: alive (never folded as the one that exited)
         info.exit_status = -1;
         info.exit_ns = 0;
+        info.calls_off_ns = info.calls_on_ns = info.batches_unprobed = info.calls_cut = info.calls_kept_ns = 0;
+        calls_asked_.erase(pid); // (a new process has every probe)
+        unprobed_nexts_.erase(pid);
         spaces_.forked(pid, p.parent_tgid, p.space); // same memory image: same objects at the same addresses
         batches_.forked(pid, p.parent_tgid);
         break;
@@ -150,6 +153,7 @@ void Engine::on_process(const lotus_proc_event& p)
         // A new program image: nothing known about the old one's objects holds for it.
         spaces_.execed(pid, p.space);
         symbols_.erase(pid);
+        execed_calls(pid);
         break;
     case LOTUS_EV_EXIT: {
         auto& info = process(pid);

@@ -175,6 +175,8 @@ private:
     void object_calls(const RecordObjectCalls& r) override;
     // A process began next() of a DataLoader iterator: whether its object calls should be probed (--trainer-calls).
     void loader_iterated(uint32_t tgid, uint64_t ts, bool single_process);
+    // A new program in the process: its object calls are probed again (its loaders are yet to come).
+    void execed_calls(uint32_t tgid);
     void on_entry(const lotus_py_entry& e);
     void on_return(const lotus_py_return& r);
     void on_code(const lotus_code_info& c);
@@ -258,6 +260,9 @@ private:
     TrainerCalls trainer_calls_ = TrainerCalls::Auto;
     enum class CallsAsked : uint8_t { None, Off, OnForGood };
     std::unordered_map<uint32_t, CallsAsked> calls_asked_; // per process
+    // Per process whose object calls are not probed: when each next() of its loaders without workers began (those
+    // begun after the probe was back, but read before its record, are not counted at that record).
+    std::unordered_map<uint32_t, std::vector<uint64_t>> unprobed_nexts_;
     std::function<std::string(uint32_t)> node_of_;
     std::map<uint32_t, ProcessInfo> processes_;
     RoleSpaces spaces_;                             // code objects and types

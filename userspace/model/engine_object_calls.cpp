@@ -2,16 +2,21 @@
 // says of the changes (RecordObjectCalls).
 #include "engine.h"
 
+#include <algorithm>
+
 namespace lotus::model {
 
 void Engine::loader_iterated(uint32_t tgid, uint64_t ts, bool single_process)
 {
     ProcessInfo& p = process(tgid);
-    if (p.calls_off_ns && !p.calls_on_ns && single_process)
+    auto& asked = calls_asked_[tgid];
+    if (p.calls_off_ns && !p.calls_on_ns && single_process) {
         p.batches_unprobed++; // (its samples' calls, made in this next(), may be unseen)
+        if (asked == CallsAsked::OnForGood) // (asked back: those read before the record may have been probed)
+            unprobed_nexts_[tgid].push_back(ts);
+    }
     if (trainer_calls_ == TrainerCalls::On)
         return;
-    auto& asked = calls_asked_[tgid];
     if (!single_process || trainer_calls_ == TrainerCalls::Off) {
         // Its pipeline runs in the workers: nothing of it passes through this process's object calls.
         if (asked != CallsAsked::None)
@@ -23,36 +28,59 @@ void Engine::loader_iterated(uint32_t tgid, uint64_t ts, bool single_process)
             p.calls_kept_ns = ts;
         return;
     }
-    // A loader without workers: its pipeline runs here, in next().
-    if (asked == CallsAsked::Off && calls_sink_)
+    // A loader without workers, once the probe went: its pipeline runs here, in next(). Back for good (a
+    // validation pass each epoch would otherwise lose its first batch's ops every time).
+    if (asked == CallsAsked::Off) {
+        if (calls_sink_)
+            calls_sink_(tgid, true);
+        asked = CallsAsked::OnForGood;
+        if (p.calls_off_ns && !p.calls_on_ns)
+            unprobed_nexts_[tgid].push_back(ts); // (this one: counted above, begun before the probe is back)
+    }
+}
+
+void Engine::execed_calls(uint32_t tgid)
+{
+    auto it = calls_asked_.find(tgid);
+    if (it == calls_asked_.end())
+        return;
+    if (it->second == CallsAsked::Off && calls_sink_)
         calls_sink_(tgid, true);
-    asked = CallsAsked::OnForGood;
+    calls_asked_.erase(it);
 }
 
 void Engine::object_calls(const RecordObjectCalls& r)
 {
     ProcessInfo& p = process(r.tgid);
     if (r.on) {
-        if (p.calls_off_ns && !p.calls_on_ns)
+        if (p.calls_off_ns && !p.calls_on_ns) {
             p.calls_on_ns = r.ts_ns;
+            // next() calls that began after the probe was back (delivered before this record) were probed.
+            auto& nexts = unprobed_nexts_[r.tgid];
+            p.batches_unprobed -= static_cast<uint64_t>(
+                std::count_if(nexts.begin(), nexts.end(), [&](uint64_t ts) { return ts >= r.ts_ns; }));
+        }
+        unprobed_nexts_.erase(r.tgid);
         return;
     }
-    if (!p.calls_off_ns)
+    if (!p.calls_off_ns) {
         p.calls_off_ns = r.ts_ns;
-    // Its object calls still open will never return (the record follows everything the probe wrote): they go,
-    // with what they opened above them.
+        p.calls_off_mode = r.mode;
+    }
+    // Its object calls still open will never return (the record follows everything the probe wrote): they go.
+    // Other calls above them (a next() a pipeline made) are probed by other links: they stay, to return.
     for (auto& [tid, stack] : stacks_) {
         auto owner = thread_owner_.find(tid);
         if (owner == thread_owner_.end() || owner->second != r.tgid)
             continue;
-        size_t cut = stack.size();
-        for (size_t i = 0; i < stack.size() && cut == stack.size(); i++)
-            if (stack[i].code == LOTUS_SLOT_CALL)
-                cut = i;
-        while (stack.size() > cut) {
+        auto cut = std::remove_if(stack.begin(), stack.end(), [&](const Open& o) {
+            if (o.code != LOTUS_SLOT_CALL)
+                return false;
             p.calls_cut++;
-            discard(stack);
-        }
+            counters_.incomplete += o.ops.size();
+            return true;
+        });
+        stack.erase(cut, stack.end());
     }
 }
 

@@ -106,6 +106,7 @@ struct ProcessInfo {
     // missing); calls in flight when the probe went (their ends never came: not in the trace).
     uint64_t calls_off_ns = 0, calls_on_ns = 0, batches_unprobed = 0, calls_cut = 0;
     uint64_t calls_kept_ns = 0; // it iterated a loader with workers while its calls could not be taken away: when
+    uint32_t calls_off_mode = 0; // the stop's RecordObjectCalls::mode (kCallsAuto, kCallsOff; 0 unknown)
     std::set<uint32_t> feeder_threads; // threads that sent DataLoader queue messages (multiprocessing's feeders)
     std::map<uint32_t, std::string> thread_names; // per thread, its name (comm) as the kernel last had it
     // Exited processes of the same role folded into this one (process_fold.h), their figures added to its own:

@@ -166,7 +166,9 @@ struct RecordCommand {
 struct RecordObjectCalls {
     uint32_t type, tgid, tid, cpu; // tgid: the process
     uint64_t ts_ns;
-    uint32_t on, _pad;
+    uint32_t on;
+    uint32_t mode; // why (--trainer-calls): kCallsAuto (it iterated a loader with workers), kCallsOff (a loader)
 };
+constexpr uint32_t kCallsAuto = 1, kCallsOff = 2;
 
 } // namespace lotus::model

@@ -291,7 +291,7 @@ def main():
     ap.add_argument("--context", choices=["fork", "spawn", "forkserver"])
     ap.add_argument("--wait-log", help="one line per batch: EPOCH INDEX NS spent in next(it), MONOTONIC_NS it began")
     ap.add_argument("--pause-after", type=int, help="with --hold F: after this many batches of the first epoch, "
-                    "write F.paused and wait for F")
+                    "wait for the workers to finish the batches handed to them, write F.paused and wait for F")
     ap.add_argument("--val", action="store_true", help="after each epoch, a pass over a second DataLoader")
     ap.add_argument("--val-workers", type=int, help="the --val loader's workers (default: --workers)")
     ap.add_argument("--batch-transform", help="the loop runs Compose([BatchScale]) on each training batch, logging "
@@ -427,6 +427,7 @@ def main():
         waits = []
         while True:
             if args.pause_after is not None and epoch == 0 and len(waits) == args.pause_after:
+                _workers_idle(it)
                 _append(args.hold + ".paused", "paused\n")
                 while not os.path.exists(args.hold):
                     time.sleep(0.01)
@@ -455,6 +456,20 @@ def main():
             for x, y in val:
                 pass
     return 0
+
+
+def _workers_idle(it, timeout_s=10.0):
+    """Waits until the workers have finished every batch they were handed (each result waits in the iterator's
+    queue), so that none is mid-batch when a tracer attaches: a batch begun before the attach has no batch span."""
+    q = getattr(it, "_data_queue", None)
+    deadline = time.monotonic() + timeout_s
+    while q is not None and time.monotonic() < deadline:
+        try:
+            if q.qsize() >= it._tasks_outstanding:
+                return
+        except (NotImplementedError, AttributeError):
+            return
+        time.sleep(0.01)
 
 
 def _count(path):
