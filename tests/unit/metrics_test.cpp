@@ -147,6 +147,37 @@ TEST(PipelineMetrics, CpuPerRoleAddsUpMemoryIsTheLastReadingAndEndedRolesReadZer
     EXPECT_NEAR(value(text, "lotus_cpu_seconds_total{" + worker + "}"), 1.0, 1e-12); // a counter never goes back
 }
 
+TEST(PipelineMetrics, AWorkersCpuBeforeItsIdIsKnownGoesToItsIdOnceItIs)
+{
+    auto reg = std::make_shared<prometheus::Registry>();
+    metrics::PipelineMetrics m(reg, {"n", "0.1.0", "3.11.2", 4242, {{"job", "train"}}});
+    auto procs = ranked_job();
+    procs[11].worker_id = -1; // (it read its first task; the walk that finds its id is still to come)
+    model::UsagePoint p{};
+    p.pid = 11;
+    p.interval_s = 0.5;
+    p.user_pct = 10; // 0.05 s
+    m.usage(p, procs);
+    std::string text = exposition(*reg);
+    EXPECT_EQ(text.find("worker=\"?\""), std::string::npos) << text;
+    procs[11].worker_id = 0;
+    m.usage(p, procs);
+    text = exposition(*reg);
+    const std::string worker = "job=\"train\",local_rank=\"1\",node=\"n\",rank=\"1\",role=\"worker\",worker=\"0\"";
+    EXPECT_NEAR(value(text, "lotus_cpu_seconds_total{" + worker + "}"), 0.1, 1e-12) << text;
+    // One whose id never came is counted under "?" at its exit's reading.
+    procs[12] = procs[11];
+    procs[12].pid = 12;
+    procs[12].worker_id = -1;
+    p.pid = 12;
+    m.usage(p, procs);
+    procs[12].exited = true;
+    m.usage(p, procs);
+    text = exposition(*reg);
+    EXPECT_NEAR(value(text, "lotus_cpu_seconds_total{job=\"train\",local_rank=\"1\",node=\"n\",rank=\"1\","
+                            "role=\"worker\",worker=\"?\"}"), 0.1, 1e-12) << text;
+}
+
 TEST(PipelineMetrics, AnInfoSeriesWhoseRanksChangedIsReplaced)
 {
     auto reg = std::make_shared<prometheus::Registry>();

@@ -1,5 +1,6 @@
 #include "metrics/pipeline_metrics.h"
 
+#include <algorithm>
 #include <set>
 
 #include "export/summary.h"
@@ -227,10 +228,20 @@ void PipelineMetrics::span(const model::Span& s, const std::map<uint32_t, model:
 
 void PipelineMetrics::usage(const model::UsagePoint& p, const std::map<uint32_t, model::ProcessInfo>& processes)
 {
+    rss_bytes_[p.pid] = static_cast<uint64_t>(p.rss_mb * 1024 * 1024);
     double cpu_s = (p.user_pct + p.system_pct) / 100 * p.interval_s;
+    auto it = processes.find(p.pid);
+    bool unnamed = it != processes.end() && it->second.worker && it->second.worker_id < 0;
+    if (unnamed && !it->second.exited) {
+        cpu_unnamed_[p.pid] += std::max(0.0, cpu_s);
+        return;
+    }
+    if (auto held = cpu_unnamed_.find(p.pid); held != cpu_unnamed_.end()) {
+        cpu_s += held->second;
+        cpu_unnamed_.erase(held);
+    }
     if (cpu_s > 0)
         counter(cpu_, role_labels(p.pid, processes)).Increment(cpu_s);
-    rss_bytes_[p.pid] = static_cast<uint64_t>(p.rss_mb * 1024 * 1024);
 }
 
 void PipelineMetrics::refresh(const std::map<uint32_t, model::ProcessInfo>& processes)

@@ -89,6 +89,9 @@ private:
     uint64_t events_seen_ = 0, lost_seen_ = 0;
     std::map<std::string, uint64_t> failures_seen_;
     std::map<uint32_t, uint64_t> rss_bytes_; // per live process, its last reading
+    // A worker's CPU read before its worker id was known (its first task read, before the walk that finds the id):
+    // kept until it is, so that a known worker's start is not counted under worker "?" (the id's, at its exit).
+    std::map<uint32_t, double> cpu_unnamed_;
     std::map<std::string, Series<prometheus::Gauge>> gauges_; // every gauge set since the start, by key
     std::vector<prometheus::Labels> info_series_;
 };
