@@ -184,6 +184,62 @@ int BPF_KPROBE(native_call)
  * or, on kernels without the per-process probes, one per CPU, which interrupts whatever runs; for a traced thread,
  * record its user stack. User space attributes it to the op open on that thread then. */
 const volatile __u32 sample_frames = 1; /* --sample-stack: the leaf, and callers up to this many frames */
+const volatile __u32 sample_copy_stack = 0; /* --sample-unwind cfi: callers are found by user space, from a copy */
+
+/* Above this much unread data in the ring a sample keeps its leaf alone, not its stack: a stack copy is 8 KB, and
+ * a ring filling up with them must not cost the other records their place. */
+#define STACK_COPY_RING_MAX (4 << 20)
+
+/* The leaf (the user ip interrupted here, or the one saved when the thread entered the kernel; none once an
+ * exiting thread dropped its memory) and the user registers an unwinding starts from. */
+static __always_inline __u64 user_regs(struct bpf_perf_event_data *ctx, bool in_kernel, __u64 *sp, __u64 *bp)
+{
+    if (!in_kernel) {
+        *sp = ctx->regs.sp;
+        *bp = ctx->regs.bp;
+        return ctx->regs.ip;
+    }
+    struct task_struct *t = bpf_get_current_task_btf();
+    if (!t->mm)
+        return 0;
+    struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+    *sp = PT_REGS_SP_CORE(regs);
+    *bp = PT_REGS_FP_CORE(regs);
+    return PT_REGS_IP_CORE(regs);
+}
+
+/* The sample with the stack above sp, read a chunk at a time (a read across the stack's top would fail whole);
+ * false where it did not fit, and the caller records the leaf alone. */
+static __always_inline bool sample_with_stack(struct bpf_perf_event_data *ctx, bool in_kernel)
+{
+    if (bpf_ringbuf_query(&lotus_events, BPF_RB_AVAIL_DATA) > STACK_COPY_RING_MAX)
+        return false;
+    struct lotus_sample_stack *e = bpf_ringbuf_reserve(&lotus_events, sizeof(*e), 0);
+    if (!e)
+        return false;
+    count(LOTUS_COUNT_SUBMITTED);
+    fill_header(&e->s.h, LOTUS_EV_SAMPLE_STACK);
+    e->s.in_kernel = in_kernel;
+    __u64 sp = 0, bp = 0;
+    __u64 leaf = user_regs(ctx, in_kernel, &sp, &bp);
+    e->s.ip[0] = leaf;
+    e->s.nr_ips = leaf ? 1 : 0;
+    for (__u32 i = 1; i < LOTUS_STACK_DEPTH; i++)
+        e->s.ip[i] = 0;
+    e->sp = sp;
+    e->bp = bp;
+    e->pad = 0;
+    __u32 len = 0;
+    for (__u32 i = 0; i < LOTUS_STACK_COPY_CHUNKS && leaf && sp; i++) {
+        if (bpf_probe_read_user(&e->stack[i * LOTUS_STACK_COPY_CHUNK], LOTUS_STACK_COPY_CHUNK,
+                                (void *)(sp + i * LOTUS_STACK_COPY_CHUNK)))
+            break;
+        len += LOTUS_STACK_COPY_CHUNK;
+    }
+    e->stack_len = len;
+    bpf_ringbuf_submit(e, submit_flags());
+    return true;
+}
 const volatile __u32 thread_sampling = 0; /* the events are the traced threads' own (else one per CPU) */
 
 SEC("perf_event")
@@ -199,20 +255,21 @@ int on_sample(struct bpf_perf_event_data *ctx)
             count(LOTUS_COUNT_SAMPLED_ELSEWHERE);
         return 0;
     }
+    /* Kernel text lives in the upper half of the address space (a full 8-byte context read: the verifier
+     * refuses narrower ones of regs). */
+    __u64 ip = ctx->regs.ip;
+    bool in_kernel = ip >= 0xffff800000000000ull;
+    if (sample_copy_stack && sample_frames > 1 && sample_with_stack(ctx, in_kernel))
+        return 0;
     struct lotus_sample *e = reserve(sizeof(*e));
     if (!e)
         return 0;
     fill_header(&e->h, LOTUS_EV_SAMPLE);
-    /* Kernel text lives in the upper half of the address space (a full 8-byte context read: the verifier
-     * refuses narrower ones of regs). */
-    __u64 ip = ctx->regs.ip;
-    e->in_kernel = ip >= 0xffff800000000000ull;
-    if (sample_frames <= 1) {
-        /* The leaf alone is the user ip, interrupted here or saved when the thread entered the kernel (none once
-         * an exiting thread dropped its memory): what bpf_get_stack returns for one frame, without its
-         * callchain machinery. */
-        struct task_struct *t = bpf_get_current_task_btf();
-        __u64 leaf = !e->in_kernel ? ip : t->mm ? PT_REGS_IP_CORE((struct pt_regs *)bpf_task_pt_regs(t)) : 0;
+    e->in_kernel = in_kernel;
+    if (sample_frames <= 1 || sample_copy_stack) {
+        /* The leaf alone: what bpf_get_stack returns for one frame, without its callchain machinery. */
+        __u64 sp, bp;
+        __u64 leaf = user_regs(ctx, in_kernel, &sp, &bp);
         e->ip[0] = leaf;
         e->nr_ips = leaf ? 1 : 0;
         for (__u32 i = 1; i < LOTUS_STACK_DEPTH; i++)

@@ -38,6 +38,9 @@ enum lotus_event_type {
                                   * only the header, own and the capture_* fields are meaningful; ABI 8 */
     LOTUS_EV_LOADED = 19,        /* side ring only, never in the record stream: a traced thread's dlopen()
                                   * returned (the native map with libc's wrappers): what it mapped is to be probed */
+    LOTUS_EV_SAMPLE_STACK = 20,  /* never in the record stream: a sample with a copy of the thread's user stack
+                                  * (--sample-unwind cfi), which capture unwinds through the libraries' CFI into a
+                                  * LOTUS_EV_SAMPLE */
 };
 
 struct lotus_event_header {
@@ -190,7 +193,19 @@ struct lotus_sample {
     struct lotus_event_header h;
     __u32 nr_ips;    /* valid entries in ip */
     __u32 in_kernel; /* 1: the sample hit kernel code; ip[0] is where user space entered it */
-    __u64 ip[LOTUS_STACK_DEPTH]; /* user-space stack, leaf first (callers where frame pointers allow) */
+    __u64 ip[LOTUS_STACK_DEPTH]; /* user-space stack, leaf first (callers: see --sample-unwind) */
+};
+
+/* A sample whose callers user space finds (--sample-unwind cfi): the user registers the unwinding starts from and
+ * the stack above sp, as far as it could be read (whole chunks). s.ip[0] is the leaf, s.nr_ips 0 or 1. */
+#define LOTUS_STACK_COPY_CHUNK 1024
+#define LOTUS_STACK_COPY_CHUNKS 8
+struct lotus_sample_stack {
+    struct lotus_sample s; /* s.h.type = LOTUS_EV_SAMPLE_STACK */
+    __u64 sp, bp;          /* the user stack pointer and frame pointer (rsp, rbp) */
+    __u32 stack_len;       /* bytes copied from sp on */
+    __u32 pad;
+    __u8 stack[LOTUS_STACK_COPY_CHUNK * LOTUS_STACK_COPY_CHUNKS];
 };
 
 /* What the unsampled_threads iterator writes: a traced thread without a sampling event of lotus-bpf's. */

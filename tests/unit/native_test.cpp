@@ -169,6 +169,30 @@ TEST(EngineNative, NativeCallsBecomeSpansAndNameTheSamplesTheyHold)
     EXPECT_EQ(fns["[unknown]"], "python3.11");
 }
 
+// A hidden kernel's sample with no probed call open: named after the innermost op entry among its callers
+// (Framework::sample_anchors), not the nearest named caller (the TensorIterator loop every kernel shares).
+TEST(EngineNative, AHiddenLeafIsNamedAfterTheInnermostAnchorAmongItsCallers)
+{
+    model::Rules rules;
+    model::Engine e(rules, [](const Span&) {});
+    symbol(e, 1, 0x100, "", "libtorch_cpu.so");
+    symbol(e, 1, 0x200, "at::TensorIteratorBase::for_each", "libtorch_cpu.so");
+    symbol(e, 1, 0x300, "at::_ops::copy_::call", "libtorch_cpu.so");
+    symbol(e, 1, 0x400, "at::_ops::_to_copy::call", "libtorch_cpu.so");
+    sample(e, 5, 100, {0x100, 0x200, 0x300, 0x400});
+    sample(e, 5, 110, {0x100, 0x200}); // no anchor: the nearest named caller
+    e.finish();
+    auto t = e.native_map().table();
+    ASSERT_EQ(t.size(), 1u);
+    std::map<std::string, uint64_t> fns;
+    for (const auto& f : t[0].functions)
+        fns[f.function] = f.samples;
+    EXPECT_EQ(fns["at::_ops::copy_::call"], 1u);
+    EXPECT_EQ(fns["at::TensorIteratorBase::for_each"], 1u);
+    EXPECT_EQ(fns.count("at::_ops::_to_copy::call"), 0u);
+    EXPECT_EQ(t[0].named, 2u);
+}
+
 namespace {
 
 void symbol_range(model::Engine& e, uint32_t tgid, uint64_t lo, uint64_t hi, const char* name, const char* lib)

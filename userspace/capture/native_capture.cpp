@@ -164,6 +164,31 @@ void NativeCapture::on_library_open(const void* data, size_t len)
 
 void NativeCapture::on_event(const void* data, size_t len) { model::dispatch(data, len, *this); }
 
+lotus_sample NativeCapture::unwound(const lotus_sample_stack& st, uint32_t frames)
+{
+    lotus_sample out = st.s;
+    out.h.type = LOTUS_EV_SAMPLE;
+    frames = std::min<uint32_t>(frames, LOTUS_STACK_DEPTH);
+    uint32_t pid = st.s.h.tgid;
+    // A named leaf is the sample's function (the engine's first rule): its callers would not be looked at.
+    if (!out.nr_ips || !symbolizer_.resolve(pid, out.ip[0]).function.empty())
+        return out;
+    unwound_++;
+    elf::StackCopy copy{out.ip[0], st.sp, st.bp, st.stack, std::min<size_t>(st.stack_len, sizeof(st.stack))};
+    // Hidden functions (templates' bodies, kernels' lambdas) lie between the leaf and the caller that names it:
+    // up to 32 frames are walked for the named ones kept.
+    auto callers = unwinder_.callers(copy, 32, [&](uint64_t ip) { return symbolizer_.place(pid, ip); });
+    callers_ += callers.size();
+    for (uint64_t ra : callers) {
+        if (out.nr_ips >= frames)
+            break;
+        // The call instruction is what ran in that function (a return address may be the next function's first).
+        if (!symbolizer_.resolve(pid, ra - 1).function.empty())
+            out.ip[out.nr_ips++] = ra - 1;
+    }
+    return out;
+}
+
 void NativeCapture::process_event(const lotus_proc_event& p)
 {
     if (p.h.type == LOTUS_EV_FORK) {

@@ -31,6 +31,11 @@ public:
     void on_event(const void* data, size_t len);
     // A library open seen ahead of the stream (Probe::set_library_sink).
     void on_library_open(const void* data, size_t len);
+    // A sample with a copy of its stack (--sample-unwind cfi), as the sample the stream gets: the leaf, then, where
+    // the leaf has no symbol, the callers the stack's CFI gives that have one, up to `frames` in all.
+    lotus_sample unwound(const lotus_sample_stack& s, uint32_t frames);
+    size_t unwound_samples() const { return unwound_; }   // samples whose callers were looked for
+    size_t unwound_callers() const { return callers_; }  // callers found for them, named or not
 
     size_t functions() const { return functions_; }
     size_t refused() const { return refused_; }
@@ -54,6 +59,8 @@ private:
     std::vector<elf::NativeSpec> specs_;
     Emit emit_;
     elf::Symbolizer symbolizer_;
+    elf::CfiUnwinder unwinder_;
+    size_t unwound_ = 0, callers_ = 0;
     std::set<std::pair<uint64_t, uint64_t>> libraries_; // (dev, inode) already resolved (attached or found empty)
     std::set<std::tuple<uint32_t, uint32_t, uint64_t>> examined_; // mapped files scan_process has looked at
     std::map<std::pair<uint64_t, uint64_t>, Probed> probed_;       // (dev, inode): libraries with live probes

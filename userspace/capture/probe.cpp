@@ -127,6 +127,7 @@ void Probe::set_constants(const cpython::Interpreter& interp, const std::vector<
     skel_->rodata->nr_cpus = static_cast<uint32_t>(ncpu);
     skel_->rodata->inline_calls = features.inline_calls ? 1 : 0;
     skel_->rodata->sample_frames = features.sample_frames;
+    skel_->rodata->sample_copy_stack = features.sample_copy_stack ? 1 : 0;
     skel_->rodata->hold_while_tracer_stopped = common::knob_on("LOTUS_TEST_HOLD_WHILE_STOPPED");
 }
 

@@ -73,6 +73,7 @@ struct ProbeFeatures {
     bool network = false;      // count network bytes per traced process (resources), where the kernel can
     uint32_t sample_frames = 1; // user-stack frames per sample (--sample-stack): the leaf, then callers
     uint64_t hold_deadline_ns = 500'000'000; // how long a new child may be held for its probes (--hold-deadline)
+    bool sample_copy_stack = false; // --sample-unwind cfi: samples carry a copy of the stack for user space to unwind
 };
 
 class Probe {

@@ -174,10 +174,16 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
         ->capture_default_str()
         ->check(CLI::Range(0, 100000));
     app->add_option("--sample-stack", p.opts.sample_stack,
-                    "user-stack frames per native-map sample: 1 the leaf (as perf record without -g), up to 8 with "
-                    "its callers where frame pointers allow (each costs the sampled thread a user-memory read)")
+                    "user-stack frames per native-map sample: 1 the leaf alone (as perf record without -g), up to 8 "
+                    "with its callers (see --sample-unwind)")
         ->capture_default_str()
         ->check(CLI::Range(1, LOTUS_STACK_DEPTH));
+    app->add_option("--sample-unwind", p.opts.sample_unwind,
+                    "how a sample's callers are found: 'cfi' (a copy of the stack, unwound by lotus-bpf through the "
+                    "libraries' .eh_frame where the leaf has no symbol; its named callers are kept) or 'fp' (a "
+                    "frame-pointer walk in the sampling interrupt, as perf record -g)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"cfi", "fp"}));
     app->add_option("--counters", p.opts.counters,
                     "perf-event counters per op: 'default' (cycles,instructions,cache-misses,branch-misses) or a "
                     "comma list; where no PMU counts them, each thread's task-clock, faults and context-switches (its own "

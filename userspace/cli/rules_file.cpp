@@ -132,6 +132,7 @@ nlohmann::ordered_json framework_json(const fw::Framework& f)
     o["resume_global"] = f.resume_global;
     o["iterable_stop_global"] = f.iterable_stop_global;
     o["native_set"] = std::move(native);
+    o["sample_anchors"] = f.sample_anchors;
     J helpers = J::array();
     for (const auto& h : f.helpers)
         helpers.push_back(J{{"command", h.command}, {"role", h.role}});
@@ -148,7 +149,7 @@ fw::Framework parse_framework(const nlohmann::json& j, const std::string& where)
     only_keys(j,
               {"code", "object_call_methods", "scope_names", "container_classes", "pipeline_class", "loader_class",
                "loader_iterator_suffix", "single_process_mark", "worker_module", "resume_global",
-               "iterable_stop_global", "native_set", "helpers"},
+               "iterable_stop_global", "native_set", "sample_anchors", "helpers"},
               at);
     for (const char* key : {"code", "object_call_methods", "scope_names", "container_classes", "native_set", "helpers"})
         if (!j.contains(key))
@@ -180,6 +181,9 @@ fw::Framework parse_framework(const nlohmann::json& j, const std::string& where)
             throw std::runtime_error(at + ": a native_set row needs a library and a symbol");
         f.native_set.push_back(std::move(row));
     }
+    // Optional: files written before it have none (and lotus-bpf then named no sample after a caller's pattern).
+    if (j.contains("sample_anchors"))
+        f.sample_anchors = strings(j, "sample_anchors", at);
     if (!j.at("helpers").is_array())
         throw std::runtime_error(at + ": \"helpers\" must be a list of {command, role}");
     for (const auto& h : j.at("helpers")) {

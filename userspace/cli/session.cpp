@@ -450,6 +450,14 @@ void Session::feed(const void* data, size_t len)
 void Session::on_record(const void* raw, size_t raw_len)
 {
     delivered_++;
+    lotus_sample unwound;
+    if (raw_len >= sizeof(lotus_sample_stack) &&
+        static_cast<const lotus_event_header*>(raw)->type == LOTUS_EV_SAMPLE_STACK) { // its copy stops here
+        if (!native_)
+            return;
+        unwound = native_->unwound(*static_cast<const lotus_sample_stack*>(raw), opts_.sample_stack);
+        raw = &unwound, raw_len = sizeof(unwound);
+    }
     auto [data, len] = completion_->complete(raw, raw_len);
     if (debug_)
         debug_->print(data, len);
@@ -544,7 +552,7 @@ void Session::attach_probes()
         interp_, [this](const void* data, size_t len) { on_record(data, len); }, counters_,
         capture::ProbeFeatures{evaluator_, handlers_.has_value(), natives, natives && opts_.sample_freq > 0,
                                opts_.resources_interval_ms > 0 && opts_.net, opts_.sample_stack,
-                               opts_.hold_deadline_ms * 1'000'000ull});
+                               opts_.hold_deadline_ms * 1'000'000ull, opts_.sample_unwind == "cfi"});
     roles_ = std::make_unique<capture::RoleWriter>(*probe_, interp_.layout, tree_);
     watch_trainer_calls();
     if (natives || opts_.native_map) {
@@ -810,6 +818,9 @@ exporter::RunInfo Session::run_info()
                                     opts_.sample_freq ? capture::sampling_event().name : "none",
                                     opts_.sample_freq ? opts_.sample_stack : 0, probe_->sampling_scope(),
                                     stats_.sampled_elsewhere, {}};
+        n.sampling_unwind = !opts_.sample_freq || opts_.sample_stack <= 1 ? "none" : opts_.sample_unwind;
+        n.unwound_samples = native_->unwound_samples();
+        n.unwound_callers = native_->unwound_callers();
         // A --native spec that selected nothing is said, not silently dropped.
         size_t first_user = native_specs_.size() - opts_.native.size();
         for (size_t i = first_user; i < native_specs_.size(); i++) {

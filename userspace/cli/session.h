@@ -43,7 +43,8 @@ struct Options {
     bool native_map = false;          // sampling map + built-in native function probes
     std::vector<std::string> native;  // --native LIBGLOB:SYMBOLGLOB
     unsigned sample_freq = 99;        // Hz, for the native map (docs/native-map.md: what a sample costs)
-    unsigned sample_stack = 1;        // user-stack frames per sample: 1 the leaf, more with callers
+    unsigned sample_stack = 8; // user-stack frames per sample (LOTUS_STACK_DEPTH at most): 1 the leaf, more with callers
+    std::string sample_unwind = "cfi"; // how callers are found: "cfi" (user space, .eh_frame) or "fp" (BPF)
     std::string counters;             // --counters: "default" or a list; empty: none
     std::string metrics;  // --metrics HOST:PORT: serve Prometheus metrics there while tracing
     std::string node;     // --node: this machine's name in the metrics and the record file (default: hostname)

@@ -191,7 +191,7 @@ void Symbolizer::library_opened(uint32_t pid)
         it->second.reread_until_ms = monotonic_ms() + 2000;
 }
 
-NativeFrame Symbolizer::resolve(uint32_t pid, uint64_t ip)
+const proc::Mapping* Symbolizer::mapping(uint32_t pid, uint64_t ip, int* hops)
 {
     // This process's maps (re-read on a miss), then its ancestors' (a fork child that already exited).
     uint32_t p = pid;
@@ -204,31 +204,50 @@ NativeFrame Symbolizer::resolve(uint32_t pid, uint64_t ip)
             auto after = std::upper_bound(m->begin(), m->end(), ip,
                                           [](uint64_t v, const proc::Mapping& map) { return v < map.start; });
             if (after != m->begin() && ip < std::prev(after)->end) {
-                const proc::Mapping& map = *std::prev(after);
-                NativeFrame f;
-                f.lo = map.start, f.hi = map.end;
-                if (map.path.empty() || map.path[0] != '/') {
-                    if (hop > 0)
-                        f.lo = ip, f.hi = ip + 1;
-                    return f; // anonymous memory (JIT code), the stack, [vdso]...
-                }
-                f.library = common::base_name(map.path);
-                if (const auto* t = table(map.path)) {
-                    uint64_t off = ip - map.start + map.offset, lo, hi;
-                    if (const auto* name = t->find_offset_range(off, &lo, &hi))
-                        f.function = *name;
-                    // From file offsets back to addresses, within the mapping.
-                    f.lo = lo >= map.offset ? std::max(map.start, map.start + (lo - map.offset)) : map.start;
-                    f.hi = hi >= map.offset ? std::min(map.end, map.start + (hi - map.offset)) : map.start;
-                }
-                if (hop > 0) // an ancestor's maps: for this address only
-                    f.lo = ip, f.hi = ip + 1;
-                return f;
+                *hops = hop;
+                return &*std::prev(after);
             }
             if (hop > 0)
                 break;
         }
         p = tree_.parent(p);
+    }
+    return nullptr;
+}
+
+std::optional<CodePlace> Symbolizer::place(uint32_t pid, uint64_t ip)
+{
+    int hop = 0;
+    const proc::Mapping* map = mapping(pid, ip, &hop);
+    if (!map || map->path.empty() || map->path[0] != '/')
+        return std::nullopt;
+    return CodePlace{map->path, ip - map->start + map->offset};
+}
+
+NativeFrame Symbolizer::resolve(uint32_t pid, uint64_t ip)
+{
+    int hop = 0;
+    if (const proc::Mapping* found = mapping(pid, ip, &hop)) {
+        const proc::Mapping& map = *found;
+        NativeFrame f;
+        f.lo = map.start, f.hi = map.end;
+        if (map.path.empty() || map.path[0] != '/') {
+            if (hop > 0)
+                f.lo = ip, f.hi = ip + 1;
+            return f; // anonymous memory (JIT code), the stack, [vdso]...
+        }
+        f.library = common::base_name(map.path);
+        if (const auto* t = table(map.path)) {
+            uint64_t off = ip - map.start + map.offset, lo, hi;
+            if (const auto* name = t->find_offset_range(off, &lo, &hi))
+                f.function = *name;
+            // From file offsets back to addresses, within the mapping.
+            f.lo = lo >= map.offset ? std::max(map.start, map.start + (lo - map.offset)) : map.start;
+            f.hi = hi >= map.offset ? std::min(map.end, map.start + (hi - map.offset)) : map.start;
+        }
+        if (hop > 0) // an ancestor's maps: for this address only
+            f.lo = ip, f.hi = ip + 1;
+        return f;
     }
     return {};
 }

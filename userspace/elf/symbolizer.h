@@ -4,10 +4,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "elf/cfi_unwinder.h"
 #include "proc/proc_maps.h"
 #include "proc/process_tree.h"
 
@@ -61,6 +63,8 @@ public:
     // mapping and to one loadable segment), the gap between symbols, the whole mapping where the file has no
     // symbols or is not a file; just ip where it came from an ancestor's maps or from none.
     NativeFrame resolve(uint32_t pid, uint64_t ip);
+    // The file and file offset of a mapped address (through the same maps as resolve), for its CFI.
+    std::optional<CodePlace> place(uint32_t pid, uint64_t ip);
     // The process opened a shared library (it may map it now), or exec'd (everything changed).
     void library_opened(uint32_t pid);
     void execed(uint32_t pid) { maps_.erase(pid); }
@@ -79,6 +83,8 @@ public:
 
 private:
     const std::vector<proc::Mapping>* maps(uint32_t pid, bool refresh);
+    // The mapping holding ip, and through how many parents' maps it was found (*hops).
+    const proc::Mapping* mapping(uint32_t pid, uint64_t ip, int* hops);
     const FunctionTable* table(const std::string& path);
     struct Maps {
         std::shared_ptr<const std::vector<proc::Mapping>> maps;

@@ -213,6 +213,11 @@ nlohmann::ordered_json run_json(const RunInfo& r)
         m["native_probe_links"] = r.native->probe_links;
         m["sampling_event"] = json_text(r.native->sampling_event);
         m["sampling_stack_frames"] = r.native->sampling_stack_frames;
+        m["sampling_unwind"] = json_text(r.native->sampling_unwind);
+        if (r.native->sampling_unwind == "cfi") {
+            m["sampling_unwound_samples"] = r.native->unwound_samples;
+            m["sampling_unwound_callers"] = r.native->unwound_callers;
+        }
         m["sampling_scope"] = json_text(r.native->sampling_scope);
         m["sampled_elsewhere"] = r.native->sampled_elsewhere;
         m["native_specs_unmatched"] = json_texts(r.native->specs_unmatched);

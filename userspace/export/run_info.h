@@ -67,6 +67,8 @@ struct RunInfo {
         std::string sampling_scope;          // "threads" (each traced thread's own events), "cpus", "none"
         uint64_t sampled_elsewhere = 0;      // sampling interrupts of threads outside the traced processes
         std::vector<std::string> specs_unmatched;
+        std::string sampling_unwind; // how callers were found: "cfi", "fp", "none" (the leaf alone, or no sampling)
+        uint64_t unwound_samples = 0, unwound_callers = 0; // cfi: samples with a hidden leaf walked, callers found
     };
     std::optional<Native> native; // --native-map, --native
     // What BPF could not record, by failure path (capture/bpf_failures.h): (name, count, meaning) of each; empty

@@ -137,6 +137,7 @@ private:
         uint64_t hi;     // the range's end (its start is its key)
         uint32_t map_id; // the native map's number of the function, or of "[unknown]" in its library
         bool named;      // a symbol covers the addresses
+        bool anchor;     // its function is a sample anchor (Framework::sample_anchors)
     };
     using Symbols = std::map<uint64_t, Symbol>; // by the start of the address range, ranges not overlapping
     struct OpenNative {

@@ -3,6 +3,8 @@
 #include "engine.h"
 #include "engine_records.h"
 
+#include <fnmatch.h>
+
 #include <algorithm>
 #include <cstring>
 #include <tuple>
@@ -50,7 +52,10 @@ void Engine::on_symbol(uint32_t tgid, uint64_t lo, uint64_t hi, const char (&nam
         --it;
     while (it != syms.end() && it->first < hi)
         it = syms.erase(it);
-    syms.emplace(lo, Symbol{hi, id, !function.empty()});
+    bool anchor = false;
+    for (const auto& glob : rules_.framework().sample_anchors)
+        anchor = anchor || (!function.empty() && fnmatch(glob.c_str(), function.c_str(), 0) == 0);
+    syms.emplace(lo, Symbol{hi, id, !function.empty(), anchor});
 }
 
 void Engine::on_sample(const lotus_sample& smp)
@@ -76,6 +81,9 @@ void Engine::on_sample(const lotus_sample& smp)
         if (f != native_funcs_.end() && !f->second.name.empty())
             id = &f->second.map_id;
     }
+    for (uint32_t i = 1; !id && i < n; i++) // else the innermost anchor among the callers (an op's entry)
+        if (const Symbol* c = sym(i); c && c->anchor)
+            id = &c->map_id;
     for (uint32_t i = 1; !id && i < n; i++) // else the nearest caller with a name
         if (const Symbol* c = sym(i); c && c->named)
             id = &c->map_id;

@@ -62,6 +62,9 @@ struct Framework {
     std::string resume_global;        // _ResumeIteration: a persistent worker's new epoch
     std::string iterable_stop_global; // _IterableDatasetStopIteration: an iterable dataset ran out
     std::vector<NativeRow> native_set;
+    // Functions (globs of demangled names) whose frame in a sample's callers names the hidden code it ran: the
+    // dispatcher's entry of each torch op, whose kernels have no symbols. Optional in a rules file (none before).
+    std::vector<std::string> sample_anchors;
     std::vector<HelperRow> helpers; // multiprocessing's forkserver and resource tracker (DataLoader workers use them)
     bool operator==(const Framework&) const = default;
 };

@@ -1,0 +1,242 @@
+#include "elf/cfi_unwinder.h"
+
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace lotus::elf {
+
+// One file's CFI (libdw reads .eh_frame through .eh_frame_hdr's search table, lazily), and its loaded
+// segments, to turn a mapping's file offsets into the addresses the CFI is written in.
+class CfiFile {
+public:
+    explicit CfiFile(const std::string& path)
+    {
+        fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd_ < 0 || elf_version(EV_CURRENT) == EV_NONE)
+            return;
+        elf_ = elf_begin(fd_, ELF_C_READ_MMAP, nullptr);
+        size_t n = 0;
+        if (!elf_ || elf_getphdrnum(elf_, &n) != 0)
+            return;
+        for (size_t i = 0; i < n; i++) {
+            GElf_Phdr ph;
+            if (gelf_getphdr(elf_, static_cast<int>(i), &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X))
+                loads_.push_back({ph.p_offset, ph.p_offset + ph.p_filesz, ph.p_vaddr});
+        }
+        cfi_ = dwarf_getcfi_elf(elf_);
+    }
+    ~CfiFile()
+    {
+        if (cfi_)
+            dwarf_cfi_end(cfi_);
+        if (elf_)
+            elf_end(elf_);
+        if (fd_ >= 0)
+            close(fd_);
+    }
+    CfiFile(const CfiFile&) = delete;
+    CfiFile& operator=(const CfiFile&) = delete;
+
+    Dwarf_CFI* cfi() const { return cfi_; }
+    std::optional<uint64_t> vaddr_of(uint64_t offset) const
+    {
+        for (const auto& l : loads_)
+            if (l.lo <= offset && offset < l.hi)
+                return l.vaddr + (offset - l.lo);
+        return std::nullopt;
+    }
+
+private:
+    struct Load {
+        uint64_t lo, hi, vaddr;
+    };
+    int fd_ = -1;
+    Elf* elf_ = nullptr;
+    Dwarf_CFI* cfi_ = nullptr;
+    std::vector<Load> loads_;
+};
+
+namespace {
+
+constexpr int kRbp = 6, kRsp = 7, kRip = 16; // DWARF's x86-64 register numbers (16: the return address)
+
+struct Regs {
+    uint64_t value[17] = {};
+    bool known[17] = {};
+    void set(int r, uint64_t v) { value[r] = v, known[r] = true; }
+};
+
+struct Memory {
+    const StackCopy& s;
+    // The word at a stack address, where the copy holds it.
+    std::optional<uint64_t> word(uint64_t addr) const
+    {
+        if (addr < s.sp || addr - s.sp + 8 > s.len)
+            return std::nullopt;
+        uint64_t v;
+        memcpy(&v, s.bytes + (addr - s.sp), 8);
+        return v;
+    }
+};
+
+// A DWARF expression as CFI rules use them (x86-64's .eh_frame: register plus offset, the CFA, a few
+// arithmetic operators, derefs of stack words; PLT entries' CFA mask the ip). Sets *is_value at a
+// DW_OP_stack_value (the result is the register's value, not where it is saved).
+std::optional<uint64_t> evaluate(const Dwarf_Op* ops, size_t n, const Regs& regs, std::optional<uint64_t> cfa,
+                                 const Memory& mem, bool* is_value)
+{
+    std::vector<uint64_t> st;
+    if (is_value)
+        *is_value = false;
+    auto pop = [&](uint64_t* v) {
+        if (st.empty())
+            return false;
+        *v = st.back();
+        st.pop_back();
+        return true;
+    };
+    auto reg = [&](unsigned r, int64_t off) -> bool {
+        if (r > 16 || !regs.known[r])
+            return false;
+        st.push_back(regs.value[r] + static_cast<uint64_t>(off));
+        return true;
+    };
+    for (size_t i = 0; i < n; i++) {
+        const Dwarf_Op& op = ops[i];
+        uint8_t a = op.atom;
+        uint64_t x, y;
+        if (a >= DW_OP_breg0 && a <= DW_OP_breg31) {
+            if (!reg(a - DW_OP_breg0, static_cast<int64_t>(op.number)))
+                return std::nullopt;
+        } else if (a >= DW_OP_lit0 && a <= DW_OP_lit31) {
+            st.push_back(a - DW_OP_lit0);
+        } else {
+            switch (a) {
+            case DW_OP_bregx:
+                if (!reg(static_cast<unsigned>(op.number), static_cast<int64_t>(op.number2)))
+                    return std::nullopt;
+                break;
+            case DW_OP_call_frame_cfa:
+                if (!cfa)
+                    return std::nullopt;
+                st.push_back(*cfa);
+                break;
+            case DW_OP_const1u: case DW_OP_const2u: case DW_OP_const4u: case DW_OP_const8u: case DW_OP_constu:
+            case DW_OP_const1s: case DW_OP_const2s: case DW_OP_const4s: case DW_OP_const8s: case DW_OP_consts:
+                st.push_back(op.number);
+                break;
+            case DW_OP_plus_uconst:
+                if (!pop(&x))
+                    return std::nullopt;
+                st.push_back(x + op.number);
+                break;
+            case DW_OP_deref:
+                if (!pop(&x))
+                    return std::nullopt;
+                if (auto w = mem.word(x))
+                    st.push_back(*w);
+                else
+                    return std::nullopt;
+                break;
+            case DW_OP_plus: case DW_OP_minus: case DW_OP_and: case DW_OP_shl: case DW_OP_ge:
+                if (!pop(&y) || !pop(&x))
+                    return std::nullopt;
+                st.push_back(a == DW_OP_plus ? x + y : a == DW_OP_minus ? x - y : a == DW_OP_and ? x & y
+                             : a == DW_OP_shl ? (y < 64 ? x << y : 0) : static_cast<int64_t>(x) >= static_cast<int64_t>(y));
+                break;
+            case DW_OP_stack_value:
+                if (is_value)
+                    *is_value = true;
+                break;
+            default:
+                return std::nullopt;
+            }
+        }
+    }
+    if (st.empty())
+        return std::nullopt;
+    return st.back();
+}
+
+// A register of the caller, by the frame's rule: nullopt where it cannot be recovered (or the copy lacks it).
+std::optional<uint64_t> caller_register(Dwarf_Frame* frame, int r, const Regs& regs, uint64_t cfa, const Memory& mem)
+{
+    Dwarf_Op mem_ops[3];
+    Dwarf_Op* ops = nullptr;
+    size_t n = 0;
+    if (dwarf_frame_register(frame, r, mem_ops, &ops, &n) != 0)
+        return std::nullopt;
+    if (n == 0) // same value (ops null), or undefined
+        return ops == nullptr && regs.known[r] ? std::optional<uint64_t>(regs.value[r]) : std::nullopt;
+    bool is_value = false;
+    auto v = evaluate(ops, n, regs, cfa, mem, &is_value);
+    if (!v || is_value)
+        return v;
+    return mem.word(*v);
+}
+
+} // namespace
+
+CfiUnwinder::CfiUnwinder() = default;
+CfiUnwinder::~CfiUnwinder() = default;
+
+const CfiFile* CfiUnwinder::file(const std::string& path)
+{
+    auto it = files_.find(path);
+    if (it == files_.end()) {
+        auto f = std::make_unique<CfiFile>(path);
+        it = files_.emplace(path, f->cfi() ? std::move(f) : nullptr).first;
+    }
+    return it->second.get();
+}
+
+std::vector<uint64_t> CfiUnwinder::callers(const StackCopy& stack, size_t max, const Locate& locate)
+{
+    std::vector<uint64_t> out;
+    Memory mem{stack};
+    Regs regs;
+    regs.set(kRip, stack.ip);
+    regs.set(kRsp, stack.sp);
+    regs.set(kRbp, stack.bp);
+    for (size_t depth = 0; out.size() < max && depth < max + 1; depth++) {
+        uint64_t pc = regs.value[kRip];
+        // A return address is the instruction after the call: its frame's rules are the call's, one byte before.
+        uint64_t lookup = depth == 0 ? pc : pc - 1;
+        auto place = locate(lookup);
+        const CfiFile* f = place ? file(place->path) : nullptr;
+        auto vaddr = f ? f->vaddr_of(place->file_offset) : std::nullopt;
+        Dwarf_Frame* frame = nullptr;
+        if (!vaddr || dwarf_cfi_addrframe(f->cfi(), *vaddr, &frame) != 0 || !frame)
+            break;
+        Dwarf_Op* cfa_ops = nullptr;
+        size_t ncfa = 0;
+        std::optional<uint64_t> cfa;
+        if (dwarf_frame_cfa(frame, &cfa_ops, &ncfa) == 0 && ncfa)
+            cfa = evaluate(cfa_ops, ncfa, regs, std::nullopt, mem, nullptr);
+        std::optional<uint64_t> ra, bp;
+        if (cfa) {
+            ra = caller_register(frame, kRip, regs, *cfa, mem);
+            bp = caller_register(frame, kRbp, regs, *cfa, mem);
+        }
+        free(frame);
+        // The outermost frame's return address is undefined; a stack that does not grow back up is not a stack.
+        if (!cfa || !ra || *ra == 0 || *cfa <= regs.value[kRsp])
+            break;
+        out.push_back(*ra);
+        Regs caller;
+        caller.set(kRip, *ra);
+        caller.set(kRsp, *cfa);
+        if (bp)
+            caller.set(kRbp, *bp);
+        regs = caller;
+    }
+    return out;
+}
+
+} // namespace lotus::elf
