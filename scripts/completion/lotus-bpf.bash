@@ -4,7 +4,7 @@ _lotus_bpf()
     local cur prev words cword
     _init_completion || return
     local opts="-p --pid -d --duration -o --output --summary-json --html --speedscope --resources-csv --resources-interval --net --pss-interval --cpus --memory --cpuset --device-read-bps --device-write-bps --record --replay --disk-reserve --hold-deadline --trainer-calls --pipeline --span --rules --metrics --node
-        --all-calls --native-map --native --sample-freq --sample-stack --counters --coarse --window -q --quiet -V --version -h --help"
+        --all-calls --native-map --native --sample-freq --sample-stack --sample-unwind --counters --coarse --window -q --quiet -V --version -h --help"
     case $prev in
         -p|--pid)
             COMPREPLY=($(compgen -W "$(pgrep -f python 2>/dev/null)" -- "$cur"))
@@ -20,6 +20,9 @@ _lotus_bpf()
             return ;;
         --trainer-calls)
             COMPREPLY=($(compgen -W "auto on off" -- "$cur"))
+            return ;;
+        --sample-unwind)
+            COMPREPLY=($(compgen -W "cfi fp" -- "$cur"))
             return ;;
         -d|--duration|--disk-reserve|--hold-deadline|--resources-interval|--cpus|--memory|--cpuset|--device-read-bps|--device-write-bps|--sample-freq|--sample-stack|--window|--pipeline|--span|--native)
             return ;;
