@@ -4,7 +4,9 @@ Each of its module calls is a call of an object, which traps where lotus-bpf tra
 rules skip: a module is no pipeline). Prints the module calls a forward (counted once, by pre-hooks removed
 before the timing) and the median of 5 timings of N forwards, in ms a forward. With --loader-workers K, the
 process first iterates a DataLoader with K workers, as a training loop does (lotus-bpf's --trainer-calls auto then
-stops probing its object calls), and waits 0.5 s. Usage: forward.py N [--loader-workers K]"""
+stops probing its object calls), and waits 0.5 s. With --marks, it prints "mark" before and after the timed
+forwards and waits 1 s after each (bench/run.py reads the tracer's BPF run counts in between). Usage: forward.py
+N [--loader-workers K] [--marks]"""
 import argparse
 import statistics
 import time
@@ -20,10 +22,17 @@ def iterate_loader(workers):
     time.sleep(0.5)
 
 
+def mark(on):
+    if on:
+        print("mark", flush=True)
+        time.sleep(1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("n", type=int)
     ap.add_argument("--loader-workers", type=int, default=0)
+    ap.add_argument("--marks", action="store_true")
     args = ap.parse_args()
     n = args.n
     torch.set_num_threads(1)
@@ -43,11 +52,13 @@ def main():
         for _ in range(5):  # warm-up (and, traced, the tracer's first sight of each code object)
             model(x)
         times = []
+        mark(args.marks)
         for _ in range(5):
             t0 = time.perf_counter()
             for _ in range(n):
                 model(x)
             times.append((time.perf_counter() - t0) / n)
+        mark(args.marks)
     print(f"module_calls {calls[0]} ms_per_forward {1000 * statistics.median(times):.4f}", flush=True)
 
 

@@ -71,6 +71,8 @@ def run_train(data, epochs, traced, tmp, extra=(), script=TRAIN, env=None):
 LOTUS_PROGS = {"py_call", "py_entry", "py_slot", "py_slot_entry", "py_return", "on_switch", "on_write", "on_getppid",
                "on_openat", "on_read_done", "on_sys_enter", "on_sys_exit", "native_entry", "native_return", "native_call",
                "on_sample", "on_fork", "on_exec", "on_exit", "libc_call"}
+UPROBE_PROGS = {"py_call", "py_entry", "py_slot", "py_slot_entry", "py_return", "native_entry", "native_return",
+                "native_call", "libc_call"}  # each run a trap of the traced thread
 EVALUATOR = {"LOTUS_EVALUATOR_PROBE": "1"}  # Python calls probed at the evaluator (the default before issue 20)
 
 
@@ -374,6 +376,35 @@ def model_forward(repeats, n=10):
     return untraced, traced, probed
 
 
+def forward_cost(extra=(), n=40):
+    """What BPF runs in a traced forward (bench/forward.py --marks, ResNet-50 after a pass over a DataLoader with
+    2 workers), from bpf_stats over its 5 x n timed forwards: {program: (runs a forward, ns a run)}. Each run of
+    an entry program is a trap; returns trap too (uprobe sessions: the same program)."""
+    stats = "/proc/sys/kernel/bpf_stats_enabled"
+    with open(stats) as f:
+        was = f.read().strip()
+    with open(stats, "w") as f:
+        f.write("1")
+    cmd = [LOTUS, "-q", "-o", os.devnull, *extra, "--", PY, os.path.join(ROOT, "bench", "forward.py"), str(n),
+           "--loader-workers", "2", "--marks"]
+    try:
+        job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        snaps = [prog_stats() for line in job.stdout if line.startswith("mark")]
+        if job.wait() != 0 or len(snaps) != 2:
+            raise RuntimeError(f"bench: forward.py --marks failed ({' '.join(cmd)})")
+    finally:
+        with open(stats, "w") as f:
+            f.write(was)
+    a, b = snaps
+    cost = {}
+    for pid, (name, cnt, ns) in b.items():
+        if name in LOTUS_PROGS and pid in a and cnt > a[pid][1]:
+            runs, took = cnt - a[pid][1], ns - a[pid][2]
+            n0, r0 = cost.get(name, (0, 0))
+            cost[name] = (n0 + runs, r0 + took)
+    return {name: (runs / (5 * n), took / runs) for name, (runs, took) in cost.items()}
+
+
 def pure_wall(mode, n, py=PY312):
     """Wall time of the pure-Python pipeline workload: untraced, default, or --all-calls."""
     cmd = [py, PURE, "--plain", str(n)]
@@ -491,6 +522,7 @@ def main():
         beside_per_cpu = unrelated(max(args.repeats, 5), syscalls_only, env={"LOTUS_PER_CPU_SAMPLING": "1"},
                                    extra=NATIVE + ["--sample-freq", "999"])["syscalls"]
         fwd_untraced, fwd_traced, fwd_probed = model_forward(args.repeats)
+        fwd_cost, fwd_cost_on = forward_cost(), forward_cost(["--trainer-calls", "on"])
         pure = {"untraced": [], "default": [], "all-calls": []}
         pure311 = {"untraced": [], "all-calls": []}
         if os.access(PY312, os.X_OK):
@@ -650,6 +682,12 @@ def main():
                  f"{pairs([r[1] for r in fwd_probed], [r[1] for r in fwd_untraced])}), interleaved with the above; "
                  f"{module_calls} module calls a forward, {1000 * (fo - fu) / module_calls:+.1f} us each: every call "
                  f"of an object traps"))
+    def fwd_traps(c):
+        return sum(runs for name, (runs, _) in c.items() if name in UPROBE_PROGS)
+    rows.append(("uprobe traps a forward, default / --trainer-calls on", f"{fwd_traps(fwd_cost):.1f} / {fwd_traps(fwd_cost_on):.1f}",
+                 f"bench/forward.py --marks, bpf_stats over its 200 timed forwards: runs of the uprobe programs, each "
+                 f"a trap ({cost_note(fwd_cost) or 'none'}; on: {cost_note(fwd_cost_on)}); all programs' BPF time "
+                 f"{cost_total([fwd_cost]):.1f} / {cost_total([fwd_cost_on]):.1f} us a forward"))
     holds = [i["held_children"] for i in infos if i.get("held_children", {}).get("count")]
     if holds:  # per-process probes (6.13+): each new worker waits for its own
         rows.append(("DataLoader worker held at its fork (ms)",

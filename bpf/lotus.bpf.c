@@ -186,7 +186,7 @@ int BPF_KPROBE(native_call)
 const volatile __u32 sample_frames = 1; /* --sample-stack: the leaf, and callers up to this many frames */
 const volatile __u32 sample_copy_stack = 0; /* --sample-unwind cfi: callers are found by user space, from a copy */
 
-/* Above this much unread data in the ring a sample keeps its leaf alone, not its stack: a stack copy is 8 KB, and
+/* Above this much unread data in the ring a sample keeps its leaf alone, not its stack: a stack copy is 4 KB, and
  * a ring filling up with them must not cost the other records their place. */
 #define STACK_COPY_RING_MAX (4 << 20)
 
@@ -259,7 +259,10 @@ int on_sample(struct bpf_perf_event_data *ctx)
      * refuses narrower ones of regs). */
     __u64 ip = ctx->regs.ip;
     bool in_kernel = ip >= 0xffff800000000000ull;
-    if (sample_copy_stack && sample_frames > 1 && sample_with_stack(ctx, in_kernel))
+    /* Inside a probed native call, that call names a sample its leaf does not: no callers are wanted. */
+    struct thread_state *ts = bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0);
+    bool in_native = ts && ts->native_open;
+    if (sample_copy_stack && sample_frames > 1 && !in_native && sample_with_stack(ctx, in_kernel))
         return 0;
     struct lotus_sample *e = reserve(sizeof(*e));
     if (!e)

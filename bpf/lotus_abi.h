@@ -199,7 +199,7 @@ struct lotus_sample {
 /* A sample whose callers user space finds (--sample-unwind cfi): the user registers the unwinding starts from and
  * the stack above sp, as far as it could be read (whole chunks). s.ip[0] is the leaf, s.nr_ips 0 or 1. */
 #define LOTUS_STACK_COPY_CHUNK 1024
-#define LOTUS_STACK_COPY_CHUNKS 8
+#define LOTUS_STACK_COPY_CHUNKS 4
 struct lotus_sample_stack {
     struct lotus_sample s; /* s.h.type = LOTUS_EV_SAMPLE_STACK */
     __u64 sp, bp;          /* the user stack pointer and frame pointer (rsp, rbp) */

@@ -13,6 +13,15 @@ static __always_inline bool native_traced(void)
 
 static __always_inline int native_event(void *ctx, __u32 type)
 {
+    /* Counted whatever the ring takes: a sample inside the call is named after it (docs/native-map.md, rule 2),
+     * and its stack is not copied. */
+    struct thread_state *ts = bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0);
+    if (ts) {
+        if (type == LOTUS_EV_NATIVE_ENTRY && ts->native_open < 255)
+            ts->native_open++;
+        else if (type == LOTUS_EV_NATIVE_RETURN && ts->native_open)
+            ts->native_open--;
+    }
     struct lotus_native *e = reserve(sizeof(*e));
     if (!e)
         return 0;

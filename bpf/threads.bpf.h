@@ -61,7 +61,7 @@ struct thread_state {
     __u8 named;        /* 1 once its name was emitted (LOTUS_EV_THREAD) */
     __u8 tstate_noted; /* 1 once it noted its process's tstate_addr */
     __u8 adopted;      /* made before its first probed call (adopt_thread): that call starts its accounting */
-    __u8 _pad;
+    __u8 native_open;  /* probed native calls open (saturating): a sample then keeps its leaf alone (on_sample) */
     __u64 int_types[2]; /* static types with Py_TPFLAGS_LONG_SUBCLASS met (int, bool): see int_value */
     __u64 read_buf; /* a read in progress that may carry a pickle: libc's read() (libc_call), its buffer and fd;
                      * os.read (os_read_call), 1 and its fd (its bytes are in the object it returns) */

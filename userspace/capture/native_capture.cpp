@@ -177,15 +177,15 @@ lotus_sample NativeCapture::unwound(const lotus_sample_stack& st, uint32_t frame
     elf::StackCopy copy{out.ip[0], st.sp, st.bp, st.stack, std::min<size_t>(st.stack_len, sizeof(st.stack))};
     // Hidden functions (templates' bodies, kernels' lambdas) lie between the leaf and the caller that names it:
     // up to 32 frames are walked for the named ones kept.
-    auto callers = unwinder_.callers(copy, 32, [&](uint64_t ip) { return symbolizer_.place(pid, ip); });
-    callers_ += callers.size();
-    for (uint64_t ra : callers) {
-        if (out.nr_ips >= frames)
-            break;
+    if (out.nr_ips >= frames)
+        return out;
+    unwinder_.walk(copy, 32, [&](uint64_t ip) { return symbolizer_.place(pid, ip); }, [&](uint64_t ra) {
+        callers_++;
         // The call instruction is what ran in that function (a return address may be the next function's first).
         if (!symbolizer_.resolve(pid, ra - 1).function.empty())
             out.ip[out.nr_ips++] = ra - 1;
-    }
+        return out.nr_ips < frames;
+    });
     return out;
 }
 

@@ -199,12 +199,22 @@ const CfiFile* CfiUnwinder::file(const std::string& path)
 std::vector<uint64_t> CfiUnwinder::callers(const StackCopy& stack, size_t max, const Locate& locate)
 {
     std::vector<uint64_t> out;
+    walk(stack, max, locate, [&](uint64_t ra) {
+        out.push_back(ra);
+        return true;
+    });
+    return out;
+}
+
+void CfiUnwinder::walk(const StackCopy& stack, size_t max, const Locate& locate,
+                       const std::function<bool(uint64_t)>& visit)
+{
     Memory mem{stack};
     Regs regs;
     regs.set(kRip, stack.ip);
     regs.set(kRsp, stack.sp);
     regs.set(kRbp, stack.bp);
-    for (size_t depth = 0; out.size() < max && depth < max + 1; depth++) {
+    for (size_t depth = 0; depth < max; depth++) {
         uint64_t pc = regs.value[kRip];
         // A return address is the instruction after the call: its frame's rules are the call's, one byte before.
         uint64_t lookup = depth == 0 ? pc : pc - 1;
@@ -228,7 +238,8 @@ std::vector<uint64_t> CfiUnwinder::callers(const StackCopy& stack, size_t max, c
         // The outermost frame's return address is undefined; a stack that does not grow back up is not a stack.
         if (!cfa || !ra || *ra == 0 || *cfa <= regs.value[kRsp])
             break;
-        out.push_back(*ra);
+        if (!visit(*ra))
+            break;
         Regs caller;
         caller.set(kRip, *ra);
         caller.set(kRsp, *cfa);
@@ -236,7 +247,6 @@ std::vector<uint64_t> CfiUnwinder::callers(const StackCopy& stack, size_t max, c
             caller.set(kRbp, *bp);
         regs = caller;
     }
-    return out;
 }
 
 } // namespace lotus::elf

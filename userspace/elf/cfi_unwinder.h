@@ -37,6 +37,8 @@ public:
     // The return addresses of the leaf's callers, innermost first, at most max. The walk ends where an address is
     // in no file, its file has no CFI for it, or a rule wants a register or stack word the copy does not hold.
     std::vector<uint64_t> callers(const StackCopy& stack, size_t max, const Locate& locate);
+    // The same, each return address handed to `visit` as it is found, until it returns false.
+    void walk(const StackCopy& stack, size_t max, const Locate& locate, const std::function<bool(uint64_t)>& visit);
     size_t files() const { return files_.size(); }
 
 private:
