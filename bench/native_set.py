@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""Issue 62, item 2: --native-map --counters with the built-in set of now (copy_ unprobed, named through the
+stack: --sample-unwind cfi) against the set before it (copy_ probed, the leaf alone), and untraced: N interleaved
+runs of the example (512 images, 2 epochs) for samples/s and CPU per sample, then each arm's cost account
+(bench/run.py's mode_account, 3 runs each). As root. Usage: bench/native_set.py [N]"""
+import os, statistics, sys, tempfile
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import run, floor, alternate
+images, epochs, repeats = 512, 2, int(sys.argv[1]) if len(sys.argv) > 1 else 10
+OLD = run.NATIVE + ["--native", "libtorch_cpu.so*:at::_ops::copy_::call", "--sample-stack", "1"]
+arms = {"new": run.NATIVE, "old": OLD}
+data = alternate.example_data(images, run.PY)
+samples = images * epochs
+with tempfile.TemporaryDirectory() as tmp:
+    run.run_train(data, 1, False, tmp)
+    secs = {"untraced": [], "new": [], "old": []}
+    cpus = {"untraced": [], "new": [], "old": []}
+    for i in range(repeats):
+        for arm in ("untraced", "new", "old"):
+            s, info = run.run_train(data, epochs, arm != "untraced", tmp, arms.get(arm, []))
+            secs[arm].append(s)
+            cpus[arm].append(info["cpu_s"] / samples)
+        print("repeat", i, {a: round(v[-1], 3) for a, v in secs.items()}, flush=True)
+    u = statistics.median(secs["untraced"])
+    for arm in ("new", "old"):
+        m = statistics.median(secs[arm])
+        print(f"{arm}: samples/s slowdown {100 * (m / u - 1):+.1f} % ({run.pairs(secs[arm], secs['untraced'])}); "
+              f"CPU/sample ratio {statistics.median(cpus[arm]) / statistics.median(cpus['untraced']):.3f} "
+              f"({run.pairs(cpus[arm], cpus['untraced'])})", flush=True)
+    cpu_ms = 1000 * statistics.median(cpus["untraced"])
+    slots = floor.probe_points(run.LOTUS, run.PY, "slots")
+    with floor.BareUprobe(slots) as probe:
+        hits = run.epoch_snapshots(run.train_cmd(data, 3), lambda _: probe.hits(), "bare")
+    slot_hits = (hits[2] - hits[0]) / (2 * images)
+    per_object_call = floor.call_costs(run.PY, run.LOTUS, 3, "objects", slots, returns=True)
+    for arm in ("new", "old"):
+        costs, rc = [], []
+        for _ in range(3):
+            costs.append(run.bpf_cost(data, images, arms[arm]))
+            rc.append(run.tracer_run_cpu(data, images, arms[arm]))
+        acc = run.mode_account(costs, slot_hits, per_object_call, statistics.median(rc), cpu_ms)
+        print(arm, f"account {acc[1]:.2f} %", acc[2], "| native_call runs/sample", run.runs_of(costs, "native_call"),
+              "| on_sample", run.runs_of(costs, "on_sample"), "| cpu_ms/sample", round(cpu_ms, 3), flush=True)
+        print("  costs", costs[1], flush=True)
