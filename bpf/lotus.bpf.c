@@ -210,18 +210,21 @@ static __always_inline __u64 user_regs(struct bpf_perf_event_data *ctx, bool in_
 
 /* The sample with the stack above sp, read a chunk at a time (a read across the stack's top would fail whole);
  * false where it did not fit, and the caller records the leaf alone. */
-static __always_inline bool sample_with_stack(struct bpf_perf_event_data *ctx, bool in_kernel)
+static __always_inline bool sample_with_stack(struct bpf_perf_event_data *ctx, bool in_kernel, __u64 leaf, __u64 sp,
+                                              __u64 bp)
 {
-    if (bpf_ringbuf_query(&lotus_events, BPF_RB_AVAIL_DATA) > STACK_COPY_RING_MAX)
+    if (!leaf || !sp)
         return false;
-    struct lotus_sample_stack *e = bpf_ringbuf_reserve(&lotus_events, sizeof(*e), 0);
-    if (!e)
+    struct lotus_sample_stack *e = 0;
+    if (bpf_ringbuf_query(&lotus_events, BPF_RB_AVAIL_DATA) <= STACK_COPY_RING_MAX)
+        e = bpf_ringbuf_reserve(&lotus_events, sizeof(*e), 0);
+    if (!e) {
+        count(LOTUS_FAIL_STACK_COPY);
         return false;
+    }
     count(LOTUS_COUNT_SUBMITTED);
     fill_header(&e->s.h, LOTUS_EV_SAMPLE_STACK);
     e->s.in_kernel = in_kernel;
-    __u64 sp = 0, bp = 0;
-    __u64 leaf = user_regs(ctx, in_kernel, &sp, &bp);
     e->s.ip[0] = leaf;
     e->s.nr_ips = leaf ? 1 : 0;
     for (__u32 i = 1; i < LOTUS_STACK_DEPTH; i++)
@@ -230,7 +233,7 @@ static __always_inline bool sample_with_stack(struct bpf_perf_event_data *ctx, b
     e->bp = bp;
     e->pad = 0;
     __u32 len = 0;
-    for (__u32 i = 0; i < LOTUS_STACK_COPY_CHUNKS && leaf && sp; i++) {
+    for (__u32 i = 0; i < LOTUS_STACK_COPY_CHUNKS; i++) {
         if (bpf_probe_read_user(&e->stack[i * LOTUS_STACK_COPY_CHUNK], LOTUS_STACK_COPY_CHUNK,
                                 (void *)(sp + i * LOTUS_STACK_COPY_CHUNK)))
             break;
@@ -259,11 +262,16 @@ int on_sample(struct bpf_perf_event_data *ctx)
      * refuses narrower ones of regs). */
     __u64 ip = ctx->regs.ip;
     bool in_kernel = ip >= 0xffff800000000000ull;
-    /* Inside a probed native call, that call names a sample its leaf does not: no callers are wanted. */
-    struct thread_state *ts = bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0);
-    bool in_native = ts && ts->native_open;
-    if (sample_copy_stack && sample_frames > 1 && !in_native && sample_with_stack(ctx, in_kernel))
-        return 0;
+    if (sample_copy_stack && sample_frames > 1) {
+        __u64 sp = 0, bp = 0;
+        __u64 leaf = user_regs(ctx, in_kernel, &sp, &bp);
+        /* Inside a probed native call, that call names a sample its leaf does not: no callers are wanted. */
+        struct thread_state *ts = bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0);
+        if (ts && ts->native_open && sp > ts->native_sp)
+            ts->native_open = 0; /* above the outermost call's frame: it returned unseen */
+        if (!(ts && ts->native_open) && sample_with_stack(ctx, in_kernel, leaf, sp, bp))
+            return 0;
+    }
     struct lotus_sample *e = reserve(sizeof(*e));
     if (!e)
         return 0;

@@ -61,7 +61,8 @@ enum lotus_counter_slot {
     LOTUS_FAIL_DEPTH = 3,        /* a call nested deeper than 64 seen calls: neither its entry nor its return */
     LOTUS_FAIL_THREAD_STATE = 4, /* a traced thread's calls while its state could not be made (task storage) */
     LOTUS_FAIL_NET_FULL = 5,     /* --net: a process not kept in the full lotus_net map: its bytes */
-    LOTUS_COUNT_SLOTS = 6,
+    LOTUS_FAIL_STACK_COPY = 6,   /* --sample-unwind cfi: a sample whose stack was not copied (the ring filling) */
+    LOTUS_COUNT_SLOTS = 7,
 };
 
 /* Exact per-thread software counters at a probe: on-CPU time (accumulated at every context switch of a traced

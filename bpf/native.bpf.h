@@ -17,10 +17,13 @@ static __always_inline int native_event(void *ctx, __u32 type)
      * and its stack is not copied. */
     struct thread_state *ts = bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0);
     if (ts) {
-        if (type == LOTUS_EV_NATIVE_ENTRY && ts->native_open < 255)
+        if (type == LOTUS_EV_NATIVE_ENTRY && ts->native_open < 255) {
+            if (!ts->native_open)
+                ts->native_sp = PT_REGS_SP((struct pt_regs *)ctx);
             ts->native_open++;
-        else if (type == LOTUS_EV_NATIVE_RETURN && ts->native_open)
+        } else if (type == LOTUS_EV_NATIVE_RETURN && ts->native_open) {
             ts->native_open--;
+        }
     }
     struct lotus_native *e = reserve(sizeof(*e));
     if (!e)

@@ -67,6 +67,8 @@ struct thread_state {
                      * os.read (os_read_call), 1 and its fd (its bytes are in the object it returns) */
     __s32 read_fd;
     __u32 _pad2;
+    __u64 native_sp; /* the user stack pointer at the outermost open native call's entry: a sample above it finds
+                      * that call returned (its return never ran: a longjmp, links closed) and native_open stale */
     struct type_memo types[TYPE_MEMO]; /* see memo_type_flags */
     struct oncpu cpu;
 };

@@ -2,6 +2,7 @@
 // addresses those calls pushed, in order, from the test binary's and libc's .eh_frame.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -84,4 +85,41 @@ TEST(CfiUnwinder, StopsWhereTheCopyOrTheMapsEnd)
     // No file holds the code: nothing is guessed.
     EXPECT_TRUE(u.callers(g_copy, 16, [](uint64_t) { return std::optional<CodePlace>(); }).empty());
     EXPECT_EQ(u.callers(g_copy, 2, locate).size(), 2u);
+}
+
+namespace {
+
+uint64_t g_after_raise; // where raiser()'s call of raise() returns to
+
+void on_usr1(int)
+{
+    inner();
+    asm volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void raiser()
+{
+    raise(SIGUSR1);
+    g_after_raise = reinterpret_cast<uint64_t>(__builtin_return_address(0));
+    asm volatile("" ::: "memory");
+}
+
+} // namespace
+
+// A handler's caller is the kernel's signal frame (glibc's __restore_rt): the interrupted code above it is not
+// guessed at (its pc is exact, no call precedes it), so the walk ends at the handler.
+TEST(CfiUnwinder, EndsAtASignalFrame)
+{
+    struct sigaction sa = {}, old = {};
+    sa.sa_handler = on_usr1;
+    ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+    raiser();
+    sigaction(SIGUSR1, &old, nullptr);
+    CfiUnwinder u;
+    auto callers = u.callers(g_copy, 16, locate);
+    ASSERT_GE(callers.size(), 1u);
+    EXPECT_EQ(callers[0], g_returns[0]); // into the handler
+    EXPECT_LE(callers.size(), 2u);
+    for (uint64_t ra : callers)
+        EXPECT_NE(ra, g_after_raise);
 }

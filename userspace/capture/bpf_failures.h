@@ -18,6 +18,8 @@ inline constexpr BpfFailure kBpfFailures[] = {
                                               "recorded"},
     {LOTUS_FAIL_NET_FULL, "net_map_full", "network send(s) or receive(s) of processes not kept in lotus_net (full), "
                                           "not counted"},
+    {LOTUS_FAIL_STACK_COPY, "stack_copy", "native-map sample(s) whose stack was not copied (the ring buffer was "
+                                          "filling): their leaf alone, [unknown] where it has no symbol"},
 };
 
 } // namespace lotus::capture

@@ -174,6 +174,11 @@ RuleLists replay_rules(const Options& opts, const std::vector<Source>& sources)
     lists.framework = meta.contains("framework") ? std::make_shared<const model::framework::Framework>(
                                                        parse_framework(meta["framework"], sources[0].path))
                                                  : nullptr;
+    if (!lists.framework && !meta.contains("sample_anchors")) { // recorded before sample anchors: named without them
+        auto older = std::make_shared<model::framework::Framework>(model::framework::builtin());
+        older->sample_anchors.clear();
+        lists.framework = older;
+    }
     return lists;
 }
 

@@ -373,6 +373,8 @@ void Session::open_target()
                             {"clock", {{"realtime_ns", t0_realtime}, {"monotonic_ns", t0_}}}};
         if (lists_.framework) // (a replay reconstructs with the knowledge the capture ran with)
             meta["framework"] = framework_json(*lists_.framework);
+        // Always: a record file without them is older than them, and its samples were named without them.
+        meta["sample_anchors"] = lists_.knowledge().sample_anchors;
         recorder_->begin(record::RecordHeader{t0_, static_cast<uint32_t>(root_), meta.dump()});
     }
 }

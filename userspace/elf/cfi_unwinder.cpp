@@ -24,6 +24,7 @@ public:
         size_t n = 0;
         if (!elf_ || elf_getphdrnum(elf_, &n) != 0)
             return;
+        raw_ = elf_rawfile(elf_, &raw_size_);
         for (size_t i = 0; i < n; i++) {
             GElf_Phdr ph;
             if (gelf_getphdr(elf_, static_cast<int>(i), &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X))
@@ -44,6 +45,35 @@ public:
     CfiFile& operator=(const CfiFile&) = delete;
 
     Dwarf_CFI* cfi() const { return cfi_; }
+    // Whether the file's bytes before this offset end with a call instruction (a return address follows one): a
+    // direct call (E8 rel32), or an indirect one (FF /2, with its ModRM's SIB and displacement, after prefixes:
+    // REX, notrack, operand or address size).
+    bool follows_call(uint64_t end) const
+    {
+        if (!raw_ || end < 9 || end > raw_size_)
+            return false;
+        const auto* b = reinterpret_cast<const uint8_t*>(raw_) + end;
+        if (b[-5] == 0xe8)
+            return true;
+        auto prefix = [](uint8_t x) { return (x >= 0x40 && x <= 0x4f) || x == 0x3e || x == 0x2e || x == 0x66 || x == 0x67; };
+        for (int k = 2; k <= 9; k++) {
+            int at = -k, extra = 0;
+            while (extra < 2 && at < -2 && prefix(b[at]))
+                at++, extra++;
+            if (b[at] != 0xff || ((b[at + 1] >> 3) & 7) != 2)
+                continue;
+            uint8_t modrm = b[at + 1], mod = modrm >> 6, rm = modrm & 7;
+            int len = 2;
+            if (mod != 3) {
+                bool sib = rm == 4;
+                int disp = mod == 1 ? 1 : mod == 2 ? 4 : (rm == 5 || (sib && (b[at + 2] & 7) == 5)) ? 4 : 0;
+                len += (sib ? 1 : 0) + disp;
+            }
+            if (len + extra == k)
+                return true;
+        }
+        return false;
+    }
     std::optional<uint64_t> vaddr_of(uint64_t offset) const
     {
         for (const auto& l : loads_)
@@ -59,6 +89,8 @@ private:
     int fd_ = -1;
     Elf* elf_ = nullptr;
     Dwarf_CFI* cfi_ = nullptr;
+    char* raw_ = nullptr; // the whole file, mapped
+    size_t raw_size_ = 0;
     std::vector<Load> loads_;
 };
 
@@ -191,7 +223,7 @@ const CfiFile* CfiUnwinder::file(const std::string& path)
     auto it = files_.find(path);
     if (it == files_.end()) {
         auto f = std::make_unique<CfiFile>(path);
-        it = files_.emplace(path, f->cfi() ? std::move(f) : nullptr).first;
+        it = files_.emplace(path, std::move(f)).first;
     }
     return it->second.get();
 }
@@ -214,20 +246,29 @@ void CfiUnwinder::walk(const StackCopy& stack, size_t max, const Locate& locate,
     regs.set(kRip, stack.ip);
     regs.set(kRsp, stack.sp);
     regs.set(kRbp, stack.bp);
-    for (size_t depth = 0; depth < max; depth++) {
+    for (size_t depth = 0;; depth++) {
         uint64_t pc = regs.value[kRip];
         // A return address is the instruction after the call: its frame's rules are the call's, one byte before.
         uint64_t lookup = depth == 0 ? pc : pc - 1;
         auto place = locate(lookup);
         const CfiFile* f = place ? file(place->path) : nullptr;
-        auto vaddr = f ? f->vaddr_of(place->file_offset) : std::nullopt;
+        if (!f)
+            break;
+        // A word the rules pointed at that follows no call is not a return address (rules exact only at call
+        // sites, a stale slot): the walk ends rather than name it.
+        if (depth > 0 && (!f->follows_call(place->file_offset + 1) || !visit(pc) || depth == max))
+            break;
+        auto vaddr = f->cfi() ? f->vaddr_of(place->file_offset) : std::nullopt;
         Dwarf_Frame* frame = nullptr;
         if (!vaddr || dwarf_cfi_addrframe(f->cfi(), *vaddr, &frame) != 0 || !frame)
             break;
+        // A signal frame's caller is the interrupted code, at an exact pc that no call precedes: not followed.
+        bool signal = false;
+        dwarf_frame_info(frame, nullptr, nullptr, &signal);
         Dwarf_Op* cfa_ops = nullptr;
         size_t ncfa = 0;
         std::optional<uint64_t> cfa;
-        if (dwarf_frame_cfa(frame, &cfa_ops, &ncfa) == 0 && ncfa)
+        if (!signal && dwarf_frame_cfa(frame, &cfa_ops, &ncfa) == 0 && ncfa)
             cfa = evaluate(cfa_ops, ncfa, regs, std::nullopt, mem, nullptr);
         std::optional<uint64_t> ra, bp;
         if (cfa) {
@@ -237,8 +278,6 @@ void CfiUnwinder::walk(const StackCopy& stack, size_t max, const Locate& locate,
         free(frame);
         // The outermost frame's return address is undefined; a stack that does not grow back up is not a stack.
         if (!cfa || !ra || *ra == 0 || *cfa <= regs.value[kRsp])
-            break;
-        if (!visit(*ra))
             break;
         Regs caller;
         caller.set(kRip, *ra);
