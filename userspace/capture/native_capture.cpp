@@ -164,6 +164,34 @@ void NativeCapture::on_library_open(const void* data, size_t len)
 
 void NativeCapture::on_event(const void* data, size_t len) { model::dispatch(data, len, *this); }
 
+bool NativeCapture::named(uint32_t pid, uint64_t ip)
+{
+    // The ranges already written for this process, as its current maps resolve them, answer most addresses (a
+    // stack's callers are the same few call sites over and over); else the symbolizer.
+    uint64_t g = symbolizer_.maps_generation(pid);
+    for (auto* ranges : {&written_, &looked_up_}) {
+        auto w = ranges->find(pid);
+        if (w == ranges->end() || w->second.generation != g)
+            continue;
+        auto next = w->second.ranges.upper_bound(ip);
+        if (next != w->second.ranges.begin() && ip < std::prev(next)->second.hi)
+            return std::prev(next)->second.named;
+    }
+    auto f = symbolizer_.resolve(pid, ip);
+    bool is_named = !f.function.empty();
+    auto& mine = looked_up_[pid];
+    if (mine.generation != symbolizer_.maps_generation(pid)) // (resolving may have read the maps again)
+        mine = WrittenRanges{symbolizer_.maps_generation(pid), {}};
+    if (f.lo <= ip && ip < f.hi) {
+        auto next = mine.ranges.upper_bound(ip);
+        uint64_t lo = next != mine.ranges.begin() ? std::max(f.lo, std::prev(next)->second.hi) : f.lo;
+        uint64_t hi = next != mine.ranges.end() ? std::min(f.hi, next->first) : f.hi;
+        if (lo <= ip && ip < hi)
+            mine.ranges.emplace_hint(next, lo, Written{hi, is_named});
+    }
+    return is_named;
+}
+
 lotus_sample NativeCapture::unwound(const lotus_sample_stack& st, uint32_t frames)
 {
     lotus_sample out = st.s;
@@ -171,7 +199,7 @@ lotus_sample NativeCapture::unwound(const lotus_sample_stack& st, uint32_t frame
     frames = std::min<uint32_t>(frames, LOTUS_STACK_DEPTH);
     uint32_t pid = st.s.h.tgid;
     // A named leaf is the sample's function (the engine's first rule): its callers would not be looked at.
-    if (!out.nr_ips || !symbolizer_.resolve(pid, out.ip[0]).function.empty())
+    if (!out.nr_ips || named(pid, out.ip[0]))
         return out;
     unwound_++;
     elf::StackCopy copy{out.ip[0], st.sp, st.bp, st.stack, std::min<size_t>(st.stack_len, sizeof(st.stack))};
@@ -182,7 +210,7 @@ lotus_sample NativeCapture::unwound(const lotus_sample_stack& st, uint32_t frame
     unwinder_.walk(copy, 32, [&](uint64_t ip) { return symbolizer_.place(pid, ip); }, [&](uint64_t ra) {
         callers_++;
         // The call instruction is what ran in that function (a return address may be the next function's first).
-        if (!symbolizer_.resolve(pid, ra - 1).function.empty())
+        if (named(pid, ra - 1))
             out.ip[out.nr_ips++] = ra - 1;
         return out.nr_ips < frames;
     });
@@ -198,6 +226,7 @@ void NativeCapture::process_event(const lotus_proc_event& p)
     if (p.h.type == LOTUS_EV_EXEC)
         symbolizer_.execed(p.h.tgid);
     written_.erase(p.h.tgid);
+    looked_up_.erase(p.h.tgid);
     std::erase_if(said_late_, [&](const auto& s) { return s.first == p.h.tgid; });
 }
 

@@ -51,6 +51,8 @@ private:
         uint64_t live_ns = 0; // when its probes were in place
         std::string library;  // its basename
     };
+    // Whether ip of pid is in a function with a symbol.
+    bool named(uint32_t pid, uint64_t ip);
     // The file's probes, once, with when they went live; nullptr where none is (not wanted, none refused).
     const Probed* attach_library(const std::string& path);
     // pid had loaded the library at loaded_ns, before its probes went live: its calls in between are not seen.
@@ -78,6 +80,7 @@ private:
         std::map<uint64_t, Written> ranges;
     };
     std::unordered_map<uint32_t, WrittenRanges> written_;
+    std::unordered_map<uint32_t, WrittenRanges> looked_up_; // the same for callers looked up, not written
     std::vector<size_t> matched_;
     uint32_t functions_ = 0, refused_ = 0;
     double attach_s_ = 0;

@@ -196,24 +196,73 @@ std::optional<uint64_t> evaluate(const Dwarf_Op* ops, size_t n, const Regs& regs
     return st.back();
 }
 
-// A register of the caller, by the frame's rule: nullopt where it cannot be recovered (or the copy lacks it).
-std::optional<uint64_t> caller_register(Dwarf_Frame* frame, int r, const Regs& regs, uint64_t cfa, const Memory& mem)
+// A register's rule in a frame: the same value, undefined, or an expression (its address, or its value).
+struct RegRule {
+    bool same = false, undefined = false;
+    std::vector<Dwarf_Op> ops;
+};
+
+RegRule register_rule(Dwarf_Frame* frame, int r)
 {
     Dwarf_Op mem_ops[3];
     Dwarf_Op* ops = nullptr;
     size_t n = 0;
+    RegRule rule;
     if (dwarf_frame_register(frame, r, mem_ops, &ops, &n) != 0)
+        rule.undefined = true;
+    else if (n == 0) // same value (ops null), or undefined
+        (ops == nullptr ? rule.same : rule.undefined) = true;
+    else
+        rule.ops.assign(ops, ops + n);
+    return rule;
+}
+
+// A register of the caller, by the frame's rule: nullopt where it cannot be recovered (or the copy lacks it).
+std::optional<uint64_t> caller_register(const RegRule& rule, int r, const Regs& regs, uint64_t cfa, const Memory& mem)
+{
+    if (rule.same)
+        return regs.known[r] ? std::optional<uint64_t>(regs.value[r]) : std::nullopt;
+    if (rule.undefined)
         return std::nullopt;
-    if (n == 0) // same value (ops null), or undefined
-        return ops == nullptr && regs.known[r] ? std::optional<uint64_t>(regs.value[r]) : std::nullopt;
     bool is_value = false;
-    auto v = evaluate(ops, n, regs, cfa, mem, &is_value);
+    auto v = evaluate(rule.ops.data(), rule.ops.size(), regs, cfa, mem, &is_value);
     if (!v || is_value)
         return v;
     return mem.word(*v);
 }
 
 } // namespace
+
+// One pc's rules, copied out of libdw's frame: a walk meets the same call sites over and over, and computing a
+// frame (finding the FDE, running its CIE's and its own instructions) was most of the walk's time.
+struct CfiUnwinder::Rules {
+    bool found = false, signal = false;
+    std::vector<Dwarf_Op> cfa; // empty: unknown
+    RegRule ra, bp;
+};
+
+const CfiUnwinder::Rules& CfiUnwinder::rules(const CfiFile* f, uint64_t vaddr)
+{
+    auto key = std::make_pair(f, vaddr);
+    if (auto it = rules_.find(key); it != rules_.end())
+        return it->second;
+    if (rules_.size() >= kRulesKept) // leaves vary with every instruction sampled: bounded, started over
+        rules_.clear();
+    Rules r;
+    Dwarf_Frame* frame = nullptr;
+    if (f->cfi() && dwarf_cfi_addrframe(f->cfi(), vaddr, &frame) == 0 && frame) {
+        r.found = true;
+        dwarf_frame_info(frame, nullptr, nullptr, &r.signal);
+        Dwarf_Op* ops = nullptr;
+        size_t n = 0;
+        if (dwarf_frame_cfa(frame, &ops, &n) == 0 && n)
+            r.cfa.assign(ops, ops + n);
+        r.ra = register_rule(frame, kRip);
+        r.bp = register_rule(frame, kRbp);
+        free(frame);
+    }
+    return rules_.emplace(key, std::move(r)).first->second;
+}
 
 CfiUnwinder::CfiUnwinder() = default;
 CfiUnwinder::~CfiUnwinder() = default;
@@ -259,23 +308,20 @@ void CfiUnwinder::walk(const StackCopy& stack, size_t max, const Locate& locate,
         if (depth > 0 && (!f->follows_call(place->file_offset + 1) || !visit(pc) || depth == max))
             break;
         auto vaddr = f->cfi() ? f->vaddr_of(place->file_offset) : std::nullopt;
-        Dwarf_Frame* frame = nullptr;
-        if (!vaddr || dwarf_cfi_addrframe(f->cfi(), *vaddr, &frame) != 0 || !frame)
+        if (!vaddr)
             break;
+        const Rules& r = rules(f, *vaddr);
         // A signal frame's caller is the interrupted code, at an exact pc that no call precedes: not followed.
-        bool signal = false;
-        dwarf_frame_info(frame, nullptr, nullptr, &signal);
-        Dwarf_Op* cfa_ops = nullptr;
-        size_t ncfa = 0;
+        if (!r.found || r.signal)
+            break;
         std::optional<uint64_t> cfa;
-        if (!signal && dwarf_frame_cfa(frame, &cfa_ops, &ncfa) == 0 && ncfa)
-            cfa = evaluate(cfa_ops, ncfa, regs, std::nullopt, mem, nullptr);
+        if (!r.cfa.empty())
+            cfa = evaluate(r.cfa.data(), r.cfa.size(), regs, std::nullopt, mem, nullptr);
         std::optional<uint64_t> ra, bp;
         if (cfa) {
-            ra = caller_register(frame, kRip, regs, *cfa, mem);
-            bp = caller_register(frame, kRbp, regs, *cfa, mem);
+            ra = caller_register(r.ra, kRip, regs, *cfa, mem);
+            bp = caller_register(r.bp, kRbp, regs, *cfa, mem);
         }
-        free(frame);
         // The outermost frame's return address is undefined; a stack that does not grow back up is not a stack.
         if (!cfa || !ra || *ra == 0 || *cfa <= regs.value[kRsp])
             break;

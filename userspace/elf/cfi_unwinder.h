@@ -42,7 +42,11 @@ public:
     size_t files() const { return files_.size(); }
 
 private:
+    struct Rules;
     const CfiFile* file(const std::string& path);
+    const Rules& rules(const CfiFile* f, uint64_t vaddr);
+    static constexpr size_t kRulesKept = 1 << 16;
+    std::map<std::pair<const CfiFile*, uint64_t>, Rules> rules_; // by file and address
     std::map<std::string, std::unique_ptr<CfiFile>> files_; // null: unreadable, or no CFI
 };
 

@@ -191,7 +191,17 @@ void Symbolizer::library_opened(uint32_t pid)
         it->second.reread_until_ms = monotonic_ms() + 2000;
 }
 
-const proc::Mapping* Symbolizer::mapping(uint32_t pid, uint64_t ip, int* hops)
+const std::string& Symbolizer::local_path(uint32_t pid, const proc::Mapping& map)
+{
+    auto key = std::make_tuple(map.dev_major, map.dev_minor, map.inode);
+    auto it = local_.find(key);
+    if (it == local_.end() || it->second.empty())
+        it = local_.insert_or_assign(key, proc::openable_path(static_cast<int>(pid), map.path, map.inode,
+                                                              map.dev_major, map.dev_minor)).first;
+    return it->second;
+}
+
+const proc::Mapping* Symbolizer::mapping(uint32_t pid, uint64_t ip, int* hops, uint32_t* owner)
 {
     // This process's maps (re-read on a miss), then its ancestors' (a fork child that already exited).
     uint32_t p = pid;
@@ -205,6 +215,7 @@ const proc::Mapping* Symbolizer::mapping(uint32_t pid, uint64_t ip, int* hops)
                                           [](uint64_t v, const proc::Mapping& map) { return v < map.start; });
             if (after != m->begin() && ip < std::prev(after)->end) {
                 *hops = hop;
+                *owner = p;
                 return &*std::prev(after);
             }
             if (hop > 0)
@@ -218,16 +229,21 @@ const proc::Mapping* Symbolizer::mapping(uint32_t pid, uint64_t ip, int* hops)
 std::optional<CodePlace> Symbolizer::place(uint32_t pid, uint64_t ip)
 {
     int hop = 0;
-    const proc::Mapping* map = mapping(pid, ip, &hop);
+    uint32_t owner = 0;
+    const proc::Mapping* map = mapping(pid, ip, &hop, &owner);
     if (!map || map->path.empty() || map->path[0] != '/')
         return std::nullopt;
-    return CodePlace{map->path, ip - map->start + map->offset};
+    const std::string& local = local_path(owner, *map);
+    if (local.empty())
+        return std::nullopt;
+    return CodePlace{local, ip - map->start + map->offset};
 }
 
 NativeFrame Symbolizer::resolve(uint32_t pid, uint64_t ip)
 {
     int hop = 0;
-    if (const proc::Mapping* found = mapping(pid, ip, &hop)) {
+    uint32_t owner = 0;
+    if (const proc::Mapping* found = mapping(pid, ip, &hop, &owner)) {
         const proc::Mapping& map = *found;
         NativeFrame f;
         f.lo = map.start, f.hi = map.end;
@@ -237,7 +253,9 @@ NativeFrame Symbolizer::resolve(uint32_t pid, uint64_t ip)
             return f; // anonymous memory (JIT code), the stack, [vdso]...
         }
         f.library = common::base_name(map.path);
-        if (const auto* t = table(map.path)) {
+        // The very file mapped (a container's own libraries, not the host's at the same path), else no name.
+        const std::string& local = local_path(owner, map);
+        if (const auto* t = local.empty() ? nullptr : table(local)) {
             uint64_t off = ip - map.start + map.offset, lo, hi;
             if (const auto* name = t->find_offset_range(off, &lo, &hi))
                 f.function = *name;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -83,8 +84,10 @@ public:
 
 private:
     const std::vector<proc::Mapping>* maps(uint32_t pid, bool refresh);
-    // The mapping holding ip, and through how many parents' maps it was found (*hops).
-    const proc::Mapping* mapping(uint32_t pid, uint64_t ip, int* hops);
+    // The mapping holding ip, through how many parents' maps it was found (*hops) and whose (*owner).
+    const proc::Mapping* mapping(uint32_t pid, uint64_t ip, int* hops, uint32_t* owner);
+    // A path that opens the very file a mapping of pid's maps (proc::openable_path), by (dev, inode); "" if none.
+    const std::string& local_path(uint32_t pid, const proc::Mapping& map);
     const FunctionTable* table(const std::string& path);
     struct Maps {
         std::shared_ptr<const std::vector<proc::Mapping>> maps;
@@ -97,6 +100,7 @@ private:
     std::unordered_map<uint32_t, Maps> maps_;
     const proc::ProcessTree& tree_;
     std::map<std::string, std::unique_ptr<FunctionTable>> files_; // null: unreadable
+    std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::string> local_; // (dev major, minor, inode) -> path
     size_t maps_read_ = 0;
 };
 
