@@ -18,8 +18,13 @@ static __always_inline int native_event(void *ctx, __u32 type)
     struct thread_state *ts = bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0);
     if (ts) {
         if (type == LOTUS_EV_NATIVE_ENTRY && ts->native_open < 255) {
-            if (!ts->native_open)
-                ts->native_sp = PT_REGS_SP((struct pt_regs *)ctx);
+            __u64 sp = PT_REGS_SP((struct pt_regs *)ctx);
+            /* An entry above the outermost open call's finds that call returned unseen (its count is stale):
+             * this one is the outermost now. */
+            if (!ts->native_open || sp > ts->native_sp) {
+                ts->native_open = 0;
+                ts->native_sp = sp;
+            }
             ts->native_open++;
         } else if (type == LOTUS_EV_NATIVE_RETURN && ts->native_open) {
             ts->native_open--;

@@ -21,6 +21,7 @@
 #include "elf/native_functions.h"
 #include "model/framework.h"
 #include "elf/symbolizer.h"
+#include "elf/elf_file.h"
 
 using namespace lotus;
 using model::Span;
@@ -424,6 +425,67 @@ TEST(Symbols, AnAddressRangeIsTheFunctionAroundIt)
         }
     }
     EXPECT_GT(named, 100u);
+}
+
+namespace {
+
+// Maps a copy of `from` at `path` (written beside it, then renamed over whatever was there) into this process.
+uint64_t map_copy(const char* from, const std::string& path)
+{
+    std::ifstream in(from, std::ios::binary);
+    std::string tmp = path + ".new";
+    std::ofstream(tmp, std::ios::binary) << in.rdbuf();
+    if (rename(tmp.c_str(), path.c_str()) != 0)
+        return 0;
+    int fd = open(path.c_str(), O_RDONLY);
+    struct stat st;
+    void* at = fd >= 0 && fstat(fd, &st) == 0
+                   ? mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0)
+                   : MAP_FAILED;
+    close(fd);
+    return at == MAP_FAILED ? 0 : reinterpret_cast<uint64_t>(at);
+}
+
+uint64_t file_offset_of(const char* file, const char* symbol)
+{
+    elf::ElfFile f(file);
+    auto sym = f.symbol(symbol);
+    return sym ? f.file_offset(sym->value).value_or(0) : 0;
+}
+
+} // namespace
+
+// A library replaced at its path (an upgrade while the job runs) is two files: each mapping is named from the
+// file it maps, the old one (deleted now) and the new one, never one from the other's symbols.
+TEST(Symbols, AFileReplacedAtItsPathIsNamedFromWhatEachMappingMaps)
+{
+    const char* libc = "/lib/x86_64-linux-gnu/libc.so.6";
+    const char* libz = "/lib/x86_64-linux-gnu/libz.so.1";
+    char dir[] = "/tmp/lotus-replaced-XXXXXX";
+    ASSERT_TRUE(mkdtemp(dir));
+    std::string path = std::string(dir) + "/libshared.so";
+    uint64_t getpid_at = file_offset_of(libc, "getpid"), version_at = file_offset_of(libz, "zlibVersion");
+    ASSERT_TRUE(getpid_at && version_at);
+    auto pid = static_cast<uint32_t>(getpid());
+    proc::ProcessTree tree;
+    elf::Symbolizer s(tree);
+    uint64_t old_map = map_copy(libc, path);
+    ASSERT_NE(old_map, 0u);
+    auto before = s.resolve(pid, old_map + getpid_at);
+    EXPECT_TRUE(before.function == "getpid" || before.function == "__getpid") << before.function;
+    uint64_t new_map = map_copy(libz, path); // the same path names libz's copy now
+    ASSERT_NE(new_map, 0u);
+    s.library_opened(pid);
+    usleep(110'000); // past the maps' shortest re-read interval
+    EXPECT_EQ(s.resolve(pid, new_map + version_at).function, "zlibVersion");
+    auto old_again = s.resolve(pid, old_map + getpid_at);
+    EXPECT_TRUE(old_again.function == "getpid" || old_again.function == "__getpid") << old_again.function;
+    auto place = s.place(pid, new_map + version_at);
+    ASSERT_TRUE(place);
+    EXPECT_EQ(place->file_offset, version_at);
+    munmap(reinterpret_cast<void*>(old_map), 1);
+    unlink(path.c_str());
+    rmdir(dir);
 }
 
 // A fork child is symbolised with its parent's maps (not read again: a DataLoader worker each epoch), and what

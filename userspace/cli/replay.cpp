@@ -163,6 +163,10 @@ RuleLists replay_rules(const Options& opts, const std::vector<Source>& sources)
         if (s.meta.value("framework", nlohmann::json()) != sources[0].meta.value("framework", nlohmann::json()))
             throw std::runtime_error(fmt::format("{} and {} were recorded with different torch knowledge (a --rules "
                                                  "file's framework): report them apart", sources[0].path, s.path));
+        if (s.meta.value("sample_anchors", nlohmann::json()) != sources[0].meta.value("sample_anchors", nlohmann::json()))
+            throw std::runtime_error(fmt::format("{} and {} were recorded with different sample anchors (the torch "
+                                                 "knowledge that names a hidden kernel): report them apart",
+                                                 sources[0].path, s.path));
         if (meta_strings(s.meta, "counters") != meta_strings(sources[0].meta, "counters"))
             throw std::runtime_error(fmt::format("{} and {} were recorded with different --counters: report them "
                                                  "apart", sources[0].path, s.path));

@@ -15,10 +15,10 @@ namespace lotus::elf {
 // segments, to turn a mapping's file offsets into the addresses the CFI is written in.
 class CfiFile {
 public:
-    explicit CfiFile(const std::string& path)
+    CfiFile(const std::string& path, const common::FileId& id)
     {
         fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd_ < 0 || elf_version(EV_CURRENT) == EV_NONE)
+        if (fd_ < 0 || common::file_id(fd_) != id || elf_version(EV_CURRENT) == EV_NONE)
             return;
         elf_ = elf_begin(fd_, ELF_C_READ_MMAP, nullptr);
         size_t n = 0;
@@ -50,7 +50,8 @@ public:
     // REX, notrack, operand or address size).
     bool follows_call(uint64_t end) const
     {
-        if (!raw_ || end < 9 || end > raw_size_)
+        // (end itself is read where a ModRM wants a SIB byte after it: it must be in the file too.)
+        if (!raw_ || end < 9 || end >= raw_size_)
             return false;
         const auto* b = reinterpret_cast<const uint8_t*>(raw_) + end;
         if (b[-5] == 0xe8)
@@ -241,12 +242,12 @@ struct CfiUnwinder::Rules {
     RegRule ra, bp;
 };
 
-const CfiUnwinder::Rules& CfiUnwinder::rules(const CfiFile* f, uint64_t vaddr)
+const CfiUnwinder::Rules& CfiUnwinder::rules(const CfiFile* f, uint64_t vaddr, bool keep)
 {
     auto key = std::make_pair(f, vaddr);
     if (auto it = rules_.find(key); it != rules_.end())
         return it->second;
-    if (rules_.size() >= kRulesKept) // leaves vary with every instruction sampled: bounded, started over
+    if (keep && rules_.size() >= kRulesKept) // bounded, started over
         rules_.clear();
     Rules r;
     Dwarf_Frame* frame = nullptr;
@@ -261,19 +262,21 @@ const CfiUnwinder::Rules& CfiUnwinder::rules(const CfiFile* f, uint64_t vaddr)
         r.bp = register_rule(frame, kRbp);
         free(frame);
     }
+    if (!keep) {
+        leaf_ = std::make_unique<Rules>(std::move(r));
+        return *leaf_;
+    }
     return rules_.emplace(key, std::move(r)).first->second;
 }
 
 CfiUnwinder::CfiUnwinder() = default;
 CfiUnwinder::~CfiUnwinder() = default;
 
-const CfiFile* CfiUnwinder::file(const std::string& path)
+const CfiFile* CfiUnwinder::file(const CodePlace& place)
 {
-    auto it = files_.find(path);
-    if (it == files_.end()) {
-        auto f = std::make_unique<CfiFile>(path);
-        it = files_.emplace(path, std::move(f)).first;
-    }
+    auto it = files_.find(place.file);
+    if (it == files_.end())
+        it = files_.emplace(place.file, std::make_unique<CfiFile>(place.path, place.file)).first;
     return it->second.get();
 }
 
@@ -290,6 +293,8 @@ std::vector<uint64_t> CfiUnwinder::callers(const StackCopy& stack, size_t max, c
 void CfiUnwinder::walk(const StackCopy& stack, size_t max, const Locate& locate,
                        const std::function<bool(uint64_t)>& visit)
 {
+    if (max == 0)
+        return;
     Memory mem{stack};
     Regs regs;
     regs.set(kRip, stack.ip);
@@ -300,27 +305,33 @@ void CfiUnwinder::walk(const StackCopy& stack, size_t max, const Locate& locate,
         // A return address is the instruction after the call: its frame's rules are the call's, one byte before.
         uint64_t lookup = depth == 0 ? pc : pc - 1;
         auto place = locate(lookup);
-        const CfiFile* f = place ? file(place->path) : nullptr;
+        const CfiFile* f = place ? file(*place) : nullptr;
         if (!f)
             break;
         // A word the rules pointed at that follows no call is not a return address (rules exact only at call
         // sites, a stale slot): the walk ends rather than name it.
-        if (depth > 0 && (!f->follows_call(place->file_offset + 1) || !visit(pc) || depth == max))
+        if (depth > 0 && !f->follows_call(place->file_offset + 1))
             break;
         auto vaddr = f->cfi() ? f->vaddr_of(place->file_offset) : std::nullopt;
-        if (!vaddr)
+        // The leaf's rules are not kept: leaves vary with every instruction sampled, callers are the same call
+        // sites over and over.
+        const Rules* r = vaddr ? &rules(f, *vaddr, depth > 0) : nullptr;
+        // A signal frame (the trampoline a handler returns to) is no caller, and its own caller is the
+        // interrupted code, at an exact pc that no call precedes: the walk ends before either is named.
+        if (r && r->signal)
             break;
-        const Rules& r = rules(f, *vaddr);
-        // A signal frame's caller is the interrupted code, at an exact pc that no call precedes: not followed.
-        if (!r.found || r.signal)
+        if (depth > 0 && (!visit(pc) || depth == max))
             break;
+        if (!r || !r->found)
+            break;
+        const Rules& rr = *r;
         std::optional<uint64_t> cfa;
-        if (!r.cfa.empty())
-            cfa = evaluate(r.cfa.data(), r.cfa.size(), regs, std::nullopt, mem, nullptr);
+        if (!rr.cfa.empty())
+            cfa = evaluate(rr.cfa.data(), rr.cfa.size(), regs, std::nullopt, mem, nullptr);
         std::optional<uint64_t> ra, bp;
         if (cfa) {
-            ra = caller_register(r.ra, kRip, regs, *cfa, mem);
-            bp = caller_register(r.bp, kRbp, regs, *cfa, mem);
+            ra = caller_register(rr.ra, kRip, regs, *cfa, mem);
+            bp = caller_register(rr.bp, kRbp, regs, *cfa, mem);
         }
         // The outermost frame's return address is undefined; a stack that does not grow back up is not a stack.
         if (!cfa || !ra || *ra == 0 || *cfa <= regs.value[kRsp])

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "common/file_id.h"
+
 namespace lotus::elf {
 
 struct StackCopy {
@@ -18,9 +20,11 @@ struct StackCopy {
     size_t len = 0;
 };
 
-// Where code is: the file it is mapped from, and the offset in that file.
+// Where code is: the file it is mapped from (a path that opens it now, and which file that is), and the offset in
+// that file.
 struct CodePlace {
     std::string path;
+    common::FileId file;
     uint64_t file_offset = 0;
 };
 
@@ -43,11 +47,15 @@ public:
 
 private:
     struct Rules;
-    const CfiFile* file(const std::string& path);
-    const Rules& rules(const CfiFile* f, uint64_t vaddr);
+    const CfiFile* file(const CodePlace& place);
+    // A pc's rules; kept (bounded) where `keep`, else valid until the next call that does not keep them.
+    const Rules& rules(const CfiFile* f, uint64_t vaddr, bool keep);
     static constexpr size_t kRulesKept = 1 << 16;
     std::map<std::pair<const CfiFile*, uint64_t>, Rules> rules_; // by file and address
-    std::map<std::string, std::unique_ptr<CfiFile>> files_; // null: unreadable, or no CFI
+    std::unique_ptr<Rules> leaf_;
+    // By identity, not path: a path can come to name another file. One that was not that file when opened, or
+    // is not ELF, has no CFI.
+    std::map<common::FileId, std::unique_ptr<CfiFile>> files_;
 };
 
 } // namespace lotus::elf

@@ -172,17 +172,17 @@ void Symbolizer::forked(uint32_t pid, uint32_t parent)
     maps_[pid] = Maps{std::move(shared), 0, 0, true, p->second.generation};
 }
 
-const FunctionTable* Symbolizer::table(const std::string& path)
+const FunctionTable* Symbolizer::table(const LocalFile& file)
 {
-    auto it = files_.find(path);
+    auto it = files_.find(file.id);
     if (it != files_.end())
         return it->second.get();
     std::unique_ptr<FunctionTable> t;
     try {
-        t = std::make_unique<FunctionTable>(path);
+        t = std::make_unique<FunctionTable>(file.path);
     } catch (const std::exception&) {
     }
-    return (files_[path] = std::move(t)).get();
+    return (files_[file.id] = std::move(t)).get();
 }
 
 void Symbolizer::library_opened(uint32_t pid)
@@ -191,14 +191,23 @@ void Symbolizer::library_opened(uint32_t pid)
         it->second.reread_until_ms = monotonic_ms() + 2000;
 }
 
-const std::string& Symbolizer::local_path(uint32_t pid, const proc::Mapping& map)
+const Symbolizer::LocalFile* Symbolizer::local_file(uint32_t pid, const proc::Mapping& map)
 {
-    auto key = std::make_tuple(map.dev_major, map.dev_minor, map.inode);
-    auto it = local_.find(key);
-    if (it == local_.end() || it->second.empty())
-        it = local_.insert_or_assign(key, proc::openable_path(static_cast<int>(pid), map.path, map.inode,
-                                                              map.dev_major, map.dev_minor)).first;
-    return it->second;
+    auto& entry = local_[std::make_tuple(map.dev_major, map.dev_minor, map.inode)];
+    uint64_t generation = maps_generation(pid);
+    if (entry.generation != generation || generation == 0) {
+        entry.generation = generation;
+        common::UniqueFd fd = proc::open_mapped(static_cast<int>(pid), map);
+        auto id = common::file_id(fd.get());
+        // Kept when it is still that file, or when nothing can be opened to say otherwise (the process is gone:
+        // what its maps named was this file when they were read).
+        if (id && (!entry.fd || *id != entry.id)) {
+            entry.id = *id;
+            entry.fd = std::move(fd);
+            entry.path = "/proc/self/fd/" + std::to_string(entry.fd.get());
+        }
+    }
+    return entry.fd ? &entry : nullptr;
 }
 
 const proc::Mapping* Symbolizer::mapping(uint32_t pid, uint64_t ip, int* hops, uint32_t* owner)
@@ -233,10 +242,10 @@ std::optional<CodePlace> Symbolizer::place(uint32_t pid, uint64_t ip)
     const proc::Mapping* map = mapping(pid, ip, &hop, &owner);
     if (!map || map->path.empty() || map->path[0] != '/')
         return std::nullopt;
-    const std::string& local = local_path(owner, *map);
-    if (local.empty())
+    const LocalFile* local = local_file(owner, *map);
+    if (!local)
         return std::nullopt;
-    return CodePlace{local, ip - map->start + map->offset};
+    return CodePlace{local->path, local->id, ip - map->start + map->offset};
 }
 
 NativeFrame Symbolizer::resolve(uint32_t pid, uint64_t ip)
@@ -254,8 +263,8 @@ NativeFrame Symbolizer::resolve(uint32_t pid, uint64_t ip)
         }
         f.library = common::base_name(map.path);
         // The very file mapped (a container's own libraries, not the host's at the same path), else no name.
-        const std::string& local = local_path(owner, map);
-        if (const auto* t = local.empty() ? nullptr : table(local)) {
+        const LocalFile* local = local_file(owner, map);
+        if (const auto* t = local ? table(*local) : nullptr) {
             uint64_t off = ip - map.start + map.offset, lo, hi;
             if (const auto* name = t->find_offset_range(off, &lo, &hi))
                 f.function = *name;

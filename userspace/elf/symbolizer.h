@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/file_id.h"
+#include "common/unique_fd.h"
 #include "elf/cfi_unwinder.h"
 #include "proc/proc_maps.h"
 #include "proc/process_tree.h"
@@ -86,9 +88,17 @@ private:
     const std::vector<proc::Mapping>* maps(uint32_t pid, bool refresh);
     // The mapping holding ip, through how many parents' maps it was found (*hops) and whose (*owner).
     const proc::Mapping* mapping(uint32_t pid, uint64_t ip, int* hops, uint32_t* owner);
-    // A path that opens the very file a mapping of pid's maps (proc::openable_path), by (dev, inode); "" if none.
-    const std::string& local_path(uint32_t pid, const proc::Mapping& map);
-    const FunctionTable* table(const std::string& path);
+    // The very file a mapping of pid's maps, held open (proc::open_mapped), or nullptr. Checked again at each new
+    // reading of the maps it is looked up through (the inode may be another file's by then); one that could not be
+    // opened is tried again only then.
+    struct LocalFile {
+        common::UniqueFd fd;
+        std::string path; // /proc/self/fd/N: opens that very file
+        common::FileId id;
+        uint64_t generation = 0; // the maps reading it was last checked at
+    };
+    const LocalFile* local_file(uint32_t pid, const proc::Mapping& map);
+    const FunctionTable* table(const LocalFile& file);
     struct Maps {
         std::shared_ptr<const std::vector<proc::Mapping>> maps;
         uint64_t read_ms = 0;
@@ -99,8 +109,8 @@ private:
     uint64_t generations_ = 0;
     std::unordered_map<uint32_t, Maps> maps_;
     const proc::ProcessTree& tree_;
-    std::map<std::string, std::unique_ptr<FunctionTable>> files_; // null: unreadable
-    std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::string> local_; // (dev major, minor, inode) -> path
+    std::map<common::FileId, std::unique_ptr<FunctionTable>> files_; // null: unreadable
+    std::map<std::tuple<uint32_t, uint32_t, uint64_t>, LocalFile> local_; // by the maps' (dev major, minor, inode)
     size_t maps_read_ = 0;
 };
 

@@ -173,6 +173,26 @@ std::string openable_path(int pid, const std::string& path, uint64_t inode, uint
     return {};
 }
 
+common::UniqueFd open_mapped(int pid, const Mapping& map)
+{
+    if (map.path.empty() || map.path[0] != '/')
+        return {};
+    char mapped[96];
+    snprintf(mapped, sizeof(mapped), "/proc/%d/map_files/%lx-%lx", pid, static_cast<unsigned long>(map.start),
+             static_cast<unsigned long>(map.end));
+    common::UniqueFd fd(open(mapped, O_RDONLY | O_CLOEXEC));
+    if (fd)
+        return fd;
+    for (const std::string& p : {"/proc/" + std::to_string(pid) + "/root" + map.path, map.path}) {
+        fd.reset(open(p.c_str(), O_RDONLY | O_CLOEXEC));
+        struct stat st;
+        if (fd && fstat(fd.get(), &st) == 0 && st.st_ino == map.inode && major(st.st_dev) == map.dev_major &&
+            minor(st.st_dev) == map.dev_minor)
+            return fd;
+    }
+    return {};
+}
+
 std::string openable_exe(int pid, const std::string& path)
 {
     struct stat st;

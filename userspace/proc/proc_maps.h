@@ -31,6 +31,10 @@ std::optional<std::vector<Mapping>> exec_file_maps(int pid, const std::function<
 // namespace: a container), as the process's root does (then under /proc/PID/root). The candidate that is that
 // very file; empty when neither is.
 std::string openable_path(int pid, const std::string& path, uint64_t inode, uint32_t dev_major, uint32_t dev_minor);
+// The file a mapping of pid's maps, open: through /proc/PID/map_files (the mapping's very file, whatever mount
+// namespace or overlay it is in), else the first of openable_path's candidates that is, once open, that inode on
+// that device. Invalid when none is (the process is gone and the path names another file, or none).
+common::UniqueFd open_mapped(int pid, const Mapping& map);
 // The same for the process's executable.
 std::string openable_exe(int pid, const std::string& path);
 
