@@ -153,6 +153,7 @@ const std::vector<proc::Mapping>* Symbolizer::maps(uint32_t pid, bool refresh)
         entry.read_ms = now;
         entry.inherited = false;
         entry.generation = ++generations_;
+        entry.found.clear();
         return entry.maps.get();
     } catch (const std::exception&) {
         return it != maps_.end() ? it->second.maps.get() : nullptr; // gone: what was read before still holds
@@ -169,7 +170,12 @@ void Symbolizer::forked(uint32_t pid, uint32_t parent)
     if (p == maps_.end() || maps_.count(pid))
         return;
     auto shared = p->second.maps;
-    maps_[pid] = Maps{std::move(shared), 0, 0, true, p->second.generation};
+    Maps child;
+    child.maps = std::move(shared);
+    child.inherited = true;
+    child.generation = p->second.generation;
+    child.found = p->second.found;
+    maps_[pid] = std::move(child);
 }
 
 const FunctionTable* Symbolizer::table(const LocalFile& file)
@@ -229,10 +235,65 @@ const proc::Mapping* Symbolizer::mapping(uint32_t pid, uint64_t ip, int* hops, u
             }
             if (hop > 0)
                 break;
+            if (!refresh) {
+                bool answered = false;
+                if (const proc::Mapping* q = queried(p, ip, &answered)) {
+                    *hops = 0;
+                    *owner = p;
+                    return q;
+                }
+                if (answered) // nothing is mapped there, or asking again so soon is too dear: not a re-read
+                    break;
+            }
         }
         p = tree_.parent(p);
     }
     return nullptr;
+}
+
+const proc::Mapping* Symbolizer::queried(uint32_t pid, uint64_t ip, bool* answered)
+{
+    auto it = maps_.find(pid);
+    if (it == maps_.end())
+        return nullptr;
+    Maps& e = it->second;
+    auto after = std::upper_bound(e.found.begin(), e.found.end(), ip,
+                                  [](uint64_t v, const proc::Mapping& map) { return v < map.start; });
+    if (after != e.found.begin() && ip < std::prev(after)->end) {
+        *answered = true;
+        return &*std::prev(after);
+    }
+    // Garbage words of a stack miss too (a walk's last frame): a few questions per 100 ms and process at most.
+    uint64_t now = monotonic_ms();
+    if (now - e.query_window_ms >= 100)
+        e.query_window_ms = now, e.queries = 0;
+    if (e.queries >= 16) {
+        *answered = true;
+        return nullptr;
+    }
+    proc::MappingQuery q;
+    try {
+        q = proc::query_file_mapping(static_cast<int>(pid), ip);
+    } catch (const std::exception&) { // gone: what was read before still holds
+        *answered = true;
+        return nullptr;
+    }
+    *answered = q.supported;
+    if (!q.supported)
+        return nullptr;
+    e.queries++;
+    maps_queried_++;
+    if (!q.found)
+        return nullptr;
+    // Beside the maps, not in them: they may be the parent's, shared. Ranges resolved before stay true (this
+    // address was in no mapping then), so the generation stays.
+    after = std::upper_bound(e.found.begin(), e.found.end(), q.found->start,
+                             [](uint64_t v, const proc::Mapping& map) { return v < map.start; });
+    if (after != e.found.begin() && std::prev(after)->end > q.found->start) // (an older answer it overlaps)
+        after = e.found.erase(std::prev(after));
+    while (after != e.found.end() && after->start < q.found->end)
+        after = e.found.erase(after);
+    return &*e.found.insert(after, std::move(*q.found));
 }
 
 std::optional<CodePlace> Symbolizer::place(uint32_t pid, uint64_t ip)

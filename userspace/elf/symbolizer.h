@@ -60,8 +60,10 @@ class Symbolizer {
 public:
     // tree: the traced processes' parents (capture's one copy), whose maps serve a process that is gone.
     explicit Symbolizer(const proc::ProcessTree& tree) : tree_(tree) {}
-    // A process's maps are read on first use, and again when an address falls outside them shortly after
-    // the process opened a library (dlopen maps it right after). The frame's range is exact for the maps and
+    // A process's maps are read on first use. An address outside them is asked of the kernel alone where it can
+    // say (PROCMAP_QUERY, Linux 6.11+: a few per 100 ms and process), and the file mapping found is kept beside
+    // them; on older kernels the maps are read again, by a fork child at its first miss and by any process
+    // shortly after it opened a library (dlopen maps it right after). The frame's range is exact for the maps and
     // symbols the answer came from: the whole function (cut where another symbol starts or ends, to the
     // mapping and to one loadable segment), the gap between symbols, the whole mapping where the file has no
     // symbols or is not a file; just ip where it came from an ancestor's maps or from none.
@@ -75,7 +77,8 @@ public:
     // the child itself is gone (through the process tree's parents).
     void forked(uint32_t pid, uint32_t parent);
     size_t files_loaded() const { return files_.size(); }
-    size_t maps_read() const { return maps_read_; } // /proc/PID/maps files read so far
+    size_t maps_read() const { return maps_read_; }       // /proc/PID/maps files read so far
+    size_t maps_queried() const { return maps_queried_; } // addresses asked of the kernel one at a time
     // Which reading of its maps the process's addresses resolve through now (0: none yet); a fork child shares
     // its parent's until it reads its own. Ranges resolved through another reading may not hold any more.
     uint64_t maps_generation(uint32_t pid) const
@@ -105,13 +108,19 @@ private:
         uint64_t reread_until_ms = 0; // a miss re-reads the maps until then (a library was opened)
         bool inherited = false;       // the parent's at fork, shared: a miss reads the process's own
         uint64_t generation = 0;      // which reading this is, numbered over all processes
+        std::vector<proc::Mapping> found; // file mappings asked of the kernel one at a time since, by address
+        uint64_t query_window_ms = 0;
+        unsigned queries = 0; // asked in the 100 ms from query_window_ms
     };
+    // ip's file mapping in pid, found beside its maps or asked of the kernel now (*answered: whether the kernel
+    // could be asked; where not, the caller reads the maps again).
+    const proc::Mapping* queried(uint32_t pid, uint64_t ip, bool* answered);
     uint64_t generations_ = 0;
     std::unordered_map<uint32_t, Maps> maps_;
     const proc::ProcessTree& tree_;
     std::map<common::FileId, std::unique_ptr<FunctionTable>> files_; // null: unreadable
     std::map<std::tuple<uint32_t, uint32_t, uint64_t>, LocalFile> local_; // by the maps' (dev major, minor, inode)
-    size_t maps_read_ = 0;
+    size_t maps_read_ = 0, maps_queried_ = 0;
 };
 
 } // namespace lotus::elf

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <signal.h>
 
+#include <atomic>
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -109,9 +110,59 @@ constexpr uint64_t kCoveringOrNext = 0x10, kFileBacked = 0x20;
 
 } // namespace
 
+namespace {
+
+std::atomic<bool> procmap_query_unsupported{false}; // learnt once: the kernel has no PROCMAP_QUERY
+
+Mapping mapping_of(const ProcmapQuery& q)
+{
+    Mapping m;
+    m.start = q.vma_start;
+    m.end = q.vma_end;
+    m.offset = q.vma_offset;
+    m.inode = q.inode;
+    m.dev_major = q.dev_major;
+    m.dev_minor = q.dev_minor;
+    m.perms = {q.vma_flags & kVmaRead ? 'r' : '-', q.vma_flags & kVmaWrite ? 'w' : '-',
+               q.vma_flags & kVmaExec ? 'x' : '-', q.vma_flags & kVmaShared ? 's' : 'p'};
+    return m;
+}
+
+} // namespace
+
+MappingQuery query_file_mapping(int pid, uint64_t addr)
+{
+    if (procmap_query_unsupported)
+        return {};
+    std::string path = "/proc/" + std::to_string(pid) + "/maps";
+    common::UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd)
+        throw std::runtime_error("cannot read " + path);
+    char name[PATH_MAX + 32];
+    ProcmapQuery q{};
+    q.size = sizeof(q);
+    q.query_flags = kFileBacked; // the mapping covering addr, not the next one
+    q.query_addr = addr;
+    q.vma_name_addr = reinterpret_cast<uint64_t>(name);
+    q.vma_name_size = sizeof(name);
+    if (ioctl(fd.get(), kProcmapQuery, &q) != 0) {
+        if (errno == ENOENT) // no file mapped there
+            return {true, std::nullopt};
+        if (errno == ENOTTY || errno == EINVAL) {
+            procmap_query_unsupported = true;
+            return {};
+        }
+        throw std::runtime_error("cannot query " + path);
+    }
+    Mapping m = mapping_of(q);
+    if (q.vma_name_size > 0)
+        m.path.assign(name, strnlen(name, q.vma_name_size));
+    return {true, std::move(m)};
+}
+
 std::optional<std::vector<Mapping>> exec_file_maps(int pid, const std::function<bool(const Mapping&)>& known)
 {
-    static bool unsupported = false;
+    std::atomic<bool>& unsupported = procmap_query_unsupported;
     if (unsupported)
         return std::nullopt;
     std::string path = "/proc/" + std::to_string(pid) + "/maps";
@@ -134,15 +185,7 @@ std::optional<std::vector<Mapping>> exec_file_maps(int pid, const std::function<
             }
             throw std::runtime_error("cannot query " + path);
         }
-        Mapping m;
-        m.start = q.vma_start;
-        m.end = q.vma_end;
-        m.offset = q.vma_offset;
-        m.inode = q.inode;
-        m.dev_major = q.dev_major;
-        m.dev_minor = q.dev_minor;
-        m.perms = {q.vma_flags & kVmaRead ? 'r' : '-', q.vma_flags & kVmaWrite ? 'w' : '-',
-                   q.vma_flags & kVmaExec ? 'x' : '-', q.vma_flags & kVmaShared ? 's' : 'p'};
+        Mapping m = mapping_of(q);
         if (!known(m)) { // its path: asked for this mapping alone
             q = {};
             q.size = sizeof(q);
