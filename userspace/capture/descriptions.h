@@ -1,6 +1,6 @@
 // Names a CODE or TYPE record left for user space: BPF's reads cannot fault a page in, so a name on a page its
 // process never touched (a static type's tp_name in the binary's read-only data, a deep-frozen code object's
-// str) arrives unread. process_vm_readv can, and capture fills them in before the record goes to the record
+// str) arrives unread. Reading /proc/PID/mem can, and capture fills them in before the record goes to the record
 // file and the engine: both see the same, complete stream.
 #pragma once
 #include <cstddef>

@@ -1,17 +1,25 @@
 #include "cpython/remote_memory.h"
 
-#include <sys/uio.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace lotus::cpython {
 
 bool ProcessMemory::read(uint64_t addr, void* buf, size_t len) const
 {
-    iovec local{buf, len};
-    iovec remote{reinterpret_cast<void*>(addr), len};
-    return process_vm_readv(pid_, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(len);
+    if (!opened_) {
+        opened_ = true;
+        mem_.reset(open(("/proc/" + std::to_string(pid_) + "/mem").c_str(), O_RDONLY | O_CLOEXEC));
+    }
+    if (!mem_ || addr > static_cast<uint64_t>(INT64_MAX) - len)
+        return false;
+    // The kernel reads it as the process's page tables hold it (no pin, no copy), page by page into our buffer.
+    return pread(mem_.get(), buf, len, static_cast<off_t>(addr)) == static_cast<ssize_t>(len);
 }
 
 std::optional<uint64_t> Memory::ptr(uint64_t addr) const

@@ -1,12 +1,13 @@
 // Reading CPython objects of a target, never writing: the readers below interpret objects and know nothing of
 // how bytes are fetched (py-spy's split). A Memory is where the bytes come from: a process's memory through
-// process_vm_readv (ProcessMemory), or, in tests, a buffer.
+// /proc/PID/mem (ProcessMemory), or, in tests, a buffer.
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/unique_fd.h"
 #include "lotus_abi.h"
 
 namespace lotus::cpython {
@@ -19,7 +20,10 @@ public:
     std::optional<uint64_t> ptr(uint64_t addr) const;
 };
 
-// A process's memory (process_vm_readv: it never faults pages in for the target, and never writes).
+// A process's memory, read through /proc/PID/mem (opened at the first read), never written. Not process_vm_readv:
+// it pins the pages it reads, and pinning a page a fork child still shares with its parent copies it for the child
+// (Linux 5.19+, to keep the pin coherent), so every page read in a DataLoader worker would cost the job a page of
+// memory and a TLB flush, and show in its PSS as its own.
 class ProcessMemory : public Memory {
 public:
     explicit ProcessMemory(int pid) : pid_(pid) {}
@@ -27,6 +31,8 @@ public:
 
 private:
     int pid_;
+    mutable common::UniqueFd mem_;
+    mutable bool opened_ = false;
 };
 
 // An ASCII str object's text, or nullopt (non-ASCII or unreadable).
