@@ -2,7 +2,7 @@
 """Issue 62, item 2: --native-map --counters with the built-in set of now (copy_ unprobed, named through the
 stack: --sample-unwind cfi) against the set before it (copy_ probed, the leaf alone), and untraced: N interleaved
 runs of the example (512 images, 2 epochs) for samples/s and CPU per sample, then each arm's cost account
-(bench/run.py's mode_account, 3 runs each). As root. Usage: bench/native_set.py [N]"""
+(bench/run.py's mode_account, 3 runs each, interleaved). As root. Usage: bench/native_set.py [N]"""
 import os, statistics, sys, tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run, floor, alternate
@@ -33,12 +33,14 @@ with tempfile.TemporaryDirectory() as tmp:
         hits = run.epoch_snapshots(run.train_cmd(data, 3), lambda _: probe.hits(), "bare")
     slot_hits = (hits[2] - hits[0]) / (2 * images)
     per_object_call = floor.call_costs(run.PY, run.LOTUS, 3, "objects", slots, returns=True)
+    costs, rc = {"new": [], "old": []}, {"new": [], "old": []}
+    for _ in range(3):  # interleaved, as the timed runs: the machine's drift falls on both arms
+        for arm in ("new", "old"):
+            costs[arm].append(run.bpf_cost(data, images, arms[arm]))
+            rc[arm].append(run.tracer_run_cpu(data, images, arms[arm]))
     for arm in ("new", "old"):
-        costs, rc = [], []
-        for _ in range(3):
-            costs.append(run.bpf_cost(data, images, arms[arm]))
-            rc.append(run.tracer_run_cpu(data, images, arms[arm]))
-        acc = run.mode_account(costs, slot_hits, per_object_call, statistics.median(rc), cpu_ms)
-        print(arm, f"account {acc[1]:.2f} %", acc[2], "| native_call runs/sample", run.runs_of(costs, "native_call"),
-              "| on_sample", run.runs_of(costs, "on_sample"), "| cpu_ms/sample", round(cpu_ms, 3), flush=True)
-        print("  costs", costs[1], flush=True)
+        acc = run.mode_account(costs[arm], slot_hits, per_object_call, statistics.median(rc[arm]), cpu_ms)
+        print(arm, f"account {acc[1]:.2f} %", acc[2], "| native_call runs/sample",
+              run.runs_of(costs[arm], "native_call"), "| on_sample", run.runs_of(costs[arm], "on_sample"),
+              "| tracer us/sample", [round(x, 1) for x in rc[arm]], "| cpu_ms/sample", round(cpu_ms, 3), flush=True)
+        print("  costs", costs[arm][1], flush=True)
