@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -58,6 +59,35 @@ TEST(ProcMaps, OwnProcessAndTree)
     EXPECT_FALSE(read_maps(getpid()).empty());
 }
 
+// A /proc reader never throws: a process that goes between the open and the read makes read(2) fail (ESRCH),
+// which a stream turned into an exception that ended the tracer (50 quick subprocesses, the modern stack).
+TEST(ProcMaps, ReadersOfAProcessThatGoesSayNothingAndNeverThrow)
+{
+    EXPECT_FALSE(read_comm(getpid()).empty());
+    EXPECT_EQ(read_comm(getpid()).find('\n'), std::string::npos);
+    EXPECT_FALSE(command_line(getpid()).empty());
+    for (int i = 0; i < 200; i++) {
+        pid_t child = fork();
+        ASSERT_GE(child, 0);
+        if (child == 0)
+            _exit(0);
+        if (i % 2)
+            waitpid(child, nullptr, 0); // gone before the reads, or (else) while they run
+        EXPECT_NO_THROW({
+            (void)parent_pid(child);
+            (void)read_comm(child);
+            (void)command_line(child);
+            (void)env_int(child, "LOTUS_READER_TEST");
+        });
+        if (i % 2 == 0)
+            waitpid(child, nullptr, 0);
+        EXPECT_EQ(parent_pid(child), std::nullopt);
+        EXPECT_EQ(read_comm(child), "");
+        EXPECT_EQ(command_line(child), "");
+        EXPECT_EQ(env_int(child, "LOTUS_READER_TEST"), std::nullopt);
+    }
+}
+
 TEST(ProcMaps, ExecutableFileMappingsQueriedOneByOneAreThoseOfTheMapsText)
 {
     auto queried = exec_file_maps(getpid(), [](const Mapping&) { return false; });
@@ -112,7 +142,7 @@ TEST(Layouts, OneRowPerSupportedVersion)
     ASSERT_TRUE(l);
     EXPECT_EQ(l->frame_code, 32);
     EXPECT_EQ(l->frame_localsplus, 72);
-    for (int minor : {10, 11, 12, 13}) {
+    for (int minor : {10, 11, 12, 13, 14, 15}) {
         auto row = layout_for({3, minor, 0});
         ASSERT_TRUE(row) << minor;
         // exactly one way to find the caller's frame per row
@@ -197,7 +227,7 @@ TEST(DebugOffsets, ParsesAValidBuffer)
 
 TEST(DebugOffsets, EachKnownVersionHasItsOwnGroupPositions)
 {
-    for (int minor : {13, 14}) {
+    for (int minor : {13, 14, 15}) {
         auto row = *layout_for({3, minor, 0});
         auto buf = crafted(row, minor);
         std::string why;
@@ -209,12 +239,15 @@ TEST(DebugOffsets, EachKnownVersionHasItsOwnGroupPositions)
     auto row14 = *layout_for({3, 14, 0});
     EXPECT_EQ(row14.tuple_items, 32);
     EXPECT_EQ(row14.stackref_tag_mask, 3u);
+    // 3.15 inserted groups before the frame's: 3.14's positions read garbage there
+    EXPECT_GT(debug_offsets_groups(15)->interpreter_frame, debug_offsets_groups(14)->interpreter_frame);
     // a version whose structure is not known is refused with a reason (the caller falls back to a row, if any)
-    auto future = crafted(row14, 14);
-    future[8 + 2] = 15;
+    auto row15 = *layout_for({3, 15, 0});
+    auto future = crafted(row15, 15);
+    future[8 + 2] = 16;
     std::string why;
-    EXPECT_FALSE(layout_from_debug_offsets(future.data(), future.size(), row14, &why));
-    EXPECT_EQ(why, "no known _Py_DebugOffsets layout for 3.15");
+    EXPECT_FALSE(layout_from_debug_offsets(future.data(), future.size(), row15, &why));
+    EXPECT_EQ(why, "no known _Py_DebugOffsets layout for 3.16");
 }
 
 TEST(DebugOffsets, RejectsCorruptBuffersWithAReason)
@@ -252,17 +285,69 @@ TEST(DebugOffsets, RealCPython313AgreesWithTheTable)
     EXPECT_EQ(0, memcmp(&i.layout, &row, sizeof(row)));
 }
 
-TEST(DebugOffsets, RealCPython314AgreesWithTheTable)
+// Debian's own 3.14 and 3.15 (static, stripped), installed by scripts/install-python.sh for the version tests.
+static std::string debian_python(int minor)
 {
-    // Debian's own 3.14 (static, stripped), installed by scripts/install-python3.14.sh for the version tests
-    const char* exe = "/opt/lotus-bpf/python3.14/usr/bin/python3.14";
-    if (access(exe, R_OK) != 0)
-        GTEST_SKIP() << "no CPython 3.14 installed (scripts/install-python3.14.sh)";
-    auto i = find_interpreter_in_executable(exe, "");
-    EXPECT_EQ(i.layout_source, "_Py_DebugOffsets");
-    EXPECT_EQ(i.version.minor, 14);
-    auto row = *layout_for({3, 14, 0});
-    EXPECT_EQ(0, memcmp(&i.layout, &row, sizeof(row)));
+    return fmt::format("/opt/lotus-bpf/python3.{0}/usr/bin/python3.{0}", minor);
+}
+
+TEST(DebugOffsets, RealCPython314And315AgreeWithTheTable)
+{
+    for (int minor : {14, 15}) {
+        std::string exe = debian_python(minor);
+        if (access(exe.c_str(), R_OK) != 0)
+            GTEST_SKIP() << "no CPython 3." << minor << " installed (scripts/install-python.sh 3." << minor << ")";
+        auto i = find_interpreter_in_executable(exe, "");
+        EXPECT_EQ(i.layout_source, "_Py_DebugOffsets") << minor;
+        EXPECT_EQ(i.version.minor, minor);
+        auto row = *layout_for({3, minor, 0});
+        EXPECT_EQ(0, memcmp(&i.layout, &row, sizeof(row))) << minor;
+    }
+}
+
+// A CPython newer than the table (3.16 to this build), even one whose _Py_DebugOffsets lotus-bpf reads, is refused
+// with one line that says so (the decision: debug_offsets.h, unsupported_version). The interpreter is Debian's
+// 3.15 with its two version words (Py_Version, _Py_DebugOffsets.version) rewritten to say 3.16.0.
+TEST(DebugOffsets, ANewerVersionThanTheTableIsRefusedInOneLine)
+{
+    EXPECT_EQ(newest_supported().minor, 15);
+    EXPECT_EQ(unsupported_version({3, 9, 18}, nullptr, 0), "CPython 3.9 is not supported (supported: " +
+                                                               supported_versions() + ")");
+    EXPECT_EQ(unsupported_version({3, 16, 0}, nullptr, 0),
+              "CPython 3.16.0 is newer than this lotus-bpf knows (supported: " + supported_versions() +
+                  ") and is not traced");
+    std::string exe = debian_python(15);
+    if (access(exe.c_str(), R_OK) != 0)
+        GTEST_SKIP() << "no CPython 3.15 installed (scripts/install-python.sh 3.15)";
+    auto dir = std::filesystem::temp_directory_path() / fmt::format("lotus-py316-{}", getpid());
+    std::filesystem::create_directories(dir);
+    auto copy = dir / "python3.16";
+    std::filesystem::copy_file(exe, copy);
+    {
+        ElfFile elf(exe);
+        uint32_t hex = 0x031000F0; // 3.16.0 final
+        uint64_t words[] = {*elf.file_offset(elf.symbol("Py_Version")->value),
+                            *elf.file_offset(elf.symbol("_PyRuntime")->value + 8)};
+        FILE* f = fopen(copy.c_str(), "r+b");
+        ASSERT_TRUE(f);
+        for (uint64_t at : words) {
+            fseek(f, static_cast<long>(at), SEEK_SET);
+            fwrite(&hex, 4, 1, f);
+        }
+        fclose(f);
+    }
+    std::string line;
+    try {
+        find_interpreter_in_executable(copy.string(), "");
+    } catch (const TargetError& e) {
+        line = e.what();
+    }
+    std::filesystem::remove_all(dir);
+    EXPECT_NE(line.find("CPython 3.16.0 is newer than this lotus-bpf knows (supported: 3.10, 3.11, 3.12, 3.13, "
+                        "3.14, 3.15) and is not traced: its _Py_DebugOffsets (version 3.16) were read"),
+              std::string::npos)
+        << line;
+    EXPECT_EQ(line.find('\n'), std::string::npos) << line;
 }
 
 // pyenv's CPython 3.10-3.13 on this machine, which keep their static symbols: (version, libpython, executable).
@@ -308,13 +393,13 @@ TEST(SlotFunctions, AgreeWithTheSymbolsOfEveryPyenvCPython)
         GTEST_SKIP() << "no pyenv CPython 3.10-3.13 on this machine";
 }
 
-// Stripped static interpreters (Debian's 3.11, non-PIE; Debian's 3.14): found from the table alone, inside the
+// Stripped static interpreters (Debian's 3.11, non-PIE; Debian's 3.14 and 3.15): found from the table alone, inside the
 // evaluator's file and distinct.
 TEST(SlotFunctions, FoundInStrippedStaticInterpreters)
 {
     int checked = 0;
-    for (const char* exe : {"/usr/bin/python3.11", "/opt/lotus-bpf/python3.14/usr/bin/python3.14"}) {
-        if (access(exe, R_OK) != 0)
+    for (std::string exe : {std::string("/usr/bin/python3.11"), debian_python(14), debian_python(15)}) {
+        if (access(exe.c_str(), R_OK) != 0)
             continue;
         SCOPED_TRACE(exe);
         ElfFile elf(exe);
@@ -330,11 +415,11 @@ TEST(SlotFunctions, FoundInStrippedStaticInterpreters)
         checked++;
     }
     if (!checked)
-        GTEST_SKIP() << "neither Debian's CPython 3.11 nor 3.14 is installed";
+        GTEST_SKIP() << "none of Debian's CPython 3.11, 3.14, 3.15 is installed";
 }
 
 // os.read through the posix module's method table: the same function as the static symbol os_read of the
-// interpreters that keep it (pyenv's), and found in the stripped ones (Debian's 3.11 and 3.14), where the
+// interpreters that keep it (pyenv's), and found in the stripped ones (Debian's 3.11, 3.14, 3.15), where the
 // interpreter's description carries its probe's file offset.
 TEST(BuiltinFunctions, OsReadAgreesWithTheSymbolsAndIsFoundInStrippedInterpreters)
 {
@@ -350,8 +435,8 @@ TEST(BuiltinFunctions, OsReadAgreesWithTheSymbolsAndIsFoundInStrippedInterpreter
         EXPECT_NE(*os_read, elf.symbol("os_write")->value);
         checked++;
     }
-    for (const char* exe : {"/usr/bin/python3.11", "/opt/lotus-bpf/python3.14/usr/bin/python3.14"}) {
-        if (access(exe, R_OK) != 0)
+    for (std::string exe : {std::string("/usr/bin/python3.11"), debian_python(14), debian_python(15)}) {
+        if (access(exe.c_str(), R_OK) != 0)
             continue;
         SCOPED_TRACE(exe);
         EXPECT_FALSE(ElfFile(exe).symbol("os_read")); // stripped: only the table tells
@@ -361,7 +446,7 @@ TEST(BuiltinFunctions, OsReadAgreesWithTheSymbolsAndIsFoundInStrippedInterpreter
         checked++;
     }
     if (!checked)
-        GTEST_SKIP() << "no CPython 3.10-3.14 on this machine";
+        GTEST_SKIP() << "no CPython 3.10-3.15 on this machine";
     ElfFile self("/proc/self/exe");
     std::string why;
     EXPECT_FALSE(find_os_read(self, &why));

@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -258,10 +257,11 @@ common::UniqueFd pidfd_of(int pid)
 
 std::optional<int> parent_pid(int pid)
 {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    std::string s;
-    if (!f || !std::getline(f, s))
+    // read(2), not a stream: a stream throws when the process goes between open and read (ESRCH).
+    auto text = common::read_file("/proc/" + std::to_string(pid) + "/stat");
+    if (!text || text->empty())
         return std::nullopt;
+    std::string s = text->substr(0, text->find('\n'));
     // comm may hold spaces and parentheses: the fields after it start after the last ')'.
     auto close = s.rfind(')');
     if (close == std::string::npos)
@@ -316,16 +316,13 @@ std::vector<int> descendants(int pid)
 
 std::string read_comm(int pid)
 {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/comm");
-    std::string s;
-    std::getline(f, s);
-    return s;
+    std::string s = common::read_file("/proc/" + std::to_string(pid) + "/comm").value_or("");
+    return s.substr(0, s.find('\n'));
 }
 
 std::string command_line(int pid)
 {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
-    std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::string s = common::read_file("/proc/" + std::to_string(pid) + "/cmdline").value_or("");
     for (auto& ch : s)
         if (ch == '\0')
             ch = ' ';
@@ -340,7 +337,7 @@ namespace lotus::proc {
 
 std::optional<int> env_int(int pid, const std::string& name)
 {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+    std::istringstream f(common::read_file("/proc/" + std::to_string(pid) + "/environ").value_or(""));
     std::string entry, prefix = name + "=";
     while (std::getline(f, entry, '\0')) {
         if (entry.compare(0, prefix.size(), prefix) != 0)
