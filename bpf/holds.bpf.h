@@ -67,6 +67,34 @@ static __always_inline bool running(__u32 tgid, bool stopped_ok)
     return ok;
 }
 
+/* Kernels without the hold kfuncs (before 6.13) hold a child from its own context (bpf_send_signal, 5.3), and
+ * know the tracer and the guardian by their task structs: found once by find_keepers, forgotten at their exit
+ * (on_exit), read without a reference. */
+__u64 tracer_task = 0;
+__u64 guardian_task = 0;
+
+static __always_inline bool task_running(__u64 addr, bool stopped_ok)
+{
+    struct task_struct *t = (void *)addr;
+    if (!t)
+        return false;
+    __u32 flags = BPF_CORE_READ(t, flags);
+    __u32 signal_flags = BPF_CORE_READ(t, signal, flags);
+    __u32 state = BPF_CORE_READ(t, __state);
+    return !(flags & LOTUS_PF_EXITING) && !(signal_flags & LOTUS_SIGNAL_GROUP_EXIT) &&
+           (stopped_ok || (!(state & (LOTUS_TASK_STOPPED | LOTUS_TASK_TRACED)) &&
+                           !(signal_flags & LOTUS_SIGNAL_STOP_STOPPED)));
+}
+
+/* At a process's end (its last thread's exit: the leader's task struct, kept, is freed only after it). */
+static __always_inline void forget_keeper(__u32 tgid)
+{
+    if (tgid && tgid == tracer_tgid)
+        tracer_task = 0;
+    if (tgid && tgid == guardian_tgid)
+        guardian_task = 0;
+}
+
 static __always_inline void count_unheld(__u32 reason)
 {
     if (reason < LOTUS_UNHELD_REASONS)
@@ -114,6 +142,44 @@ static __always_inline void hold_child(struct task_struct *parent, struct task_s
     bpf_ringbuf_output(&lotus_lib_opens, &e, sizeof(e), BPF_RB_FORCE_WAKEUP);
 }
 
+/* Without the kfuncs: the child is noted at its fork (PENDING) and holds itself at its first step in CPython
+ * (hold_self). A vfork-like child gets its entry as with them. */
+static __always_inline void note_child(struct task_struct *parent, struct task_struct *child)
+{
+    __u32 ptgid = BPF_CORE_READ(parent, tgid);
+    __u32 ctgid = BPF_CORE_READ(child, tgid);
+    if (ptgid == ctgid || !bpf_map_lookup_elem(&lotus_traced, &ptgid))
+        return;
+    struct lotus_hold hold = {.since_ns = bpf_ktime_get_ns(), .parent_tgid = ptgid, .flags = LOTUS_HOLD_PENDING};
+    bool shared = BPF_CORE_READ(child, mm) == BPF_CORE_READ(parent, mm);
+    if (shared)
+        hold.flags = LOTUS_HOLD_SHARED_MM;
+    if (bpf_map_update_elem(&lotus_held, &ctgid, &hold, BPF_ANY))
+        count_unheld(LOTUS_UNHELD_MAP);
+    else if (shared)
+        count_unheld(LOTUS_UNHELD_SHARED_MM);
+}
+
+/* The current process stops itself (a SIGSTOP to its own group, before it returns to user space) where the
+ * tracer and the guardian run; its entry says whether it did. */
+static __always_inline void hold_self(struct lotus_hold *h, __u32 flags)
+{
+    if (!task_running(tracer_task, hold_while_tracer_stopped))
+        count_unheld(LOTUS_UNHELD_TRACER);
+    else if (!task_running(guardian_task, false))
+        count_unheld(LOTUS_UNHELD_GUARDIAN);
+    else if (bpf_send_signal(LOTUS_SIGSTOP))
+        count_unheld(LOTUS_UNHELD_SIGNAL);
+    else
+        flags |= LOTUS_HOLD_STOPPED;
+    h->since_ns = bpf_ktime_get_ns();
+    h->flags = flags;
+    __sync_fetch_and_add(&held_total, 1);
+    struct lotus_event_header e = {};
+    fill_header(&e, LOTUS_EV_HOLD);
+    bpf_ringbuf_output(&lotus_lib_opens, &e, sizeof(e), BPF_RB_FORCE_WAKEUP);
+}
+
 static __always_inline bool runs_interpreter(struct linux_binprm *bprm)
 {
     __u64 ino = BPF_CORE_READ(bprm, file, f_inode, i_ino);
@@ -154,6 +220,23 @@ static __always_inline void hold_at_exec(struct task_struct *task, struct linux_
     fill_header(&e, LOTUS_EV_HOLD);
     e.tgid = tgid;
     bpf_ringbuf_output(&lotus_lib_opens, &e, sizeof(e), BPF_RB_FORCE_WAKEUP);
+}
+
+/* Without the kfuncs: a child noted at its fork (PENDING) or a vfork-like one that execs the traced interpreter
+ * holds itself there; one that execs another program is forgotten. */
+static __always_inline void hold_self_at_exec(struct task_struct *task, struct linux_binprm *bprm)
+{
+    __u32 tgid = BPF_CORE_READ(task, tgid);
+    struct lotus_hold *h = bpf_map_lookup_elem(&lotus_held, &tgid);
+    if (!h || !(h->flags & (LOTUS_HOLD_SHARED_MM | LOTUS_HOLD_PENDING)))
+        return;
+    if (!runs_interpreter(bprm)) {
+        bpf_map_delete_elem(&lotus_held, &tgid);
+        return;
+    }
+    if (h->flags & LOTUS_HOLD_SHARED_MM)
+        __sync_fetch_and_add(&exec_held, 1);
+    hold_self(h, LOTUS_HOLD_AT_EXEC);
 }
 
 #endif /* __LOTUS_HOLDS_BPF_H */

@@ -74,9 +74,15 @@ int BPF_KPROBE(py_entry, void *tstate, void *frame_arg)
     return 0;
 }
 
+/* A per-process return probe's cookie carries its process (user space's perf-event links, before 6.6): kernels
+ * before 6.12 or so run every return probe of a function for any process returning from it, without the entry's
+ * process filter, so each traced process's return program saw every other's returns too. */
 SEC("uretprobe")
 int BPF_KRETPROBE(py_return)
 {
+    __u32 owner = bpf_get_attach_cookie(ctx) >> 32;
+    if (owner && owner != bpf_get_current_pid_tgid() >> 32)
+        return 0;
     return leave(ctx);
 }
 
@@ -518,6 +524,48 @@ int BPF_PROG(on_exec_hold, struct task_struct *task, pid_t old_pid, struct linux
     return 0;
 }
 
+/* The same without the hold kfuncs (kernels before 6.13): the child is noted at its fork... */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork_note, struct task_struct *parent, struct task_struct *child)
+{
+    note_child(parent, child);
+    return 0;
+}
+
+/* ...and holds itself at its first step in CPython after the fork (a uprobe on PyOS_AfterFork_Child, for every
+ * process of the interpreter: one trap per fork)... */
+SEC("uprobe")
+int BPF_KPROBE(on_child_start)
+{
+    __u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct lotus_hold *h = bpf_map_lookup_elem(&lotus_held, &tgid);
+    if (h && (h->flags & LOTUS_HOLD_PENDING))
+        hold_self(h, 0);
+    return 0;
+}
+
+/* ...or at its exec of the traced interpreter. */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(on_exec_stop, struct task_struct *task, pid_t old_pid, struct linux_binprm *bprm)
+{
+    hold_self_at_exec(task, bprm);
+    return 0;
+}
+
+/* The tracer's and the guardian's task structs, once, as a task iterator is read (holds.bpf.h). */
+SEC("iter/task")
+int find_keepers(struct bpf_iter__task *ctx)
+{
+    struct task_struct *t = ctx->task;
+    if (!t)
+        return 0;
+    if (t->pid == tracer_tgid)
+        tracer_task = (__u64)t;
+    if (t->pid == guardian_tgid)
+        guardian_task = (__u64)t;
+    return 0;
+}
+
 /* Network bytes of traced processes (net.bpf.h); a peek leaves the bytes for the read that takes them. */
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(on_sock_send, struct sock *sk, int ret, int flags)
@@ -568,11 +616,12 @@ int BPF_PROG(on_exec, struct task_struct *task, pid_t old_pid, struct linux_binp
     return 0;
 }
 
-SEC("tp_btf/sched_process_exit")
-int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
+/* A traced process's last thread exits: its use over its life and its exit, once. */
+static __always_inline int process_exited(struct task_struct *task)
 {
     __u32 tgid = BPF_CORE_READ(task, tgid);
-    if (!group_dead || !bpf_map_lookup_elem(&lotus_traced, &tgid))
+    forget_keeper(tgid);
+    if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
         return 0;
     bpf_map_delete_elem(&lotus_traced, &tgid);
     /* Its use over its life: the signal struct holds the threads already released, this task (the last thread
@@ -612,4 +661,20 @@ int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
     e->space = 0;
     bpf_ringbuf_submit(e, submit_flags());
     return 0;
+}
+
+/* Two variants, one loaded (user space reads the tracepoint's arguments in the kernel's BTF): Linux 6.16 gave
+ * sched_process_exit a group_dead argument; before it, the thread that took the group's live count to zero has
+ * done so before the tracepoint (do_exit), so a zero count says the same, except when two of its threads exit at
+ * once (both may see zero; the first to come reports, with the other's time not yet in the signal struct). */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct *task, bool group_dead)
+{
+    return group_dead ? process_exited(task) : 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit_counted, struct task_struct *task)
+{
+    return BPF_CORE_READ(task, signal, live.counter) == 0 ? process_exited(task) : 0;
 }

@@ -394,6 +394,10 @@ enum {
     LOTUS_HOLD_RELEASED = 4,
     LOTUS_HOLD_SHARED_MM = 8, /* not held at its fork: it shares its parent's memory (it execs at once) */
     LOTUS_HOLD_AT_EXEC = 16,  /* such a child that exec'd the traced interpreter: held (STOPPED) from there */
+    /* Kernels without bpf_send_signal_task (before 6.13): a forked child to be held by itself, at its first step
+     * in CPython after the fork (PyOS_AfterFork_Child) or at its exec of the interpreter; until then it has run no
+     * Python, and neither user space nor the guardian touches it. */
+    LOTUS_HOLD_PENDING = 32,
 };
 
 /* Why a traced process's child was not held (holds.bpf.h; .bss counters user space reads). */

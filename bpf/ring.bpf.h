@@ -40,10 +40,17 @@ static __always_inline __u64 submit_flags(void)
     return bpf_ringbuf_query(&lotus_events, BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
+/* The pointer is tested once, on each path its own: a test the compiler turns into a select (count's slot from
+ * `e ? ... : ...`) and a second test by the caller made Linux 6.1's verifier follow a NULL branch that still held
+ * the reservation ("Unreleased reference"). */
 static __always_inline void *reserve(__u64 size)
 {
     void *e = bpf_ringbuf_reserve(&lotus_events, size, 0);
-    count(e ? LOTUS_COUNT_SUBMITTED : LOTUS_COUNT_LOST);
+    if (!e) {
+        count(LOTUS_COUNT_LOST);
+        return NULL;
+    }
+    count(LOTUS_COUNT_SUBMITTED);
     return e;
 }
 

@@ -11,12 +11,16 @@ __u32 sampler_prog_id = 0;
 #define LOTUS_PF_USER_WORKER 0x00004000 /* io_uring and vhost workers: they never run user code (PF_EXITING: holds.bpf.h) */
 #define LOTUS_EVENTS_WALKED 256
 
-/* Whether one of the events of the task's perf context runs on_sample: LOTUS_SAMPLER_*. The context is read
- * without its lock (it is freed after an RCU grace period, and an iterator runs under RCU): a list changing
- * meanwhile, which only an event opened or closed on this very task does, may read as not walked to its end. */
-static __always_inline __u32 sampler_state(struct task_struct *t)
+/* Before Linux 6.2 a task had one perf context per kind (hardware, software), an array; since, one pointer. */
+struct task_struct___perf_ctx_array {
+    struct perf_event_context *perf_event_ctxp[2];
+} __attribute__((preserve_access_index));
+
+/* Whether one of the events of one perf context runs on_sample: LOTUS_SAMPLER_*. The context is read without its
+ * lock (it is freed after an RCU grace period, and an iterator runs under RCU): a list changing meanwhile, which
+ * only an event opened or closed on this very task does, may read as not walked to its end. */
+static __always_inline __u32 context_sampler_state(struct perf_event_context *pctx)
 {
-    struct perf_event_context *pctx = BPF_CORE_READ(t, perf_event_ctxp);
     if (!pctx)
         return LOTUS_SAMPLER_NONE;
     struct list_head *head = &pctx->event_list;
@@ -31,6 +35,17 @@ static __always_inline __u32 sampler_state(struct task_struct *t)
         pos = BPF_CORE_READ(pos, next);
     }
     return LOTUS_SAMPLER_UNKNOWN;
+}
+
+/* The task's: its one context, or (before 6.2) the hardware one's answer unless it is NONE, then the software
+ * one's (the sampler is a software event where the machine has no PMU). */
+static __always_inline __u32 sampler_state(struct task_struct *t)
+{
+    if (bpf_core_field_size(t->perf_event_ctxp) == sizeof(void *))
+        return context_sampler_state(BPF_CORE_READ(t, perf_event_ctxp));
+    struct task_struct___perf_ctx_array *old = (void *)t;
+    __u32 hw = context_sampler_state(BPF_CORE_READ(old, perf_event_ctxp[0]));
+    return hw != LOTUS_SAMPLER_NONE ? hw : context_sampler_state(BPF_CORE_READ(old, perf_event_ctxp[1]));
 }
 
 /* Each thread of a traced process that has no sampling event of ours (or whose events could not all be looked

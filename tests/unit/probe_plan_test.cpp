@@ -124,3 +124,79 @@ TEST(ProbePlan, InlinedCallsAddTheirHandlers)
     auto p = plan_probes(k618, in);
     EXPECT_TRUE(p.load.py_resume && p.load.py_retval && p.load.py_call);
 }
+
+namespace {
+
+PlanInputs python311_after_fork()
+{
+    auto in = python311();
+    in.interp_after_fork = true;
+    return in;
+}
+
+bool mentions(const std::vector<std::string>& lines, const std::string& what)
+{
+    for (const auto& l : lines)
+        if (l.find(what) != std::string::npos)
+            return true;
+    return false;
+}
+
+} // namespace
+
+TEST(ProbePlan, WithoutTheHoldKfuncsAChildHoldsItself)
+{
+    const KernelFeatures k612 = kernel(42, -1, false, true); // 6.6-6.12: uprobe_multi, no bpf_send_signal_task
+    auto in = python311_after_fork();
+    in.sampling = true;
+    auto p = plan_probes(k612, in);
+    EXPECT_TRUE(p.hold && p.hold_self);
+    EXPECT_FALSE(p.perf_links); // uprobe_multi links with the process's pid
+    EXPECT_TRUE(p.load.on_fork_note && p.load.on_child_start && p.load.on_exec_stop && p.load.find_keepers);
+    EXPECT_FALSE(p.load.on_fork_hold || p.load.on_exec_hold);
+    EXPECT_TRUE(p.thread_sampling); // per traced thread, as the processes are known before they run
+    EXPECT_TRUE(p.load.py_slot_entry && p.load.py_return);
+}
+
+TEST(ProbePlan, BeforeUprobeMultiEachProcessGetsPerfEventProbes)
+{
+    auto p = plan_probes(k61, python311_after_fork());
+    EXPECT_TRUE(p.hold && p.hold_self && p.perf_links);
+    EXPECT_FALSE(p.libc); // libc's wrappers need sessions
+    auto in = python311_after_fork();
+    in.knob_system_wide = true;
+    p = plan_probes(k61, in);
+    EXPECT_FALSE(p.hold || p.hold_self || p.perf_links || p.load.on_child_start);
+    // The kfuncs' hold where the kernel has them: the child is stopped at its fork, before it runs at all.
+    p = plan_probes(k618, python311_after_fork());
+    EXPECT_TRUE(p.hold && !p.hold_self && p.load.on_fork_hold && !p.load.on_child_start);
+}
+
+TEST(ProbePlan, AKernelWithoutWhatLotusNeedsIsRefusedInOneLine)
+{
+    KernelFeatures k510 = k61;
+    k510.release = "5.10.0-32-cloud-amd64";
+    EXPECT_EQ(kernel_refusal(k510), "");
+    k510.missing = {"BPF task storage (5.11)", "bpf_get_attach_cookie (5.15)"};
+    auto line = kernel_refusal(k510);
+    EXPECT_EQ(line, "lotus-bpf needs Linux 5.15 or later: this kernel (5.10.0-32-cloud-amd64) has no BPF task storage "
+                    "(5.11), bpf_get_attach_cookie (5.15)");
+    EXPECT_EQ(line.find('\n'), std::string::npos);
+}
+
+TEST(ProbePlan, WhatAKernelCannotGiveIsSaid)
+{
+    EXPECT_TRUE(kernel_lacks(k618, plan_probes(k618, python311_after_fork()), python311_after_fork()).empty());
+    auto in = python311_after_fork();
+    in.native = in.network = true;
+    auto lacks = kernel_lacks(k61, plan_probes(k61, in), in);
+    EXPECT_TRUE(mentions(lacks, "no bpf_send_signal_task (Linux 6.13+): a forked process stops itself"));
+    EXPECT_TRUE(mentions(lacks, "no uprobe_multi links (Linux 6.6+): each traced process's probes"));
+    EXPECT_TRUE(mentions(lacks, "the native map's probes are system-wide"));
+    EXPECT_TRUE(mentions(lacks, "no uprobe sessions (Linux 6.13+)"));
+    EXPECT_TRUE(mentions(lacks, "network bytes are not counted"));
+    EXPECT_FALSE(mentions(lacks, "the Python probes are system-wide"));
+    in = python311(); // no PyOS_AfterFork_Child: nothing holds a child, so the probes are system-wide
+    lacks = kernel_lacks(k61, plan_probes(k61, in), in);
+    EXPECT_TRUE(mentions(lacks, "the Python probes are system-wide"));
+}

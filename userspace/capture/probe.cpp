@@ -23,7 +23,9 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "elf/elf_file.h"
 #include "guardian.h"
+#include "perf_uprobe.h"
 #include "probe_plan.h"
 #include "proc/proc_maps.h"
 #include "thread_sampling.h"
@@ -84,12 +86,27 @@ static bpf_link* attach_tracepoint_id(bpf_program* prog, uint32_t id)
     return link;
 }
 
+std::optional<uint64_t> after_fork_offset(const std::string& interp_path)
+{
+    try {
+        elf::ElfFile elf(interp_path);
+        if (auto sym = elf.symbol("PyOS_AfterFork_Child"); sym && sym->function)
+            return elf.file_offset(sym->value);
+    } catch (const std::exception&) {
+    }
+    return std::nullopt;
+}
+
 // Opening, planning and loading, in that order: nothing is attached here (the attach_* calls do that).
 Probe::Probe(const cpython::Interpreter& interp, Sink sink, const std::vector<CounterSpec>& counters,
              ProbeFeatures features)
     : interp_(interp), sink_(std::move(sink))
 {
     libbpf_set_print(quiet_libbpf);
+    const KernelFeatures& kernel = this_kernel();
+    if (auto refusal = kernel_refusal(kernel); !refusal.empty())
+        throw CaptureError(refusal);
+    kernel_ = kernel;
     skel_.reset(lotus_bpf__open());
     if (!skel_)
         throw CaptureError(fmt::format("cannot open the BPF programs: {}", strerror(errno)));
@@ -97,8 +114,8 @@ Probe::Probe(const cpython::Interpreter& interp, Sink sink, const std::vector<Co
     if (ncpu <= 0 || counters.size() > LOTUS_MAX_PERF)
         throw CaptureError("cannot count the CPUs, or too many counters");
     set_constants(interp, counters, features, ncpu);
-    const KernelFeatures kernel = detect_kernel(); // once
-    apply_plan(make_plan(kernel, interp, features), kernel, interp, features);
+    plan_ = make_plan(kernel, interp, features);
+    apply_plan(plan_, kernel, interp, features);
     bpf_map__set_max_entries(skel_->maps.lotus_perf, static_cast<uint32_t>(LOTUS_MAX_PERF * ncpu));
     if (int err = lotus_bpf__load(skel_.get()))
         throw CaptureError(fmt::format("cannot load the BPF programs: {} (set LOTUS_BPF_DEBUG=1 for the log)",
@@ -133,7 +150,7 @@ void Probe::set_constants(const cpython::Interpreter& interp, const std::vector<
 
 // The plan of what loads (probe_plan.h: pure, unit-tested) from the kernel's features, the run's and the knobs.
 ProbePlan Probe::make_plan(const KernelFeatures& kernel, const cpython::Interpreter& interp,
-                           const ProbeFeatures& features) const
+                           const ProbeFeatures& features)
 {
     PlanInputs in;
     in.evaluator = features.evaluator;
@@ -143,6 +160,8 @@ ProbePlan Probe::make_plan(const KernelFeatures& kernel, const cpython::Interpre
     in.network = features.network;
     in.interp_slots = interp.slots.has_value();
     in.interp_os_read = interp.os_read_offset.has_value();
+    after_fork_offset_ = after_fork_offset(interp.object_path);
+    in.interp_after_fork = after_fork_offset_.has_value();
     in.links_libc = elf::links_libc(interp.object_path);
     in.libc_dlopen = true; // read below only where the plan would use libc's wrappers with the native map
     in.knob_evaluator = common::knob_on("LOTUS_EVALUATOR_PROBE");
@@ -158,6 +177,7 @@ ProbePlan Probe::make_plan(const KernelFeatures& kernel, const cpython::Interpre
         in.libc_dlopen = w && w->dlopen;
         plan = plan_probes(kernel, in);
     }
+    plan_inputs_ = in;
     return plan;
 }
 
@@ -182,6 +202,8 @@ void Probe::apply_plan(const ProbePlan& plan, const KernelFeatures& kernel, cons
         skel_->rodata->tstate_vaddr = interp.slots->tstate_vaddr;
     }
     hold_ = plan.hold;
+    hold_self_ = plan.hold_self;
+    perf_links_ = plan.perf_links;
     calls_apart_ = slots_ && session_type_ >= 0 && hold_;
     hold_deadline_ns_ = features.hold_deadline_ns;
     net_ = plan.net;
@@ -207,6 +229,8 @@ void Probe::choose_programs(const ProbePlan& plan)
     const auto& load = plan.load;
     auto& progs = skel_->progs;
     for (auto [prog, on] : {std::pair{progs.on_fork_hold, load.on_fork_hold}, {progs.on_exec_hold, load.on_exec_hold},
+                            {progs.on_fork_note, load.on_fork_note}, {progs.on_child_start, load.on_child_start},
+                            {progs.on_exec_stop, load.on_exec_stop}, {progs.find_keepers, load.find_keepers},
                             {progs.on_sock_send, load.on_sock_send}, {progs.on_sock_recv, load.on_sock_recv},
                             {progs.py_call, load.py_call}, {progs.py_entry, load.py_entry},
                             {progs.py_slot, load.py_slot}, {progs.py_slot_entry, load.py_slot_entry},
@@ -216,12 +240,15 @@ void Probe::choose_programs(const ProbePlan& plan)
                             {progs.on_sample, load.on_sample}, {progs.unsampled_threads, load.unsampled_threads},
                             {progs.libc_call, load.libc_call}})
         bpf_program__set_autoload(prog, on);
+    // The exit tracepoint's arguments differ by kernel (lotus.bpf.c): the variant this one's match.
+    bpf_program__set_autoload(progs.on_exit, kernel_.exit_group_dead);
+    bpf_program__set_autoload(progs.on_exit_counted, !kernel_.exit_group_dead);
     if (plan.session)
         for (bpf_program* prog : {progs.py_call, progs.py_slot, progs.native_call})
             bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(session_type_));
     if (multi_type_ >= 0)
         for (bpf_program* prog : {progs.py_entry, progs.py_slot_entry, progs.py_return, progs.py_resume,
-                                  progs.py_retval, progs.native_entry, progs.native_return})
+                                  progs.py_retval, progs.native_entry, progs.native_return, progs.on_child_start})
             bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(multi_type_));
     for (bpf_program* prog : {progs.on_write, progs.on_getppid, progs.on_openat, progs.on_read_done})
         bpf_program__set_autoload(prog, syscall_events_);
@@ -285,11 +312,44 @@ void Probe::start_guardian()
     hold_exec_of(interp_.object_path);
     bpf_prog_info info{};
     uint32_t len = sizeof(info);
-    if (bpf_obj_get_info_by_fd(bpf_program__fd(skel_->progs.on_fork_hold), &info, &len))
+    bpf_program* holder = hold_self_ ? skel_->progs.on_child_start : skel_->progs.on_fork_hold;
+    if (bpf_obj_get_info_by_fd(bpf_program__fd(holder), &info, &len))
         throw CaptureError(fmt::format("cannot read the hold program's id: {}", strerror(errno)));
     guardian_ = std::make_unique<Guardian>(bpf_map__fd(skel_->maps.lotus_held), info.id, hold_deadline_ns_);
     skel_->bss->tracer_tgid = static_cast<uint32_t>(getpid());
     skel_->bss->guardian_tgid = static_cast<uint32_t>(guardian_->pid());
+    if (!hold_self_)
+        return;
+    // Without the kfuncs BPF knows the two by their task structs, found by a task iterator.
+    Link link(bpf_program__attach_iter(skel_->progs.find_keepers, nullptr));
+    common::UniqueFd it(link ? bpf_iter_create(bpf_link__fd(link.get())) : -1);
+    if (!it)
+        throw CaptureError(fmt::format("cannot run the BPF task iterator that finds the tracer: {}", strerror(errno)));
+    char buf[64];
+    while (::read(it.get(), buf, sizeof(buf)) > 0) {
+    }
+    if (!skel_->bss->tracer_task || !skel_->bss->guardian_task)
+        throw CaptureError("the BPF task iterator did not find the tracer and its guardian");
+}
+
+void Probe::attach_self_holds()
+{
+    auto attach = [](bpf_program* prog, bpf_link*& link, const char* what) {
+        link = bpf_program__attach(prog);
+        if (!link)
+            throw CaptureError(fmt::format("cannot attach the {} tracepoint: {}", what, strerror(errno)));
+    };
+    attach(skel_->progs.on_fork_note, skel_->links.on_fork_note, "sched_process_fork");
+    attach(skel_->progs.on_exec_stop, skel_->links.on_exec_stop, "sched_process_exec");
+    // Every process of the interpreter traps there, once per fork: a child of a traced process stops itself.
+    bpf_program* prog = skel_->progs.on_child_start;
+    child_start_link_ = multi_type_ >= 0 ? multi_link(prog, multi_type_, pin(interp_.object_path),
+                                                      {*after_fork_offset_})
+                                         : perf_uprobe_link(bpf_program__fd(prog), pin(interp_.object_path),
+                                                            *after_fork_offset_, 0, false, -1);
+    if (!child_start_link_)
+        throw CaptureError(fmt::format("cannot probe PyOS_AfterFork_Child in {}: {}", interp_.object_path,
+                                       strerror(errno)));
 }
 
 void Probe::SkeletonFree::operator()(lotus_bpf* s) const { lotus_bpf__destroy(s); }
@@ -305,11 +365,13 @@ Probe::~Probe() { close(); }
 // In the order the members' destructors would go, but with the uprobe_multi links closed in parallel.
 void Probe::close()
 {
-    for (bpf_link** l : {skel_ ? &skel_->links.on_fork_hold : nullptr, skel_ ? &skel_->links.on_exec_hold : nullptr})
+    for (bpf_link** l : {skel_ ? &skel_->links.on_fork_hold : nullptr, skel_ ? &skel_->links.on_exec_hold : nullptr,
+                         skel_ ? &skel_->links.on_fork_note : nullptr, skel_ ? &skel_->links.on_exec_stop : nullptr})
         if (l && *l) { // no new holds, then nothing left stopped
             bpf_link__destroy(*l);
             *l = nullptr;
         }
+    child_start_link_.reset();
     if (skel_ && hold_) {
         release_held(false, true);
         for (size_t r = 0; r < LOTUS_UNHELD_REASONS; r++)
@@ -374,7 +436,7 @@ int Probe::on_record(void* ctx, void* data, size_t len)
     if (self->hold_ && h->type == LOTUS_EV_EXIT) { // a vfork-like child that never exec'd: its entry waited for it
         lotus_hold hold{};
         int fd = bpf_map__fd(self->skel_->maps.lotus_held);
-        if (bpf_map_lookup_elem(fd, &h->tgid, &hold) == 0 && (hold.flags & LOTUS_HOLD_SHARED_MM))
+        if (bpf_map_lookup_elem(fd, &h->tgid, &hold) == 0 && (hold.flags & (LOTUS_HOLD_SHARED_MM | LOTUS_HOLD_PENDING)))
             bpf_map_delete_elem(fd, &h->tgid);
     }
     self->sink_(data, len);
@@ -399,7 +461,9 @@ void Probe::attach_process_tracking()
             throw CaptureError(fmt::format("cannot attach the {} tracepoint: {}", what, strerror(errno)));
     };
     attach(skel_->progs.on_fork, skel_->links.on_fork, "sched_process_fork");
-    if (hold_) {
+    if (hold_ && hold_self_) {
+        attach_self_holds();
+    } else if (hold_) {
         attach(skel_->progs.on_fork_hold, skel_->links.on_fork_hold, "sched_process_fork");
         attach(skel_->progs.on_exec_hold, skel_->links.on_exec_hold, "sched_process_exec");
     }
@@ -408,7 +472,10 @@ void Probe::attach_process_tracking()
         attach(skel_->progs.on_sock_recv, skel_->links.on_sock_recv, "sock_recv_length");
     }
     attach(skel_->progs.on_exec, skel_->links.on_exec, "sched_process_exec");
-    attach(skel_->progs.on_exit, skel_->links.on_exit, "sched_process_exit");
+    if (kernel_.exit_group_dead)
+        attach(skel_->progs.on_exit, skel_->links.on_exit, "sched_process_exit");
+    else
+        attach(skel_->progs.on_exit_counted, skel_->links.on_exit_counted, "sched_process_exit");
     attach(skel_->progs.on_rename, skel_->links.on_rename, "task_rename");
     if (syscall_events_) {
         bpf_program* progs[] = {skel_->progs.on_write, skel_->progs.on_getppid, skel_->progs.on_openat,
@@ -476,11 +543,36 @@ std::vector<common::UniqueFd> Probe::multi_pair(bpf_program* entry, bpf_program*
     // entry is seen must begin with the return probe in place (returns without a seen entry are ignored in
     // BPF). The other order loses the return of a call that begins between the two attachments, which left
     // every later span of that thread nested in it.
+    std::vector<common::UniqueFd> fds = probe_links(ret, path, offsets, cookies, true, pid);
+    if (fds.empty())
+        return fds;
+    std::vector<common::UniqueFd> entries = probe_links(entry, path, offsets, cookies, false, pid);
+    if (entries.empty()) {
+        int err = errno;
+        fds.clear();
+        errno = err;
+        return fds;
+    }
+    for (auto& fd : entries)
+        fds.push_back(std::move(fd));
+    return fds;
+}
+
+std::vector<common::UniqueFd> Probe::probe_links(bpf_program* prog, const std::string& path,
+                                                 const std::vector<uint64_t>& offsets,
+                                                 const std::vector<uint64_t>& cookies, bool ret, uint32_t pid)
+{
     std::vector<common::UniqueFd> fds;
-    fds.push_back(multi_link(ret, multi_type_, path, offsets, cookies, true, pid));
-    if (fds.back())
-        fds.push_back(multi_link(entry, multi_type_, path, offsets, cookies, false, pid));
-    if (!fds.back()) {
+    if (multi_type_ >= 0 || !pid) {
+        fds.push_back(multi_link(prog, multi_type_, path, offsets, cookies, ret, pid));
+    } else {
+        // A return's cookie also names its process: older kernels run it for every process's returns (py_return).
+        uint64_t owner = ret ? static_cast<uint64_t>(pid) << 32 : 0;
+        for (size_t i = 0; i < offsets.size() && (fds.empty() || fds.back()); i++)
+            fds.push_back(perf_uprobe_link(bpf_program__fd(prog), path, offsets[i],
+                                           owner | (cookies.empty() ? 0 : cookies[i]), ret, static_cast<int>(pid)));
+    }
+    if (!fds.empty() && !fds.back()) {
         int err = errno;
         fds.clear();
         errno = err;
@@ -780,7 +872,9 @@ void Probe::release_held(bool attach, bool all)
         lotus_hold hold{};
         // ATTACHED: the guardian continues it once its job runs again. SHARED_MM: a vfork-like child, until its
         // exec (holds.bpf.h).
-        if (bpf_map_lookup_elem(fd, &tgid, &hold) != 0 || (hold.flags & (LOTUS_HOLD_ATTACHED | LOTUS_HOLD_SHARED_MM)))
+        // PENDING: a child that will hold itself, or never runs Python (holds.bpf.h).
+        if (bpf_map_lookup_elem(fd, &tgid, &hold) != 0 ||
+            (hold.flags & (LOTUS_HOLD_ATTACHED | LOTUS_HOLD_SHARED_MM | LOTUS_HOLD_PENDING)))
             continue;
         // A new process: any links under its pid were an earlier process's (ProcessLinks::add).
         uint64_t before = common::monotonic_ns();
@@ -837,16 +931,18 @@ size_t Probe::let_children_start(int wait_ms)
 
 std::vector<common::UniqueFd> Probe::inline_links(uint32_t tgid)
 {
-    std::vector<common::UniqueFd> fds;
     std::string interp = pin(interp_.object_path);
-    fds.push_back(multi_link(skel_->progs.py_resume, multi_type_, interp, inline_resume_, {}, false, tgid));
-    if (fds.back())
-        fds.push_back(multi_link(skel_->progs.py_retval, multi_type_, interp, {inline_return_}, {}, false, tgid));
-    if (!fds.back()) {
+    std::vector<common::UniqueFd> fds = probe_links(skel_->progs.py_resume, interp, inline_resume_, {}, false, tgid);
+    if (fds.empty())
+        return fds;
+    std::vector<common::UniqueFd> rets = probe_links(skel_->progs.py_retval, interp, {inline_return_}, {}, false, tgid);
+    if (rets.empty()) {
         int err = errno;
         fds.clear();
         errno = err;
+        return fds;
     }
+    fds.push_back(std::move(rets[0]));
     return fds;
 }
 
@@ -924,7 +1020,7 @@ std::vector<bool> Probe::attach_native(const std::string& path, const std::vecto
     if (offsets.empty())
         return ok;
     const size_t links_each = session_type_ >= 0 ? 1 : 2; // a session, or an entry's and a return's
-    if (hold_) {
+    if (hold_ && !perf_links_) { // (a perf event per function and process would hold each new worker too long)
         // Per traced process: those traced now (held children get theirs in attach_python_to). A process that
         // exits meanwhile (ESRCH) needs none; any other refusal falls back to probing every process.
         std::vector<std::pair<uint32_t, std::vector<common::UniqueFd>>> made;

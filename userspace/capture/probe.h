@@ -62,6 +62,10 @@ struct HoldStats {
 // Throws CaptureError unless this process may load BPF and open perf events (root, or CAP_BPF+CAP_PERFMON).
 void check_privileges();
 
+// Where a forked child of a traced process holds itself on kernels without the hold kfuncs: the file offset of
+// PyOS_AfterFork_Child in the interpreter's file (CPython calls it in the child of os.fork), if it has one.
+std::optional<uint64_t> after_fork_offset(const std::string& interp_path);
+
 // Programs that only some runs attach are loaded (and verified: most of the attach time) only then.
 struct ProbeFeatures {
     // Probe the evaluator's entry (every call from C into Python: --span, --all-calls) rather than the type-slot
@@ -175,6 +179,11 @@ public:
     // A new object-calls link for a process that has its other links and none of these; false if refused (errno).
     bool attach_object_calls(uint32_t tgid);
     bool has_object_calls(uint32_t tgid) const { return call_links_.count(tgid) != 0; }
+    // What the kernel offers (detected once) and the plan chosen from it and the run's wishes.
+    const KernelFeatures& kernel() const { return kernel_; }
+    const ProbePlan& plan() const { return plan_; }
+    // What the kernel cannot give this run (kernel_lacks), one sentence each.
+    std::vector<std::string> kernel_lacks() const { return capture::kernel_lacks(kernel_, plan_, plan_inputs_); }
     // Detach and unload now (also done by the destructor).
     void close();
 
@@ -182,7 +191,7 @@ private:
     void set_constants(const cpython::Interpreter& interp, const std::vector<CounterSpec>& counters,
                        const ProbeFeatures& features, int ncpu);
     ProbePlan make_plan(const KernelFeatures& kernel, const cpython::Interpreter& interp,
-                        const ProbeFeatures& features) const;
+                        const ProbeFeatures& features);
     void apply_plan(const ProbePlan& plan, const KernelFeatures& kernel, const cpython::Interpreter& interp,
                     const ProbeFeatures& features);
     void choose_programs(const ProbePlan& plan);
@@ -205,6 +214,13 @@ private:
     void release_held(bool attach = true, bool all = false);
     // The guardian process on lotus_held, and BPF told who the tracer and the guardian are.
     void start_guardian();
+    // hold_self_: the programs that hold a new child from its own context (holds.bpf.h), attached.
+    void attach_self_holds();
+    // A process's links of `prog` on offsets of `path`, entries or (ret) returns, pid as for multi_link: one
+    // uprobe_multi link, else (perf_links_) one perf-event uprobe per offset; empty, errno set, if refused.
+    std::vector<common::UniqueFd> probe_links(bpf_program* prog, const std::string& path,
+                                              const std::vector<uint64_t>& offsets,
+                                              const std::vector<uint64_t>& cookies, bool ret, uint32_t pid);
 
     // Owners of what libbpf hands out. Members are destroyed in reverse order: links before the programs.
     struct SkeletonFree {
@@ -247,10 +263,17 @@ private:
     Sink lib_sink_;
     uint32_t since_lib_check_ = 0;
     size_t native_links_ = 0;
+    KernelFeatures kernel_; // detected once, at construction
+    ProbePlan plan_;
+    PlanInputs plan_inputs_; // what plan_ was made from
     int multi_type_ = -1;   // the kernel's BPF_TRACE_UPROBE_MULTI, -1 without uprobe_multi links
     int session_type_ = -1; // the kernel's BPF_TRACE_UPROBE_SESSION, -1 without sessions
     bool slots_ = false;    // the type-slot functions are probed, not the evaluator
     bool hold_ = false;     // per-process Python probes, new children held until theirs are attached
+    bool hold_self_ = false;  // ...a new child holding itself (ProbePlan::hold_self)
+    bool perf_links_ = false; // ...its links perf-event uprobes (ProbePlan::perf_links)
+    std::optional<uint64_t> after_fork_offset_; // PyOS_AfterFork_Child in the interpreter's file, where found
+    common::UniqueFd child_start_link_;          // hold_self_: the uprobe there (every process of the interpreter)
     bool calls_apart_ = false; // object_calls_apart()
     std::unordered_map<uint32_t, int> call_links_; // per process: its object-calls link (a descriptor in process_links_)
     bool syscall_events_ = false; // the syscall programs on the syscalls: events (else raw sys_enter/sys_exit)

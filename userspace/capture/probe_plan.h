@@ -3,18 +3,29 @@
 // check without root or BPF. Probe applies the plan to the skeleton.
 #pragma once
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace lotus::capture {
 
-// What this kernel offers lotus-bpf, from its BTF (the environment knobs LOTUS_NO_UPROBE_MULTI and
-// LOTUS_NO_UPROBE_SESSION make it read as an older kernel).
+// What this kernel offers lotus-bpf, from its BTF (the environment knobs LOTUS_NO_UPROBE_MULTI,
+// LOTUS_NO_UPROBE_SESSION, LOTUS_NO_HOLD_KFUNCS and LOTUS_NO_EXIT_GROUP_DEAD make it read as an older kernel).
 struct KernelFeatures {
     int uprobe_multi_type = -1;   // BPF_TRACE_UPROBE_MULTI (Linux 6.6+): per-process probe links; -1 none
     int uprobe_session_type = -1; // BPF_TRACE_UPROBE_SESSION with bpf_session_is_return (6.13+); -1 none
     bool hold_kfuncs = false;     // bpf_send_signal_task, bpf_task_from_pid, bpf_task_release: new children held
     bool sock_tracepoints = false; // sock_send_length / sock_recv_length (6.3+): network bytes
+    bool exit_group_dead = true;  // sched_process_exit has its group_dead argument (6.16+); else on_exit_counted
+    std::string release;          // uname's release, for what is said about the kernel
+    // What lotus-bpf cannot run without and this kernel lacks (BTF, task storage...), each with the Linux version
+    // that brought it; empty where it runs.
+    std::vector<std::string> missing;
 };
 KernelFeatures detect_kernel();
+// This kernel's, detected at the first call (the BTF is read once a run).
+const KernelFeatures& this_kernel();
+// The one line that refuses a kernel lacking what lotus-bpf needs, or "" where it has it all.
+std::string kernel_refusal(const KernelFeatures& k);
 
 // What the run asks for and what the interpreter has.
 struct PlanInputs {
@@ -23,6 +34,7 @@ struct PlanInputs {
     bool native = false, sampling = false, network = false;
     bool interp_slots = false;   // the interpreter's slot table was found
     bool interp_os_read = false; // its os.read was found
+    bool interp_after_fork = false; // its PyOS_AfterFork_Child was found (where a forked child holds itself)
     bool links_libc = false;     // the interpreter's object links a libc
     bool libc_dlopen = false;    // that libc's wrappers include dlopen (asked only with native)
     // the environment knobs (common/knobs.h)
@@ -35,6 +47,8 @@ struct ProbePlan {
     bool session = false;         // uprobe sessions: one program sees entry and return
     bool slots = false;           // the type-slot functions are probed, not the evaluator
     bool hold = false;            // per-process Python probes, new children held until theirs are in
+    bool hold_self = false;       // ...a child holding itself (no hold kfuncs: before 6.13), not stopped at fork
+    bool perf_links = false;      // ...through perf-event uprobes opened on each process (no uprobe_multi: < 6.6)
     bool net = false;             // network bytes counted
     bool thread_sampling = false; // sampling events on the traced threads rather than per CPU
     bool libc = false;            // libc's wrappers in the traced processes rather than syscall tracepoints
@@ -46,10 +60,18 @@ struct ProbePlan {
         bool native_entry = false, native_return = false, native_call = false;
         bool on_sample = false, unsampled_threads = false;
         bool on_fork_hold = false, on_exec_hold = false;
+        bool on_fork_note = false, on_child_start = false, on_exec_stop = false, find_keepers = false;
         bool on_sock_send = false, on_sock_recv = false;
         bool libc_call = false;
     } load;
 };
 ProbePlan plan_probes(const KernelFeatures& k, const PlanInputs& in);
+
+// What this kernel cannot give the run that the plan was made for, one sentence each (the feature, the Linux
+// version that brought it, and what the run does without it): said once in the run's header, summary and
+// otherData. Empty on a kernel that has it all.
+std::vector<std::string> kernel_lacks(const KernelFeatures& k, const ProbePlan& p, const PlanInputs& in);
+// The kernel's features, one "name: yes|no (what it is for)" line each, for `lotus-bpf probes`.
+std::vector<std::string> describe_kernel(const KernelFeatures& k);
 
 } // namespace lotus::capture

@@ -528,7 +528,8 @@ struct ProbesCommand {
 
 void add_probes(CLI::App& app, ProbesCommand& c)
 {
-    c.app = app.add_subcommand("probes", "where lotus-bpf probes an interpreter: its file, version, and the file "
+    c.app = app.add_subcommand("probes", "what this kernel offers lotus-bpf and the plan chosen from it; with an "
+                                         "interpreter, where lotus-bpf probes it: its file, version, and the file "
                                          "offsets of the type-slot functions and the evaluator (no root needed)");
     c.pid_opt = c.app->add_option("-p,--pid", c.pid, "a running Python process")->check(CLI::PositiveNumber);
     c.app->add_option("python", c.python, "a Python executable")->check(kNonEmpty);
@@ -536,8 +537,8 @@ void add_probes(CLI::App& app, ProbesCommand& c)
 
 int run_probes_command(const ProbesCommand& c)
 {
-    if (c.pid_opt->count() == !c.python.empty())
-        throw CLI::ValidationError("probes: give --pid PID or a Python executable");
+    if (c.pid_opt->count() && !c.python.empty())
+        throw CLI::ValidationError("probes: give --pid PID or a Python executable, not both");
     return lotus::cli::run_probes(c.pid_opt->count() ? std::optional<int>(c.pid) : std::nullopt, c.python);
 }
 

@@ -4,13 +4,46 @@
 
 #include <exception>
 
+#include "capture/probe.h"
+#include "capture/probe_plan.h"
 #include "cpython/interpreter.h"
+#include "elf/libc_wrappers.h"
 #include "cpython/opcode_handlers.h"
 
 namespace lotus::cli {
 
+namespace {
+
+// The kernel's features, and what a default run's plan (type slots where found) chooses from them and lacks.
+void print_kernel(const cpython::Interpreter* interp)
+{
+    const auto& k = capture::this_kernel();
+    for (const auto& line : capture::describe_kernel(k))
+        fmt::print("kernel {}\n", line);
+    if (!k.missing.empty())
+        return;
+    capture::PlanInputs in;
+    in.interp_slots = interp && interp->slots.has_value();
+    in.interp_os_read = interp && interp->os_read_offset.has_value();
+    in.interp_after_fork = interp && capture::after_fork_offset(interp->object_path).has_value();
+    in.links_libc = interp && elf::links_libc(interp->object_path);
+    in.libc_dlopen = true;
+    auto p = capture::plan_probes(k, in);
+    fmt::print("plan Python probes: {}, at the {}, {}\n", p.hold ? "per traced process (new children held)" : "system-wide",
+               p.slots ? "type slots" : "evaluator", p.session ? "one uprobe session" : "uprobe + uretprobe");
+    fmt::print("plan syscalls: {}\n", p.libc ? "the traced processes' libc wrappers" : "syscall tracepoints");
+    for (const auto& lack : capture::kernel_lacks(k, p, in))
+        fmt::print("lacks {}\n", lack);
+}
+
+} // namespace
+
 int run_probes(std::optional<int> pid, const std::string& python)
 {
+    if (!pid && python.empty()) {
+        print_kernel(nullptr);
+        return 0;
+    }
     cpython::Interpreter interp;
     try {
         interp = pid ? cpython::find_interpreter(*pid) : cpython::find_interpreter_in_executable(python, "");
@@ -18,6 +51,7 @@ int run_probes(std::optional<int> pid, const std::string& python)
         fmt::print(stderr, "lotus-bpf: {}\n", e.what());
         return 1;
     }
+    print_kernel(&interp);
     fmt::print("interpreter {}\npython {}\nlayout {}\n", interp.object_path, interp.version.str(), interp.layout_source);
     fmt::print("evaluator _PyEval_EvalFrameDefault {:#x}\n", interp.eval_offset);
     try { // --all-calls where calls are inlined (3.11): its opcode handlers, RESUME's then RETURN_VALUE's

@@ -281,6 +281,8 @@ std::vector<std::string> Reconstruction::summary_notes(const exporter::RunInfo& 
                                 opts_.output.empty() ? "none" : outputs_.trace().failed() ? "not written" : opts_.output + trace_cut));
     if (run.lost_events)
         notes.push_back("Spans that lost an event are left out, never guessed.");
+    for (const auto& lack : run.kernel_lacks)
+        notes.push_back(fmt::format("Kernel {}: {}.", run.kernel, lack));
     if (!run.nodes.empty()) {
         std::string list;
         for (const auto& n : run.nodes)

@@ -300,6 +300,7 @@ private:
     // detach
     capture::CaptureStats stats_;
     std::string evaluator_probe_, python_probes_, python_scope_, syscall_programs_;
+    std::vector<std::string> kernel_lacks_; // what the kernel could not give this run (said at attach and in the end)
     size_t native_links_ = 0;
     std::optional<exporter::RunInfo::Holds> holds_;
 };
@@ -307,6 +308,9 @@ private:
 void Session::plan()
 {
     capture::check_privileges();
+    // A kernel lotus-bpf cannot run on is refused before any job starts (one line: what it lacks).
+    if (auto refusal = capture::kernel_refusal(capture::this_kernel()); !refusal.empty())
+        throw std::runtime_error(refusal);
     lists_ = rule_lists(opts_);
     if (!opts_.counters.empty()) {
         auto choice = capture::choose_counters(
@@ -539,6 +543,8 @@ void Session::attach()
         launcher_->release();
     fmt::print(stderr, "lotus-bpf: tracing PID {} (CPython {}, {}) and {} descendant(s); Ctrl-C to stop\n", root_,
                interp_.version.str(), interp_.target_path, initial_ - 1);
+    for (const auto& lack : probe_->kernel_lacks()) // once, at the start; the summary says it again
+        fmt::print(stderr, "lotus-bpf: kernel {}: {}\n", probe_->kernel().release, lack);
     if (endpoint_) {
         update_metrics(monotonic_ns());
         auto at = metrics::parse_bind_address(opts_.metrics);
@@ -774,6 +780,7 @@ void Session::detach()
     python_probes_ = probe_->python_probes();
     python_scope_ = probe_->per_process() ? "traced processes" : "system-wide";
     syscall_programs_ = probe_->syscall_programs();
+    kernel_lacks_ = probe_->kernel_lacks();
     native_links_ = probe_->native_links();
     probe_->close(); // it also continues the children still held: count them after
     if (probe_->per_process())
@@ -803,6 +810,10 @@ exporter::RunInfo Session::run_info()
     run.evaluator_probe = evaluator_probe_;
     run.python_probes = python_probes_;
     run.python_probes_scope = python_scope_;
+    if (probe_) {
+        run.kernel = probe_->kernel().release;
+        run.kernel_lacks = kernel_lacks_;
+    }
     run.trainer_calls = opts_.trainer_calls;
     run.trainer_calls_unavailable = trainer_calls_unavailable_;
     run.syscall_programs = syscall_programs_;

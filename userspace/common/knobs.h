@@ -17,9 +17,12 @@ inline constexpr Knob kKnobs[] = {
                       "shows as a child held that long)"},
     {"LOTUS_PROBE_AT_ENTRY", "probes at a function's first instruction, not past its prologue's cheap-to-probe "
                              "instructions (the bench's comparison)"},
-    {"LOTUS_NO_UPROBE_MULTI", "as a kernel before 6.6: one perf event per probe, no uprobe_multi links (hence "
-                              "system-wide probes)"},
+    {"LOTUS_NO_UPROBE_MULTI", "as a kernel before 6.6: one perf event per probe, no uprobe_multi links (per-process "
+                              "probes are perf events opened on each process)"},
     {"LOTUS_NO_UPROBE_SESSION", "as a kernel before 6.13: an entry and a return probe where a session probe would do"},
+    {"LOTUS_NO_HOLD_KFUNCS", "as a kernel before 6.13: no bpf_send_signal_task, so a forked child holds itself at "
+                             "PyOS_AfterFork_Child"},
+    {"LOTUS_NO_EXIT_GROUP_DEAD", "as a kernel before 6.16: sched_process_exit without its group_dead argument"},
     {"LOTUS_EVALUATOR_PROBE", "the evaluator's entry rather than the type-slot functions, as where the slot table is "
                               "not found"},
     {"LOTUS_SYSTEM_WIDE_PROBES", "system-wide Python probes and no holds, as kernels without per-process probes"},

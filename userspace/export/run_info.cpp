@@ -161,6 +161,13 @@ nlohmann::ordered_json run_json(const RunInfo& r)
         m["python_probes_scope"] = json_text(r.python_probes_scope);
     if (!r.syscall_programs.empty())
         m["syscall_programs"] = json_text(r.syscall_programs);
+    if (!r.kernel.empty()) {
+        m["kernel"] = json_text(r.kernel);
+        J lacks = J::array();
+        for (const auto& l : r.kernel_lacks)
+            lacks.push_back(json_text(l));
+        m["kernel_lacks"] = std::move(lacks);
+    }
     if (!r.trainer_calls.empty()) {
         m["trainer_calls"] = json_text(r.trainer_calls);
         m["trainer_calls_unavailable"] =

@@ -18,6 +18,8 @@ struct RunInfo {
     std::string python_probes;   // live runs: "type slots" or "evaluator" (where Python calls were probed)
     std::string python_probes_scope; // live runs: "traced processes" or "system-wide" (which processes trap)
     std::string syscall_programs;    // live runs: "watched syscalls" or "every syscall" (which run BPF)
+    std::string kernel;                  // live runs: the kernel's release
+    std::vector<std::string> kernel_lacks; // live runs: what that kernel could not give the run (capture::kernel_lacks)
     struct Holds {
         uint64_t children = 0;          // new processes of the traced tree stopped until their probes were in
         double total_ms = 0, max_ms = 0; // fork to SIGCONT
