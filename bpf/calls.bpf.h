@@ -168,7 +168,10 @@ static __always_inline int emit_entry(__u32 space, __u32 tgid, struct thread_sta
     for (int i = 0; i < LOTUS_CHAIN_LEN && i < chain_max; i++) {
         if (i > 0 && read_head(f, h) && h->shim) {
             f = h->previous;
-            read_head(f, h);
+            /* A shim below a shim is the bottom of the thread's stack: 3.15+ keep a sentinel frame there (the
+             * thread state's base_frame, owned like a shim, code None) under the outermost evaluator's entry. */
+            if (read_head(f, h) && h->shim)
+                break;
         }
         if (!f)
             break;

@@ -218,7 +218,8 @@ static __always_inline __u64 caller_frame(__u64 tstate, struct frame_head *h, __
         return 0;
     if (h->shim) {
         f = h->previous;
-        if (!read_head(f, h))
+        /* a shim below it: the bottom of the stack (3.15+'s base frame sentinel), no Python caller */
+        if (!read_head(f, h) || h->shim)
             return 0;
     }
     return f;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prints the Debian mirror this machine's apt uses (e.g. http://deb.debian.org/debian), for the install scripts
-# that fetch from Debian unstable (install-modern-stack.sh, install-python3.14.sh), so that a machine behind its
+# that fetch from Debian unstable (install-modern-stack.sh, install-python.sh), so that a machine behind its
 # own mirror gets that mirror. In order:
 #   1. $DEBIAN_MIRROR, when set (the override);
 #   2. the first http(s) URI of a deb822 stanza in /etc/apt/sources.list.d/*.sources (and

@@ -13,7 +13,7 @@ pkgs=(
   python3 python3-torch python3-torchvision python3-pil python3-numpy
   libc6-dbg  # detached symbols of libc: names memcpy & co. in the native map
   libgdbm6  # a library the test of late-loaded native libraries loads with ctypes (nothing else here maps it)
-  curl xz-utils patchelf  # scripts/install-python3.14.sh (Debian unstable's CPython 3.14 for the version tests)
+  curl xz-utils patchelf  # scripts/install-python.sh (Debian unstable's CPython 3.14, 3.15 for the version tests)
   ccache  # scripts/ccache.sh: a clean clone's build reuses the objects of earlier builds on the machine
 )
 missing=()

@@ -42,15 +42,19 @@ INTERPRETERS = {key: _interpreter(key, default) for key, default in {
     **{m: pyenv_python(m) or os.path.join(PYENV_VERSIONS, m + ".x", "bin", "python" + m)
        for m in ("3.10", "3.11", "3.12", "3.13")},
     "3.11-static": "/usr/bin/python3.11",
-    # Debian's own 3.14, unpacked with its glibc by scripts/install-python3.14.sh (called by scripts/test.sh)
+    # Debian's own 3.14 and 3.15, unpacked with their glibc by scripts/install-python.sh (called by scripts/test.sh);
+    # python3.X-shared is a launcher linked to its libpython3.X.so
     "3.14-static": "/opt/lotus-bpf/python3.14/usr/bin/python3.14",
-    "3.14": "/opt/lotus-bpf/python3.14/usr/bin/python3.14-shared",  # a launcher linked to its libpython3.14.so
+    "3.14": "/opt/lotus-bpf/python3.14/usr/bin/python3.14-shared",
+    "3.15-static": "/opt/lotus-bpf/python3.15/usr/bin/python3.15",
+    "3.15": "/opt/lotus-bpf/python3.15/usr/bin/python3.15-shared",
 }.items()}
 WORKLOAD = os.path.join(HERE, "workloads", "pipeline_job.py")
 EXAMPLE = os.path.join(SOURCE, "examples", "train.py")
 OPS = ["RandomResizedCrop", "RandomHorizontalFlip", "ToTensor", "Normalize"]
 PROGRAM_NAMES = {"py_call", "py_entry", "py_slot", "py_slot_entry", "py_return", "py_resume", "py_retval", "on_fork",
-                 "on_fork_hold", "on_sock_send", "on_sock_recv", "on_exec", "on_exit", "on_rename", "role_of",
+                 "on_fork_hold", "on_fork_note", "on_child_start", "on_exec_stop", "find_keepers", "on_exit_counted",
+                 "on_sock_send", "on_sock_recv", "on_exec", "on_exit", "on_rename", "role_of",
                  "describe_type", "on_switch", "on_write", "on_getppid", "on_openat", "on_read_done", "on_sys_enter",
                  "on_sys_exit", "adopt_threads", "on_sample", "native_entry", "native_return"}
 

@@ -1,4 +1,4 @@
-// Instance attributes read from real interpreters of each version (pyenv's 3.10-3.13, Debian's 3.11 and 3.14,
+// Instance attributes read from real interpreters of each version (pyenv's 3.10-3.13, Debian's 3.11, 3.14, 3.15,
 // where present): each layout of an instance's attributes (a dict at tp_dictoffset, managed values, a materialized
 // dict, inline values), a larger table, a deleted attribute, a subclass.
 #include <signal.h>
@@ -59,10 +59,12 @@ std::vector<std::pair<std::string, std::string>> interpreters()
     }
     if (access("/usr/bin/python3.11", X_OK) == 0)
         out.push_back({"3.11", "/usr/bin/python3.11"});
-    // Debian's 3.14, as scripts/install-python3.14.sh unpacks it
-    const char* py314 = "/opt/lotus-bpf/python3.14/usr/bin/python3.14";
-    if (access(py314, X_OK) == 0)
-        out.push_back({"3.14", py314});
+    // Debian's 3.14 and 3.15, as scripts/install-python.sh unpacks them
+    for (std::string minor : {"3.14", "3.15"}) {
+        std::string exe = fmt::format("/opt/lotus-bpf/python{0}/usr/bin/python{0}", minor);
+        if (access(exe.c_str(), X_OK) == 0)
+            out.push_back({minor, exe});
+    }
     return out;
 }
 

@@ -393,7 +393,7 @@ TEST(SlotFunctions, AgreeWithTheSymbolsOfEveryPyenvCPython)
         GTEST_SKIP() << "no pyenv CPython 3.10-3.13 on this machine";
 }
 
-// Stripped static interpreters (Debian's 3.11, non-PIE; Debian's 3.14 and 3.15): found from the table alone, inside the
+// Stripped static interpreters (Debian's 3.11, 3.14 and 3.15, non-PIE): found from the table alone, inside the
 // evaluator's file and distinct.
 TEST(SlotFunctions, FoundInStrippedStaticInterpreters)
 {
@@ -412,6 +412,28 @@ TEST(SlotFunctions, FoundInStrippedStaticInterpreters)
             distinct.insert(i.slots->vaddr[k]);
         }
         EXPECT_EQ(distinct.size(), 3u);
+        // ...and they are the functions the interpreter itself puts in a Python class's tp_call, tp_iter and
+        // tp_iternext (PyTypeObject offsets 128, 216, 224), and os.read's ml_meth (PyCFunctionObject.m_ml at 16):
+        // these executables are not position-independent, so their run-time addresses are the file's.
+        const char* script = "import ctypes, os\n"
+                             "class C:\n"
+                             "    def __call__(self): pass\n"
+                             "    def __iter__(self): return self\n"
+                             "    def __next__(self): raise StopIteration\n"
+                             "rd = lambda a: ctypes.c_uint64.from_address(a).value\n"
+                             "print(rd(id(C) + 128), rd(id(C) + 216), rd(id(C) + 224), rd(rd(id(os.read) + 16) + 8))\n";
+        FILE* p = popen(fmt::format("{} -S -c '{}'", exe, script).c_str(), "r");
+        ASSERT_TRUE(p);
+        unsigned long long call = 0, iter = 0, next = 0, os_read = 0;
+        int n = fscanf(p, "%llu %llu %llu %llu", &call, &iter, &next, &os_read);
+        pclose(p);
+        ASSERT_EQ(n, 4);
+        auto fns = find_slot_functions(elf);
+        ASSERT_TRUE(fns);
+        EXPECT_EQ(fns->vaddr[LOTUS_SLOT_CALL], call);
+        EXPECT_EQ(fns->vaddr[LOTUS_SLOT_ITER], iter);
+        EXPECT_EQ(fns->vaddr[LOTUS_SLOT_NEXT], next);
+        EXPECT_EQ(find_os_read(elf), os_read);
         checked++;
     }
     if (!checked)

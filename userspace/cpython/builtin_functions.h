@@ -5,7 +5,7 @@
 // example: docs/performance.md, "The syscall-tracing path").
 // Found through the module's method table: a PyMethodDef {ml_name, ml_meth, ml_flags, ml_doc} whose name is "read",
 // whose flags say METH_FASTCALL and whose doc string is Argument Clinic's "read($module, fd, length, /)" (the
-// same 3.10-3.14).
+// same 3.10-3.15).
 #pragma once
 #include <cstdint>
 #include <optional>

@@ -27,6 +27,12 @@ struct Row {
 // - 3.14: f_executable is a tagged _PyStackRef (Py_TAG_BITS cleared), frame fields after it moved
 //   (stackpointer), the shim frames' owner renamed FRAME_OWNED_BY_INTERPRETER, tuples cache their hash (ob_item
 //   32). The interpreter's own _Py_DebugOffsets, where present (3.13+), are read in preference.
+// - 3.15: the same frame, code, str and int layout as 3.14 (FRAME_OWNED_BY_CSTACK, unused since 3.14, is gone;
+//   the evaluator's entry frame is still owned by FRAME_OWNED_BY_INTERPRETER); the thread state and runtime grew
+//   (runtime_tstate moves), and so did _Py_DebugOffsets (groups inserted before the frame's). Every thread's
+//   stack now ends in the thread state's base_frame, a sentinel owned like the entry frame, code None: BPF's
+//   walks stop at a shim below a shim. Its JIT (built in Debian's, off unless PYTHON_JIT=1) keeps the
+//   evaluator's entry, the slot functions and tstate->current_frame as they are.
 // Instances' attributes (ObjectLayout): 3.10 a dict at tp_dictoffset; 3.11 a managed dict or values pointer just
 // below the object; 3.12 one tagged pointer there; 3.13+ values inline after the object, or that dict.
 constexpr Row kRows[] = {
@@ -47,6 +53,7 @@ const CapsRow kCaps[] = {
     {3, 12, {true, true, false, {}}},
     {3, 13, {true, true, true, {}}},
     {3, 14, {true, true, true, {}}},
+    {3, 15, {true, true, true, {}}},
 };
 
 } // namespace
@@ -97,6 +104,12 @@ std::string supported_versions()
     for (const auto& r : kRows)
         s += (s.empty() ? "" : ", ") + fmt::format("{}.{}", r.major, r.minor);
     return s;
+}
+
+PyVersion newest_supported()
+{
+    const auto& last = kRows[std::size(kRows) - 1];
+    return {last.major, last.minor, -1};
 }
 
 } // namespace lotus::cpython

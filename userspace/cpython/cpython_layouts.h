@@ -55,5 +55,7 @@ std::optional<VersionCaps> caps_for(const PyVersion& v);
 std::optional<PyVersion> parse_version(const std::string& text);
 // "3.11" style list of supported versions, for error messages.
 std::string supported_versions();
+// The newest version the table has a row for.
+PyVersion newest_supported();
 
 } // namespace lotus::cpython

@@ -9,8 +9,9 @@ namespace lotus::cpython {
 
 namespace {
 
-// Include/internal/pycore_runtime.h (3.13) and pycore_debug_offsets.h (3.14), counted in u64 words; checked
-// against the _PyRuntime of real 3.13.0 and 3.14.10 interpreters (tests/unit/target_test.cpp, test_versions.py).
+// Include/internal/pycore_runtime.h (3.13) and pycore_debug_offsets.h (3.14, 3.15), counted in u64 words (and
+// for 3.14 and 3.15 with offsetof against their headers); checked against the _PyRuntime of real 3.13.0, 3.14.10
+// and 3.15.2 interpreters (tests/unit/target_test.cpp, test_versions.py).
 // Within a group the fields read keep their index: thread_state.current_frame 4; interpreter_frame previous 1,
 // executable 2, localsplus 4, owner 5; code_object filename 1, qualname 3, firstlineno 5, localsplusnames 7;
 // pyobject ob_type 1; type_object tp_name 1, tp_flags 3; tuple_object ob_item 1, ob_size 2; long_object lv_tag 1,
@@ -22,8 +23,18 @@ constexpr DebugOffsetsGroups kGroups[] = {
     // interpreter_state 16 | thread_state 9 | frame 8 | code 11 | pyobject 2 | type 4 | tuple 3 | list 3 | set 4
     // | dict 3 | float 2 | long 3 | bytes 3 | unicode 4
     {14, 22, 31, 39, 50, 52, 56, 71, 77, 81},
+    // interpreter_state 16 | thread_state 16 (base_frame, last_profiled_frame(_seq) after current_frame; holds_gil,
+    // gil_requested, current_exception, exc_state at the end) | err_stackitem 1 | frame 8 | code 11 | pyobject 2 |
+    // type 6 (tp_basicsize, tp_dictoffset) | heap_type 2 | tuple 3 | list 3 | set 4 | dict 3 | float 2 | long 3 |
+    // bytes 3 | unicode 5 (compactunicodeobject_size)
+    {15, 22, 39, 47, 58, 60, 68, 83, 89, 94},
 };
-static_assert(kGroups[0].end * 8 <= kDebugOffsetsBytes && kGroups[1].end * 8 <= kDebugOffsetsBytes);
+static_assert([] {
+    for (const auto& g : kGroups)
+        if (g.end * 8 > kDebugOffsetsBytes)
+            return false;
+    return true;
+}());
 
 } // namespace
 
@@ -117,6 +128,27 @@ std::optional<lotus_py_layout> layout_from_debug_offsets(const uint8_t* buf, siz
     l.tstate_cframe = -1;
     l.cframe_current_frame = -1;
     return l;
+}
+
+std::string unsupported_version(const PyVersion& v, const uint8_t* runtime, size_t len)
+{
+    PyVersion newest = newest_supported();
+    if (v.major != newest.major || v.minor <= newest.minor)
+        return fmt::format("CPython {}.{} is not supported (supported: {})", v.major, v.minor, supported_versions());
+    std::string line = fmt::format("CPython {} is newer than this lotus-bpf knows (supported: {}) and is not traced",
+                                   v.str(), supported_versions());
+    if (!runtime || len < 16 || memcmp(runtime, "xdebugpy", 8) != 0)
+        return line;
+    // Its _Py_DebugOffsets are there, but they do not suffice: 3.15 inserted groups and fields before the frame's
+    // (so a newer version's positions cannot be assumed), and they never carried the entry frame's owner value
+    // (an enum 3.14 and 3.15 both changed), the stack-reference tag bits, or where the GIL holder's thread state
+    // is kept, which the probes read too. A guess would give wrong spans silently; a row from its headers won't.
+    uint64_t version;
+    memcpy(&version, runtime + 8, 8);
+    return line + fmt::format(": its _Py_DebugOffsets (version {}.{}) were read, but where that version keeps "
+                              "their groups is not known, and they leave out part of what the probes read "
+                              "(frame owners, stack-reference tags, the GIL holder)",
+                              version >> 24 & 0xff, version >> 16 & 0xff);
 }
 
 } // namespace lotus::cpython

@@ -97,14 +97,20 @@ Interpreter describe(const elf::ElfFile& elf, bool shared, const std::string& wh
     auto layout = layout_for(*version);
     auto caps = caps_for(*version);
     auto eval = elf.symbol(kEvalSymbol);
-    if (!layout || !caps || !eval)
+    auto runtime = elf.symbol("_PyRuntime");
+    if (!layout || !caps) {
+        auto bytes = runtime ? elf.read(runtime->value, 16) : std::nullopt;
+        throw TargetError(fmt::format("{}: {}", who,
+                                      unsupported_version(*version, bytes ? bytes->data() : nullptr,
+                                                          bytes ? bytes->size() : 0)));
+    }
+    if (!eval)
         throw TargetError(fmt::format("{}: CPython {}.{} is not supported (supported: {})", who, version->major,
                                       version->minor, supported_versions()));
     auto off = elf.file_offset(eval->value + elf::cheap_probe_shift(elf, eval->value, eval->size));
     if (!off)
         throw TargetError(fmt::format("{}: {} has no file offset for {}", who, elf.path(), kEvalSymbol));
     Interpreter interp{elf.path(), elf.path(), shared, *version, *caps, *off, *layout, "table", std::nullopt, "", std::nullopt, ""};
-    auto runtime = elf.symbol("_PyRuntime");
     if (auto fns = find_slot_functions(elf, &interp.slots_missing); fns && runtime && layout->runtime_tstate > 0) {
         SlotProbes sp;
         sp.vaddr = fns->vaddr;

@@ -13,14 +13,14 @@ namespace lotus::cpython {
 
 namespace {
 
-// A slotdefs entry (struct wrapperbase, Include/cpython/descrobject.h; the same 3.8-3.14 on x86_64):
+// A slotdefs entry (struct wrapperbase, Include/cpython/descrobject.h; the same 3.8-3.15 on x86_64):
 // name 0, offset 8 (int), function 16, wrapper 24, doc 32, flags 40, name_strobj 48.
 constexpr uint64_t kEntryOffset = 8, kEntryFunction = 16;
 
 struct Wanted {
     int slot;
     std::string_view name;
-    int32_t type_offset; // offsetof(PyTypeObject, tp_*) on x86_64, unchanged 3.8-3.14: the entry's `offset`
+    int32_t type_offset; // offsetof(PyTypeObject, tp_*) on x86_64, unchanged 3.8-3.15: the entry's `offset`
 };
 constexpr Wanted kWanted[] = {
     {LOTUS_SLOT_CALL, "__call__", 128},
