@@ -179,7 +179,7 @@ TEST(ProbePlan, AKernelWithoutWhatLotusNeedsIsRefusedInOneLine)
     EXPECT_EQ(kernel_refusal(k510), "");
     k510.missing = {"BPF task storage (5.11)", "bpf_get_attach_cookie (5.15)"};
     auto line = kernel_refusal(k510);
-    EXPECT_EQ(line, "lotus-bpf needs Linux 5.15 or later: this kernel (5.10.0-32-cloud-amd64) has no BPF task storage "
+    EXPECT_EQ(line, "Linux 5.15 or later is needed: this kernel (5.10.0-32-cloud-amd64) has no BPF task storage "
                     "(5.11), bpf_get_attach_cookie (5.15)");
     EXPECT_EQ(line.find('\n'), std::string::npos);
 }
@@ -193,6 +193,11 @@ TEST(ProbePlan, WhatAKernelCannotGiveIsSaid)
     EXPECT_TRUE(mentions(lacks, "no bpf_send_signal_task (Linux 6.13+): a forked process stops itself"));
     EXPECT_TRUE(mentions(lacks, "no uprobe_multi links (Linux 6.6+): each traced process's probes"));
     EXPECT_TRUE(mentions(lacks, "the native map's probes are system-wide"));
+    KernelFeatures k68 = kernel(42, -1, false, true); // 6.6-6.9: uprobe_multi's pid filter passed the main thread only
+    k68.multi_pid_all_threads = false;
+    auto p68 = plan_probes(k68, python311_after_fork());
+    EXPECT_TRUE(p68.hold && p68.perf_links);
+    EXPECT_TRUE(mentions(kernel_lacks(k68, p68, python311_after_fork()), "no uprobe_multi pid filter for every thread"));
     EXPECT_TRUE(mentions(lacks, "no uprobe sessions (Linux 6.13+)"));
     EXPECT_TRUE(mentions(lacks, "network bytes are not counted"));
     EXPECT_FALSE(mentions(lacks, "the Python probes are system-wide"));

@@ -117,9 +117,16 @@ Probe::Probe(const cpython::Interpreter& interp, Sink sink, const std::vector<Co
     plan_ = make_plan(kernel, interp, features);
     apply_plan(plan_, kernel, interp, features);
     bpf_map__set_max_entries(skel_->maps.lotus_perf, static_cast<uint32_t>(LOTUS_MAX_PERF * ncpu));
-    if (int err = lotus_bpf__load(skel_.get()))
+    if (int err = lotus_bpf__load(skel_.get())) {
+        // 3.11's opcode-handler program is the largest: older verifiers (6.1's) stop before its end.
+        if (err == -E2BIG && plan_.load.py_resume)
+            throw CaptureError(fmt::format("--all-calls on CPython 3.11 cannot run on Linux {}: its verifier gives up "
+                                           "on the opcode-handler program (1,000,000 instructions; Linux 6.12 "
+                                           "verifies it, 6.1 does not); without --all-calls lotus-bpf runs here",
+                                           kernel_.release));
         throw CaptureError(fmt::format("cannot load the BPF programs: {} (set LOTUS_BPF_DEBUG=1 for the log)",
                                        strerror(-err)));
+    }
     if (thread_sampling_) {
         bpf_prog_info info{};
         uint32_t len = sizeof(info);
@@ -563,7 +570,7 @@ std::vector<common::UniqueFd> Probe::probe_links(bpf_program* prog, const std::s
                                                  const std::vector<uint64_t>& cookies, bool ret, uint32_t pid)
 {
     std::vector<common::UniqueFd> fds;
-    if (multi_type_ >= 0 || !pid) {
+    if (!perf_links_ || !pid) {
         fds.push_back(multi_link(prog, multi_type_, path, offsets, cookies, ret, pid));
     } else {
         // A return's cookie also names its process: older kernels run it for every process's returns (py_return).

@@ -1,6 +1,7 @@
 #include "probe_plan.h"
 
 #include <bpf/btf.h>
+#include <cstdio>
 #include <cstring>
 #include <initializer_list>
 #include <memory>
@@ -100,8 +101,8 @@ std::string kernel_refusal(const KernelFeatures& k)
     std::string what;
     for (const auto& m : k.missing)
         what += (what.empty() ? "" : ", ") + m;
-    return "lotus-bpf needs Linux 5.15 or later: this kernel (" + (k.release.empty() ? "?" : k.release) +
-           ") has no " + what;
+    return "Linux 5.15 or later is needed: this kernel (" + (k.release.empty() ? "?" : k.release) + ") has no " +
+           what;
 }
 
 KernelFeatures detect_kernel()
@@ -124,6 +125,9 @@ KernelFeatures detect_kernel()
     utsname u{};
     if (uname(&u) == 0)
         k.release = u.release;
+    int major = 0, minor = 0;
+    k.multi_pid_all_threads = sscanf(k.release.c_str(), "%d.%d", &major, &minor) == 2 &&
+                              (major > 6 || (major == 6 && minor >= 10));
     check_needs(vmlinux.get(), k);
     return k;
 }
@@ -147,7 +151,7 @@ ProbePlan plan_probes(const KernelFeatures& k, const PlanInputs& in)
     const bool kfunc_hold = k.uprobe_multi_type >= 0 && k.hold_kfuncs;
     p.hold = (kfunc_hold || in.interp_after_fork) && !in.knob_system_wide;
     p.hold_self = p.hold && !kfunc_hold;
-    p.perf_links = p.hold && k.uprobe_multi_type < 0;
+    p.perf_links = p.hold && (k.uprobe_multi_type < 0 || !k.multi_pid_all_threads);
     p.net = in.network && k.sock_tracepoints;
     p.thread_sampling = in.sampling && p.hold && !in.knob_per_cpu_sampling;
     // The watched syscalls: libc's wrappers in the traced processes where probes are per process and sessions
@@ -187,10 +191,11 @@ std::vector<std::string> kernel_lacks(const KernelFeatures& k, const ProbePlan& 
                       "CPython after the fork (PyOS_AfterFork_Child) until its probes are in; every process running "
                       "this interpreter traps once per fork there");
     if (p.perf_links)
-        out.push_back("no uprobe_multi links (Linux 6.6+): each traced process's probes are perf-event uprobes, one "
-                      "per function, attached in turn");
+        out.push_back(std::string(k.uprobe_multi_type < 0 ? "no uprobe_multi links (Linux 6.6+)"
+                                                          : "no uprobe_multi pid filter for every thread (Linux 6.10+)") +
+                      ": each traced process's probes are perf-event uprobes, one per function, attached in turn");
     if (p.perf_links && in.native)
-        out.push_back("no uprobe_multi links (Linux 6.6+): the native map's probes are system-wide (a perf event per "
+        out.push_back("no per-process uprobe_multi links (Linux 6.10+): the native map's probes are system-wide (a perf event per "
                       "function and process would hold each new process too long)");
     if (k.uprobe_session_type < 0)
         out.push_back("no uprobe sessions (Linux 6.13+): each call's entry and return are two probes, and "
@@ -211,6 +216,8 @@ std::vector<std::string> describe_kernel(const KernelFeatures& k)
                   (k.missing.empty() ? "yes" : "no (" + kernel_refusal(k) + ")"));
     out.push_back(std::string("uprobe_multi links (6.6+): ") + yes(k.uprobe_multi_type >= 0) +
                   " (Python probes per traced process)");
+    out.push_back(std::string("uprobe_multi pid filter on every thread (6.10+): ") + yes(k.multi_pid_all_threads) +
+                  " (else per-process probes are perf events)");
     out.push_back(std::string("uprobe sessions (6.13+): ") + yes(k.uprobe_session_type >= 0) +
                   " (one probe for a call's entry and return)");
     out.push_back(std::string("hold kfuncs (6.13+): ") + yes(k.hold_kfuncs) +

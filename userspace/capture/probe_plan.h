@@ -16,6 +16,10 @@ struct KernelFeatures {
     bool hold_kfuncs = false;     // bpf_send_signal_task, bpf_task_from_pid, bpf_task_release: new children held
     bool sock_tracepoints = false; // sock_send_length / sock_recv_length (6.3+): network bytes
     bool exit_group_dead = true;  // sched_process_exit has its group_dead argument (6.16+); else on_exit_counted
+    // uprobe_multi's pid filter passes every thread of the process: Linux 6.10 fixed it to compare memory, not the
+    // task (6.6-6.9 ran a process's probes for its main thread only). Read from the release: a backport is not
+    // seen, and per-process probes are then perf events, which were always right.
+    bool multi_pid_all_threads = true;
     std::string release;          // uname's release, for what is said about the kernel
     // What lotus-bpf cannot run without and this kernel lacks (BTF, task storage...), each with the Linux version
     // that brought it; empty where it runs.

@@ -281,6 +281,12 @@ std::vector<std::string> Reconstruction::summary_notes(const exporter::RunInfo& 
                                 opts_.output.empty() ? "none" : outputs_.trace().failed() ? "not written" : opts_.output + trace_cut));
     if (run.lost_events)
         notes.push_back("Spans that lost an event are left out, never guessed.");
+    if (!run.kernel.empty()) // the plan, in one line (live runs)
+        notes.push_back(fmt::format("Probes on Linux {}: Python calls at the {}, in {}, by {}; syscalls: {}.", run.kernel,
+                                    run.python_probes, run.python_probes_scope == "system-wide"
+                                                           ? "every process of the interpreter (system-wide)"
+                                                           : "the traced processes only",
+                                    run.evaluator_probe, run.syscall_programs));
     for (const auto& lack : run.kernel_lacks)
         notes.push_back(fmt::format("Kernel {}: {}.", run.kernel, lack));
     if (!run.nodes.empty()) {
