@@ -130,6 +130,32 @@ class Isolation(BpfTestCase):
         with open(f"/proc/{other.pid}/stat") as f:
             self.assertNotEqual(f.read().rsplit(")", 1)[1].split()[0], "T")
 
+    def as_older_kernel(self, env, perf_links):
+        """The default run with the host read as an older kernel (docs/kernels.md): the probes are still in the
+        job's processes only, its workers (forked under the tracer) hold themselves at PyOS_AfterFork_Child until
+        theirs are in, and the run says what the kernel lacks."""
+        other = self.unrelated()
+        path, points = probe_offsets(PY)
+        tracer, job, workers, n = self.traced_job(env)
+        self.assert_breakpoints(path, points, other.pid, [job] + workers)
+        trace = self.finish(tracer, n)
+        od = trace["otherData"]
+        self.assertEqual(od["python_probes_scope"], "traced processes")
+        self.assertEqual(od["evaluator_probe"], "uprobe + uretprobe")
+        self.assertGreaterEqual(od["held_children"]["count"], 2)
+        self.assertEqual(od["held_children"]["unseen"]["count"], 0)
+        lacks = " | ".join(od["kernel_lacks"])
+        self.assertIn("no bpf_send_signal_task (Linux 6.13+): a forked process stops itself", lacks)
+        self.assertEqual("perf-event uprobes" in lacks, perf_links, lacks)
+
+    def test_as_linux_6_12_a_child_holds_itself(self):
+        self.as_older_kernel({"LOTUS_NO_UPROBE_SESSION": "1", "LOTUS_NO_HOLD_KFUNCS": "1",
+                              "LOTUS_NO_EXIT_GROUP_DEAD": "1"}, perf_links=False)
+
+    def test_as_linux_6_1_perf_event_probes_per_process(self):
+        self.as_older_kernel({"LOTUS_NO_UPROBE_MULTI": "1", "LOTUS_NO_UPROBE_SESSION": "1",
+                              "LOTUS_NO_HOLD_KFUNCS": "1", "LOTUS_NO_EXIT_GROUP_DEAD": "1"}, perf_links=True)
+
     def test_file_reads_do_not_trap(self):
         """The pickles a DataLoader's queues carry are received at the interpreter's os.read (in the Python probes'
         session), where no file read passes: libc's read(), which every file read of a sample trapped on (~4 a
