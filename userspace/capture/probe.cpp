@@ -212,7 +212,9 @@ void Probe::apply_plan(const ProbePlan& plan, const KernelFeatures& kernel, cons
     hold_self_ = plan.hold_self;
     perf_links_ = plan.perf_links;
     calls_apart_ = slots_ && session_type_ >= 0 && hold_;
-    hold_deadline_ns_ = features.hold_deadline_ns;
+    hold_deadline_ns_ = features.hold_deadline_ns ? features.hold_deadline_ns
+                        : perf_links_                ? 2'000'000'000ull
+                                                     : 500'000'000ull;
     net_ = plan.net;
     skel_->rodata->count_net = net_ ? 1 : 0;
     thread_sampling_ = plan.thread_sampling;

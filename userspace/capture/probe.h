@@ -76,7 +76,7 @@ struct ProbeFeatures {
     bool sampling = false;     // attach_sampling may follow
     bool network = false;      // count network bytes per traced process (resources), where the kernel can
     uint32_t sample_frames = 1; // user-stack frames per sample (--sample-stack): the leaf, then callers
-    uint64_t hold_deadline_ns = 500'000'000; // how long a new child may be held for its probes (--hold-deadline)
+    uint64_t hold_deadline_ns = 0; // how long a new child may be held for its probes (--hold-deadline); 0: the default
     bool sample_copy_stack = false; // --sample-unwind cfi: samples carry a copy of the stack for user space to unwind
 };
 
@@ -179,6 +179,9 @@ public:
     // A new object-calls link for a process that has its other links and none of these; false if refused (errno).
     bool attach_object_calls(uint32_t tgid);
     bool has_object_calls(uint32_t tgid) const { return call_links_.count(tgid) != 0; }
+    // How long a new child may be held: as asked, else 500 ms, or 2 s where each of its probes is a perf event
+    // placed in turn (each waits for an RCU grace period: ~100 ms a child on these machines, more when busy).
+    unsigned hold_deadline_ms() const { return static_cast<unsigned>(hold_deadline_ns_ / 1'000'000); }
     // What the kernel offers (detected once) and the plan chosen from it and the run's wishes.
     const KernelFeatures& kernel() const { return kernel_; }
     const ProbePlan& plan() const { return plan_; }

@@ -220,8 +220,8 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
                                                        "(repeatable)");
     app->add_option("--hold-deadline", p.opts.hold_deadline_ms,
                     "a new process of the job is held at its fork until its probes are in, at most this many ms: "
-                    "then it runs (counted and said in the summary), whatever becomes of lotus-bpf")
-        ->capture_default_str()
+                    "then it runs (counted and said in the summary), whatever becomes of lotus-bpf (default 500; "
+                    "2000 on kernels before 6.10, where each of its probes is a perf event placed in turn)")
         ->check(CLI::Range(1, 60000));
     app->add_option("--trainer-calls", p.opts.trainer_calls,
                     "probe a training process's object calls: auto (not while it iterates only DataLoaders with "

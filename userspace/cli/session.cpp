@@ -784,7 +784,7 @@ void Session::detach()
     native_links_ = probe_->native_links();
     probe_->close(); // it also continues the children still held: count them after
     if (probe_->per_process())
-        holds_ = holds_info(probe_->holds(), opts_.hold_deadline_ms);
+        holds_ = holds_info(probe_->holds(), probe_->hold_deadline_ms());
     if (tty_)
         fmt::print(stderr, "\r\033[K");
     if (screen_) { // back to the normal screen, where the last view stays

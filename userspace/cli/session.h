@@ -24,7 +24,9 @@ struct Options {
     std::string speedscope;   // also write the speedscope file here
     std::string resources_csv; // also write the resource readings as CSV here
     unsigned resources_interval_ms = 100; // read each traced process's /proc this often; 0: never
-    unsigned hold_deadline_ms = 500; // a new child held for its probes is continued after this, whatever the tracer does
+    // A new child held for its probes is continued after this, whatever the tracer does; 0: the kernel's default
+    // (capture::Probe::hold_deadline_ms).
+    unsigned hold_deadline_ms = 0;
     bool net = false; // --net: count network bytes at the readings (the socket tracepoints: every socket call of the machine)
     int pss_interval_ms = -1; // PSS at the readings this often; -1: auto (within kPssBudget of the CPUs); 0: never
     double duration_s = 0; // 0: until Ctrl-C, SIGTERM or the target's exit
