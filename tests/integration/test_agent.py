@@ -12,6 +12,22 @@ import urllib.request
 from harness import EXAMPLE, LOTUS, PY, BpfTestCase, dataset, lotus_programs_loaded, read_lines, run_lotus
 
 IMAGES = 128
+PROMTOOL = "/usr/bin/promtool"  # Debian's prometheus package, as test_metrics.py
+# Runs a script as `python3 SCRIPT ARGS` would, its command line first rewritten in place as setproctitle does (the
+# process's argument area, through /proc/self/mem): TITLE_HEX's bytes, NUL-padded to the area's length.
+RETITLE = """
+import os, runpy, sys
+title = bytes.fromhex(os.environ.pop("TITLE_HEX"))
+with open("/proc/self/stat", "rb") as f:
+    fields = f.read().rsplit(b")", 1)[1].split()
+start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end: fields 48 and 49
+assert len(title) < end - start, (title, end - start)
+with open("/proc/self/mem", "r+b", buffering=0) as mem:
+    mem.seek(start)
+    mem.write(title.ljust(end - start, b"\\0"))
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
 
 
 def free_port():
@@ -61,13 +77,20 @@ class AgentTest(BpfTestCase):
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
             return r.read().decode()
 
-    def job(self, name, epochs=1):
-        """The example, held before its first epoch until DIR/go-0 exists (so the agent is attached first)."""
+    def job(self, name, epochs=1, env=None, title=None):
+        """The example, held before its first epoch until DIR/go-0 exists (so the agent is attached first); title:
+        the command line it shows instead of its own (bytes), set before it imports torch."""
         steps = self.path(name)
         os.makedirs(steps)
         log = os.path.join(steps, "batches.log")
-        proc = subprocess.Popen([PY, EXAMPLE, dataset(IMAGES), "--epochs", str(epochs), "--workers", "2",
-                                 "--steps", steps, "--log", log], stdout=subprocess.DEVNULL)
+        pre = []
+        if title is not None:
+            pre = [self.path(f"retitle-{name}.py")]
+            with open(pre[0], "w") as f:
+                f.write(RETITLE)
+            env = {**(env or os.environb), b"TITLE_HEX": title.hex().encode()}
+        proc = subprocess.Popen([PY, *pre, EXAMPLE, dataset(IMAGES), "--epochs", str(epochs), "--workers", "2",
+                                 "--steps", steps, "--log", log], stdout=subprocess.DEVNULL, env=env)
         return proc, steps, log
 
     def test_two_jobs_one_after_the_other_each_with_its_labels(self):
@@ -116,6 +139,93 @@ class AgentTest(BpfTestCase):
                 self.assertEqual(json.load(fh)["throughput"]["samples"], IMAGES)
         self.assertIn("stopped (2 job(s) traced)", self.said())
         self.assert_detached()
+
+    def test_two_jobs_of_equal_labels_one_ending_first(self):
+        """srun's two tasks of one job on a node: one script, one SLURM_JOB_ID. The first ends while the second
+        works, its series taken out at once (--keep-finished 0): the agent stays up, the second's series go on."""
+        agent = self.start_agent("--keep-finished", "0")
+        env = {**os.environ, "SLURM_JOB_ID": "4242"}
+        (first, steps0, log0), (second, steps1, log1) = jobs = [self.job("task0", env=env),
+                                                                  self.job("task1", epochs=2, env=env)]
+        try:
+            for proc, steps, log in jobs:
+                self.wait_said(f"tracing PID {proc.pid} ")
+            for steps in (steps0, steps1):
+                open(os.path.join(steps, "go-0"), "w").close()
+            self.assertEqual(first.wait(timeout=120), 0)
+            self.wait_said(f"detached from PID {first.pid} (status 0)")
+            deadline = time.time() + 30  # its series gone (the agent's next reap)
+            while f'pid="{first.pid}"' in self.metrics():
+                self.assertLess(time.time(), deadline, "the first job's series stayed")
+                time.sleep(0.2)
+            # The second, between its epochs: its own series, exact, from one endpoint still up.
+            while len(read_lines(log1)) < IMAGES // 32:
+                self.assertIsNone(second.poll(), "the second job ended before its second epoch")
+                time.sleep(0.05)
+            deadline = time.time() + 30
+            while True:
+                text = self.metrics()
+                mine = series(text, "lotus_samples_total")
+                if sum(v for l, v in mine) == IMAGES or time.time() > deadline:
+                    break
+                time.sleep(0.2)
+            self.assertEqual({l["pid"] for l, v in mine}, {str(second.pid)}, text)
+            self.assertEqual(sum(v for l, v in mine), IMAGES, text)
+            self.assertEqual({(l["lotus_job"], l["lotus_job_id"]) for l, v in mine}, {("train.py", "4242")})
+            open(os.path.join(steps1, "go-1"), "w").close()
+            self.assertEqual(second.wait(timeout=120), 0)
+            self.wait_said(f"detached from PID {second.pid} (status 0)")
+            self.assertIsNone(agent.poll(), self.said())
+        finally:
+            agent.send_signal(signal.SIGTERM)
+            rc = agent.wait(timeout=30)
+            for proc, steps, log in jobs:
+                if proc.poll() is None:
+                    proc.kill()
+        self.assertEqual(rc, 0, self.said())
+        self.assertEqual(len(read_lines(log1)), 2 * IMAGES // 32)
+        self.assertIn("stopped (2 job(s) traced)", self.said())
+
+    def test_a_job_naming_a_path_or_bytes_keeps_its_record_in_the_dir_and_promtool_clean(self):
+        """A job that shows itself as `python3 -m ../../x<0xff><ESC>]0;x<BEL>` (setproctitle can), with such a
+        SLURM_JOB_ID too: its record stays in --record-dir under a safe name, 0600; its labels are UTF-8."""
+        records = self.path("records")
+        os.makedirs(records)
+        agent = self.start_agent("--record-dir", records, "--keep-finished", "600")
+        hostile = b"\xff\x1b]0;x\x07"
+        title = b"python3\0-m\0../../x" + hostile + b"\0" + self.tmp.encode() + b"\0"
+        env = {**os.environb, b"SLURM_JOB_ID": hostile}
+        proc, steps, log = self.job("hostile", env=env, title=title)
+        try:
+            self.wait_said(f"tracing PID {proc.pid} ")
+            open(os.path.join(steps, "go-0"), "w").close()
+            self.assertEqual(proc.wait(timeout=120), 0)
+            self.wait_said(f"detached from PID {proc.pid} (status 0)")
+            text = self.metrics()
+        finally:
+            agent.send_signal(signal.SIGTERM)
+            self.assertEqual(agent.wait(timeout=30), 0)
+            if proc.poll() is None:
+                proc.kill()
+        self.assertEqual(os.listdir(records), ["x___0_x_-___0_x_.lbt"])
+        path = os.path.join(records, "x___0_x_-___0_x_.lbt")
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
+        # (where the name taken as it was would have put it: two levels up from the directory)
+        up = os.path.dirname(os.path.dirname(records)).encode()
+        self.assertFalse([f for f in os.listdir(up) if f.startswith(b"x" + hostile)])
+        r = run_lotus(["report", path, "--summary-json", self.path("s.json")])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.path("s.json")) as fh:
+            self.assertEqual(json.load(fh)["throughput"]["samples"], IMAGES)
+        # The labels: the bytes that are no UTF-8 and the controls as U+FFFD; promtool finds nothing to say.
+        info = [l for l, v in series(text, "lotus_job_info") if l["pid"] == str(proc.pid)]
+        self.assertEqual(len(info), 1, text)
+        self.assertEqual(info[0]["lotus_job"], "../../x\ufffd\ufffd]0;x\ufffd")
+        self.assertEqual(info[0]["lotus_job_id"], "\ufffd\ufffd]0;x\ufffd")
+        self.assertNotIn("\x1b", text)
+        lint = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True)
+        self.assertEqual(lint.returncode, 0, lint.stdout + lint.stderr)
+        self.assertEqual(lint.stdout + lint.stderr, "", lint.stdout + lint.stderr)
 
     def test_sigterm_detaches_everything_and_the_job_goes_on(self):
         agent = self.start_agent()

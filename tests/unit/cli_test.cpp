@@ -8,7 +8,10 @@
 #include <fmt/format.h>
 #include <fstream>
 
+#include <sys/stat.h>
+
 #include "capture/descriptions.h"
+#include "cli/agent.h"
 #include "cli/reconstruction.h"
 #include "cli/rules_file.h"
 #include "cli/sweep.h"
@@ -105,6 +108,43 @@ TEST(Cli, RulesClassifyWithTheKnowledgeTheyAreGiven)
     model::Rules builtin;
     EXPECT_EQ(builtin.classify_type("Twice", {}).kind, model::TypeKind::Other);
     EXPECT_EQ(builtin.classify_type("Compose", {}).kind, model::TypeKind::Pipeline);
+}
+
+TEST(Agent, AJobsNameInAFileNameIsASafeBaseName)
+{
+    // The job chooses its command line and environment (setproctitle, -m, SLURM_JOB_ID).
+    EXPECT_EQ(cli::file_name_part("train.py"), "train.py");
+    EXPECT_EQ(cli::file_name_part("../../x"), "x");
+    EXPECT_EQ(cli::file_name_part("../../../../DIR/x\xff\x1b]0;x\a"), "x___0_x_");
+    EXPECT_EQ(cli::file_name_part(".."), "job");
+    EXPECT_EQ(cli::file_name_part("/"), "job");
+    EXPECT_EQ(cli::file_name_part(".hidden..name"), "hidden.name");
+    EXPECT_EQ(cli::file_name_part("2026-12-03T14:45:37Z"), "2026-12-03T14_45_37Z");
+    EXPECT_EQ(cli::file_name_part(std::string(300, 'a')).size(), 64u);
+}
+
+TEST(Agent, EqualRecordNamesNeverReplaceAFileAndAreTheOwnersOnly)
+{
+    auto dir = std::filesystem::temp_directory_path() / fmt::format("lotus-reserve-{}", getpid());
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    {
+        std::ofstream(dir / "x-1.lbt") << "an older record";
+    }
+    std::filesystem::create_symlink("/nonexistent-target", dir / "x-1-2.lbt"); // a link is not followed
+    umask(022);
+    std::string a = cli::reserve_record(dir.string(), "x-1"), b = cli::reserve_record(dir.string(), "x-1");
+    EXPECT_EQ(a, (dir / "x-1-3.lbt").string());
+    EXPECT_EQ(b, (dir / "x-1-4.lbt").string());
+    std::ifstream older(dir / "x-1.lbt");
+    std::string kept((std::istreambuf_iterator<char>(older)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(kept, "an older record");
+    EXPECT_FALSE(std::filesystem::exists("/nonexistent-target"));
+    struct stat st{};
+    ASSERT_EQ(stat(a.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    EXPECT_EQ(cli::reserve_record((dir / "missing").string(), "x"), "");
+    std::filesystem::remove_all(dir);
 }
 
 TEST(ProcessTree, LineageIsThePidThenItsKnownAncestors)

@@ -167,7 +167,17 @@ TEST_F(Engine, DroppedPipelineEntryLeavesItsOpsOut)
     ev.entry(P, P, 110, 4, TOTENSOR_CALL, T_TOTENSOR);
     ev.ret(P, P, 120, 4);
     ev.ret(P, P, 130, 3);
-    EXPECT_TRUE(spans.empty());
+    // Positive control: the thread's next sample, whole, is emitted with its own two ops and no more.
+    sample(P, P, 1000, 3, 9);
+    engine.finish();
+    ASSERT_EQ(of(SpanKind::Sample).size(), 1u);
+    EXPECT_EQ(of(SpanKind::Sample)[0].sample, 9);
+    auto ops = of(SpanKind::Op);
+    ASSERT_EQ(ops.size(), 2u);
+    for (const auto& op : ops) {
+        EXPECT_EQ(op.sample, 9);
+        EXPECT_GE(op.start_ns, 1000u); // (not the orphan ToTensor at 110)
+    }
 }
 
 TEST_F(Engine, FinishedOpsOfAnUnfinishedSampleAreNotEmitted)
@@ -252,11 +262,21 @@ TEST_F(Engine, HowEachProcessEndedIsKeptAsTheKernelSaidIt)
 
 TEST_F(Engine, ExecForgetsTheOldImage)
 {
+    constexpr uint32_t Q = 200; // positive control: a process described alike that does not exec
     describe(P);
+    describe(Q);
     ev.proc(LOTUS_EV_EXEC, P, 0);
-    ev.entry(P, P, 100, 0, COMPOSE, T_COMPOSE, {{GETITEM, 1}});
-    ev.ret(P, P, 110, 0);
-    EXPECT_TRUE(spans.empty());
+    for (uint32_t tgid : {P, Q}) {
+        ev.entry(tgid, tgid, 100, 0, COMPOSE, T_COMPOSE, {{GETITEM, 1}});
+        ev.ret(tgid, tgid, 110, 0);
+    }
+    engine.finish();
+    // P's Compose after its exec is code of the new image, of which nothing was described: no sample.
+    auto samples = of(SpanKind::Sample);
+    ASSERT_EQ(samples.size(), 1u);
+    EXPECT_EQ(samples[0].pid, Q);
+    for (const auto& s : spans)
+        EXPECT_NE(s.pid, P) << s.name;
 }
 
 TEST_F(Engine, ForkedSiblingsShareWhatEitherWasDescribed)

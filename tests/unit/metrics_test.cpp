@@ -207,6 +207,82 @@ TEST(PipelineMetrics, CaptureCountsFollowTheProbesTotals)
     EXPECT_EQ(value(text, "lotus_bpf_failures_total{failure=\"depth_over_64\",node=\"n\"}"), 2);
 }
 
+TEST(PipelineMetrics, OneOfTwoOwnersOfEqualLabelsEndingLeavesTheOthersSeries)
+{
+    // Two jobs the agent could not tell apart (equal labels, even the pid): prometheus-cpp gives both the same
+    // metric objects. The first one's end must not free them while the second still writes and is scraped.
+    auto reg = std::make_shared<prometheus::Registry>();
+    metrics::JobIdentity id{"n", "v", "3.11.2", 7, {{"lotus_job", "train.py"}, {"lotus_job_id", "42"}}};
+    auto first = std::make_unique<metrics::PipelineMetrics>(reg, id);
+    metrics::PipelineMetrics second(reg, id);
+    auto procs = ranked_job();
+    model::UsagePoint p{};
+    p.pid = 11;
+    p.interval_s = 1;
+    p.user_pct = 50;
+    p.rss_mb = 1;
+    for (auto* m : {first.get(), &second}) {
+        m->span(owned(SpanKind::Sample, "sample", 11, 0, MS), procs);
+        m->span(owned(SpanKind::Op, "ToTensor", 11, 0, MS), procs);
+        m->usage(p, procs);
+        m->refresh(procs);
+        m->capture({10, 0, {}});
+    }
+    // (labels in name order: local_rank before lotus_job)
+    const std::string who = "local_rank=\"1\",lotus_job=\"train.py\",lotus_job_id=\"42\",node=\"n\",rank=\"1\"";
+    const std::string samples = "lotus_samples_total{dataloader=\"0\"," + who + ",worker=\"0\"}";
+    const std::string op = "lotus_op_duration_seconds_count{dataloader=\"0\",local_rank=\"1\",lotus_job=\"train.py\","
+                           "lotus_job_id=\"42\",node=\"n\",op=\"ToTensor\",rank=\"1\"}";
+    const std::string rss = "lotus_resident_memory_bytes{" + who + ",role=\"worker\",worker=\"0\"}";
+    const std::string info = "lotus_job_info{local_rank=\"1\",lotus_job=\"train.py\",lotus_job_id=\"42\",node=\"n\","
+                             "pid=\"7\",python=\"3.11.2\",rank=\"1\",version=\"v\",world_size=\"4\"}";
+    std::string text = exposition(*reg);
+    ASSERT_EQ(value(text, samples), 2) << text; // one series, both jobs' counts
+    first->remove_series();
+    first.reset();
+    for (int i = 0; i < 3; i++) // (freed objects here: ASan's heap-use-after-free, or garbage read back)
+        second.span(owned(SpanKind::Sample, "sample", 11, 0, MS), procs);
+    second.span(owned(SpanKind::Op, "ToTensor", 11, 0, MS), procs);
+    second.usage(p, procs);
+    second.refresh(procs);
+    second.capture({20, 0, {}});
+    text = exposition(*reg);
+    EXPECT_EQ(value(text, samples), 5) << text;
+    EXPECT_EQ(value(text, op), 3);
+    EXPECT_EQ(value(text, rss), 1024 * 1024);
+    EXPECT_EQ(value(text, info), 1);
+    EXPECT_EQ(value(text, "lotus_events_total{lotus_job=\"train.py\",lotus_job_id=\"42\",node=\"n\"}"), 30);
+    // The last owner's end takes them out.
+    second.remove_series();
+    text = exposition(*reg);
+    EXPECT_EQ(value(text, samples), -1) << text;
+    EXPECT_EQ(value(text, info), -1);
+    EXPECT_EQ(text.find("train.py"), std::string::npos) << text;
+}
+
+TEST(PipelineMetrics, LabelValuesAreValidUtf8WithoutControlsAndBounded)
+{
+    const std::string bad = "../x\xff\x1b]0;x\x07";
+    EXPECT_EQ(metrics::label_value(bad), "../x\uFFFD\uFFFD]0;x\uFFFD");
+    EXPECT_EQ(metrics::label_value("Résumé ✓"), "Résumé ✓"); // valid text passes unchanged
+    std::string long_one(100, 'a');
+    long_one += std::string(20, '\xff'); // 20 replacements of 3 bytes: past the bound
+    std::string v = metrics::label_value(long_one);
+    EXPECT_LE(v.size(), metrics::kMaxLabelBytes);
+    EXPECT_EQ(v.substr(v.size() - 3), "\u2026"); // cut, and said so
+    EXPECT_EQ(metrics::label_value(v.substr(0, v.size() - 3)), v.substr(0, v.size() - 3)); // at a character
+    EXPECT_EQ(metrics::label_value(std::string(metrics::kMaxLabelBytes, 'b')), std::string(metrics::kMaxLabelBytes, 'b'));
+    // In the exposition: the job's labels and a class name from the target, cleaned.
+    auto reg = std::make_shared<prometheus::Registry>();
+    metrics::PipelineMetrics m(reg, {"n", "v", "3.11.2", 7, {{"lotus_job", bad}, {"lotus_job_id", "\xff"}}});
+    m.span(owned(SpanKind::Op, "Evil\x1b[2J", 11, 0, MS), ranked_job());
+    std::string text = exposition(*reg);
+    EXPECT_NE(text.find("lotus_job=\"../x\uFFFD\uFFFD]0;x\uFFFD\",lotus_job_id=\"\uFFFD\""), std::string::npos) << text;
+    EXPECT_NE(text.find("op=\"Evil\uFFFD[2J\""), std::string::npos) << text;
+    EXPECT_EQ(text.find('\x1b'), std::string::npos);
+    EXPECT_EQ(text.find('\xff'), std::string::npos);
+}
+
 TEST(BindAddress, HostAndPortAsMetricsTakesThem)
 {
     auto a = metrics::parse_bind_address(":9464");

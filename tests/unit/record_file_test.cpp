@@ -228,6 +228,9 @@ TEST(RecordFile, WritesBlocksAndReadsThemBack)
             w.write(r.data(), r.size());
         w.close();
     }
+    struct stat st{};
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u); // the job's command lines and file paths: its owner's only
     record::RecordReader in(path);
     EXPECT_EQ(in.header().t0_ns, 123u);
     EXPECT_EQ(in.header().root_pid, 42u);

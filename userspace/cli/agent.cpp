@@ -1,12 +1,16 @@
 #include "agent.h"
 
+#include <fcntl.h>
 #include <fnmatch.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -96,6 +100,7 @@ private:
     std::shared_ptr<prometheus::Registry> registry_;
     std::unique_ptr<metrics::Endpoint> endpoint_;
     std::list<Job> jobs_;
+    size_t traced_ = 0; // jobs attached since the start (jobs_ drops finished ones)
     std::set<int> seen_; // pids looked at (jobs, and processes that were not one)
     // CPython processes without torch yet: scans to skip before their maps are read again, and the gap (in scans),
     // doubled at each look up to kMaxGap, so that an idle python's maps are not read every second for ever.
@@ -149,9 +154,24 @@ void Agent::scan()
 
 void Agent::start(int pid)
 {
+    auto labels = job_labels(pid);
+    // A finished job kept for its last scrapes whose labels the new one repeats (its pid reused, same name and
+    // id): its series go now, so that the new job's series are its own from the start.
+    for (auto it = jobs_.begin(); it != jobs_.end();) {
+        if (!it->done || it->labels != labels) {
+            ++it;
+            continue;
+        }
+        if (it->thread.joinable())
+            it->thread.join();
+        if (it->metrics)
+            std::static_pointer_cast<metrics::PipelineMetrics>(it->metrics)->remove_series();
+        it = jobs_.erase(it);
+    }
     auto& job = jobs_.emplace_back();
+    traced_++;
     job.pid = pid;
-    job.labels = job_labels(pid);
+    job.labels = std::move(labels);
     Options o = opts_.session;
     o.pid = pid;
     o.output.clear();
@@ -159,14 +179,23 @@ void Agent::start(int pid)
     o.quiet = true;
     o.metrics_registry = registry_;
     o.metrics_labels = job.labels;
-    if (!opts_.record_dir.empty())
-        o.record = fmt::format("{}/{}-{}.lbt", opts_.record_dir, job.labels["lotus_job"], job.labels["lotus_job_id"]);
-    fmt::print(stderr, "lotus-bpf agent: attaching to PID {} ({} {})\n", pid, job.labels["lotus_job"],
-               job.labels["lotus_job_id"]);
+    if (!opts_.record_dir.empty()) {
+        o.record = reserve_record(opts_.record_dir,
+                                  file_name_part(job.labels["lotus_job"]) + "-" + file_name_part(job.labels["lotus_job_id"]));
+        if (o.record.empty()) // (the job is still traced, for its metrics)
+            fmt::print(stderr, "lotus-bpf agent: PID {}: no record file: {}\n", pid, strerror(errno));
+    }
+    fmt::print(stderr, "lotus-bpf agent: attaching to PID {} ({} {}){}{}\n", pid,
+               metrics::label_value(job.labels["lotus_job"]), metrics::label_value(job.labels["lotus_job_id"]),
+               o.record.empty() ? "" : ", record ", o.record);
     Job* j = &job;
     o.metrics_handoff = [j](std::shared_ptr<void> m) { j->metrics = std::move(m); };
     job.thread = std::thread([j, o = std::move(o)]() {
         int rc = run_session(o);
+        // A record the session did not write (it failed before its header) leaves no empty file behind.
+        struct stat st{};
+        if (!o.record.empty() && lstat(o.record.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0)
+            unlink(o.record.c_str());
         fmt::print(stderr, "lotus-bpf agent: detached from PID {} (status {})\n", j->pid, rc);
         j->ended = std::chrono::steady_clock::now();
         j->done = true;
@@ -216,12 +245,46 @@ int Agent::run()
     for (auto& j : jobs_)
         if (j.thread.joinable())
             j.thread.join();
-    fmt::print(stderr, "lotus-bpf agent: stopped ({} job(s) traced)\n", jobs_.size());
+    fmt::print(stderr, "lotus-bpf agent: stopped ({} job(s) traced)\n", traced_);
     endpoint_->stop();
     return 0;
 }
 
 } // namespace
+
+std::string file_name_part(const std::string& label)
+{
+    std::string out;
+    for (char c : basename_of(label)) {
+        bool safe = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+                    c == '_' || c == '.';
+        if (c == '.' && (out.empty() || out.back() == '.'))
+            continue; // no hidden file, no ".." anywhere
+        out += safe ? c : '_';
+        if (out.size() == 64)
+            break;
+    }
+    return out.empty() ? "job" : out;
+}
+
+std::string reserve_record(const std::string& dir, const std::string& name)
+{
+    // O_EXCL: a file already there (a job of equal labels, an older run) is never replaced, the name takes a
+    // suffix instead; O_NOFOLLOW: a link at the name is not followed. 0600: a record holds the job's command
+    // lines and file paths. The session's record then replaces this empty file when it completes.
+    for (int n = 1; n <= 1000; n++) {
+        std::string path = n == 1 ? fmt::format("{}/{}.lbt", dir, name) : fmt::format("{}/{}-{}.lbt", dir, name, n);
+        int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            close(fd);
+            return path;
+        }
+        if (errno != EEXIST)
+            return "";
+    }
+    errno = EEXIST;
+    return "";
+}
 
 bool is_job(const Candidate& c, const std::vector<std::string>& match)
 {
@@ -285,7 +348,9 @@ std::map<std::string, std::string> job_labels(int pid)
         strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
         id = buf;
     }
-    return {{"lotus_job", name}, {"lotus_job_id", id}};
+    // pid: two jobs of equal name and id (srun's tasks of one job, two runs of one script started in one second)
+    // are two processes, and their series stay apart (docs/metrics.md).
+    return {{"lotus_job", name}, {"lotus_job_id", id}, {"pid", std::to_string(pid)}};
 }
 
 int run_agent(const AgentOptions& opts)

@@ -31,8 +31,15 @@ struct Candidate {
 // given, a command line one of them matches (fnmatch, '*' crossing '/').
 bool is_job(const Candidate& c, const std::vector<std::string>& match);
 
-// The labels of a job's series: lotus_job (its script's or program's name) and lotus_job_id (SLURM_JOB_ID, a
-// torchrun run id other than the default, else its start time in UTC).
+// The labels of a job's series: lotus_job (its script's or program's name), lotus_job_id (SLURM_JOB_ID, a
+// torchrun run id other than the default, else its start time in UTC) and pid (the job's).
 std::map<std::string, std::string> job_labels(int pid);
+
+// A part of a record file's name from a label the job chose (its argv, its environment): its base name, only
+// [A-Za-z0-9._-] (any other byte '_'), no leading dot and no "..", at most 64 bytes; "job" when nothing is left.
+std::string file_name_part(const std::string& label);
+// DIR/NAME.lbt created empty (0600, O_EXCL, never through a link), else DIR/NAME-2.lbt, -3...: the path of a job's
+// record, which never replaces another's. "" with errno where none can be made.
+std::string reserve_record(const std::string& dir, const std::string& name);
 
 } // namespace lotus::cli

@@ -136,7 +136,8 @@ std::pair<int, int> output_owner()
 }
 
 OutputFile::OutputFile(const std::string& path, OutputOptions options, OutputFailure on_failure)
-    : path_(path), what_(options.what.empty() ? "output" : options.what), on_failure_(std::move(on_failure))
+    : path_(path), what_(options.what.empty() ? "output" : options.what), on_failure_(std::move(on_failure)),
+      mode_(options.mode & 0777)
 {
     if (path_ == "/dev/null") // the one device that means "keep nothing": not opened at all
         path_.clear();
@@ -156,12 +157,12 @@ OutputFile::OutputFile(const std::string& path, OutputOptions options, OutputFai
     }
     dir_ = parent_dir(path_);
     // Unnamed until complete: nothing appears at all if the run dies.
-    fd_ = open(dir_.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+    fd_ = open(dir_.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, mode_);
     if (fd_ < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
         for (int attempt = 0; fd_ < 0 && attempt < 100; attempt++) {
             named_tmp_ = temp_name(dir_, base_name(path_));
             fd_ = open(named_tmp_.c_str(), O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY | O_CLOEXEC,
-                       0666 & ~current_umask());
+                       mode_ & ~current_umask());
             if (fd_ < 0 && errno != EEXIST)
                 break;
         }

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include <sys/types.h>
 #include <zlib.h>
 
 namespace lotus::exporter {
@@ -28,6 +29,7 @@ using OutputFailure = std::function<void(const std::string& line)>;
 struct OutputOptions {
     bool gzip_by_name = true; // a name ending in .gz is written gzip-compressed
     std::string what;         // how the user named it in messages ("-o", "--record"): defaults to "output"
+    unsigned mode = 0666;     // the file's permissions, less the umask (a record file: 0600)
 };
 
 // The reserve every output keeps on its file system, in percent of its size (0: none). Default 5.
@@ -92,6 +94,7 @@ private:
     void release_tail();
     std::string path_, dir_, what_;
     OutputFailure on_failure_;
+    mode_t mode_;
     int fd_ = -1;
     std::string named_tmp_; // the temporary's name where O_TMPFILE is not supported
     struct DeflateEnd {

@@ -1,8 +1,10 @@
 #include "metrics/pipeline_metrics.h"
 
 #include <algorithm>
+#include <mutex>
 #include <set>
 
+#include "common/utf8.h"
 #include "export/summary.h"
 
 namespace lotus::metrics {
@@ -55,7 +57,62 @@ Labels compact(Labels l)
     return l;
 }
 
+// Who holds each metric. prometheus-cpp's Family::Add returns the metric already there for an equal label set, so
+// two PipelineMetrics with equal labels (two jobs the agent cannot tell apart: see docs/metrics.md) get the same
+// object; each counts as one owner, and the metric leaves its family only with its last owner. Add and the count
+// go under one lock, so that no owner takes a metric that another's last release is removing.
+std::mutex g_owners_mu;
+std::unordered_map<const void*, unsigned> g_owners;
+
+template <typename T, typename... A>
+T* acquire(prometheus::Family<T>& f, const Labels& l, A&&... args)
+{
+    std::lock_guard lock(g_owners_mu);
+    T* m = &f.Add(l, std::forward<A>(args)...);
+    ++g_owners[m];
+    return m;
+}
+
+// One owner less; the last one's release takes the metric out of its family (remove: false, when an owner goes
+// without remove_series: its series stay in the registry as they are, but its claim goes, so that no stale
+// count is left for another metric that later gets the same address).
+template <typename T>
+void release(prometheus::Family<T>& f, T* m, bool remove = true)
+{
+    std::lock_guard lock(g_owners_mu);
+    auto it = g_owners.find(m);
+    if (it != g_owners.end() && --it->second > 0)
+        return;
+    if (it != g_owners.end())
+        g_owners.erase(it);
+    if (remove)
+        f.Remove(m);
+}
+
 } // namespace
+
+std::string label_value(std::string_view v)
+{
+    // Prometheus refuses a whole scrape for one label value that is not UTF-8, and the values come from the
+    // target (argv, its environment, class and function names): invalid bytes and control characters (a
+    // terminal's escapes, for whoever reads the exposition) become U+FFFD, and a value is cut at kMaxLabelBytes.
+    std::string out;
+    size_t fits = 0; // out's length at the last code point that leaves room for the ellipsis
+    for (size_t i = 0; i < v.size();) {
+        size_t n = common::utf8_sequence(v, i);
+        bool control = n == 1 && (static_cast<unsigned char>(v[i]) < 0x20 || v[i] == 0x7f);
+        out += n && !control ? v.substr(i, n) : common::kReplacement;
+        i += n ? n : 1;
+        if (out.size() <= kMaxLabelBytes - 3)
+            fits = out.size();
+        else if (out.size() > kMaxLabelBytes) {
+            out.resize(fits);
+            out += "\xE2\x80\xA6"; // U+2026 (…): cut here
+            break;
+        }
+    }
+    return out;
+}
 
 const prometheus::Histogram::BucketBoundaries& duration_buckets()
 {
@@ -70,8 +127,17 @@ const prometheus::Histogram::BucketBoundaries& duration_buckets()
     return b;
 }
 
+JobIdentity PipelineMetrics::clean(JobIdentity job)
+{
+    for (auto* v : {&job.node, &job.version, &job.python})
+        *v = label_value(*v);
+    for (auto& [name, value] : job.labels)
+        value = label_value(value);
+    return job;
+}
+
 PipelineMetrics::PipelineMetrics(std::shared_ptr<prometheus::Registry> registry, JobIdentity job)
-    : registry_(std::move(registry)), job_(std::move(job)),
+    : registry_(std::move(registry)), job_(clean(std::move(job))),
       samples_(counters("lotus_samples_total", "Samples through the pipeline (one call of the Compose or pipeline, or "
                         "a dataset's __getitem__ without one)", *registry_)),
       consumed_(counters("lotus_batches_consumed_total", "Batches the training loop took from its DataLoader",
@@ -144,7 +210,7 @@ prometheus::Histogram& PipelineMetrics::histogram(prometheus::Family<prometheus:
 {
     auto [it, fresh] = histograms_.try_emplace(key_of(&f, l));
     if (fresh)
-        it->second = {&f, &f.Add(l, duration_buckets())};
+        it->second = {&f, acquire(f, l, duration_buckets())};
     return *it->second.metric;
 }
 
@@ -152,7 +218,7 @@ prometheus::Counter& PipelineMetrics::counter(prometheus::Family<prometheus::Cou
 {
     auto [it, fresh] = counters_.try_emplace(key_of(&f, l));
     if (fresh)
-        it->second = {&f, &f.Add(l)};
+        it->second = {&f, acquire(f, l)};
     return *it->second.metric;
 }
 
@@ -184,13 +250,13 @@ void PipelineMetrics::span(const model::Span& s, const std::map<uint32_t, model:
     }
     case K::Op: {
         Labels o = l;
-        o["op"] = exporter::row_name(s);
+        o["op"] = label_value(exporter::row_name(s)); // (names from the target's classes)
         histogram(ops_, o).Observe(seconds(s));
         break;
     }
     case K::Py: {
         Labels o = l;
-        o["function"] = exporter::row_name(s);
+        o["function"] = label_value(exporter::row_name(s));
         histogram(functions_, o).Observe(seconds(s));
         break;
     }
@@ -264,10 +330,12 @@ void PipelineMetrics::refresh(const std::map<uint32_t, model::ProcessInfo>& proc
     std::set<std::string> set;
     for (const auto& [k, r] : roles) {
         for (auto* f : {&rss_, &processes_}) {
-            auto& g = f->Add(r.first);
-            g.Set(f == &rss_ ? r.second.first : r.second.second);
-            set.insert(key_of(f, r.first));
-            gauges_[key_of(f, r.first)] = {f, &g};
+            std::string key = key_of(f, r.first);
+            auto [g, fresh] = gauges_.try_emplace(key);
+            if (fresh)
+                g->second = {f, acquire(*f, r.first)};
+            g->second.metric->Set(f == &rss_ ? r.second.first : r.second.second);
+            set.insert(key);
         }
     }
     for (const auto& [k, g] : gauges_) // a role none of whose processes is alive now reads 0
@@ -284,15 +352,18 @@ void PipelineMetrics::refresh(const std::map<uint32_t, model::ProcessInfo>& proc
     }
     if (info.empty())
         info.push_back(with_job({{"version", job_.version}, {"python", job_.python}, {"pid", std::to_string(job_.pid)}}));
-    std::set<std::string> now;
+    std::map<std::string, prometheus::Gauge*> now;
     for (const auto& l : info) {
-        now.insert(key_of(nullptr, l));
-        info_.Add(l).Set(1);
+        std::string key = key_of(nullptr, l);
+        if (now.count(key))
+            continue; // (two training processes of equal ranks: one series, owned once)
+        auto old = info_series_.find(key);
+        (now[key] = old != info_series_.end() ? old->second : acquire(info_, l))->Set(1);
     }
-    for (const auto& old : info_series_)
-        if (!now.count(key_of(nullptr, old)))
-            info_.Remove(&info_.Add(old));
-    info_series_ = std::move(info);
+    for (const auto& [key, g] : info_series_)
+        if (!now.count(key))
+            release(info_, g);
+    info_series_ = std::move(now);
 }
 
 void PipelineMetrics::bump(prometheus::Family<prometheus::Counter>& f, const Labels& l, uint64_t total, uint64_t& last)
@@ -303,16 +374,21 @@ void PipelineMetrics::bump(prometheus::Family<prometheus::Counter>& f, const Lab
     last = std::max(last, total);
 }
 
-void PipelineMetrics::remove_series()
+PipelineMetrics::~PipelineMetrics() { release_all(false); }
+
+void PipelineMetrics::remove_series() { release_all(true); }
+
+void PipelineMetrics::release_all(bool remove)
 {
+    // Only what this job owns alone goes (see acquire): a job with equal labels keeps its series.
     for (auto& [k, h] : histograms_)
-        h.family->Remove(h.metric);
+        release(*h.family, h.metric, remove);
     for (auto& [k, c] : counters_)
-        c.family->Remove(c.metric);
+        release(*c.family, c.metric, remove);
     for (auto& [k, g] : gauges_)
-        g.family->Remove(g.metric);
-    for (const auto& l : info_series_)
-        info_.Remove(&info_.Add(l));
+        release(*g.family, g.metric, remove);
+    for (const auto& [k, g] : info_series_)
+        release(info_, g, remove);
     histograms_.clear();
     counters_.clear();
     gauges_.clear();

@@ -3,13 +3,18 @@
 // capture; the unit tests read it back through the text serializer.
 //
 // Labels stay bounded: the node, the training process's global rank (RANK) and local rank, the DataLoader's
-// number, the worker id, the op's row name and the process role; never a pid (but in lotus_job_info), a path or
-// a batch or sample id. docs/metrics.md lists the families.
+// number, the worker id, the op's row name and the process role; never a pid (but in lotus_job_info and the
+// agent's per-job labels), a path or a batch or sample id. docs/metrics.md lists the families.
+//
+// Several PipelineMetrics may share one registry (the agent: one per job). A series whose labels equal another
+// owner's is the same prometheus-cpp object, owned by both: remove_series takes out only what no other owner
+// holds, so one job's end never frees what another still writes.
 #pragma once
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -24,6 +29,11 @@
 #include "model/usage.h"
 
 namespace lotus::metrics {
+
+// Label values as Prometheus takes them: valid UTF-8 (an invalid byte or a control character becomes U+FFFD),
+// at most kMaxLabelBytes (longer ones cut at a character, ending in "…").
+constexpr size_t kMaxLabelBytes = 128;
+std::string label_value(std::string_view v);
 
 // 10 µs to 10 s, 1-2.5-5 per decade: what a transform, a batch and a wait take.
 const prometheus::Histogram::BucketBoundaries& duration_buckets();
@@ -46,6 +56,7 @@ struct CaptureFigures {
 class PipelineMetrics {
 public:
     PipelineMetrics(std::shared_ptr<prometheus::Registry> registry, JobIdentity job);
+    ~PipelineMetrics(); // (its series stay in the registry: the endpoint serves the final figures)
     PipelineMetrics(const PipelineMetrics&) = delete;
     PipelineMetrics& operator=(const PipelineMetrics&) = delete;
 
@@ -57,10 +68,13 @@ public:
     void refresh(const std::map<uint32_t, model::ProcessInfo>& processes);
     // The capture's counts so far (monotonic).
     void capture(const CaptureFigures& f);
-    // Every series this job added, out of the registry (the agent, a while after the job ended).
+    // Every series this job added, out of the registry (the agent, a while after the job ended), but those that
+    // another PipelineMetrics of equal labels still holds.
     void remove_series();
 
 private:
+    static JobIdentity clean(JobIdentity job); // its label values through label_value
+    void release_all(bool remove);
     // The labels of a training process: its global rank and local rank ("" where unknown).
     struct Trainer {
         std::string rank, local_rank;
@@ -93,7 +107,7 @@ private:
     // kept until it is, so that a known worker's start is not counted under worker "?" (the id's, at its exit).
     std::map<uint32_t, double> cpu_unnamed_;
     std::map<std::string, Series<prometheus::Gauge>> gauges_; // every gauge set since the start, by key
-    std::vector<prometheus::Labels> info_series_;
+    std::map<std::string, prometheus::Gauge*> info_series_; // the info series set, by key
 };
 
 } // namespace lotus::metrics

@@ -39,7 +39,7 @@ RecordWriter::RecordWriter(const std::string& path, const RecordHeader& h, expor
 }
 
 RecordWriter::RecordWriter(const std::string& path, exporter::OutputFailure on_failure)
-    : out_(path, exporter::OutputOptions{false, "--record"}, std::move(on_failure))
+    : out_(path, exporter::OutputOptions{false, "--record", 0600} /* its command lines and paths: the user's only */, std::move(on_failure))
 {
     out_.allow_cut(0); // at the disk reserve, the file ends after its last whole block: it replays up to there
 }
