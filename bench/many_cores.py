@@ -11,7 +11,11 @@ minutes still returns every figure it measured; --rows picks the parts (pairs, b
 alternate; beside_job: an unrelated process beside the example while it runs, traced or not).
 Needs root (BPF) and lotus-bpf at build/lotus-bpf. On a machine that cannot build it: a stripped copy of the binary with
 libbpf.so.1, libelf.so.1 and libfmt.so.9 (and bpftool with libcap.so.2 for the BPF rows) on LD_LIBRARY_PATH.
-Usage: bench/many_cores.py [--python PY] [--workers 8] [--images 2048] [--repeats 10] [--budget SECONDS]
+--default-only: lotus-bpf's default mode alone (no --native-map --counters rows: where that mode does not load,
+or time is short). --calls-scale F: the calls of the trap measure and of the unrelated process, times F (a slow
+machine: bench/kernels.sh runs QEMU without KVM at 0.05).
+Usage: bench/many_cores.py [--python PY] [--workers 8] [--images 2048] [--repeats 10] [--budget SECONDS] [--calls-scale F]
+                           [--default-only]
                            [--rows pairs,bpf,tracer,account,unrelated,beside_job,alternate]
 (account needs pairs, bpf and tracer in the same run.)"""
 import argparse
@@ -58,7 +62,12 @@ def main():
                     help="the parts to measure, in this order")
     ap.add_argument("--extra-mode", action="append", default=[],
                     help="one more traced mode in the pairs: lotus-bpf's options, e.g. '--native-map --sample-freq 99'")
+    ap.add_argument("--calls-scale", type=float, default=1.0,
+                    help="the calls of the trap measure and of the unrelated process, times this (a slow machine)")
+    ap.add_argument("--default-only", action="store_true", help="the default mode alone (no --native-map --counters)")
     args = ap.parse_args()
+    traced = [("default", ())] + ([] if args.default_only else [("--native-map --counters", run.NATIVE)])
+    unrelated_calls = {kind: max(1000, int(n * args.calls_scale)) for kind, n in UNRELATED.items()}
     rows_wanted = set(args.rows.split(","))
     kinds = {"pairs", "bpf", "tracer", "account", "unrelated", "beside_job", "alternate"}
     if not rows_wanted <= kinds:
@@ -77,7 +86,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         run.run_train(data, 1, False, tmp)  # the page cache
         base, base_cpu = [], []
-        modes = {"default": ((), [], []), "--native-map --counters": (run.NATIVE, [], [])}
+        modes = {name: (extra, [], []) for name, extra in traced}
         modes.update({m: (shlex.split(m), [], []) for m in args.extra_mode})
         holds = {name: [] for name in modes}
         # what the pairs may take of the budget: the other rows need the rest
@@ -114,14 +123,14 @@ def main():
                         f"probes {statistics.median(h.get('attach_ms', 0) / h['count'] for h in hs):.1f} ms")
             say(rows[-1])
         if "bpf" in rows_wanted and shutil.which("bpftool") and left() > 0.35 * args.budget:
-            for name, extra in (("default", ()), ("--native-map --counters", run.NATIVE)):
+            for name, extra in traced:
                 costs = bpf_costs[name] = [run.bpf_cost(data, args.images, extra) for _ in range(2)]
                 rows.append(f"BPF per sample, {name}: {run.cost_total(costs):.1f} us (epochs 2-3, median of 2; "
                             f"{run.cost_note(costs[-1])})")
                 say(rows[-1])
         if "tracer" in rows_wanted and left() > 0.25 * args.budget:
             cpu_ms = 1000 * statistics.median(base_cpu) if base_cpu else None
-            for name, extra in (("default", ()), ("--native-map --counters", run.NATIVE)):
+            for name, extra in traced:
                 us = [run.tracer_run_cpu(data, args.images, extra) for _ in range(2)]
                 tracer_us[name] = statistics.median(us)
                 share_note = (f"; {statistics.median(us) / 10 / cpu_ms:.2f} % of the job's {cpu_ms:.2f} ms of CPU "
@@ -134,7 +143,8 @@ def main():
             with floor.BareUprobe(slots) as probe:  # the Python probes' entries per sample, epochs 2-3
                 hits = run.epoch_snapshots(run.train_cmd(data, 3), lambda _: probe.hits(), "run under bare uprobes")
             slot_hits = (hits[2] - hits[0]) / (2 * args.images)
-            per_object_call = floor.call_costs(args.python, run.LOTUS, 5, "objects", slots, returns=True)
+            per_object_call = floor.call_costs(args.python, run.LOTUS, 5, "objects", slots, returns=True,
+                                               n=max(1000, int(1_000_000 * args.calls_scale)))
             cpu_ms = 1000 * statistics.median(base_cpu)
             rows.append(f"kernel uprobe trap per call of an object: {per_object_call['bare']:.0f} ns, with its return "
                         f"{per_object_call['bare-return']:.0f} ns (bare tracefs probes, median of 5); Python-probe "
@@ -149,9 +159,9 @@ def main():
         if "unrelated" in rows_wanted and left() < 20:
             rows.append("unrelated process: not measured (out of time)")
         elif "unrelated" in rows_wanted:
-            for mode, extra in (("", ()), (" --native-map --counters", run.NATIVE)):
-                for kind, (a, b, p) in run.unrelated(5, UNRELATED, extra=extra).items():
-                    n = UNRELATED[kind]
+            for mode, extra in ((f" {name}" if extra else "", extra) for name, extra in traced):
+                for kind, (a, b, p) in run.unrelated(5, unrelated_calls, extra=extra).items():
+                    n = unrelated_calls[kind]
                     rows.append(f"unrelated process beside the tracer{mode}, {kind}: {100 * (b / a - 1):+.1f} % ({a:.3f} "
                                 f"s alone, {b:.3f} s beside, {(b - a) * 1e9 / n:+.0f} ns a call, {p}, 5 interleaved)")
                     say(rows[-1])
@@ -161,7 +171,9 @@ def main():
                             f"({wa:.3f} s, {wb:.3f} s, {pw}), its CPU {100 * (cb / ca - 1):+.1f} % ({pc}), 5 interleaved")
                 say(rows[-1])
         if "alternate" in rows_wanted and left() > 60:
-            arms = {"untraced": None, "default": (run.LOTUS, [], None), "native": (run.LOTUS, run.NATIVE, None)}
+            arms = {"untraced": None, "default": (run.LOTUS, [], None)}
+            if not args.default_only:
+                arms["native"] = (run.LOTUS, run.NATIVE, None)
             got = alternate.alternate(data, arms, args.repeats, args.workers,
                                       deadline=time.monotonic() + left() - 45)
             for arm, cycles in got.items():
