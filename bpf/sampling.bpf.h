@@ -11,9 +11,14 @@ __u32 sampler_prog_id = 0;
 #define LOTUS_PF_USER_WORKER 0x00004000 /* io_uring and vhost workers: they never run user code (PF_EXITING: holds.bpf.h) */
 #define LOTUS_EVENTS_WALKED 256
 
-/* Before Linux 6.2 a task had one perf context per kind (hardware, software), an array; since, one pointer. */
+/* Before Linux 6.2 a task had one perf context per kind (hardware, software), an array; since, one pointer. Two
+ * flavours, told apart by the array's existence (a CO-RE field relocation against a field of another type fails:
+ * the pointer's is read only where the array is not). */
 struct task_struct___perf_ctx_array {
     struct perf_event_context *perf_event_ctxp[2];
+} __attribute__((preserve_access_index));
+struct task_struct___perf_ctx_one {
+    struct perf_event_context *perf_event_ctxp;
 } __attribute__((preserve_access_index));
 
 /* Whether one of the events of one perf context runs on_sample: LOTUS_SAMPLER_*. The context is read without its
@@ -41,9 +46,9 @@ static __always_inline __u32 context_sampler_state(struct perf_event_context *pc
  * one's (the sampler is a software event where the machine has no PMU). */
 static __always_inline __u32 sampler_state(struct task_struct *t)
 {
-    if (bpf_core_field_size(t->perf_event_ctxp) == sizeof(void *))
-        return context_sampler_state(BPF_CORE_READ(t, perf_event_ctxp));
     struct task_struct___perf_ctx_array *old = (void *)t;
+    if (!bpf_core_field_exists(old->perf_event_ctxp))
+        return context_sampler_state(BPF_CORE_READ((struct task_struct___perf_ctx_one *)t, perf_event_ctxp));
     __u32 hw = context_sampler_state(BPF_CORE_READ(old, perf_event_ctxp[0]));
     return hw != LOTUS_SAMPLER_NONE ? hw : context_sampler_state(BPF_CORE_READ(old, perf_event_ctxp[1]));
 }
