@@ -6,6 +6,7 @@ import threading
 import time
 import unittest
 
+import test_progress  # (its helpers: importing the module, not its classes, runs none of its tests here)
 from harness import (not_guardian, LOTUS, PY, WORKLOAD, BpfTestCase, assert_nested, dataset, kill_group, load_trace, run_lotus,
                      spans, start_lotus, wait_for_attach)
 
@@ -149,7 +150,7 @@ class Lifecycle(BpfTestCase):
         tracer.send_signal(signal.SIGTERM)
         tracer.send_signal(signal.SIGCONT)
         tracer.wait(timeout=60)
-        deadline = time.time() + 20  # torch's watchdog looks every 5 s
+        deadline = time.time() + 30  # torch's watchdog looks every 5 s (a busy machine: 20.09 s seen once)
         while state(worker) not in (None, "Z"):
             self.assertLess(time.time(), deadline, f"worker {worker} outlived its parent")
             time.sleep(0.1)
@@ -211,6 +212,100 @@ class Lifecycle(BpfTestCase):
         self.assertEqual(tracer.returncode, 0, stderr)
         self.assertEqual(load_trace(out)["otherData"]["stop_reason"], "target exited")
         self.assert_detached()
+
+    def test_a_kill_of_the_tracers_cgroup_leaves_no_child_held(self):
+        """The tracer's cgroup killed whole (cgroup.kill; as systemd's stop of a unit, an OOM group kill, a
+        container's cleanup) while a new worker of the job is held: the guardian, moved out of the tracer's cgroup
+        into the job's before any probe, lives on and continues the worker, and the job finishes. In the tracer's
+        cgroup it died with the tracer, and the job's next epoch's workers stayed stopped (state T) for ever. The
+        tracer runs in a cgroup2 cgroup of its own (the job stays in the test's), the hold made certain as above."""
+        cgroup = os.path.join(cgroup2_mount(), f"lotus-test-{os.getpid()}-{time.monotonic_ns()}")
+        os.mkdir(cgroup)
+        self.addCleanup(remove_cgroup, cgroup)
+        epochs = 6
+        job = subprocess.Popen([PY, WORKLOAD, dataset(64), "--workers", "2", "--epochs", str(epochs)],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        self.addCleanup(lambda: kill_group(job))
+        job_cgroup = cgroup_of(job.pid)
+        lines = [job.stdout.readline()]  # its pid, after the imports
+        while "epoch 0" not in lines[-1]:  # workers forked and ended once
+            self.assertIsNone(job.poll(), "the job ended early")
+            lines.append(job.stdout.readline())
+        reader = threading.Thread(target=lambda: lines.extend(job.stdout), daemon=True)
+        reader.start()
+        tracer = subprocess.Popen(["sh", "-c", 'echo $$ > "$1/cgroup.procs" && exec "$2" -q -o /dev/null '
+                                   '--hold-deadline 60000 --pid "$3"', "sh", cgroup, LOTUS, str(job.pid)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=HOLD_WHILE_STOPPED)
+        self.addCleanup(lambda: tracer.poll() is None and tracer.kill())
+        wait_for_attach(tracer, timeout=60)
+        self.assertEqual(cgroup_of(tracer.pid), cgroup_of_dir(cgroup))
+        (guardian,) = [p for p in children(tracer.pid) if p not in not_guardian([p])]
+        guardian_cgroup = cgroup_of(guardian)
+        tracer.send_signal(signal.SIGSTOP)
+        deadline = time.time() + 60
+        while not [p for p, s in test_progress.session_states(job.pid).items() if s == "T"]:
+            self.assertLess(time.time(), deadline, "no worker was held")
+            self.assertIsNone(job.poll(), "the job ended before a worker was held")
+            time.sleep(0.01)
+        time.sleep(0.3)
+        held = [p for p, s in test_progress.session_states(job.pid).items() if s == "T"]
+        self.assertTrue(held, "the hold did not last")
+        with open(os.path.join(cgroup, "cgroup.kill"), "w") as f:
+            f.write("1")
+        tracer.wait(timeout=30)
+        tracer.stderr.close()
+        try:
+            job.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.fail(f"the job stopped making progress after the kill of the tracer's cgroup; held then {held}, its "
+                      f"processes now {test_progress.session_states(job.pid)}")
+        reader.join(timeout=10)
+        job.stdout.close()
+        self.assertEqual(job.returncode, 0)
+        done = [line for line in lines if ": epoch " in line]
+        self.assertEqual(done, [f"pipeline_job: epoch {e}: 64 samples\n" for e in range(epochs)])
+        self.assertEqual([p for p, s in test_progress.session_states(job.pid).items() if s in "Tt"], [],
+                         "processes of the job left stopped")
+        self.assertNotEqual(guardian_cgroup, cgroup_of_dir(cgroup), "the guardian was in the tracer's cgroup")
+        self.assertEqual(guardian_cgroup, job_cgroup, "the guardian did not join the job's cgroup")
+        self.assert_detached()
+
+
+def cgroup2_mount():
+    """Where the cgroup2 hierarchy is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified beside v1 ones)."""
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, right = line.split(" - ", 1)
+            if right.split()[0] == "cgroup2":
+                return left.split()[4]
+    raise AssertionError("no cgroup2 hierarchy is mounted")
+
+
+def cgroup_of(pid):
+    """A process's cgroup2 path ("0::" in /proc/PID/cgroup)."""
+    with open(f"/proc/{pid}/cgroup") as f:
+        return next(line[3:].strip() for line in f if line.startswith("0::"))
+
+
+def cgroup_of_dir(path):
+    return "/" + os.path.relpath(path, cgroup2_mount())
+
+
+def remove_cgroup(path):
+    """Kills whatever is left in it, waits for it to empty, removes it."""
+    if not os.path.isdir(path):
+        return
+    with open(os.path.join(path, "cgroup.kill"), "w") as f:
+        f.write("1")
+    deadline = time.time() + 10
+    while True:
+        try:
+            os.rmdir(path)
+            return
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def voluntary_switches(pid):

@@ -96,3 +96,64 @@ TEST(Guardian, AStopUnderWayIsSeenBeforeTheStateSaysIt)
     EXPECT_FALSE(lotus::capture::stop_under_way("State:\tR (running)\nSigPnd:\t0000000000024000\nShdPnd:\t0000000000020000\n"));
     EXPECT_FALSE(lotus::capture::stop_under_way(""));
 }
+
+// Where the guardian goes (capture/guardian_cgroup.h): out of the tracer's cgroup, where the job is.
+#include "capture/guardian_cgroup.h"
+
+TEST(GuardianCgroup, ReadsEachHierarchyOfProcCgroup)
+{
+    auto lines = lotus::capture::parse_proc_cgroup("9:name=systemd:/\n4:memory:/a/b\n2:cpu,cpuacct:/\n0::/x y\n");
+    ASSERT_EQ(lines.size(), 4u);
+    EXPECT_EQ(lines[1].controllers, "memory");
+    EXPECT_EQ(lines[1].path, "/a/b");
+    EXPECT_EQ(lines[2].controllers, "cpu,cpuacct");
+    EXPECT_EQ(lines[3].controllers, "");
+    EXPECT_EQ(lines[3].path, "/x y");
+}
+
+TEST(GuardianCgroup, FindsTheCgroupMountsOfMountinfo)
+{
+    auto mounts = lotus::capture::parse_cgroup_mounts(
+        "25 24 0:22 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n"
+        "26 25 0:23 / /sys/fs/cgroup/unified rw,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n"
+        "30 25 0:27 /kube/pod1 /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+        "31 25 0:28 / /mnt/with\\040space rw - cgroup cgroup rw,name=systemd\n");
+    ASSERT_EQ(mounts.size(), 3u);
+    EXPECT_EQ(mounts[0].controllers, "");
+    EXPECT_EQ(mounts[0].dir, "/sys/fs/cgroup/unified");
+    EXPECT_EQ(mounts[1].root, "/kube/pod1");
+    EXPECT_EQ(mounts[1].controllers, "rw,cpu,cpuacct");
+    EXPECT_EQ(mounts[2].dir, "/mnt/with space");
+}
+
+TEST(GuardianCgroup, TriesTheJobsCgroupThenItsAncestors)
+{
+    using V = std::vector<std::string>;
+    EXPECT_EQ(lotus::capture::guardian_candidates("/system.slice/agent.service", "/slurm/job1/step0", "/"),
+              (V{"/slurm/job1/step0", "/slurm/job1", "/slurm", "/"}));
+    // Only what the mount shows; a job out of it: the hierarchy's root as mounted here.
+    EXPECT_EQ(lotus::capture::guardian_candidates("/pod/tracer", "/pod/job", "/pod"), (V{"/pod/job", "/pod"}));
+    EXPECT_EQ(lotus::capture::guardian_candidates("/pod/tracer", "/other/job", "/pod"), (V{"/pod"}));
+    EXPECT_EQ(lotus::capture::guardian_candidates("/tracer", "/../outside", "/"), (V{"/"}));
+}
+
+TEST(GuardianCgroup, StaysWhereTheJobDiesWithTheTracersCgroup)
+{
+    EXPECT_TRUE(lotus::capture::guardian_candidates("/run", "/run", "/").empty());
+    EXPECT_TRUE(lotus::capture::guardian_candidates("/run", "/run/lotus-bpf-7", "/").empty());
+    EXPECT_TRUE(lotus::capture::guardian_candidates("/", "/anything", "/").empty());
+    // A sibling whose name begins like the tracer's is not within it.
+    EXPECT_EQ(lotus::capture::guardian_candidates("/run", "/runner", "/").front(), "/runner");
+}
+
+TEST(GuardianCgroup, SaysOnlyWhereItIsStuck)
+{
+    std::vector<lotus::capture::GuardianCgroup> placed = {{"cgroup2", "/t", "/j", "/j", "", false},
+                                                          {"memory", "/t", "/", "/t", "the job's refused it", true}};
+    auto note = lotus::capture::stuck_note(placed);
+    ASSERT_TRUE(note);
+    EXPECT_NE(note->find("memory /t (the job's refused it)"), std::string::npos) << *note;
+    EXPECT_EQ(note->find("cgroup2"), std::string::npos) << *note;
+    placed.pop_back();
+    EXPECT_FALSE(lotus::capture::stuck_note(placed));
+}

@@ -212,6 +212,7 @@ void Probe::apply_plan(const ProbePlan& plan, const KernelFeatures& kernel, cons
     hold_self_ = plan.hold_self;
     perf_links_ = plan.perf_links;
     calls_apart_ = slots_ && session_type_ >= 0 && hold_;
+    job_ = features.job;
     hold_deadline_ns_ = features.hold_deadline_ns ? features.hold_deadline_ns
                         : perf_links_                ? 2'000'000'000ull
                                                      : 500'000'000ull;
@@ -325,6 +326,8 @@ void Probe::start_guardian()
     if (bpf_obj_get_info_by_fd(bpf_program__fd(holder), &info, &len))
         throw CaptureError(fmt::format("cannot read the hold program's id: {}", strerror(errno)));
     guardian_ = std::make_unique<Guardian>(bpf_map__fd(skel_->maps.lotus_held), info.id, hold_deadline_ns_);
+    if (job_ > 0) // out of the tracer's cgroup before any hold can be made: it must not die with the tracer
+        guardian_cgroups_ = place_guardian(guardian_->pid(), job_);
     skel_->bss->tracer_tgid = static_cast<uint32_t>(getpid());
     skel_->bss->guardian_tgid = static_cast<uint32_t>(guardian_->pid());
     if (!hold_self_)

@@ -21,6 +21,7 @@
 #include "elf/libc_wrappers.h"
 #include "lotus_abi.h"
 #include "cpython/interpreter.h"
+#include "guardian_cgroup.h"
 
 struct lotus_bpf;
 struct bpf_program;
@@ -78,6 +79,7 @@ struct ProbeFeatures {
     uint32_t sample_frames = 1; // user-stack frames per sample (--sample-stack): the leaf, then callers
     uint64_t hold_deadline_ns = 0; // how long a new child may be held for its probes (--hold-deadline); 0: the default
     bool sample_copy_stack = false; // --sample-unwind cfi: samples carry a copy of the stack for user space to unwind
+    pid_t job = 0; // the traced job's root process: the guardian joins its cgroups (guardian_cgroup.h); 0: stays
 };
 
 class Probe {
@@ -144,6 +146,8 @@ public:
     void set_type(uint32_t space, uint64_t type, uint64_t fingerprint, uint32_t flags);
     CaptureStats stats() const;
     const HoldStats& holds() const { return holds_; }
+    // Where the guardian went, per cgroup hierarchy (empty: no guardian, or no job named to it).
+    const std::vector<GuardianCgroup>& guardian_cgroups() const { return guardian_cgroups_; }
     // Network bytes sent and received by a traced process so far (ProbeFeatures::network, where the kernel has
     // the tracepoints: counts_network()); its exit record carries the last figures.
     bool counts_network() const { return net_; }
@@ -292,6 +296,8 @@ private:
     std::unordered_map<uint32_t, uint32_t> libc_borrowed_; // child -> the parent whose libc it took at its fork
     bool python_on_ = false; // attach_python was called: held children get their probes
     uint64_t hold_deadline_ns_ = 0;
+    pid_t job_ = 0; // ProbeFeatures::job
+    std::vector<GuardianCgroup> guardian_cgroups_;
     uint64_t held_walked_ = 0; // BPF's held_total when release_held last walked lotus_held
     std::unordered_map<uint32_t, uint64_t> starting_; // continued children (monotonic ns) yet to call getppid
     std::string attach_error_;

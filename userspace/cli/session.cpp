@@ -109,7 +109,8 @@ bool gone(int pid)
 }
 
 // What the probe's holds were, for otherData and the summary.
-exporter::RunInfo::Holds holds_info(const capture::HoldStats& h, unsigned deadline_ms)
+exporter::RunInfo::Holds holds_info(const capture::HoldStats& h, unsigned deadline_ms,
+                                    const std::vector<capture::GuardianCgroup>& guardian_cgroups)
 {
     exporter::RunInfo::Holds r{h.children, h.total_ns / 1e6, h.max_ns / 1e6, h.attach_ns / 1e6};
     r.deadline_ms = deadline_ms;
@@ -122,6 +123,9 @@ exporter::RunInfo::Holds holds_info(const capture::HoldStats& h, unsigned deadli
     r.unseen_max_ms = h.unseen_max_ns / 1e6;
     r.unseen_total_ms = h.unseen_total_ns / 1e6;
     r.spawned_python = h.spawned_python;
+    for (const auto& g : guardian_cgroups)
+        r.guardian_cgroups.push_back({g.hierarchy, g.tracer, g.job, g.guardian, g.why, g.stuck});
+    r.guardian_stuck = capture::stuck_note(guardian_cgroups).value_or("");
     return r;
 }
 
@@ -543,8 +547,16 @@ void Session::attach()
         launcher_->release();
     fmt::print(stderr, "lotus-bpf: tracing PID {} (CPython {}, {}) and {} descendant(s); Ctrl-C to stop\n", root_,
                interp_.version.str(), interp_.target_path, initial_ - 1);
-    for (const auto& lack : probe_->kernel_lacks()) // once, at the start; the summary says it again
-        fmt::print(stderr, "lotus-bpf: kernel {}: {}\n", probe_->kernel().release, lack);
+    if (auto stuck = capture::stuck_note(probe_->guardian_cgroups())) // the summary says it again
+        fmt::print(stderr, "lotus-bpf: {}\n", *stuck);
+    // What the kernel lacks, once at the start and in one line (each sentence's head); the summary and
+    // otherData.kernel_lacks say what each changes.
+    std::string lacks;
+    for (const auto& lack : probe_->kernel_lacks())
+        lacks += (lacks.empty() ? "" : "; ") + lack.substr(0, lack.find(':'));
+    if (!lacks.empty())
+        fmt::print(stderr, "lotus-bpf: Linux {}: {} (what each changes: the summary's end)\n", probe_->kernel().release,
+                   lacks);
     if (endpoint_) {
         update_metrics(monotonic_ns());
         auto at = metrics::parse_bind_address(opts_.metrics);
@@ -560,7 +572,7 @@ void Session::attach_probes()
         interp_, [this](const void* data, size_t len) { on_record(data, len); }, counters_,
         capture::ProbeFeatures{evaluator_, handlers_.has_value(), natives, natives && opts_.sample_freq > 0,
                                opts_.resources_interval_ms > 0 && opts_.net, opts_.sample_stack,
-                               opts_.hold_deadline_ms * 1'000'000ull, opts_.sample_unwind == "cfi"});
+                               opts_.hold_deadline_ms * 1'000'000ull, opts_.sample_unwind == "cfi", root_});
     roles_ = std::make_unique<capture::RoleWriter>(*probe_, interp_.layout, tree_);
     watch_trainer_calls();
     if (natives || opts_.native_map) {
@@ -784,7 +796,7 @@ void Session::detach()
     native_links_ = probe_->native_links();
     probe_->close(); // it also continues the children still held: count them after
     if (probe_->per_process())
-        holds_ = holds_info(probe_->holds(), probe_->hold_deadline_ms());
+        holds_ = holds_info(probe_->holds(), probe_->hold_deadline_ms(), probe_->guardian_cgroups());
     if (tty_)
         fmt::print(stderr, "\r\033[K");
     if (screen_) { // back to the normal screen, where the last view stays

@@ -42,6 +42,12 @@ J holds_json(const RunInfo::Holds& h)
     unseen["total_ms"] = json_fixed(h.unseen_total_ms, 3);
     o["unseen"] = std::move(unseen);
     o["spawned_python"] = h.spawned_python;
+    J cgroups = J::array();
+    for (const auto& g : h.guardian_cgroups)
+        cgroups.push_back(J{{"hierarchy", json_text(g.hierarchy)}, {"tracer", json_text(g.tracer)},
+                            {"job", json_text(g.job)}, {"guardian", json_text(g.guardian)}, {"stuck", g.stuck},
+                            {"why", json_text(g.why)}});
+    o["guardian_cgroups"] = std::move(cgroups);
     return o;
 }
 
@@ -300,6 +306,8 @@ std::string holds_note(const RunInfo::Holds& h)
         note += fmt::format(" Of these, {} ran Python before their probes were in: their calls in the first {:.1f} ms "
                             "at most (from the fork to the probes; {:.1f} ms in all) are not in the trace.",
                             h.unseen, h.unseen_max_ms, h.unseen_total_ms);
+    if (!h.guardian_stuck.empty())
+        note += fmt::format("\nHolds: {}.", h.guardian_stuck);
     return note;
 }
 

@@ -32,6 +32,14 @@ struct RunInfo {
         uint64_t unseen = 0;               // of the others, those whose probes were attached after they ran
         double unseen_max_ms = 0, unseen_total_ms = 0; // fork to probes attached: an upper bound
         uint64_t spawned_python = 0; // of shared_memory, those held at their exec of the traced interpreter
+        // Where the guardian went, per cgroup hierarchy (capture/guardian_cgroup.h): out of the tracer's
+        // cgroup into the job's (or an ancestor of it), so that a kill of the tracer's cgroup whole spares it.
+        struct GuardianCgroup {
+            std::string hierarchy, tracer, job, guardian, why;
+            bool stuck = false; // it stayed in the tracer's cgroup, which the job is not in
+        };
+        std::vector<GuardianCgroup> guardian_cgroups{};
+        std::string guardian_stuck{}; // where it is stuck, one sentence; empty where it is not
     };
     std::optional<Holds> holds; // live runs with per-process probes
     std::string stop_reason;
