@@ -91,7 +91,19 @@ def main():
         carry_dir(args.lotus, carry)
         for k in kernels:
             print(f"kernels.matrix: Linux {k}: booting", flush=True)
-            all_results[k] = run_kernel(k, carry, os.path.join(args.out, k))
+            out = os.path.join(args.out, k)
+            all_results[k] = run_kernel(k, carry, out)
+            # A VM that gave no results (hung: under TCG's threads a guest vCPU was seen spinning at a patched jump
+            # label in syscall entry, on 6.1, twice in ~6 runs) is booted once more; said, never hidden. A check
+            # that ran and failed is not retried.
+            if all_results[k]["vm_exit"] in (124, 125) and any(n not in all_results[k]["checks"] for n in PLAN[k][0]):
+                first = os.path.join(args.out, f"{k}-first-boot")
+                shutil.rmtree(first, ignore_errors=True)
+                shutil.copytree(out, first)
+                print(f"kernels.matrix: Linux {k}: the VM gave no result (exit {all_results[k]['vm_exit']}; "
+                      f"{first}): booting again", flush=True)
+                all_results[k] = run_kernel(k, carry, out)
+                all_results[k]["retried_after_hang"] = True
     with open(os.path.join(args.out, "matrix.json"), "w") as f:
         json.dump(all_results, f, indent=1)
 
