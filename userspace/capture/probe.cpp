@@ -344,15 +344,18 @@ void Probe::start_guardian()
         throw CaptureError("the BPF task iterator did not find the tracer and its guardian");
 }
 
+// A tracepoint program attached by its section name, into its skeleton link; throws with the tracepoint named.
+static void attach_tracepoint(bpf_program* prog, bpf_link*& link, const char* what)
+{
+    link = bpf_program__attach(prog);
+    if (!link)
+        throw CaptureError(fmt::format("cannot attach the {} tracepoint: {}", what, strerror(errno)));
+}
+
 void Probe::attach_self_holds()
 {
-    auto attach = [](bpf_program* prog, bpf_link*& link, const char* what) {
-        link = bpf_program__attach(prog);
-        if (!link)
-            throw CaptureError(fmt::format("cannot attach the {} tracepoint: {}", what, strerror(errno)));
-    };
-    attach(skel_->progs.on_fork_note, skel_->links.on_fork_note, "sched_process_fork");
-    attach(skel_->progs.on_exec_stop, skel_->links.on_exec_stop, "sched_process_exec");
+    attach_tracepoint(skel_->progs.on_fork_note, skel_->links.on_fork_note, "sched_process_fork");
+    attach_tracepoint(skel_->progs.on_exec_stop, skel_->links.on_exec_stop, "sched_process_exec");
     // Every process of the interpreter traps there, once per fork: a child of a traced process stops itself.
     bpf_program* prog = skel_->progs.on_child_start;
     child_start_link_ = multi_type_ >= 0 ? multi_link(prog, multi_type_, pin(interp_.object_path),
@@ -467,28 +470,23 @@ int Probe::on_library(void* ctx, void* data, size_t len)
 
 void Probe::attach_process_tracking()
 {
-    auto attach = [](bpf_program* prog, bpf_link*& link, const char* what) {
-        link = bpf_program__attach(prog);
-        if (!link)
-            throw CaptureError(fmt::format("cannot attach the {} tracepoint: {}", what, strerror(errno)));
-    };
-    attach(skel_->progs.on_fork, skel_->links.on_fork, "sched_process_fork");
+    attach_tracepoint(skel_->progs.on_fork, skel_->links.on_fork, "sched_process_fork");
     if (hold_ && hold_self_) {
         attach_self_holds();
     } else if (hold_) {
-        attach(skel_->progs.on_fork_hold, skel_->links.on_fork_hold, "sched_process_fork");
-        attach(skel_->progs.on_exec_hold, skel_->links.on_exec_hold, "sched_process_exec");
+        attach_tracepoint(skel_->progs.on_fork_hold, skel_->links.on_fork_hold, "sched_process_fork");
+        attach_tracepoint(skel_->progs.on_exec_hold, skel_->links.on_exec_hold, "sched_process_exec");
     }
     if (net_) {
-        attach(skel_->progs.on_sock_send, skel_->links.on_sock_send, "sock_send_length");
-        attach(skel_->progs.on_sock_recv, skel_->links.on_sock_recv, "sock_recv_length");
+        attach_tracepoint(skel_->progs.on_sock_send, skel_->links.on_sock_send, "sock_send_length");
+        attach_tracepoint(skel_->progs.on_sock_recv, skel_->links.on_sock_recv, "sock_recv_length");
     }
-    attach(skel_->progs.on_exec, skel_->links.on_exec, "sched_process_exec");
+    attach_tracepoint(skel_->progs.on_exec, skel_->links.on_exec, "sched_process_exec");
     if (kernel_.exit_group_dead)
-        attach(skel_->progs.on_exit, skel_->links.on_exit, "sched_process_exit");
+        attach_tracepoint(skel_->progs.on_exit, skel_->links.on_exit, "sched_process_exit");
     else
-        attach(skel_->progs.on_exit_counted, skel_->links.on_exit_counted, "sched_process_exit");
-    attach(skel_->progs.on_rename, skel_->links.on_rename, "task_rename");
+        attach_tracepoint(skel_->progs.on_exit_counted, skel_->links.on_exit_counted, "sched_process_exit");
+    attach_tracepoint(skel_->progs.on_rename, skel_->links.on_rename, "task_rename");
     if (syscall_events_) {
         bpf_program* progs[] = {skel_->progs.on_write, skel_->progs.on_getppid, skel_->progs.on_openat,
                                 skel_->progs.on_read_done};
@@ -499,10 +497,10 @@ void Probe::attach_process_tracking()
                 throw CaptureError(fmt::format("cannot attach the {} tracepoint: {}", kSyscallEvents[i],
                                                strerror(errno)));
     } else if (!libc_) {
-        attach(skel_->progs.on_sys_enter, skel_->links.on_sys_enter, "sys_enter");
-        attach(skel_->progs.on_sys_exit, skel_->links.on_sys_exit, "sys_exit");
+        attach_tracepoint(skel_->progs.on_sys_enter, skel_->links.on_sys_enter, "sys_enter");
+        attach_tracepoint(skel_->progs.on_sys_exit, skel_->links.on_sys_exit, "sys_exit");
     }
-    attach(skel_->progs.on_switch, skel_->links.on_switch, "sched_switch");
+    attach_tracepoint(skel_->progs.on_switch, skel_->links.on_switch, "sched_switch");
 }
 
 void Probe::trace_process(uint32_t tgid, uint32_t root_tgid)
