@@ -183,16 +183,18 @@ class Faults(BpfTestCase):
         # 90 % of a 4 MB tmpfs kept free: each run's trace (about 1 MB for an epoch here) is cut there
         # (no --summary-json: this machine's / has less than 90 % free, and the table would be refused there)
         disk = self.small_disk(4 * 1024)
-        r = run_lotus(["sweep", "--cpus", "2", "--disk-reserve", "90", "--output-dir", disk, "--", PY, EXAMPLE,
+        out = os.path.join(disk, "sweep")  # (a sweep writes into a directory it makes)
+        r = run_lotus(["sweep", "--cpus", "2", "--disk-reserve", "90", "--output-dir", out, "--", PY, EXAMPLE,
                        dataset(256), "--workers", "2"])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertRegex(r.stdout, r"\ncpus-2 +0 +[\d.]+ ")  # the run's row: exit status 0
-        trace = load_trace(os.path.join(disk, "cpus-2.json"))
+        trace = load_trace(os.path.join(out, "cpus-2.json"))
         cuts = {c["output"]: c for c in trace["otherData"]["outputs_cut"]}
         self.assertIn("would fall below 90 %", cuts["-o"]["why"])
         v = os.statvfs(disk)
         self.assertGreaterEqual(v.f_bavail / v.f_blocks, 0.89)
         self.assert_no_strays(disk)
+        self.assertEqual([n for n in os.listdir(out) if n.startswith(".")], [".lotus-sweep"])  # its mark alone
 
     def test_calls_too_deep_are_counted_and_said(self):
         # --span nest makes every call of nest a seen call: past 64 nested, BPF records none (no return probe

@@ -117,6 +117,8 @@ class MetricsTest(BpfTestCase):
                 "prepared": prom.scalar("sum(lotus_batch_preparation_duration_seconds_count)"),
                 "loads": prom.scalar("sum(lotus_load_duration_seconds_count)"),
                 "lost": prom.scalar("sum(lotus_events_lost_total)"),
+                "wait_ratio": prom.scalar("lotus_wait_ratio"),
+                "grade": prom.scalar("lotus_input_bound_grade"),
             }
             worker_cpu = prom.query('lotus_cpu_seconds_total{role="worker"}')
             info = prom.query("lotus_job_info")
@@ -148,6 +150,9 @@ class MetricsTest(BpfTestCase):
         self.assertEqual(scraped["prepared"], s["batches"]["prepare"]["count"])
         self.assertEqual(scraped["loads"], 256)
         self.assertEqual(scraped["lost"], 0)
+        # The loop's waiting share and graded verdict: the summary's (its last next() was before the pause).
+        self.assertAlmostEqual(scraped["wait_ratio"], s["batches"]["waiting_share"], delta=0.00005)
+        self.assertEqual(scraped["grade"], {"not": 0, "moderately": 1, "highly": 2}[s["batches"]["input_bound_grade"]])
         # Per-role CPU: both workers' ids, each with time; the info series names the node, job and version.
         self.assertEqual(sorted(m["worker"] for m, v in worker_cpu if v > 0), ["0", "1"], worker_cpu)
         self.assertEqual(len(info), 1, info)

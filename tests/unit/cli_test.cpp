@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
+#include <set>
 
 #include <sys/stat.h>
 
@@ -211,4 +212,78 @@ TEST(Sweep, TheBestAndTheCheapestWithinFivePercent)
     EXPECT_EQ(cheapest, 2); // 2 CPUs like row 1, less memory; row 3 is more than 5 % slower; row 4 has no figures
     EXPECT_EQ(cli::best_and_cheapest({{-1, 1, 1}}), (std::pair<int, int>{-1, -1}));
     EXPECT_EQ(cli::best_and_cheapest({{50, 1, 1}}), (std::pair<int, int>{0, 0}));
+}
+
+TEST(Sweep, ParamValuesNeverLeaveTheOutputDirectory)
+{
+    cli::SweepOptions o;
+    o.params = {{"w", {"../x", "a/b", "a_b", "/etc/passwd", "..", std::string(300, 'v'), std::string(300, 'v') + "z"}}};
+    o.command = {"python3", "job.py", "{w}"};
+    auto configs = cli::sweep_configs(o);
+    ASSERT_EQ(configs.size(), 7u);
+    std::set<std::string> names;
+    for (const auto& c : configs) {
+        EXPECT_EQ(c.name.find('/'), std::string::npos) << c.name;
+        EXPECT_LE(c.name.size(), 200u) << c.name;
+        EXPECT_NE(c.name, ".");
+        EXPECT_NE(c.name, "..");
+        names.insert(c.name);
+    }
+    EXPECT_EQ(names.size(), configs.size()); // no two runs write the same files
+    EXPECT_EQ(configs[0].name, "w=.._x");
+    EXPECT_EQ(configs[1].name, "w=a_b");
+    EXPECT_EQ(configs[2].name, "w=a_b-2");
+    EXPECT_EQ(configs[3].name, "w=_etc_passwd");
+    // The job still gets the values as given.
+    EXPECT_EQ(configs[0].command[2], "../x");
+    EXPECT_EQ(configs[0].params[0].second, "../x");
+}
+
+TEST(Sweep, OutputDirectoryIsItsOwnAndItsFilesNoLinks)
+{
+    namespace fs = std::filesystem;
+    auto root = fs::temp_directory_path() / fmt::format("lotus-sweep-dir-{}", getpid());
+    fs::remove_all(root);
+    fs::create_directories(root);
+    auto refused = [](auto&& f) -> std::string {
+        try {
+            f();
+        } catch (const std::runtime_error& e) {
+            return e.what();
+        }
+        return "";
+    };
+    uid_t me = geteuid();
+    // Made now: marked as the sweep's; made by an earlier sweep: taken again.
+    std::string dir = (root / "out").string();
+    EXPECT_TRUE(cli::open_sweep_dir(dir, me));
+    EXPECT_TRUE(fs::is_regular_file(root / "out" / cli::kSweepMark));
+    auto fd = cli::open_sweep_dir(dir, me);
+    ASSERT_TRUE(fd);
+    // Another user's (the same directory, seen by someone else), one it did not make, a link to a directory.
+    EXPECT_NE(refused([&] { cli::open_sweep_dir(dir, me + 1); }).find("owned by another user"), std::string::npos);
+    fs::create_directories(root / "mine");
+    EXPECT_NE(refused([&] { cli::open_sweep_dir((root / "mine").string(), me); }).find("not made by lotus-bpf sweep"),
+              std::string::npos);
+    fs::create_directory_symlink(root / "out", root / "link");
+    EXPECT_NE(refused([&] { cli::open_sweep_dir((root / "link").string(), me); }).find("not a directory"),
+              std::string::npos);
+
+    // A run's file: written and emptied when it is the sweep's; a planted link or hard link is refused, and the
+    // file it points to keeps its bytes.
+    {
+        std::ofstream(root / "out" / "a.txt") << "an earlier run's summary";
+        auto txt = cli::open_run_file(fd.get(), "a.txt", me);
+        ASSERT_TRUE(txt);
+        EXPECT_EQ(fs::file_size(root / "out" / "a.txt"), 0u);
+    }
+    std::ofstream(root / "victim") << "keep me";
+    fs::create_symlink(root / "victim", root / "out" / "b.txt");
+    EXPECT_NE(refused([&] { cli::open_run_file(fd.get(), "b.txt", me); }).find("b.txt: it is a symbolic link"),
+              std::string::npos);
+    fs::create_hard_link(root / "victim", root / "out" / "c.txt");
+    EXPECT_NE(refused([&] { cli::open_run_file(fd.get(), "c.txt", me); }).find("c.txt: a hard link"),
+              std::string::npos);
+    EXPECT_EQ(fs::file_size(root / "victim"), 7u);
+    fs::remove_all(root);
 }

@@ -85,3 +85,19 @@ TEST(LiveTable, ForgetsWhatLeftTheWindowAndCutsToTheTerminal)
         EXPECT_LE(line.size(), 56u);
     EXPECT_EQ(lines, 6u);
 }
+
+TEST(LiveTable, NamesTheJobChoseAreEscaped)
+{
+    std::map<uint32_t, model::ProcessInfo> procs;
+    procs[1].root = procs[1].consumer = true;
+    exporter::LiveTable t;
+    t.add(Span::make(SpanKind::Op, "\x1b]0;x\x07" "Crop\n", 1, 1, 9 * S, 9 * S + MS));
+    exporter::LiveHeader h{1, "3.11\x1b[2J", 0, 0, 0}; // even a version string read from the target
+    std::string f = t.frame(10 * S, h, procs);
+    for (char c : f)
+        EXPECT_TRUE(c == '\n' || static_cast<unsigned char>(c) >= 0x20) << static_cast<int>(c) << "\n" << f;
+    auto crop = row(f, "\\e]0;x\\aCrop\\n"); // one line, its columns where the others' are
+    ASSERT_EQ(crop.size(), 6u) << f;
+    EXPECT_EQ(crop[4], "1");
+    EXPECT_NE(f.find("CPython 3.11\\e[2J"), std::string::npos) << f;
+}

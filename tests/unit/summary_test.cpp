@@ -524,7 +524,8 @@ TEST(SummaryJson, KeysInTheirOrderAndTheRunsAlphabetical)
     for (const auto& [k, v] : doc.items())
         keys.push_back(k);
     EXPECT_EQ(keys, (std::vector<std::string>{"run", "ops", "batches", "loaders", "training", "processes", "counters",
-                                              "native_map", "resources", "throughput", "ranks", "straggler"}));
+                                              "native_map", "resources", "throughput", "ranks", "straggler",
+                                              "input_bound_thresholds"}));
     std::vector<std::string> run_keys;
     for (const auto& [k, v] : doc["run"].items())
         run_keys.push_back(k);
@@ -582,4 +583,31 @@ TEST(Straggler, TheRankWhoseWaitStandsOutIsNamedAndTheTextSaysWhatToTry)
     auto idle = row(1, 0.0, "n0");
     idle.batches = 0;
     EXPECT_FALSE(exporter::find_straggler({row(0, 0.5, "n0"), idle}));
+}
+
+// A class name the job chose to hold a terminal escape (an OSC that retitles the window, a carriage return): the
+// printed summary quotes it escaped, in its row and in the advice that names it; the JSON keeps it exact.
+TEST_F(Advice, NamesTheJobChoseArePrintedEscapedAndKeptExactInTheJson)
+{
+    const std::string evil = "\x1b]0;x\x07" "Evil\r";
+    job(6, 95, 1.0, 3.0);
+    for (uint64_t i = 0; i < 100; i++)
+        op_call(evil.c_str(), 5.0, W0, i);
+    auto batches = exporter::summarize_batches(tracker, processes, summary, 8);
+    ASSERT_EQ(batches.loops.size(), 1u);
+    ASSERT_TRUE(has(batches.loops[0].advice, evil + " takes the most time")); // the model keeps the name as it is
+    auto report = exporter::build_report({summary, batches, processes, {}, {}});
+    char* buf = nullptr;
+    size_t len = 0;
+    FILE* f = open_memstream(&buf, &len);
+    exporter::print_report(f, report);
+    fclose(f);
+    std::string text(buf, len);
+    free(buf);
+    for (char c : {'\x1b', '\x07', '\r'})
+        EXPECT_EQ(text.find(c), std::string::npos) << static_cast<int>(c) << "\n" << text;
+    EXPECT_NE(text.find("\\e]0;x\\aEvil\\r "), std::string::npos) << text;                 // its row
+    EXPECT_NE(text.find("\\e]0;x\\aEvil\\r takes the most time"), std::string::npos) << text; // the advice
+    auto doc = nlohmann::json::parse(exporter::report_json(report));
+    EXPECT_TRUE(doc["ops"].contains(evil)) << doc["ops"].dump();
 }

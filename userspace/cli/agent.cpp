@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include "common/printable.h"
 #include "common/read_file.h"
 #include "metrics/endpoint.h"
 #include "metrics/pipeline_metrics.h"
@@ -186,8 +187,9 @@ void Agent::start(int pid)
             fmt::print(stderr, "lotus-bpf agent: PID {}: no record file: {}\n", pid, strerror(errno));
     }
     fmt::print(stderr, "lotus-bpf agent: attaching to PID {} ({} {}){}{}\n", pid,
-               metrics::label_value(job.labels["lotus_job"]), metrics::label_value(job.labels["lotus_job_id"]),
-               o.record.empty() ? "" : ", record ", o.record);
+               common::printable(metrics::label_value(job.labels["lotus_job"])),
+               common::printable(metrics::label_value(job.labels["lotus_job_id"])), o.record.empty() ? "" : ", record ",
+               common::printable(o.record));
     Job* j = &job;
     o.metrics_handoff = [j](std::shared_ptr<void> m) { j->metrics = std::move(m); };
     job.thread = std::thread([j, o = std::move(o)]() {
@@ -358,7 +360,7 @@ int run_agent(const AgentOptions& opts)
     try {
         return Agent(opts).run();
     } catch (const std::exception& e) {
-        fmt::print(stderr, "lotus-bpf agent: {}\n", e.what());
+        fmt::print(stderr, "lotus-bpf agent: {}\n", common::printable(e.what()));
         return 1;
     }
 }

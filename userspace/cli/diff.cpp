@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/printable.h"
 #include "export/output_file.h"
 #include "export/run_diff.h"
 #include "replay.h"
@@ -73,7 +74,7 @@ int run_diff(const std::string& a, const std::string& b, const std::string& html
                 html, exporter::OutputOptions{false, "--html"},
                 [](const std::string& line) { fmt::print(stderr, "lotus-bpf: {}\n", line); });
         auto ja = load(a), jb = load(b);
-        fmt::print("{}", exporter::diff_runs(ja, jb, a, b));
+        fmt::print("{}", common::printable_lines(exporter::diff_runs(ja, jb, a, b))); // (op names from the runs)
         if (page) {
             page->write(exporter::diff_html(ja, jb, a, b));
             if (!page->commit())
@@ -81,7 +82,7 @@ int run_diff(const std::string& a, const std::string& b, const std::string& html
         }
         return 0;
     } catch (const std::exception& e) {
-        fmt::print(stderr, "lotus-bpf: {}\n", e.what());
+        fmt::print(stderr, "lotus-bpf: {}\n", common::printable(e.what()));
         return 1;
     }
 }

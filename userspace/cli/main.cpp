@@ -423,7 +423,7 @@ void add_sweep(CLI::App& app, SweepCommand& c)
     sweep->add_option("--memory", c.memory, "comma list of memory limits (each a run; with --cpus: every pair)")
         ->check(kNonEmpty);
     sweep->add_option("--output-dir", c.sw.dir, "where each run's summary (.txt), trace (.json), summary JSON and HTML "
-                                                "report go")
+                                                "report go: a directory the sweep makes, or one an earlier sweep made")
         ->capture_default_str()
         ->check(kNonEmpty);
     sweep->add_option("--summary-json", c.sw.summary_json, "also write the table as JSON to this file")->check(kNonEmpty);

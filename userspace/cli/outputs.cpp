@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "common/printable.h"
+
 namespace lotus::cli {
 
 Outputs::Outputs(const Options& opts)
@@ -27,7 +29,7 @@ Outputs::Outputs(const Options& opts)
 exporter::OutputFailure Outputs::sink()
 {
     return [this](const std::string& line) {
-        fmt::print(stderr, "{}lotus-bpf: {}\n", isatty(STDERR_FILENO) ? "\r\033[K" : "", line);
+        fmt::print(stderr, "{}lotus-bpf: {}\n", isatty(STDERR_FILENO) ? "\r\033[K" : "", common::printable(line));
         failures_.push_back(line);
     };
 }

@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "capture/probe.h"
+#include "common/printable.h"
 #include "capture/probe_plan.h"
 #include "cpython/interpreter.h"
 #include "elf/libc_wrappers.h"
@@ -48,11 +49,12 @@ int run_probes(std::optional<int> pid, const std::string& python)
     try {
         interp = pid ? cpython::find_interpreter(*pid) : cpython::find_interpreter_in_executable(python, "");
     } catch (const std::exception& e) {
-        fmt::print(stderr, "lotus-bpf: {}\n", e.what());
+        fmt::print(stderr, "lotus-bpf: {}\n", common::printable(e.what()));
         return 1;
     }
     print_kernel(&interp);
-    fmt::print("interpreter {}\npython {}\nlayout {}\n", interp.object_path, interp.version.str(), interp.layout_source);
+    fmt::print("interpreter {}\npython {}\nlayout {}\n", common::printable(interp.object_path), interp.version.str(),
+               interp.layout_source);
     fmt::print("evaluator _PyEval_EvalFrameDefault {:#x}\n", interp.eval_offset);
     try { // --all-calls where calls are inlined (3.11): its opcode handlers, RESUME's then RETURN_VALUE's
         auto handlers = cpython::inline_call_handlers(interp);

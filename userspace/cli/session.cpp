@@ -14,6 +14,7 @@
 
 #include "capture/perf_events.h"
 #include "common/clock.h"
+#include "common/printable.h"
 #include "common/wake_schedule.h"
 #include "capture/probe.h"
 #include "capture/native_capture.h"
@@ -163,7 +164,7 @@ public:
         auto* h = static_cast<const lotus_event_header*>(data);
         line_ = fmt::format("ev {} pid {} tid {} ts {}", h->type, h->tgid, h->tid, h->ts_ns);
         model::dispatch(data, len, *this);
-        fmt::print(stderr, "{}\n", line_);
+        fmt::print(stderr, "{}\n", common::printable(line_));
     }
 
 private:
@@ -546,9 +547,9 @@ void Session::attach()
     if (launcher_)
         launcher_->release();
     fmt::print(stderr, "lotus-bpf: tracing PID {} (CPython {}, {}) and {} descendant(s); Ctrl-C to stop\n", root_,
-               interp_.version.str(), interp_.target_path, initial_ - 1);
+               interp_.version.str(), common::printable(interp_.target_path), initial_ - 1);
     if (auto stuck = capture::stuck_note(probe_->guardian_cgroups())) // the summary says it again
-        fmt::print(stderr, "lotus-bpf: {}\n", *stuck);
+        fmt::print(stderr, "lotus-bpf: {}\n", common::printable(*stuck));
     // What the kernel lacks, once at the start and in one line (each sentence's head); the summary and
     // otherData.kernel_lacks say what each changes.
     std::string lacks;
@@ -708,7 +709,7 @@ void Session::update_metrics(uint64_t now)
     for (const auto& b : capture::kBpfFailures)
         f.failures.emplace_back(std::string(b.name), st.failures[b.slot]);
     metrics_->capture(f);
-    metrics_->refresh(rec_->engine().processes());
+    metrics_->refresh(rec_->engine().processes(), &rec_->engine().batches());
 }
 
 void Session::draw(uint64_t now)
@@ -727,7 +728,7 @@ void Session::tick(uint64_t now)
     if (opts_.resources_interval_ms && now - last_sweep_ >= opts_.resources_interval_ms * 1'000'000ull) {
         sweep(now);
         if (metrics_) // (memory per role at each reading: a worker that lives a second shows)
-            metrics_->refresh(rec_->engine().processes());
+            metrics_->refresh(rec_->engine().processes(), &rec_->engine().batches());
     }
     interpreters_->check(now);
     if (launcher_)
@@ -846,6 +847,7 @@ exporter::RunInfo Session::run_info()
         n.sampling_unwind = !opts_.sample_freq || opts_.sample_stack <= 1 ? "none" : opts_.sample_unwind;
         n.unwound_samples = native_->unwound_samples();
         n.unwound_callers = native_->unwound_callers();
+        n.without_returns = native_->without_returns();
         // A --native spec that selected nothing is said, not silently dropped.
         size_t first_user = native_specs_.size() - opts_.native.size();
         for (size_t i = first_user; i < native_specs_.size(); i++) {
@@ -900,8 +902,8 @@ int run_session(const Options& opts)
         session.loop();
         session.detach();
         return session.finish();
-    } catch (const std::exception& e) {
-        fmt::print(stderr, "lotus-bpf: {}\n", e.what());
+    } catch (const std::exception& e) { // (a reason may quote a path or name from the target)
+        fmt::print(stderr, "lotus-bpf: {}\n", common::printable(e.what()));
         return 1;
     }
 }

@@ -8,9 +8,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -19,6 +20,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/printable.h"
 #include "export/html_report.h"
 #include "export/json.h"
 #include "export/output_file.h"
@@ -58,10 +60,11 @@ std::optional<double> at(const nlohmann::json& j, std::initializer_list<const ch
 void fill(Row& r, const nlohmann::json& s)
 {
     r.samples_per_s = at(s, {"throughput", "samples_per_s"});
-    if (auto w = at(s, {"batches", "waiting_share"})) {
+    if (auto w = at(s, {"batches", "waiting_share"}))
         r.waiting_pct = *w * 100;
-        r.verdict = *r.waiting_pct >= 20 ? "input-bound" : "keeps up";
-    }
+    if (s.contains("batches") && s["batches"].is_object() && s["batches"].contains("input_bound_grade") &&
+        s["batches"]["input_bound_grade"].is_string()) // the summary's graded verdict ("-": not known)
+        r.verdict = s["batches"]["input_bound_grade"].get<std::string>() + " input-bound";
     r.cpu_avg = at(s, {"resources", "job", "cpu_avg_pct"});
     r.cpu_peak = at(s, {"resources", "job", "cpu_peak_pct"});
     r.memory_peak_mb = at(s, {"resources", "job", "pss_peak_mb"});
@@ -84,16 +87,14 @@ void fill(Row& r, const nlohmann::json& s)
 
 std::string num(std::optional<double> v, int decimals) { return v ? fmt::format("{:.{}f}", *v, decimals) : "-"; }
 
-// Runs one configuration: this binary, its stdout (the summary) into NAME.txt. Returns its exit status.
-int run_one(const std::vector<std::string>& args, const std::string& stdout_path)
+// Runs one configuration: this binary, its stdout (the summary) into `out` (NAME.txt). Returns its exit status.
+int run_one(const std::vector<std::string>& args, int out)
 {
     pid_t pid = fork();
     if (pid < 0)
         throw std::runtime_error(fmt::format("sweep: cannot fork: {}", strerror(errno)));
     if (pid == 0) {
-        int fd = open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd >= 0)
-            dup2(fd, STDOUT_FILENO);
+        dup2(out, STDOUT_FILENO);
         std::vector<char*> argv;
         for (const auto& a : args)
             argv.push_back(const_cast<char*>(a.c_str()));
@@ -149,11 +150,22 @@ void add_run(Row& r, const nlohmann::json& s)
         r.memory_kind = one.memory_kind;
 }
 
+// A --param value as part of a file name: letters, digits and . + - , : @ % kept, any other byte ('/' above all)
+// an underscore, so that no value names a file outside the output directory.
+std::string name_part(const std::string& v)
+{
+    std::string out = v;
+    for (char& c : out)
+        if (!isalnum(static_cast<unsigned char>(c)) && (c == '\0' || !strchr(".+-,:@%", c)))
+            c = '_';
+    return out;
+}
+
 std::string config_name(const SweepConfig& c)
 {
     std::string n;
     for (const auto& [k, v] : c.params)
-        n += (n.empty() ? "" : "_") + k + "=" + v;
+        n += (n.empty() ? "" : "_") + k + "=" + name_part(v);
     if (!c.cpus.empty())
         n += (n.empty() ? "" : "_") + std::string("cpus-") + c.cpus;
     if (!c.memory.empty())
@@ -215,18 +227,19 @@ std::string sweep_html(const std::vector<Row>& rows, int best, int cheapest, uns
 
 void print_table(const std::vector<Row>& rows, const SweepOptions& o, int best, int cheapest)
 {
-    fmt::print("{:<28} {:>6} {:>10} {:>13} {:>9} {:<12} {:>8} {:>9} {:>10} {:>11} {:>5}  {}\n", "configuration", "exit",
+    fmt::print("{:<28} {:>6} {:>10} {:>13} {:>9} {:<22} {:>8} {:>9} {:>10} {:>11} {:>5}  {}\n", "configuration", "exit",
                "samples/s", o.repeats > 1 ? "spread" : "", "waiting%", "verdict", "avg CPU%", "peak CPU%", "peak MB",
                "throttled s", "OOM", "most time per sample");
     for (const auto& r : rows) {
         std::string exit = r.repeats == 0 ? "-" : r.failed && o.repeats > 1 ? fmt::format("{}({}/{})", r.status, r.failed, r.repeats)
                                                                              : std::to_string(r.status);
-        fmt::print("{:<28} {:>6} {:>10} {:>13} {:>9} {:<12} {:>8} {:>9} {:>10} {:>11} {:>5}  {}\n", r.name, exit,
+        fmt::print("{:<28} {:>6} {:>10} {:>13} {:>9} {:<22} {:>8} {:>9} {:>10} {:>11} {:>5}  {}\n", r.name, exit,
                    num(r.samples_per_s, 1),
                    r.rates.size() > 1 ? fmt::format("{:.1f}-{:.1f}", r.rate_min, r.rate_max) : "",
                    num(r.waiting_pct, 0), r.verdict, num(r.cpu_avg, 0), num(r.cpu_peak, 0),
                    r.memory_peak_mb ? fmt::format("{:.0f} {}", *r.memory_peak_mb, r.memory_kind) : "-",
-                   num(r.throttled_s, 2), r.oom_kills ? std::to_string(*r.oom_kills) : "-", r.top_op);
+                   num(r.throttled_s, 2), r.oom_kills ? std::to_string(*r.oom_kills) : "-",
+                   common::printable(r.top_op)); // (an op's name: the job chose it)
     }
     for (const auto& r : rows) // a run that failed is said, with where to read why
         if (r.failed)
@@ -282,6 +295,26 @@ std::string table_json(const std::vector<Row>& rows, const SweepOptions& o, int 
     auto name = [&](int i) { return i < 0 ? std::string("null") : exporter::json_string(rows[i].name); };
     return fmt::format("{{\"repeats\":{},\"runs\":[{}],\"best\":{},\"cheapest_within_5pct\":{}}}\n", o.repeats, js,
                        name(best), name(cheapest));
+}
+
+// A run's summary JSON, read from the output directory without following a link; false: none, or not JSON.
+bool read_summary(int dir_fd, const std::string& name, nlohmann::json& out)
+{
+    common::UniqueFd fd(openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    struct stat st{};
+    if (!fd || fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+        return false;
+    std::string text;
+    char buf[65536];
+    for (ssize_t got; (got = read(fd.get(), buf, sizeof(buf))) != 0;) {
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return false;
+        text.append(buf, static_cast<size_t>(got));
+    }
+    out = nlohmann::json::parse(text, nullptr, false);
+    return !out.is_discarded();
 }
 
 std::unique_ptr<exporter::OutputFile> open_table(const std::string& path, const char* flag)
@@ -343,7 +376,68 @@ std::vector<SweepConfig> sweep_configs(const SweepOptions& o)
                 cfg.name = config_name(cfg);
                 out.push_back(std::move(cfg));
             }
+    // Names kept to a file name's length, and apart where values differ only in bytes a name cannot hold.
+    std::set<std::string> taken;
+    for (auto& cfg : out) {
+        if (cfg.name.size() > 200)
+            cfg.name = fmt::format("{}-{:016x}", cfg.name.substr(0, 183), std::hash<std::string>{}(cfg.name));
+        std::string base = cfg.name;
+        for (unsigned k = 2; !taken.insert(cfg.name).second; k++)
+            cfg.name = fmt::format("{}-{}", base, k);
+    }
     return out;
+}
+
+common::UniqueFd open_sweep_dir(const std::string& dir, uid_t me)
+{
+    auto refuse = [&](const std::string& why) {
+        return std::runtime_error(fmt::format("sweep: --output-dir {}: {}", dir, why));
+    };
+    bool made = mkdir(dir.c_str(), 0755) == 0;
+    if (!made && errno != EEXIST)
+        throw refuse(fmt::format("cannot create it: {}", strerror(errno)));
+    common::UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd)
+        throw refuse(errno == ELOOP || errno == ENOTDIR ? "not a directory (a symbolic link, or a file); name a new "
+                                                          "directory: the sweep makes it"
+                                                        : strerror(errno));
+    struct stat st{};
+    if (fstat(fd.get(), &st) != 0)
+        throw refuse(strerror(errno));
+    if (st.st_uid != me)
+        throw refuse(fmt::format("owned by another user (uid {}); name a new directory: the sweep makes it", st.st_uid));
+    if (made) {
+        common::UniqueFd mark(openat(fd.get(), kSweepMark, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+        if (!mark)
+            throw refuse(fmt::format("cannot mark it as the sweep's: {}", strerror(errno)));
+        return fd;
+    }
+    struct stat m{};
+    if (fstatat(fd.get(), kSweepMark, &m, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(m.st_mode) || m.st_uid != me)
+        throw refuse(fmt::format("it was not made by lotus-bpf sweep (no {} in it); name a new directory: the "
+                                 "sweep makes it", kSweepMark));
+    return fd;
+}
+
+common::UniqueFd open_run_file(int dir_fd, const std::string& name, uid_t me)
+{
+    // No O_TRUNC before the checks: a file hard-linked from elsewhere is refused, not emptied.
+    common::UniqueFd fd(openat(dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644));
+    if (!fd)
+        throw std::runtime_error(errno == ELOOP ? fmt::format("{}: it is a symbolic link, and the sweep never writes "
+                                                              "through one", name)
+                                                : fmt::format("{}: {}", name, strerror(errno)));
+    struct stat st{};
+    if (fstat(fd.get(), &st) != 0)
+        throw std::runtime_error(fmt::format("{}: {}", name, strerror(errno)));
+    if (!S_ISREG(st.st_mode))
+        throw std::runtime_error(fmt::format("{}: not a regular file; the sweep writes regular files only", name));
+    if (st.st_nlink != 1 || st.st_uid != me)
+        throw std::runtime_error(fmt::format("{}: {}; the sweep writes only files of its own", name,
+                                             st.st_uid != me ? "owned by another user" : "a hard link to another file"));
+    if (ftruncate(fd.get(), 0) != 0 || fcntl(fd.get(), F_SETFL, 0) != 0)
+        throw std::runtime_error(fmt::format("{}: {}", name, strerror(errno)));
+    return fd;
 }
 
 std::pair<int, int> best_and_cheapest(const std::vector<SweepCost>& rows)
@@ -373,8 +467,11 @@ int run_sweep(const SweepOptions& o)
         fmt::print(stderr, "lotus-bpf: {}\n", e.what());
         return 2;
     }
-    if (mkdir(o.dir.c_str(), 0755) != 0 && errno != EEXIST) {
-        fmt::print(stderr, "lotus-bpf: sweep: cannot create {}: {}\n", o.dir, strerror(errno));
+    common::UniqueFd dir;
+    try {
+        dir = open_sweep_dir(o.dir, geteuid());
+    } catch (const std::runtime_error& e) {
+        fmt::print(stderr, "lotus-bpf: {}\n", e.what());
         return 1;
     }
     std::unique_ptr<exporter::OutputFile> table, page; // opened first: a bad destination stops the sweep before it runs
@@ -397,13 +494,15 @@ int run_sweep(const SweepOptions& o)
     }
     int failed = 0;
     size_t total = configs.size() * o.repeats, n = 0;
+    std::string refused; // a run's file that is not the sweep's to write: the sweep stops there
     // Repeats interleaved: each round runs every configuration once, so that a slow spell of the machine falls
     // on all of them.
-    for (unsigned rep = 0; rep < o.repeats && !g_interrupted; rep++)
-        for (size_t i = 0; i < configs.size() && !g_interrupted; i++) {
+    for (unsigned rep = 0; rep < o.repeats && !g_interrupted && refused.empty(); rep++)
+        for (size_t i = 0; i < configs.size() && !g_interrupted && refused.empty(); i++) {
             const auto& cfg = configs[i];
             Row& r = rows[i];
-            std::string base = o.dir + "/" + cfg.name + (o.repeats > 1 ? fmt::format(".r{}", rep + 1) : "");
+            std::string name = cfg.name + (o.repeats > 1 ? fmt::format(".r{}", rep + 1) : "");
+            std::string base = o.dir + "/" + name;
             std::vector<std::string> args{"lotus-bpf", "-q", "-o", base + ".json", "--summary-json", base + ".summary.json",
                                           "--html", base + ".html"};
             if (!cfg.cpus.empty())
@@ -413,13 +512,29 @@ int run_sweep(const SweepOptions& o)
             args.insert(args.end(), o.pass.begin(), o.pass.end());
             args.push_back("--");
             args.insert(args.end(), cfg.command.begin(), cfg.command.end());
-            fmt::print(stderr, "lotus-bpf: sweep {}/{}: {} ...\n", ++n, total, base.substr(o.dir.size() + 1));
-            unlink((base + ".summary.json").c_str()); // a summary left by an earlier sweep is not this run's
-            int status = run_one(args, base + ".txt");
+            // Its files: none may be a link or anything but a regular file (the run's own outputs refuse them too,
+            // but the sweep stops at once, with one line); the summary is written into a file opened here.
+            common::UniqueFd txt;
+            try {
+                for (const char* ext : {".txt", ".json", ".summary.json", ".html"}) {
+                    struct stat st{};
+                    if (fstatat(dir.get(), (name + ext).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode))
+                        throw std::runtime_error(fmt::format("{}{}: {}", name, ext, S_ISLNK(st.st_mode)
+                                                     ? "it is a symbolic link, and the sweep never writes through one"
+                                                     : "not a regular file; the sweep writes regular files only"));
+                }
+                txt = open_run_file(dir.get(), name + ".txt", geteuid());
+            } catch (const std::runtime_error& e) {
+                refused = fmt::format("sweep: {}/{} (remove it, or name a new --output-dir)", o.dir, e.what());
+                break;
+            }
+            fmt::print(stderr, "lotus-bpf: sweep {}/{}: {} ...\n", ++n, total, name);
+            unlinkat(dir.get(), (name + ".summary.json").c_str(), 0); // an earlier sweep's summary is not this run's
+            int status = run_one(args, txt.get());
+            txt.reset();
             r.repeats++;
-            std::ifstream f(base + ".summary.json");
-            auto s = nlohmann::json::parse(f, nullptr, false);
-            bool summarized = f && !s.is_discarded();
+            nlohmann::json s;
+            bool summarized = read_summary(dir.get(), name + ".summary.json", s);
             if (summarized)
                 add_run(r, s);
             if (!summarized || status)
@@ -434,6 +549,10 @@ int run_sweep(const SweepOptions& o)
         }
     sa.sa_handler = SIG_DFL;
     sigaction(SIGINT, &sa, nullptr);
+    if (!refused.empty()) {
+        fmt::print(stderr, "lotus-bpf: {}\n", refused);
+        return 1;
+    }
 
     std::vector<SweepCost> costs;
     for (auto& r : rows) {

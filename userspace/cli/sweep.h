@@ -3,9 +3,13 @@
 // outputs in the output directory; {NAME} in the command is the configuration's value of --param NAME), then one
 // table of them all, the best configuration by samples/s and the cheapest within 5 % of it.
 #pragma once
+#include <sys/types.h>
+
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "common/unique_fd.h"
 
 namespace lotus::cli {
 
@@ -24,6 +28,9 @@ struct SweepOptions {
 int run_sweep(const SweepOptions& opts);
 
 // One configuration of a sweep: its name ("workers=2_cpus-1"), its values and its command with {NAME} replaced.
+// The name is a file name in the output directory: a value's bytes other than letters, digits and . + - , : @ %
+// are underscores in it ("../x" is "workers=.._x"), a name past 200 bytes is cut and hashed, and names that come
+// out equal get -2, -3, ...
 struct SweepConfig {
     std::string name, cpus, memory;
     std::vector<std::pair<std::string, std::string>> params;
@@ -42,5 +49,14 @@ struct SweepCost {
     double memory_mb = -1;     // peak memory; -1 unknown
 };
 std::pair<int, int> best_and_cheapest(const std::vector<SweepCost>& rows);
+
+// The output directory, opened (O_NOFOLLOW): made now and marked with kSweepMark, or made by an earlier sweep (it
+// holds the mark) and owned by `me`. Throws std::runtime_error with one line for anything else: a symbolic link,
+// a file, another user's directory, a directory the sweep did not make.
+inline constexpr const char* kSweepMark = ".lotus-sweep";
+common::UniqueFd open_sweep_dir(const std::string& dir, uid_t me);
+// A run's file in that directory, opened O_NOFOLLOW and emptied for writing: throws std::runtime_error with one
+// line (naming it) where it is a symbolic link, not a regular file, a hard link, or another user's.
+common::UniqueFd open_run_file(int dir_fd, const std::string& name, uid_t me);
 
 } // namespace lotus::cli

@@ -7,6 +7,8 @@
 
 #include <cstdio>
 
+#include "common/printable.h"
+
 namespace lotus::cli {
 
 LiveScreen::LiveScreen()
@@ -35,8 +37,10 @@ LiveScreen::~LiveScreen()
         tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
 }
 
-void LiveScreen::draw(const std::string& frame)
+void LiveScreen::draw(const std::string& raw)
 {
+    // The frame quotes names the target chose: the only control characters that reach the terminal are ours.
+    std::string frame = common::printable_lines(raw);
     if (screen_) {
         std::string out = "\033[H";
         for (size_t at = 0; at < frame.size();) { // each line cleared to its end: no leftovers of a longer one

@@ -434,7 +434,7 @@ figure{margin:8px 0 16px}figcaption,.legend{color:#555;font-size:12.5px}svg{widt
 .absent{color:#7a4b00;background:#fff6e0;padding:6px 10px;border-radius:4px}.run{color:#444}
 table.numbers{border-collapse:collapse;font-size:12.5px;margin:6px 0}table.numbers td,table.numbers th{padding:2px 8px;
 text-align:right;border-bottom:1px solid #eee}table.numbers td:first-child,table.numbers th:first-child{text-align:left}
-.verdict{font-weight:600}.pair{display:flex;gap:16px;flex-wrap:wrap}.pair figure{flex:1 1 420px}
+.verdict{font-weight:600}.verdict[data-input-bound=highly]{color:#b3261e}.verdict[data-input-bound=moderately]{color:#8a5300}.pair{display:flex;gap:16px;flex-wrap:wrap}.pair figure{flex:1 1 420px}
 svg text{font:11px system-ui,sans-serif;fill:#333}svg .op{font-weight:600}.grid{stroke:#e4e4e4}.axis{stroke:#999}
 .whisker{stroke:#555}.iqr{fill:#9ec5fe;stroke:#3d6fb6}.median{stroke:#0b2e6b;stroke-width:2.5}.mean{fill:#d9480f}
 .series{fill:none;stroke-width:1.5}.bar rect{fill:#5b8def}.rate{fill:#cfe0fc;stroke:#3d6fb6}.strip{fill:#f3f3f3}.busy{fill:#1a56b0}.wait{fill:#d9480f}
@@ -460,9 +460,12 @@ std::string html_report(const Report& r, const Timeline& timeline)
 
     h += "<h2 id=\"verdict\">Verdict</h2>\n";
     if (r.loops.empty())
-        h += absent("No training loop consumed a DataLoader batch while tracing: no verdict.");
+        h += absent("No training loop consumed a DataLoader batch while tracing: no verdict (whether the job is "
+                    "input-bound is not known).");
     for (const auto& l : r.loops) {
-        h += "<p class=\"verdict\">" + html_escape(l.verdict) + "</p>\n";
+        // (its grade, where known, as an attribute: data-input-bound="not", "moderately", "highly")
+        std::string grade = l.grade ? fmt::format(" data-input-bound=\"{}\"", input_bound_key(*l.grade)) : "";
+        h += "<p class=\"verdict\"" + grade + ">" + html_escape(l.verdict) + "</p>\n";
         if (!l.advice.empty()) {
             h += "<ul class=\"advice\">\n";
             for (const auto& a : l.advice)
@@ -474,16 +477,21 @@ std::string html_report(const Report& r, const Timeline& timeline)
     if (!r.ranks.empty()) { // several training processes: side by side, and the straggler
         h += "<h2 id=\"ranks\">Ranks</h2>\n";
         h += "<table class=\"numbers\"><thead><tr><th>training process</th><th>rank</th><th>local rank</th>"
-             "<th>node</th><th>samples</th><th>samples/s</th><th>wait %</th><th>batch prep ms</th></tr></thead>"
-             "<tbody>\n";
+             "<th>node</th><th>samples</th><th>samples/s</th><th>wait %</th><th>batch prep ms</th><th>verdict</th>"
+             "</tr></thead><tbody>\n";
         auto num = [](int v) { return v >= 0 ? std::to_string(v) : std::string("-"); };
         for (const auto& k : r.ranks)
             h += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1f}</td><td>{:.1f}</td>"
-                             "<td>{:.2f}</td></tr>\n",
+                             "<td>{:.2f}</td><td>{}</td></tr>\n",
                              html_escape(k.label), num(k.rank), num(k.local_rank),
                              html_escape(k.node.empty() ? "-" : k.node), k.samples, k.samples_per_s,
-                             k.wait_share * 100, k.prepare_mean_ms);
+                             k.wait_share * 100, k.prepare_mean_ms,
+                             !k.batches ? "no batch" : k.grade ? input_bound_text(*k.grade) : "not known");
         h += "</tbody></table>\n";
+        h += fmt::format("<p class=\"legend\">Verdict: waiting {:g} % of its time or more, highly input-bound; "
+                         "{:g}-{:g} %, moderately; under {:g} %, not.</p>\n",
+                         kHighlyInputBound * 100, kModeratelyInputBound * 100, kHighlyInputBound * 100,
+                         kModeratelyInputBound * 100);
         h += r.straggler ? "<p class=\"verdict\">" + html_escape(r.straggler->text) + "</p>\n"
                          : absent("No straggler: no rank's wait for data stands out from the others'.");
     }

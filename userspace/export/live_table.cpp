@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "common/printable.h"
 #include "export/summary.h"
 
 namespace lotus::exporter {
@@ -25,7 +26,7 @@ void LiveTable::add(const model::Span& s)
     std::string name;
     switch (s.kind) {
     case SpanKind::Op:
-    case SpanKind::Py: name = row_name(s); break;
+    case SpanKind::Py: name = common::printable(row_name(s)); break; // (escaped here: the columns stay aligned)
     case SpanKind::Loader: name = "loader"; break;
     case SpanKind::Collate: name = "collate"; break;
     case SpanKind::Sample: name = "sample (whole pipeline)"; samples_++; break;
@@ -42,8 +43,11 @@ void LiveTable::add(const model::Span& s)
 
 namespace {
 
-std::string fit(std::string line, size_t width)
+// Each line escaped whole (common/printable.h): no control character of a name the target chose reaches the
+// terminal, whatever part of the frame quotes it.
+std::string fit(const std::string& raw, size_t width)
 {
+    std::string line = common::printable(raw);
     if (line.size() > width)
         line.resize(width);
     return line;
@@ -103,7 +107,7 @@ std::string LiveTable::frame(uint64_t now, const LiveHeader& h, const std::map<u
     std::string waiting;
     for (const auto& [pid, p] : procs)
         if (p.consumer && !p.exited)
-            waiting += fmt::format("   {} waiting for data {:.0f} %", model::process_label(procs, pid),
+            waiting += fmt::format("   {} waiting for data {:.0f} %", common::printable(model::process_label(procs, pid)),
                                    100 * per_pid[pid].wait / window_ns);
     out.push_back(fmt::format("samples/s {:.1f} ({})   samples {}{}", static_cast<double>(samples) / window_s, label,
                               samples_, waiting));
@@ -150,7 +154,8 @@ std::string LiveTable::frame(uint64_t now, const LiveHeader& h, const std::map<u
         // busy: over the part of the window this process was seen alive
         double alive = overlap(std::max(p.first_ns, from), now, from, now);
         std::string busy = worker && alive > 0 ? fmt::format("{:.0f}", std::min(100.0, 100 * pp.busy / alive)) : "-";
-        out.push_back(fmt::format("{:<24} {:>8} {:>8} {:>10} {:>9}", model::process_label(procs, pid).substr(0, 24), pid,
+        out.push_back(fmt::format("{:<24} {:>8} {:>8} {:>10} {:>9}",
+                                  common::printable(model::process_label(procs, pid)).substr(0, 24), pid,
                                   busy, worker ? fmt::format("{:.1f}", static_cast<double>(pp.batches) / window_s) : "-",
                                   p.samples));
     }

@@ -125,7 +125,7 @@ std::vector<RankRow> rank_rows(const ReportInput& in)
         row.samples_per_s = l.seconds > 0 ? static_cast<double>(row.samples) / l.seconds : 0;
         row.wait_share = l.waiting_share;
         row.prepare_mean_ms = l.all.prepare.mean_ms;
-        row.input_bound = l.batches && l.waiting_share >= 0.2;
+        row.grade = l.grade;
         out.push_back(std::move(row));
     }
     return out;

@@ -59,7 +59,7 @@ struct RankRow {
     std::string node;            // "" where not known
     uint64_t samples = 0, batches = 0;
     double seconds = 0, samples_per_s = 0, wait_share = 0, prepare_mean_ms = 0;
-    bool input_bound = false; // it waited for data 20 % of its time or more (the verdict's threshold)
+    std::optional<InputBound> grade; // its loop's graded verdict (LoopSummary::grade); none: not known
 };
 
 // One rank whose wait in next() stands out from the others': at each collective (all-reduce) every rank waits

@@ -227,11 +227,11 @@ static std::vector<std::string> advice_for(uint32_t pid, double waiting_pct, con
         seen += p.seen_ns(); // (folded processes included, as in busy)
     }
     auto self = processes.find(pid);
-    if (waiting_pct >= 20 && ids.empty() && self != processes.end() && self->second.batches > 0) {
+    if (waiting_pct >= kHighlyInputBound * 100 && ids.empty() && self != processes.end() && self->second.batches > 0) {
         out.push_back(fmt::format("The training loop builds its batches itself (num_workers=0): DataLoader workers would "
                                   "take that work off it{}.",
                                   cpus ? fmt::format(" (the job may use {} CPU(s))", cpus) : ""));
-    } else if (waiting_pct >= 20 && !ids.empty() && seen) {
+    } else if (waiting_pct >= kHighlyInputBound * 100 && !ids.empty() && seen) {
         double b = 100.0 * static_cast<double>(busy) / static_cast<double>(seen);
         size_t n = ids.size();
         if (b < 80)
@@ -271,6 +271,57 @@ static std::vector<std::string> advice_for(uint32_t pid, double waiting_pct, con
                                       on, cpus ? fmt::format("the {} CPU(s)", cpus) : "CPUs"));
     }
     return out;
+}
+
+std::optional<InputBound> input_bound_grade(uint64_t batches, double seconds, double waiting_share)
+{
+    if (!batches || !(seconds > 0))
+        return std::nullopt;
+    return waiting_share >= kHighlyInputBound     ? InputBound::Highly
+           : waiting_share >= kModeratelyInputBound ? InputBound::Moderately
+                                                    : InputBound::Not;
+}
+
+const char* input_bound_key(InputBound g)
+{
+    return g == InputBound::Highly ? "highly" : g == InputBound::Moderately ? "moderately" : "not";
+}
+
+const char* input_bound_text(InputBound g)
+{
+    return g == InputBound::Highly       ? "highly input-bound"
+           : g == InputBound::Moderately ? "moderately input-bound"
+                                         : "not input-bound";
+}
+
+LoopFigures loop_figures(const model::BatchTracker& batches, uint32_t pid)
+{
+    LoopFigures f;
+    auto loop = batches.loops().find(pid);
+    if (loop == batches.loops().end())
+        return f;
+    for (const auto& [key, b] : batches.stats())
+        if (key.first == pid)
+            f.batches += b.wait_ns.count();
+    const auto& l = loop->second;
+    double span = static_cast<double>(l.last_ns > l.first_ns ? l.last_ns - l.first_ns : 0);
+    f.waiting_share = span > 0 ? static_cast<double>(l.wait_ns) / span : 0;
+    f.seconds = span / 1e9;
+    f.grade = input_bound_grade(f.batches, f.seconds, f.waiting_share);
+    return f;
+}
+
+// A waiting share in % as the verdict prints it: rounded to a whole number, unless that would read as the other
+// side of a threshold (19.6 % is not "20 %"): then cut to one decimal.
+static std::string waiting_pct_text(double share)
+{
+    double pct = share * 100;
+    std::string whole = fmt::format("{:.0f}", pct);
+    double shown = std::stod(whole) / 100;
+    for (double t : {kModeratelyInputBound, kHighlyInputBound})
+        if ((shown >= t) != (share >= t))
+            return fmt::format("{:.1f}", std::floor(pct * 10) / 10);
+    return whole;
 }
 
 static BatchSummary summarize(const model::BatchStats& b, GroupKey key)
@@ -315,26 +366,41 @@ DataLoaderReport summarize_batches(const model::BatchTracker& batches,
             all.merge(b);
         }
         l.all = summarize(all, GroupKey{pid, -1});
-        l.batches = all.wait_ns.count();
-        double span = static_cast<double>(loop.last_ns > loop.first_ns ? loop.last_ns - loop.first_ns : 0);
-        l.waiting_share = span > 0 ? static_cast<double>(loop.wait_ns) / span : 0;
-        l.seconds = span / 1e9;
+        LoopFigures f = loop_figures(batches, pid);
+        l.batches = f.batches;
+        l.waiting_share = f.waiting_share;
+        l.seconds = f.seconds;
+        l.grade = f.grade;
         std::set<int> ids; // worker ids, not processes: each epoch may fork new ones
         for (const auto& [wpid, p] : processes)
             if (p.owner == pid && p.batches > 0)
                 ids.insert(p.worker_id);
         std::string who = loops_seen > 1 ? " of " + model::process_label(processes, pid) : "";
         double pct = l.waiting_share * 100;
+        // The grade and its thresholds, said where it is given.
+        std::string waited = fmt::format("The training loop{} waited for data {} % of the time", who,
+                                         waiting_pct_text(l.waiting_share));
+        auto ladder = fmt::format("{:g} % or more: highly; {:g}-{:g} %: moderately; under {:g} %: not",
+                                  kHighlyInputBound * 100, kModeratelyInputBound * 100, kHighlyInputBound * 100,
+                                  kModeratelyInputBound * 100);
         if (l.batches == 0)
-            l.verdict = fmt::format("The training loop{} consumed no DataLoader batch while tracing.", who);
-        else if (pct >= 20)
-            l.verdict = fmt::format("The training loop{} waited for data {:.0f} % of the time: input-bound; the data "
-                                    "pipeline is the bottleneck ({} worker(s) x {:.2f} ms/sample in the pipeline).",
-                                    who, pct, ids.size(), per_sample_ms(summary, pid));
+            l.verdict = fmt::format("The training loop{} consumed no DataLoader batch while tracing: whether it is "
+                                    "input-bound is not known.",
+                                    who);
+        else if (!l.grade)
+            l.verdict = fmt::format("The training loop{} consumed {} batch(es) in no measurable time: whether it is "
+                                    "input-bound is not known.",
+                                    who, l.batches);
+        else if (*l.grade == InputBound::Highly)
+            l.verdict = fmt::format("{}: highly input-bound ({}); the data pipeline is the bottleneck ({} worker(s) x "
+                                    "{:.2f} ms/sample in the pipeline).",
+                                    waited, ladder, ids.size(), per_sample_ms(summary, pid));
+        else if (*l.grade == InputBound::Moderately)
+            l.verdict = fmt::format("{}: moderately input-bound ({}); the data pipeline holds it back part of the time "
+                                    "({} worker(s) x {:.2f} ms/sample in the pipeline).",
+                                    waited, ladder, ids.size(), per_sample_ms(summary, pid));
         else
-            l.verdict = fmt::format("The training loop{} waited for data {:.0f} % of the time: not input-bound; the "
-                                    "data pipeline keeps up.",
-                                    who, pct);
+            l.verdict = fmt::format("{}: not input-bound ({}); the data pipeline keeps up.", waited, ladder);
         if (l.batches)
             l.advice = advice_for(pid, pct, summary, processes, cpus, l.seconds, l.estimate);
         out.loops.push_back(l);

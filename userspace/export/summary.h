@@ -78,12 +78,33 @@ struct WorkerEstimate {
 // The estimate for n workers busy busy_share, a loop waiting waiting_share, `cpus` CPUs, today's samples/s.
 WorkerEstimate estimate_workers(unsigned n, double busy_share, double waiting_share, double cpus, double samples_per_s);
 
+// The graded verdict on a training loop (a rank), on the ladder of TensorFlow's input-pipeline analyzer: its
+// waiting share (the time it spent waiting in next() for a batch over its time from its first next()'s start to
+// its last one's end) kHighlyInputBound or more: highly input-bound; kModeratelyInputBound up to that:
+// moderately; below: not. The values are the metric's (lotus_input_bound_grade).
+enum class InputBound : uint8_t { Not = 0, Moderately = 1, Highly = 2 };
+inline constexpr double kModeratelyInputBound = 0.05, kHighlyInputBound = 0.20;
+// None where it cannot be known: no batch consumed, or no time between its first next() and its last.
+std::optional<InputBound> input_bound_grade(uint64_t batches, double seconds, double waiting_share);
+const char* input_bound_key(InputBound g);  // "not", "moderately", "highly" (the JSON's)
+const char* input_bound_text(InputBound g); // "not input-bound", "moderately input-bound", "highly input-bound"
+
+// A training loop's figures from the batch tracker, as the summary and the metrics take them.
+struct LoopFigures {
+    uint64_t batches = 0;     // batches it consumed (its waits in next() that returned one)
+    double waiting_share = 0; // the sum of those waits over its first next()'s start to its last one's end
+    double seconds = 0;       // its first next()'s start to its last one's end
+    std::optional<InputBound> grade;
+};
+LoopFigures loop_figures(const model::BatchTracker& batches, uint32_t pid);
+
 // A training loop: how much of its time (first next() to last) it spent waiting in next().
 struct LoopSummary {
     uint32_t pid = 0;
     uint64_t batches = 0;
     double waiting_share = 0;
     double seconds = 0; // its first next() to its last
+    std::optional<InputBound> grade; // none: not known (no batch consumed)
     std::string verdict;
     std::vector<std::string> advice; // what the numbers suggest doing, each a sentence with its figures
     std::optional<WorkerEstimate> estimate; // input-bound with busy workers and known CPUs: what more could give

@@ -82,6 +82,9 @@ J batches_json(const BatchSummary& x)
     return o;
 }
 
+// A training loop's graded verdict: "not", "moderately", "highly"; null where it is not known.
+J grade_json(const std::optional<InputBound>& g) { return g ? J(input_bound_key(*g)) : J(nullptr); }
+
 } // namespace
 
 std::string report_json(const Report& r)
@@ -123,6 +126,7 @@ std::string report_json(const Report& r)
         o["label"] = json_text(r.loop_labels[i]);
         o["batches"] = l.batches;
         o["waiting_share"] = json_fixed(l.waiting_share, 4);
+        o["input_bound_grade"] = grade_json(l.grade);
         o["verdict"] = json_text(l.verdict);
         o["advice"] = json_texts(l.advice);
         o["estimate"] = nullptr; // the inputs and result of the advice's estimate, where it gave one
@@ -149,6 +153,7 @@ std::string report_json(const Report& r)
         const auto& l = r.loops[0];
         merged = batches_json(l.all);
         merged["waiting_share"] = json_fixed(l.waiting_share, 4);
+        merged["input_bound_grade"] = grade_json(l.grade);
         merged["verdict"] = json_text(l.verdict);
         merged["advice"] = json_texts(l.advice);
     }
@@ -173,7 +178,8 @@ std::string report_json(const Report& r)
         o["samples_per_s"] = json_fixed(k.samples_per_s, 3);
         o["wait_share"] = json_fixed(k.wait_share, 4);
         o["batch_prepare_mean_ms"] = json_fixed(k.prepare_mean_ms, 4);
-        o["input_bound"] = k.input_bound;
+        o["input_bound"] = k.grade == InputBound::Highly; // (the one grade of earlier versions: 20 % or more)
+        o["input_bound_grade"] = grade_json(k.grade);
         return o;
     };
     J ranks = J::array();
@@ -198,6 +204,12 @@ std::string report_json(const Report& r)
     doc["throughput"] = std::move(throughput);
     doc["ranks"] = std::move(ranks);
     doc["straggler"] = std::move(straggler);
+    // The graded verdict's ladder: the waiting share at or above which a training loop is moderately, highly
+    // input-bound.
+    J ladder = J::object();
+    ladder["moderately"] = json_fixed(kModeratelyInputBound, 4);
+    ladder["highly"] = json_fixed(kHighlyInputBound, 4);
+    doc["input_bound_thresholds"] = std::move(ladder);
     return json_dump(doc) + "\n";
 }
 

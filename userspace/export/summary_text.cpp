@@ -1,13 +1,22 @@
 // The printed summary: the report (report.h) as text.
 #include "report.h"
 
+#include <cstdlib>
+#include <stdexcept>
+
 #include <fmt/format.h>
 
+#include "common/printable.h"
 #include "common/quantile_sketch.h"
 
 namespace lotus::exporter {
 
 namespace {
+
+// The names the target chose (ops, DataLoaders' datasets, processes, native functions and libraries), escaped
+// where a table or title formats them (common/printable.h); print_report escapes the whole text again (its own
+// line breaks kept), so that no control character of any name reaches the terminal.
+using common::printable;
 
 void print_rows(FILE* out, const Rows& r)
 {
@@ -21,7 +30,7 @@ void print_rows(FILE* out, const Rows& r)
         std::string flt = s.minor_faults < 0 ? "-" : fmt::format("{:.1f}", s.minor_faults);
         measured |= s.cpu_ms >= 0;
         fmt::print(out, "{:<28} {:>8} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>12.1f} {:>10} {:>9} {:>12}\n",
-                   row.label(), s.count, s.mean_ms, s.p50_ms, s.p95_ms, s.p99_ms, s.total_ms, cpu, pct, flt);
+                   printable(row.label()), s.count, s.mean_ms, s.p50_ms, s.p95_ms, s.p99_ms, s.total_ms, cpu, pct, flt);
     }
     print_wrapped(out, fmt::format("(wall-clock time per call; p50/p95/p99 exact up to {} calls, within 1 % beyond; loader: from "
                     "the previous sample's end to its pipeline call, the dataset's work such as reading and decoding "
@@ -90,7 +99,7 @@ void print_counters(FILE* out, const std::vector<std::string>& names, const std:
     head += fmt::format(" {:>6} {:>8}", "IPC", "on-CPU %");
     fmt::print(out, "{}\n", head);
     for (const auto& r : rows) {
-        std::string line = fmt::format("{:<28} {:>8}", r.label(), r.count);
+        std::string line = fmt::format("{:<28} {:>8}", printable(r.label()), r.count);
         for (size_t k = 0; k < r.mean.size(); k++)
             line += clock_counter(names[k]) ? fmt::format(" {:>16.3f}", r.mean[k] / 1e6)
                                                      : fmt::format(" {:>16.1f}", r.mean[k]);
@@ -111,14 +120,15 @@ void print_native_map(FILE* out, const std::vector<model::OpNativeMap>& map)
                        "inside it; docs/native-map.md)");
     for (const auto& op : map) {
         double n = static_cast<double>(op.samples);
-        fmt::print(out, "  {}: {} samples, {:.0f} % named, {:.0f} % in the kernel\n", op.op, op.samples,
+        fmt::print(out, "  {}: {} samples, {:.0f} % named, {:.0f} % in the kernel\n", printable(op.op), op.samples,
                    100.0 * static_cast<double>(op.named) / n, 100.0 * static_cast<double>(op.in_kernel) / n);
         size_t shown = 0;
         for (const auto& f : op.functions) {
             if (shown++ == 6)
                 break;
+            std::string function = printable(f.function);
             fmt::print(out, "    {:>5.1f} %  {:<56} {}\n", 100.0 * static_cast<double>(f.samples) / n,
-                       f.function.size() > 56 ? f.function.substr(0, 53) + "..." : f.function, f.library);
+                       function.size() > 56 ? function.substr(0, 53) + "..." : function, printable(f.library));
         }
     }
 }
@@ -134,11 +144,14 @@ static void print_ranks(FILE* out, const Report& r)
     fmt::print(out, "\n{:<28} {:>5} {:>6} {:<16} {:>8} {:>10} {:>7} {:>14}  {}\n", "training process", "rank", "local",
                "node", "samples", "samples/s", "wait %", "batch prep ms", "verdict");
     for (const auto& k : r.ranks)
-        fmt::print(out, "{:<28} {:>5} {:>6} {:<16} {:>8} {:>10.1f} {:>7.1f} {:>14.2f}  {}\n", k.label, num(k.rank),
-                   num(k.local_rank), k.node.empty() ? "-" : k.node, k.samples, k.samples_per_s, k.wait_share * 100,
-                   k.prepare_mean_ms, !k.batches ? "no batch" : k.input_bound ? "input-bound" : "keeps up");
-    print_wrapped(out, "(samples: its own and its workers'; samples/s and wait %: over its first next() to its last; "
-                       "batch prep: the mean time a batch took its workers)");
+        fmt::print(out, "{:<28} {:>5} {:>6} {:<16} {:>8} {:>10.1f} {:>7.1f} {:>14.2f}  {}\n", printable(k.label),
+                   num(k.rank), num(k.local_rank), k.node.empty() ? "-" : printable(k.node), k.samples, k.samples_per_s, k.wait_share * 100,
+                   k.prepare_mean_ms, !k.batches ? "no batch" : k.grade ? input_bound_text(*k.grade) : "not known");
+    print_wrapped(out, fmt::format("(samples: its own and its workers'; samples/s and wait %: over its first next() to "
+                                   "its last; batch prep: the mean time a batch took its workers; verdict: wait {:g} % "
+                                   "or more highly input-bound, {:g}-{:g} % moderately, under {:g} % not)",
+                                   kHighlyInputBound * 100, kModeratelyInputBound * 100, kHighlyInputBound * 100,
+                                   kModeratelyInputBound * 100));
     if (r.straggler)
         print_wrapped(out, r.straggler->text);
     else
@@ -146,7 +159,7 @@ static void print_ranks(FILE* out, const Report& r)
                            "twice their median).");
 }
 
-void print_report(FILE* out, const Report& r)
+static void print_report_text(FILE* out, const Report& r)
 {
     // One section per DataLoader of each training process (just the table where there is only one).
     if (r.loaders.empty())
@@ -155,7 +168,7 @@ void print_report(FILE* out, const Report& r)
     for (size_t i = 0; i < r.loaders.size(); i++) {
         const auto& s = r.loaders[i];
         if (titled || s.title.find(": ") != std::string::npos || !s.note.empty())
-            fmt::print(out, "{}{}\n", i ? "\n" : "", s.title);
+            fmt::print(out, "{}{}\n", i ? "\n" : "", printable(s.title));
         if (!s.note.empty())
             print_wrapped(out, s.note);
         if (!s.rows.empty())
@@ -170,6 +183,11 @@ void print_report(FILE* out, const Report& r)
                    r.throughput->samples_per_s, r.throughput->samples, r.throughput->seconds);
     if (!r.loops.empty())
         fmt::print(out, "\n");
+    else if (!r.loaders.empty()) { // samples were seen, but no training loop's next()
+        fmt::print(out, "\n");
+        print_wrapped(out, "No training loop was seen taking a batch (its next() calls): whether the job is "
+                           "input-bound is not known.", 0);
+    }
     for (const auto& l : r.loops) {
         print_wrapped(out, l.verdict, 0);
         for (const auto& a : l.advice)
@@ -183,13 +201,13 @@ void print_report(FILE* out, const Report& r)
     for (const auto& role : r.roles) {
         std::string pids = role.pids.size() > 40 ? role.pids.substr(0, 37) + "..." : role.pids;
         if (!role.has_busy()) {
-            fmt::print(out, "{:<20} {:>6} {:>10} {:>8} {:>8} {:>7} {:>7}  {}\n", role.label, role.loader,
+            fmt::print(out, "{:<20} {:>6} {:>10} {:>8} {:>8} {:>7} {:>7}  {}\n", printable(role.label), role.loader,
                        role.processes, role.samples, role.batches, "-", "-", pids);
             continue;
         }
         any_busy = true;
         double busy = 100.0 * static_cast<double>(role.busy_ns) / static_cast<double>(role.seen_ns);
-        fmt::print(out, "{:<20} {:>6} {:>10} {:>8} {:>8} {:>7.1f} {:>7.1f}  {}\n", role.label, role.loader,
+        fmt::print(out, "{:<20} {:>6} {:>10} {:>8} {:>8} {:>7.1f} {:>7.1f}  {}\n", printable(role.label), role.loader,
                    role.processes, role.samples, role.batches, busy, 100.0 - busy, pids);
     }
     if (any_busy)
@@ -201,6 +219,22 @@ void print_report(FILE* out, const Report& r)
     for (const auto& n : r.notes)
         fmt::print(out, "{}\n", n);
     fmt::print(out, "How to read this summary: docs/trace-format.md (installed under /usr/share/doc/lotus-bpf).\n");
+}
+
+// The text composed whole, then written with every control character but its line breaks escaped: the notes,
+// verdicts and advice quote names too.
+void print_report(FILE* out, const Report& r)
+{
+    char* buf = nullptr;
+    size_t len = 0;
+    FILE* text = open_memstream(&buf, &len);
+    if (!text)
+        throw std::runtime_error("cannot compose the summary: out of memory");
+    print_report_text(text, r);
+    fclose(text);
+    std::string safe = common::printable_lines(std::string_view(buf, len));
+    free(buf);
+    fwrite(safe.data(), 1, safe.size(), out);
 }
 
 } // namespace lotus::exporter

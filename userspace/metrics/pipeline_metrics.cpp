@@ -4,6 +4,8 @@
 #include <mutex>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "common/utf8.h"
 #include "export/summary.h"
 
@@ -30,6 +32,16 @@ auto& histograms(const char* name, const char* help, prometheus::Registry& r)
 auto& gauges(const char* name, const char* help, prometheus::Registry& r)
 {
     return family(prometheus::BuildGauge(), name, help, r);
+}
+
+const std::string& grade_help()
+{
+    static const std::string help = fmt::format(
+        "Each training loop's graded verdict from its lotus_wait_ratio: 0 not input-bound (under {:g}), 1 moderately "
+        "({:g} to {:g}), 2 highly ({:g} or more); absent until it has consumed a batch",
+        exporter::kModeratelyInputBound, exporter::kModeratelyInputBound, exporter::kHighlyInputBound,
+        exporter::kHighlyInputBound);
+    return help;
 }
 
 double seconds(const model::Span& s) { return s.end_ns > s.start_ns ? static_cast<double>(s.end_ns - s.start_ns) / 1e9 : 0; }
@@ -167,7 +179,10 @@ PipelineMetrics::PipelineMetrics(std::shared_ptr<prometheus::Registry> registry,
       rss_(gauges("lotus_resident_memory_bytes", "Resident memory of the traced processes per role, at the last "
                   "resource reading (shared pages counted in each process)", *registry_)),
       processes_(gauges("lotus_processes", "Traced processes alive, per role", *registry_)),
-      info_(gauges("lotus_job_info", "The traced job: one series per training process (rank), value 1", *registry_))
+      info_(gauges("lotus_job_info", "The traced job: one series per training process (rank), value 1", *registry_)),
+      wait_ratio_(gauges("lotus_wait_ratio", "Share of each training loop's time, from its first next() to its last "
+                         "so far, spent waiting in next() for a batch", *registry_)),
+      grade_(gauges("lotus_input_bound_grade", grade_help().c_str(), *registry_))
 {
 }
 
@@ -310,8 +325,42 @@ void PipelineMetrics::usage(const model::UsagePoint& p, const std::map<uint32_t,
         counter(cpu_, role_labels(p.pid, processes)).Increment(cpu_s);
 }
 
-void PipelineMetrics::refresh(const std::map<uint32_t, model::ProcessInfo>& processes)
+// Each training loop's waiting share and grade, as the summary computes them from the same records: one series per
+// training process's labels (two of equal labels, neither with a rank: the one that waited more).
+void PipelineMetrics::loops(const model::BatchTracker& batches, const std::map<uint32_t, model::ProcessInfo>& processes)
 {
+    std::map<std::string, std::pair<Labels, exporter::LoopFigures>> now;
+    for (const auto& [pid, loop] : batches.loops()) {
+        exporter::LoopFigures f = exporter::loop_figures(batches, pid);
+        if (!f.grade)
+            continue; // not known (no batch consumed yet): no series rather than a guessed grade
+        Trainer t = trainer(pid, processes);
+        Labels l = with_job({{"rank", t.rank}, {"local_rank", t.local_rank}});
+        auto [it, fresh] = now.try_emplace(key_of(nullptr, l), l, f);
+        if (!fresh && f.waiting_share > it->second.second.waiting_share)
+            it->second.second = f;
+    }
+    std::map<std::string, LoopGauges> kept;
+    for (const auto& [key, v] : now) {
+        auto old = loop_series_.find(key);
+        LoopGauges g = old != loop_series_.end() ? old->second
+                                                 : LoopGauges{acquire(wait_ratio_, v.first), acquire(grade_, v.first)};
+        g.wait_ratio->Set(v.second.waiting_share);
+        g.grade->Set(static_cast<double>(*v.second.grade));
+        kept[key] = g;
+    }
+    for (const auto& [key, g] : loop_series_) // (a training process whose labels changed: its rank learnt later)
+        if (!kept.count(key)) {
+            release(wait_ratio_, g.wait_ratio);
+            release(grade_, g.grade);
+        }
+    loop_series_ = std::move(kept);
+}
+
+void PipelineMetrics::refresh(const std::map<uint32_t, model::ProcessInfo>& processes, const model::BatchTracker* batches)
+{
+    if (batches)
+        loops(*batches, processes);
     // Per role: resident memory summed over its live processes, and how many there are.
     std::map<std::string, std::pair<Labels, std::pair<double, double>>> roles;
     for (auto it = rss_bytes_.begin(); it != rss_bytes_.end();) {
@@ -389,6 +438,11 @@ void PipelineMetrics::release_all(bool remove)
         release(*g.family, g.metric, remove);
     for (const auto& [k, g] : info_series_)
         release(info_, g, remove);
+    for (const auto& [k, g] : loop_series_) {
+        release(wait_ratio_, g.wait_ratio, remove);
+        release(grade_, g.grade, remove);
+    }
+    loop_series_.clear();
     histograms_.clear();
     counters_.clear();
     gauges_.clear();

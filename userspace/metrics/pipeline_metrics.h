@@ -25,6 +25,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "model/batches.h"
 #include "model/spans.h"
 #include "model/usage.h"
 
@@ -64,8 +65,10 @@ public:
     void span(const model::Span& s, const std::map<uint32_t, model::ProcessInfo>& processes);
     // A process's resource reading over an interval: its CPU time into its role's counter, its RSS kept.
     void usage(const model::UsagePoint& p, const std::map<uint32_t, model::ProcessInfo>& processes);
-    // The gauges recomputed: resident memory and processes per role, the info series. Call after a sweep.
-    void refresh(const std::map<uint32_t, model::ProcessInfo>& processes);
+    // The gauges recomputed: resident memory and processes per role, the info series, and with `batches` (the
+    // engine's) each training loop's waiting share and graded verdict so far, as the summary computes them
+    // (exporter::loop_figures). Call after a sweep.
+    void refresh(const std::map<uint32_t, model::ProcessInfo>& processes, const model::BatchTracker* batches = nullptr);
     // The capture's counts so far (monotonic).
     void capture(const CaptureFigures& f);
     // Every series this job added, out of the registry (the agent, a while after the job ended), but those that
@@ -85,13 +88,14 @@ private:
     prometheus::Histogram& histogram(prometheus::Family<prometheus::Histogram>& f, const prometheus::Labels& l);
     prometheus::Counter& counter(prometheus::Family<prometheus::Counter>& f, const prometheus::Labels& l);
     void bump(prometheus::Family<prometheus::Counter>& f, const prometheus::Labels& l, uint64_t total, uint64_t& last);
+    void loops(const model::BatchTracker& batches, const std::map<uint32_t, model::ProcessInfo>& processes);
 
     std::shared_ptr<prometheus::Registry> registry_;
     JobIdentity job_;
     prometheus::Family<prometheus::Counter>&samples_, &consumed_, &out_of_order_, &events_, &lost_, &failures_, &cpu_;
     prometheus::Family<prometheus::Histogram>&ops_, &loads_, &collates_, &sample_durations_, &batches_, &waits_,
         &delays_, &functions_;
-    prometheus::Family<prometheus::Gauge>&rss_, &processes_, &info_;
+    prometheus::Family<prometheus::Gauge>&rss_, &processes_, &info_, &wait_ratio_, &grade_;
     // Series by their labels' text: a span's metric is found without building the family's label map twice.
     template <typename T>
     struct Series {
@@ -108,6 +112,10 @@ private:
     std::map<uint32_t, double> cpu_unnamed_;
     std::map<std::string, Series<prometheus::Gauge>> gauges_; // every gauge set since the start, by key
     std::map<std::string, prometheus::Gauge*> info_series_; // the info series set, by key
+    struct LoopGauges {
+        prometheus::Gauge *wait_ratio = nullptr, *grade = nullptr;
+    };
+    std::map<std::string, LoopGauges> loop_series_; // each training loop's (by its labels' key)
 };
 
 } // namespace lotus::metrics

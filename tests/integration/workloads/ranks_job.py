@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A test workload: data-parallel training as torch.multiprocessing.spawn runs it. Each rank (gloo process
 group, DistributedSampler) has its own DataLoader with its own workers and trains a tiny DDP model. Ground truth:
---wait-log F gets one line per next() of each rank: "RANK PID EPOCH INDEX NS MONOTONIC_NS_IT_BEGAN"."""
+--wait-log F gets one line per next() of each rank: "RANK PID EPOCH INDEX NS MONOTONIC_NS_IT_BEGAN"; --loop-log F one
+line per epoch of each rank for the next() that raised StopIteration: "RANK PID EPOCH MONOTONIC_NS_IT_BEGAN
+MONOTONIC_NS_IT_ENDED"."""
 import argparse
 import os
 import socket
@@ -14,7 +16,7 @@ import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, DistributedSampler
 from torchvision import datasets, transforms
 
-from pipeline_job import _append  # (this directory: the workloads)
+from pipeline_job import _append, _workers_idle  # (this directory: the workloads)
 
 
 def train(rank, args, port):
@@ -35,11 +37,17 @@ def train(rank, args, port):
         sampler.set_epoch(epoch)
         it, lines, i = iter(loader), [], 0
         while True:
+            if args.step_ms and i == 0:  # the workers get ahead: every batch they were handed is ready
+                _workers_idle(it)
+            elif args.step_ms:  # a slower training step
+                time.sleep(args.step_ms / 1000)
             began = time.monotonic_ns()
             t0 = time.perf_counter_ns()
             try:
                 x, y = next(it)
             except StopIteration:
+                if args.loop_log:
+                    _append(args.loop_log, f"{rank} {os.getpid()} {epoch} {began} {time.monotonic_ns()}\n")
                 break
             lines.append(f"{rank} {os.getpid()} {epoch} {i} {time.perf_counter_ns() - t0} {began}\n")
             i += 1
@@ -59,6 +67,9 @@ def main():
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--wait-log")
+    ap.add_argument("--loop-log")
+    ap.add_argument("--step-ms", type=float, default=0, help="sleep this long before each next(), and before an "
+                    "epoch's first wait until the workers have made every batch they were handed: they keep ahead")
     args = ap.parse_args()
     with socket.socket() as s:  # a free port for the process group's rendezvous
         s.bind(("127.0.0.1", 0))
