@@ -168,22 +168,15 @@ int BPF_KPROBE(py_retval)
     return emit_return(ts, d - 1, 1); /* an inlined frame's return value is not at hand: 1, "not NULL" */
 }
 
-SEC("uprobe")
-int BPF_KPROBE(native_entry) { return native_traced() ? native_event(ctx, LOTUS_EV_NATIVE_ENTRY) : 0; }
-
-SEC("uretprobe")
-int BPF_KRETPROBE(native_return) { return native_traced() ? native_event(ctx, LOTUS_EV_NATIVE_RETURN) : 0; }
-
-/* The same as one uprobe session (Linux 6.13+): one link a library, not an entry's and a return's. Its return is
- * hooked only for a traced process (the entry's verdict: 0 to see it). */
+/* A probed native function's entry or one of its return instructions (the cookie's LOTUS_NATIVE_RETURN_POINT). */
 SEC("uprobe")
 int BPF_KPROBE(native_call)
 {
-    if (bpf_session_is_return())
-        return native_event(ctx, LOTUS_EV_NATIVE_RETURN);
     if (!native_traced())
-        return 1;
-    return native_event(ctx, LOTUS_EV_NATIVE_ENTRY);
+        return 0;
+    __u64 cookie = bpf_get_attach_cookie(ctx);
+    return native_event(ctx, cookie & LOTUS_NATIVE_RETURN_POINT ? LOTUS_EV_NATIVE_RETURN : LOTUS_EV_NATIVE_ENTRY,
+                        (__u32)cookie);
 }
 
 /* Sampling map: a sampling event (cycles, or cpu-clock without a PMU) on each traced thread (sampling.bpf.h),
@@ -231,6 +224,7 @@ static __always_inline bool sample_with_stack(struct bpf_perf_event_data *ctx, b
     count(LOTUS_COUNT_SUBMITTED);
     fill_header(&e->s.h, LOTUS_EV_SAMPLE_STACK);
     e->s.in_kernel = in_kernel;
+    e->s.sp = sp;
     e->s.ip[0] = leaf;
     e->s.nr_ips = leaf ? 1 : 0;
     for (__u32 i = 1; i < LOTUS_STACK_DEPTH; i++)
@@ -283,10 +277,11 @@ int on_sample(struct bpf_perf_event_data *ctx)
         return 0;
     fill_header(&e->h, LOTUS_EV_SAMPLE);
     e->in_kernel = in_kernel;
+    __u64 sp = 0, bp = 0;
+    __u64 leaf = user_regs(ctx, in_kernel, &sp, &bp);
+    e->sp = sp; /* (user space's test of which probed native calls are still open) */
     if (sample_frames <= 1 || sample_copy_stack) {
         /* The leaf alone: what bpf_get_stack returns for one frame, without its callchain machinery. */
-        __u64 sp, bp;
-        __u64 leaf = user_regs(ctx, in_kernel, &sp, &bp);
         e->ip[0] = leaf;
         e->nr_ips = leaf ? 1 : 0;
         for (__u32 i = 1; i < LOTUS_STACK_DEPTH; i++)

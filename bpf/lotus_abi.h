@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define LOTUS_ABI_VERSION 10
+#define LOTUS_ABI_VERSION 11
 
 enum lotus_event_type {
     LOTUS_EV_PY_ENTRY = 1,  /* _PyEval_EvalFrameDefault entered (a C->Python transition) */
@@ -22,7 +22,7 @@ enum lotus_event_type {
     /* 8 was WAIT_DONE (ABI 3 and before: the end of a blocking wait) */
     LOTUS_EV_OPEN = 9,      /* a traced thread called openat: the path */
     LOTUS_EV_NATIVE_ENTRY = 10,  /* a probed native function was entered (uprobe, cookie = its number) */
-    LOTUS_EV_NATIVE_RETURN = 11, /* ... and returned */
+    LOTUS_EV_NATIVE_RETURN = 11, /* ... and is returning: a uprobe on one of its return instructions */
     LOTUS_EV_SAMPLE = 12,        /* a perf-event sample of a traced thread: its user stack */
     LOTUS_EV_MSG = 13,           /* a traced thread read or wrote a pickled multiprocessing message */
     LOTUS_EV_GETPPID = 14,       /* a traced process's main thread called getppid (header only): a DataLoader
@@ -182,11 +182,16 @@ struct lotus_open {
     char path[LOTUS_PATH_LEN];
 };
 
-/* Native function probes: func is the number user space gave the attach point (its bpf_cookie). */
+/* Native function probes: func is the number user space gave the function (its points' bpf_cookie, with
+ * LOTUS_NATIVE_RETURN_POINT set on its return instructions' points). sp is the stack pointer there: at the entry
+ * and at a return instruction of one call it is the same (the return address's slot), so user space pairs them by
+ * it, and tells a call left another way (an exception, a tail call) from one still running (ABI 11; 0 before). */
+#define LOTUS_NATIVE_RETURN_POINT (1ull << 32)
 struct lotus_native {
     struct lotus_event_header h;
     __u32 func;
     __u32 _pad;
+    __u64 sp;
 };
 
 #define LOTUS_STACK_DEPTH 8
@@ -195,6 +200,7 @@ struct lotus_sample {
     __u32 nr_ips;    /* valid entries in ip */
     __u32 in_kernel; /* 1: the sample hit kernel code; ip[0] is where user space entered it */
     __u64 ip[LOTUS_STACK_DEPTH]; /* user-space stack, leaf first (callers: see --sample-unwind) */
+    __u64 sp;                    /* the user stack pointer at the leaf (ABI 11; 0 before, or unknown) */
 };
 
 /* A sample whose callers user space finds (--sample-unwind cfi): the user registers the unwinding starts from and

@@ -5,6 +5,7 @@ pkgs=(
   build-essential cmake pkg-config clang llvm libclang-rt-14-dev
   libbpf-dev bpftool libelf-dev zlib1g-dev libfmt-dev libcli11-dev
   libdw-dev  # --sample-unwind cfi: libdw reads the libraries' .eh_frame
+  libcapstone-dev  # native probes: a function's return instructions, found by decoding it (linked statically)
   libgtest-dev nlohmann-json3-dev python3-jsonschema
   prometheus-cpp-dev  # --metrics: the registry and its HTTP exposer (civetweb)
   prometheus  # the metrics test: a real Prometheus server scrapes lotus-bpf (and promtool checks the exposition)

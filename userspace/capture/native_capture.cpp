@@ -59,28 +59,35 @@ const NativeCapture::Probed* NativeCapture::attach_library(const std::string& pa
     } catch (const std::exception&) {
         return nullptr; // not an ELF file after all: nothing to probe
     }
-    std::vector<uint64_t> offsets;
-    std::vector<uint32_t> ids;
-    for (const auto& f : fns) {
-        offsets.push_back(f.offset);
-        ids.push_back(functions_ + refused_ + static_cast<uint32_t>(ids.size()));
-    }
-    auto ok = probe_.attach_native(path, offsets, ids);
-    bool live = false;
+    // A function whose own return instructions were not found (its bytes do not decode whole, or it only leaves
+    // by tail calls) is not probed: its calls would never end a span. Said, by name, at the end of the run.
+    std::vector<NativePoints> points;
+    std::vector<size_t> probed;
     for (size_t i = 0; i < fns.size(); i++) {
         if (fns[i].spec < matched_.size())
             matched_[fns[i].spec]++;
-        if (!ok[i]) {
+        if (fns[i].returns.empty()) {
+            without_returns_.push_back(fns[i].library + ":" + fns[i].name);
+            continue;
+        }
+        points.push_back({fns[i].offset, fns[i].returns, next_id_++});
+        probed.push_back(i);
+    }
+    auto ok = probe_.attach_native(path, points);
+    bool live = false;
+    for (size_t j = 0; j < points.size(); j++) {
+        if (!ok[j]) {
             refused_++;
             continue;
         }
+        const auto& fn = fns[probed[j]];
         functions_++;
         live = true;
         model::RecordNativeFunc rec{};
         rec.type = model::kRecordNativeFunc;
-        rec.func = ids[i];
-        copy_str(rec.name, fns[i].name);
-        copy_str(rec.library, fns[i].library);
+        rec.func = points[j].id;
+        copy_str(rec.name, fn.name);
+        copy_str(rec.library, fn.library);
         emit_(&rec, sizeof(rec));
     }
     attach_s_ += now_s() - t;

@@ -39,6 +39,8 @@ public:
 
     size_t functions() const { return functions_; }
     size_t refused() const { return refused_; }
+    // "library:function" of each selected function left unprobed because its return instructions were not found.
+    const std::vector<std::string>& without_returns() const { return without_returns_; }
     // Per spec (in the order given): how many functions it selected in the libraries seen.
     const std::vector<size_t>& matched() const { return matched_; }
     double attach_seconds() const { return attach_s_; }
@@ -82,7 +84,8 @@ private:
     std::unordered_map<uint32_t, WrittenRanges> written_;
     std::unordered_map<uint32_t, WrittenRanges> looked_up_; // the same for callers looked up, not written
     std::vector<size_t> matched_;
-    uint32_t functions_ = 0, refused_ = 0;
+    uint32_t functions_ = 0, refused_ = 0, next_id_ = 0;
+    std::vector<std::string> without_returns_;
     double attach_s_ = 0;
 };
 

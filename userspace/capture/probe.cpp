@@ -25,6 +25,7 @@
 #include "common/clock.h"
 #include "elf/elf_file.h"
 #include "guardian.h"
+#include "lotus_abi.h"
 #include "perf_uprobe.h"
 #include "probe_plan.h"
 #include "proc/proc_maps.h"
@@ -245,8 +246,7 @@ void Probe::choose_programs(const ProbePlan& plan)
                             {progs.py_call, load.py_call}, {progs.py_entry, load.py_entry},
                             {progs.py_slot, load.py_slot}, {progs.py_slot_entry, load.py_slot_entry},
                             {progs.py_return, load.py_return}, {progs.py_resume, load.py_resume},
-                            {progs.py_retval, load.py_retval}, {progs.native_entry, load.native_entry},
-                            {progs.native_return, load.native_return}, {progs.native_call, load.native_call},
+                            {progs.py_retval, load.py_retval}, {progs.native_call, load.native_call},
                             {progs.on_sample, load.on_sample}, {progs.unsampled_threads, load.unsampled_threads},
                             {progs.libc_call, load.libc_call}})
         bpf_program__set_autoload(prog, on);
@@ -254,11 +254,11 @@ void Probe::choose_programs(const ProbePlan& plan)
     bpf_program__set_autoload(progs.on_exit, kernel_.exit_group_dead);
     bpf_program__set_autoload(progs.on_exit_counted, !kernel_.exit_group_dead);
     if (plan.session)
-        for (bpf_program* prog : {progs.py_call, progs.py_slot, progs.native_call})
+        for (bpf_program* prog : {progs.py_call, progs.py_slot})
             bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(session_type_));
     if (multi_type_ >= 0)
         for (bpf_program* prog : {progs.py_entry, progs.py_slot_entry, progs.py_return, progs.py_resume,
-                                  progs.py_retval, progs.native_entry, progs.native_return, progs.on_child_start})
+                                  progs.py_retval, progs.native_call, progs.on_child_start})
             bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(multi_type_));
     for (bpf_program* prog : {progs.on_write, progs.on_getppid, progs.on_openat, progs.on_read_done})
         bpf_program__set_autoload(prog, syscall_events_);
@@ -1022,21 +1022,33 @@ void Probe::attach_sampling(const CounterSpec& event, uint64_t freq)
 
 size_t Probe::threads_unsampled() const { return sampling_ ? sampling_->unknown() : 0; }
 
-std::vector<bool> Probe::attach_native(const std::string& path, const std::vector<uint64_t>& offsets,
-                                       const std::vector<uint32_t>& cookies)
+// A function's points as the kernel takes them: its return instructions, then its entry (a return seen without
+// its entry, as one probe after the other goes live, is dropped; an entry without its return would stay open).
+static void flatten(const NativePoints& f, std::vector<uint64_t>& offsets, std::vector<uint64_t>& cookies)
 {
-    std::vector<uint64_t> c(cookies.begin(), cookies.end());
-    std::vector<bool> ok(offsets.size(), false);
+    for (uint64_t r : f.returns) {
+        offsets.push_back(r);
+        cookies.push_back(LOTUS_NATIVE_RETURN_POINT | f.id);
+    }
+    offsets.push_back(f.entry);
+    cookies.push_back(f.id);
+}
+
+std::vector<bool> Probe::attach_native(const std::string& path, const std::vector<NativePoints>& fns)
+{
+    std::vector<bool> ok(fns.size(), false);
+    std::vector<uint64_t> offsets, cookies;
+    for (const auto& f : fns)
+        flatten(f, offsets, cookies);
     if (offsets.empty())
         return ok;
-    const size_t links_each = session_type_ >= 0 ? 1 : 2; // a session, or an entry's and a return's
-    if (hold_ && !perf_links_) { // (a perf event per function and process would hold each new worker too long)
+    if (hold_ && !perf_links_) { // (a perf event per point and process would hold each new worker too long)
         // Per traced process: those traced now (held children get theirs in attach_python_to). A process that
         // exits meanwhile (ESRCH) needs none; any other refusal falls back to probing every process.
         std::vector<std::pair<uint32_t, std::vector<common::UniqueFd>>> made;
         bool refused = false;
         for (uint32_t tgid : process_links_.tgids()) {
-            auto fds = native_multi(path, offsets, c, tgid);
+            auto fds = native_multi(path, offsets, cookies, tgid);
             if (fds.empty() && errno != ESRCH) {
                 refused = true;
                 break;
@@ -1046,29 +1058,35 @@ std::vector<bool> Probe::attach_native(const std::string& path, const std::vecto
         if (!refused) {
             for (auto& [tgid, fds] : made)
                 process_links_.append(tgid, std::move(fds));
-            per_process_natives_.push_back({path, offsets, c});
+            per_process_natives_.push_back({path, offsets, cookies});
             pin(path);
-            native_links_ += links_each;
-            return std::vector<bool>(offsets.size(), true);
+            native_links_++;
+            return std::vector<bool>(fns.size(), true);
         }
     }
-    // One link (or pair) for the whole library where the kernel takes all its offsets; else one function at a
-    // time, so that one it refuses does not cost the others.
-    auto system_wide = [&](const std::vector<uint64_t>& o, const std::vector<uint64_t>& k) {
-        if (session_type_ < 0)
-            return attach_pair(skel_->progs.native_entry, skel_->progs.native_return, path, o, k);
-        auto fds = native_multi(path, o, k, 0);
-        for (auto& fd : fds)
+    // One link for the whole library where the kernel takes all its points; else one function at a time, so that
+    // one it refuses does not cost the others.
+    if (multi_type_ >= 0) {
+        if (auto fd = multi_link(skel_->progs.native_call, multi_type_, path, offsets, cookies)) {
             multi_links_.push_back(std::move(fd));
-        return !fds.empty();
-    };
-    if (multi_type_ >= 0 && system_wide(offsets, c)) {
-        native_links_ += links_each;
-        return std::vector<bool>(offsets.size(), true);
+            native_links_++;
+            return std::vector<bool>(fns.size(), true);
+        }
     }
-    for (size_t i = 0; i < offsets.size(); i++) {
-        ok[i] = system_wide({offsets[i]}, {c[i]});
-        native_links_ += ok[i] ? links_each : 0;
+    for (size_t i = 0; i < fns.size(); i++) {
+        std::vector<uint64_t> o, k;
+        flatten(fns[i], o, k);
+        std::vector<Link> mine;
+        for (size_t j = 0; j < o.size() && (mine.empty() || mine.back()); j++) {
+            LIBBPF_OPTS(bpf_uprobe_opts, opts, .bpf_cookie = k[j], .retprobe = false);
+            mine.emplace_back(bpf_program__attach_uprobe_opts(skel_->progs.native_call, -1, path.c_str(), o[j], &opts));
+        }
+        if (!mine.back())
+            continue; // (its links made so far go: a function is probed whole or not at all)
+        ok[i] = true;
+        native_links_ += mine.size();
+        for (auto& l : mine)
+            links_.push_back(std::move(l));
     }
     return ok;
 }
@@ -1076,13 +1094,7 @@ std::vector<bool> Probe::attach_native(const std::string& path, const std::vecto
 std::vector<common::UniqueFd> Probe::native_multi(const std::string& path, const std::vector<uint64_t>& offsets,
                                                   const std::vector<uint64_t>& cookies, uint32_t pid)
 {
-    if (session_type_ < 0)
-        return multi_pair(skel_->progs.native_entry, skel_->progs.native_return, path, offsets, cookies, pid);
-    std::vector<common::UniqueFd> fds;
-    fds.push_back(multi_link(skel_->progs.native_call, session_type_, path, offsets, cookies, false, pid));
-    if (!fds.back())
-        fds.clear(); // (errno stands)
-    return fds;
+    return probe_links(skel_->progs.native_call, path, offsets, cookies, false, pid);
 }
 
 int Probe::poll(int timeout_ms)

@@ -82,6 +82,14 @@ struct ProbeFeatures {
     pid_t job = 0; // the traced job's root process: the guardian joins its cgroups (guardian_cgroup.h); 0: stays
 };
 
+// A native function's probe points in its file: the entry and its own return instructions (file offsets), and
+// the number its events carry.
+struct NativePoints {
+    uint64_t entry = 0;
+    std::vector<uint64_t> returns;
+    uint32_t id = 0;
+};
+
 class Probe {
 public:
     using Sink = std::function<void(const void* data, size_t len)>;
@@ -117,16 +125,16 @@ public:
     const char* sampling_scope() const { return sampling_scope_; }
     // Threads left unsampled (ThreadSampling::unknown).
     size_t threads_unsampled() const;
-    // Entry and return probes on native functions of one file (offsets in it); function i's events carry
-    // cookies[i]. Says per function whether the kernel took its probes (errno set by the last refusal). In
-    // per-process mode, each traced process gets its own pair of links on the file (held children too), so
-    // other processes using the library never trap; a library the kernel refuses that way for a process
-    // already traced is probed for every process, as without per-process probes (one recorded before
-    // attach_python and refused then is an attach error, as for the Python probes).
-    std::vector<bool> attach_native(const std::string& path, const std::vector<uint64_t>& offsets,
-                                    const std::vector<uint32_t>& cookies);
-    // Kernel links those probes took: 2 per library with uprobe_multi links (per traced process in per-process
-    // mode), else 2 per function.
+    // Probes on native functions of one file: each function's entry and its own return instructions (file
+    // offsets; never a return probe, which would replace the call's return address: C++ exceptions and
+    // unwinders could not walk through it). Its events carry its id. Says per function whether the kernel took
+    // its probes (errno set by the last refusal). In per-process mode, each traced process gets its own link on
+    // the file (held children too), so other processes using the library never trap; a library the kernel
+    // refuses that way for a process already traced is probed for every process, as without per-process probes
+    // (one recorded before attach_python and refused then is an attach error, as for the Python probes).
+    std::vector<bool> attach_native(const std::string& path, const std::vector<NativePoints>& fns);
+    // Kernel links those probes took: 1 per library with uprobe_multi links (per traced process in per-process
+    // mode), else 1 per point (a function's entry and each return instruction).
     size_t native_links() const { return native_links_; }
     // Delivers pending records to the sink, waiting at most timeout_ms for some (or for a wake_on fd). Returns
     // the number delivered, or throws on error.
@@ -256,8 +264,8 @@ private:
     std::vector<common::UniqueFd> multi_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
                                              const std::vector<uint64_t>& offsets,
                                              const std::vector<uint64_t>& cookies, uint32_t pid = 0);
-    // The native functions' probes on `offsets` (pid as for multi_link): one uprobe session link where the kernel
-    // has sessions, else multi_pair's two; empty, errno set, if the kernel refused.
+    // The native functions' points on `offsets` (pid as for multi_link; probe_links of native_call); empty, errno
+    // set, if the kernel refused.
     std::vector<common::UniqueFd> native_multi(const std::string& path, const std::vector<uint64_t>& offsets,
                                                const std::vector<uint64_t>& cookies, uint32_t pid);
     // Entry and return probes on `offsets` (multi_pair, kept until close; without uprobe_multi links, one

@@ -167,8 +167,7 @@ ProbePlan plan_probes(const KernelFeatures& k, const PlanInputs& in)
     l.py_slot_entry = !p.session && p.slots;
     l.py_return = !p.session;
     l.py_resume = l.py_retval = in.inline_calls;
-    l.native_entry = l.native_return = in.native && !p.session;
-    l.native_call = in.native && p.session;
+    l.native_call = in.native; // plain uprobes on entries and return instructions, whatever the kernel
     l.on_sample = in.sampling;
     l.unsampled_threads = p.thread_sampling;
     l.on_fork_hold = l.on_exec_hold = p.hold && !p.hold_self;

@@ -61,7 +61,7 @@ struct ProbePlan {
     struct {
         bool py_call = false, py_entry = false, py_slot = false, py_slot_entry = false, py_return = false;
         bool py_resume = false, py_retval = false;
-        bool native_entry = false, native_return = false, native_call = false;
+        bool native_call = false;
         bool on_sample = false, unsampled_threads = false;
         bool on_fork_hold = false, on_exec_hold = false;
         bool on_fork_note = false, on_child_start = false, on_exec_stop = false, find_keepers = false;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "export/html_report.h"
 #include "model/engine.h"
@@ -131,6 +132,7 @@ void Reconstruction::add_stream_facts(exporter::RunInfo& run, bool calls_inlined
     if (!summary_.counter_rows().empty())
         run.counters_json = summary_.counters_json();
     run.incomplete_spans = c.incomplete + c.lost_returns;
+    run.native_calls_unended = c.native_unended;
     for (size_t i = 0; i < rules_.spans().size(); i++) {
         const auto& rule = rules_.spans()[i];
         uint64_t calls = i < engine_.span_calls().size() ? engine_.span_calls()[i] : 0;
@@ -314,6 +316,17 @@ std::vector<std::string> Reconstruction::summary_notes(const exporter::RunInfo& 
         notes.push_back(fmt::format("{} span(s) were still open at the end or lost their return and are not in "
                                     "the trace.",
                                     c.incomplete + c.lost_returns));
+    if (run.native_calls_unended)
+        notes.push_back(fmt::format("{} probed native call(s) left their function other than by its return "
+                                    "instructions (an exception, or a tail call): they are not native spans "
+                                    "(otherData.native_calls_unended).", run.native_calls_unended));
+    if (run.native && !run.native->without_returns.empty())
+        notes.push_back(fmt::format("{} native function(s) selected but not probed: no return instruction of their "
+                                    "own was found (they end by tail calls, or their code did not decode): {}.",
+                                    run.native->without_returns.size(),
+                                    fmt::join(run.native->without_returns.begin(),
+                                              run.native->without_returns.begin() +
+                                                  std::min<size_t>(run.native->without_returns.size(), 5), ", ")));
     if (run.holds)
         if (auto n = exporter::holds_note(*run.holds); !n.empty())
             notes.push_back(std::move(n));

@@ -11,6 +11,7 @@
 #include "common/path.h"
 #include "elf/elf_file.h"
 #include "elf/probe_point.h"
+#include "elf/return_points.h"
 #include "elf/symbolizer.h"
 
 namespace lotus::elf {
@@ -75,8 +76,13 @@ std::vector<NativeFunction> resolve_native(const std::vector<NativeSpec>& specs,
     for (const auto* s : mine)
         words.push_back(literal_words(s->symbol));
     ElfFile elf(path);
+    ReturnFinder returns(elf);
     std::set<uint64_t> seen;
     for (const auto& [raw, sym] : elf.functions()) {
+        // GCC's cold part of a function (name.cold, name.cold.N) is its unlikely code moved away, entered by jumps
+        // from the function, never called: no entry to probe.
+        if (raw.ends_with(".cold") || raw.find(".cold.") != std::string::npos)
+            continue;
         for (size_t i = 0; i < mine.size(); i++) {
             bool maybe = true;
             for (const auto& w : words[i])
@@ -88,8 +94,13 @@ std::vector<NativeFunction> resolve_native(const std::vector<NativeSpec>& specs,
                 fnmatch(mine[i]->symbol.c_str(), raw.c_str(), 0) != 0)
                 continue;
             auto off = elf.file_offset(sym.value + cheap_probe_shift(elf, sym.value, sym.size));
-            if (off && seen.insert(*off).second)
-                out.push_back({path, base, name, *off, static_cast<size_t>(mine[i] - specs.data())});
+            if (off && seen.insert(*off).second) {
+                out.push_back({path, base, name, *off, static_cast<size_t>(mine[i] - specs.data()), {}, 0});
+                if (auto rets = returns.find(sym.value, sym.size)) {
+                    out.back().returns = std::move(rets->returns);
+                    out.back().blind_exits = rets->blind_exits;
+                }
+            }
             break;
         }
     }

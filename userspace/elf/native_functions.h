@@ -21,6 +21,11 @@ struct NativeFunction {
     std::string name;     // demangled, without parameters
     uint64_t offset = 0;  // file offset of its entry (for the uprobe)
     size_t spec = 0;      // the index of the spec that selected it
+    // File offsets of the return instructions its calls return by (ReturnFinder: its own, and those of the code
+    // it jumps to); empty where none was found or its bytes do not decode whole: such a function is not probed
+    // (its calls could never end a span).
+    std::vector<uint64_t> returns;
+    size_t blind_exits = 0; // its jumps no probe follows (a tail call into another library): calls left unended
 };
 
 // Whether a library path's basename matches some spec (so it is worth opening).

@@ -234,7 +234,10 @@ nlohmann::ordered_json run_json(const RunInfo& r)
         m["sampling_scope"] = json_text(r.native->sampling_scope);
         m["sampled_elsewhere"] = r.native->sampled_elsewhere;
         m["native_specs_unmatched"] = json_texts(r.native->specs_unmatched);
+        m["native_functions_without_returns"] = json_texts(r.native->without_returns);
     }
+    if (r.native || r.native_calls_unended)
+        m["native_calls_unended"] = r.native_calls_unended;
     if (!r.bpf_failures.empty()) {
         J f = J::object();
         for (const auto& x : r.bpf_failures)

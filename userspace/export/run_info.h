@@ -77,10 +77,15 @@ struct RunInfo {
         std::string sampling_scope;          // "threads" (each traced thread's own events), "cpus", "none"
         uint64_t sampled_elsewhere = 0;      // sampling interrupts of threads outside the traced processes
         std::vector<std::string> specs_unmatched;
+        // "library:function" selected but not probed: no return instruction of its own was found (docs/native-map.md)
+        std::vector<std::string> without_returns;
         std::string sampling_unwind; // how callers were found: "cfi", "fp", "none" (the leaf alone, or no sampling)
         uint64_t unwound_samples = 0, unwound_callers = 0; // cfi: samples with a hidden leaf walked, callers found
     };
     std::optional<Native> native; // --native-map, --native
+    // Probed native calls that left their function without its return instructions (an exception, a tail call):
+    // no span (the engine's native_unended; known on replay too).
+    uint64_t native_calls_unended = 0;
     // What BPF could not record, by failure path (capture/bpf_failures.h): (name, count, meaning) of each; empty
     // on replay (the record file does not keep them).
     struct BpfFailure {

@@ -27,6 +27,7 @@ struct EngineCounters {
     uint64_t unknown_code = 0;    // entries whose code object was never described
     uint64_t native_calls = 0;    // native function spans emitted
     uint64_t native_unmatched = 0; // native returns without their entry (lost, or entered before attach)
+    uint64_t native_unended = 0;   // native calls left without their return instruction (an exception, a tail call)
     uint64_t samples = 0;         // perf-event samples
 };
 
@@ -143,7 +144,11 @@ private:
     struct OpenNative {
         uint32_t func;
         uint64_t start_ns;
+        uint64_t sp; // at its entry: the return address's slot (0: a record from before ABI 11)
     };
+    // The calls open on a thread whose frames are gone by stack pointer `sp` (theirs below it, or at it when
+    // `at` too): left by an exception or a tail call, they end no span; counted.
+    void drop_left_natives(std::vector<OpenNative>& stack, uint64_t sp, bool at);
     struct NativeFunc {
         std::string name, library;
         uint32_t map_id; // the native map's number of (name, library)

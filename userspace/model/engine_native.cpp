@@ -11,22 +11,51 @@
 
 namespace lotus::model {
 
+void Engine::drop_left_natives(std::vector<OpenNative>& stack, uint64_t sp, bool at)
+{
+    // The stack grows down: an open call's entry sp is above (greater than) any call it made. A frame below
+    // (at) this sp belongs to a call that is over.
+    while (!stack.empty() && stack.back().sp && (stack.back().sp < sp || (at && stack.back().sp == sp))) {
+        stack.pop_back();
+        counters_.native_unended++;
+    }
+}
+
 void Engine::on_native(const lotus_native& n)
 {
     auto& stack = natives_[n.h.tid];
     if (n.h.type == LOTUS_EV_NATIVE_ENTRY) {
         thread_owner_[n.h.tid] = n.h.tgid;
-        stack.push_back({n.func, n.h.ts_ns});
+        // A new call's return address goes where the calls it finds at or below its own left theirs: those are
+        // over (a call at the same sp is one that left by a tail call, or by an exception caught in the caller).
+        if (n.sp)
+            drop_left_natives(stack, n.sp, true);
+        stack.push_back({n.func, n.h.ts_ns, n.sp});
         return;
     }
-    // The innermost open call of this function; calls above it lost their returns.
-    auto it = std::find_if(stack.rbegin(), stack.rend(), [&](const OpenNative& o) { return o.func == n.func; });
-    if (it == stack.rend()) {
-        counters_.native_unmatched++;
-        return;
+    OpenNative o{};
+    if (n.sp) {
+        // A return instruction reached with the sp a call had at its entry: that call returns now, whichever
+        // function's code the instruction is in (one it tail-called, its cold part). The calls below it were left
+        // by an exception (or a tail call). A return at another sp is some other call's: no span.
+        drop_left_natives(stack, n.sp, false);
+        if (stack.empty() || stack.back().sp != n.sp) {
+            counters_.native_unmatched++;
+            return;
+        }
+        o = stack.back();
+        stack.pop_back();
+    } else {
+        // (Records before ABI 11, from return probes: the innermost open call of this function; calls above it
+        // lost their returns.)
+        auto it = std::find_if(stack.rbegin(), stack.rend(), [&](const OpenNative& x) { return x.func == n.func; });
+        if (it == stack.rend()) {
+            counters_.native_unmatched++;
+            return;
+        }
+        o = *it;
+        stack.erase(std::prev(it.base()), stack.end());
     }
-    OpenNative o = *it;
-    stack.erase(std::prev(it.base()), stack.end());
     auto f = native_funcs_.find(o.func);
     Span s = Span::make(SpanKind::Native, f != native_funcs_.end() ? f->second.name : "native#" + std::to_string(o.func),
                         n.h.tgid, n.h.tid, o.start_ns, n.h.ts_ns);
@@ -71,11 +100,15 @@ void Engine::on_sample(const lotus_sample& smp)
             return nullptr;
         return &std::prev(it)->second;
     };
+    // Calls whose frames are above the sample's stack pointer are over (left by an exception, a tail call).
+    auto st = natives_.find(smp.h.tid);
+    if (st != natives_.end() && smp.sp)
+        drop_left_natives(st->second, smp.sp, false);
     const Symbol* leaf = sym(0);
     const uint32_t* id = nullptr; // of the named function the sample goes to
     if (leaf && leaf->named) {
         id = &leaf->map_id;
-    } else if (auto st = natives_.find(smp.h.tid); st != natives_.end() && !st->second.empty()) {
+    } else if (st != natives_.end() && !st->second.empty()) {
         // Code without a symbol (a hidden or static function) inside a probed call: that call's time.
         auto f = native_funcs_.find(st->second.back().func);
         if (f != native_funcs_.end() && !f->second.name.empty())

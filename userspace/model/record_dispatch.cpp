@@ -58,10 +58,14 @@ bool dispatch(const void* data, size_t len, RecordHandler& h)
     case LOTUS_EV_OPEN:
         return call(as<lotus_open>(data, len), &RecordHandler::open);
     case LOTUS_EV_NATIVE_ENTRY:
-    case LOTUS_EV_NATIVE_RETURN:
-        return call(as<lotus_native>(data, len), &RecordHandler::native);
-    case LOTUS_EV_SAMPLE:
-        return call(as<lotus_sample>(data, len), &RecordHandler::sample);
+    case LOTUS_EV_NATIVE_RETURN: { // (no sp before ABI 11: paired by function, as return probes made them)
+        lotus_native n;
+        return widened(data, len, offsetof(lotus_native, sp), n) && call(&n, &RecordHandler::native);
+    }
+    case LOTUS_EV_SAMPLE: {
+        lotus_sample smp;
+        return widened(data, len, offsetof(lotus_sample, sp), smp) && call(&smp, &RecordHandler::sample);
+    }
     case LOTUS_EV_MSG:
         return call(as<lotus_msg>(data, len), &RecordHandler::msg);
     case LOTUS_EV_GETPPID:
