@@ -69,10 +69,9 @@ def run_train(data, epochs, traced, tmp, extra=(), script=TRAIN, env=None):
 
 
 LOTUS_PROGS = {"py_call", "py_entry", "py_slot", "py_slot_entry", "py_return", "on_switch", "on_write", "on_getppid",
-               "on_openat", "on_read_done", "on_sys_enter", "on_sys_exit", "native_entry", "native_return", "native_call",
+               "on_openat", "on_read_done", "on_sys_enter", "on_sys_exit", "native_call",
                "on_sample", "on_fork", "on_exec", "on_exit", "libc_call"}
-UPROBE_PROGS = {"py_call", "py_entry", "py_slot", "py_slot_entry", "py_return", "native_entry", "native_return",
-                "native_call", "libc_call"}  # each run a trap of the traced thread
+UPROBE_PROGS = {"py_call", "py_entry", "py_slot", "py_slot_entry", "py_return", "native_call", "libc_call"}  # each run a trap of the traced thread
 EVALUATOR = {"LOTUS_EVALUATOR_PROBE": "1"}  # Python calls probed at the evaluator (the default before issue 20)
 
 
@@ -162,14 +161,15 @@ def account(entries, returns, trap_ns, return_ns, bpf_us, tracer_us, cpu_ms):
 def mode_account(costs, slot_hits, per_object_call, tracer_us, cpu_ms):
     """A mode's cost account (account()), its traps counted from its programs' runs (bpf_cost): the Python
     probes' entries (slot_hits, from bare uprobes) and the other runs of the Python programs (their returns), libc's
-    wrappers' and the native probes' entries, the native probes' returns (native_call, their uprobe session: each
-    call of a traced process runs it twice, at its entry and at its return)."""
+    wrappers' and the native probes' entries, the native probes' returns (native_call runs twice a call of a traced
+    process: at its entry, and at the return instruction it leaves by, a uprobe single-stepped out of line, taken
+    here at a uretprobe's price)."""
     trap_ns = per_object_call["bare"]
     return_ns = per_object_call["bare-return"] - trap_ns
     session = runs_of(costs, "native_call") / 2
-    entries = slot_hits + runs_of(costs, "libc_call", "native_entry") + session
+    entries = slot_hits + runs_of(costs, "libc_call") + session
     returns = (max(0.0, runs_of(costs, "py_slot", "py_slot_entry", "py_return") - slot_hits)
-               + runs_of(costs, "native_return") + session)
+               + session)
     return account(entries, returns, trap_ns, return_ns, cost_total(costs), tracer_us, cpu_ms)
 
 
