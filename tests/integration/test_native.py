@@ -7,7 +7,9 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
+import time
 import sys
 import unittest
 
@@ -303,6 +305,68 @@ class NativeMapTest(BpfTestCase):
                 self.assertGreaterEqual(other["native_calls_unended"] - thrown_stacks, seen - 2)
                 self.assertLessEqual(other["native_calls_unended"] - thrown_stacks, seen)
             self.assertIn("not native spans", r.stderr + r.stdout)
+
+    def test_files_the_target_names_are_opened_safely(self):
+        """A job maps three copies of a library, then puts a FIFO where one was, a link to a device where another
+        was, and cuts the third short (as a job may rewrite its own files): lotus-bpf attached with --native on them
+        reads and probes what is mapped (through /proc/PID/map_files, a regular file of the mapped inode, held
+        open: the file read is the file probed), never blocks on the FIFO nor reads the device, refuses the cut
+        file in its notes, and ends on time; the job runs on."""
+        lib = self.path("libthrower.so")
+        subprocess.run(["g++", "-O2", "-shared", "-fPIC", "-o", lib,
+                        os.path.join(os.path.dirname(WORKLOAD), "native", "thrower.cpp")], check=True)
+        d = self.path("libs")
+        os.makedirs(d)
+        names = {k: os.path.join(d, f"libsafe_{k}.so") for k in ("fifo", "dev", "cut")}
+        for p in names.values():
+            shutil.copy(lib, p)
+        ready, stop = self.path("ready"), self.path("stop")
+        script = (
+            "import ctypes, os, sys, time\n"
+            f"n = {names!r}\n"
+            "libs = [ctypes.CDLL(p) for p in n.values()]\n"
+            "os.unlink(n['fifo']); os.mkfifo(n['fifo'])\n"
+            "os.unlink(n['dev']); os.symlink('/dev/zero', n['dev'])\n"
+            "os.truncate(n['cut'], 100)\n"
+            f"open({ready!r}, 'w').close()\n"
+            "calls = 0\n"
+            f"while not os.path.exists({stop!r}):\n"
+            "    calls += libs[0].lotus_try_twice(1) + libs[1].lotus_try_twice(2)\n"
+            "    time.sleep(0.001)\n"
+            "print('calls', calls, flush=True)\n"
+            "os._exit(0)  # (the loader's exit would run the cut copy's finalizers: its pages are gone)\n")
+        job = subprocess.Popen([PY, "-c", script], stdout=subprocess.PIPE, text=True)
+        try:
+            for _ in range(300):
+                if os.path.exists(ready):
+                    break
+                time.sleep(0.05)
+            self.assertTrue(os.path.exists(ready))
+            out = self.path("t.json")
+            t0 = time.monotonic()
+            r = run_lotus(["-q", "-o", out, "--pid", str(job.pid), "--duration", "3", "--sample-freq", "0",
+                           "--native", "libsafe_*:lotus_test::may_throw"], timeout=60)
+            took = time.monotonic() - t0
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertLess(took, 30, r.stderr)
+            trace = load_trace(out)
+            libs = collections.Counter(n["args"]["library"] for n in spans(trace, "native")
+                                       if n["name"] == "lotus_test::may_throw")
+            # the mapped copies behind the FIFO and the link are probed as mapped; the cut one is not
+            self.assertGreater(libs["libsafe_fifo.so"], 0, libs)
+            self.assertGreater(libs["libsafe_dev.so"], 0, libs)
+            self.assertEqual(libs["libsafe_cut.so"], 0, libs)
+            self.assertIsNone(job.poll())
+            self.assertNotIn(self.state(job.pid), ("T", "t"))  # never left stopped
+        finally:
+            open(stop, "w").close()
+            o, _ = job.communicate(timeout=30)
+        self.assertEqual(job.returncode, 0)
+        self.assertIn("calls", o)
+
+    def state(self, pid):
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
 
     def samples_per_cpu_ms(self, summary):
         """All samples of the run (every op, the gaps, outside any span) per ms of the job's CPU time while

@@ -113,16 +113,19 @@ TEST_F(TrainerCalls, TheRecordsSayFromWhenUntilWhenAndTheBatchesBegunUnprobed)
     next(T_MPITER);
     next(T_SPITER, 0xc0); // asked back; the probe is not back yet, nor even gone
     EXPECT_EQ(info().batches_unprobed, 0u);
-    switched(false, 900); // (stamped with when its close began)
+    uint64_t began = now++;
+    next(T_SPITER, 0xc0); // begun after the close began, read before its record: unprobed all the same
+    switched(false, began); // (stamped with when its close began)
+    EXPECT_EQ(info().batches_unprobed, 1u);
     next(T_SPITER, 0xc0);
     next(T_SPITER, 0xc0);
     uint64_t back = now++;
     next(T_SPITER, 0xc0); // begun after the attach returned, read before its record: probed
     switched(true, back);
     next(T_SPITER, 0xc0);
-    EXPECT_EQ(info().calls_off_ns, 900u);
+    EXPECT_EQ(info().calls_off_ns, began);
     EXPECT_EQ(info().calls_on_ns, back);
-    EXPECT_EQ(info().batches_unprobed, 2u);
+    EXPECT_EQ(info().batches_unprobed, 3u);
     EXPECT_EQ(info().calls_off_mode, model::kCallsAuto);
 }
 

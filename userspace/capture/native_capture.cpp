@@ -2,6 +2,7 @@
 
 #include <limits.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
@@ -39,25 +40,28 @@ NativeCapture::NativeCapture(Probe& probe, std::vector<elf::NativeSpec> specs, c
 {
 }
 
-const NativeCapture::Probed* NativeCapture::attach_library(const std::string& path)
+const NativeCapture::Probed* NativeCapture::attach_library(common::UniqueFd fd, const std::string& name)
 {
     // Once per file, however it was named (maps show the real path, dlopen often opens a symlink; a process
-    // under another root is reached through /proc/PID/root).
+    // under another root is reached through /proc/PID/root). Read and probed through this one descriptor, held
+    // for the session (its /proc/self/fd name is never another file's): the file probed is the file read.
     struct stat st;
-    if (specs_.empty() || stat(path.c_str(), &st) != 0)
+    if (specs_.empty() || !fd || fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
         return nullptr;
     if (!libraries_.insert({st.st_dev, st.st_ino}).second) {
         auto p = probed_.find({st.st_dev, st.st_ino});
         return p != probed_.end() ? &p->second : nullptr;
     }
-    if (!elf::library_wanted(specs_, path))
+    if (!elf::library_wanted(specs_, name))
         return nullptr;
+    std::string path = "/proc/self/fd/" + std::to_string(fd.get());
+    held_.push_back(std::move(fd));
     double t = now_s();
     std::vector<elf::NativeFunction> fns;
     try {
-        fns = elf::resolve_native(specs_, path);
+        fns = elf::resolve_native(specs_, path, name);
     } catch (const std::exception&) {
-        return nullptr; // not an ELF file after all: nothing to probe
+        return nullptr; // not an ELF file after all (or cut short under us): nothing to probe
     }
     // A function whose own return instructions were not found (its bytes do not decode whole, or it only leaves
     // by tail calls) is not probed: its calls would never end a span. Said, by name, at the end of the run.
@@ -137,11 +141,15 @@ void NativeCapture::scan_process(uint32_t pid, uint64_t loaded_ns)
         }
         if (m.path.empty() || m.path[0] != '/')
             continue;
-        std::string local = proc::openable_path(static_cast<int>(pid), m.path, m.inode, m.dev_major, m.dev_minor);
-        if (local.empty())
+        common::UniqueFd fd = proc::open_mapped(static_cast<int>(pid), m);
+        if (!fd)
             continue;
         examined_.insert(std::make_tuple(m.dev_major, m.dev_minor, m.inode));
-        if (auto* p = attach_library(local))
+        // (a file unlinked or replaced since it was mapped: the kernel adds " (deleted)" to its name)
+        std::string_view name = m.path;
+        if (name.ends_with(" (deleted)"))
+            name.remove_suffix(sizeof(" (deleted)") - 1);
+        if (auto* p = attach_library(std::move(fd), std::string(name)))
             probed_late(pid, loaded_ns, *p);
     }
 }
@@ -159,12 +167,15 @@ void NativeCapture::on_library_open(const void* data, size_t len)
     // A library about to be loaded (dlopen opens it first): probe it by file, before it is mapped.
     auto* o = static_cast<const lotus_open*>(data);
     std::string path(o->path, strnlen(o->path, sizeof(o->path)));
-    // The path as the opener sees it: under its root (a chroot, a container's mount namespace).
+    // The path as the opener sees it: under its root (a chroot, a container's mount namespace). Opened once
+    // (O_NONBLOCK: a FIFO put there would block the open), a regular file only (attach_library).
     std::string local = fmt::format("/proc/{}/root{}", o->h.tgid, path);
-    struct stat st;
     if (!path.empty() && path[0] == '/' && path.find(".so") != std::string::npos &&
-        elf::library_wanted(specs_, path) && stat(local.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-        if (auto* p = attach_library(local)) // by file: usually before the loader has mapped it, maybe not
+        elf::library_wanted(specs_, path)) {
+        common::UniqueFd fd(::open(local.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+        char real[PATH_MAX];
+        std::string name = fd && realpath(local.c_str(), real) ? std::string(real) : path;
+        if (auto* p = attach_library(std::move(fd), name)) // by file: usually before the loader has mapped it
             probed_late(o->h.tgid, o->h.ts_ns, *p);
     }
 }

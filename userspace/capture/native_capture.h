@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/unique_fd.h"
 #include "probe.h"
 #include "elf/native_functions.h"
 #include "model/record_dispatch.h"
@@ -55,8 +56,9 @@ private:
     };
     // Whether ip of pid is in a function with a symbol.
     bool named(uint32_t pid, uint64_t ip);
-    // The file's probes, once, with when they went live; nullptr where none is (not wanted, none refused).
-    const Probed* attach_library(const std::string& path);
+    // The probes of the file open at fd (known by `name`), once, with when they went live; nullptr where none is
+    // (not a regular file, not wanted, none refused).
+    const Probed* attach_library(common::UniqueFd fd, const std::string& name);
     // pid had loaded the library at loaded_ns, before its probes went live: its calls in between are not seen.
     void probed_late(uint32_t pid, uint64_t loaded_ns, const Probed& p);
     Probe& probe_;
@@ -86,6 +88,7 @@ private:
     std::vector<size_t> matched_;
     uint32_t functions_ = 0, refused_ = 0, next_id_ = 0;
     std::vector<std::string> without_returns_;
+    std::vector<common::UniqueFd> held_; // the libraries probed, open for the session (their /proc/self/fd names)
     double attach_s_ = 0;
 };
 

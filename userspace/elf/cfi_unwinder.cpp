@@ -4,6 +4,7 @@
 #include <elfutils/libdw.h>
 #include <fcntl.h>
 #include <gelf.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -17,14 +18,18 @@ class CfiFile {
 public:
     CfiFile(const std::string& path, const common::FileId& id)
     {
-        fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd_ < 0 || common::file_id(fd_) != id || elf_version(EV_CURRENT) == EV_NONE)
+        // Read, not mapped (a file truncated under us fails a read; a mapping would SIGBUS the tracer), and only a
+        // regular file (O_NONBLOCK: a FIFO put at the path would block an open).
+        fd_ = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        struct stat st;
+        if (fd_ < 0 || common::file_id(fd_) != id || fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode) ||
+            elf_version(EV_CURRENT) == EV_NONE)
             return;
-        elf_ = elf_begin(fd_, ELF_C_READ_MMAP, nullptr);
+        raw_size_ = static_cast<size_t>(st.st_size);
+        elf_ = elf_begin(fd_, ELF_C_READ, nullptr);
         size_t n = 0;
         if (!elf_ || elf_getphdrnum(elf_, &n) != 0)
             return;
-        raw_ = elf_rawfile(elf_, &raw_size_);
         for (size_t i = 0; i < n; i++) {
             GElf_Phdr ph;
             if (gelf_getphdr(elf_, static_cast<int>(i), &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X))
@@ -51,9 +56,12 @@ public:
     bool follows_call(uint64_t end) const
     {
         // (end itself is read where a ModRM wants a SIB byte after it: it must be in the file too.)
-        if (!raw_ || end < 9 || end >= raw_size_)
+        if (fd_ < 0 || end < 9 || end >= raw_size_)
             return false;
-        const auto* b = reinterpret_cast<const uint8_t*>(raw_) + end;
+        uint8_t bytes[10];
+        if (pread(fd_, bytes, sizeof(bytes), static_cast<off_t>(end - 9)) != static_cast<ssize_t>(sizeof(bytes)))
+            return false;
+        const uint8_t* b = bytes + 9;
         if (b[-5] == 0xe8)
             return true;
         auto prefix = [](uint8_t x) { return (x >= 0x40 && x <= 0x4f) || x == 0x3e || x == 0x2e || x == 0x66 || x == 0x67; };
@@ -90,8 +98,7 @@ private:
     int fd_ = -1;
     Elf* elf_ = nullptr;
     Dwarf_CFI* cfi_ = nullptr;
-    char* raw_ = nullptr; // the whole file, mapped
-    size_t raw_size_ = 0;
+    size_t raw_size_ = 0; // the file's size when opened
     std::vector<Load> loads_;
 };
 

@@ -1,6 +1,7 @@
 #include "elf/elf_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <gelf.h>
 #include <libelf.h>
 #include <unistd.h>
@@ -53,10 +54,16 @@ static void load_symbols(Elf* elf, Elf_Scn* scn, const GElf_Shdr& sh,
 ElfFile::ElfFile(const std::string& path) : path_(path), impl_(std::make_unique<Impl>())
 {
     elf_version(EV_CURRENT);
-    impl_->fd.reset(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    // O_NONBLOCK and a regular file only: a path a traced process named may have become a FIFO (an open would
+    // wait for a writer) or a device. Read, not mapped: a file truncated under us then fails a read, where a
+    // mapping's missing pages would kill the tracer with SIGBUS.
+    impl_->fd.reset(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     if (!impl_->fd)
         throw std::runtime_error("cannot open " + path + ": " + strerror(errno));
-    impl_->elf_handle.reset(elf_begin(impl_->fd.get(), ELF_C_READ_MMAP, nullptr));
+    struct stat st;
+    if (fstat(impl_->fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+        throw std::runtime_error(path + " is not a regular file");
+    impl_->elf_handle.reset(elf_begin(impl_->fd.get(), ELF_C_READ, nullptr));
     impl_->elf = impl_->elf_handle.get();
     if (!impl_->elf || elf_kind(impl_->elf) != ELF_K_ELF)
         throw std::runtime_error(path + " is not an ELF file");

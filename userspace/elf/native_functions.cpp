@@ -59,11 +59,12 @@ bool library_wanted(const std::vector<NativeSpec>& specs, const std::string& pat
     return false;
 }
 
-std::vector<NativeFunction> resolve_native(const std::vector<NativeSpec>& specs, const std::string& path_in)
+std::vector<NativeFunction> resolve_native(const std::vector<NativeSpec>& specs, const std::string& path_in,
+                                           const std::string& name)
 {
     // The file itself, as /proc/PID/maps names it (a library is often opened through a symlink).
     char real[PATH_MAX];
-    std::string path = realpath(path_in.c_str(), real) ? std::string(real) : path_in;
+    std::string path = !name.empty() ? name : realpath(path_in.c_str(), real) ? std::string(real) : path_in;
     std::string base = common::base_name(path);
     std::vector<const NativeSpec*> mine;
     for (const auto& s : specs)
@@ -75,7 +76,7 @@ std::vector<NativeFunction> resolve_native(const std::vector<NativeSpec>& specs,
     std::vector<std::vector<std::string>> words;
     for (const auto* s : mine)
         words.push_back(literal_words(s->symbol));
-    ElfFile elf(path);
+    ElfFile elf(name.empty() ? path : path_in);
     ReturnFinder returns(elf);
     std::set<uint64_t> seen;
     for (const auto& [raw, sym] : elf.functions()) {

@@ -31,7 +31,10 @@ struct NativeFunction {
 // Whether a library path's basename matches some spec (so it is worth opening).
 bool library_wanted(const std::vector<NativeSpec>& specs, const std::string& path);
 // The functions of one library file that the specs select, each once. Throws std::runtime_error when the
-// file is not a readable ELF file.
-std::vector<NativeFunction> resolve_native(const std::vector<NativeSpec>& specs, const std::string& path);
+// file is not a readable ELF file. `name`, where given, is the path the file is known by (the specs' library
+// globs match its basename; NativeFunction::path and library come from it) when `path` is only a way to it
+// (/proc/self/fd/N of a file opened once: the file read is the file probed).
+std::vector<NativeFunction> resolve_native(const std::vector<NativeSpec>& specs, const std::string& path,
+                                           const std::string& name = {});
 
 } // namespace lotus::elf

@@ -145,6 +145,7 @@ void Engine::on_process(const lotus_proc_event& p)
         info.calls_off_ns = info.calls_on_ns = info.batches_unprobed = info.calls_cut = info.calls_kept_ns = 0;
         calls_asked_.erase(pid); // (a new process has every probe)
         unprobed_nexts_.erase(pid);
+        nexts_before_off_.erase(pid);
         spaces_.forked(pid, p.parent_tgid, p.space); // same memory image: same objects at the same addresses
         batches_.forked(pid, p.parent_tgid);
         break;

@@ -269,6 +269,11 @@ private:
     // Per process whose object calls are not probed: when each next() of its loaders without workers began (those
     // begun after the probe was back, but read before its record, are not counted at that record).
     std::unordered_map<uint32_t, std::vector<uint64_t>> unprobed_nexts_;
+    // Per process, when its single-process next() calls began while no stop of its object calls was recorded
+    // yet (the last kMaxNextsBeforeOff): a stop's record comes once its close has ended, stamped with when the
+    // close began, after the next() calls begun meanwhile; those count as unprobed too.
+    std::unordered_map<uint32_t, std::vector<uint64_t>> nexts_before_off_;
+    static constexpr size_t kMaxNextsBeforeOff = 256;
     std::function<std::string(uint32_t)> node_of_;
     std::map<uint32_t, ProcessInfo> processes_;
     RoleSpaces spaces_;                             // code objects and types

@@ -14,6 +14,11 @@ void Engine::loader_iterated(uint32_t tgid, uint64_t ts, bool single_process)
         p.batches_unprobed++; // (its samples' calls, made in this next(), may be unseen)
         if (asked == CallsAsked::OnForGood) // (asked back: those read before the record may have been probed)
             unprobed_nexts_[tgid].push_back(ts);
+    } else if (!p.calls_off_ns && single_process) {
+        auto& before = nexts_before_off_[tgid];
+        if (before.size() == kMaxNextsBeforeOff)
+            before.erase(before.begin());
+        before.push_back(ts);
     }
     if (trainer_calls_ == TrainerCalls::On)
         return;
@@ -66,7 +71,12 @@ void Engine::object_calls(const RecordObjectCalls& r)
     if (!p.calls_off_ns) {
         p.calls_off_ns = r.ts_ns;
         p.calls_off_mode = r.mode;
+        // next() calls begun after the close began, read before its record (the loop went on while it closed)
+        if (auto b = nexts_before_off_.find(r.tgid); b != nexts_before_off_.end())
+            p.batches_unprobed += static_cast<uint64_t>(
+                std::count_if(b->second.begin(), b->second.end(), [&](uint64_t ts) { return ts >= r.ts_ns; }));
     }
+    nexts_before_off_.erase(r.tgid);
     // Its object calls still open will never return (the record follows everything the probe wrote): they go.
     // Other calls above them (a next() a pipeline made) are probed by other links: they stay, to return.
     for (auto& [tid, stack] : stacks_) {

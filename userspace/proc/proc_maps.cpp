@@ -208,28 +208,37 @@ std::string openable_path(int pid, const std::string& path, uint64_t inode, uint
         return {};
     for (const std::string& p : {"/proc/" + std::to_string(pid) + "/root" + path, path}) {
         struct stat st;
-        if (stat(p.c_str(), &st) == 0 && st.st_ino == inode && major(st.st_dev) == dev_major &&
+        if (stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_ino == inode && major(st.st_dev) == dev_major &&
             minor(st.st_dev) == dev_minor)
             return p;
     }
     return {};
 }
 
+// Whether fd is a regular file, that inode on that device (never a FIFO, a device or a socket put at a path the
+// target named: opening one could block, reading one could never end).
+static bool is_mapped_file(int fd, const Mapping& map)
+{
+    struct stat st;
+    return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_ino == map.inode &&
+           major(st.st_dev) == map.dev_major && minor(st.st_dev) == map.dev_minor;
+}
+
 common::UniqueFd open_mapped(int pid, const Mapping& map)
 {
     if (map.path.empty() || map.path[0] != '/')
         return {};
+    // O_NONBLOCK: an open of a FIFO put at the path would wait for a writer; O_NOFOLLOW: the path's last part
+    // must not have become a link (map_files' entries are the kernel's own links to the mapped file).
     char mapped[96];
     snprintf(mapped, sizeof(mapped), "/proc/%d/map_files/%lx-%lx", pid, static_cast<unsigned long>(map.start),
              static_cast<unsigned long>(map.end));
-    common::UniqueFd fd(open(mapped, O_RDONLY | O_CLOEXEC));
-    if (fd)
+    common::UniqueFd fd(open(mapped, O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    if (is_mapped_file(fd.get(), map))
         return fd;
     for (const std::string& p : {"/proc/" + std::to_string(pid) + "/root" + map.path, map.path}) {
-        fd.reset(open(p.c_str(), O_RDONLY | O_CLOEXEC));
-        struct stat st;
-        if (fd && fstat(fd.get(), &st) == 0 && st.st_ino == map.inode && major(st.st_dev) == map.dev_major &&
-            minor(st.st_dev) == map.dev_minor)
+        fd.reset(open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
+        if (is_mapped_file(fd.get(), map))
             return fd;
     }
     return {};
