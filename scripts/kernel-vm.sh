@@ -207,12 +207,15 @@ run() {
     rm -f "$out"/vm-console.log "$out"/vm-output.txt "$out"/vm-exit-code "$out"/vm-uname-r
     # Debian's 6.12 double-faults early under TCG with the default CPU model and with -cpu max; qemu64 without
     # cmpxchg16b boots all three (one model for all, so their timings compare).
+    # thread=single: one host thread runs both vCPUs in turn. With a thread each (MTTCG), the guest's patching of its
+    # own text (jump labels, through an int3) raced the other vCPU: a 6.1 guest spun at a patched jump label, and a
+    # 6.12 guest died of "Oops: int3" in __schedule twice in one run on a busy host.
     # -no-reboot + panic=-1: if init dies, the kernel's panic ends QEMU instead of looping. nosoftlockup nowatchdog:
     # a vCPU thread the busy host does not run for seconds read as a soft lockup, which Debian's cloud kernels
     # panic on (seen on 6.1, during a BPF program's verification).
     local start=$SECONDS rc=0
     timeout -s KILL "$limit" qemu-system-x86_64 -nodefaults -no-user-config -display none -no-reboot \
-        -accel tcg,thread=multi -cpu qemu64,-cx16 -smp 2 -m 6G \
+        -accel tcg,thread=single -cpu qemu64,-cx16 -smp 2 -m 6G \
         -kernel "$kdir/vmlinuz" -initrd "$kdir/initrd.img" \
         -append "root=/dev/vda rw console=ttyS0 quiet loglevel=4 panic=-1 nosoftlockup nowatchdog init=/sbin/lotus-boot" \
         -drive "file=$cache/root.img,if=virtio,format=raw,snapshot=on" \

@@ -184,6 +184,28 @@ class Bystander(BpfTestCase):
                              f"CPU s of {n} calls, traced job: {beside}; untraced job: {alone}")
 
 
+class NativeProbes(BpfTestCase):
+    def test_exceptions_through_probed_calls(self):
+        """--native-map on a job whose samples catch torch.stack's C++ exception (thrown inside a probed op call):
+        every sample completes (the probes on return instructions leave the unwinder's stack alone: per-point
+        perf-event uprobes before 6.6, per-process uprobe_multi links from 6.10); the stacks that returned are
+        spans, exactly, and the thrown ones are counted unended, against the workers' own counts."""
+        job = os.path.join(os.path.dirname(WORKLOAD), "exceptions_job.py")
+        log, out, samples = self.path("counts.log"), self.path("t.json"), 64
+        r = run_lotus(["-q", "-o", out, "--native-map", "--", PY, job, str(samples), log], timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertIn(f"{samples} samples", r.stdout)
+        rows = [list(map(int, fields)) for fields in read_lines(log)]
+        self.assertEqual(len(rows), 2, rows)
+        caught_torch, stacks = sum(x[1] for x in rows), sum(x[3] for x in rows)
+        self.assertEqual((caught_torch, stacks), (2 * samples, samples))
+        trace = load_trace(out)
+        count = Counter(n["name"] for n in spans(trace, "native"))
+        self.assertEqual(count["at::_ops::stack::call"], stacks)
+        self.assertEqual(trace["otherData"]["native_calls_unended"], caught_torch // 2)
+        figure("native_probe_links", trace["otherData"]["native_probe_links"])
+
+
 def children(pid):
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:

@@ -33,12 +33,16 @@ CHECKS = {
                            ["guest_checks.Bystander.test_unrelated_process_pays_nothing"]),
     "kill-9-fork": ("tracer SIGKILLed with a new worker's fork in flight: the job finishes, nothing left stopped",
                     ["guest_checks.KilledTracer.test_killed_at_a_fork_the_job_finishes"]),
+    "native-exceptions": ("--native-map on samples that catch a C++ exception thrown inside a probed op: every "
+                          "sample completes; returned calls are spans, thrown ones counted (the workers' counts)",
+                          ["guest_checks.NativeProbes.test_exceptions_through_probed_calls"]),
     "refusal": ("below the minimum kernel: one line naming the kernel, non-zero exit; attached, the job runs to "
                 "its end; launched, nothing starts",
                 ["guest_checks.Refusal.test_launch_refused_in_one_line_before_the_job_starts",
                  "guest_checks.Refusal.test_attach_refused_in_one_line_the_job_runs_to_its_end"]),
 }
-TRACED = ["binary", "example-launch", "example-attach", "pure-python", "others-pay-nothing", "kill-9-fork"]
+TRACED = ["binary", "example-launch", "example-attach", "pure-python", "others-pay-nothing", "kill-9-fork",
+          "native-exceptions"]
 # kernel: (checks, environment). 5.10 lacks task storage and bpf_get_current_task_btf (5.11): lotus-bpf refuses it.
 PLAN = {
     "5.10": (["binary", "refusal"], {"LOTUS_KERNEL_REFUSED": "1"}),
