@@ -7,8 +7,8 @@ import re
 import unittest
 from collections import Counter
 
-from harness import (BATCH, IMAGES, OPS, PIN_THREAD_SLACK_US, PY, WORKLOAD, BpfTestCase, DataLoaderScenarios, Stack,
-                     assert_nested, dataset, load_trace, read_lines, run_lotus, spans)
+from harness import (BATCH, IMAGES, OPS, PIN_THREAD_SLACK_US, PY, SOURCE, WORKLOAD, BpfTestCase, DataLoaderScenarios,
+                     Stack, assert_nested, dataset, load_trace, read_lines, run_lotus, spans)
 
 BATCHES = IMAGES // BATCH
 
@@ -284,6 +284,58 @@ class DataLoaderSemantics(DataLoaderScenarios, BpfTestCase):
         self.assertFalse([a for a in advice if a.startswith("Collation")], advice)
         self.assertEqual(len([a for a in advice if a.startswith("collate (op) takes the most time per sample")]), 1,
                          advice)
+
+
+class UserContainers(BpfTestCase):
+    """Issue 80 item 8: the user's own container class in the pipeline's place (a dataset's transform whose call runs
+    Truncate, MaskTokens and ToTensor in turn) comes out as one op without --pipeline, and the summary names it with
+    the flag that would split it; with that flag its three ops come out, one per sample each, and no hint. A plain
+    transform calling no other object gets no hint."""
+    TEXT = os.path.join(os.path.dirname(WORKLOAD), "text_pipeline.py")
+
+    def traced(self, *args, flags=()):
+        js, rec = self.path("s.json"), self.path("r.lbt")
+        r = run_lotus(["-o", self.path("t.json"), "--summary-json", js, "--record", rec, *flags, "--", PY, self.TEXT,
+                       *args])
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        with open(js) as f:
+            return r, json.load(f), rec
+
+    def test_own_container_is_named_with_the_flag_that_splits_it(self):
+        n = 96
+        r, s, rec = self.traced(str(n))
+        self.assertEqual(s["ops"]["Pipeline"]["count"], n)  # one op, as before
+        for op in ("Truncate", "MaskTokens", "ToTensor"):
+            self.assertNotIn(op, s["ops"])
+        import jsonschema
+        with open(os.path.join(SOURCE, "schemas", "summary.schema.json")) as f:
+            jsonschema.validate(s, json.load(f))
+        containers = s["run"]["containers"]
+        self.assertEqual([c["op"] for c in containers], ["Pipeline"], containers)
+        c = containers[0]
+        self.assertEqual(c["callees"], ["Truncate", "MaskTokens", "ToTensor"])
+        self.assertEqual(c["flag"], "--pipeline Pipeline")
+        self.assertFalse(c["in_pipeline"])
+        self.assertGreaterEqual(c["calls_seen"], 1)
+        self.assertIn("Pipeline ran other callables in turn (Truncate, MaskTokens, ToTensor) and came out as one op: "
+                      "`--pipeline Pipeline` would show them as ops.", " ".join(r.stdout.split()))
+        # the replay of its record says the same
+        rr = run_lotus(["-q", "-o", self.path("t2.json"), "--summary-json", self.path("s2.json"), "--replay", rec])
+        self.assertEqual(rr.returncode, 0, rr.stderr[-2000:])
+        with open(self.path("s2.json")) as f:
+            self.assertEqual(json.load(f)["run"]["containers"], containers)
+        # the flag it names splits it: every op once per sample, and nothing left to say
+        r, s, _ = self.traced(str(n), flags=("--pipeline", "Pipeline"))
+        for op in ("Truncate", "MaskTokens", "ToTensor"):
+            self.assertEqual(s["ops"][op]["count"], n, s["ops"].keys())
+        self.assertNotIn("containers", s["run"])
+        self.assertNotIn("would show them as ops", r.stdout)
+
+    def test_a_plain_transform_gets_no_hint(self):
+        r, s, _ = self.traced("64", "--single")
+        self.assertEqual(s["ops"]["Lowercase"]["count"], 64)
+        self.assertNotIn("containers", s["run"])
+        self.assertNotIn("would show them as ops", r.stdout)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@ import glob
 import re
 import json
 import os
+import subprocess
+import time
 
-from harness import EXAMPLE, LOTUS, PY, BpfTestCase, dataset, run_lotus
+from harness import EXAMPLE, LOTUS, PY, SOURCE, BpfTestCase, dataset, run_lotus, start_lotus, wait_for_attach
 
 
 def disk_of(path):
@@ -237,3 +239,134 @@ class Limits(BpfTestCase):
         for c in ("0.5", "1", "2"):
             self.assertRegex(r.stdout, rf"\ncpus-{re.escape(c)} +0 +[\d.]+ ")
         self.assertEqual(leftovers(), [])
+
+
+def _own_v1_path(controller):
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            num, ctrls, path = line.rstrip("\n").split(":", 2)
+            if controller in ctrls.split(","):
+                return path.rstrip("/")
+    return None
+
+
+def _children(pid):
+    kids = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids += f.read().split()
+        except OSError:
+            pass
+    return kids
+
+
+def _cpu_stat(directory):
+    with open(os.path.join(directory, "cpu.stat")) as f:
+        stat = dict(line.split() for line in f)
+    return {k: int(v) for k, v in stat.items()}
+
+
+class JobOwnLimits(BpfTestCase):
+    """Issue 80 item 6: a job in a cgroup of its own (not lotus-bpf's) limited to 1 CPU, attached by --pid, on a
+    2-CPU machine: the summary reads the limit and the CPU throttling of its cgroup (per worker, while it lived, and
+    for the job), the advice counts 1 CPU, and a replay of the record file says the same. Ground truth: the
+    cgroup's files, written and read by the test itself."""
+
+    def make_cgroup(self):
+        name = f"lotus-test-{os.getpid()}"
+        v2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+        if v2:
+            with open("/sys/fs/cgroup/cgroup.subtree_control") as f:
+                if "cpu" not in f.read().split():
+                    self.skipTest("cgroup v2 without the cpu controller enabled")
+            d = os.path.join("/sys/fs/cgroup", name)
+            os.mkdir(d)
+            with open(os.path.join(d, "cpu.max"), "w") as f:
+                f.write("100000 100000")
+        else:
+            own = _own_v1_path("cpu")
+            if own is None:
+                self.skipTest("no cgroup v1 cpu hierarchy")
+            d = f"/sys/fs/cgroup/cpu{own}/{name}"
+            os.mkdir(d)
+            with open(os.path.join(d, "cpu.cfs_period_us"), "w") as f:
+                f.write("100000")
+            with open(os.path.join(d, "cpu.cfs_quota_us"), "w") as f:
+                f.write("100000")
+        self.addCleanup(os.rmdir, d)
+        return d, ("/" + name if v2 else f"{_own_v1_path('cpu')}/{name}"), "v2" if v2 else "v1"
+
+    def test_attached_job_in_a_one_cpu_cgroup(self):
+        d, path, version = self.make_cgroup()
+        hold = self.path("hold")
+        job = subprocess.Popen(["sh", "-c", f"echo $$ > {d}/cgroup.procs && exec {PY} {EXAMPLE} {dataset(256)} "
+                                            f"--epochs 2 --workers 2 --hold {hold}"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(job.stderr.close)
+        self.addCleanup(lambda: job.poll() is None and job.kill())
+        deadline = time.time() + 120
+        while len(_children(job.pid)) < 2:  # its workers are prefetching: the interpreter is there to attach to
+            self.assertIsNone(job.poll(), job.stderr.read() if job.poll() is not None else "")
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.05)
+        before = _cpu_stat(d)
+        js, rec = self.path("s.json"), self.path("run.lbt")
+        tracer = start_lotus(["-q", "-o", self.path("t.json"), "--summary-json", js, "--record", rec,
+                              "--pid", str(job.pid)])
+        wait_for_attach(tracer)
+        open(hold, "w").close()
+        self.assertEqual(job.wait(timeout=240), 0)
+        out, err = tracer.communicate(timeout=120)
+        self.assertEqual(tracer.returncode, 0, err)
+        after = _cpu_stat(d)
+        with open(js) as f:
+            s = json.load(f)
+        import jsonschema
+        with open(os.path.join(SOURCE, "schemas", "summary.schema.json")) as f:
+            jsonschema.validate(s, json.load(f))
+        cg = s["run"]["cgroup"]
+        self.assertEqual((cg["path"], cg["version"], cg["cgroups"]), (path, version, 1))
+        self.assertEqual((cg["cpu_quota_us"], cg["cpu_period_us"], cg["cpu_quota_cpus"]), (100000, 100000, 1))
+        self.assertTrue(cg["memory_limit_known"])
+        self.assertEqual((s["run"]["job_cpus"], s["run"]["job_cpus_from"]), (1, "its cgroup's CPU quota"))
+        # the throttling it read is the cgroup's within the traced time: never more than the test's own readings
+        # around it; two workers and a loop on 1 CPU are throttled
+        throttled_key = "throttled_usec" if version == "v2" else "throttled_time"
+        scale = 1e6 if version == "v2" else 1e9
+        self.assertGreater(cg["throttled_periods"], 0)
+        self.assertLessEqual(cg["throttled_periods"], after["nr_throttled"] - before["nr_throttled"])
+        self.assertLessEqual(cg["periods"], after["nr_periods"] - before["nr_periods"])
+        self.assertLessEqual(cg["throttled_s"], (after[throttled_key] - before[throttled_key]) / scale + 0.001)
+        job_row = s["resources"]["job"]
+        self.assertEqual((job_row["throttled_periods"], job_row["throttled_s"]), (cg["throttled_periods"], cg["throttled_s"]))
+        workers = [r for r in s["resources"]["roles"] if r["role"].startswith("worker")]
+        self.assertTrue(workers, s["resources"]["roles"])
+        for w in workers:  # each worker's: its cgroup's while it lived, within the job's
+            self.assertIsNotNone(w["throttled_periods"], w)
+            self.assertLessEqual(w["throttled_periods"], 2 * cg["throttled_periods"])  # (two epochs' processes)
+        self.assertTrue(any(w["throttled_periods"] > 0 for w in workers), workers)
+        # the advice counts the 1 CPU
+        text = " ".join(out.split())  # (the summary wraps its lines)
+        self.assertIn("The advice counts the 1 CPU(s) the job may use (its cgroup's CPU quota).", text)
+        self.assertIn(f"The job's cgroup (cgroup {version}, {path}): CPU quota 1 CPU(s) (100000 us per 100000 us "
+                      "period)", text)
+        self.assertRegex(text, r"CPU throttled \(its cgroup's cpu\.stat")
+        for t in s["training"]:
+            for a in t["advice"]:
+                if "CPU(s)" in a:
+                    self.assertRegex(a, r"\b1 CPU\(s\)", a)
+            if t.get("estimate"):
+                self.assertEqual(t["estimate"]["cpus"], 1)
+        # a replay of the record gives the same answer
+        js2 = self.path("replayed.json")
+        r = run_lotus(["-q", "-o", self.path("t2.json"), "--summary-json", js2, "--replay", rec])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(js2) as f:
+            s2 = json.load(f)
+        self.assertEqual(s2["run"]["cgroup"], cg)
+        self.assertEqual(s2["run"]["job_cpus"], 1)
+        self.assertEqual(s2["resources"]["job"]["throttled_periods"], job_row["throttled_periods"])
+        self.assertEqual([w["throttled_periods"] for w in s2["resources"]["roles"] if w["role"].startswith("worker")],
+                         [w["throttled_periods"] for w in workers])
+        self.assertIn("The advice counts the 1 CPU(s)", " ".join(r.stdout.split()))

@@ -737,3 +737,90 @@ TEST_F(Engine, PythonsOutsideTheTracedTreeAreKeptAsRecorded)
     EXPECT_EQ(engine.untraced_pythons()[0].path, path);
     EXPECT_EQ(engine.counters().malformed, 1u);
 }
+
+// A class of the user's in the pipeline's place (the dataset calls it as its transform; no --pipeline names it)
+// whose call runs other objects' calls in turn: one op, and the engine names it and what it was seen calling (its
+// inner calls reach the stream while their classes are new to BPF). An op calling one object is no container; a
+// callee's own calls (deeper) are not the op's; the op's own frames (its __call__ under the slot) are not callees.
+TEST_F(Engine, AnOpRunningOtherObjectsCallsInTurnIsNamedAsAContainer)
+{
+    constexpr uint64_t FETCH = 0x8000, PIPE_CALL = 0x8400, SCALE_CALL = 0x8500, SHIFT_CALL = 0x8600, LONE_CALL = 0x8700;
+    constexpr uint64_t T_PIPE = 0x80, T_SCALE = 0x81, T_SHIFT = 0x82, T_LONE = 0x83;
+    constexpr uint64_t PIPE_OBJ = 0xd0, SCALE_OBJ = 0xd1, SHIFT_OBJ = 0xd2, LONE_OBJ = 0xd3, INNER_OBJ = 0xd4;
+    engine.add_process(P, 0, true);
+    describe(P);
+    ev.code(P, FETCH, "_MapDatasetFetcher.fetch", "/x/torch/utils/data/_utils/fetch.py");
+    ev.code(P, PIPE_CALL, "Pipeline.__call__", "/home/me/text.py");
+    ev.code(P, SCALE_CALL, "Scale.__call__", "/home/me/text.py");
+    ev.code(P, SHIFT_CALL, "Shift.__call__", "/home/me/text.py");
+    ev.code(P, LONE_CALL, "Lone.__call__", "/home/me/text.py");
+    ev.type(P, T_PIPE, "Pipeline");
+    ev.type(P, T_SCALE, "Scale");
+    ev.type(P, T_SHIFT, "Shift");
+    ev.type(P, T_LONE, "Lone");
+    auto item = [&](uint64_t t, int64_t index, bool inner_seen) {
+        std::vector<std::pair<uint64_t, int64_t>> chain{{GETITEM, index}, {FETCH, LOTUS_NO_VALUE}};
+        ev.entry(P, P, t, 3, PIPE_CALL, T_PIPE, chain, {}, PIPE_OBJ);
+        if (inner_seen) {
+            ev.entry(P, P, t + 10, 4, SCALE_CALL, T_SCALE, {{PIPE_CALL, LOTUS_NO_VALUE}}, {}, SCALE_OBJ);
+            ev.entry(P, P, t + 12, 5, SHIFT_CALL, T_SHIFT, {{SCALE_CALL, LOTUS_NO_VALUE}}, {}, INNER_OBJ); // Scale's own
+            ev.ret(P, P, t + 14, 5);
+            ev.ret(P, P, t + 20, 4);
+            ev.entry(P, P, t + 30, 4, SHIFT_CALL, T_SHIFT, {{PIPE_CALL, LOTUS_NO_VALUE}}, {}, SHIFT_OBJ);
+            ev.ret(P, P, t + 40, 4);
+        }
+        ev.ret(P, P, t + 50, 3);
+        ev.entry(P, P, t + 60, 3, LONE_CALL, T_LONE, chain, {}, LONE_OBJ);
+        if (inner_seen) {
+            ev.entry(P, P, t + 62, 4, SCALE_CALL, T_SCALE, {{LONE_CALL, LOTUS_NO_VALUE}}, {}, SCALE_OBJ);
+            ev.ret(P, P, t + 64, 4);
+        }
+        ev.ret(P, P, t + 70, 3);
+    };
+    item(1000, 1, true);
+    item(2000, 2, false);
+    item(3000, 3, false);
+    engine.finish();
+    auto ops = of(SpanKind::Op);
+    std::vector<std::string> names;
+    for (const auto& op : ops)
+        names.push_back(op.name);
+    EXPECT_EQ(names, (std::vector<std::string>{"Pipeline", "Lone", "Pipeline", "Lone", "Pipeline", "Lone"}));
+    EXPECT_EQ(of(SpanKind::Sample).size(), 3u);
+    ASSERT_EQ(engine.containers().size(), 1u);
+    const auto& c = engine.containers()[0];
+    EXPECT_EQ(c.op, "Pipeline");
+    EXPECT_EQ(c.callees, (std::vector<std::string>{"Scale", "Shift"}));
+    EXPECT_EQ(c.calls, 1u);
+    EXPECT_EQ(c.pid, P);
+    EXPECT_FALSE(c.in_pipeline);
+}
+
+// With the evaluator probed (--all-calls), the op's own __call__ frame is an entry of the same object one level
+// below the slot's: its callees are one level below that.
+TEST_F(Engine, AContainersOwnFramesAreNotItsCallees)
+{
+    constexpr uint64_t FETCH = 0x8000, PIPE_CALL = 0x8400, SCALE_CALL = 0x8500;
+    constexpr uint64_t T_PIPE = 0x80, T_SCALE = 0x81;
+    constexpr uint64_t PIPE_OBJ = 0xd0, A_OBJ = 0xd1, B_OBJ = 0xd2;
+    engine.add_process(P, 0, true);
+    describe(P);
+    ev.code(P, FETCH, "_MapDatasetFetcher.fetch", "/x/torch/utils/data/_utils/fetch.py");
+    ev.code(P, PIPE_CALL, "Pipeline.__call__", "/home/me/text.py");
+    ev.code(P, SCALE_CALL, "Scale.__call__", "/home/me/text.py");
+    ev.type(P, T_PIPE, "Pipeline");
+    ev.type(P, T_SCALE, "Scale");
+    std::vector<std::pair<uint64_t, int64_t>> chain{{GETITEM, 4}, {FETCH, LOTUS_NO_VALUE}};
+    ev.entry(P, P, 1000, 3, PIPE_CALL, T_PIPE, chain, {}, PIPE_OBJ);
+    ev.entry(P, P, 1001, 4, PIPE_CALL, T_PIPE, {{GETITEM, 4}}, {}, PIPE_OBJ); // its own frame
+    ev.entry(P, P, 1010, 5, SCALE_CALL, T_SCALE, {{PIPE_CALL, LOTUS_NO_VALUE}}, {}, A_OBJ);
+    ev.ret(P, P, 1020, 5);
+    ev.entry(P, P, 1030, 5, SCALE_CALL, T_SCALE, {{PIPE_CALL, LOTUS_NO_VALUE}}, {}, B_OBJ);
+    ev.ret(P, P, 1040, 5);
+    ev.ret(P, P, 1045, 4);
+    ev.ret(P, P, 1050, 3);
+    engine.finish();
+    ASSERT_EQ(engine.containers().size(), 1u);
+    EXPECT_EQ(engine.containers()[0].callees, (std::vector<std::string>{"Scale", "Scale"}));
+    EXPECT_EQ(of(SpanKind::Op).size(), 1u);
+}

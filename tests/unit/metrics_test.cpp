@@ -1,11 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <prometheus/text_serializer.h>
 
 #include <map>
 #include <sstream>
 #include <string>
 
+#include "metrics/agent_metrics.h"
 #include "metrics/endpoint.h"
 #include "metrics/pipeline_metrics.h"
 
@@ -307,4 +309,69 @@ TEST(Endpoint, APortInUseIsOneLineBeforeAnythingStarts)
         EXPECT_NE(std::string(e.what()).find("Address already in use"), std::string::npos) << e.what();
         EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
     }
+}
+
+TEST(PipelineMetrics, OpAndFunctionNamesPastTheBoundAreOneOtherSeriesAndCounted)
+{
+    // A target's class and function names are its own choice: a job with more distinct names than the bound
+    // (a pipeline that makes classes on the fly) must not grow the node's series without end.
+    auto reg = std::make_shared<prometheus::Registry>();
+    metrics::PipelineMetrics m(reg, {"n", "v", "3.11.2", 7, {{"lotus_job", "train.py"}}});
+    auto procs = ranked_job();
+    const size_t extra = 6;
+    for (int round = 0; round < 2; round++) { // (a name seen again: its own series or "other", folded once)
+        for (size_t i = 0; i < metrics::kMaxOpsPerJob + extra; i++)
+            m.span(owned(SpanKind::Op, fmt::format("Op{}", i), 11, 0, MS), procs);
+        for (size_t i = 0; i < metrics::kMaxFunctionsPerJob + 1; i++)
+            m.span(owned(SpanKind::Py, fmt::format("f{}", i), 11, 0, MS), procs);
+    }
+    std::string text = exposition(*reg);
+    auto series_of = [&](const std::string& prefix) {
+        size_t n = 0;
+        std::istringstream in(text);
+        for (std::string line; std::getline(in, line);)
+            n += line.rfind(prefix, 0) == 0;
+        return n;
+    };
+    EXPECT_EQ(series_of("lotus_op_duration_seconds_count{"), metrics::kMaxOpsPerJob + 1) << text;
+    EXPECT_EQ(series_of("lotus_function_duration_seconds_count{"), metrics::kMaxFunctionsPerJob + 1);
+    const std::string where = "dataloader=\"0\",local_rank=\"1\",lotus_job=\"train.py\",node=\"n\",";
+    // The first names seen keep their series; the rest add up in "other".
+    EXPECT_EQ(value(text, "lotus_op_duration_seconds_count{" + where + "op=\"Op0\",rank=\"1\"}"), 2);
+    EXPECT_EQ(value(text, "lotus_op_duration_seconds_count{" + where + fmt::format("op=\"Op{}\",rank=\"1\"}}",
+                                                                                   metrics::kMaxOpsPerJob - 1)), 2);
+    EXPECT_EQ(value(text, "lotus_op_duration_seconds_count{" + where + "op=\"other\",rank=\"1\"}"), 2 * extra);
+    EXPECT_EQ(value(text, "lotus_function_duration_seconds_count{dataloader=\"0\",function=\"other\",local_rank=\"1\","
+                          "lotus_job=\"train.py\",node=\"n\",rank=\"1\"}"), 2);
+    EXPECT_EQ(value(text, "lotus_label_values_folded_total{label=\"op\",lotus_job=\"train.py\",node=\"n\"}"), extra);
+    EXPECT_EQ(value(text, "lotus_label_values_folded_total{label=\"function\",lotus_job=\"train.py\",node=\"n\"}"), 1);
+    // Another job has a bound of its own.
+    metrics::PipelineMetrics other(reg, {"n", "v", "3.11.2", 8, {{"lotus_job", "eval.py"}}});
+    other.span(owned(SpanKind::Op, "Op70", 11, 0, MS), procs);
+    text = exposition(*reg);
+    EXPECT_EQ(value(text, "lotus_op_duration_seconds_count{dataloader=\"0\",local_rank=\"1\",lotus_job=\"eval.py\","
+                          "node=\"n\",op=\"Op70\",rank=\"1\"}"), 1) << text;
+    // Its last owner's end takes the folded count out too.
+    m.remove_series();
+    EXPECT_EQ(exposition(*reg).find("lotus_label_values_folded_total{label=\"op\",lotus_job=\"train.py\""),
+              std::string::npos);
+}
+
+TEST(AgentMetrics, EveryReasonIsASeriesFromTheStartAndCountsItsSkips)
+{
+    prometheus::Registry reg;
+    metrics::AgentMetrics m(reg, "node-a");
+    std::string text = exposition(reg);
+    for (const char* r : {"user", "cgroup", "max_jobs", "fds"})
+        EXPECT_EQ(value(text, fmt::format("lotus_agent_jobs_skipped_total{{node=\"node-a\",reason=\"{}\"}}", r)), 0)
+            << text;
+    m.skipped(metrics::SkipReason::max_jobs);
+    m.skipped(metrics::SkipReason::max_jobs);
+    m.skipped(metrics::SkipReason::user);
+    m.traced_now(3);
+    text = exposition(reg);
+    EXPECT_EQ(value(text, "lotus_agent_jobs_skipped_total{node=\"node-a\",reason=\"max_jobs\"}"), 2) << text;
+    EXPECT_EQ(value(text, "lotus_agent_jobs_skipped_total{node=\"node-a\",reason=\"user\"}"), 1);
+    EXPECT_EQ(value(text, "lotus_agent_jobs_skipped_total{node=\"node-a\",reason=\"fds\"}"), 0);
+    EXPECT_EQ(value(text, "lotus_agent_jobs{node=\"node-a\"}"), 3);
 }

@@ -81,3 +81,26 @@ TEST(RecordDispatch, TheEndRecordCarriesTheCapturesCounts)
     EXPECT_EQ(s.end_read.submitted, 1000u);
     EXPECT_EQ(s.end_read.lost, 7u);
 }
+
+TEST(RecordDispatch, ACgroupRecordReachesItsHandlerWhole)
+{
+    struct Cg : model::RecordHandler {
+        int seen = 0;
+        model::RecordCgroup r{};
+        void cgroup(const model::RecordCgroup& c) override
+        {
+            seen++;
+            r = c;
+        }
+    } h;
+    model::RecordCgroup r{};
+    r.type = model::kRecordCgroup;
+    r.quota_us = 50000;
+    r.throttled_periods = 7;
+    EXPECT_TRUE(model::dispatch(&r, sizeof(r), h));
+    EXPECT_EQ(h.seen, 1);
+    EXPECT_EQ(h.r.quota_us, 50000);
+    EXPECT_EQ(h.r.throttled_periods, 7u);
+    EXPECT_FALSE(model::dispatch(&r, sizeof(r) - 1, h)); // cut short: refused
+    EXPECT_EQ(h.seen, 1);
+}

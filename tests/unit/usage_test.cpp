@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdio>
 #include <vector>
 
 #include "export/usage_summary.h"
@@ -299,4 +300,102 @@ TEST_F(Usage, NetworkBytesNotCountedAreUnknownNotZero)
     auto json = exporter::usage_json(rows, 100);
     EXPECT_NE(json.find("\"network\":false"), std::string::npos);
     EXPECT_NE(json.find("\"net_sent_mb\":null"), std::string::npos);
+}
+
+namespace {
+
+// A process's cgroup reading (RecordCgroup): quota (-1: none), cpuset size, memory limit, cpu.stat so far.
+model::RecordCgroup cgroup_reading(uint32_t pid, uint64_t ts, const char* path, int64_t quota_us, unsigned cpuset_cpus,
+                                   uint64_t memory, uint64_t periods, uint64_t throttled, uint64_t throttled_ms,
+                                   uint32_t flags = model::kCgroupQuota | model::kCgroupCpuset | model::kCgroupMemory |
+                                                    model::kCgroupThrottle | model::kCgroupV1)
+{
+    model::RecordCgroup r{};
+    r.type = model::kRecordCgroup;
+    r.tgid = r.tid = pid;
+    r.ts_ns = ts;
+    r.flags = flags;
+    r.quota_us = quota_us;
+    r.period_us = 100000;
+    r.cpuset_cpus = cpuset_cpus;
+    r.memory_limit = memory;
+    r.periods = periods;
+    r.throttled_periods = throttled;
+    r.throttled_ns = throttled_ms * MS;
+    snprintf(r.path, sizeof(r.path), "%s", path);
+    snprintf(r.cpuset, sizeof(r.cpuset), "0-%u", cpuset_cpus - 1);
+    return r;
+}
+
+} // namespace
+
+// Each process's row gets its cgroup's throttling while it lived: from its first reading, or for a child forked
+// while traced from its parent's last reading before the fork, to its last one (its exit's). The job's is each
+// cgroup's over the run, counted once.
+TEST_F(Usage, ThrottlingPerProcessIsItsCgroupsWhileItLived)
+{
+    auto feed = [&](model::RecordCgroup r) { tracker.consume(&r, sizeof(r)); };
+    read(1, 1 * S, 0, 0, 100);
+    feed(cgroup_reading(1, 1 * S, "/job", 100000, 2, 1ull << 30, 10, 2, 30));
+    fork(2, 1, 1 * S + 10 * MS);
+    read(1, 2 * S, 500, 0, 100);
+    read(2, 2 * S, 400, 0, 100);
+    feed(cgroup_reading(1, 2 * S, "/job", 100000, 2, 1ull << 30, 20, 9, 300));
+    feed(cgroup_reading(2, 2 * S, "/job", 100000, 2, 1ull << 30, 20, 9, 300));
+    exit(2, 2 * S + 500 * MS, 900, 90, 0);
+    feed(cgroup_reading(2, 2 * S + 600 * MS, "/job", 100000, 2, 1ull << 30, 25, 12, 400)); // after its exit
+    read(1, 3 * S, 1000, 0, 100);
+    feed(cgroup_reading(1, 3 * S, "/job", 100000, 2, 1ull << 30, 30, 15, 500));
+    tracker.finish();
+    const auto& p = tracker.processes();
+    ASSERT_TRUE(p.at(1).throttle_known);
+    EXPECT_EQ(p.at(1).periods, 20u);
+    EXPECT_EQ(p.at(1).throttled_periods, 13u);
+    EXPECT_EQ(p.at(1).throttled_ns, 470 * MS);
+    ASSERT_TRUE(p.at(2).throttle_known); // from its parent's reading before its fork
+    EXPECT_EQ(p.at(2).throttled_periods, 10u);
+    EXPECT_EQ(p.at(2).throttled_ns, 370 * MS);
+    auto l = tracker.limits();
+    ASSERT_TRUE(l.known);
+    EXPECT_EQ(l.cgroups, 1u);
+    EXPECT_TRUE(l.have_throttle);
+    EXPECT_EQ(l.throttled_periods, 13u); // the cgroup's once, not each process's
+    EXPECT_EQ(l.throttled_ns, 470 * MS);
+    EXPECT_DOUBLE_EQ(l.quota_cpus(), 1.0);
+    EXPECT_DOUBLE_EQ(l.cpus(), 1.0);
+    auto rows = exporter::usage_rows(tracker, {});
+    ASSERT_FALSE(rows.empty());
+    EXPECT_TRUE(rows.back().throttle_known);
+    EXPECT_EQ(rows.back().throttled_periods, 13u);
+    EXPECT_NEAR(rows.back().throttled_s, 0.47, 1e-9);
+}
+
+// The job's limits are the tightest its processes' readings name; the CPUs they allow, the fewer of the quota and
+// the cpuset; a figure no reading had is not known, never assumed.
+TEST_F(Usage, JobLimitsAreTheTightestAndWhatWasNotReadIsNotKnown)
+{
+    auto feed = [&](model::RecordCgroup r) { tracker.consume(&r, sizeof(r)); };
+    EXPECT_FALSE(tracker.limits().known);
+    feed(cgroup_reading(1, 1 * S, "/a", -1, 4, model::kNoMemoryLimit, 0, 0, 0));
+    auto l = tracker.limits();
+    EXPECT_TRUE(l.have_quota);
+    EXPECT_EQ(l.quota_cpus(), 0); // no quota
+    EXPECT_DOUBLE_EQ(l.cpus(), 4); // the cpuset
+    EXPECT_EQ(l.memory_limit, model::kNoMemoryLimit);
+    feed(cgroup_reading(2, 1 * S, "/a/b", 250000, 3, 1ull << 29, 0, 0, 0));
+    l = tracker.limits();
+    EXPECT_EQ(l.cgroups, 2u);
+    EXPECT_DOUBLE_EQ(l.cpus(), 2.5);
+    EXPECT_EQ(l.memory_limit, 1ull << 29);
+    EXPECT_EQ(l.cpuset_cpus, 3u);
+
+    model::UsageTracker unread;
+    auto r = cgroup_reading(3, 1 * S, "/c", 50000, 2, 1ull << 30, 0, 0, 0, model::kCgroupThrottle | model::kCgroupV2);
+    unread.consume(&r, sizeof(r));
+    auto u = unread.limits();
+    EXPECT_TRUE(u.known);
+    EXPECT_FALSE(u.have_quota);
+    EXPECT_FALSE(u.have_cpuset);
+    EXPECT_FALSE(u.have_memory);
+    EXPECT_EQ(u.cpus(), 0); // nothing said: not known
 }

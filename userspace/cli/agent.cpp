@@ -1,7 +1,10 @@
 #include "agent.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fnmatch.h>
+#include <pwd.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,6 +28,7 @@
 
 #include "common/printable.h"
 #include "common/read_file.h"
+#include "metrics/agent_metrics.h"
 #include "metrics/endpoint.h"
 #include "metrics/pipeline_metrics.h"
 #include "proc/proc_maps.h"
@@ -80,8 +84,11 @@ Candidate read_candidate(int pid)
 struct Job {
     int pid = 0;
     std::map<std::string, std::string> labels;
+    std::string record; // its record file's path ("": none)
     std::thread thread;
     std::atomic<bool> done{false};
+    std::atomic<bool> starved{false}; // file descriptors ran out while attaching: skipped, not traced
+    bool settled = false;             // done and seen so by reap: its root, if alive, is in Agent::skipped_
     std::shared_ptr<void> metrics; // (a metrics::PipelineMetrics, kept keep_finished_s after the end)
     std::chrono::steady_clock::time_point ended;
 };
@@ -93,9 +100,14 @@ public:
 
 private:
     void scan();
-    void start(int pid);
+    void consider(int pid);
+    void start(int pid, std::map<std::string, std::string> labels);
+    void skip(int pid, metrics::SkipReason r, const std::string& who, const std::string& why);
+    void join(Job& j); // its thread joined, its record noted (once)
+    void keep_records();
     void reap();
     bool under_a_job(int pid) const;
+    size_t traced_now() const;
 
     const AgentOptions& opts_;
     std::shared_ptr<prometheus::Registry> registry_;
@@ -103,6 +115,11 @@ private:
     std::list<Job> jobs_;
     size_t traced_ = 0; // jobs attached since the start (jobs_ drops finished ones)
     std::set<int> seen_; // pids looked at (jobs, and processes that were not one)
+    // Jobs left untraced, and jobs whose session ended while they run on (a failure), alive: their processes are no
+    // jobs of their own either.
+    std::set<int> skipped_;
+    std::unique_ptr<metrics::AgentMetrics> agent_metrics_;
+    std::optional<RecordBudget> budget_;
     // CPython processes without torch yet: scans to skip before their maps are read again, and the gap (in scans),
     // doubled at each look up to kMaxGap, so that an idle python's maps are not read every second for ever.
     struct Backoff {
@@ -115,15 +132,25 @@ private:
 bool Agent::under_a_job(int pid) const
 {
     return proc::descends_from(pid, [this](int p) {
-        return std::any_of(jobs_.begin(), jobs_.end(), [p](const Job& j) { return !j.done && j.pid == p; });
+        return skipped_.count(p) || std::any_of(jobs_.begin(), jobs_.end(), [p](const Job& j) {
+                   return !j.settled && j.pid == p;
+               });
     });
+}
+
+size_t Agent::traced_now() const
+{
+    return static_cast<size_t>(std::count_if(jobs_.begin(), jobs_.end(), [](const Job& j) { return !j.done; }));
 }
 
 void Agent::scan()
 {
     std::error_code ec;
     std::set<int> alive;
-    for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    std::filesystem::directory_iterator proc_dir("/proc", ec);
+    if (ec)
+        return; // (descriptors short: no process is taken for gone, and the next scan looks again)
+    for (const auto& e : proc_dir) {
         const std::string name = e.path().filename().string();
         if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos)
             continue;
@@ -144,18 +171,104 @@ void Agent::scan()
         waiting_.erase(pid);
         seen_.insert(pid);
         if (!is_job(c, opts_.match) || under_a_job(pid))
-            continue; // (a job's children are traced with it)
-        start(pid);
+            continue; // (a job's children are traced with it, a skipped job's are skipped with it)
+        consider(pid);
     }
     for (auto it = seen_.begin(); it != seen_.end();) // a pid that came back is a new process
         it = alive.count(*it) ? std::next(it) : seen_.erase(it);
+    for (auto it = skipped_.begin(); it != skipped_.end();)
+        it = alive.count(*it) ? std::next(it) : skipped_.erase(it);
     for (auto it = waiting_.begin(); it != waiting_.end();)
         it = alive.count(it->first) ? std::next(it) : waiting_.erase(it);
 }
 
-void Agent::start(int pid)
+// Open file descriptors of the agent (each job's session holds its own: programs, maps, links, its ring).
+size_t open_fds()
+{
+    size_t n = 0;
+    if (DIR* d = opendir("/proc/self/fd")) {
+        while (dirent* e = readdir(d))
+            n += e->d_name[0] != '.';
+        closedir(d);
+    }
+    return n;
+}
+
+// A job's session is not started with fewer descriptors free than this: less than any job takes attaching (a plain
+// one about 50, more with thread sampling, --native-map and many processes), so it would surely fail part way. A
+// job that starts and runs out all the same is skipped then (Agent::start's on_failure).
+constexpr size_t kFdsForAJob = 32;
+
+std::string user_name(uint32_t uid)
+{
+    passwd pw{}, *found = nullptr;
+    char buf[1024];
+    if (getpwuid_r(uid, &pw, buf, sizeof(buf), &found) == 0 && found)
+        return fmt::format("{} ({})", uid, found->pw_name);
+    return std::to_string(uid);
+}
+
+// A job found: traced, unless the filters, --max-jobs or the descriptors left say otherwise.
+void Agent::consider(int pid)
 {
     auto labels = job_labels(pid);
+    std::string who = fmt::format("PID {} ({} {})", pid, common::printable(metrics::label_value(labels["lotus_job"])),
+                                  common::printable(metrics::label_value(labels["lotus_job_id"])));
+    if (!opts_.users.empty()) {
+        auto uid = real_uid(read_text(fmt::format("/proc/{}/status", pid)));
+        if (!uid || std::find(opts_.users.begin(), opts_.users.end(), *uid) == opts_.users.end())
+            return skip(pid, metrics::SkipReason::user, who,
+                        fmt::format("its user, {}, is not one of --users", uid ? user_name(*uid) : "unknown"));
+    }
+    if (!opts_.cgroups.empty() && !in_cgroups(read_text(fmt::format("/proc/{}/cgroup", pid)), opts_.cgroups))
+        return skip(pid, metrics::SkipReason::cgroup, who, "its cgroup is under no --cgroup");
+    if (traced_now() >= opts_.max_jobs)
+        return skip(pid, metrics::SkipReason::max_jobs, who,
+                    fmt::format("--max-jobs {} are traced already", opts_.max_jobs));
+    rlimit r{};
+    size_t used = open_fds();
+    if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY && used + kFdsForAJob > r.rlim_cur)
+        return skip(pid, metrics::SkipReason::fds, who,
+                    fmt::format("file descriptors short ({} open of the agent's limit of {}, and a job takes more "
+                                "than {}): raise its hard limit (systemd: LimitNOFILE=)", used, r.rlim_cur, kFdsForAJob));
+    start(pid, std::move(labels));
+}
+
+void Agent::skip(int pid, metrics::SkipReason r, const std::string& who, const std::string& why)
+{
+    skipped_.insert(pid);
+    agent_metrics_->skipped(r);
+    fmt::print(stderr, "lotus-bpf agent: {} skipped: {}\n", who, why);
+}
+
+void Agent::join(Job& j)
+{
+    if (!j.thread.joinable())
+        return;
+    j.thread.join();
+    if (budget_ && !j.record.empty()) {
+        struct stat st{};
+        if (lstat(j.record.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+            budget_->add(basename_of(j.record));
+    }
+}
+
+// --record-max-mb: the oldest of the agent's records go until the rest fit.
+void Agent::keep_records()
+{
+    if (!budget_)
+        return;
+    std::string error;
+    for (const auto& r : budget_->enforce(&error))
+        fmt::print(stderr, "lotus-bpf agent: removed record {} ({:.1f} MiB), the oldest, to keep --record-dir within "
+                           "--record-max-mb {:g}\n", r.name, static_cast<double>(r.bytes) / (1 << 20),
+                   opts_.record_max_mb);
+    if (!error.empty())
+        fmt::print(stderr, "lotus-bpf agent: {}\n", common::printable(error));
+}
+
+void Agent::start(int pid, std::map<std::string, std::string> labels)
+{
     // A finished job kept for its last scrapes whose labels the new one repeats (its pid reused, same name and
     // id): its series go now, so that the new job's series are its own from the start.
     for (auto it = jobs_.begin(); it != jobs_.end();) {
@@ -163,8 +276,7 @@ void Agent::start(int pid)
             ++it;
             continue;
         }
-        if (it->thread.joinable())
-            it->thread.join();
+        join(*it);
         if (it->metrics)
             std::static_pointer_cast<metrics::PipelineMetrics>(it->metrics)->remove_series();
         it = jobs_.erase(it);
@@ -186,19 +298,36 @@ void Agent::start(int pid)
         if (o.record.empty()) // (the job is still traced, for its metrics)
             fmt::print(stderr, "lotus-bpf agent: PID {}: no record file: {}\n", pid, strerror(errno));
     }
-    fmt::print(stderr, "lotus-bpf agent: attaching to PID {} ({} {}){}{}\n", pid,
-               common::printable(metrics::label_value(job.labels["lotus_job"])),
-               common::printable(metrics::label_value(job.labels["lotus_job_id"])), o.record.empty() ? "" : ", record ",
+    std::string who = fmt::format("PID {} ({} {})", pid, common::printable(metrics::label_value(job.labels["lotus_job"])),
+                                  common::printable(metrics::label_value(job.labels["lotus_job_id"])));
+    fmt::print(stderr, "lotus-bpf agent: attaching to {}{}{}\n", who, o.record.empty() ? "" : ", record ",
                common::printable(o.record));
+    job.record = o.record;
     Job* j = &job;
     o.metrics_handoff = [j](std::shared_ptr<void> m) { j->metrics = std::move(m); };
+    // A failed run's reason: descriptors running out while attaching make the job skipped (its session undone:
+    // nothing of it stays attached), with one line; any other reason is said as the session would.
+    o.on_failure = [j, who, am = agent_metrics_.get()](const std::string& reason) {
+        if (out_of_fds(reason)) {
+            rlimit r{};
+            getrlimit(RLIMIT_NOFILE, &r);
+            fmt::print(stderr, "lotus-bpf agent: {} skipped: file descriptors ran out while attaching (the agent's "
+                               "limit: {}): raise its hard limit (systemd: LimitNOFILE=)\n",
+                       who, static_cast<unsigned long long>(r.rlim_cur));
+            am->skipped(metrics::SkipReason::fds);
+            j->starved = true;
+        } else {
+            fmt::print(stderr, "lotus-bpf: {}\n", common::printable(reason));
+        }
+    };
     job.thread = std::thread([j, o = std::move(o)]() {
         int rc = run_session(o);
         // A record the session did not write (it failed before its header) leaves no empty file behind.
         struct stat st{};
         if (!o.record.empty() && lstat(o.record.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0)
             unlink(o.record.c_str());
-        fmt::print(stderr, "lotus-bpf agent: detached from PID {} (status {})\n", j->pid, rc);
+        if (!j->starved)
+            fmt::print(stderr, "lotus-bpf agent: detached from PID {} (status {})\n", j->pid, rc);
         j->ended = std::chrono::steady_clock::now();
         j->done = true;
     });
@@ -213,8 +342,17 @@ void Agent::reap()
             ++it;
             continue;
         }
-        if (it->thread.joinable())
-            it->thread.join();
+        join(*it);
+        if (!it->settled) { // (a session that ended while its job runs on: the job is not taken up again)
+            it->settled = true;
+            if (proc::process_exists(it->pid))
+                skipped_.insert(it->pid);
+        }
+        if (it->starved) { // never traced
+            traced_--;
+            it = jobs_.erase(it);
+            continue;
+        }
         if (std::chrono::duration<double>(now - it->ended).count() < opts_.keep_finished_s) {
             ++it;
             continue;
@@ -229,24 +367,42 @@ int Agent::run()
 {
     if (!opts_.record_dir.empty() && !std::filesystem::is_directory(opts_.record_dir))
         throw std::runtime_error(fmt::format("--record-dir {}: not a directory", opts_.record_dir));
+    if (opts_.record_max_mb > 0)
+        budget_.emplace(opts_.record_dir, static_cast<uint64_t>(opts_.record_max_mb * (1 << 20)));
+    // Each job's session takes descriptors (programs, maps, links, a ring, a thread's sampling events): all the
+    // hard limit allows, and a job that would not fit is skipped (consider).
+    rlimit lim{};
+    if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+        lim.rlim_cur = lim.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &lim);
+    }
     registry_ = std::make_shared<prometheus::Registry>();
     endpoint_ = std::make_unique<metrics::Endpoint>(metrics::parse_bind_address(opts_.metrics), registry_);
+    agent_metrics_ = std::make_unique<metrics::AgentMetrics>(*registry_, node_name(opts_.session));
     install_stop_handlers();
+    keep_records(); // (a smaller --record-max-mb than the last run's)
     auto at = metrics::parse_bind_address(opts_.metrics);
     at.port = endpoint_->port();
-    fmt::print(stderr, "lotus-bpf agent: metrics at http://{}/metrics; watching for PyTorch training processes{}\n",
-               at.str(), opts_.match.empty() ? "" : " matching --match");
+    getrlimit(RLIMIT_NOFILE, &lim);
+    fmt::print(stderr, "lotus-bpf agent: metrics at http://{}/metrics; watching for PyTorch training processes{} (at "
+                       "most {} at once; file descriptors: {})\n",
+               at.str(), opts_.match.empty() ? "" : " matching --match", opts_.max_jobs,
+               lim.rlim_cur == RLIM_INFINITY ? std::string("unlimited") : std::to_string(lim.rlim_cur));
     while (!stop_signal()) {
         scan();
         reap();
+        keep_records();
+        agent_metrics_->traced_now(traced_now());
         auto ns = static_cast<long>(opts_.scan_interval_s * 1e9);
         timespec ts{ns / 1'000'000'000, ns % 1'000'000'000};
         nanosleep(&ts, nullptr); // (a signal ends it early)
     }
     // Every job's session sees the same signal and detaches.
     for (auto& j : jobs_)
-        if (j.thread.joinable())
-            j.thread.join();
+        join(j);
+    keep_records();
+    for (const auto& j : jobs_)
+        traced_ -= j.starved;
     fmt::print(stderr, "lotus-bpf agent: stopped ({} job(s) traced)\n", traced_);
     endpoint_->stop();
     return 0;
@@ -286,6 +442,217 @@ std::string reserve_record(const std::string& dir, const std::string& name)
     }
     errno = EEXIST;
     return "";
+}
+
+std::vector<uint32_t> parse_users(const std::vector<std::string>& names)
+{
+    std::vector<uint32_t> out;
+    for (const auto& name : names) {
+        if (name.empty())
+            throw std::invalid_argument("an empty user name");
+        if (name.find_first_not_of("0123456789") == std::string::npos) {
+            errno = 0;
+            char* end = nullptr;
+            unsigned long uid = strtoul(name.c_str(), &end, 10);
+            if (errno || *end || uid >= static_cast<unsigned long>(static_cast<uid_t>(-1)))
+                throw std::invalid_argument(fmt::format("{}: no uid", name));
+            out.push_back(static_cast<uint32_t>(uid));
+            continue;
+        }
+        passwd pw{}, *found = nullptr;
+        std::vector<char> buf(16384);
+        if (getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || !found)
+            throw std::invalid_argument(fmt::format("{}: no such user", common::printable(name)));
+        out.push_back(found->pw_uid);
+    }
+    return out;
+}
+
+std::string cgroup_prefix(const std::string& path)
+{
+    if (path.empty() || path[0] != '/')
+        throw std::invalid_argument(fmt::format("{}: a cgroup path starts with '/' (as /proc/PID/cgroup shows it)",
+                                                common::printable(path)));
+    if (path == "/sys/fs/cgroup" || path.rfind("/sys/fs/cgroup/", 0) == 0)
+        throw std::invalid_argument(fmt::format("{}: give the cgroup's path as /proc/PID/cgroup shows it, not where "
+                                                "its hierarchy is mounted", common::printable(path)));
+    std::string out;
+    for (size_t at = 1; at <= path.size();) {
+        size_t end = std::min(path.find('/', at), path.size());
+        std::string part = path.substr(at, end - at);
+        if (part == "." || part == "..")
+            throw std::invalid_argument(fmt::format("{}: no '.' or '..' in a cgroup path", common::printable(path)));
+        if (!part.empty())
+            out += "/" + part;
+        at = end + 1;
+    }
+    return out.empty() ? "/" : out;
+}
+
+bool in_cgroups(const std::string& proc_cgroup, const std::vector<std::string>& prefixes)
+{
+    std::istringstream in(proc_cgroup);
+    for (std::string line; std::getline(in, line);) {
+        // hierarchy-ID:controllers:path (the path may hold ':')
+        size_t first = line.find(':');
+        size_t second = first == std::string::npos ? first : line.find(':', first + 1);
+        if (second == std::string::npos)
+            continue;
+        std::string path = line.substr(second + 1);
+        for (const auto& p : prefixes)
+            if (p == "/" || path == p || (path.size() > p.size() && path.compare(0, p.size(), p) == 0 &&
+                                          path[p.size()] == '/'))
+                return true;
+    }
+    return false;
+}
+
+std::optional<uint32_t> real_uid(const std::string& status)
+{
+    std::istringstream in(status);
+    for (std::string line; std::getline(in, line);) {
+        if (line.rfind("Uid:", 0) != 0)
+            continue;
+        std::istringstream fields(line.substr(4));
+        unsigned long uid = 0;
+        if (fields >> uid)
+            return static_cast<uint32_t>(uid);
+        return std::nullopt;
+    }
+    return std::nullopt;
+}
+
+bool out_of_fds(const std::string& reason)
+{
+    return reason.find(strerror(EMFILE)) != std::string::npos || reason.find(strerror(ENFILE)) != std::string::npos;
+}
+
+namespace {
+
+// A name the agent gives its records (reserve_record): file_name_part's bytes, ".lbt" at the end.
+bool record_name(const std::string& name)
+{
+    if (name.size() < 5 || name[0] == '.' || name.compare(name.size() - 4, 4, ".lbt") != 0)
+        return false;
+    return std::all_of(name.begin(), name.end(), [](char c) {
+        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+               c == '.';
+    });
+}
+
+} // namespace
+
+RecordBudget::RecordBudget(std::string dir, uint64_t max_bytes) : dir_(std::move(dir)), max_(max_bytes)
+{
+    std::string path = dir_ + "/" + kNotes;
+    int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno != ENOENT)
+        throw std::runtime_error(fmt::format("{}: {}", path, strerror(errno)));
+    if (fd >= 0) {
+        struct stat st{};
+        bool ours = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & 022);
+        std::string text;
+        char buf[65536];
+        for (ssize_t n; ours && (n = read(fd, buf, sizeof(buf))) > 0;)
+            text.append(buf, static_cast<size_t>(n));
+        close(fd);
+        if (!ours) // (another's file at the notes' name: its notes are not taken, and it is replaced at the save)
+            text.clear();
+        std::istringstream in(text);
+        for (std::string line; std::getline(in, line);) {
+            std::istringstream fields(line);
+            Note n;
+            if (!(fields >> n.ino >> n.size >> n.mtime_ns >> n.name) || !record_name(n.name))
+                continue;
+            auto now = look(n.name);
+            if (now && now->ino == n.ino && now->size == n.size && now->mtime_ns == n.mtime_ns)
+                notes_.push_back(std::move(n));
+        }
+    }
+    if (auto error = save(); !error.empty())
+        throw std::runtime_error(error);
+}
+
+std::optional<RecordBudget::Note> RecordBudget::look(const std::string& name) const
+{
+    struct stat st{};
+    if (lstat((dir_ + "/" + name).c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+        return std::nullopt;
+    return Note{name, static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+                static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+}
+
+std::string RecordBudget::save() const
+{
+    std::string text;
+    for (const auto& n : notes_)
+        text += fmt::format("{} {} {} {}\n", n.ino, n.size, n.mtime_ns, n.name);
+    std::string tmp = dir_ + "/" + kNotes + ".XXXXXX";
+    int fd = mkostemp(tmp.data(), O_CLOEXEC); // (0600, O_EXCL)
+    if (fd < 0)
+        return fmt::format("cannot keep the notes of the agent's records in {}: {}", dir_, strerror(errno));
+    bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    ok = close(fd) == 0 && ok;
+    if (!ok || rename(tmp.c_str(), (dir_ + "/" + kNotes).c_str()) != 0) {
+        std::string error = fmt::format("cannot keep the notes of the agent's records in {}: {}", dir_, strerror(errno));
+        unlink(tmp.c_str());
+        return error;
+    }
+    return "";
+}
+
+void RecordBudget::add(const std::string& name)
+{
+    if (!record_name(name))
+        return;
+    if (auto n = look(name)) {
+        notes_.erase(std::remove_if(notes_.begin(), notes_.end(), [&](const Note& o) { return o.name == name; }),
+                     notes_.end());
+        notes_.push_back(std::move(*n));
+        dirty_ = true;
+    }
+}
+
+uint64_t RecordBudget::bytes() const
+{
+    uint64_t total = 0;
+    for (const auto& n : notes_)
+        total += n.size;
+    return total;
+}
+
+std::vector<RecordBudget::Removed> RecordBudget::enforce(std::string* error)
+{
+    std::vector<Removed> out;
+    bool changed = dirty_;
+    dirty_ = false;
+    if (!changed && bytes() <= max_)
+        return out; // (within: nothing to look at)
+    // The notes of files no longer the one noted are dropped first, so that they count nothing.
+    for (auto it = notes_.begin(); it != notes_.end();) {
+        auto now = look(it->name);
+        if (now && now->ino == it->ino && now->size == it->size && now->mtime_ns == it->mtime_ns) {
+            ++it;
+            continue;
+        }
+        it = notes_.erase(it);
+        changed = true;
+    }
+    while (bytes() > max_ && !notes_.empty()) {
+        Note n = notes_.front();
+        notes_.pop_front();
+        changed = true;
+        auto now = look(n.name); // (still the file noted: checked again just before)
+        if (now && now->ino == n.ino && now->size == n.size && now->mtime_ns == n.mtime_ns &&
+            unlink((dir_ + "/" + n.name).c_str()) == 0)
+            out.push_back({n.name, n.size});
+    }
+    if (changed) {
+        std::string e = save();
+        if (error)
+            *error = e;
+    }
+    return out;
 }
 
 bool is_job(const Candidate& c, const std::vector<std::string>& match)

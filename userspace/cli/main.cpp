@@ -40,6 +40,16 @@ const CLI::Validator kSeconds(
                                                                  : "wants a number of seconds >= 0, not '" + v + "'";
     },
     "SECONDS", "Seconds");
+// --record-max-mb: a size in MiB, fractions allowed, above 0 (and nan, inf refused).
+const CLI::Validator kMebibytes(
+    [](std::string& v) {
+        char* end = nullptr;
+        double d = strtod(v.c_str(), &end);
+        return !v.empty() && !*end && std::isfinite(d) && d > 0 && d < 1e12
+                   ? std::string()
+                   : "wants a size in MiB greater than 0, not '" + v + "'";
+    },
+    "MB", "Mebibytes");
 const CLI::Validator kPid(
     [](std::string& v) {
         char* end = nullptr;
@@ -545,6 +555,7 @@ int run_probes_command(const ProbesCommand& c)
 struct AgentCommand {
     CLI::App* app = nullptr;
     lotus::cli::AgentOptions a;
+    std::vector<std::string> users, cgroups; // (--users and --cgroup: resolved once parsed, in main)
     Parsed p; // each job's run
 };
 
@@ -559,8 +570,22 @@ void add_agent(CLI::App& app, AgentCommand& c)
     c.app->add_option("--match", c.a.match, "only processes whose command line matches this glob (repeatable; "
                                             "default: every CPython process that loaded torch)")
         ->check(kNonEmpty);
-    c.app->add_option("--record-dir", c.a.record_dir, "also keep one record file per job in this directory")
+    auto* record_dir = c.app->add_option("--record-dir", c.a.record_dir, "also keep one record file per job in this "
+                                                                       "directory")
         ->check(kNonEmpty);
+    c.app->add_option("--record-max-mb", c.a.record_max_mb, "keep the agent's record files in --record-dir within "
+                                                            "this many MiB, deleting its oldest first")
+        ->check(kMebibytes)
+        ->needs(record_dir);
+    c.app->add_option("--users", c.users, "only the jobs of these users (names or uids, comma-separated; "
+                                          "repeatable; default: every user's)")
+        ->delimiter(',');
+    c.app->add_option("--cgroup", c.cgroups, "only the jobs at or under this cgroup path, as /proc/PID/cgroup shows "
+                                             "it, v1 or v2 (repeatable)");
+    c.app->add_option("--max-jobs", c.a.max_jobs, "trace at most this many jobs at once; the rest are skipped "
+                                                  "(said and counted)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 4096));
     c.app->add_option("--node", c.p.opts.node, "this machine's name in the metrics and the record files (default: "
                                                "its hostname)")
         ->check(kNonEmpty);
@@ -663,6 +688,17 @@ int main(int argc, char** argv)
             return lotus::cli::write_builtin_rules(rules.output);
         if (agent.app->parsed()) {
             agent.a.session = agent.p.opts;
+            try {
+                agent.a.users = lotus::cli::parse_users(agent.users);
+            } catch (const std::invalid_argument& e) {
+                throw CLI::ValidationError("--users", e.what());
+            }
+            try {
+                for (const auto& c : agent.cgroups)
+                    agent.a.cgroups.push_back(lotus::cli::cgroup_prefix(c));
+            } catch (const std::invalid_argument& e) {
+                throw CLI::ValidationError("--cgroup", e.what());
+            }
             return lotus::cli::run_agent(agent.a);
         }
         if (sweep.app->parsed())

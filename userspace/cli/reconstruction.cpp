@@ -84,6 +84,9 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
     auto usage_rows = run.resources_interval_ms ? exporter::usage_rows(usage_, engine_.processes())
                                                 : std::vector<exporter::UsageRow>{};
     add_stream_facts(run, calls_inlined);
+    job_limits(run);
+    for (const auto& c : engine_.containers())
+        run.containers.push_back({c.op, c.callees, c.calls, c.pid, c.in_pipeline});
     Said said;
     said.ended = process_ends(run);
     said.late = native_late(run);
@@ -98,9 +101,7 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
     for (const auto& c : run.outputs_cut)
         if (c.output == "-o" && c.path == opts_.output)
             trace_cut = fmt::format(" (cut at {:.2f} s)", c.at_s);
-    double cpus = run.cpus; // (a --cpus limit below the job's CPUs is what it may use)
-    if (run.limits && run.limits->cpus > 0 && (cpus == 0 || run.limits->cpus < cpus))
-        cpus = run.limits->cpus;
+    double cpus = run.job_cpus;
     auto batches = exporter::summarize_batches(engine_.batches(), engine_.processes(), summary_, cpus);
     auto notes = summary_notes(run, said, trace_cut, calls_inlined);
     auto report = exporter::build_report({summary_, batches, engine_.processes(), run, std::move(notes),
@@ -120,6 +121,95 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
     }
     write_reports(run, report);
     return outputs_.failures().empty();
+}
+
+// The job's cgroup limits from the stream (RecordCgroup), and the CPUs it may use: the fewest of the CPUs it may
+// run on (its affinity), a --cpus limit below them, its cgroup's quota over its period and its cpuset.
+void Reconstruction::job_limits(exporter::RunInfo& run) const
+{
+    auto l = usage_.limits();
+    if (l.known) {
+        exporter::RunInfo::CgroupLimits c;
+        c.path = l.path;
+        c.version = l.v1 && l.v2 ? "v1 and v2" : l.v2 ? "v2" : "v1";
+        c.cgroups = l.cgroups;
+        c.have_quota = l.have_quota;
+        c.quota_cpus = l.quota_cpus();
+        c.quota_us = l.quota_us;
+        c.period_us = l.period_us;
+        c.have_cpuset = l.have_cpuset;
+        c.cpuset_cpus = l.cpuset_cpus;
+        c.cpuset = l.cpuset;
+        c.have_memory = l.have_memory;
+        c.memory_limit = l.memory_limit == model::kNoMemoryLimit ? 0 : l.memory_limit;
+        c.have_throttle = l.have_throttle;
+        c.periods = l.periods;
+        c.throttled_periods = l.throttled_periods;
+        c.throttled_s = static_cast<double>(l.throttled_ns) / 1e9;
+        run.cgroup = std::move(c);
+    }
+    run.job_cpus = 0;
+    auto fewer = [&](double n, const char* from) {
+        if (n > 0 && (run.job_cpus == 0 || n < run.job_cpus)) {
+            run.job_cpus = n;
+            run.cpus_from = from;
+        }
+    };
+    fewer(run.cpus, "the CPUs it may run on (its affinity)");
+    if (run.cgroup && run.cgroup->have_cpuset)
+        fewer(run.cgroup->cpuset_cpus, "its cgroup's cpuset");
+    if (run.limits)
+        fewer(run.limits->cpus, "--cpus");
+    if (run.cgroup && run.cgroup->have_quota)
+        fewer(run.cgroup->quota_cpus, "its cgroup's CPU quota");
+}
+
+std::string container_note(const exporter::RunInfo::Container& c)
+{
+    return fmt::format("{} ran other callables in turn ({}{}) and came out as one op: `--pipeline {}` would show them "
+                       "as ops. (Seen in {} of its calls{}: lotus-bpf sees an op's inner calls only while their classes "
+                       "are new to it.)",
+                       c.op, fmt::join(c.callees.begin(), c.callees.begin() + std::min<size_t>(c.callees.size(), 8), ", "),
+                       c.callees.size() > 8 ? ", ..." : "", c.op, c.calls_seen,
+                       c.in_pipeline ? ", inside a pipeline's sample" : ", called by the dataset's __getitem__ in the "
+                                                                       "pipeline's place");
+}
+
+// The job's cgroup limits in words: each limit, or that it could not be read, and its throttling.
+std::vector<std::string> cgroup_notes(const exporter::RunInfo& run)
+{
+    if (!run.cgroup)
+        return {"The job's cgroup was not read (a record made before lotus-bpf read it, or /proc/PID/cgroup was "
+                "unreadable): its CPU quota, cpuset and memory limit are not known."};
+    const auto& c = *run.cgroup;
+    std::vector<std::string> parts;
+    if (!c.have_quota)
+        parts.push_back("CPU quota not readable");
+    else if (c.quota_cpus > 0)
+        parts.push_back(fmt::format("CPU quota {:g} CPU(s) ({} us per {} us period)", c.quota_cpus, c.quota_us,
+                                    c.period_us));
+    else
+        parts.push_back("no CPU quota");
+    parts.push_back(c.have_cpuset ? fmt::format("cpuset {} ({} CPU(s))", c.cpuset, c.cpuset_cpus)
+                                  : std::string("cpuset not readable"));
+    if (!c.have_memory)
+        parts.push_back("memory limit not readable");
+    else if (c.memory_limit)
+        parts.push_back(fmt::format("memory limit {:.0f} MiB", static_cast<double>(c.memory_limit) / (1 << 20)));
+    else
+        parts.push_back("no memory limit");
+    if (c.have_throttle)
+        parts.push_back(fmt::format("CPU throttled in {} of {} periods, {:.2f} s in all (cpu.stat)", c.throttled_periods,
+                                    c.periods, c.throttled_s));
+    else
+        parts.push_back("throttling not readable");
+    std::string where = c.cgroups > 1 ? fmt::format("{} cgroups, the tightest of each limit; the first {}", c.cgroups, c.path)
+                                      : c.path;
+    std::string note = fmt::format("The job's cgroup (cgroup {}, {}): {}.", c.version, where,
+                                   fmt::join(parts, "; "));
+    if (run.job_cpus > 0)
+        note += fmt::format(" The advice counts the {:g} CPU(s) the job may use ({}).", run.job_cpus, run.cpus_from);
+    return {note};
 }
 
 // What only the stream's end knows: the native map and counters tables, each --span's calls, the samples.
@@ -336,6 +426,10 @@ std::vector<std::string> Reconstruction::summary_notes(const exporter::RunInfo& 
     if (run.limits)
         for (auto& n : limit_notes(*run.limits, engine_.processes(), said.ended.order))
             notes.push_back(std::move(n));
+    for (auto& n : cgroup_notes(run))
+        notes.push_back(std::move(n));
+    for (const auto& c : run.containers)
+        notes.push_back(container_note(c));
     for (const auto& f : outputs_.failures())
         notes.push_back("Not written: " + f);
     for (const auto& cut : run.outputs_cut)

@@ -38,6 +38,10 @@ RuleLists rule_lists(const Options& opts);
 // --all-calls.
 bool calls_inlined(const cpython::VersionCaps& caps, bool all_calls);
 
+// The job's own cgroup limits (RunInfo::cgroup) and the CPUs the advice counts, in words; what was not read is said.
+std::vector<std::string> cgroup_notes(const exporter::RunInfo& run);
+// An op that ran other objects' calls in turn (model::Engine::containers): the --pipeline flag that would split it.
+std::string container_note(const exporter::RunInfo::Container& c);
 // What the summary says of --cpus/--memory/--cpuset: the limits and what the kernel counted, the processes the
 // OOM killer killed (named where the count matches the processes seen killed by SIGKILL), a job left running.
 // ended: (end time, pid) of the processes that did not end cleanly.
@@ -95,6 +99,7 @@ private:
         std::vector<std::string> late, interpreters, calls;
     };
     void add_stream_facts(exporter::RunInfo& run, bool calls_inlined);
+    void job_limits(exporter::RunInfo& run) const;
     Ended process_ends(exporter::RunInfo& run);
     std::vector<std::string> native_late(exporter::RunInfo& run);
     std::vector<std::string> interpreters(exporter::RunInfo& run);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
@@ -99,8 +100,8 @@ bool gone(int pid)
     if (!proc::process_exists(pid))
         return true;
     FILE* f = fopen(fmt::format("/proc/{}/stat", pid).c_str(), "r");
-    if (!f)
-        return true;
+    if (!f) // (EMFILE, ENFILE: descriptors short, not the process gone)
+        return errno == ENOENT || errno == ESRCH;
     char buf[512] = {};
     size_t n = fread(buf, 1, sizeof(buf) - 1, f);
     fclose(f);
@@ -234,6 +235,17 @@ private:
     void started_as(uint32_t pid);
     void known(uint32_t pid, uint32_t parent, bool is_root);
     void sweep(uint64_t now);
+    void cgroup_sweep(uint64_t now, const std::vector<uint32_t>& pids);
+    std::vector<uint32_t> live_pids() const
+    {
+        std::vector<uint32_t> live;
+        for (const auto& [pid, p] : rec_->engine().processes())
+            if (!p.exited)
+                live.push_back(pid);
+        return live;
+    }
+    void cgroup_exit(uint32_t pid);
+    void cgroup_record(uint32_t pid, const launch::ProcessCgroup& cg, uint64_t now);
     int sleep_ms(uint64_t now) const;
     bool stop_due(uint64_t now);
     void tick(uint64_t now);
@@ -278,6 +290,8 @@ private:
         explicit ExecWatch(Session& session) : s(session) {}
         void process_event(const lotus_proc_event& p) override
         {
+            if (p.h.type == LOTUS_EV_EXIT)
+                s.cgroup_exit(p.h.tgid); // its cgroup's throttling at its end
             if (p.h.type != LOTUS_EV_EXEC)
                 return;
             s.started_as(p.h.tgid);
@@ -285,6 +299,7 @@ private:
         }
     } exec_watch_{*this};
     uint64_t last_sweep_ = 0;
+    std::map<uint32_t, launch::ProcessCgroup> cgroups_; // each traced process's, read at its first sweep
     proc::ProcUsageReader proc_reader_;
     std::optional<proc::PssSchedule> pss_schedule_;
     std::unique_ptr<capture::InterpreterWatch> interpreters_;
@@ -509,10 +524,7 @@ void Session::sweep(uint64_t now)
     bool pss = pss_schedule_->due(now);
     uint64_t cpu0 = pss ? thread_cpu_ns() : 0;
     last_sweep_ = now;
-    std::vector<uint32_t> live;
-    for (const auto& [pid, p] : rec_->engine().processes())
-        if (!p.exited)
-            live.push_back(pid);
+    std::vector<uint32_t> live = live_pids();
     proc_reader_.keep_only(live);
     for (uint32_t pid : live) {
         auto u = proc_reader_.read(static_cast<int>(pid), pss);
@@ -525,8 +537,72 @@ void Session::sweep(uint64_t now)
                              net.sent, net.recv};
         feed(&r, sizeof(r));
     }
+    cgroup_sweep(now, live);
     if (pss)
         pss_schedule_->done(now, thread_cpu_ns() - cpu0);
+}
+
+// Each process's cgroup: its limits read once (at its first sweep), its cgroup's throttling at every sweep (once
+// per cgroup), into the stream as RecordCgroup.
+void Session::cgroup_sweep(uint64_t now, const std::vector<uint32_t>& pids)
+{
+    std::map<std::string, launch::ProcessCgroup> read; // by cpu directory: this sweep's throttling
+    for (uint32_t pid : pids) {
+        auto it = cgroups_.find(pid);
+        if (it == cgroups_.end()) {
+            auto cg = launch::read_process_cgroup(static_cast<int>(pid));
+            if (!cg)
+                continue;
+            it = cgroups_.emplace(pid, std::move(*cg)).first;
+        } else if (!it->second.cpu_dir.empty()) {
+            auto r = read.find(it->second.cpu_dir);
+            if (r == read.end()) {
+                launch::ProcessCgroup again = it->second;
+                again.have_throttle = launch::read_throttling(again);
+                r = read.emplace(it->second.cpu_dir, std::move(again)).first;
+            }
+            it->second.have_throttle = r->second.have_throttle;
+            it->second.periods = r->second.periods;
+            it->second.throttled_periods = r->second.throttled_periods;
+            it->second.throttled_ns = r->second.throttled_ns;
+        }
+        cgroup_record(pid, it->second, now);
+    }
+}
+
+// A traced process ended: its cgroup's throttling now, as at the end of its life (the cgroup outlives it).
+void Session::cgroup_exit(uint32_t pid)
+{
+    auto it = cgroups_.find(pid);
+    if (it == cgroups_.end())
+        return;
+    launch::ProcessCgroup cg = std::move(it->second);
+    cgroups_.erase(it);
+    cg.have_throttle = launch::read_throttling(cg);
+    cgroup_record(pid, cg, monotonic_ns());
+}
+
+void Session::cgroup_record(uint32_t pid, const launch::ProcessCgroup& cg, uint64_t now)
+{
+    model::RecordCgroup r{};
+    r.type = model::kRecordCgroup;
+    r.tgid = r.tid = pid;
+    r.ts_ns = now;
+    r.flags = (cg.have_quota ? model::kCgroupQuota : 0) | (cg.have_cpuset ? model::kCgroupCpuset : 0) |
+              (cg.have_memory ? model::kCgroupMemory : 0) | (cg.have_throttle ? model::kCgroupThrottle : 0) |
+              (cg.v1 ? model::kCgroupV1 : 0) | (cg.v2 ? model::kCgroupV2 : 0);
+    if (!(r.flags & (model::kCgroupQuota | model::kCgroupCpuset | model::kCgroupMemory | model::kCgroupThrottle)))
+        return; // nothing readable: nothing said
+    r.cpuset_cpus = cg.cpuset_cpus;
+    r.quota_us = cg.quota_us;
+    r.period_us = cg.period_us;
+    r.memory_limit = cg.memory_limit;
+    r.periods = cg.periods;
+    r.throttled_periods = cg.throttled_periods;
+    r.throttled_ns = cg.throttled_ns;
+    memcpy(r.path, cg.path.data(), std::min(cg.path.size(), sizeof(r.path) - 1));
+    memcpy(r.cpuset, cg.cpuset.data(), std::min(cg.cpuset.size(), sizeof(r.cpuset) - 1));
+    feed(&r, sizeof(r));
 }
 
 void Session::attach()
@@ -544,6 +620,8 @@ void Session::attach()
     if (opts_.resources_interval_ms)
         sweep(monotonic_ns()); // the baseline of every process alive now (a first PSS later: the launched job has
                                // only just exec'd)
+    else
+        cgroup_sweep(monotonic_ns(), live_pids()); // the job's limits, at least
     if (launcher_)
         launcher_->release();
     fmt::print(stderr, "lotus-bpf: tracing PID {} (CPython {}, {}) and {} descendant(s); Ctrl-C to stop\n", root_,
@@ -780,6 +858,7 @@ void Session::detach()
 {
     while (probe_->poll(0) > 0) {
     }
+    cgroup_sweep(monotonic_ns(), live_pids()); // the throttling of the processes still running, at the end
     if (object_calls_)
         object_calls_->apply(true);
     interpreters_->check(monotonic_ns());
@@ -903,7 +982,10 @@ int run_session(const Options& opts)
         session.detach();
         return session.finish();
     } catch (const std::exception& e) { // (a reason may quote a path or name from the target)
-        fmt::print(stderr, "lotus-bpf: {}\n", common::printable(e.what()));
+        if (opts.on_failure)
+            opts.on_failure(e.what());
+        else
+            fmt::print(stderr, "lotus-bpf: {}\n", common::printable(e.what()));
         return 1;
     }
 }

@@ -55,6 +55,7 @@ struct Options {
     std::shared_ptr<prometheus::Registry> metrics_registry;
     std::map<std::string, std::string> metrics_labels;
     std::function<void(std::shared_ptr<void>)> metrics_handoff; // (a metrics::PipelineMetrics)
+    std::function<void(const std::string&)> on_failure; // the agent: a failed run's reason, said by it, not here
     bool coarse = false;  // trace file: batches, waits and flows only
     double window_start_s = 0, window_end_s = 0; // trace file: spans starting in [start, end) s; end 0 = open
 };

@@ -334,17 +334,20 @@ std::string usage_table(const std::vector<UsageRow>& rows)
 {
     std::string t = "<table class=\"numbers\"><thead><tr><th>role</th><th>processes</th><th>wall s</th><th>CPU s</th>"
                     "<th>avg CPU %</th><th>peak CPU %</th><th>avg RSS MB</th><th>peak RSS MB</th><th>peak PSS MB</th>"
-                    "<th>read MB</th><th>write MB</th><th>net out MB</th><th>net in MB</th><th>context switches</th></tr>"
-                    "</thead><tbody>\n";
+                    "<th>read MB</th><th>write MB</th><th>net out MB</th><th>net in MB</th><th>context switches</th>"
+                    "<th>CPU throttled s</th></tr></thead><tbody>\n";
     for (const auto& r : rows)
         t += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.1f}</td><td>{:.2f}</td><td>{:.0f}</td><td>{:.0f}</td>"
                          "<td>{:.0f}</td><td>{:.0f}</td><td>{}</td><td>{:.1f}</td><td>{:.1f}</td><td>{}</td><td>{}</td>"
-                         "<td>{}</td></tr>\n",
+                         "<td>{}</td><td>{}</td></tr>\n",
                          html_escape(r.role), r.processes, r.wall_s, r.user_s + r.system_s, r.cpu_avg_pct,
                          r.cpu_peak_pct, r.rss_avg_mb, r.rss_peak_mb,
                          r.pss_peak_mb < 0 ? "-" : fmt::format("{:.0f}", r.pss_peak_mb), r.read_mb, r.write_mb,
                          r.net_known ? fmt::format("{:.1f}", r.net_sent_mb) : "-",
-                         r.net_known ? fmt::format("{:.1f}", r.net_recv_mb) : "-", r.voluntary_cs + r.involuntary_cs);
+                         r.net_known ? fmt::format("{:.1f}", r.net_recv_mb) : "-", r.voluntary_cs + r.involuntary_cs,
+                         r.throttle_known ? fmt::format("{:.2f} ({} of {} periods)", r.throttled_s, r.throttled_periods,
+                                                        r.periods)
+                                          : "-");
     return t + "</tbody></table>\n";
 }
 
@@ -453,7 +456,9 @@ std::string html_report(const Report& r, const Timeline& timeline)
     h += fmt::format("<p class=\"run\">{} · Python {} · stopped: {} · {} samples · {} events, {} lost{}{}</p>\n",
                      html_escape(run.tool), html_escape(run.python.empty() ? "?" : run.python),
                      html_escape(run.stop_reason), run.samples, run.events, run.lost_events,
-                     run.cpus ? fmt::format(" · the job may use {} CPU(s)", run.cpus) : "",
+                     run.job_cpus > 0 ? fmt::format(" · the job may use {:g} CPU(s) ({})", run.job_cpus,
+                                                    html_escape(run.cpus_from))
+                                      : "",
                      run.incomplete_spans ? fmt::format(" · {} span(s) left out (incomplete)", run.incomplete_spans) : "");
     if (run.lost_events)
         h += absent("Events were lost (ring buffer full): spans that lost an event are left out, never guessed.");

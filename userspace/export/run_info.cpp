@@ -263,6 +263,46 @@ nlohmann::ordered_json run_json(const RunInfo& r)
     unseen("untraced_python_processes", "comm", r.untraced_pythons, [](const auto& u) { return u.comm; });
     if (r.limits)
         m["limits"] = limits_json(*r.limits);
+    if (r.cgroup) {
+        const auto& c = *r.cgroup;
+        J o = J::object();
+        o["path"] = json_text(c.path);
+        o["version"] = json_text(c.version);
+        o["cgroups"] = c.cgroups;
+        o["cpu_quota_known"] = c.have_quota;
+        o["cpu_quota_cpus"] = c.have_quota && c.quota_cpus > 0 ? json_general(c.quota_cpus) : J(nullptr);
+        o["cpu_quota_us"] = c.have_quota && c.quota_us > 0 ? J(c.quota_us) : J(nullptr);
+        o["cpu_period_us"] = c.have_quota && c.period_us ? J(c.period_us) : J(nullptr);
+        o["cpuset"] = c.have_cpuset ? json_text(c.cpuset) : J(nullptr);
+        o["cpuset_cpus"] = c.have_cpuset ? J(c.cpuset_cpus) : J(nullptr);
+        o["memory_limit_known"] = c.have_memory;
+        o["memory_limit_bytes"] = c.have_memory && c.memory_limit ? J(c.memory_limit) : J(nullptr);
+        o["periods"] = c.have_throttle ? J(c.periods) : J(nullptr);
+        o["throttled_periods"] = c.have_throttle ? J(c.throttled_periods) : J(nullptr);
+        o["throttled_s"] = c.have_throttle ? json_fixed(c.throttled_s, 3) : J(nullptr);
+        m["cgroup"] = std::move(o);
+    }
+    if (!r.containers.empty()) {
+        J a = J::array();
+        for (const auto& c : r.containers) {
+            J o = J::object();
+            o["op"] = json_text(c.op);
+            J callees = J::array();
+            for (const auto& n : c.callees)
+                callees.push_back(json_text(n));
+            o["callees"] = std::move(callees);
+            o["calls_seen"] = c.calls_seen;
+            o["pid"] = c.pid;
+            o["in_pipeline"] = c.in_pipeline;
+            o["flag"] = json_text("--pipeline " + c.op);
+            a.push_back(std::move(o));
+        }
+        m["containers"] = std::move(a);
+    }
+    if (r.job_cpus > 0) {
+        m["job_cpus"] = json_general(r.job_cpus);
+        m["job_cpus_from"] = json_text(r.cpus_from);
+    }
     // The summary's tables, encoded there (Summary::native_map_json(), counters_json()).
     for (auto [key, text] : {std::pair{"native_map", &r.native_map_json}, std::pair{"counters", &r.counters_json}})
         if (!text->empty())

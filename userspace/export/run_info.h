@@ -139,6 +139,40 @@ struct RunInfo {
         size_t left_running = 0; // processes still running when tracing stopped: moved out, no longer limited
     };
     std::optional<Limits> limits;
+    // The traced job's own cgroup, as its processes' RecordCgroup said (attach or launch, lotus-bpf's --cpus cgroup
+    // or the job's own): each limit the tightest over its processes and their cgroups' ancestors; a limit whose
+    // file could not be read is not known (its have_ false). None: no process's cgroup was read.
+    struct CgroupLimits {
+        std::string path, version; // version: "v1", "v2", "v1 and v2"
+        size_t cgroups = 1;        // distinct cgroups its processes were in
+        bool have_quota = false;
+        double quota_cpus = 0;     // 0: no quota
+        int64_t quota_us = -1;
+        uint64_t period_us = 0;
+        bool have_cpuset = false;
+        unsigned cpuset_cpus = 0;
+        std::string cpuset;
+        bool have_memory = false;
+        uint64_t memory_limit = 0; // 0: no limit
+        bool have_throttle = false;
+        uint64_t periods = 0, throttled_periods = 0;
+        double throttled_s = 0;
+    };
+    std::optional<CgroupLimits> cgroup;
+    // The CPUs the job may use, as the advice counts them: the smallest of the CPUs it may run on (its affinity,
+    // `cpus`), a --cpus limit, its cgroup's quota and cpuset; 0: none known. cpus_from names the one that set it.
+    double job_cpus = 0;
+    std::string cpus_from;
+    // Ops whose calls were seen running other objects' calls in turn (model::Engine::containers): classes that play
+    // a pipeline's role without --pipeline naming them, each one op.
+    struct Container {
+        std::string op;
+        std::vector<std::string> callees;
+        uint64_t calls_seen = 0;
+        uint32_t pid = 0;
+        bool in_pipeline = false;
+    };
+    std::vector<Container> containers;
     // Several nodes' record files in one reconstruction: each node, its file, where its clock was placed (its
     // CLOCK_REALTIME at start against the first's) and, where its process ids collided with an earlier node's,
     // the multiple of model::kNodeIdStride they were moved by (0: kept).

@@ -27,6 +27,7 @@ std::vector<UsageRow> usage_rows(const model::UsageTracker& usage,
     bool loaders = seen_loaders.size() > 1;
     std::map<Key, UsageRow> roles;
     std::map<Key, double> rss_covered_s; // the time its RSS readings cover, for their mean
+    std::set<Key> unthrottled;           // a process of it whose cgroup's throttling was not read at both ends
     UsageRow job;
     job.role = "job";
     uint64_t first = UINT64_MAX, last = 0;
@@ -56,6 +57,12 @@ std::vector<UsageRow> usage_rows(const model::UsageTracker& usage,
             row->involuntary_cs += u.nivcsw;
             row->exact &= u.exact_end;
         }
+        if (!u.throttle_known)
+            unthrottled.insert(key);
+        r.throttle_known = true;
+        r.periods += u.periods;
+        r.throttled_periods += u.throttled_periods;
+        r.throttled_s += static_cast<double>(u.throttled_ns) / 1e9;
         r.wall_s += static_cast<double>(u.wall_ns()) / 1e9;
         r.cpu_peak_pct = std::max(r.cpu_peak_pct, u.peak_cpu_pct);
         r.rss_avg_mb += u.rss_kb_s / 1024; // divided by the time below
@@ -66,6 +73,7 @@ std::vector<UsageRow> usage_rows(const model::UsageTracker& usage,
         last = std::max(last, u.last_ns);
     }
     for (auto& [key, r] : roles) {
+        r.throttle_known &= !unthrottled.count(key);
         double covered = rss_covered_s[key];
         r.rss_avg_mb = covered > 0 ? r.rss_avg_mb / covered : 0;
         r.cpu_avg_pct = r.wall_s > 0 ? 100 * (r.user_s + r.system_s) / r.wall_s : 0;
@@ -81,6 +89,12 @@ std::vector<UsageRow> usage_rows(const model::UsageTracker& usage,
     for (const auto& [pid, u] : usage.processes())
         rss_kb_s += u.rss_kb_s;
     job.rss_avg_mb = job.wall_s > 0 ? rss_kb_s / 1024 / job.wall_s : 0;
+    if (auto l = usage.limits(); l.have_throttle) { // the cgroups' own (each process's would count it again)
+        job.throttle_known = true;
+        job.periods = l.periods;
+        job.throttled_periods = l.throttled_periods;
+        job.throttled_s = static_cast<double>(l.throttled_ns) / 1e9;
+    }
     out.push_back(job);
     return out;
 }
@@ -111,6 +125,22 @@ void print_usage(FILE* out, const std::vector<UsageRow>& rows, unsigned interval
                                    "tracepoints){}; the job's peaks are of the processes' sum{})",
                                    interval_ms, net ? "" : ", - where not counted: with --net, on kernels 6.3+",
                                    running ? "; *: still running at the end, its totals up to its last reading" : ""));
+    // CPU throttling, where the cgroup's cpu.stat was read and a quota throttled it
+    bool throttled = false;
+    for (const auto& r : rows)
+        throttled |= r.throttle_known && r.throttled_periods;
+    if (!throttled)
+        return;
+    std::string list;
+    for (const auto& r : rows)
+        list += fmt::format("{}{} {}", list.empty() ? "" : "; ", r.role,
+                            r.throttle_known ? fmt::format("{:.2f} s in {} of {} periods", r.throttled_s,
+                                                           r.throttled_periods, r.periods)
+                                             : std::string("not read"));
+    print_wrapped(out, fmt::format("CPU throttled (its cgroup's cpu.stat while the role's processes lived: the kernel "
+                                   "throttles every thread of a cgroup at once; the job: its cgroups' over the run): "
+                                   "{}.",
+                                   list));
 }
 
 nlohmann::ordered_json usage_json_value(const std::vector<UsageRow>& rows, unsigned interval_ms)
@@ -136,6 +166,9 @@ nlohmann::ordered_json usage_json_value(const std::vector<UsageRow>& rows, unsig
         o["voluntary_cs"] = r.voluntary_cs;
         o["involuntary_cs"] = r.involuntary_cs;
         o["exact"] = r.exact;
+        o["periods"] = r.throttle_known ? J(r.periods) : J(nullptr);
+        o["throttled_periods"] = r.throttle_known ? J(r.throttled_periods) : J(nullptr);
+        o["throttled_s"] = r.throttle_known ? json_fixed(r.throttled_s, 3) : J(nullptr);
         if (&r == &rows.back())
             job = std::move(o);
         else

@@ -28,6 +28,11 @@ struct UsageRow {
     bool net_known = true;                   // counted for each of its processes
     uint64_t voluntary_cs = 0, involuntary_cs = 0;
     bool exact = true;       // every process's end was seen (exact totals), none still running at the end
+    // CPU throttling of its processes' cgroup while they lived (the job: its cgroups' over the run), from cpu.stat;
+    // valid when throttle_known (read for each of its processes).
+    bool throttle_known = false;
+    uint64_t periods = 0, throttled_periods = 0;
+    double throttled_s = 0;
 };
 
 // One row per role, in the summary's process order, then the job; empty when nothing was read.

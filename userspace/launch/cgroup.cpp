@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <cstring>
 #include <sstream>
+#include <optional>
 #include <stdexcept>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -327,6 +329,262 @@ CgroupStats JobCgroup::stats() const
         }
     }
     return s;
+}
+
+namespace {
+
+// "key value" lines: the value of key, where the key is there.
+std::optional<uint64_t> keyed_value(const std::string& text, const std::string& key)
+{
+    std::istringstream in(text);
+    std::string k, v;
+    while (in >> k >> v)
+        if (k == key)
+            return strtoull(v.c_str(), nullptr, 10);
+    return std::nullopt;
+}
+
+std::string trimmed(std::string s)
+{
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
+        s.pop_back();
+    return s;
+}
+
+struct Mount {
+    std::string root, point;
+    std::vector<std::string> controllers; // v1: its superblock's controller options; v2: none
+    bool v2 = false;
+};
+
+// The cgroup mounts this process sees (its mount namespace's), from /proc/self/mountinfo.
+std::vector<Mount> cgroup_mounts()
+{
+    std::vector<Mount> out;
+    std::istringstream in(common::read_file("/proc/self/mountinfo").value_or(""));
+    for (std::string line; std::getline(in, line);) {
+        std::istringstream f(line);
+        std::vector<std::string> w;
+        for (std::string x; f >> x;)
+            w.push_back(x);
+        auto dash = std::find(w.begin(), w.end(), "-");
+        size_t at = static_cast<size_t>(dash - w.begin()); // then: fstype, source, superblock options
+        if (w.size() < 5 || dash == w.end() || at + 1 >= w.size())
+            continue;
+        const std::string& fstype = w[at + 1];
+        if (fstype != "cgroup" && fstype != "cgroup2")
+            continue;
+        Mount m{w[3], w[4], {}, fstype == "cgroup2"};
+        if (!m.v2 && at + 3 < w.size()) {
+            std::istringstream opts(w[at + 3]);
+            for (std::string o; std::getline(opts, o, ',');)
+                m.controllers.push_back(o);
+        }
+        out.push_back(std::move(m));
+    }
+    return out;
+}
+
+// A directory of mount m for the cgroup path a /proc/PID/cgroup line gives (relative to the mount's root).
+std::string dir_in(const Mount& m, const std::string& path)
+{
+    std::string rel = path;
+    if (m.root != "/" && rel.rfind(m.root, 0) == 0)
+        rel = rel.substr(m.root.size());
+    if (rel == "/")
+        rel.clear();
+    return m.point + rel;
+}
+
+// Its directory and every ancestor's up to the mount point, nearest first.
+std::vector<std::string> with_ancestors(const std::string& dir, const std::string& top)
+{
+    std::vector<std::string> out{dir};
+    std::string d = dir;
+    while (d.size() > top.size() && d.rfind(top, 0) == 0) {
+        d = d.substr(0, d.rfind('/'));
+        if (d.size() < top.size())
+            break;
+        out.push_back(d);
+    }
+    return out;
+}
+
+} // namespace
+
+unsigned count_cpu_list(const std::string& list)
+{
+    unsigned n = 0;
+    std::istringstream in(trimmed(list));
+    for (std::string part; std::getline(in, part, ',');) {
+        if (part.empty())
+            continue;
+        char* end = nullptr;
+        unsigned long a = strtoul(part.c_str(), &end, 10);
+        if (end == part.c_str())
+            return 0;
+        unsigned long b = a;
+        if (*end == '-') {
+            const char* s2 = end + 1;
+            b = strtoul(s2, &end, 10);
+            if (end == s2 || b < a)
+                return 0;
+        }
+        if (*end)
+            return 0;
+        n += static_cast<unsigned>(b - a + 1);
+    }
+    return n;
+}
+
+bool read_throttling(ProcessCgroup& cg)
+{
+    if (cg.cpu_dir.empty())
+        return false;
+    auto text = common::read_file(cg.cpu_dir + "/cpu.stat");
+    if (!text)
+        return false;
+    auto periods = keyed_value(*text, "nr_periods"), throttled = keyed_value(*text, "nr_throttled");
+    auto time = cg.cpu_v2 ? keyed_value(*text, "throttled_usec") : keyed_value(*text, "throttled_time");
+    if (!periods || !throttled || !time) // (v2 without the cpu controller counts no throttling)
+        return false;
+    cg.periods = *periods;
+    cg.throttled_periods = *throttled;
+    cg.throttled_ns = cg.cpu_v2 ? *time * 1000 : *time;
+    cg.have_throttle = true;
+    return true;
+}
+
+std::optional<ProcessCgroup> read_process_cgroup(int pid)
+{
+    auto text = common::read_file(fmt::format("/proc/{}/cgroup", pid));
+    if (!text)
+        return std::nullopt;
+    std::vector<std::pair<std::vector<std::string>, std::string>> lines; // controllers ("" for v2), path
+    std::string v2_path;
+    bool has_v2 = false;
+    std::istringstream in(*text);
+    for (std::string line; std::getline(in, line);) {
+        auto a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+        if (b == std::string::npos)
+            continue;
+        std::string ctrls = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+        if (line.rfind("0::", 0) == 0) {
+            has_v2 = true;
+            v2_path = path;
+            continue;
+        }
+        std::vector<std::string> names;
+        std::istringstream cs(ctrls);
+        for (std::string c; std::getline(cs, c, ',');)
+            names.push_back(c);
+        lines.emplace_back(std::move(names), path);
+    }
+    auto mounts = cgroup_mounts();
+    ProcessCgroup cg;
+    // The directory that holds controller c for this process: (dir, mount point, v2).
+    auto locate = [&](const std::string& c, const char* v2_file) -> std::optional<std::tuple<std::string, std::string, bool>> {
+        for (const auto& [names, path] : lines) {
+            if (std::find(names.begin(), names.end(), c) == names.end())
+                continue;
+            for (const auto& m : mounts)
+                if (!m.v2 && std::find(m.controllers.begin(), m.controllers.end(), c) != m.controllers.end())
+                    return std::tuple{dir_in(m, path), m.point, false};
+        }
+        if (has_v2)
+            for (const auto& m : mounts)
+                if (m.v2 && access((dir_in(m, v2_path) + "/" + v2_file).c_str(), R_OK) == 0)
+                    return std::tuple{dir_in(m, v2_path), m.point, true};
+        return std::nullopt;
+    };
+    if (auto cpu = locate("cpu", "cpu.max")) {
+        auto [dir, top, v2] = *cpu;
+        cg.cpu_dir = dir;
+        cg.cpu_v2 = v2;
+        cg.path = dir.substr(std::min(top.size(), dir.size()));
+        if (cg.path.empty())
+            cg.path = "/";
+        (v2 ? cg.v2 : cg.v1) = true;
+        double tightest = 0;
+        bool read_any = false;
+        for (const auto& d : with_ancestors(dir, top)) {
+            int64_t quota = -1;
+            uint64_t period = 0;
+            if (v2) {
+                auto t = common::read_file(d + "/cpu.max");
+                if (!t)
+                    continue; // (the root has none)
+                read_any = true;
+                std::istringstream f(*t);
+                std::string q;
+                f >> q >> period;
+                quota = q == "max" ? -1 : static_cast<int64_t>(strtoll(q.c_str(), nullptr, 10));
+            } else {
+                auto q = common::read_file(d + "/cpu.cfs_quota_us"), p = common::read_file(d + "/cpu.cfs_period_us");
+                if (!q || !p)
+                    continue;
+                read_any = true;
+                quota = strtoll(q->c_str(), nullptr, 10);
+                period = strtoull(p->c_str(), nullptr, 10);
+            }
+            if (quota > 0 && period > 0) {
+                double cpus = static_cast<double>(quota) / static_cast<double>(period);
+                if (tightest == 0 || cpus < tightest) {
+                    tightest = cpus;
+                    cg.quota_us = quota;
+                    cg.period_us = period;
+                }
+            }
+        }
+        cg.have_quota = read_any;
+        if (read_any && tightest == 0) { // no quota anywhere: its own period, for the record
+            cg.quota_us = -1;
+            auto p = common::read_file(dir + (v2 ? "/cpu.max" : "/cpu.cfs_period_us"));
+            std::istringstream f(p.value_or(""));
+            std::string first;
+            if (v2)
+                f >> first;
+            f >> cg.period_us;
+        }
+        read_throttling(cg);
+    }
+    if (auto cs = locate("cpuset", "cpuset.cpus.effective")) {
+        auto [dir, top, v2] = *cs;
+        auto t = common::read_file(dir + (v2 ? "/cpuset.cpus.effective" : "/cpuset.effective_cpus"));
+        if (!t && !v2)
+            t = common::read_file(dir + "/cpuset.cpus");
+        if (t && count_cpu_list(*t)) {
+            cg.cpuset = trimmed(*t);
+            cg.cpuset_cpus = count_cpu_list(*t);
+            cg.have_cpuset = true;
+            (v2 ? cg.v2 : cg.v1) = true;
+            if (cg.path.empty())
+                cg.path = dir.substr(std::min(top.size(), dir.size()));
+        }
+    }
+    if (auto mem = locate("memory", "memory.max")) {
+        auto [dir, top, v2] = *mem;
+        bool read_any = false;
+        for (const auto& d : with_ancestors(dir, top)) {
+            auto t = common::read_file(d + (v2 ? "/memory.max" : "/memory.limit_in_bytes"));
+            if (!t)
+                continue;
+            read_any = true;
+            if (trimmed(*t) == "max")
+                continue;
+            uint64_t limit = strtoull(t->c_str(), nullptr, 10);
+            // v1 without a limit: PAGE_COUNTER_MAX pages (9223372036854771712 bytes with 4 KiB pages)
+            if (limit && limit < (1ull << 62) && (cg.memory_limit == UINT64_MAX || limit < cg.memory_limit))
+                cg.memory_limit = limit;
+        }
+        if (read_any) {
+            cg.have_memory = true;
+            (v2 ? cg.v2 : cg.v1) = true;
+            if (cg.path.empty())
+                cg.path = dir.substr(std::min(top.size(), dir.size()));
+        }
+    }
+    return cg;
 }
 
 } // namespace lotus::launch

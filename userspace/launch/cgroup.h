@@ -70,4 +70,30 @@ private:
     std::vector<std::string> io_devices_; // "major:minor" of the limited devices
 };
 
+// A traced process's own cgroup (--pid or launched, lotus-bpf's or not), read from outside: /proc/PID/cgroup, then
+// each resource in the hierarchy that holds its controller (a v1 hierarchy mounted with it, else the v2 one, as
+// /proc/self/mountinfo lists them). Limits are the tightest of its cgroup's and every ancestor's (each applies);
+// throttling is its cgroup's cpu.stat. Where a file cannot be read the figure is left out (its `have_` false).
+struct ProcessCgroup {
+    std::string path;              // its cgroup in the cpu hierarchy (or the first one read)
+    bool v1 = false, v2 = false;   // which hierarchies the figures came from
+    bool have_quota = false, have_cpuset = false, have_memory = false, have_throttle = false;
+    int64_t quota_us = -1;         // -1: no quota
+    uint64_t period_us = 0;
+    std::string cpuset;            // effective CPUs, as the kernel lists them
+    unsigned cpuset_cpus = 0;
+    uint64_t memory_limit = UINT64_MAX; // UINT64_MAX: no limit
+    uint64_t periods = 0, throttled_periods = 0, throttled_ns = 0;
+    // the directories the figures come from (kept to read the throttling again after the process is gone)
+    std::string cpu_dir;
+    bool cpu_v2 = false;
+};
+
+// The cgroup of pid; nullopt when /proc/PID/cgroup cannot be read (the process is gone).
+std::optional<ProcessCgroup> read_process_cgroup(int pid);
+// The throttling of a cgroup read before (its cpu_dir), again: false when it cannot be read (removed).
+bool read_throttling(ProcessCgroup& cg);
+// "0-3,8" -> 5; 0 where it does not parse.
+unsigned count_cpu_list(const std::string& list);
+
 } // namespace lotus::launch

@@ -162,6 +162,9 @@ PipelineMetrics::PipelineMetrics(std::shared_ptr<prometheus::Registry> registry,
       failures_(counters("lotus_bpf_failures_total", "Failures in the BPF programs, per failure path", *registry_)),
       cpu_(counters("lotus_cpu_seconds_total", "CPU time of the traced processes while traced, per role (as /proc "
                     "reads it at the resource readings)", *registry_)),
+      folded_(counters("lotus_label_values_folded_total",
+                       "Distinct op or function names of the job past its bound, whose spans count in the series "
+                       "labelled op=\"other\" or function=\"other\"", *registry_)),
       ops_(histograms("lotus_op_duration_seconds", "Wall time of each op (transform) of a sample", *registry_)),
       loads_(histograms("lotus_load_duration_seconds", "Wall time of a sample's loading (file read and decode: "
                         "__getitem__ up to the pipeline call)", *registry_)),
@@ -221,6 +224,19 @@ Labels PipelineMetrics::role_labels(uint32_t pid, const std::map<uint32_t, model
                      {"worker", worker ? (p.worker_id >= 0 ? std::to_string(p.worker_id) : "?") : ""}});
 }
 
+std::string PipelineMetrics::bounded(BoundedNames& names, size_t bound, const char* label, std::string value)
+{
+    if (names.named.count(value))
+        return value;
+    if (names.named.size() < bound) {
+        names.named.insert(value);
+        return value;
+    }
+    if (names.folded.insert(std::hash<std::string>()(value)).second)
+        counter(folded_, with_job({{"label", label}})).Increment();
+    return kOtherLabel;
+}
+
 prometheus::Histogram& PipelineMetrics::histogram(prometheus::Family<prometheus::Histogram>& f, const Labels& l)
 {
     auto [it, fresh] = histograms_.try_emplace(key_of(&f, l));
@@ -265,13 +281,13 @@ void PipelineMetrics::span(const model::Span& s, const std::map<uint32_t, model:
     }
     case K::Op: {
         Labels o = l;
-        o["op"] = label_value(exporter::row_name(s)); // (names from the target's classes)
+        o["op"] = bounded(ops_named_, kMaxOpsPerJob, "op", label_value(exporter::row_name(s))); // (the target's classes)
         histogram(ops_, o).Observe(seconds(s));
         break;
     }
     case K::Py: {
         Labels o = l;
-        o["function"] = label_value(exporter::row_name(s));
+        o["function"] = bounded(functions_named_, kMaxFunctionsPerJob, "function", label_value(exporter::row_name(s)));
         histogram(functions_, o).Observe(seconds(s));
         break;
     }

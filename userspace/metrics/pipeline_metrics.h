@@ -3,7 +3,7 @@
 // capture; the unit tests read it back through the text serializer.
 //
 // Labels stay bounded: the node, the training process's global rank (RANK) and local rank, the DataLoader's
-// number, the worker id, the op's row name and the process role; never a pid (but in lotus_job_info and the
+// number, the worker id, the op's row name (at most kMaxOpsPerJob a job) and the process role; never a pid (but in lotus_job_info and the
 // agent's per-job labels), a path or a batch or sample id. docs/metrics.md lists the families.
 //
 // Several PipelineMetrics may share one registry (the agent: one per job). A series whose labels equal another
@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -35,6 +36,12 @@ namespace lotus::metrics {
 // at most kMaxLabelBytes (longer ones cut at a character, ending in "…").
 constexpr size_t kMaxLabelBytes = 128;
 std::string label_value(std::string_view v);
+
+// The op and function label values one job may have: their names come from the target (its classes, its
+// functions), so past this many distinct names per job a span counts in one series labelled "other" instead, and
+// lotus_label_values_folded_total counts the names folded.
+constexpr size_t kMaxOpsPerJob = 64, kMaxFunctionsPerJob = 64;
+constexpr const char* kOtherLabel = "other";
 
 // 10 µs to 10 s, 1-2.5-5 per decade: what a transform, a batch and a wait take.
 const prometheus::Histogram::BucketBoundaries& duration_buckets();
@@ -85,6 +92,13 @@ private:
     Trainer trainer(uint32_t pid, const std::map<uint32_t, model::ProcessInfo>& processes) const;
     prometheus::Labels role_labels(uint32_t pid, const std::map<uint32_t, model::ProcessInfo>& processes) const;
     prometheus::Labels with_job(prometheus::Labels l) const;
+    // A span's op or function name as its label: its own among the job's first `bound` distinct names, else
+    // kOtherLabel (counted once per name folded, under `label`).
+    struct BoundedNames {
+        std::unordered_set<std::string> named;
+        std::unordered_set<size_t> folded; // (hashes: a target's names are unbounded)
+    };
+    std::string bounded(BoundedNames& names, size_t bound, const char* label, std::string value);
     prometheus::Histogram& histogram(prometheus::Family<prometheus::Histogram>& f, const prometheus::Labels& l);
     prometheus::Counter& counter(prometheus::Family<prometheus::Counter>& f, const prometheus::Labels& l);
     void bump(prometheus::Family<prometheus::Counter>& f, const prometheus::Labels& l, uint64_t total, uint64_t& last);
@@ -92,7 +106,8 @@ private:
 
     std::shared_ptr<prometheus::Registry> registry_;
     JobIdentity job_;
-    prometheus::Family<prometheus::Counter>&samples_, &consumed_, &out_of_order_, &events_, &lost_, &failures_, &cpu_;
+    prometheus::Family<prometheus::Counter>&samples_, &consumed_, &out_of_order_, &events_, &lost_, &failures_, &cpu_,
+        &folded_;
     prometheus::Family<prometheus::Histogram>&ops_, &loads_, &collates_, &sample_durations_, &batches_, &waits_,
         &delays_, &functions_;
     prometheus::Family<prometheus::Gauge>&rss_, &processes_, &info_, &wait_ratio_, &grade_;
@@ -104,6 +119,7 @@ private:
     };
     std::unordered_map<std::string, Series<prometheus::Histogram>> histograms_;
     std::unordered_map<std::string, Series<prometheus::Counter>> counters_;
+    BoundedNames ops_named_, functions_named_;
     uint64_t events_seen_ = 0, lost_seen_ = 0;
     std::map<std::string, uint64_t> failures_seen_;
     std::map<uint32_t, uint64_t> rss_bytes_; // per live process, its last reading

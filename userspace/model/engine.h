@@ -101,6 +101,18 @@ public:
         std::string comm, path;
     };
     const std::vector<UntracedPython>& untraced_pythons() const { return untraced_pythons_; }
+    // Ops whose call was seen running other objects' calls in turn (two or more, one level below its own frames):
+    // a class of the user's that plays a pipeline's role (a Compose of its own) and is one op because no --pipeline
+    // names it. Its inner calls reach the stream only while their classes (or its own) are new to BPF, so they are
+    // seen in its first calls, not in every one. By op name, in the order first seen.
+    struct ContainerSeen {
+        std::string op;
+        std::vector<std::string> callees; // the classes its first call so seen called, in order (repeats kept)
+        uint64_t calls = 0;               // its calls seen running two or more
+        uint32_t pid = 0;                 // the process of the first
+        bool in_pipeline = false;         // an op of a pipeline's sample (else of a __getitem__'s own calls)
+    };
+    const std::vector<ContainerSeen>& containers() const { return containers_; }
 
 private:
     // Open calls of a thread. A sample or a container op is a level: the calls made from its frames (at the
@@ -129,6 +141,10 @@ private:
         // must match to be of the same item.
         std::vector<uint64_t> pipelines;
         std::vector<std::pair<uint64_t, int64_t>> item;
+        // An op that is no level: the depth of its own frames (its __call__'s, where the evaluator is probed) and the
+        // objects called just below them (self type, described in the process's own space).
+        uint32_t own_depth = 0;
+        std::vector<std::pair<uint64_t, bool>> callees;
         // A sample opened inside another open call (enclosing()): that call's start and depth.
         bool enclosed = false;
         uint64_t enclosing_start = 0;
@@ -289,6 +305,9 @@ private:
     std::vector<NativeLate> native_late_;
     std::vector<OtherInterpreter> other_interpreters_;
     std::vector<UntracedPython> untraced_pythons_;
+    std::vector<ContainerSeen> containers_;
+    // An op's call that ran other objects' calls in turn, into containers_.
+    void note_container(uint32_t tgid, const Open& o, const std::string& name, bool in_pipeline);
     EngineCounters counters_;
     uint64_t sample_seq_ = 0;
     bool pipeline_seen_ = false;

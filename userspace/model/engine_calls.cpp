@@ -173,9 +173,37 @@ void Engine::on_entry(const lotus_py_entry& e)
     default:
         break;
     }
+    // An object called by an op that is no level (a class no --pipeline names): its own frames again, or one of the
+    // calls it runs, which the summary names (containers()).
+    if (!pipeline_call && r->kind == CodeKind::ObjectCall && !stack.empty() && stack.back().kind == OpenKind::Op &&
+        !stack.back().level) {
+        Open& op = stack.back();
+        if (e.depth == (op.own_depth ? op.own_depth : op.depth) + 1) {
+            if (e.self_obj && e.self_obj == op.self_obj)
+                op.own_depth = e.depth;
+            else if (op.callees.size() < 64)
+                op.callees.emplace_back(e.self_type, (e.own & LOTUS_OWN_SELF_TYPE) != 0);
+        }
+        return;
+    }
     // A pipeline object called (outside any sample: a pipeline used inside an op is part of that op).
     if (pipeline_call && !in_sample)
         open_sample(stack, e);
+}
+
+void Engine::note_container(uint32_t tgid, const Open& o, const std::string& name, bool in_pipeline)
+{
+    auto it = std::find_if(containers_.begin(), containers_.end(), [&](const ContainerSeen& c) { return c.op == name; });
+    if (it == containers_.end()) {
+        ContainerSeen c{name, {}, 0, tgid, in_pipeline};
+        for (const auto& [type, own] : o.callees) {
+            std::string t = type_name(tgid, type, own);
+            c.callees.push_back(t.empty() ? "?" : class_name(t));
+        }
+        containers_.push_back(std::move(c));
+        it = containers_.end() - 1;
+    }
+    it->calls++;
 }
 
 std::string Engine::op_name(uint32_t tgid, const Open& o)
@@ -241,6 +269,9 @@ void Engine::finish_span(const lotus_py_return& r, Open o, std::vector<Open>& st
     case OpenKind::Op:
         break;
     }
+    if (o.callees.size() >= 2 && containers_.size() < 256)
+        note_container(r.h.tgid, o, op_name(r.h.tgid, o),
+                       std::any_of(stack.begin(), stack.end(), [](const Open& x) { return x.kind == OpenKind::Sample; }));
     Span s = closed_span(r.h.tgid, r.h.tid, o, r.h.ts_ns, r.counters);
     // Its sample is below it (an op is opened only inside one, or in a container op inside one), returned (an op
     // its __getitem__ called after the pipeline), or implicit.

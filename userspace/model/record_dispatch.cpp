@@ -118,6 +118,8 @@ bool dispatch(const void* data, size_t len, RecordHandler& h)
         return call(as<RecordCommand>(data, len), &RecordHandler::command);
     case kRecordObjectCalls:
         return call(as<RecordObjectCalls>(data, len), &RecordHandler::object_calls);
+    case kRecordCgroup:
+        return call(as<RecordCgroup>(data, len), &RecordHandler::cgroup);
     }
     return false;
 }

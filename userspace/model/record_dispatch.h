@@ -41,6 +41,7 @@ public:
     virtual void object(const RecordObject&) {}
     virtual void command(const RecordCommand&) {}
     virtual void object_calls(const RecordObjectCalls&) {}
+    virtual void cgroup(const RecordCgroup&) {}
 };
 
 // False when the record is too short for its type or of no known type (nothing is called then).

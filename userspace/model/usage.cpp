@@ -36,6 +36,101 @@ void UsageTracker::process_event(const lotus_proc_event& p)
     forked_at_[p.h.tgid] = p.h.ts_ns;
     last_.erase(p.h.tgid); // a reused pid whose exit record was lost: not its base
     ended_.erase(p.h.tgid);
+    // A child starts in its parent's cgroup: its throttling counts from the parent's last reading (its first own
+    // reading replaces it if it is in another cgroup by then).
+    cgroups_.erase(p.h.tgid);
+    if (auto parent = cgroups_.find(p.parent_tgid);
+        parent != cgroups_.end() && parent->second.have_last && (parent->second.last.flags & kCgroupThrottle)) {
+        auto& c = cgroups_[p.h.tgid];
+        const auto& l = cgroups_.at(p.parent_tgid).last;
+        c.have_first = true;
+        c.periods = l.periods, c.throttled_periods = l.throttled_periods, c.throttled_ns = l.throttled_ns;
+        c.first_path.assign(l.path, strnlen(l.path, sizeof(l.path)));
+    }
+}
+
+void UsageTracker::cgroup(const RecordCgroup& r)
+{
+    auto& c = cgroups_[r.tgid];
+    std::string path(r.path, strnlen(r.path, sizeof(r.path)));
+    if (first_path_.empty())
+        first_path_ = path;
+    if (r.flags & kCgroupThrottle) {
+        if (!c.have_first || (!c.have_last && c.first_path != path)) {
+            c.have_first = true;
+            c.periods = r.periods, c.throttled_periods = r.throttled_periods, c.throttled_ns = r.throttled_ns;
+            c.first_path = path;
+        }
+        auto [pt, fresh] = paths_.try_emplace(path);
+        if (fresh)
+            pt->second.first = r;
+        pt->second.last = r;
+        // its cgroup's throttling since its first reading, into its row (a process with readings only: a folded
+        // one's row has its figures already)
+        if (auto it = usage_.find(r.tgid); it != usage_.end()) {
+            auto d = [](uint64_t now, uint64_t then) { return now > then ? now - then : 0; };
+            auto& u = it->second;
+            u.throttle_known = true;
+            u.periods = d(r.periods, c.periods);
+            u.throttled_periods = d(r.throttled_periods, c.throttled_periods);
+            u.throttled_ns = d(r.throttled_ns, c.throttled_ns);
+        }
+    }
+    c.have_last = true;
+    c.last = r;
+}
+
+double JobLimits::cpus() const
+{
+    double q = have_quota ? quota_cpus() : 0;
+    double s = have_cpuset ? cpuset_cpus : 0;
+    return q > 0 && s > 0 ? std::min(q, s) : q > 0 ? q : s;
+}
+
+JobLimits UsageTracker::limits() const
+{
+    JobLimits j;
+    std::set<std::string> paths;
+    std::vector<const RecordCgroup*> lasts;
+    for (const auto& [pid, c] : cgroups_)
+        if (c.have_last)
+            lasts.push_back(&c.last);
+    for (const auto& [path, r] : folded_limits_)
+        lasts.push_back(&r);
+    for (const RecordCgroup* rp : lasts) {
+        const auto& r = *rp;
+        j.known = true;
+        paths.insert(std::string(r.path, strnlen(r.path, sizeof(r.path))));
+        j.v1 |= (r.flags & kCgroupV1) != 0;
+        j.v2 |= (r.flags & kCgroupV2) != 0;
+        if (r.flags & kCgroupQuota) {
+            double cpus = r.quota_us > 0 && r.period_us ? static_cast<double>(r.quota_us) / static_cast<double>(r.period_us) : 0;
+            if (!j.have_quota || (cpus > 0 && (j.quota_cpus() == 0 || cpus < j.quota_cpus()))) {
+                if (cpus > 0 || !j.have_quota)
+                    j.quota_us = cpus > 0 ? r.quota_us : -1, j.period_us = r.period_us;
+            }
+            j.have_quota = true;
+        }
+        if ((r.flags & kCgroupCpuset) && r.cpuset_cpus && (!j.have_cpuset || r.cpuset_cpus < j.cpuset_cpus)) {
+            j.have_cpuset = true;
+            j.cpuset_cpus = r.cpuset_cpus;
+            j.cpuset.assign(r.cpuset, strnlen(r.cpuset, sizeof(r.cpuset)));
+        }
+        if (r.flags & kCgroupMemory) {
+            j.have_memory = true;
+            j.memory_limit = std::min(j.memory_limit, r.memory_limit);
+        }
+    }
+    j.path = first_path_;
+    j.cgroups = paths.size();
+    auto d = [](uint64_t now, uint64_t then) { return now > then ? now - then : 0; };
+    for (const auto& [path, t] : paths_) {
+        j.have_throttle = true;
+        j.periods += d(t.last.periods, t.first.periods);
+        j.throttled_periods += d(t.last.throttled_periods, t.first.throttled_periods);
+        j.throttled_ns += d(t.last.throttled_ns, t.first.throttled_ns);
+    }
+    return j;
 }
 
 // Its exit: the kernel's totals over its life, against its last reading (or its fork).
@@ -230,6 +325,8 @@ void ProcessUsage::absorb(const ProcessUsage& o)
     rss_kb_s += o.rss_kb_s, rss_s += o.rss_s;
     peak_rss_kb = std::max(peak_rss_kb, o.peak_rss_kb);
     peak_pss_kb = std::max(peak_pss_kb, o.peak_pss_kb);
+    throttle_known &= o.throttle_known;
+    periods += o.periods, throttled_periods += o.throttled_periods, throttled_ns += o.throttled_ns;
 }
 
 void UsageTracker::fold(uint32_t pid, uint32_t into)
@@ -244,6 +341,12 @@ void UsageTracker::fold(uint32_t pid, uint32_t into)
     last_.erase(pid);
     forked_at_.erase(pid);
     ended_.erase(pid);
+    if (auto c = cgroups_.find(pid); c != cgroups_.end()) { // its limits still count for the job's: one per cgroup
+        if (c->second.have_last)
+            folded_limits_[std::string(c->second.last.path, strnlen(c->second.last.path, sizeof(c->second.last.path)))] =
+                c->second.last;
+        cgroups_.erase(c);
+    }
 }
 
 } // namespace lotus::model

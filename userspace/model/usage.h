@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <string>
 
 #include "model/record_dispatch.h"
 #include "model/user_records.h"
@@ -42,12 +43,40 @@ struct ProcessUsage {
     double rss_kb_s = 0, rss_s = 0; // the integral of RSS over time, and the time it covers (for the mean)
     uint64_t peak_rss_kb = 0;  // VmHWM: the kernel's own peak
     uint64_t peak_pss_kb = 0;  // 0: never read
+    // Its cgroup's CPU throttling while it lived (RecordCgroup: from its first reading, or its parent's last one
+    // before its fork, to its last): the kernel throttles every thread of a cgroup at once. Valid when
+    // throttle_known (read at both ends).
+    bool throttle_known = false;
+    uint64_t periods = 0, throttled_periods = 0, throttled_ns = 0;
     // Exited processes of one role folded into one (process_fold.h): how many it stands for; then first_ns and
     // last_ns span them all, and wall_ns() sums each one's own time.
     uint32_t processes = 1;
     uint64_t summed_wall_ns = 0;
     uint64_t wall_ns() const { return processes > 1 ? summed_wall_ns : last_ns - first_ns; }
     void absorb(const ProcessUsage& o);
+};
+
+// The limits the traced job ran under, from its processes' cgroups (RecordCgroup): each the tightest over its
+// processes' last readings; what no process's files said is not known (its have_ false), never assumed.
+struct JobLimits {
+    bool known = false;       // some process's cgroup was read
+    std::string path;         // the cgroup of the first process read (cpu hierarchy)
+    size_t cgroups = 0;       // distinct cgroups the processes were in
+    bool v1 = false, v2 = false;
+    bool have_quota = false;  // a CPU quota (or its absence) was read
+    int64_t quota_us = -1;    // -1: no quota
+    uint64_t period_us = 0;
+    double quota_cpus() const { return quota_us > 0 && period_us ? static_cast<double>(quota_us) / static_cast<double>(period_us) : 0; }
+    bool have_cpuset = false;
+    unsigned cpuset_cpus = 0;
+    std::string cpuset;
+    bool have_memory = false;
+    uint64_t memory_limit = kNoMemoryLimit;
+    // The cgroups' throttling over the run (each one's last reading less its first, summed over the cgroups).
+    bool have_throttle = false;
+    uint64_t periods = 0, throttled_periods = 0, throttled_ns = 0;
+    // The CPUs its limits allow: the quota over its period and the cpuset's size, the smaller; 0: neither known.
+    double cpus() const;
 };
 
 // The traced processes together, sweep by sweep.
@@ -68,6 +97,7 @@ public:
     void fold(uint32_t pid, uint32_t into);
     const std::map<uint32_t, ProcessUsage>& processes() const { return usage_; }
     const JobUsage& job() const { return job_; }
+    JobLimits limits() const;
 
 private:
     struct Last {
@@ -77,6 +107,21 @@ private:
         bool peaked = false; // a window was closed
     };
     void usage(const RecordUsage& r) override { reading(r); }
+    void cgroup(const RecordCgroup& r) override;
+    // A process's cgroup: its first throttling reading (or its parent's before its fork) and its latest record.
+    struct CgroupSeen {
+        bool have_first = false, have_last = false;
+        uint64_t periods = 0, throttled_periods = 0, throttled_ns = 0; // the first
+        std::string first_path;
+        RecordCgroup last{};
+    };
+    std::map<uint32_t, CgroupSeen> cgroups_;
+    struct PathThrottle { // one cgroup over the run
+        RecordCgroup first{}, last{};
+    };
+    std::map<std::string, PathThrottle> paths_;
+    std::map<std::string, RecordCgroup> folded_limits_; // folded processes' last records, one per cgroup
+    std::string first_path_;
     void process_event(const lotus_proc_event& p) override;
     void exit_usage(const lotus_usage& exit) override;
     void reading(const RecordUsage& r);

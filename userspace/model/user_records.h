@@ -23,6 +23,7 @@ enum : uint32_t {
     kRecordObject = 111,           // what a DataLoader or its iterator holds, read from the target
     kRecordCommand = 112,          // a process's command line (a helper's role: multiprocessing's forkserver)
     kRecordObjectCalls = 113,      // a process's object calls stopped, or began again, being probed (--trainer-calls)
+    kRecordCgroup = 114,           // a process's cgroup: its CPU and memory limits and its CPU throttling so far
 };
 
 // The slots of the locals a code object's role captures (its CODE record's code), as read from the target's
@@ -170,5 +171,28 @@ struct RecordObjectCalls {
     uint32_t mode; // why (--trainer-calls): kCallsAuto (it iterated a loader with workers), kCallsOff (a loader)
 };
 constexpr uint32_t kCallsAuto = 1, kCallsOff = 2;
+
+constexpr unsigned kCgroupPathLen = 128, kCpusetLen = 64;
+
+// A process's cgroup as its files said at ts_ns (launch/cgroup.h, read_process_cgroup): the limits that hold for
+// it (the tightest of its cgroup and every ancestor's) and its cgroup's CPU throttling so far (cpu.stat: the
+// kernel throttles every thread of a cgroup at once, so it is the cgroup's, not the process's). Written with
+// each --resources-interval sweep, when tracing began and ended, and after a process's exit; a figure whose file
+// could not be read has its flag clear (never a guess). cgroup v1 (cpu, cpuset, memory hierarchies) or v2.
+struct RecordCgroup {
+    uint32_t type, tgid, tid, cpu; // tgid: the process
+    uint64_t ts_ns;
+    uint32_t flags;                // kCgroup*: which figures were read
+    uint32_t cpuset_cpus;          // CPUs in its effective cpuset (kCgroupCpuset)
+    int64_t quota_us;              // CPU time per period (kCgroupQuota); -1: no quota ("max", v1 -1)
+    uint64_t period_us;            // the quota's period (kCgroupQuota)
+    uint64_t memory_limit;         // bytes (kCgroupMemory); UINT64_MAX: no limit
+    uint64_t periods, throttled_periods, throttled_ns; // cpu.stat of its cgroup (kCgroupThrottle)
+    char path[kCgroupPathLen];     // its cgroup (the cpu hierarchy's where read, else the first one's)
+    char cpuset[kCpusetLen];       // the effective cpuset as the kernel lists it ("0-3,8"), cut to fit
+};
+constexpr uint32_t kCgroupQuota = 1, kCgroupCpuset = 2, kCgroupMemory = 4, kCgroupThrottle = 8;
+constexpr uint32_t kCgroupV1 = 16, kCgroupV2 = 32; // which hierarchies its figures came from
+constexpr uint64_t kNoMemoryLimit = UINT64_MAX;
 
 } // namespace lotus::model
