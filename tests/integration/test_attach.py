@@ -56,9 +56,12 @@ class AttachMode(BpfTestCase):
         job = self.start_job(256, "--epochs", "2", "--pause-after", "3", "--val", "--val-same-sampler")
         wait_for_file(self.hold + ".paused")
         stdout = self.attach_and_release(job, self.path("trace.json"))
-        self.assertIn("DataLoader ? of main (its iterator was made before tracing began)", stdout)
-        self.assertIn("Not joined to a DataLoader: DataLoaders 0 and 1 hold the same dataset and sampler: it could be "
-                      "either.", " ".join(stdout.split()))
+        self.assertIn("DataLoader ? of main (its iterator was made before tracing began)", stdout, stdout)
+        # (or, where the second loader's holdings were read only after its __iter__ ended, that they could not be
+        # told: under load the reading may come late)
+        self.assertRegex(" ".join(stdout.split()), r"Not joined to a DataLoader: (DataLoaders 0 and 1 hold the same "
+                         r"dataset and sampler: it could be either|what DataLoader 1 holds was not read while it ran: "
+                         r"it could be that one)\.")
         self.assertNotIn("Includes the pass", stdout)
 
     def test_idle_prefetched_workers_exactly_the_samples_after_attach(self):

@@ -504,7 +504,25 @@ TEST_F(BatchTrackerTest, ThePassInFlightStaysApartWhenItCannotBeTold)
     tracker.iter_begin(R, R, 0xe0);
     tracker.described(holds(R, 0xe0, model::kObjectLoader, 0xd2, 0x54, now++, "ImageFolder"));
     tracker.iter_end(R, R, 0xe1, now++);
+    // S: the loader holding its objects, and another whose holdings were read only after its __iter__ had ended
+    // (they may be the same objects): never joined to the one known
+    const uint32_t S = 40;
+    root(S);
+    tracker.next_started(S, S, now++, 0x100, false);
+    tracker.described(holds(S, 0x100, model::kObjectIterator, 0xd3, 0x55, now++));
+    tracker.next_finished(S, S, now - 2, now++, false);
+    stop_iteration(S, 0x100);
+    tracker.iter_begin(S, S, 0x110);
+    tracker.described(holds(S, 0x110, model::kObjectLoader, 0xd3, 0x55, now++));
+    tracker.iter_end(S, S, 0x111, now++);
+    tracker.iter_begin(S, S, 0x120);
+    uint64_t iter_ended = now++;
+    tracker.iter_end(S, S, 0x121, iter_ended);
+    tracker.described(holds(S, 0x120, model::kObjectLoader, 0xd3, 0x55, iter_ended + 1));
     tracker.finish();
+    EXPECT_EQ(tracker.joins().at(S).loader, -1);
+    EXPECT_NE(tracker.joins().at(S).reason.find("what DataLoader 1 holds was not read while it ran"),
+              std::string::npos) << tracker.joins().at(S).reason;
     EXPECT_EQ(tracker.joins().at(R).loader, -1);
     EXPECT_EQ(tracker.joins().at(P).loader, -1);
     EXPECT_NE(tracker.joins().at(P).reason.find("DataLoaders 0 and 1 hold the same dataset and sampler"),

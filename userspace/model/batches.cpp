@@ -777,6 +777,10 @@ BatchTracker::Join BatchTracker::join_partial(uint32_t owner, const Consumer& c)
         for (const auto& [obj, lh] : c.loader_holds)
             if (lh.trusted && lh.same(h))
                 match.push_back(c.loader_ids.at(obj));
+        // A loader whose holdings were not read while it ran could hold these very objects: no join then either.
+        for (const auto& [obj, id] : c.loader_ids)
+            if (auto lh = c.loader_holds.find(obj); lh == c.loader_holds.end() || !lh->second.trusted)
+                return {-1, fmt::format("what DataLoader {} holds was not read while it ran: it could be that one", id)};
         std::sort(match.begin(), match.end());
         if (match.empty())
             return {-1, "no DataLoader iterated while traced holds its dataset and sampler"};
