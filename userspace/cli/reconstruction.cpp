@@ -102,11 +102,12 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
         if (c.output == "-o" && c.path == opts_.output)
             trace_cut = fmt::format(" (cut at {:.2f} s)", c.at_s);
     double cpus = run.job_cpus;
-    auto batches = exporter::summarize_batches(engine_.batches(), engine_.processes(), summary_, cpus);
+    auto batches = exporter::summarize_batches(engine_.batches(), engine_.processes(), summary_, cpus,
+                                                &engine_.wait_causes());
     auto notes = summary_notes(run, said, trace_cut, calls_inlined);
     auto report = exporter::build_report({summary_, batches, engine_.processes(), run, std::move(notes),
                                           std::move(usage_rows), run.resources_interval_ms, node_of_,
-                                          &engine_.batches()});
+                                          &engine_.batches(), &engine_.wait_causes()});
     if (!opts_.print_summary) {
         if (!opts_.record.empty()) {
             if (outputs_.failures().empty())

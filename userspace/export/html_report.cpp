@@ -47,6 +47,59 @@ std::string duration(double ms)
 
 std::string absent(const std::string& why) { return "<p class=\"absent\">" + html_escape(why) + "</p>\n"; }
 
+// The loop's waiting by cause (model/wait_causes.h).
+std::string wait_causes_table(const std::string& who, const std::vector<model::CauseTotal>& causes)
+{
+    uint64_t all = 0;
+    for (const auto& c : causes)
+        all += c.ns;
+    if (!all)
+        return "";
+    std::string h = "<table class=\"causes\"><caption>" + html_escape(who) +
+                    "The training loop's waiting by cause (docs/wait-causes.md): the causes add up to its waits' "
+                    "total.</caption>\n<thead><tr><th>cause</th><th>s</th><th>share %</th><th>waits it was the most of"
+                    "</th></tr></thead><tbody>\n";
+    for (const auto& c : causes)
+        h += fmt::format("<tr><td>{}</td><td>{:.3f}</td><td>{:.1f}</td><td>{}</td></tr>\n",
+                         html_escape(model::wait_cause_text(c.cause, c.op)), static_cast<double>(c.ns) / 1e9,
+                         100.0 * static_cast<double>(c.ns) / static_cast<double>(all), c.waits);
+    return h + "</tbody></table>\n";
+}
+
+// The longest waits, each with the batch it awaited and its causes.
+std::string longest_waits_table(const Report& r)
+{
+    constexpr size_t kShown = 20;
+    if (r.waits.empty())
+        return "";
+    std::string h = fmt::format("<table class=\"waits\"><caption>The {} longest of the {} waits: the batch awaited, "
+                                "its worker and preparation, its slowest sample and the wait's causes (all of the "
+                                "longest {} in the summary JSON's waits).</caption>\n<thead><tr><th>ms</th><th>epoch"
+                                "</th><th>batch</th><th>worker</th><th>prepared in ms</th><th>a later batch ready</th>"
+                                "<th>slowest sample</th><th>causes</th></tr></thead><tbody>\n",
+                                std::min(kShown, r.waits.size()), r.waits_seen, r.waits.size());
+    auto id = [](int64_t v) { return v >= 0 ? std::to_string(v) : std::string("?"); };
+    for (size_t i = 0; i < r.waits.size() && i < kShown; i++) {
+        const auto& w = r.waits[i];
+        std::string causes, slowest;
+        for (const auto& p : w.parts)
+            causes += (causes.empty() ? "" : "; ") +
+                      fmt::format("{} {:.1f}", model::wait_cause_text(p.cause, p.op), static_cast<double>(p.ns) / 1e6);
+        if (w.slowest_ns)
+            slowest = fmt::format("{} {}{:.1f} ms ({})", id(w.slowest_sample),
+                                  w.slowest_path.empty() ? "" : w.slowest_path + " ",
+                                  static_cast<double>(w.slowest_ns) / 1e6, w.slowest_part);
+        h += fmt::format("<tr><td>{:.1f}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+                         "<td>{}</td></tr>\n",
+                         static_cast<double>(w.ns()) / 1e6, id(w.epoch), id(w.batch),
+                         w.worker_pid ? id(w.worker_id) : "-",
+                         w.worker_pid ? fmt::format("{:.1f}", static_cast<double>(w.prepare_ns) / 1e6) : "-",
+                         w.later_ready ? "yes" : "no", html_escape(slowest.empty() ? "-" : slowest),
+                         html_escape(causes));
+    }
+    return h + "</tbody></table>\n";
+}
+
 std::string figure(const char* id, const std::string& caption, const std::string& body)
 {
     return fmt::format("<figure class=\"chart\" data-chart=\"{}\">\n{}<figcaption>{}</figcaption>\n</figure>\n", id,
@@ -544,7 +597,9 @@ std::string html_report(const Report& r, const Timeline& timeline)
                                   : absent("No delay is known: no consumed batch could be matched to the batch span "
                                            "that made it."));
         h += "</div>\n";
+        h += wait_causes_table(who, b.causes);
     }
+    h += longest_waits_table(r);
 
     h += "<h2 id=\"time\">Over time</h2>\n";
     h += figure("samples-per-second",

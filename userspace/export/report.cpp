@@ -184,6 +184,10 @@ Report build_report(const ReportInput& in)
     r.counters = in.summary.counter_rows();
     r.native_map = in.summary.native_map();
     r.notes = in.notes;
+    if (in.wait_causes) {
+        r.waits = in.wait_causes->rows();
+        r.waits_seen = in.wait_causes->waits();
+    }
     return r;
 }
 

@@ -87,6 +87,8 @@ struct Report {
     std::vector<std::string> counter_names;
     std::vector<CounterRow> counters;
     std::vector<model::OpNativeMap> native_map;
+    std::vector<model::WaitRow> waits; // the longest waits with their causes, longest first
+    uint64_t waits_seen = 0;           // all the waits attributed (waits holds the longest kRows of them)
     std::vector<std::string> notes; // what the printed summary says at its end (a note may open with "\n")
 };
 
@@ -100,6 +102,7 @@ struct ReportInput {
     unsigned usage_interval_ms = 0;
     std::function<std::string(uint32_t)> node_of = {}; // a process's node; empty: not known
     const model::BatchTracker* batch_tracker = nullptr;  // the DataLoaders' names and joins; null: none known
+    const model::WaitCauses* wait_causes = nullptr;      // the longest waits, attributed; null: none
 };
 
 // The straggler among ranks, or none: the rank that waited most, where its share is at least 10 points and twice

@@ -350,11 +350,14 @@ static BatchSummary summarize(const model::BatchStats& b, GroupKey key)
 
 DataLoaderReport summarize_batches(const model::BatchTracker& batches,
                                    const std::map<uint32_t, model::ProcessInfo>& processes, const Summary& summary,
-                                   double cpus)
+                                   double cpus, const model::WaitCauses* causes)
 {
     DataLoaderReport out;
-    for (const auto& [key, b] : batches.stats())
+    for (const auto& [key, b] : batches.stats()) {
         out.loaders.push_back(summarize(b, GroupKey{key.first, key.second}));
+        if (causes)
+            out.loaders.back().causes = causes->totals(key);
+    }
     size_t loops_seen = batches.loops().size();
     for (const auto& [pid, loop] : batches.loops()) {
         LoopSummary l;
@@ -366,6 +369,8 @@ DataLoaderReport summarize_batches(const model::BatchTracker& batches,
             all.merge(b);
         }
         l.all = summarize(all, GroupKey{pid, -1});
+        if (causes)
+            l.all.causes = causes->totals_of_owner(pid);
         LoopFigures f = loop_figures(batches, pid);
         l.batches = f.batches;
         l.waiting_share = f.waiting_share;

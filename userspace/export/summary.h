@@ -15,6 +15,7 @@
 #include "export/usage_summary.h"
 #include "model/batches.h"
 #include "model/native_map.h"
+#include "model/wait_causes.h"
 #include "model/spans.h"
 
 namespace lotus::exporter {
@@ -59,6 +60,7 @@ struct BatchSummary {
     uint64_t misnamed = 0, passes_before = 0;
     bool joined_partial = false; // model::BatchStats: the pass in flight at attach is counted here
     uint64_t partial_batches = 0;
+    std::vector<model::CauseTotal> causes; // its waits by cause (model/wait_causes.h), largest first
 };
 
 // What more DataLoader workers could give an input-bound training loop, estimated from its figures: each worker
@@ -120,9 +122,10 @@ struct DataLoaderReport {
 class Summary;
 // cpus: CPUs the traced job could run on (its affinity, or a --cpus limit below it; 0: not known, as in record
 // files of earlier versions).
+// causes: the waits' causes (null: not split).
 DataLoaderReport summarize_batches(const model::BatchTracker& batches,
                                    const std::map<uint32_t, model::ProcessInfo>& processes, const Summary& summary,
-                                   double cpus);
+                                   double cpus, const model::WaitCauses* causes = nullptr);
 
 // Nearest-rank percentile of sorted values (q in [0, 1]).
 double percentile(const std::vector<uint64_t>& sorted, double q);

@@ -56,6 +56,25 @@ J rows_json(const Rows& rows)
     return ops;
 }
 
+// The waiting by cause: each cause's seconds, its share of the waiting, the waits it was the largest part of.
+J causes_json(const std::vector<model::CauseTotal>& causes)
+{
+    uint64_t all = 0;
+    for (const auto& c : causes)
+        all += c.ns;
+    J out = J::array();
+    for (const auto& c : causes) {
+        J o = J::object();
+        o["cause"] = model::wait_cause_key(c.cause);
+        o["op"] = c.op.empty() ? J(nullptr) : json_text(c.op);
+        o["seconds"] = json_fixed(static_cast<double>(c.ns) / 1e9, 6);
+        o["share"] = json_fixed(all ? static_cast<double>(c.ns) / static_cast<double>(all) : 0, 4);
+        o["waits"] = c.waits;
+        out.push_back(std::move(o));
+    }
+    return out;
+}
+
 J batches_json(const BatchSummary& x)
 {
     J o = J::object(), wait = J::object(), delay = J::object();
@@ -79,6 +98,37 @@ J batches_json(const BatchSummary& x)
     o["misnamed_passes"] = x.passes_before;
     o["joined_partial_pass"] = x.joined_partial;
     o["partial_pass_batches"] = x.partial_batches;
+    o["wait_causes"] = causes_json(x.causes);
+    return o;
+}
+
+// One wait with its causes (model/wait_causes.h).
+J wait_json(const model::WaitRow& w)
+{
+    auto ms = [](uint64_t ns) { return json_fixed(static_cast<double>(ns) / 1e6, 3); };
+    J o = J::object();
+    o["owner"] = w.owner;
+    o["loader"] = w.loader;
+    o["batch"] = w.batch >= 0 ? J(w.batch) : J(nullptr);
+    o["epoch"] = w.epoch >= 0 ? J(w.epoch) : J(nullptr);
+    o["ms"] = ms(w.ns());
+    o["worker"] = w.worker_id >= 0 ? J(w.worker_id) : J(nullptr);
+    o["worker_pid"] = w.worker_pid ? J(w.worker_pid) : J(nullptr);
+    o["prepare_ms"] = w.worker_pid ? ms(w.prepare_ns) : J(nullptr);
+    o["later_ready"] = w.later_ready;
+    o["slowest_sample"] = w.slowest_sample >= 0 ? J(w.slowest_sample) : J(nullptr);
+    o["slowest_path"] = w.slowest_path.empty() ? J(nullptr) : json_text(w.slowest_path);
+    o["slowest_op"] = w.slowest_part.empty() ? J(nullptr) : json_text(w.slowest_part);
+    o["slowest_ms"] = w.slowest_ns ? ms(w.slowest_ns) : J(nullptr);
+    J parts = J::array();
+    for (const auto& p : w.parts) {
+        J c = J::object();
+        c["cause"] = model::wait_cause_key(p.cause);
+        c["op"] = p.op.empty() ? J(nullptr) : json_text(p.op);
+        c["ms"] = ms(p.ns);
+        parts.push_back(std::move(c));
+    }
+    o["causes"] = std::move(parts);
     return o;
 }
 
@@ -204,6 +254,12 @@ std::string report_json(const Report& r)
     doc["throughput"] = std::move(throughput);
     doc["ranks"] = std::move(ranks);
     doc["straggler"] = std::move(straggler);
+    J waits = J::object(); // the longest waits, with their causes
+    waits["seen"] = r.waits_seen;
+    waits["rows"] = J::array();
+    for (const auto& w : r.waits)
+        waits["rows"].push_back(wait_json(w));
+    doc["waits"] = std::move(waits);
     // The graded verdict's ladder: the waiting share at or above which a training loop is moderately, highly
     // input-bound.
     J ladder = J::object();

@@ -41,6 +41,32 @@ void print_rows(FILE* out, const Rows& r)
                         : ""));
 }
 
+// The loop's waiting by cause (model/wait_causes.h): each cause's time, its share of the waiting, the waits it was
+// the largest part of.
+void print_causes(FILE* out, const BatchSummary& b)
+{
+    uint64_t all = 0;
+    for (const auto& c : b.causes)
+        all += c.ns;
+    if (!all)
+        return;
+    std::string line;
+    size_t small = 0;
+    for (const auto& c : b.causes) {
+        if (static_cast<double>(c.ns) < 0.005 * static_cast<double>(all)) {
+            small++;
+            continue;
+        }
+        line += fmt::format("{}{} {:.2f} s ({:.0f} %{})", line.empty() ? "" : ", ",
+                            common::printable(model::wait_cause_text(c.cause, c.op)), static_cast<double>(c.ns) / 1e9,
+                            100.0 * static_cast<double>(c.ns) / static_cast<double>(all),
+                            c.waits ? fmt::format(", the most of {} wait(s)", c.waits) : "");
+    }
+    if (small)
+        line += fmt::format(" and {} more under 0.5 % each", small);
+    print_wrapped(out, "its waiting by cause: " + line + " (docs/wait-causes.md)");
+}
+
 void print_batches(FILE* out, const BatchSummary& b)
 {
     if (b.prepare.count)
@@ -65,6 +91,7 @@ void print_batches(FILE* out, const BatchSummary& b)
                share(b.wait_1_500ms, b.wait.count), share(b.wait_gt_500ms, b.wait.count),
                b.delay.count ? fmt::format("; arrived out of order {:.0f} %{}", share(b.out_of_order, b.delay.count), seen)
                              : std::string()));
+    print_causes(out, b);
     if (b.delay.count)
         print_wrapped(out, fmt::format("from a batch ready to its use, ms: mean {:.2f}, p50 {:.2f}, p99 {:.2f}; over 500 ms {:.0f} %{}",
                    b.delay.mean_ms, b.delay.p50_ms, b.delay.p99_ms, share(b.delay_gt_500ms, b.delay.count), seen));

@@ -583,6 +583,7 @@ void BatchTracker::start_batch(Thread& t, uint64_t start, int64_t idx, int epoch
     t.epoch = epoch;
     t.start = start;
     t.boundary = start;
+    t.boundary_counters.reset(); // (a task's read carries none)
     t.samples = 0;
     t.last_sample_end = 0;
     t.loaders.clear();
@@ -610,7 +611,8 @@ std::pair<uint32_t, int> BatchTracker::data_for(uint32_t pid, uint32_t tid) cons
     return {p == processes_.end() ? 0 : p->second.owner, -1};
 }
 
-void BatchTracker::sample_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t sample_id, int64_t sample)
+void BatchTracker::sample_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t sample_id, int64_t sample,
+                                  const lotus_counters* at)
 {
     Thread& t = thread(pid, tid);
     if (!t.in_batch) {
@@ -629,6 +631,16 @@ void BatchTracker::sample_started(uint32_t pid, uint32_t tid, uint64_t ts, uint6
     Span l = Span::make(SpanKind::Loader, "loader", pid, tid, t.boundary, ts);
     l.sample = sample;
     l.sample_id = sample_id;
+    if (at && t.boundary_counters) { // the thread's counters over it, where both ends had them
+        const lotus_counters& from = *t.boundary_counters;
+        auto delta = [](uint64_t a, uint64_t b) { return b > a ? b - a : 0; };
+        l.has_counters = true;
+        l.counters = Counters{delta(from.cpu_ns, at->cpu_ns), delta(from.min_flt, at->min_flt),
+                              delta(from.maj_flt, at->maj_flt), delta(from.nvcsw, at->nvcsw),
+                              delta(from.nivcsw, at->nivcsw), {}};
+        for (unsigned k = 0; k < kMaxPerfCounters; k++)
+            l.counters.perf[k] = delta(from.perf[k], at->perf[k]);
+    }
     tag(l, t.epoch);
     // The sample's own file: the first one opened while it was loading (lazy imports may open more).
     for (const auto& [when, path] : t.opens) {
@@ -644,10 +656,13 @@ void BatchTracker::sample_started(uint32_t pid, uint32_t tid, uint64_t ts, uint6
         flush_loaders(t);
 }
 
-void BatchTracker::sample_finished(uint32_t pid, uint32_t tid, uint64_t ts)
+void BatchTracker::sample_finished(uint32_t pid, uint32_t tid, uint64_t ts, const lotus_counters* at)
 {
     Thread& t = thread(pid, tid);
     t.boundary = ts;
+    t.boundary_counters.reset();
+    if (at)
+        t.boundary_counters = *at;
     t.last_sample_end = ts;
 }
 

@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "common/quantile_sketch.h"
+#include <optional>
+
 #include "lotus_abi.h"
 #include "messages.h"
 #include "spans.h"
@@ -102,8 +104,11 @@ public:
     void message(const lotus_msg& m) { message_begin(m), message_end(); } // nothing held (tests)
     bool getppid_ends_batch(uint32_t pid, uint32_t tid) const;
     void getppid(uint32_t pid, uint32_t tid, uint64_t ts); // a worker's loop begins its next task
-    void sample_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t sample_id, int64_t sample);
-    void sample_finished(uint32_t pid, uint32_t tid, uint64_t ts);
+    // at: the thread's counters then (the event's; null: none), for the loading's between a sample's end and the
+    // next one's start.
+    void sample_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t sample_id, int64_t sample,
+                        const lotus_counters* at = nullptr);
+    void sample_finished(uint32_t pid, uint32_t tid, uint64_t ts, const lotus_counters* at = nullptr);
     void opened(uint32_t pid, uint32_t tid, uint64_t ts, std::string path);
     // What a DataLoader or an iterator made before tracing began holds (read when asked).
     void described(const RecordObject& r);
@@ -201,6 +206,7 @@ private:
         int epoch = -1;
         int64_t idx = -1;
         uint64_t start = 0, boundary = 0, last_sample_end = 0;
+        std::optional<lotus_counters> boundary_counters; // the thread's at the boundary, where an event had them
         uint64_t samples = 0;
         std::deque<std::pair<uint64_t, std::string>> opens; // recent openat paths with their times
         std::vector<Span> loaders; // emitted with their batch, or when kMaxPendingLoaders pile up without one

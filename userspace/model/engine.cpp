@@ -18,6 +18,14 @@ Engine::Engine(const Rules& rules, SpanSink spans, RoleSink roles, TypeSink type
               auto& first = process(s.pid).first_span_ns;
               first = first ? std::min(first, s.start_ns) : s.start_ns;
           }
+          if (s.kind == SpanKind::Wait) { // it goes out with its causes
+              Span w = s;
+              wait_causes_.attribute(w);
+              if (sink)
+                  sink(w);
+              return;
+          }
+          wait_causes_.see(s);
           if (sink)
               sink(s);
       }),
@@ -225,6 +233,9 @@ void Engine::finish()
     for (auto tid : holding)
         release_held(tid, true);
     batches_.finish();
+    for (const auto& [owner, j] : batches_.joins())
+        if (j.loader >= 0)
+            wait_causes_.merge({owner, -1}, {owner, j.loader});
     for (auto& [tid, stack] : stacks_) {
         while (!stack.empty()) {
             counters_.incomplete++;

@@ -15,6 +15,7 @@
 #include "rules.h"
 #include "spans.h"
 #include "user_records.h"
+#include "wait_causes.h"
 
 namespace lotus::model {
 
@@ -79,6 +80,7 @@ public:
     const BatchTracker& batches() const { return batches_; }
     uint64_t samples() const { return sample_seq_; }
     const NativeMap& native_map() const { return native_map_; }
+    const WaitCauses& wait_causes() const { return wait_causes_; }
     bool pipeline_seen() const { return pipeline_seen_; }
     // Calls seen of each --span pattern (Rules::spans() order).
     const std::vector<uint64_t>& span_calls() const { return span_calls_; }
@@ -267,6 +269,7 @@ private:
 
     const Rules& rules_;
     NativeMap native_map_;
+    WaitCauses wait_causes_;
     uint32_t anonymous_id_, no_stack_id_; // the native map's "[unknown]" without a symbol or without a user stack
     SpanSink span_sink_;
     RoleSink role_sink_;

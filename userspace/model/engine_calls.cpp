@@ -263,7 +263,7 @@ void Engine::finish_span(const lotus_py_return& r, Open o, std::vector<Open>& st
     }
     case OpenKind::Sample:
         // Complete once its thread goes on to another item (close_returned).
-        batches_.sample_finished(r.h.tgid, r.h.tid, r.h.ts_ns);
+        batches_.sample_finished(r.h.tgid, r.h.tid, r.h.ts_ns, &r.counters);
         returned_[r.h.tid] = Returned{true, r.h.tgid, std::move(o), r.h.ts_ns, r.counters, r.ret_null != 0};
         return;
     case OpenKind::Op:
@@ -286,7 +286,7 @@ void Engine::finish_span(const lotus_py_return& r, Open o, std::vector<Open>& st
         ret->second.end_ns = s.end_ns;
         ret->second.end = r.counters;
         ret->second.sample.ops.push_back(std::move(s));
-        batches_.sample_finished(r.h.tgid, r.h.tid, r.h.ts_ns);
+        batches_.sample_finished(r.h.tgid, r.h.tid, r.h.ts_ns, &r.counters);
         return;
     }
     if (auto imp = implicit_.find(r.h.tid); imp != implicit_.end() && imp->second.open &&

@@ -125,7 +125,7 @@ void Engine::open_sample(std::vector<Open>& stack, const lotus_py_entry& e)
     }
     for (uint32_t i = 0; item && i < e.chain_len && i < LOTUS_CHAIN_LEN; i++)
         s.item.emplace_back(e.chain_code[i], e.chain_arg1[i]);
-    batches_.sample_started(e.h.tgid, e.h.tid, e.h.ts_ns, sample_seq_, index);
+    batches_.sample_started(e.h.tgid, e.h.tid, e.h.ts_ns, sample_seq_, index, &e.counters);
     std::tie(s.owner, s.loader) = batches_.data_for(e.h.tgid, e.h.tid);
     stack.push_back(std::move(s));
 }
