@@ -10,7 +10,7 @@ import subprocess
 import time
 import urllib.request
 
-from harness import EXAMPLE, LOTUS, PY, BpfTestCase, dataset, lotus_programs_loaded, read_lines, run_lotus
+from harness import AGENT_PROGRAMS, EXAMPLE, LOTUS, PY, BpfTestCase, dataset, lotus_programs_loaded, read_lines, run_lotus
 
 IMAGES = 128
 PROMTOOL = "/usr/bin/promtool"  # Debian's prometheus package, as test_metrics.py
@@ -58,13 +58,13 @@ def series(text, family):
 
 
 class AgentTest(BpfTestCase):
-    def start_agent(self, *extra, preexec_fn=None):
+    def start_agent(self, *extra, preexec_fn=None, scan="0.2"):
         self.port = free_port()
         self.agent_log = self.path("agent.log")
         self.agent_err = open(self.agent_log, "w")
         # --match: this test's own jobs only (their command lines name this test's directory)
         agent = subprocess.Popen([LOTUS, "agent", "--metrics", f"127.0.0.1:{self.port}", "--match", f"*{self.tmp}*",
-                                  "--scan-interval", "0.2", *extra], stderr=self.agent_err, preexec_fn=preexec_fn)
+                                  "--scan-interval", scan, *extra], stderr=self.agent_err, preexec_fn=preexec_fn)
         self.addCleanup(self.agent_err.close)
         self.wait_said("watching for PyTorch training processes")
         return agent
@@ -134,7 +134,7 @@ class AgentTest(BpfTestCase):
                 self.assertEqual(proc.wait(timeout=120), 0)
                 self.wait_said(f"detached from PID {proc.pid} (status 0)")
                 # Detached: nothing of lotus-bpf stays loaded between jobs.
-                self.assert_detached("the agent left a finished job's probes attached")
+                self.assert_detached("the agent left a finished job's probes attached", running=AGENT_PROGRAMS)
                 seen.append((proc.pid, len(read_lines(log))))
             bystander.wait(timeout=30)
             text = self.metrics()
@@ -166,6 +166,29 @@ class AgentTest(BpfTestCase):
                 self.assertEqual(json.load(fh)["throughput"]["samples"], IMAGES)
         self.assertIn("stopped (2 job(s) traced)", self.said())
         self.assert_detached()
+
+    def test_two_plain_jobs_one_after_the_other_every_sample_counted(self):
+        # Not held: each job is found as it execs (the exec watch) and attached as it imports torch, before its first
+        # batch, so every sample of both is counted. (The scans alone, at --scan-interval 5, would miss both.)
+        agent = self.start_agent("--keep-finished", "600", scan="5")
+        try:
+            seen = []
+            for name in ("first", "second"):
+                log = self.path(f"{name}.log")
+                proc = subprocess.Popen([PY, EXAMPLE, dataset(IMAGES), "--workers", "2", "--log", log],
+                                        stdout=subprocess.DEVNULL)
+                self.assertEqual(proc.wait(timeout=120), 0)
+                self.wait_said(f"detached from PID {proc.pid} (status 0)")
+                seen.append((proc.pid, len(read_lines(log))))
+            text = self.metrics()
+        finally:
+            agent.send_signal(signal.SIGTERM)
+            self.assertEqual(agent.wait(timeout=30), 0)
+        self.assertNotIn("scanning /proc", self.said())
+        for pid, batches in seen:
+            mine = lambda fam: sum(v for l, v in series(text, fam) if l.get("pid") == str(pid))
+            self.assertEqual(mine("lotus_samples_total"), IMAGES, self.said())
+            self.assertEqual(mine("lotus_batches_consumed_total"), batches)
 
     def test_two_jobs_of_equal_labels_one_ending_first(self):
         """srun's two tasks of one job on a node: one script, one SLURM_JOB_ID. The first ends while the second
@@ -395,7 +418,8 @@ class AgentTest(BpfTestCase):
                 time.sleep(1)  # (scans after its last workers)
                 text = self.metrics()
                 self.assertIsNone(agent.poll(), self.said())
-                self.assert_detached("a session undone for file descriptors left programs attached")
+                self.assert_detached("a session undone for file descriptors left programs attached",
+                                     running=AGENT_PROGRAMS)
             finally:
                 agent.send_signal(signal.SIGTERM)
                 rc = agent.wait(timeout=30)

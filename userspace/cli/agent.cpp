@@ -26,6 +26,7 @@
 
 #include <fmt/format.h>
 
+#include "capture/exec_watch.h"
 #include "common/printable.h"
 #include "common/read_file.h"
 #include "metrics/agent_metrics.h"
@@ -100,6 +101,8 @@ public:
 
 private:
     void scan();
+    void look(int pid); // a process not seen yet: a job now, not one, or (CPython without torch yet) later
+    void watch_execs(double seconds);
     void consider(int pid);
     void start(int pid, std::map<std::string, std::string> labels);
     void skip(int pid, metrics::SkipReason r, const std::string& who, const std::string& why);
@@ -127,6 +130,13 @@ private:
     };
     std::map<int, Backoff> waiting_;
     static constexpr int kMaxGap = 32;
+    // Processes seen to exec (ExecWatch), looked at every kFreshPollMs until they map torch, are no CPython, or
+    // kFreshS pass (then the scans' backoff takes them): a job is attached as it imports torch, before its first
+    // batch, rather than up to a scan (and a backoff) later.
+    std::unique_ptr<capture::ExecWatch> execs_;
+    std::map<int, std::chrono::steady_clock::time_point> fresh_;
+    static constexpr int kFreshPollMs = 50;
+    static constexpr int kFreshS = 30;
 };
 
 bool Agent::under_a_job(int pid) const
@@ -158,21 +168,12 @@ void Agent::scan()
         alive.insert(pid);
         if (pid == getpid() || seen_.count(pid))
             continue;
+        if (fresh_.count(pid))
+            continue; // (looked at more often)
         auto w = waiting_.find(pid);
         if (w != waiting_.end() && w->second.skip-- > 0)
             continue;
-        Candidate c = read_candidate(pid);
-        if (c.python && !c.torch) { // (not yet: a CPython process may import torch later; looked at again)
-            auto& b = waiting_[pid];
-            b.skip = b.gap;
-            b.gap = std::min(2 * b.gap, kMaxGap);
-            continue;
-        }
-        waiting_.erase(pid);
-        seen_.insert(pid);
-        if (!is_job(c, opts_.match) || under_a_job(pid))
-            continue; // (a job's children are traced with it, a skipped job's are skipped with it)
-        consider(pid);
+        look(pid);
     }
     for (auto it = seen_.begin(); it != seen_.end();) // a pid that came back is a new process
         it = alive.count(*it) ? std::next(it) : seen_.erase(it);
@@ -180,6 +181,53 @@ void Agent::scan()
         it = alive.count(*it) ? std::next(it) : skipped_.erase(it);
     for (auto it = waiting_.begin(); it != waiting_.end();)
         it = alive.count(it->first) ? std::next(it) : waiting_.erase(it);
+}
+
+void Agent::look(int pid)
+{
+    Candidate c = read_candidate(pid);
+    if (c.python && !c.torch) { // (not yet: a CPython process may import torch later; looked at again)
+        if (fresh_.count(pid))
+            return;
+        auto& b = waiting_[pid];
+        b.skip = b.gap;
+        b.gap = std::min(2 * b.gap, kMaxGap);
+        return;
+    }
+    waiting_.erase(pid);
+    fresh_.erase(pid);
+    seen_.insert(pid);
+    if (!is_job(c, opts_.match) || under_a_job(pid))
+        return; // (a job's children are traced with it, a skipped job's are skipped with it)
+    consider(pid);
+}
+
+// Until the next scan: the processes that exec meanwhile, and those that did lately, looked at as they go.
+void Agent::watch_execs(double seconds)
+{
+    auto until = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+    while (!stop_signal()) {
+        auto now = std::chrono::steady_clock::now();
+        if (now >= until)
+            return;
+        int ms = static_cast<int>(std::chrono::duration<double, std::milli>(until - now).count()) + 1;
+        for (int pid : execs_->poll(fresh_.empty() ? ms : std::min(ms, kFreshPollMs))) {
+            seen_.erase(pid); // (an exec is a new program: a process looked at before is looked at again)
+            waiting_.erase(pid);
+            fresh_[pid] = std::chrono::steady_clock::now() + std::chrono::seconds(kFreshS);
+        }
+        now = std::chrono::steady_clock::now();
+        for (auto it = fresh_.begin(); it != fresh_.end();) {
+            int pid = it->first;
+            if (it->second < now || !proc::process_exists(pid)) { // (then the scans' backoff)
+                it = fresh_.erase(it);
+                continue;
+            }
+            ++it;
+            if (pid != getpid() && !seen_.count(pid))
+                look(pid);
+        }
+    }
 }
 
 // Open file descriptors of the agent (each job's session holds its own: programs, maps, links, its ring).
@@ -381,6 +429,11 @@ int Agent::run()
     agent_metrics_ = std::make_unique<metrics::AgentMetrics>(*registry_, node_name(opts_.session));
     install_stop_handlers();
     keep_records(); // (a smaller --record-max-mb than the last run's)
+    std::string why;
+    execs_ = capture::ExecWatch::open(why);
+    if (!execs_)
+        fmt::print(stderr, "lotus-bpf agent: {}: new jobs are found by scanning /proc every {:g} s\n", common::printable(why),
+                   opts_.scan_interval_s);
     auto at = metrics::parse_bind_address(opts_.metrics);
     at.port = endpoint_->port();
     getrlimit(RLIMIT_NOFILE, &lim);
@@ -393,9 +446,13 @@ int Agent::run()
         reap();
         keep_records();
         agent_metrics_->traced_now(traced_now());
-        auto ns = static_cast<long>(opts_.scan_interval_s * 1e9);
-        timespec ts{ns / 1'000'000'000, ns % 1'000'000'000};
-        nanosleep(&ts, nullptr); // (a signal ends it early)
+        if (execs_) {
+            watch_execs(opts_.scan_interval_s);
+        } else {
+            auto ns = static_cast<long>(opts_.scan_interval_s * 1e9);
+            timespec ts{ns / 1'000'000'000, ns % 1'000'000'000};
+            nanosleep(&ts, nullptr); // (a signal ends it early)
+        }
     }
     // Every job's session sees the same signal and detaches.
     for (auto& j : jobs_)
