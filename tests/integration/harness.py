@@ -4,10 +4,12 @@ import gzip
 import json
 import os
 import shutil
+import socket
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 from collections import Counter
@@ -121,6 +123,18 @@ class BpfTestCase(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.tmp, name)
 
+    def long_job(self):
+        """The test workload over 1,000 epochs, past its first epoch (imports done, workers running), its pipe kept
+        drained; its whole group killed at cleanup (a worker forked just before its parent was killed may never
+        notice: torch's watchdog takes the parent's pid from the worker's first getppid, 1 if it was gone)."""
+        job = subprocess.Popen([PY, WORKLOAD, dataset(64), "--workers", "2", "--epochs", "1000"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        self.addCleanup(lambda: kill_group(job))
+        while "epoch 0" not in job.stdout.readline():
+            self.assertIsNone(job.poll(), "the job ended early")
+        threading.Thread(target=lambda: job.stdout.read(), daemon=True).start()
+        return job
+
     def assert_detached(self, why="lotus-bpf left BPF programs loaded", running=()):
         """running: programs that may stay while their owner runs on (the agent's exec watch, AGENT_PROGRAMS)."""
         # The kernel frees programs after an RCU grace period: give it a moment.
@@ -169,6 +183,27 @@ def not_guardian(pids):
         except OSError:
             return False
     return [p for p in pids if not guardian(p)]
+
+
+def free_port():
+    """A TCP port free on the loopback now (for a --metrics endpoint or a server the test starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def children(pid, every_thread=False):
+    """The pids a process forked: from its main thread (every_thread: from each of its threads, as a fork from
+    another thread is that thread's child); [] once it is gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task") if every_thread else [pid]
+        kids = []
+        for tid in tids:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids += [int(c) for c in f.read().split()]
+        return kids
+    except (FileNotFoundError, ProcessLookupError):
+        return []
 
 
 def run_lotus(args, timeout=300, **kw):

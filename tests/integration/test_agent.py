@@ -10,7 +10,8 @@ import subprocess
 import time
 import urllib.request
 
-from harness import AGENT_PROGRAMS, EXAMPLE, LOTUS, PY, BpfTestCase, dataset, lotus_programs_loaded, read_lines, run_lotus
+from harness import (AGENT_PROGRAMS, BpfTestCase, EXAMPLE, LOTUS, PY, dataset, free_port, lotus_programs_loaded,
+                     read_lines, run_lotus)
 
 IMAGES = 128
 PROMTOOL = "/usr/bin/promtool"  # Debian's prometheus package, as test_metrics.py
@@ -34,12 +35,6 @@ with open("/proc/self/mem", "r+b", buffering=0) as mem:
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def series(text, family):

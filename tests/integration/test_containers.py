@@ -6,16 +6,11 @@ import subprocess
 import unittest
 from collections import Counter
 
-from harness import HERE, INTERPRETERS, BpfTestCase, load_trace, run_lotus, spans
+from harness import BpfTestCase, HERE, INTERPRETERS, children, load_trace, run_lotus, spans
 
 PURE = os.path.join(HERE, "workloads", "pure_pipeline.py")
 PY312 = INTERPRETERS["3.12"]
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc"]
-
-
-def children(pid):
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        return [int(c) for c in f.read().split()]
 
 
 class Containers(BpfTestCase):

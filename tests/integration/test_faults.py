@@ -54,15 +54,6 @@ class Faults(BpfTestCase):
         subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", self.full], check=True)
         return self.full
 
-    def long_job(self):
-        job = subprocess.Popen([PY, WORKLOAD, dataset(64), "--workers", "2", "--epochs", "1000"],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-        self.addCleanup(lambda: kill_group(job))  # workers orphaned by a killed main too
-        while "epoch 0" not in job.stdout.readline():
-            self.assertIsNone(job.poll(), "the job ended early")
-        threading.Thread(target=lambda: job.stdout.read(), daemon=True).start()
-        return job
-
     def assert_one_line(self, r, *needles, code=None):
         lines = err_lines(r)
         self.assertEqual(len(lines), 1, f"expected one line on stderr, got {r.stderr!r}")

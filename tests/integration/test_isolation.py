@@ -9,8 +9,8 @@ import subprocess
 import unittest
 from collections import Counter
 
-from harness import (not_guardian, INTERPRETERS, OPS, PY, WORKLOAD, BpfTestCase, LOTUS, dataset, kernel_at_least, load_trace,
-                     read_lines, spans, start_lotus, wait_for_attach, wait_for_file)
+from harness import (INTERPRETERS, LOTUS, OPS, PY, WORKLOAD, BpfTestCase, children, dataset, kernel_at_least,
+                     load_trace, not_guardian, read_lines, spans, start_lotus, wait_for_attach, wait_for_file)
 
 INT3 = 0xCC
 
@@ -67,14 +67,6 @@ def native_offsets(lib, names):
     return out
 
 
-def children(pid):
-    kids = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/children") as f:
-            kids += [int(c) for c in f.read().split()]
-    return kids
-
-
 @unittest.skipUnless(kernel_at_least(6, 13), "per-process probes need bpf_send_signal_task (Linux 6.13)")
 class Isolation(BpfTestCase):
     def traced_job(self, env, *args):
@@ -90,7 +82,7 @@ class Isolation(BpfTestCase):
         self.addCleanup(lambda: (tracer.poll() is None and tracer.kill(), tracer.wait()))
         wait_for_attach(tracer)
         wait_for_file(self.ready)
-        (job,) = not_guardian(children(tracer.pid))
+        (job,) = not_guardian(children(tracer.pid, every_thread=True))
         workers = sorted({int(pid) for pid, i, ts in read_lines(self.sample_log)})
         self.assertEqual(len(workers), 2)
         return tracer, job, workers, n
@@ -218,7 +210,7 @@ class Isolation(BpfTestCase):
         # The job is released at its exec: this interpreter's libpython is mapped (and its probes placed) by the
         # dynamic loader after that. Once it runs Python, it is.
         wait_for_file(ready)
-        (pid,) = not_guardian(children(tracer.pid))
+        (pid,) = not_guardian(children(tracer.pid, every_thread=True))
         self.assert_breakpoints(path, points, other.pid, [pid])
         open(hold, "w").close()
         _, err = tracer.communicate(timeout=120)

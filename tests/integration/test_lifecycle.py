@@ -7,8 +7,8 @@ import time
 import unittest
 
 import test_progress  # (its helpers: importing the module, not its classes, runs none of its tests here)
-from harness import (not_guardian, LOTUS, PY, WORKLOAD, BpfTestCase, assert_nested, dataset, kill_group, load_trace, run_lotus,
-                     spans, start_lotus, wait_for_attach)
+from harness import (LOTUS, PY, WORKLOAD, BpfTestCase, assert_nested, children, dataset, kill_group, load_trace,
+                     not_guardian, run_lotus, spans, start_lotus, wait_for_attach)
 
 
 # A tracer that is stopped holds no new child (none would be continued soon): this test-only knob holds them
@@ -17,18 +17,6 @@ HOLD_WHILE_STOPPED = {**os.environ, "LOTUS_TEST_HOLD_WHILE_STOPPED": "1"}
 
 
 class Lifecycle(BpfTestCase):
-    def long_job(self):
-        job = subprocess.Popen([PY, WORKLOAD, dataset(64), "--workers", "2", "--epochs", "1000"],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-        # Its whole group: a worker forked just before its parent was killed may never notice (torch's watchdog
-        # takes the parent's pid from the worker's first getppid, 1 if the parent was already gone).
-        self.addCleanup(lambda: kill_group(job))
-        # Imports done (it prints its pid after them), then a first epoch: workers are running.
-        while "epoch 0" not in job.stdout.readline():
-            self.assertIsNone(job.poll(), "the job ended early")
-        threading.Thread(target=lambda: job.stdout.read(), daemon=True).start()  # keep its pipe drained
-        return job
-
     def stop_with(self, sig):
         job = self.long_job()
         out = self.path("trace.json.gz")
@@ -317,14 +305,6 @@ def voluntary_switches(pid):
         except OSError:
             pass
     return n
-
-
-def children(pid):
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(c) for c in f.read().split()]
-    except FileNotFoundError:
-        return []
 
 
 def state(pid):

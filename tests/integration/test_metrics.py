@@ -9,16 +9,11 @@ import time
 import urllib.parse
 import urllib.request
 
-from harness import EXAMPLE, LOTUS, PY, BpfTestCase, dataset, read_lines, run_lotus, start_lotus, wait_for_attach
+from harness import (BpfTestCase, EXAMPLE, LOTUS, PY, dataset, free_port, read_lines, run_lotus, start_lotus,
+                     wait_for_attach)
 
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http_get(url, timeout=5):

@@ -4,20 +4,13 @@ per-rank table and the straggler named. Two "nodes" here are two torchrun launch
 (--nnodes 2 --node_rank K, gloo over 127.0.0.1), each traced by its own lotus-bpf."""
 import json
 import os
-import socket
 import subprocess
 
-from harness import HERE, PY, BpfTestCase, dataset, load_trace, read_lines, run_lotus, spans, start_lotus
+from harness import BpfTestCase, HERE, PY, dataset, free_port, load_trace, read_lines, run_lotus, spans, start_lotus
 
 TORCHRUN_JOB = os.path.join(HERE, "workloads", "torchrun_job.py")
 RANKS_JOB = os.path.join(HERE, "workloads", "ranks_job.py")
 IMAGES, EPOCHS, SLOW_RANK = 128, 2, 3
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class NodesTest(BpfTestCase):
