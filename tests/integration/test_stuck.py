@@ -5,7 +5,7 @@ import re
 import subprocess
 import time
 
-from harness import PY, SOURCE, BpfTestCase, kill_group, run_lotus
+from harness import LOTUS, PY, SOURCE, BpfTestCase, kill_group, run_lotus
 
 JOB = os.path.join(SOURCE, "tests", "integration", "workloads", "stuck_job.py")
 
@@ -112,3 +112,59 @@ class Dump(StuckJob):
         self.assertEqual((r.returncode, r.stdout), (1, ""))
         self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
         self.assertIn("is not a CPython process", r.stderr)
+
+
+class LiveWatch(StuckJob):
+    def trace(self, sleep, *flags):
+        """Launches the job under lotus-bpf; returns (stuck lines with the monotonic time each arrived, stderr,
+        stdout, exit status)."""
+        self.log = self.path("job.log")
+        proc = subprocess.Popen([LOTUS, "-o", self.path("t.json")] + list(flags) +
+                                ["--", PY, JOB, "--log", self.log, "--sleep", str(sleep)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.job = proc
+        said, err = [], []
+        for line in proc.stderr:
+            err.append(line)
+            if " stuck: " in line or " resumed at " in line:
+                said.append((time.monotonic(), line))
+        out = proc.stdout.read()
+        proc.stdout.close()
+        return said, "".join(err), out, proc.wait(timeout=60)
+
+    def test_a_worker_sleeping_in_one_sample_is_named_live_with_its_stack(self):
+        said, err, out, rc = self.trace(8, "--stuck-after", "3s")
+        self.assertEqual(rc, 0, err)
+        _, index, worker, started, _ = self.job_log("stuck")
+        stuck = [(t, l) for t, l in said if " stuck: " in l]
+        self.assertEqual(len(stuck), 1, err)  # the worker alone: the loop waits, the other worker is idle
+        t, line = stuck[0]
+        self.assertIn(f"(PID {worker}) stuck: ", line)
+        self.assertIn("threshold 3.0 s: --stuck-after", line)
+        # Named within 15 s of the sleep's start (the job's own CLOCK_MONOTONIC stamp), and not before 3 s.
+        delay = t - float(started)
+        self.assertGreaterEqual(delay, 2.9, err)
+        self.assertLess(delay, 5.0, err)
+        # Its stack follows that line: the sleeping function at its time.sleep line, __getitem__ with the index.
+        after = err[err.index(line) + len(line):]
+        self.assertIn(f"    stall ({JOB}:{line_of('time.sleep(seconds)')})\n", after)
+        self.assertIn(f"    StuckDataset.__getitem__ ({JOB}:{line_of('stall(self.seconds)')}) idx={index}\n", after)
+        self.assertIn("native (in clock_nanosleep):", after)
+        resumed = [l for _, l in said if " resumed at " in l]
+        self.assertEqual(len(resumed), 1, err)
+        self.assertIn(f"(PID {worker}) resumed at ", resumed[0])
+        seconds = float(re.search(r"after ([\d.]+) s without", resumed[0]).group(1))
+        self.assertGreater(seconds, 7.5, resumed[0])
+        self.assertLess(seconds, 9.5, resumed[0])
+        # The summary's note: which process, from when, how long, where.
+        notes = [l for l in out.splitlines() if f"(PID {worker}) was stuck" in l]
+        self.assertEqual(len(notes), 1, out)
+        self.assertIn(f"idx={index}", notes[0])
+        self.assertIn("stall (", notes[0])
+
+    def test_a_pause_under_the_default_threshold_is_not_named(self):
+        said, err, out, rc = self.trace(4)
+        self.assertEqual(rc, 0, err)
+        self.job_log("stuck")
+        self.assertEqual(said, [], err)
+        self.assertNotIn("was stuck", out)

@@ -170,6 +170,16 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
                                                         "SIGTERM or the target exits)")
         ->check(kSeconds);
     add_rule_options(app, p);
+    app->add_option("--stuck-after", p.opts.stuck_after_s,
+                    "name a process of the job stuck (stderr, the status line, lotus_stuck_processes) when, inside a "
+                    "batch or a sample, it ends no span for this many seconds ('3' or '3s'; default: 10 x its median "
+                    "step, at least 10 s)")
+        ->transform([](std::string v) {
+            if (!v.empty() && v.back() == 's')
+                v.pop_back();
+            return v;
+        })
+        ->check(kSeconds);
     app->add_flag("--all-calls", p.opts.all_calls,
                   "see every Python call, also those made from Python (launch mode; CPython 3.10, or 3.12+ through "
                   "PYTHONPERFSUPPORT=1); costs a trap per call");
