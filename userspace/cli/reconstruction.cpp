@@ -384,11 +384,11 @@ std::vector<std::string> Reconstruction::stuck_notes() const
             from = nl == std::string::npos ? e.stack.size() : nl + 1;
         }
         notes.push_back(fmt::format(
-            "{} (PID {}) was stuck{} from {:.2f} s: {} (no span ended for {:.1f} s, its threshold){}.",
-            model::process_label(engine_.processes(), e.pid), e.pid, where, at(e.since_ns),
-            e.end_ns ? fmt::format("{:.1f} s, until {:.2f} s", static_cast<double>(e.end_ns - e.since_ns) / 1e9,
-                                   at(e.end_ns))
-                     : std::string("still stuck when tracing stopped"),
+            "{} (PID {}) was stuck{} {} (named when it had ended no span for {:.1f} s, its threshold){}.",
+            model::process_label(engine_.processes(), e.pid), e.pid, where,
+            e.end_ns ? fmt::format("for {:.1f} s, from {:.2f} s to {:.2f} s",
+                                   static_cast<double>(e.end_ns - e.since_ns) / 1e9, at(e.since_ns), at(e.end_ns))
+                     : fmt::format("from {:.2f} s, and still was when tracing stopped", at(e.since_ns)),
             static_cast<double>(e.threshold_ns) / 1e9, frames.empty() ? "" : "; its stack: " + frames));
     }
     return notes;
