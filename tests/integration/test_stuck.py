@@ -115,12 +115,12 @@ class Dump(StuckJob):
 
 
 class LiveWatch(StuckJob):
-    def trace(self, sleep, *flags):
+    def trace(self, sleep, *flags, job_args=()):
         """Launches the job under lotus-bpf; returns (stuck lines with the monotonic time each arrived, stderr,
         stdout, exit status)."""
         self.log = self.path("job.log")
         proc = subprocess.Popen([LOTUS, "-o", self.path("t.json")] + list(flags) +
-                                ["--", PY, JOB, "--log", self.log, "--sleep", str(sleep)],
+                                ["--", PY, JOB, "--log", self.log, "--sleep", str(sleep)] + list(job_args),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.job = proc
         said, err = [], []
@@ -161,6 +161,22 @@ class LiveWatch(StuckJob):
         self.assertEqual(len(notes), 1, out)
         self.assertIn(f"idx={index}", notes[0])
         self.assertIn("stall (", notes[0])
+
+    def test_a_worker_sleeping_in_an_op_is_named_with_its_sample_and_op(self):
+        said, err, out, rc = self.trace(5, "--stuck-after", "2", job_args=["--stuck-in", "op"])
+        self.assertEqual(rc, 0, err)
+        _, index, worker, started, _ = self.job_log("stuck")
+        stuck = [(t, l) for t, l in said if " stuck: " in l]
+        self.assertEqual(len(stuck), 1, err)
+        t, line = stuck[0]
+        self.assertIn(f"(PID {worker}) stuck: ", line)
+        self.assertIn(f", sample {index}, op Stall;", line)
+        self.assertLess(t - float(started), 4.0, err)
+        after = err[err.index(line) + len(line):]
+        self.assertIn(f"    Stall.__call__ ({JOB}:{line_of('stall(seconds=self.seconds)')})\n", after)
+        notes = [l for l in out.splitlines() if f"(PID {worker}) was stuck" in l]
+        self.assertEqual(len(notes), 1, out)
+        self.assertIn(f"sample {index}, op Stall", notes[0])
 
     def test_a_pause_under_the_default_threshold_is_not_named(self):
         said, err, out, rc = self.trace(4)

@@ -62,6 +62,7 @@ void LiveStuck::check(uint64_t now, const model::Engine& engine, bool silent, bo
         r.sample = c.work.sample;
         r.batch = c.work.batch;
         r.resumed = !c.stuck;
+        memcpy(r.op, c.work.op.data(), std::min(c.work.op.size(), sizeof(r.op) - 1));
         std::string text;
         if (c.stuck) {
             auto [py, native] = stacks_of(c.pid);
@@ -70,6 +71,8 @@ void LiveStuck::check(uint64_t now, const model::Engine& engine, bool silent, bo
                 where += fmt::format(", in batch {}", c.work.batch);
             if (c.work.sample >= 0)
                 where += fmt::format(", sample {}", c.work.sample);
+            if (!c.work.op.empty())
+                where += fmt::format(", op {}", common::printable(c.work.op));
             text = fmt::format("lotus-bpf: {} stuck: no span ended for {:.1f} s, since {:.2f} s (threshold {:.1f} s: "
                                "{}){}; its Python stack, innermost first:\n{}{}",
                                who, static_cast<double>(c.at_ns - c.since_ns) / 1e9, at(c.since_ns),

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/printable.h"
 #include "export/html_report.h"
 #include "model/engine.h"
 #include "model/node_streams.h"
@@ -374,13 +375,15 @@ std::vector<std::string> Reconstruction::stuck_notes() const
             where += fmt::format(" in batch {}", e.batch);
         if (e.sample >= 0)
             where += fmt::format("{} sample {}", where.empty() ? " in" : ",", e.sample);
+        if (!e.op.empty())
+            where += fmt::format("{} op {}", where.empty() ? " in" : ",", common::printable(e.op));
         std::string frames; // its innermost two frames
         size_t from = 0;
         for (int i = 0; i < 2 && from < e.stack.size(); i++) {
             size_t nl = e.stack.find('\n', from);
             std::string f = e.stack.substr(from, nl == std::string::npos ? std::string::npos : nl - from);
             f.erase(0, f.find_first_not_of(' '));
-            frames += (frames.empty() ? "" : " <- ") + f;
+            frames += (frames.empty() ? "" : " <- ") + common::printable(f);
             from = nl == std::string::npos ? e.stack.size() : nl + 1;
         }
         notes.push_back(fmt::format(

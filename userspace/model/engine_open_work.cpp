@@ -23,6 +23,16 @@ std::optional<OpenWork> Engine::open_work(uint32_t pid) const
             at(o.start_ns);
             if (o.kind == OpenKind::Sample && o.sample >= 0)
                 w->sample = o.sample;
+            if (o.kind == OpenKind::Op) { // named as its return will name it (op_name), from the descriptions so far
+                const CodeInfo* info = nullptr;
+                if (auto* slot = slot_code(o.code))
+                    info = &slot->info;
+                else if (auto* d = spaces_.code(pid, o.code, o.code_own))
+                    info = &d->info;
+                auto* type = spaces_.type(pid, o.self_type, o.type_own);
+                std::string type_name = type ? type->name : std::string();
+                w->op = rules_.op_name(info ? *info : CodeInfo{}, type_name.empty() ? nullptr : &type_name);
+            }
         }
     }
     if (auto b = batches_.open_batch(pid)) {

@@ -110,6 +110,7 @@ void StuckEpisodes::stuck(const RecordStuck& r)
     e.threshold_ns = r.threshold_ns;
     e.sample = r.sample;
     e.batch = r.batch;
+    e.op.assign(r.op, strnlen(r.op, sizeof(r.op)));
     e.stack.assign(r.stack, strnlen(r.stack, sizeof(r.stack)));
     episodes_.push_back(std::move(e));
 }

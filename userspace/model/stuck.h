@@ -23,6 +23,7 @@ namespace lotus::model {
 struct OpenWork {
     uint64_t since_ns = 0;
     int64_t sample = -1, batch = -1;
+    std::string op; // the innermost open op's name ("" none)
 };
 
 class StuckWatch {
@@ -70,7 +71,7 @@ public:
         uint64_t since_ns = 0, said_ns = 0, end_ns = 0; // end_ns 0: still stuck when tracing stopped
         uint64_t threshold_ns = 0;
         int64_t sample = -1, batch = -1;
-        std::string stack;
+        std::string op, stack;
     };
     void consume(const void* data, size_t len) { dispatch(data, len, *this); }
     void stuck(const RecordStuck& r) override;

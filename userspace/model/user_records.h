@@ -207,6 +207,7 @@ struct RecordStuck {
     uint64_t since_ns, threshold_ns;
     int64_t sample, batch;         // the open sample's dataset index and its batch's index (-1: unknown)
     uint32_t resumed, _pad;
+    char op[64];                   // the open op's name ("" none), cut
     char stack[kStuckStackLen];
 };
 
