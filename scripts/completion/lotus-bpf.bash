@@ -24,11 +24,11 @@ _lotus_bpf()
         --sample-unwind)
             COMPREPLY=($(compgen -W "cfi fp" -- "$cur"))
             return ;;
-        -d|--duration|--disk-reserve|--hold-deadline|--resources-interval|--cpus|--memory|--cpuset|--device-read-bps|--device-write-bps|--sample-freq|--sample-stack|--window|--pipeline|--span|--native)
+        -d|--duration|--stuck-after|--disk-reserve|--hold-deadline|--resources-interval|--cpus|--memory|--cpuset|--device-read-bps|--device-write-bps|--sample-freq|--sample-stack|--window|--pipeline|--span|--native)
             return ;;
     esac
     if [[ $cword -eq 1 && $cur != -* ]]; then
-        COMPREPLY=($(compgen -W "record export report top diff sweep probes rules agent" -- "$cur"))
+        COMPREPLY=($(compgen -W "record export report top diff sweep probes rules agent dump" -- "$cur"))
         return
     fi
     case ${words[1]} in
@@ -37,6 +37,9 @@ _lotus_bpf()
             return ;;
         rules)
             COMPREPLY=($(compgen -W "-o --output -h --help" -- "$cur"))
+            return ;;
+        dump)
+            COMPREPLY=($(compgen -W "--no-native -h --help" -- "$cur"))
             return ;;
         probes)
             if [[ $cur != -* ]]; then

@@ -11,6 +11,7 @@
 #include <frameobject.h>
 #include <longintrepr.h>
 #include "internal/pycore_runtime.h"
+#include "internal/pycore_interp.h"
 /* 3.10 does not install the dict's keys (Objects/dict-common.h): its fields as that file declares them */
 typedef struct {
     Py_hash_t me_hash;
@@ -189,7 +190,30 @@ int main(void)
            OFF(struct _dictkeysobject, dk_indices));
     printf("        .entry_size = %ld, .entry_key = %ld, .entry_value = %ld,\n", (long)sizeof(PyDictKeyEntry),
            OFF(PyDictKeyEntry, me_key), OFF(PyDictKeyEntry, me_value));
-    printf("        .unicode_entry_size = %ld, .unicode_entry_key = %ld, .unicode_entry_value = %ld}},\n",
+    printf("        .unicode_entry_size = %ld, .unicode_entry_key = %ld, .unicode_entry_value = %ld},\n",
            unicode_entry, unicode_key, unicode_value);
+
+    /* What `lotus-bpf dump` reads beside the frames: every thread of the runtime, and a frame's line */
+    long native_thread_id = -1, frame_instr = -1, frame_lasti = -1, code_adaptive = -1, linetable_format = 310;
+#if PY_VERSION_HEX < 0x030B0000
+    long threads_head = OFF(PyInterpreterState, tstate_head);
+    frame_lasti = OFF(PyFrameObject, f_lasti); /* an int, in code units */
+#else
+    long threads_head = OFF(PyInterpreterState, threads.head);
+    native_thread_id = OFF(PyThreadState, native_thread_id);
+    code_adaptive = OFF(PyCodeObject, co_code_adaptive);
+    linetable_format = 311; /* PEP 657's location table */
+#if PY_VERSION_HEX < 0x030D0000
+    frame_instr = OFF(_PyInterpreterFrame, prev_instr);
+#else
+    frame_instr = OFF(_PyInterpreterFrame, instr_ptr);
+#endif
+#endif
+    printf("        StackLayout{.runtime_interpreters_head = %ld, .interp_threads_head = %ld, .tstate_next = %ld,\n",
+           OFF(_PyRuntimeState, interpreters.head), threads_head, OFF(PyThreadState, next));
+    printf("        .tstate_thread_id = %ld, .tstate_native_thread_id = %ld, .frame_instr = %ld, .frame_lasti = %ld,\n",
+           OFF(PyThreadState, thread_id), native_thread_id, frame_instr, frame_lasti);
+    printf("        .code_linetable = %ld, .code_adaptive = %ld, .linetable_format = %ld, .code_argcount = %ld}},\n",
+           OFF(PyCodeObject, co_linetable), code_adaptive, linetable_format, OFF(PyCodeObject, co_argcount));
     return 0;
 }

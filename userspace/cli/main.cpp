@@ -16,6 +16,7 @@
 #include "lotus_abi.h"
 #include "agent.h"
 #include "diff.h"
+#include "dump.h"
 #include "export/output_file.h"
 #include "probes.h"
 #include "rules_file.h"
@@ -169,6 +170,16 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
                                                         "SIGTERM or the target exits)")
         ->check(kSeconds);
     add_rule_options(app, p);
+    app->add_option("--stuck-after", p.opts.stuck_after_s,
+                    "name a process of the job stuck (stderr, the status line, lotus_stuck_processes) when, inside a "
+                    "batch or a sample, it ends no span for this many seconds ('3' or '3s'; default: 10 x its median "
+                    "step, at least 10 s)")
+        ->transform([](std::string v) {
+            if (!v.empty() && v.back() == 's')
+                v.pop_back();
+            return v;
+        })
+        ->check(kSeconds);
     app->add_flag("--all-calls", p.opts.all_calls,
                   "see every Python call, also those made from Python (launch mode; CPython 3.10, or 3.12+ through "
                   "PYTHONPERFSUPPORT=1); costs a trap per call");
@@ -299,6 +310,7 @@ constexpr const char* kFooter = R"(Examples:
   lotus-bpf diff before.lbt after.json             two runs side by side (record files or summary JSONs)
   sudo lotus-bpf sweep --param workers=1,2,4 -- python3 train.py --workers {workers}   one run per setting
   lotus-bpf probes /usr/bin/python3                where it would probe this interpreter
+  sudo lotus-bpf dump 12345                       every Python stack of a job and its workers, now (like py-spy dump)
   lotus-bpf rules -o torch.json                    the built-in rules, to change and pass to --rules
   sudo lotus-bpf agent --metrics 0.0.0.0:9464      a node's service: every PyTorch job, as it starts
 
@@ -552,6 +564,23 @@ int run_probes_command(const ProbesCommand& c)
     return lotus::cli::run_probes(c.pid_opt->count() ? std::optional<int>(c.pid) : std::nullopt, c.python);
 }
 
+struct DumpCommand {
+    CLI::App* app = nullptr;
+    int pid = 0;
+    bool no_native = false;
+};
+
+void add_dump(CLI::App& app, DumpCommand& c)
+{
+    c.app = app.add_subcommand("dump", "print every thread's Python stack (innermost first) of a process and its "
+                                       "descendants (its DataLoader workers), and the native stack of each blocked in "
+                                       "a system call, read from outside: no probe, no stop (like py-spy dump)");
+    c.app->add_option("PID", c.pid, "the process (the training job's main process)")
+        ->required()
+        ->check(CLI::PositiveNumber);
+    c.app->add_flag("--no-native", c.no_native, "Python stacks only");
+}
+
 struct AgentCommand {
     CLI::App* app = nullptr;
     lotus::cli::AgentOptions a;
@@ -641,7 +670,7 @@ lotus::cli::Options& one_step(TraceCommand& c)
         throw CLI::ValidationError("--replay reads a record file: no --pid, command or --record with it");
     if (!c.pid->count() && opts.command.empty() && opts.replay.empty())
         throw CLI::ValidationError("give --pid PID or -- COMMAND (or --replay FILE, or a subcommand: "
-                                   "record, export, report, top, diff, sweep, probes, rules)");
+                                   "record, export, report, top, diff, sweep, probes, rules, dump)");
     if (c.pid->count())
         opts.pid = c.p.pid;
     check_limits(c.p, c.pid->count() || !opts.replay.empty());
@@ -665,6 +694,7 @@ int main(int argc, char** argv)
     ProbesCommand probes;
     RulesCommand rules;
     AgentCommand agent;
+    DumpCommand dump;
     add_one_step(app, main_cmd);
     add_record(app, record);
     add_top(app, top);
@@ -675,6 +705,7 @@ int main(int argc, char** argv)
     add_probes(app, probes);
     add_rules(app, rules);
     add_agent(app, agent);
+    add_dump(app, dump);
     app.require_subcommand(0, 1);
 
     lotus::cli::Options* session = nullptr;
@@ -684,6 +715,8 @@ int main(int argc, char** argv)
             return lotus::cli::run_diff(diff.a, diff.b, diff.html);
         if (probes.app->parsed())
             return run_probes_command(probes);
+        if (dump.app->parsed())
+            return lotus::cli::run_dump(dump.pid, !dump.no_native);
         if (rules.app->parsed())
             return lotus::cli::write_builtin_rules(rules.output);
         if (agent.app->parsed()) {

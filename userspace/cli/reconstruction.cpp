@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/printable.h"
 #include "export/html_report.h"
 #include "model/engine.h"
 #include "model/node_streams.h"
@@ -364,6 +365,39 @@ std::vector<std::string> Reconstruction::span_notes(bool calls_inlined) const
 
 // The summary's closing notes, in order: the run, what BPF or the stream could not record, the rules, the holds,
 // the processes' fates, the limits, the outputs.
+// The processes the live watch named stuck (RecordStuck): which, from when, for how long, where.
+std::vector<std::string> Reconstruction::stuck_notes() const
+{
+    std::vector<std::string> notes;
+    auto at = [&](uint64_t ns) { return ns > trace_.t0_ns() ? static_cast<double>(ns - trace_.t0_ns()) / 1e9 : 0.0; };
+    for (const auto& e : stuck_.episodes()) {
+        std::string where;
+        if (e.batch >= 0)
+            where += fmt::format(" in batch {}", e.batch);
+        if (e.sample >= 0)
+            where += fmt::format("{} sample {}", where.empty() ? " in" : ",", e.sample);
+        if (!e.op.empty())
+            where += fmt::format("{} op {}", where.empty() ? " in" : ",", common::printable(e.op));
+        std::string frames; // its innermost two frames
+        size_t from = 0;
+        for (int i = 0; i < 2 && from < e.stack.size(); i++) {
+            size_t nl = e.stack.find('\n', from);
+            std::string f = e.stack.substr(from, nl == std::string::npos ? std::string::npos : nl - from);
+            f.erase(0, f.find_first_not_of(' '));
+            frames += (frames.empty() ? "" : " <- ") + common::printable(f);
+            from = nl == std::string::npos ? e.stack.size() : nl + 1;
+        }
+        notes.push_back(fmt::format(
+            "{} (PID {}) was stuck{} {} (named when it had ended no span for {:.1f} s, its threshold){}.",
+            model::process_label(engine_.processes(), e.pid), e.pid, where,
+            e.end_ns ? fmt::format("for {:.1f} s, from {:.2f} s to {:.2f} s",
+                                   static_cast<double>(e.end_ns - e.since_ns) / 1e9, at(e.since_ns), at(e.end_ns))
+                     : fmt::format("from {:.2f} s, and still was when tracing stopped", at(e.since_ns)),
+            static_cast<double>(e.threshold_ns) / 1e9, frames.empty() ? "" : "; its stack: " + frames));
+    }
+    return notes;
+}
+
 std::vector<std::string> Reconstruction::summary_notes(const exporter::RunInfo& run, const Said& said,
                                                        const std::string& trace_cut, bool calls_inlined) const
 {
@@ -428,6 +462,8 @@ std::vector<std::string> Reconstruction::summary_notes(const exporter::RunInfo& 
         for (auto& n : limit_notes(*run.limits, engine_.processes(), said.ended.order))
             notes.push_back(std::move(n));
     for (auto& n : cgroup_notes(run))
+        notes.push_back(std::move(n));
+    for (auto& n : stuck_notes())
         notes.push_back(std::move(n));
     for (const auto& c : run.containers)
         notes.push_back(container_note(c));

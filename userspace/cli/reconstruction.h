@@ -63,6 +63,7 @@ public:
     {
         engine_.consume(data, len);
         usage_.consume(data, len);
+        stuck_.consume(data, len);
     }
     // Also hands every span to `f` as it ends (the live view, the metrics).
     void observe(std::function<void(const model::Span&)> f) { observers_.push_back(std::move(f)); }
@@ -105,6 +106,7 @@ private:
     std::vector<std::string> interpreters(exporter::RunInfo& run);
     std::vector<std::string> calls_unprobed(exporter::RunInfo& run);
     std::vector<std::string> span_notes(bool calls_inlined) const;
+    std::vector<std::string> stuck_notes() const;
     std::vector<std::string> summary_notes(const exporter::RunInfo& run, const Said& said, const std::string& trace_cut,
                                            bool calls_inlined) const;
     void write_reports(exporter::RunInfo& run, exporter::Report& report);
@@ -124,6 +126,7 @@ private:
     std::vector<std::function<void(const model::UsagePoint&)>> usage_observers_;
     exporter::UsageCsv usage_csv_;
     model::UsageTracker usage_;
+    model::StuckEpisodes stuck_; // the stream's RecordStuck
     model::Engine engine_; // last: it refers to the rules and its sink to the writers
 };
 

@@ -31,6 +31,7 @@
 #include "rules_file.h"
 #include "self_usage.h"
 #include "terminal.h"
+#include "live_stuck.h"
 #include "export/live_table.h"
 #include "export/chrome_trace.h"
 #include "record/record_file.h"
@@ -284,6 +285,7 @@ private:
     std::unique_ptr<capture::ObjectCallsSwitch> object_calls_; // --trainer-calls, where the probes allow it
     std::string trainer_calls_unavailable_; // why not, where they do not
     std::unique_ptr<Reconstruction> rec_;
+    std::unique_ptr<LiveStuck> stuck_; // processes that end no span inside work (live_stuck.h)
     // A new program (EXEC): its own environment (torchrun sets RANK), and maybe an interpreter to watch.
     struct ExecWatch : model::RecordHandler {
         Session& s;
@@ -439,6 +441,8 @@ void Session::build_pipeline()
         interp_, [this](const void* data, size_t len) { feed(data, len); }); // Python processes no probe sees
     if (common::knob_value("LOTUS_DEBUG_EVENTS"))
         debug_.emplace(rec_->rules().framework());
+    stuck_ = std::make_unique<LiveStuck>(opts_.stuck_after_s, t0_, [this](const void* data, size_t len) { feed(data, len); });
+    rec_->observe([this](const model::Span& s) { stuck_->span(s); });
     if (registry_) {
         metrics_ = std::make_shared<metrics::PipelineMetrics>(
             registry_, metrics::JobIdentity{node_name(opts_), LOTUS_VERSION, interp_.version.str(),
@@ -741,6 +745,7 @@ int Session::sleep_ms(uint64_t now) const
         wake.due_at(last_metrics_ns_ + 500'000'000ull);
     if (screen_)
         wake.due_at(last_frame_ns_ + 1'000'000'000ull);
+    wake.due_at(now + LiveStuck::kIntervalNs); // (the stuck-process watch)
     if (opts_.duration_s > 0)
         wake.due_at(t0_ + static_cast<uint64_t>(opts_.duration_s * 1e9));
     if (interpreters_->pending())
@@ -813,6 +818,9 @@ void Session::tick(uint64_t now)
         interpreters_->scan_command(static_cast<uint32_t>(launcher_->command_pid()), static_cast<uint32_t>(root_), now);
     if (screen_ && now - last_frame_ns_ >= 1'000'000'000ull)
         draw(now);
+    stuck_->check(now, rec_->engine(), opts_.top, tty_);
+    if (metrics_)
+        metrics_->stuck(stuck_->stuck());
     if (metrics_ && now - last_metrics_ns_ >= 500'000'000ull)
         update_metrics(now);
     if (tty_ && now - last_status_ > 500000000ull) {
@@ -821,8 +829,9 @@ void Session::tick(uint64_t now)
         size_t live = 0;
         for (const auto& [pid, p] : rec_->engine().processes())
             live += !p.exited;
-        fmt::print(stderr, "\r\033[K[lotus-bpf] {:.1f} s  processes {}  events {}  drops {}  samples {}",
-                   static_cast<double>(now - t0_) / 1e9, live, st.submitted, st.lost, rec_->engine().samples());
+        fmt::print(stderr, "\r\033[K[lotus-bpf] {:.1f} s  processes {}  events {}  drops {}  samples {}{}",
+                   static_cast<double>(now - t0_) / 1e9, live, st.submitted, st.lost, rec_->engine().samples(),
+                   stuck_->stuck() ? fmt::format("  STUCK {}", stuck_->stuck()) : "");
     }
 }
 
@@ -858,6 +867,7 @@ void Session::detach()
 {
     while (probe_->poll(0) > 0) {
     }
+    stuck_->check(monotonic_ns(), rec_->engine(), opts_.top, tty_, true); // (who resumed in the last records)
     cgroup_sweep(monotonic_ns(), live_pids()); // the throttling of the processes still running, at the end
     if (object_calls_)
         object_calls_->apply(true);

@@ -30,6 +30,7 @@ struct Options {
     bool net = false; // --net: count network bytes at the readings (the socket tracepoints: every socket call of the machine)
     int pss_interval_ms = -1; // PSS at the readings this often; -1: auto (within kPssBudget of the CPUs); 0: never
     double duration_s = 0; // 0: until Ctrl-C, SIGTERM or the target's exit
+    double stuck_after_s = 0; // --stuck-after: a stuck process's threshold; 0: its own (model::StuckWatch)
     std::vector<std::string> pipeline_classes;
     std::vector<std::string> spans; // --span
     std::string record;     // --record: also write the raw event stream here

@@ -12,6 +12,7 @@ struct Row {
     int major, minor;
     lotus_py_layout layout;
     ObjectLayout objects;
+    StackLayout stacks;
 };
 
 // One row per supported version, measured with offsetof() against that version's own headers by
@@ -76,6 +77,14 @@ std::optional<ObjectLayout> object_layout_for(const PyVersion& v)
     for (const auto& r : kRows)
         if (r.major == v.major && r.minor == v.minor)
             return r.objects;
+    return std::nullopt;
+}
+
+std::optional<StackLayout> stack_layout_for(const PyVersion& v)
+{
+    for (const auto& r : kRows)
+        if (r.major == v.major && r.minor == v.minor)
+            return r.stacks;
     return std::nullopt;
 }
 

@@ -32,9 +32,24 @@ struct ObjectLayout {
     int32_t unicode_entry_size, unicode_entry_key, unicode_entry_value; // PyDictUnicodeEntry (3.11+), or -1
 };
 
+// What `lotus-bpf dump` reads beside the frames BPF walks (user space only): every thread state of the runtime,
+// and where a frame is in its code, to name its line. Offsets in bytes; -1: the version has no such field.
+struct StackLayout {
+    int32_t runtime_interpreters_head; // _PyRuntimeState.interpreters.head
+    int32_t interp_threads_head;       // PyInterpreterState.threads.head (3.10: tstate_head)
+    int32_t tstate_next, tstate_thread_id, tstate_native_thread_id; // PyThreadState (native_thread_id: 3.11+)
+    int32_t frame_instr;    // _PyInterpreterFrame.prev_instr (3.11, 3.12) / instr_ptr (3.13+): a pointer
+    int32_t frame_lasti;    // PyFrameObject.f_lasti (3.10): an int, in code units
+    int32_t code_linetable; // co_linetable (a bytes object)
+    int32_t code_adaptive;  // co_code_adaptive: the instructions frame_instr points into (3.11+)
+    int32_t linetable_format; // 310: 3.10's (start delta, line delta) pairs; 311: PEP 657's location table
+    int32_t code_argcount;    // co_argcount (an int): its first locals are the positional arguments
+};
+
 // The layout for a version, or nullopt when that version is not supported.
 std::optional<lotus_py_layout> layout_for(const PyVersion& v);
 std::optional<ObjectLayout> object_layout_for(const PyVersion& v);
+std::optional<StackLayout> stack_layout_for(const PyVersion& v);
 // Opcodes whose handlers --all-calls probes where calls are inlined and no trampoline exists (3.11): the
 // instructions every frame starts with, and the one a normal return runs.
 struct InlineCallOpcodes {

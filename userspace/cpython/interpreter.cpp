@@ -111,6 +111,7 @@ Interpreter describe(const elf::ElfFile& elf, bool shared, const std::string& wh
     if (!off)
         throw TargetError(fmt::format("{}: {} has no file offset for {}", who, elf.path(), kEvalSymbol));
     Interpreter interp{elf.path(), elf.path(), shared, *version, *caps, *off, *layout, "table", std::nullopt, "", std::nullopt, ""};
+    interp.runtime_vaddr = runtime ? runtime->value : 0;
     if (auto fns = find_slot_functions(elf, &interp.slots_missing); fns && runtime && layout->runtime_tstate > 0) {
         SlotProbes sp;
         sp.vaddr = fns->vaddr;

@@ -36,6 +36,7 @@ struct Interpreter {
     std::string slots_missing;
     std::optional<uint64_t> os_read_offset; // file offset of os.read's uprobe (target/builtin_functions.h)
     std::string os_read_missing;
+    uint64_t runtime_vaddr = 0;          // _PyRuntime's address in object_path (0: no such symbol)
 };
 
 // From /proc/PID/maps. Throws TargetError.

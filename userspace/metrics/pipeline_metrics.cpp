@@ -185,7 +185,9 @@ PipelineMetrics::PipelineMetrics(std::shared_ptr<prometheus::Registry> registry,
       info_(gauges("lotus_job_info", "The traced job: one series per training process (rank), value 1", *registry_)),
       wait_ratio_(gauges("lotus_wait_ratio", "Share of each training loop's time, from its first next() to its last "
                          "so far, spent waiting in next() for a batch", *registry_)),
-      grade_(gauges("lotus_input_bound_grade", grade_help().c_str(), *registry_))
+      grade_(gauges("lotus_input_bound_grade", grade_help().c_str(), *registry_)),
+      stuck_(gauges("lotus_stuck_processes", "Processes of the job inside work (a batch, a sample) that have ended no "
+                    "span for their threshold (--stuck-after, or 10 x their median step, at least 10 s)", *registry_))
 {
 }
 
@@ -373,6 +375,16 @@ void PipelineMetrics::loops(const model::BatchTracker& batches, const std::map<u
     loop_series_ = std::move(kept);
 }
 
+void PipelineMetrics::stuck(size_t n)
+{
+    Labels l = with_job({});
+    std::string key = key_of(&stuck_, l);
+    auto [g, fresh] = gauges_.try_emplace(key);
+    if (fresh)
+        g->second = {&stuck_, acquire(stuck_, l)};
+    g->second.metric->Set(static_cast<double>(n));
+}
+
 void PipelineMetrics::refresh(const std::map<uint32_t, model::ProcessInfo>& processes, const model::BatchTracker* batches)
 {
     if (batches)
@@ -404,7 +416,7 @@ void PipelineMetrics::refresh(const std::map<uint32_t, model::ProcessInfo>& proc
         }
     }
     for (const auto& [k, g] : gauges_) // a role none of whose processes is alive now reads 0
-        if (!set.count(k))
+        if (!set.count(k) && g.family != &stuck_)
             g.metric->Set(0);
     // The info series: one per training process, else one for the job.
     std::vector<Labels> info;

@@ -78,6 +78,8 @@ public:
     void refresh(const std::map<uint32_t, model::ProcessInfo>& processes, const model::BatchTracker* batches = nullptr);
     // The capture's counts so far (monotonic).
     void capture(const CaptureFigures& f);
+    // How many of the job's processes are stuck now (model::StuckWatch).
+    void stuck(size_t n);
     // Every series this job added, out of the registry (the agent, a while after the job ended), but those that
     // another PipelineMetrics of equal labels still holds.
     void remove_series();
@@ -110,7 +112,7 @@ private:
         &folded_;
     prometheus::Family<prometheus::Histogram>&ops_, &loads_, &collates_, &sample_durations_, &batches_, &waits_,
         &delays_, &functions_;
-    prometheus::Family<prometheus::Gauge>&rss_, &processes_, &info_, &wait_ratio_, &grade_;
+    prometheus::Family<prometheus::Gauge>&rss_, &processes_, &info_, &wait_ratio_, &grade_, &stuck_;
     // Series by their labels' text: a span's metric is found without building the family's label map twice.
     template <typename T>
     struct Series {

@@ -18,6 +18,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -129,6 +130,8 @@ public:
 
     const std::map<std::pair<uint32_t, int>, BatchStats>& stats() const { return stats_; }
     const std::map<uint32_t, LoopSpan>& loops() const { return loops_; }
+    // The batch process pid is preparing now, its start and index (-1: unknown), if any.
+    std::optional<std::pair<uint64_t, int64_t>> open_batch(uint32_t pid) const;
     bool seen() const { return seen_; }
 
 private:

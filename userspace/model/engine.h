@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "role_spaces.h"
 #include "rules.h"
 #include "spans.h"
+#include "stuck.h"
 #include "user_records.h"
 #include "wait_causes.h"
 
@@ -115,6 +117,10 @@ public:
         bool in_pipeline = false;         // an op of a pipeline's sample (else of a __getitem__'s own calls)
     };
     const std::vector<ContainerSeen>& containers() const { return containers_; }
+    // Where process pid is at work now (the stuck-process watch, model/stuck.h): its earliest open batch, sample,
+    // op or --span call (a training loop waiting in next() is not at work of its own), the innermost open sample's
+    // index and its open batch's; nullopt when it is in none.
+    std::optional<OpenWork> open_work(uint32_t pid) const;
 
 private:
     // Open calls of a thread. A sample or a container op is a level: the calls made from its frames (at the

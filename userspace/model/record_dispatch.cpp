@@ -120,6 +120,8 @@ bool dispatch(const void* data, size_t len, RecordHandler& h)
         return call(as<RecordObjectCalls>(data, len), &RecordHandler::object_calls);
     case kRecordCgroup:
         return call(as<RecordCgroup>(data, len), &RecordHandler::cgroup);
+    case kRecordStuck:
+        return call(as<RecordStuck>(data, len), &RecordHandler::stuck);
     }
     return false;
 }

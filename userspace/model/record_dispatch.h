@@ -42,6 +42,7 @@ public:
     virtual void command(const RecordCommand&) {}
     virtual void object_calls(const RecordObjectCalls&) {}
     virtual void cgroup(const RecordCgroup&) {}
+    virtual void stuck(const RecordStuck&) {}
 };
 
 // False when the record is too short for its type or of no known type (nothing is called then).

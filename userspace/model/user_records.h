@@ -24,6 +24,7 @@ enum : uint32_t {
     kRecordCommand = 112,          // a process's command line (a helper's role: multiprocessing's forkserver)
     kRecordObjectCalls = 113,      // a process's object calls stopped, or began again, being probed (--trainer-calls)
     kRecordCgroup = 114,           // a process's cgroup: its CPU and memory limits and its CPU throttling so far
+    kRecordStuck = 118,            // a process of the job ended no span for its threshold, or resumed (model/stuck.h)
 };
 
 // The slots of the locals a code object's role captures (its CODE record's code), as read from the target's
@@ -194,5 +195,20 @@ struct RecordCgroup {
 constexpr uint32_t kCgroupQuota = 1, kCgroupCpuset = 2, kCgroupMemory = 4, kCgroupThrottle = 8;
 constexpr uint32_t kCgroupV1 = 16, kCgroupV2 = 32; // which hierarchies its figures came from
 constexpr uint64_t kNoMemoryLimit = UINT64_MAX;
+
+// A traced process inside work (a batch or a sample) ended no span for threshold_ns since since_ns (resumed 0,
+// said at ts_ns), or ended one again at ts_ns (resumed 1): the live stuck-process watch (model/stuck.h). The
+// stack is its main thread's Python stack as read from outside when it was said stuck ("" where unread or on
+// resuming): innermost frame first, one "function (file:line)" a line, cut to fit.
+constexpr size_t kStuckStackLen = 1024;
+struct RecordStuck {
+    uint32_t type, tgid, tid, cpu; // tgid: the process
+    uint64_t ts_ns;
+    uint64_t since_ns, threshold_ns;
+    int64_t sample, batch;         // the open sample's dataset index and its batch's index (-1: unknown)
+    uint32_t resumed, _pad;
+    char op[64];                   // the open op's name ("" none), cut
+    char stack[kStuckStackLen];
+};
 
 } // namespace lotus::model
