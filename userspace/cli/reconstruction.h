@@ -17,6 +17,7 @@
 #include "export/summary.h"
 #include "export/timeline.h"
 #include "export/usage_summary.h"
+#include "export/worker_memory.h"
 #include "model/usage.h"
 #include "model/engine.h"
 #include "outputs.h"
@@ -63,6 +64,7 @@ public:
     {
         engine_.consume(data, len);
         usage_.consume(data, len);
+        worker_memory_.consume(data, len);
     }
     // Also hands every span to `f` as it ends (the live view, the metrics).
     void observe(std::function<void(const model::Span&)> f) { observers_.push_back(std::move(f)); }
@@ -124,6 +126,7 @@ private:
     std::vector<std::function<void(const model::UsagePoint&)>> usage_observers_;
     exporter::UsageCsv usage_csv_;
     model::UsageTracker usage_;
+    exporter::WorkerMemory worker_memory_;
     model::Engine engine_; // last: it refers to the rules and its sink to the writers
 };
 
