@@ -84,8 +84,11 @@ TEST(RecordDispatch, AnOlderUsageRecordHasNoPrivateMemory)
     EXPECT_EQ(s.usage_read.net_recv, 5u);
     EXPECT_EQ(s.usage_read.private_kb, model::kNoPss);
     EXPECT_EQ(s.usage_read.shared_dirty_kb, model::kNoPss);
+    EXPECT_EQ(s.usage_read.anon_kb, model::kNoPss);
     r.shared_dirty_kb = 100;
+    r.anon_kb = 200;
     EXPECT_TRUE(model::dispatch(&r, sizeof(r), s));
+    EXPECT_EQ(s.usage_read.anon_kb, 200u);
     EXPECT_EQ(s.usage_read.private_kb, 4096u);
     EXPECT_EQ(s.usage_read.shared_dirty_kb, 100u);
 }

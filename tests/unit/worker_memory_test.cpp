@@ -10,24 +10,24 @@ using exporter::MemoryVerdict;
 
 namespace {
 
-// A worker read `step` samples between readings 1 s apart; f gives its private and resident MB at x samples read.
+// A worker read `step` samples between readings 1 s apart; f gives its private and anonymous MB at x samples read.
 template <typename F>
 std::vector<MemoryPoint> curve(size_t readings, double step, F f)
 {
     std::vector<MemoryPoint> p;
     for (size_t i = 0; i < readings; i++) {
         double x = step * static_cast<double>(i);
-        auto [priv, rss] = f(x);
-        p.push_back({x, priv, rss, static_cast<double>(i)});
+        auto [priv, anon] = f(x);
+        p.push_back({x, priv, anon, static_cast<double>(i)});
     }
     return p;
 }
 
 } // namespace
 
-// Copy-on-read: private memory grows as the worker reads (pages it shared become its own) while RSS stays; once
-// the whole dataset was touched, it is flat.
-TEST(WorkerMemory, CopyOnReadGrowsThenFlattensWithoutRssGrowth)
+// Copy-on-read: private memory grows as the worker reads (pages it shared become its own) while its anonymous
+// memory stays; once the whole dataset was touched, it is flat.
+TEST(WorkerMemory, CopyOnReadGrowsThenFlattensWithoutAnonymousGrowth)
 {
     auto p = curve(8, 500, [](double x) { return std::pair{20 + 0.04 * std::min(x, 1500.0), 400.0}; });
     auto j = exporter::judge_curve(p);
@@ -50,7 +50,7 @@ TEST(WorkerMemory, CopyOnReadStillGrowingHasItsRate)
     EXPECT_NEAR(j.mb_per_s, 20, 1e-6); // 100 MB over 5 s
 }
 
-// A leak: new memory (RSS grows with private) that keeps growing.
+// A leak: new memory (anonymous memory grows with private) that keeps growing.
 TEST(WorkerMemory, LeakKeepsGrowingWithItsRss)
 {
     auto p = curve(8, 500, [](double x) { return std::pair{20 + 0.02 * x, 300 + 0.02 * x}; });
@@ -97,16 +97,17 @@ TEST(WorkerMemory, TooFewReadingsAreUnknown)
 
 namespace {
 
-model::RecordUsage reading(uint32_t pid, uint64_t ts, uint64_t private_kb, uint64_t rss_kb)
+model::RecordUsage reading(uint32_t pid, uint64_t ts, uint64_t private_kb, uint64_t anon_kb)
 {
     model::RecordUsage r{};
     r.type = model::kRecordUsage;
     r.tgid = r.tid = pid;
     r.ts_ns = ts;
-    r.rss_kb = rss_kb;
+    r.rss_kb = anon_kb + 100 * 1024; // and file pages
+    r.anon_kb = private_kb == model::kNoPss ? model::kNoPss : anon_kb;
     r.pss_kb = private_kb == model::kNoPss ? model::kNoPss : private_kb;
     r.private_kb = private_kb;
-    r.shared_dirty_kb = private_kb == model::kNoPss ? model::kNoPss : rss_kb - private_kb;
+    r.shared_dirty_kb = private_kb == model::kNoPss ? model::kNoPss : anon_kb - private_kb;
     return r;
 }
 

@@ -535,7 +535,7 @@ void Session::sweep(uint64_t now)
                              u->hwm_kb, u->pss_kb.value_or(model::kNoPss), u->read_bytes, u->write_bytes,
                              u->nvcsw, u->nivcsw, u->threads, probe_->counts_network() ? model::kUsageNet : 0,
                              net.sent, net.recv, u->private_kb.value_or(model::kNoPss),
-                             u->shared_dirty_kb.value_or(model::kNoPss)};
+                             u->shared_dirty_kb.value_or(model::kNoPss), u->anon_kb.value_or(model::kNoPss)};
         feed(&r, sizeof(r));
     }
     cgroup_sweep(now, live);

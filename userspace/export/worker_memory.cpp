@@ -63,15 +63,15 @@ CurveJudgement judge_curve(const std::vector<MemoryPoint>& p)
     }
     j.rate_mb_per_1000 = 1000 * slope(p);
     j.growth_mb = last.private_mb - first.private_mb;
-    double rss_growth = last.rss_mb - first.rss_mb;
-    j.copied_mb = std::clamp(j.growth_mb - rss_growth, 0.0, std::max(j.growth_mb, 0.0));
+    double anon_growth = last.anon_mb - first.anon_mb;
+    j.copied_mb = std::clamp(j.growth_mb - anon_growth, 0.0, std::max(j.growth_mb, 0.0));
     j.new_mb = std::max(j.growth_mb, 0.0) - j.copied_mb;
     j.shared_left_mb = last.shared_mb;
     // what the growth was made of, leaving the first interval out where there are readings to spare
     bool spare = p.size() > kMinMemoryReadings && last.private_mb - p[1].private_mb >= kMinGrowthMb;
     const auto& from = spare ? p[1] : first;
     double grew = last.private_mb - from.private_mb;
-    double copied = std::clamp(grew - (last.rss_mb - from.rss_mb), 0.0, std::max(grew, 0.0));
+    double copied = std::clamp(grew - (last.anon_mb - from.anon_mb), 0.0, std::max(grew, 0.0));
     j.copied_share = grew > 0 ? copied / grew : 0;
     if (last.at_s > first.at_s)
         j.mb_per_s = j.growth_mb / (last.at_s - first.at_s);
@@ -83,15 +83,16 @@ CurveJudgement judge_curve(const std::vector<MemoryPoint>& p)
         j.why = fmt::format("private memory {:+.1f} MB over its readings (under {:g} MB)", j.growth_mb, kMinGrowthMb);
     } else if (j.copied_share >= kCopiedShare) {
         j.verdict = MemoryVerdict::CopyOnRead;
-        j.why = fmt::format("{:.0f} of its {:.0f} MB of private growth were pages it had shared (its RSS grew {:.0f} "
-                            "MB){}", j.copied_mb, j.growth_mb, std::max(rss_growth, 0.0),
+        j.why = fmt::format("{:.0f} of its {:.0f} MB of private growth were pages it had shared (its anonymous "
+                            "memory grew {:.0f} MB){}", j.copied_mb, j.growth_mb, std::max(anon_growth, 0.0),
                             j.flattened ? "; flat in the second half of what it read" : "; still growing");
     } else if (j.flattened) {
         j.verdict = MemoryVerdict::Steady;
         j.why = fmt::format("it allocated {:.0f} MB early on, then stayed flat", j.new_mb);
     } else {
         j.verdict = MemoryVerdict::LeakLike;
-        j.why = fmt::format("{:.0f} of its {:.0f} MB of private growth were new memory (its RSS grew with it), and "
+        j.why = fmt::format("{:.0f} of its {:.0f} MB of private growth were new memory (its anonymous memory grew "
+                            "with it), and "
                             "it did not flatten", j.new_mb, j.growth_mb);
     }
     return j;
@@ -114,7 +115,7 @@ void WorkerMemory::usage(const model::RecordUsage& r)
     private_seen_ = true;
     if (!p.readings.empty() && r.ts_ns <= p.readings.back().ts_ns)
         return;
-    Reading x{r.ts_ns, r.private_kb, r.rss_kb, r.shared_dirty_kb};
+    Reading x{r.ts_ns, r.private_kb, r.anon_kb == model::kNoPss ? r.rss_kb : r.anon_kb, r.shared_dirty_kb};
     // the spans that ended since the last reading, up to this one
     auto take = [&](std::vector<uint64_t>& pending, uint64_t& into) {
         auto keep = std::partition(pending.begin(), pending.end(), [&](uint64_t end) { return end <= r.ts_ns; });
@@ -158,7 +159,7 @@ void WorkerMemory::judge(uint32_t pid, Proc& p, const model::ProcessInfo& info, 
     for (const auto& r : p.readings) {
         read += p.any_sample ? r.samples : r.batches;
         points.push_back({static_cast<double>(read), static_cast<double>(r.private_kb) / 1024,
-                          static_cast<double>(r.rss_kb) / 1024, (static_cast<double>(r.ts_ns) - t0) / 1e9,
+                          static_cast<double>(r.anon_kb) / 1024, (static_cast<double>(r.ts_ns) - t0) / 1e9,
                           r.shared_dirty_kb == model::kNoPss ? -1 : static_cast<double>(r.shared_dirty_kb) / 1024});
     }
     row.read = static_cast<double>(read);
@@ -269,7 +270,7 @@ std::vector<std::string> worker_memory_advice(const WorkerMemoryReport& r, const
         double rate = median_rate(r, MemoryVerdict::LeakLike, unit);
         out.push_back(fmt::format(
             "Leak-like growth in {} DataLoader worker process(es): {:.2f} MB per 1,000 {} (median) of new memory "
-            "(RSS grew with it, so not copies of the parent's pages) that did not flatten: something kept per "
+            "(its anonymous memory grew with it, so not copies of the parent's pages) that did not flatten: something kept per "
             "sample (a cache, a growing list) or a leak.", r.leak_like, rate, unit));
     }
     return out;
@@ -325,7 +326,8 @@ std::string worker_memory_html(const WorkerMemoryReport& r)
         h += "<p>" + html_escape(a) + "</p>\n";
     h += fmt::format("<p class=\"legend\">Private memory (USS: Private_Clean + Private_Dirty of smaps_rollup, read "
                      "with PSS) over the samples (or batches) each worker had read; {} readings at least. Copied: "
-                     "private growth its RSS did not share, pages it had shared with its parent.</p>\n</div>\n",
+                     "private growth its anonymous memory (smaps_rollup's Anonymous) did not share: pages it had shared with its "
+                     "parent.</p>\n</div>\n",
                      kMinMemoryReadings);
     return h;
 }

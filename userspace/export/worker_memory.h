@@ -1,8 +1,10 @@
 // Memory that DataLoader workers copy: each worker's private memory (USS, read with PSS) over the samples it had
 // read by each reading. A forked worker shares its parent's pages; reading Python objects the dataset holds
 // (lists, dicts) writes their reference counts, and each page written becomes the worker's own copy
-// (copy-on-read, pytorch/pytorch#13246): its private memory grows with the samples while its resident memory
-// (RSS) does not, the page having been resident and mapped already. Memory it allocates anew (a leak) grows both.
+// (copy-on-read, pytorch/pytorch#13246): its private memory grows with the samples while its anonymous memory
+// (smaps_rollup's Anonymous: resident anonymous pages, shared or not) does not, the page having been resident and
+// mapped already. Memory it allocates anew (a leak) grows both. (RSS would not do: a worker paging in code it
+// runs for the first time grows its RSS with shared file pages.)
 // So a curve is judged by what its growth was made of, and by its shape: copying is bounded by the pages shared
 // (it flattens once the data read was copied), a leak keeps growing. Computed from the record stream alone.
 #pragma once
@@ -21,7 +23,7 @@ namespace lotus::exporter {
 // One reading of a worker: what it had read by then (samples, or batches where no sample was seen) and its memory.
 struct MemoryPoint {
     double read = 0;
-    double private_mb = 0, rss_mb = 0;
+    double private_mb = 0, anon_mb = 0; // anon: Anonymous (RSS where it was not read)
     double at_s = 0;       // the reading's time (any origin)
     double shared_mb = -1; // written pages it shares (Shared_Dirty): what it can still copy; -1 not read
 };
@@ -34,8 +36,8 @@ struct CurveJudgement {
     size_t readings = 0;
     double rate_mb_per_1000 = 0; // private MB per 1,000 read (least squares over the readings)
     double growth_mb = 0;        // private memory, last reading less first
-    double copied_mb = 0;        // of it, pages it had mapped already (private growth less RSS growth)
-    double new_mb = 0;           // of it, memory it mapped anew (RSS growth)
+    double copied_mb = 0;        // of it, pages it had mapped already (private growth less anonymous growth)
+    double new_mb = 0;           // of it, memory it mapped anew (anonymous growth)
     double copied_share = 0;     // copied over growth, from its second reading on where it has more than the
                                  // minimum (its first batch's own allocations come before that)
     bool flattened = false;      // the second half of what it read added under kFlatShare of what the first did
@@ -88,7 +90,7 @@ private:
     void usage(const model::RecordUsage& r) override;
     struct Reading {
         uint64_t ts_ns = 0;
-        uint64_t private_kb = 0, rss_kb = 0, shared_dirty_kb = model::kNoPss;
+        uint64_t private_kb = 0, anon_kb = 0, shared_dirty_kb = model::kNoPss;
         uint64_t samples = 0, batches = 0; // spans that ended in (previous reading, this one]
     };
     struct Proc {

@@ -104,8 +104,8 @@ bool dispatch(const void* data, size_t len, RecordHandler& h)
             return false;
         if (len < offsetof(RecordUsage, private_kb))
             r.flags = 0;
-        if (len < offsetof(RecordUsage, shared_dirty_kb) + sizeof(r.shared_dirty_kb))
-            r.private_kb = r.shared_dirty_kb = kNoPss;
+        if (len < offsetof(RecordUsage, anon_kb) + sizeof(r.anon_kb))
+            r.private_kb = r.shared_dirty_kb = r.anon_kb = kNoPss;
         return call(&r, &RecordHandler::usage);
     }
     case kRecordNativeLate:

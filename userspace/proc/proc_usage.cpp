@@ -233,6 +233,7 @@ std::optional<ProcUsage> ProcUsageReader::read(int pid, bool with_pss)
             if (clean && dirty)
                 u.private_kb = *clean + *dirty;
             u.shared_dirty_kb = field(*rollup, "Shared_Dirty");
+            u.anon_kb = field(*rollup, "Anonymous");
         }
     return u;
 }
