@@ -91,6 +91,9 @@ TEST(WorkerMemory, TooFewReadingsAreUnknown)
     auto j = exporter::judge_curve(p);
     EXPECT_EQ(j.verdict, MemoryVerdict::Unknown);
     EXPECT_NE(j.why.find("not enough readings"), std::string::npos);
+    EXPECT_EQ(j.rate_mb_per_1000, 0);
+    EXPECT_TRUE(j.copying_hint) << j.why; // 1 MB a sample, all copies: said, without a rate
+    EXPECT_NE(j.why.find("copy-on-read may be under way"), std::string::npos) << j.why;
     auto idle = curve(6, 0, [](double) { return std::pair{10.0, 300.0}; });
     EXPECT_EQ(exporter::judge_curve(idle).verdict, MemoryVerdict::Unknown);
 }

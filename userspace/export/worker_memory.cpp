@@ -54,6 +54,17 @@ CurveJudgement judge_curve(const std::vector<MemoryPoint>& p)
     j.readings = p.size();
     if (p.size() < kMinMemoryReadings) {
         j.why = fmt::format("not enough readings ({} with private memory, {} needed)", p.size(), kMinMemoryReadings);
+        // what the few say, without a rate: its private memory grew, made of pages it had shared
+        if (p.size() >= 2 && p.back().read > p.front().read) {
+            double grew = p.back().private_mb - p.front().private_mb;
+            double copied = std::clamp(grew - (p.back().anon_mb - p.front().anon_mb), 0.0, std::max(grew, 0.0));
+            if (grew >= kMinGrowthMb && copied >= kCopiedShare * grew) {
+                j.copying_hint = true;
+                j.why += fmt::format(", but its private memory grew {:.0f} MB over {:.0f} read, {:.0f} MB of it pages it "
+                                     "had shared: copy-on-read may be under way", grew, p.back().read - p.front().read,
+                                     copied);
+            }
+        }
         return j;
     }
     const auto &first = p.front(), &last = p.back();
@@ -353,6 +364,9 @@ std::vector<std::string> worker_memory_lines(const WorkerMemoryReport& r)
                                   "readings: {}).", w.label, w.pid, memory_verdict_key(c.verdict),
                                   c.rate_mb_per_1000, w.unit, c.growth_mb, w.read, w.unit, c.readings, c.why));
     }
+    for (const auto& w : r.workers)
+        if (w.curve.copying_hint)
+            out.push_back(fmt::format("  {} (PID {}, counting {}): {}.", w.label, w.pid, w.unit, w.curve.why));
     if (r.left_out)
         out.push_back(fmt::format("  ({} more worker process(es) not listed.)", r.left_out));
     if (r.unknown) {

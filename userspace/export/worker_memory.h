@@ -43,6 +43,7 @@ struct CurveJudgement {
     bool flattened = false;      // the second half of what it read added under kFlatShare of what the first did
     double shared_left_mb = -1;  // Shared_Dirty at the last reading: the most it can still copy; -1 not read
     double mb_per_s = 0;         // private growth over the readings' time
+    bool copying_hint = false;   // unknown for too few readings, but those it has grew with copies
     std::string why;             // for unknown: why; else how the verdict was reached, in words
 };
 
