@@ -173,3 +173,23 @@ TEST(WorkerMemory, OlderRecordsSayPrivateMemoryUnknown)
     ASSERT_EQ(lines.size(), 1u);
     EXPECT_NE(lines[0].find("not read"), std::string::npos);
 }
+
+// Sample ends kept while no reading comes are bounded; those let go of still count at the next reading.
+TEST(WorkerMemory, PendingSamplesAreBoundedAndStillCounted)
+{
+    exporter::WorkerMemory wm;
+    std::map<uint32_t, model::ProcessInfo> procs;
+    procs[7].pid = 7, procs[7].worker = true;
+    constexpr uint64_t S = 1'000'000'000;
+    uint64_t n = exporter::WorkerMemory::kMaxPending * 3 + 5;
+    for (uint64_t i = 1; i <= n; i++)
+        wm.add(sample(7, 100 * S + i));
+    for (uint64_t k = 0; k < 4; k++) {
+        auto r = reading(7, 200 * S + k * S, (10 + k) * 1024, 300 * 1024);
+        wm.consume(&r, sizeof(r));
+        wm.add(sample(7, 200 * S + k * S + 1));
+    }
+    auto rep = wm.finish(procs, {});
+    ASSERT_EQ(rep.workers.size(), 1u);
+    EXPECT_EQ(rep.workers[0].read, static_cast<double>(n + 3)); // the last one's sample came after the last reading
+}

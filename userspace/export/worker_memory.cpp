@@ -3,6 +3,7 @@
 #include "export/html_report.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -135,6 +136,8 @@ void WorkerMemory::usage(const model::RecordUsage& r)
     };
     take(p.pending_samples, x.samples);
     take(p.pending_batches, x.batches);
+    x.samples += std::exchange(p.old_samples, 0);
+    x.batches += std::exchange(p.old_batches, 0);
     p.readings.push_back(x);
 }
 
@@ -148,10 +151,18 @@ void WorkerMemory::add(const model::Span& s)
     // counted at the first reading at or after its end (or pending until one comes)
     auto at = std::lower_bound(p.readings.begin(), p.readings.end(), s.end_ns,
                                [](const Reading& r, uint64_t end) { return r.ts_ns < end; });
-    if (at == p.readings.end())
-        (sample ? p.pending_samples : p.pending_batches).push_back(s.end_ns);
-    else
+    if (at == p.readings.end()) {
+        auto& pending = sample ? p.pending_samples : p.pending_batches;
+        pending.push_back(s.end_ns);
+        if (pending.size() > kMaxPending) {
+            auto half = pending.begin() + static_cast<std::ptrdiff_t>(kMaxPending / 2);
+            std::nth_element(pending.begin(), half, pending.end());
+            (sample ? p.old_samples : p.old_batches) += kMaxPending / 2;
+            pending.erase(pending.begin(), half);
+        }
+    } else {
         (sample ? at->samples : at->batches)++;
+    }
 }
 
 void WorkerMemory::judge(uint32_t pid, Proc& p, const model::ProcessInfo& info, std::string label)

@@ -86,6 +86,9 @@ public:
     // An exited process folded into its role's row: judged now (its label from the engine), its data dropped.
     void fold(uint32_t pid, const model::ProcessInfo& p, std::string label);
     WorkerMemoryReport finish(const std::map<uint32_t, model::ProcessInfo>& processes, const JobMemory& job);
+    // Ends kept while no reading came (a process whose private memory is never read, --pss-interval 0): past it
+    // the older half is only counted, as before the next reading (its time is long past).
+    static constexpr size_t kMaxPending = 1 << 16;
 
 private:
     void usage(const model::RecordUsage& r) override;
@@ -97,6 +100,7 @@ private:
     struct Proc {
         std::vector<Reading> readings;            // with private memory, in time order
         std::vector<uint64_t> pending_samples, pending_batches; // ends after the last reading
+        uint64_t old_samples = 0, old_batches = 0; // pending ones let go of (kMaxPending): before the next reading
         bool any_sample = false;
         bool any_reading = false;                 // a reading with or without private memory
     };
