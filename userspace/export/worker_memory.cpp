@@ -240,7 +240,8 @@ double median_rate(const WorkerMemoryReport& r, MemoryVerdict v, std::string& un
     if (rates.empty())
         return 0;
     std::sort(rates.begin(), rates.end());
-    return rates[rates.size() / 2];
+    size_t n = rates.size();
+    return n % 2 ? rates[n / 2] : (rates[n / 2 - 1] + rates[n / 2]) / 2;
 }
 
 // When the copying would reach the job's memory limit, or that it cannot (bounded by the pages shared).
