@@ -70,6 +70,29 @@ TEST(RecordDispatch, AnOlderUsageRecordIsReadWithoutItsNetworkFields)
     EXPECT_EQ(s.usage_read.net_sent, 77u);
 }
 
+// Records made before private memory (USS) was read end at net_recv: theirs is not known (kNoPss), never 0.
+TEST(RecordDispatch, AnOlderUsageRecordHasNoPrivateMemory)
+{
+    Seen s;
+    model::RecordUsage r{};
+    r.type = model::kRecordUsage;
+    r.flags = model::kUsageNet;
+    r.net_recv = 5;
+    r.private_kb = 4096;
+    EXPECT_TRUE(model::dispatch(&r, offsetof(model::RecordUsage, private_kb), s));
+    EXPECT_EQ(s.usage_read.flags, model::kUsageNet);
+    EXPECT_EQ(s.usage_read.net_recv, 5u);
+    EXPECT_EQ(s.usage_read.private_kb, model::kNoPss);
+    EXPECT_EQ(s.usage_read.shared_dirty_kb, model::kNoPss);
+    EXPECT_EQ(s.usage_read.anon_kb, model::kNoPss);
+    r.shared_dirty_kb = 100;
+    r.anon_kb = 200;
+    EXPECT_TRUE(model::dispatch(&r, sizeof(r), s));
+    EXPECT_EQ(s.usage_read.anon_kb, 200u);
+    EXPECT_EQ(s.usage_read.private_kb, 4096u);
+    EXPECT_EQ(s.usage_read.shared_dirty_kb, 100u);
+}
+
 // The capture's end record (its counts as tracing stopped) is a record of the stream like the others.
 TEST(RecordDispatch, TheEndRecordCarriesTheCapturesCounts)
 {

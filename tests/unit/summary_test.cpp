@@ -524,8 +524,8 @@ TEST(SummaryJson, KeysInTheirOrderAndTheRunsAlphabetical)
     for (const auto& [k, v] : doc.items())
         keys.push_back(k);
     EXPECT_EQ(keys, (std::vector<std::string>{"run", "ops", "batches", "loaders", "training", "processes", "counters",
-                                              "native_map", "resources", "throughput", "ranks", "straggler", "waits",
-                                              "input_bound_thresholds"}));
+                                              "native_map", "resources", "worker_memory", "throughput", "ranks",
+                                              "straggler", "waits", "input_bound_thresholds"}));
     std::vector<std::string> run_keys;
     for (const auto& [k, v] : doc["run"].items())
         run_keys.push_back(k);

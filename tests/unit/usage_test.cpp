@@ -25,7 +25,7 @@ struct Usage : ::testing::Test {
     {
         model::RecordUsage r{model::kRecordUsage, pid, pid, 0, ts, user_ms * MS, system_ms * MS, rss_mb * 1024,
                              (hwm_mb ? hwm_mb : rss_mb) * 1024, pss_mb < 0 ? model::kNoPss : uint64_t(pss_mb) * 1024,
-                             read_bytes, 0, nvcsw, 0, 1, 0, 0, 0};
+                             read_bytes, 0, nvcsw, 0, 1, 0, 0, 0, model::kNoPss, model::kNoPss, model::kNoPss};
         tracker.consume(&r, sizeof(r));
     }
     void fork(uint32_t child, uint32_t parent, uint64_t ts)
@@ -166,7 +166,8 @@ TEST_F(Usage, CsvRowsWithTheirProcessLabels)
 {
     exporter::UsageCsv csv;
     model::UsageTracker t([&](const model::UsagePoint& p) { csv.add(p); });
-    model::RecordUsage a{model::kRecordUsage, 7, 7, 0, 2 * S, 0, 0, 1024, 1024, model::kNoPss, 0, 0, 0, 0, 1, 0, 0, 0};
+    model::RecordUsage a{model::kRecordUsage, 7, 7, 0, 2 * S, 0, 0, 1024, 1024, model::kNoPss, 0, 0, 0, 0, 1, 0, 0, 0,
+                         model::kNoPss, model::kNoPss, model::kNoPss};
     model::RecordUsage b = a;
     b.ts_ns = 2 * S + 100 * MS;
     b.user_ns = 50 * MS;
@@ -187,7 +188,7 @@ namespace {
 model::RecordUsage net_reading(uint32_t pid, uint64_t ts, uint64_t sent, uint64_t recv, bool counted = true)
 {
     return model::RecordUsage{model::kRecordUsage, pid, pid, 0, ts, 0, 0, 1024, 1024, model::kNoPss, 0, 0, 0, 0, 1,
-                              counted ? model::kUsageNet : 0u, sent, recv};
+                              counted ? model::kUsageNet : 0u, sent, recv, model::kNoPss, model::kNoPss, model::kNoPss};
 }
 
 lotus_usage net_exit(uint32_t pid, uint64_t ts, uint64_t sent, uint64_t recv, bool counted = true)

@@ -30,6 +30,7 @@ Reconstruction::Reconstruction(const Options& opts, Outputs& outputs, RuleLists 
       engine_(rules_,
               [this](const model::Span& s) {
                   summary_.add(s); // the summary, the HTML report and the speedscope file cover everything
+                  worker_memory_.add(s);
                   timeline_.add(s);
                   if (speedscope_)
                       speedscope_->add(s);
@@ -50,6 +51,7 @@ Reconstruction::Reconstruction(const Options& opts, Outputs& outputs, RuleLists 
         if (outputs_.resources_csv())
             usage_csv_.name(pid, model::process_label(procs, pid));
         timeline_.fold(pid, into, p.first_ns, p.last_ns);
+        worker_memory_.fold(pid, p, model::process_label(procs, pid));
         usage_.fold(pid, into);
         if (speedscope_)
             speedscope_->folded(pid, into);
@@ -109,6 +111,13 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
     auto report = exporter::build_report({summary_, batches, engine_.processes(), run, std::move(notes),
                                           std::move(usage_rows), run.resources_interval_ms, node_of_,
                                           &engine_.batches(), &engine_.wait_causes()});
+    if (run.resources_interval_ms) {
+        exporter::JobMemory jm;
+        if (run.cgroup && run.cgroup->have_memory)
+            jm.limit_bytes = run.cgroup->memory_limit;
+        jm.peak_pss_mb = static_cast<double>(usage_.job().peak_pss_sum_kb) / 1024;
+        report.worker_memory = worker_memory_.finish(engine_.processes(), jm);
+    }
     if (!opts_.print_summary) {
         if (!opts_.record.empty()) {
             if (outputs_.failures().empty())

@@ -17,6 +17,7 @@
 #include "export/summary.h"
 #include "export/timeline.h"
 #include "export/usage_summary.h"
+#include "export/worker_memory.h"
 #include "model/usage.h"
 #include "model/engine.h"
 #include "outputs.h"
@@ -64,6 +65,7 @@ public:
         engine_.consume(data, len);
         usage_.consume(data, len);
         stuck_.consume(data, len);
+        worker_memory_.consume(data, len);
     }
     // Also hands every span to `f` as it ends (the live view, the metrics).
     void observe(std::function<void(const model::Span&)> f) { observers_.push_back(std::move(f)); }
@@ -127,6 +129,7 @@ private:
     exporter::UsageCsv usage_csv_;
     model::UsageTracker usage_;
     model::StuckEpisodes stuck_; // the stream's RecordStuck
+    exporter::WorkerMemory worker_memory_;
     model::Engine engine_; // last: it refers to the rules and its sink to the writers
 };
 

@@ -538,7 +538,8 @@ void Session::sweep(uint64_t now)
         model::RecordUsage r{model::kRecordUsage, pid, pid, 0, now, u->user_ns, u->system_ns, u->rss_kb,
                              u->hwm_kb, u->pss_kb.value_or(model::kNoPss), u->read_bytes, u->write_bytes,
                              u->nvcsw, u->nivcsw, u->threads, probe_->counts_network() ? model::kUsageNet : 0,
-                             net.sent, net.recv};
+                             net.sent, net.recv, u->private_kb.value_or(model::kNoPss),
+                             u->shared_dirty_kb.value_or(model::kNoPss), u->anon_kb.value_or(model::kNoPss)};
         feed(&r, sizeof(r));
     }
     cgroup_sweep(now, live);

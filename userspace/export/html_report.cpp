@@ -628,6 +628,8 @@ std::string html_report(const Report& r, const Timeline& timeline)
                          "Peaks over 1 s or more; the job's peaks are of the processes' sum; PSS splits shared pages "
                          "between the processes that share them.</p>\n</div>\n",
                          r.usage_interval_ms);
+    if (r.worker_memory)
+        h += worker_memory_html(*r.worker_memory);
     h += "<h2 id=\"native\">Native functions per op</h2>\n";
     h += figure("native-map",
                 "Share of each op's CPU samples that fell in each native function (the top six; docs/native-map.md).",

@@ -14,6 +14,7 @@
 #include "export/run_info.h"
 #include "export/summary.h"
 #include "export/usage_summary.h"
+#include "export/worker_memory.h"
 #include "model/native_map.h"
 #include "model/spans.h"
 
@@ -84,6 +85,7 @@ struct Report {
     std::vector<RoleEntry> roles;        // training processes first, then their workers by id
     std::vector<UsageRow> usage;         // empty: not read
     unsigned usage_interval_ms = 0;
+    std::optional<WorkerMemoryReport> worker_memory; // per worker, private memory over what it read; none: not read
     std::vector<std::string> counter_names;
     std::vector<CounterRow> counters;
     std::vector<model::OpNativeMap> native_map;

@@ -251,6 +251,7 @@ std::string report_json(const Report& r)
     doc["counters"] = counters_json_value(r.counter_names, r.counters);
     doc["native_map"] = native_map_json_value(r.native_map);
     doc["resources"] = r.usage.empty() ? J(nullptr) : usage_json_value(r.usage, r.usage_interval_ms);
+    doc["worker_memory"] = r.worker_memory ? worker_memory_json(*r.worker_memory) : J(nullptr);
     doc["throughput"] = std::move(throughput);
     doc["ranks"] = std::move(ranks);
     doc["straggler"] = std::move(straggler);

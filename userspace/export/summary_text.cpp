@@ -241,6 +241,9 @@ static void print_report_text(FILE* out, const Report& r)
         print_wrapped(out, fmt::format("(busy %: time a worker spent preparing batches, from its first event to its last; a worker id "
                         "stands for every process that played it, one per epoch unless persistent_workers)"));
     print_usage(out, r.usage, r.usage_interval_ms);
+    if (r.worker_memory)
+        for (const auto& line : worker_memory_lines(*r.worker_memory))
+            print_wrapped(out, line, line.rfind("  ", 0) == 0 ? 4 : 2);
     print_counters(out, r.counter_names, r.counters);
     print_native_map(out, r.native_map);
     for (const auto& n : r.notes)

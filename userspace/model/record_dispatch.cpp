@@ -102,8 +102,10 @@ bool dispatch(const void* data, size_t len, RecordHandler& h)
         RecordUsage r;
         if (!widened(data, len, offsetof(RecordUsage, net_sent), r))
             return false;
-        if (len < sizeof(r))
+        if (len < offsetof(RecordUsage, private_kb))
             r.flags = 0;
+        if (len < offsetof(RecordUsage, anon_kb) + sizeof(r.anon_kb))
+            r.private_kb = r.shared_dirty_kb = r.anon_kb = kNoPss;
         return call(&r, &RecordHandler::usage);
     }
     case kRecordNativeLate:

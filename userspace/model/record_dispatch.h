@@ -34,7 +34,8 @@ public:
     virtual void symbol(const RecordSymbol&) {}
     virtual void symbol_range(const RecordSymbolRange&) {}
     virtual void rank(const RecordRank&) {}
-    virtual void usage(const RecordUsage&) {} // older files' end before the network fields: flags 0, zero there
+    virtual void usage(const RecordUsage&) {} // older files' end before the network fields: flags 0, zero there;
+                                              // or before private_kb: kNoPss there
     virtual void native_late(const RecordNativeLate&) {}
     virtual void other_interpreter(const RecordOtherInterpreter&) {}
     virtual void untraced_python(const RecordUntracedPython&) {}

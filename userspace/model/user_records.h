@@ -69,6 +69,12 @@ struct RecordUsage {
     uint32_t threads, flags;     // flags: kUsageNet
     uint64_t net_sent, net_recv; // internet sockets' payload bytes since it was traced (records of files made
                                  // before these fields end at net_sent: their flags are 0)
+    uint64_t private_kb;         // USS (smaps_rollup's Private_Clean + Private_Dirty), read with pss_kb; kNoPss
+                                 // when not read (and in records of files made before it: they end at net_recv)
+    uint64_t shared_dirty_kb;    // smaps_rollup's Shared_Dirty (written pages it shares: a forked child's
+                                 // inherited heap, what reading it can still copy); kNoPss as private_kb
+    uint64_t anon_kb;            // smaps_rollup's Anonymous (resident anonymous pages, shared or not: a page
+                                 // copied on write leaves it as it was, memory allocated anew grows it); the same
 };
 constexpr uint64_t kNoPss = UINT64_MAX;
 constexpr uint32_t kUsageNet = 1; // net_sent and net_recv were counted

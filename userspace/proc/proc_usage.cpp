@@ -227,8 +227,14 @@ std::optional<ProcUsage> ProcUsageReader::read(int pid, bool with_pss)
         list();
     }
     if (with_pss)
-        if (auto rollup = common::read_file(dir + "/smaps_rollup"))
+        if (auto rollup = common::read_file(dir + "/smaps_rollup")) {
             u.pss_kb = field(*rollup, "Pss");
+            auto clean = field(*rollup, "Private_Clean"), dirty = field(*rollup, "Private_Dirty");
+            if (clean && dirty)
+                u.private_kb = *clean + *dirty;
+            u.shared_dirty_kb = field(*rollup, "Shared_Dirty");
+            u.anon_kb = field(*rollup, "Anonymous");
+        }
     return u;
 }
 

@@ -13,6 +13,9 @@ struct ProcUsage {
     uint64_t user_ns = 0, system_ns = 0; // /proc/PID/stat utime, stime (clock ticks, so 10 ms steps)
     uint64_t rss_kb = 0, hwm_kb = 0;     // VmRSS, VmHWM (the peak RSS over its life)
     std::optional<uint64_t> pss_kb;      // smaps_rollup's Pss (shared pages split between their users), when asked
+    std::optional<uint64_t> private_kb;  // the same walk's Private_Clean + Private_Dirty (USS: pages only it maps)
+    std::optional<uint64_t> shared_dirty_kb; // and Shared_Dirty: written pages it shares (a forked child's heap)
+    std::optional<uint64_t> anon_kb;         // and Anonymous: its resident anonymous pages, shared or not
     uint64_t read_bytes = 0, write_bytes = 0; // /proc/PID/io: storage I/O it caused
     uint64_t nvcsw = 0, nivcsw = 0;      // context switches, summed over its threads
     uint32_t threads = 0;
