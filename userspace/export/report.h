@@ -87,6 +87,7 @@ struct Report {
     std::vector<std::string> counter_names;
     std::vector<CounterRow> counters;
     std::vector<model::OpNativeMap> native_map;
+    std::vector<SlowSampleGroup> slow_samples; // per DataLoader of each training process
     std::vector<std::string> notes; // what the printed summary says at its end (a note may open with "\n")
 };
 
