@@ -1,7 +1,8 @@
 """The slow samples (issue 80 item 3) on a real DataLoader job: a data set in which one file in 50 is about eight
-times larger. The summary must name exactly those files as the samples slow every epoch, with their sizes as the
-files have them, and its fitted size rate must explain them; ground truth from the job (its own timing of each
-sample's loading, the files it made) in the same run."""
+times larger. The summary must name those files as slow every epoch, with their sizes as the files have them, and
+its fitted size rate must explain them (and no small file); ground truth from the job (its own timing of each
+sample's loading, the files it made) in the same run. The host is busy: a sample's loading held up by the machine
+is slow too, and told apart by its fastest time."""
 import collections
 import json
 import os
@@ -61,13 +62,22 @@ class SlowSamples(BpfTestCase):
         self.assertEqual(g["samples"], 200 * EPOCHS)
         self.assertEqual(g["with_bytes"], 200 * EPOCHS)
         rows = g["rows"]
-        # The files whose loading was slow every epoch, and whose size explains it, are exactly the big ones.
-        # (A small file's sample held up by the machine, its worker off a CPU, may be slow once, even twice on a
-        # busy host; at its fastest it loaded as its size says, and it is no such file.)
+        # Every big file's loading was slow every epoch; the samples whose size explains their slowness are big
+        # ones. (A small file's loading held up by the machine, its worker off a CPU, may be slow once, even every
+        # epoch on a busy host: at its fastest it still stands out from what its size explains.)
         threshold = g["threshold"]["loader_ms"]
-        by_size = {row["path"] for row in rows if row["times_slow"] == row["times_seen"] == EPOCHS
-                   and row["fastest_loader_ms"] > threshold and not row["stands_out"]}
-        self.assertEqual(by_size, big, rows)
+        every = {row["path"]: row for row in rows if row["times_slow"] == row["times_seen"] == EPOCHS
+                 and row["fastest_loader_ms"] > threshold}
+        self.assertLessEqual(big, set(every), rows)
+        by_size = {p for p, row in every.items() if not row["stands_out"]}
+        self.assertLessEqual(by_size, big, rows)
+        # A big file stands out only where the job's own timing too saw its fastest loading held up: a third
+        # slower than the big files' usual fastest.
+        fastest = {path_of[i]: min(v) for i, v in loads.items()}
+        usual = sorted(fastest[p] for p in big)[1]
+        for p in big - by_size:
+            self.assertGreater(fastest[p], 1.33 * usual, (every[p], fastest))
+        self.assertGreaterEqual(len(by_size), 2, rows)
         for row in rows:
             i = row["index"]
             self.assertEqual(row["path"], path_of[i])
@@ -95,7 +105,7 @@ class SlowSamples(BpfTestCase):
         self.assertGreater(fit["ms_per_mb"], 0.5 * job_rate, (fit, job_rate))
         self.assertLess(fit["ms_per_mb"], 2 * job_rate, (fit, job_rate))
         for row in rows:
-            if row["path"] in big:
+            if row["path"] in by_size:
                 expected = fit["fixed_ms"] + fit["ms_per_mb"] * row["bytes"] / 1e6
                 self.assertAlmostEqual(row["expected_loader_ms"], expected, delta=0.01)
                 self.assertLess(row["fastest_loader_ms"] - expected, max(fit["band_ms"], 0.5 * expected), (row, fit))
