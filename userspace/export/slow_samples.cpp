@@ -4,7 +4,6 @@
 #include <cmath>
 #include <functional>
 #include <limits>
-#include <set>
 
 #include "export/summary.h"
 
@@ -247,13 +246,9 @@ SizeFit SlowSamples::fit_sizes(const std::vector<double>& x, const std::vector<d
     return out;
 }
 
-SlowSampleGroup SlowSamples::analyze_group(Key key, const Group& g) const
+// Each part's threshold, from the times that have that part.
+void SlowSamples::thresholds(const Group& g, SlowSampleGroup& out)
 {
-    SlowSampleGroup out;
-    out.owner = key.first;
-    out.loader = key.second;
-    out.samples = g.times.size();
-    out.not_kept = g.not_kept;
     std::vector<float> loader, pipeline;
     for (const auto& t : g.times) {
         if (t.loader_ms >= 0)
@@ -270,20 +265,25 @@ SlowSampleGroup SlowSamples::analyze_group(Key key, const Group& g) const
         out.pipeline_median_ms = median(std::vector<double>(pipeline.begin(), pipeline.end()));
         out.pipeline_threshold_ms = slow_threshold(std::move(pipeline));
     }
-    auto slow_loader = [&](const Time& t) { return out.loader_threshold_ms >= 0 && t.loader_ms > out.loader_threshold_ms; };
-    auto slow_pipeline = [&](const Time& t) {
-        return out.pipeline_threshold_ms >= 0 && t.pipeline_ms > out.pipeline_threshold_ms;
-    };
-    // Times seen and slow per sample, and its fastest loading (with that time's file size).
-    struct Count {
-        uint32_t seen = 0, slow = 0;
-        float fastest_loader = -1;
-        int64_t bytes = -1;
-    };
+}
+
+bool SlowSamples::slow_loader(const Time& t, const SlowSampleGroup& g)
+{
+    return g.loader_threshold_ms >= 0 && t.loader_ms > g.loader_threshold_ms;
+}
+
+bool SlowSamples::slow_pipeline(const Time& t, const SlowSampleGroup& g)
+{
+    return g.pipeline_threshold_ms >= 0 && t.pipeline_ms > g.pipeline_threshold_ms;
+}
+
+// Times seen and slow per sample, its fastest loading (with that time's file size), and the size fit over them.
+std::unordered_map<int64_t, SlowSamples::Count> SlowSamples::count_and_fit(const Group& g, SlowSampleGroup& out)
+{
     std::unordered_map<int64_t, Count> counts;
     std::vector<double> x, y; // the size fit's points: MB, ms
     for (const auto& t : g.times) {
-        bool slow = slow_loader(t) || slow_pipeline(t);
+        bool slow = slow_loader(t, out) || slow_pipeline(t, out);
         out.slow_times += slow;
         if (t.key == kNoKey) {
             out.slow_samples += slow;
@@ -307,59 +307,65 @@ SlowSampleGroup SlowSamples::analyze_group(Key key, const Group& g) const
     // file's, and the fastest of a sample's times is the one least held up.
     if (x.size() >= kMinTimes && *std::min_element(x.begin(), x.end()) < *std::max_element(x.begin(), x.end()))
         out.fit = fit_sizes(x, y);
+    return counts;
+}
+
+// A slow sample's row from its slowest kept time; c: its counts (null: known by neither index nor file).
+SlowSampleRow SlowSamples::row_of(const Detail& d, const SlowSampleGroup& g, const Count* c) const
+{
+    SlowSampleRow r;
+    r.index = d.index;
+    r.path = d.path;
+    r.bytes = d.t.bytes;
+    r.ms = d.ms();
+    r.loader_ms = d.t.loader_ms;
+    r.pipeline_ms = d.t.pipeline_ms;
+    r.slow_loader = slow_loader(d.t, g);
+    r.slow_pipeline = slow_pipeline(d.t, g);
+    for (const auto& [id, ns] : d.ops) {
+        const std::string& name = op_names_[id];
+        auto at = std::find_if(r.ops.begin(), r.ops.end(), [&](const auto& o) { return o.first == name; });
+        if (at == r.ops.end())
+            r.ops.emplace_back(name, ns_ms(static_cast<int64_t>(ns)));
+        else
+            at->second += ns_ms(static_cast<int64_t>(ns));
+    }
+    r.times_seen = c ? c->seen : 0;
+    r.times_slow = c ? c->slow : 1;
+    r.fastest_loader_ms = c ? c->fastest_loader : r.loader_ms;
+    // Its size explains its loading where even its fastest was no slower than the fit allows (a time held up by
+    // the machine, a worker off its CPU, is not the file's).
+    if (g.fit && r.bytes >= 0 && r.fastest_loader_ms >= 0) {
+        r.expected_loader_ms = g.fit->expected_ms(static_cast<double>(r.bytes));
+        r.stands_out = g.fit->stands_out(r.fastest_loader_ms, static_cast<double>(r.bytes));
+    }
+    return r;
+}
+
+SlowSampleGroup SlowSamples::analyze_group(Key key, const Group& g) const
+{
+    SlowSampleGroup out;
+    out.owner = key.first;
+    out.loader = key.second;
+    out.samples = g.times.size();
+    out.not_kept = g.not_kept;
+    thresholds(g, out);
+    auto counts = count_and_fit(g, out);
     // The rows: each slow sample's slowest time among those whose details were kept.
     std::map<int64_t, const Detail*> worst;
-    std::vector<const Detail*> keyless;
     for (const auto& d : g.slowest) {
-        if (!slow_loader(d.t) && !slow_pipeline(d.t))
+        if (!slow_loader(d.t, out) && !slow_pipeline(d.t, out))
             continue;
         if (d.t.key == kNoKey) {
-            keyless.push_back(&d);
+            out.rows.push_back(row_of(d, out, nullptr));
             continue;
         }
         auto [w, fresh] = worst.try_emplace(d.t.key, &d);
         if (!fresh && d.ms() > w->second->ms())
             w->second = &d;
     }
-    auto row_of = [&](const Detail& d) {
-        SlowSampleRow r;
-        r.index = d.index;
-        r.path = d.path;
-        r.bytes = d.t.bytes;
-        r.ms = d.ms();
-        r.loader_ms = d.t.loader_ms;
-        r.pipeline_ms = d.t.pipeline_ms;
-        r.slow_loader = slow_loader(d.t);
-        r.slow_pipeline = slow_pipeline(d.t);
-        for (const auto& [id, ns] : d.ops) {
-            const std::string& name = op_names_[id];
-            auto at = std::find_if(r.ops.begin(), r.ops.end(), [&](const auto& o) { return o.first == name; });
-            if (at == r.ops.end())
-                r.ops.emplace_back(name, ns_ms(static_cast<int64_t>(ns)));
-            else
-                at->second += ns_ms(static_cast<int64_t>(ns));
-        }
-        if (d.t.key != kNoKey) {
-            const Count& c = counts.at(d.t.key);
-            r.times_seen = c.seen;
-            r.times_slow = c.slow;
-            r.fastest_loader_ms = c.fastest_loader;
-        } else {
-            r.times_slow = 1;
-            r.fastest_loader_ms = r.loader_ms;
-        }
-        // Its size explains its loading where even its fastest was no slower than the fit allows (a time held up
-        // by the machine, a worker off its CPU, is not the file's).
-        if (out.fit && r.bytes >= 0 && r.fastest_loader_ms >= 0) {
-            r.expected_loader_ms = out.fit->expected_ms(static_cast<double>(r.bytes));
-            r.stands_out = out.fit->stands_out(r.fastest_loader_ms, static_cast<double>(r.bytes));
-        }
-        return r;
-    };
     for (const auto& [k, d] : worst)
-        out.rows.push_back(row_of(*d));
-    for (const Detail* d : keyless)
-        out.rows.push_back(row_of(*d));
+        out.rows.push_back(row_of(*d, out, &counts.at(k)));
     std::sort(out.rows.begin(), out.rows.end(), [](const SlowSampleRow& a, const SlowSampleRow& b) {
         return a.times_slow != b.times_slow ? a.times_slow > b.times_slow : a.ms > b.ms;
     });

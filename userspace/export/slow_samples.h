@@ -117,6 +117,16 @@ private:
     void finalize(Pending p) const;
     void flush() const; // every pending sample, as far as it came
     Key resolve(Key k) const;
+    struct Count { // a sample's times
+        uint32_t seen = 0, slow = 0;
+        float fastest_loader = -1;
+        int64_t bytes = -1; // at its fastest loading
+    };
+    static void thresholds(const Group& g, SlowSampleGroup& out);
+    static bool slow_loader(const Time& t, const SlowSampleGroup& g);
+    static bool slow_pipeline(const Time& t, const SlowSampleGroup& g);
+    static std::unordered_map<int64_t, Count> count_and_fit(const Group& g, SlowSampleGroup& out);
+    SlowSampleRow row_of(const Detail& d, const SlowSampleGroup& g, const Count* c) const;
     SlowSampleGroup analyze_group(Key key, const Group& g) const;
     static SizeFit fit_sizes(const std::vector<double>& x, const std::vector<double>& y);
 
