@@ -326,14 +326,15 @@ static __always_inline void sys_getppid(void)
     }
 }
 
-static __always_inline void sys_openat(const char *path)
+/* An open of a traced thread: its path now, its file at the return (sys_openat_done). Whether it was written. */
+static __always_inline bool sys_openat(const char *path)
 {
     __u32 tgid = bpf_get_current_pid_tgid() >> 32;
     if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
-        return;
+        return false;
     struct lotus_open *e = reserve(sizeof(*e));
     if (!e)
-        return;
+        return false;
     fill_header(&e->h, LOTUS_EV_OPEN);
     long n = bpf_probe_read_user_str(e->path, sizeof(e->path), path);
     if (n < 0)
@@ -342,6 +343,39 @@ static __always_inline void sys_openat(const char *path)
         if (e->path[i] == '.' && e->path[i + 1] == 's' && e->path[i + 2] == 'o') {
             bpf_ringbuf_output(&lotus_lib_opens, e, sizeof(*e), BPF_RB_FORCE_WAKEUP);
             break;
+        }
+    }
+    bpf_ringbuf_submit(e, submit_flags());
+    struct thread_state *ts = bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0);
+    if (ts)
+        ts->open_pending = 1;
+    return true;
+}
+
+/* The return of an open whose OPEN record was written: the file it opened, with its size as the inode has it
+ * then (a sample's bytes where the file is its image). Other threads' opens stop at the task-storage test. */
+static __always_inline void sys_openat_done(long ret)
+{
+    struct task_struct *task = bpf_get_current_task_btf();
+    if (!task->bpf_storage)
+        return;
+    struct thread_state *ts = bpf_task_storage_get(&lotus_threads, task, 0, 0);
+    if (!ts || !ts->open_pending)
+        return;
+    ts->open_pending = 0;
+    struct lotus_open_done *e = reserve(sizeof(*e));
+    if (!e)
+        return;
+    fill_header(&e->h, LOTUS_EV_OPEN_DONE);
+    e->ret = ret;
+    e->size = 0;
+    e->mode = 0;
+    e->_pad = 0;
+    if (ret >= 0) {
+        struct file *f = task_file(ret);
+        if (f) {
+            e->mode = BPF_CORE_READ(f, f_inode, i_mode);
+            e->size = BPF_CORE_READ(f, f_inode, i_size);
         }
     }
     bpf_ringbuf_submit(e, submit_flags());
@@ -369,6 +403,13 @@ SEC("tracepoint/syscalls/sys_enter_openat")
 int on_openat(struct trace_event_raw_sys_enter *ctx)
 {
     sys_openat((const char *)ctx->args[1]);
+    return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_openat")
+int on_openat_done(struct trace_event_raw_sys_exit *ctx)
+{
+    sys_openat_done(ctx->ret);
     return 0;
 }
 
@@ -402,6 +443,8 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 {
     if (regs->LOTUS_SYSCALL_NR_REG == LOTUS_NR_READ)
         sys_read_done(regs->LOTUS_SYSCALL_ARG1_REG, regs->LOTUS_SYSCALL_ARG2_REG, ret);
+    else if (regs->LOTUS_SYSCALL_NR_REG == LOTUS_NR_OPENAT)
+        sys_openat_done(ret);
     return 0;
 }
 
@@ -415,8 +458,13 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 SEC("uprobe")
 int BPF_KPROBE(libc_call, long a0, long a1, long a2)
 {
-    if (bpf_session_is_return()) { /* a dlopen's or a read's (only those ask for theirs) */
-        if (bpf_get_attach_cookie(ctx) == LOTUS_LIBC_DLOPEN) {
+    if (bpf_session_is_return()) { /* a dlopen's, an open's or a read's (only those ask for theirs) */
+        __u64 cookie = bpf_get_attach_cookie(ctx);
+        if (cookie == LOTUS_LIBC_OPEN || cookie == LOTUS_LIBC_OPENAT) {
+            sys_openat_done(PT_REGS_RC(ctx));
+            return 0;
+        }
+        if (cookie == LOTUS_LIBC_DLOPEN) {
             struct lotus_event_header e = {};
             fill_header(&e, LOTUS_EV_LOADED);
             bpf_ringbuf_output(&lotus_lib_opens, &e, sizeof(e), BPF_RB_FORCE_WAKEUP);
@@ -452,12 +500,10 @@ int BPF_KPROBE(libc_call, long a0, long a1, long a2)
     case LOTUS_LIBC_GETPPID:
         sys_getppid();
         break;
-    case LOTUS_LIBC_OPEN:
-        sys_openat((const char *)a0);
-        break;
+    case LOTUS_LIBC_OPEN: /* its return: the file's size */
+        return sys_openat((const char *)a0) ? 0 : 1;
     case LOTUS_LIBC_OPENAT:
-        sys_openat((const char *)a1);
-        break;
+        return sys_openat((const char *)a1) ? 0 : 1;
     }
     return 1; /* no return probe */
 }

@@ -9,7 +9,7 @@
 #include <linux/types.h>
 #endif
 
-#define LOTUS_ABI_VERSION 11
+#define LOTUS_ABI_VERSION 12
 
 enum lotus_event_type {
     LOTUS_EV_PY_ENTRY = 1,  /* _PyEval_EvalFrameDefault entered (a C->Python transition) */
@@ -41,6 +41,8 @@ enum lotus_event_type {
     LOTUS_EV_SAMPLE_STACK = 20,  /* never in the record stream: a sample with a copy of the thread's user stack
                                   * (--sample-unwind cfi), which capture unwinds through the libraries' CFI into a
                                   * LOTUS_EV_SAMPLE */
+    LOTUS_EV_OPEN_DONE = 21,     /* the return of an open whose OPEN record was written, on the same thread: the
+                                  * file it opened (its size); ABI 12 */
 };
 
 struct lotus_event_header {
@@ -180,6 +182,16 @@ struct lotus_msg {
 struct lotus_open {
     struct lotus_event_header h;
     char path[LOTUS_PATH_LEN];
+};
+
+/* What the open of the thread's last OPEN record returned: the descriptor (or -errno) and, where it is one, the
+ * opened file's inode mode and size (i_size) as they were at the open's return. */
+struct lotus_open_done {
+    struct lotus_event_header h;
+    __s64 ret;
+    __u64 size; /* meaningful where ret >= 0 */
+    __u32 mode; /* the inode's type and permission bits; 0: no file */
+    __u32 _pad;
 };
 
 /* Native function probes: func is the number user space gave the function (its points' bpf_cookie, with

@@ -66,7 +66,7 @@ struct thread_state {
     __u64 read_buf; /* a read in progress that may carry a pickle: libc's read() (libc_call), its buffer and fd;
                      * os.read (os_read_call), 1 and its fd (its bytes are in the object it returns) */
     __s32 read_fd;
-    __u32 _pad2;
+    __u32 open_pending; /* 1 after an OPEN record, until its open's return (LOTUS_EV_OPEN_DONE) */
     __u64 native_sp; /* the user stack pointer at the outermost open native call's entry: a sample above it finds
                       * that call returned (its return never ran: a longjmp, links closed) and native_open stale */
     struct type_memo types[TYPE_MEMO]; /* see memo_type_flags */

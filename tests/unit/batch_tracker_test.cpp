@@ -532,3 +532,31 @@ TEST_F(BatchTrackerTest, ThePassInFlightStaysApartWhenItCannotBeTold)
     EXPECT_EQ(tracker.stats().count({P, -1}), 1u);
     EXPECT_EQ(tracker.stats().count({Q, -1}), 1u);
 }
+
+TEST_F(BatchTrackerTest, ALoaderCarriesItsFilesSizeWhereTheOpensReturnSaidIt)
+{
+    constexpr uint32_t P = 10, W0 = 11;
+    root(P);
+    begin_epoch(P, 0xa0, 0x70, {W0});
+    message(W0, W0, LOTUS_MSG_IN, test::pickled_indexed(0), task_pipe(W0));
+    now += 2;
+    tracker.opened(W0, W0, now++, "/data/a.jpg");
+    tracker.open_size(W0, W0, 81234);
+    tracker.opened(W0, W0, now++, "/usr/lib/python3/x.py"); // a later open: not the sample's file
+    tracker.open_size(W0, W0, 5);
+    tracker.sample_started(W0, W0, now++, ++sample_id, 3);
+    tracker.sample_finished(W0, W0, now++);
+    tracker.opened(W0, W0, now++, "/data/b.jpg"); // its return never said (a record file before event ABI 12)
+    tracker.sample_started(W0, W0, now++, ++sample_id, 4);
+    tracker.sample_finished(W0, W0, now++);
+    tracker.open_size(W0 + 7, W0 + 7, 99); // another thread's: nothing to attach it to
+    tracker.getppid(W0, W0, now++);
+    send(W0, 0);
+    next(P, 0x70, {0});
+    auto loaders = of(SpanKind::Loader);
+    ASSERT_EQ(loaders.size(), 2u);
+    EXPECT_EQ(test::arg_text(loaders[0], "path"), "/data/a.jpg");
+    EXPECT_EQ(test::arg_text(loaders[0], "bytes"), "81234");
+    EXPECT_EQ(test::arg_text(loaders[1], "path"), "/data/b.jpg");
+    EXPECT_EQ(test::arg_text(loaders[1], "bytes"), ""); // unknown: left out
+}

@@ -127,3 +127,20 @@ TEST(RecordDispatch, ACgroupRecordReachesItsHandlerWhole)
     EXPECT_FALSE(model::dispatch(&r, sizeof(r) - 1, h)); // cut short: refused
     EXPECT_EQ(h.seen, 1);
 }
+
+TEST(RecordDispatch, AnOpensReturnGoesToItsHandler)
+{
+    struct Done : model::RecordHandler {
+        int64_t ret = 0;
+        uint64_t size = 0;
+        void open_done(const lotus_open_done& o) override { ret = o.ret, size = o.size; }
+    } d;
+    lotus_open_done o{};
+    o.h.type = LOTUS_EV_OPEN_DONE;
+    o.ret = 5;
+    o.size = 4096;
+    EXPECT_TRUE(model::dispatch(&o, sizeof(o), d));
+    EXPECT_EQ(d.ret, 5);
+    EXPECT_EQ(d.size, 4096u);
+    EXPECT_FALSE(model::dispatch(&o, sizeof(o) - 1, d));
+}

@@ -65,7 +65,8 @@ constexpr uint64_t kStartingNs = 2'000'000'000ull;
 
 // The watched syscalls' own events, in the order of the programs attached to them below.
 static const std::vector<std::string> kSyscallEvents = {"syscalls/sys_enter_write", "syscalls/sys_enter_getppid",
-                                                        "syscalls/sys_enter_openat", "syscalls/sys_exit_read"};
+                                                        "syscalls/sys_enter_openat", "syscalls/sys_exit_read",
+                                                        "syscalls/sys_exit_openat"};
 
 // A program on a tracepoint event by its id (what libbpf's attach by name does, with the id read by us: tracefs
 // need not be mounted where lotus-bpf runs).
@@ -260,7 +261,8 @@ void Probe::choose_programs(const ProbePlan& plan)
         for (bpf_program* prog : {progs.py_entry, progs.py_slot_entry, progs.py_return, progs.py_resume,
                                   progs.py_retval, progs.native_call, progs.on_child_start})
             bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(multi_type_));
-    for (bpf_program* prog : {progs.on_write, progs.on_getppid, progs.on_openat, progs.on_read_done})
+    for (bpf_program* prog : {progs.on_write, progs.on_getppid, progs.on_openat, progs.on_read_done,
+                              progs.on_openat_done})
         bpf_program__set_autoload(prog, syscall_events_);
     for (bpf_program* prog : {progs.on_sys_enter, progs.on_sys_exit}) // every syscall's, the last resort
         bpf_program__set_autoload(prog, !libc_ && !syscall_events_);
@@ -489,9 +491,9 @@ void Probe::attach_process_tracking()
     attach_tracepoint(skel_->progs.on_rename, skel_->links.on_rename, "task_rename");
     if (syscall_events_) {
         bpf_program* progs[] = {skel_->progs.on_write, skel_->progs.on_getppid, skel_->progs.on_openat,
-                                skel_->progs.on_read_done};
+                                skel_->progs.on_read_done, skel_->progs.on_openat_done};
         bpf_link** links[] = {&skel_->links.on_write, &skel_->links.on_getppid, &skel_->links.on_openat,
-                              &skel_->links.on_read_done};
+                              &skel_->links.on_read_done, &skel_->links.on_openat_done};
         for (size_t i = 0; i < kSyscallEvents.size(); i++)
             if (!(*links[i] = attach_tracepoint_id(progs[i], syscall_ids_[i])))
                 throw CaptureError(fmt::format("cannot attach the {} tracepoint: {}", kSyscallEvents[i],

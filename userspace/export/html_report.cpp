@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "common/utf8.h"
+#include "export/slow_samples_report.h"
 
 namespace lotus::exporter {
 
@@ -568,6 +569,8 @@ std::string html_report(const Report& r, const Timeline& timeline)
         if (s.key.owner && (s.title.find(": ") != std::string::npos || !s.note.empty()))
             h += "<p class=\"loader\">" + html_escape(s.title) + (s.note.empty() ? "" : ". " + html_escape(s.note)) +
                  "</p>\n";
+
+    h += "<h2 id=\"slow-samples\">Slow samples</h2>\n" + slow_samples_html(r.slow_samples);
 
     h += "<h2 id=\"waits\">The training loop's waits</h2>\n";
     if (r.loops.empty())

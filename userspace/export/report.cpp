@@ -183,6 +183,9 @@ Report build_report(const ReportInput& in)
     r.counter_names = in.summary.counter_names();
     r.counters = in.summary.counter_rows();
     r.native_map = in.summary.native_map();
+    r.slow_samples = in.summary.slow_samples().analyze();
+    for (auto& g : r.slow_samples)
+        g.title = group_title({g.owner, g.loader}, in.processes, in.batch_tracker);
     r.notes = in.notes;
     if (in.wait_causes) {
         r.waits = in.wait_causes->rows();

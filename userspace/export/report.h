@@ -91,6 +91,7 @@ struct Report {
     std::vector<model::OpNativeMap> native_map;
     std::vector<model::WaitRow> waits; // the longest waits with their causes, longest first
     uint64_t waits_seen = 0;           // all the waits attributed (waits holds the longest kRows of them)
+    std::vector<SlowSampleGroup> slow_samples; // per DataLoader of each training process
     std::vector<std::string> notes; // what the printed summary says at its end (a note may open with "\n")
 };
 

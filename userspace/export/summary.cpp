@@ -418,6 +418,7 @@ void Summary::add(const model::Span& s)
     if (s.kind != model::SpanKind::Sample && s.kind != model::SpanKind::Op && s.kind != model::SpanKind::Loader &&
         s.kind != model::SpanKind::Collate && s.kind != model::SpanKind::Py)
         return; // batches and waits have their own section
+    slow_.add(s);
     if (s.kind == model::SpanKind::Sample) {
         first_sample_ns_ = std::min(first_sample_ns_, s.start_ns);
         last_sample_ns_ = std::max(last_sample_ns_, s.end_ns);
@@ -517,6 +518,7 @@ double Summary::samples_per_s() const
 
 void Summary::merge_group(const GroupKey& from, const GroupKey& into)
 {
+    slow_.merge_group(from.owner, from.loader, into.owner, into.loader);
     auto f = groups_.find(from);
     if (f == groups_.end() || from == into)
         return;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "export/duration_series.h"
+#include "export/slow_samples.h"
 #include "export/usage_summary.h"
 #include "model/batches.h"
 #include "model/native_map.h"
@@ -182,6 +183,7 @@ public:
     // `from`'s figures are `into`'s (a pass in flight at attach found to be that DataLoader's): one group, at the
     // first-seen place of either.
     void merge_group(const GroupKey& from, const GroupKey& into);
+    const SlowSamples& slow_samples() const { return slow_; }
 
 private:
     struct CounterSums {
@@ -202,6 +204,7 @@ private:
     Group all_;
     std::map<GroupKey, Group> groups_;
     std::vector<GroupKey> group_order_;
+    SlowSamples slow_;
     uint64_t loaders_ = 0, files_opened_ = 0;
     uint64_t first_sample_ns_ = UINT64_MAX, last_sample_ns_ = 0; // the first sample's start, the last one's end
 };

@@ -6,6 +6,7 @@
 
 #include "common/utf8.h"
 #include "export/json.h"
+#include "export/slow_samples_report.h"
 
 namespace lotus::exporter {
 
@@ -267,6 +268,7 @@ std::string report_json(const Report& r)
     ladder["moderately"] = json_fixed(kModeratelyInputBound, 4);
     ladder["highly"] = json_fixed(kHighlyInputBound, 4);
     doc["input_bound_thresholds"] = std::move(ladder);
+    doc["slow_samples"] = slow_samples_json(r.slow_samples);
     return json_dump(doc) + "\n";
 }
 

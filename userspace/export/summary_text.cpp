@@ -8,6 +8,7 @@
 
 #include "common/printable.h"
 #include "common/quantile_sketch.h"
+#include "export/slow_samples_report.h"
 
 namespace lotus::exporter {
 
@@ -221,6 +222,7 @@ static void print_report_text(FILE* out, const Report& r)
             print_wrapped(out, "  - " + a, 4);
     }
     print_ranks(out, r);
+    print_slow_samples(out, r.slow_samples);
     // One row per role (the JSON keeps one entry per process, but for those folded into their role's row).
     fmt::print(out, "\n{:<20} {:>6} {:>10} {:>8} {:>8} {:>7} {:>7}  pids\n", "process", "loader", "processes", "samples",
                "batches", "busy %", "idle %");

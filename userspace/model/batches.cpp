@@ -643,9 +643,11 @@ void BatchTracker::sample_started(uint32_t pid, uint32_t tid, uint64_t ts, uint6
     }
     tag(l, t.epoch);
     // The sample's own file: the first one opened while it was loading (lazy imports may open more).
-    for (const auto& [when, path] : t.opens) {
-        if (when >= l.start_ns && when <= ts && !path.empty()) {
-            l.args.emplace_back("path", path);
+    for (const auto& o : t.opens) {
+        if (o.ts >= l.start_ns && o.ts <= ts && !o.path.empty()) {
+            l.args.emplace_back("path", o.path);
+            if (o.bytes >= 0) // (unknown in record files before ABI 12, and for what is not a regular file)
+                l.args.emplace_back("bytes", o.bytes);
             break;
         }
     }
@@ -669,9 +671,17 @@ void BatchTracker::sample_finished(uint32_t pid, uint32_t tid, uint64_t ts, cons
 void BatchTracker::opened(uint32_t pid, uint32_t tid, uint64_t ts, std::string path)
 {
     Thread& t = thread(pid, tid);
-    t.opens.emplace_back(ts, std::move(path));
+    t.opens.push_back({ts, std::move(path)});
     if (t.opens.size() > 1024) // lazy imports during a first sample open hundreds of files
         t.opens.pop_front();
+}
+
+void BatchTracker::open_size(uint32_t pid, uint32_t tid, int64_t bytes)
+{
+    // The thread's open in flight was its last OPEN record: nothing else of that thread runs in between.
+    auto t = threads_.find(static_cast<uint64_t>(pid) << 32 | tid);
+    if (t != threads_.end() && !t->second.opens.empty())
+        t->second.opens.back().bytes = bytes;
 }
 
 void BatchTracker::flush_loaders(Thread& t)

@@ -111,6 +111,7 @@ public:
                         const lotus_counters* at = nullptr);
     void sample_finished(uint32_t pid, uint32_t tid, uint64_t ts, const lotus_counters* at = nullptr);
     void opened(uint32_t pid, uint32_t tid, uint64_t ts, std::string path);
+    void open_size(uint32_t pid, uint32_t tid, int64_t bytes); // the thread's last open's file: its size
     // What a DataLoader or an iterator made before tracing began holds (read when asked).
     void described(const RecordObject& r);
     // The training process and DataLoader number a sample of this thread is for now ({0, -1}: unknown).
@@ -211,7 +212,12 @@ private:
         uint64_t start = 0, boundary = 0, last_sample_end = 0;
         std::optional<lotus_counters> boundary_counters; // the thread's at the boundary, where an event had them
         uint64_t samples = 0;
-        std::deque<std::pair<uint64_t, std::string>> opens; // recent openat paths with their times
+        struct Opened {
+            uint64_t ts = 0;
+            std::string path;
+            int64_t bytes = -1; // its size at the open's return (a regular file); -1: unknown
+        };
+        std::deque<Opened> opens; // recent openat paths with their times
         std::vector<Span> loaders; // emitted with their batch, or when kMaxPendingLoaders pile up without one
         std::map<int64_t, Ended> ended; // by batch index
     };

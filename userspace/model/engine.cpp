@@ -93,6 +93,14 @@ void Engine::open(const lotus_open& o)
     batches_.opened(o.h.tgid, o.h.tid, o.h.ts_ns, decode(o.path, sizeof(o.path), 0));
 }
 
+void Engine::open_done(const lotus_open_done& o)
+{
+    constexpr uint32_t kTypeBits = 0170000, kRegular = 0100000; // S_IFMT, S_IFREG
+    // Only a regular file's size is its bytes (a pipe's or a device's i_size is not what was read).
+    if (o.ret >= 0 && (o.mode & kTypeBits) == kRegular)
+        batches_.open_size(o.h.tgid, o.h.tid, static_cast<int64_t>(o.size));
+}
+
 void Engine::rank(const RecordRank& r)
 {
     auto& p = process(r.tgid);

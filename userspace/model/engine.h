@@ -185,6 +185,7 @@ private:
     void type(const lotus_type_info& t) override { on_type(t); }
     void process_event(const lotus_proc_event& p) override { on_process(p); }
     void open(const lotus_open& o) override;
+    void open_done(const lotus_open_done& o) override;
     void native(const lotus_native& n) override { on_native(n); }
     void sample(const lotus_sample& s) override { on_sample(s); }
     void msg(const lotus_msg& m) override;

@@ -57,6 +57,8 @@ bool dispatch(const void* data, size_t len, RecordHandler& h)
         return call(as<lotus_proc_event>(data, len), &RecordHandler::process_event);
     case LOTUS_EV_OPEN:
         return call(as<lotus_open>(data, len), &RecordHandler::open);
+    case LOTUS_EV_OPEN_DONE:
+        return call(as<lotus_open_done>(data, len), &RecordHandler::open_done);
     case LOTUS_EV_NATIVE_ENTRY:
     case LOTUS_EV_NATIVE_RETURN: { // (no sp before ABI 11: paired by function, as return probes made them)
         lotus_native n;

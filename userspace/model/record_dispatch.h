@@ -20,6 +20,7 @@ public:
     virtual void type(const lotus_type_info&) {}
     virtual void process_event(const lotus_proc_event&) {} // FORK, EXIT and EXEC (its h.type says which)
     virtual void open(const lotus_open&) {}
+    virtual void open_done(const lotus_open_done&) {} // ABI 12: older files have none (sizes unknown)
     virtual void native(const lotus_native&) {} // a native function's entry or return
     virtual void sample(const lotus_sample&) {}
     virtual void msg(const lotus_msg&) {}
