@@ -11,7 +11,7 @@ BATCH = 16
 
 
 class WaitCauses(BpfTestCase):
-    def files(self, n, big=(), kb=1, big_kb=160):
+    def files(self, n, big=(), kb=1, big_kb=320):
         root = self.path("data")
         os.makedirs(root)
         for i in range(n):
@@ -28,10 +28,12 @@ class WaitCauses(BpfTestCase):
             s = json.load(f)
         waits = {w["args"]["batch"]: w for w in spans(load_trace(out), "wait")}
         timed = {int(b): int(ns) for b, ns in read_lines(log)}
-        # every wait traced, as long as the job timed it (its own clock around next(), a little more than the call)
+        # every wait traced, within the job's own clock around next() (which takes a little more than the call: on
+        # two busy CPUs the loop may wait a few ms for one between the call's return and its clock)
         self.assertEqual(sorted(waits), sorted(timed))
         for b, w in waits.items():
-            self.assertAlmostEqual(w["dur"], timed[b] / 1000, delta=500 + 0.02 * timed[b] / 1000, msg=b)
+            self.assertLessEqual(w["dur"], timed[b] / 1000 + 500, b)
+            self.assertGreaterEqual(w["dur"], timed[b] / 1000 * 0.9 - 5000, b)
         # the causes add up to the waiting: in the summary, per wait in the trace
         (section,) = [l for l in s["loaders"] if l["batches"]]
         causes = {(c["cause"], c["op"]): c["seconds"] for c in section["batches"]["wait_causes"]}
@@ -56,7 +58,7 @@ class WaitCauses(BpfTestCase):
         self.assertTrue(all(w["args"]["worker"] == 0 for w in later))
 
     def test_a_slow_file_is_a_slow_sample_named_with_its_path(self):
-        big = {i for i in range(320) if i % 50 == 40}  # 160 KB among 1 KB files: 80 ms of "decoding" against 0.5
+        big = {i for i in range(320) if i % 50 == 40}  # 320 KB among 1 KB files: 160 ms of "decoding" against 0.5
         data = self.files(320, big)
         waits, causes, rows = self.trace(data, "--workers", "2", "--step-ms", "30")
         slow_batches = {i // BATCH: i for i in big}

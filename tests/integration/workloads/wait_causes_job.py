@@ -2,6 +2,7 @@
 a time that follows the file's size (as decoding does), then a pipeline of two ops: Work, and Heavy, which works
 --heavy-factor times longer on the samples of every --heavy-every-th batch. The loop logs each wait in next()."""
 import argparse
+import hashlib
 import os
 import sys
 import time
@@ -11,11 +12,15 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms
 
 
+CHUNK = bytes(16 * 1024)
+
+
 def spin(ms):
-    """Work on a CPU for ms of the thread's own CPU time (its wall time grows where it waits for a CPU)."""
+    """Work on a CPU for ms of the thread's own CPU time (its wall time grows where it waits for a CPU), in hashes
+    that let go of the GIL as native ops do (so the worker's queue feeder thread sends its batches meanwhile)."""
     end = time.thread_time() + ms / 1000
     while time.thread_time() < end:
-        pass
+        hashlib.sha256(CHUNK).digest()
 
 
 class Work:
