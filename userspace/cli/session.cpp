@@ -530,8 +530,13 @@ void Session::sweep(uint64_t now)
     last_sweep_ = now;
     std::vector<uint32_t> live = live_pids();
     proc_reader_.keep_only(live);
+    pss_schedule_->seen(live, now);
     for (uint32_t pid : live) {
-        auto u = proc_reader_.read(static_cast<int>(pid), pss);
+        bool young = !pss && pss_schedule_->young_due(pid, now);
+        uint64_t young0 = young ? thread_cpu_ns() : 0;
+        auto u = proc_reader_.read(static_cast<int>(pid), pss || young);
+        if (young)
+            pss_schedule_->young_done(pid, now, thread_cpu_ns() - young0);
         if (!u)
             continue;
         auto net = probe_->net_bytes(pid);

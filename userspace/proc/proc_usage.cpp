@@ -254,4 +254,34 @@ void PssSchedule::done(uint64_t now_ns, uint64_t cpu_ns)
     next_ns_ = now_ns + std::max(kMinNs, budgeted);
 }
 
+void PssSchedule::seen(const std::vector<uint32_t>& live, uint64_t now_ns)
+{
+    std::set<uint32_t> now(live.begin(), live.end());
+    for (auto it = young_.begin(); it != young_.end();)
+        it = !now.count(it->first) || now_ns - it->second.since > kYoungNs ? young_.erase(it) : std::next(it);
+    if (interval_ms_ < 0 && swept_)
+        for (uint32_t pid : live)
+            if (!known_.count(pid))
+                young_[pid] = Young{now_ns, now_ns};
+    known_ = std::move(now);
+    swept_ = true;
+}
+
+bool PssSchedule::young_due(uint32_t pid, uint64_t now_ns) const
+{
+    auto it = young_.find(pid);
+    return it != young_.end() && now_ns >= it->second.next;
+}
+
+void PssSchedule::young_done(uint32_t pid, uint64_t now_ns, uint64_t cpu_ns)
+{
+    auto it = young_.find(pid);
+    if (it == young_.end())
+        return;
+    // Every young process walked as often as this one: their walks together within kYoungBudget.
+    auto budgeted = static_cast<uint64_t>(static_cast<double>(cpu_ns) * static_cast<double>(young_.size()) /
+                                          (kYoungBudget * cpus_));
+    it->second.next = now_ns + std::max(kYoungMinNs, budgeted);
+}
+
 } // namespace lotus::proc

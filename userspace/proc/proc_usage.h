@@ -3,7 +3,9 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -46,20 +48,37 @@ private:
 // When the readings include PSS: every `interval_ms`, or (auto, interval_ms < 0) every 2 s or less often, so that
 // the walks' CPU time stays within kPssBudget of the CPUs' (what a walk costs for a process that mapped torch,
 // and the intervals that makes: docs/performance.md, "What costs what"). 0: never.
+// In auto mode a process that appeared after the first sweep (a child forked while traced: a DataLoader worker)
+// also has its PSS read on its own for its first kYoungNs, every kYoungMinNs or less often, so that those walks stay
+// within kYoungBudget of the CPUs: a worker copies the pages it reads from its parent in its first seconds, and the
+// summary needs readings then to tell it (export/worker_memory.h).
 class PssSchedule {
 public:
     static constexpr double kPssBudget = 0.001;
     static constexpr uint64_t kMinNs = 2'000'000'000ull;
+    static constexpr double kYoungBudget = 0.01;
+    static constexpr uint64_t kYoungNs = 30'000'000'000ull, kYoungMinNs = 500'000'000ull;
     PssSchedule(int interval_ms, unsigned cpus, uint64_t start_ns);
     bool due(uint64_t now_ns) const { return interval_ms_ != 0 && now_ns >= next_ns_; }
     // A reading with PSS was made at now_ns; its walks took cpu_ns of the tracer's CPU time.
     void done(uint64_t now_ns, uint64_t cpu_ns);
     uint64_t next_ns() const { return next_ns_; }
+    // The processes of this sweep (once per sweep, first): those new since the first sweep are young.
+    void seen(const std::vector<uint32_t>& live, uint64_t now_ns);
+    bool young_due(uint32_t pid, uint64_t now_ns) const;
+    // A young process's walk at now_ns took cpu_ns.
+    void young_done(uint32_t pid, uint64_t now_ns, uint64_t cpu_ns);
 
 private:
     int interval_ms_;
     unsigned cpus_;
     uint64_t next_ns_;
+    bool swept_ = false;
+    std::set<uint32_t> known_;
+    struct Young {
+        uint64_t since = 0, next = 0;
+    };
+    std::map<uint32_t, Young> young_;
 };
 
 } // namespace lotus::proc
