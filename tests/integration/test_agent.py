@@ -18,8 +18,9 @@ PROMTOOL = "/usr/bin/promtool"  # Debian's prometheus package, as test_metrics.p
 # A hard limit of open files with room for the agent (7 idle, 9 while it scans) and the 32 it wants free before a job
 # starts, but not for a session's attach (about 50 more): the job runs out while attaching. Below, it is not started.
 FD_LIMIT_ATTACH, FD_LIMIT_SHORT = 44, 30
-# Between one record of the example's job (128 images, one epoch: about 24 KB) and two.
-RECORD_MAX_MB = "0.035"
+# Between one record of the example's job (128 images, one epoch: about 40 KB, with each open's file size and the
+# workers' first seconds' PSS readings) and two.
+RECORD_MAX_MB = "0.06"
 # Runs a script as `python3 SCRIPT ARGS` would, its command line first rewritten in place as setproctitle does (the
 # process's argument area, through /proc/self/mem): TITLE_HEX's bytes, NUL-padded to the area's length.
 RETITLE = """

@@ -18,7 +18,7 @@ ARTEFACTS = os.environ.get("LOTUS_TEST_ARTEFACTS", os.path.join(SOURCE, "build",
 IMPORT = os.path.join(SOURCE, "tests", "browser", "speedscope_import.js")
 RENDER = os.path.join(SOURCE, "tests", "browser", "html_report.js")
 CHARTS = ["op-durations", "wait-histogram", "delay-histogram", "samples-per-second", "busy-over-time", "cpu-over-time",
-          "memory-over-time", "usage", "native-map", "counters"]
+          "memory-over-time", "usage", "worker-memory", "native-map", "counters"]
 
 
 def speedscope(test, trace_path, screenshot, title=None, sandwich=False, left_heavy=False):
@@ -63,6 +63,8 @@ def assert_report_renders(test, html_path, screenshot, ops):
                 test.assertEqual(c["rows"], len(ops) + 2)  # header, each op, the whole pipeline
             elif name == "usage":
                 test.assertEqual(c["rows"], 1 + 3 + 1)  # header; main, worker 0, worker 1; the job
+            elif name == "worker-memory":
+                test.assertGreaterEqual(c["rows"], 1 + 2)  # header; each worker process
             else:
                 test.assertTrue(c["svg"], name)
                 test.assertGreater(c["shapes"], 3, name)

@@ -79,7 +79,8 @@ std::optional<LineFit> least_squares(const std::vector<double>& x, const std::ve
 class SlowSamples {
 public:
     static constexpr size_t kMinTimes = 20;      // fewer sample times than this: no threshold, no fit
-    static constexpr size_t kMaxTimes = 1 << 18; // per group, 24 bytes each: 6 MB at most
+    // Per group, 24 bytes each: 384 KB at most, reached early in a long run (the tracer's memory stays flat then).
+    static constexpr size_t kMaxTimes = 1 << 14;
     static constexpr size_t kKept = 256;         // per group: the slowest times' details (ops, file)
     static constexpr size_t kRows = 50;
     void add(const model::Span& s);
