@@ -40,7 +40,8 @@ class WorkerMemory(BpfTestCase):
         r = run_lotus(["-o", "/dev/null", "--summary-json", js, "--html", page, *pss] +
                       (["--record", rec] if replay else []) + ["--", PY, COW_JOB, log, *flags], timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("cow_job: 2000 samples", r.stdout)
+        n = flags[flags.index("--samples") + 1] if "--samples" in flags else "2000"
+        self.assertIn(f"cow_job: {n} samples", r.stdout)
         with open(js) as f:
             summary = json.load(f)
         with open(os.path.join(SOURCE, "schemas", "summary.schema.json")) as f:
@@ -89,8 +90,9 @@ class WorkerMemory(BpfTestCase):
 
     def test_without_a_pipeline_the_rate_is_per_batch(self):
         # No pipeline (a dataset returning a tensor): samples are not seen, batches are. The default PSS schedule:
-        # its workers, forked while traced, are walked on their own in their first seconds (proc::PssSchedule)
-        wm, (rates, points), out, _ = self.run_job(pss=())
+        # its workers, forked while traced, are walked on their own in their first seconds (proc::PssSchedule),
+        # every 0.5 s or less often: 4,000 samples keep them reading for ~5 s (2,000 gave one of them 3 readings)
+        wm, (rates, points), out, _ = self.run_job("--samples", "4000", pss=())
         self.assertEqual(wm["copy_on_read"], 2, wm)
         for w in wm["workers"]:
             self.assertEqual(w["unit"], "batches", w)
