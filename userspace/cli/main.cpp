@@ -343,6 +343,9 @@ void add_one_step(CLI::App& app, TraceCommand& c)
     app.add_option("--resources-csv", opts.resources_csv, "also write the resource readings (one row per process and "
                                                           "interval) as CSV to this file")
         ->check(kNonEmpty);
+    app.add_option("--op-csv", opts.op_csv, "also write the summary's per-op figures (count, total, mean, p50, p95) "
+                                            "as CSV to this file")
+        ->check(kNonEmpty);
     app.add_option("--record", opts.record, "also write the raw event stream to this record file")->check(kNonEmpty);
     app.add_option("--replay", opts.replay, "reconstruct from a record file (no tracing, no root needed)")
         ->check(kNonEmpty);
@@ -396,6 +399,7 @@ void add_export(CLI::App& app, ReplayCommand& c)
         ->check(kNonEmpty);
     exp->add_option("--resources-csv", o.resources_csv, "also write the resource readings as CSV to this file")
         ->check(kNonEmpty);
+    exp->add_option("--op-csv", o.op_csv, "also write the summary's per-op figures as CSV to this file")->check(kNonEmpty);
     add_rule_options(exp, c.p);
     add_trace_file_options(exp, c.p);
     add_disk_reserve_option(exp, c.p);
@@ -413,6 +417,7 @@ void add_report(CLI::App& app, ReplayCommand& c)
         ->check(kNonEmpty);
     rep->add_option("--resources-csv", o.resources_csv, "also write the resource readings as CSV to this file")
         ->check(kNonEmpty);
+    rep->add_option("--op-csv", o.op_csv, "also write the summary's per-op figures as CSV to this file")->check(kNonEmpty);
     add_rule_options(rep, c.p);
     add_disk_reserve_option(rep, c.p);
 }

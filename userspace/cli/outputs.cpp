@@ -12,18 +12,25 @@ Outputs::Outputs(const Options& opts)
 {
     exporter::set_disk_reserve(opts.disk_reserve_pct); // for every output of the run, the record file's too
     // No trace file wanted: the writer still runs (same code path) into a file that keeps nothing.
-    trace_ = std::make_unique<exporter::OutputFile>(opts.output, exporter::OutputOptions{true, "-o"}, sink());
-    if (!opts.summary_json.empty())
-        summary_json_ = std::make_unique<exporter::OutputFile>(
-            opts.summary_json, exporter::OutputOptions{true, "--summary-json"}, sink());
-    if (!opts.resources_csv.empty())
-        resources_csv_ = std::make_unique<exporter::OutputFile>(opts.resources_csv,
-                                                                exporter::OutputOptions{true, "--resources-csv"}, sink());
-    if (!opts.html.empty())
-        html_ = std::make_unique<exporter::OutputFile>(opts.html, exporter::OutputOptions{false, "--html"}, sink());
-    if (!opts.speedscope.empty())
-        speedscope_ = std::make_unique<exporter::OutputFile>(opts.speedscope,
-                                                             exporter::OutputOptions{false, "--speedscope"}, sink());
+    auto trace = std::make_unique<exporter::OutputFile>(opts.output, exporter::OutputOptions{true, "-o"}, sink());
+    trace_file_ = trace.get();
+    sinks_.push_back(make_trace(std::move(trace), opts));
+    if (opts.print_summary)
+        sinks_.push_back(make_printed_summary());
+    // One line per output file: the option that names it, whether .gz compresses it, its sink.
+    add(opts, opts.summary_json, "--summary-json", true, make_summary_json);
+    add(opts, opts.resources_csv, "--resources-csv", true, make_usage_csv);
+    add(opts, opts.speedscope, "--speedscope", false, make_speedscope);
+    add(opts, opts.html, "--html", false, make_html_report);
+    add(opts, opts.op_csv, "--op-csv", true, make_op_csv);
+}
+
+void Outputs::add(const Options& opts, const std::string& path, const char* what, bool gzip_by_name, Make make)
+{
+    if (!path.empty())
+        sinks_.push_back(make(std::make_unique<exporter::OutputFile>(
+                                  path, exporter::OutputOptions{gzip_by_name, what}, sink()),
+                              opts));
 }
 
 exporter::OutputFailure Outputs::sink()

@@ -1,4 +1,4 @@
-// The run's output files and what becomes of them (README, "Outputs").
+// The run's outputs (README, "Outputs"): which sinks a run has, chosen here once, and what becomes of their files.
 #pragma once
 #include <memory>
 #include <string>
@@ -6,29 +6,35 @@
 
 #include "export/output_file.h"
 #include "session.h"
+#include "sink.h"
 
 namespace lotus::cli {
 
 // Exit status when the run went through but one of its output files could not be written (sysexits' EX_IOERR).
 constexpr int kExitOutputFailed = 74;
 
-// The run's output files, opened before anything is attached (so a bad destination stops the run before it
+// The run's sinks, their files opened before anything is attached (so a bad destination stops the run before it
 // starts) and each failing on its own: a failure is told on stderr when it happens, once, and kept for the
 // summary and the exit status while the other outputs go on.
 class Outputs {
 public:
     explicit Outputs(const Options& opts); // throws std::runtime_error: one line naming the destination
-    exporter::OutputFile& trace() { return *trace_; }        // discards when no trace file is wanted
-    exporter::OutputFile* summary_json() { return summary_json_.get(); }
-    exporter::OutputFile* html() { return html_.get(); }
-    exporter::OutputFile* speedscope() { return speedscope_.get(); }
-    exporter::OutputFile* resources_csv() { return resources_csv_.get(); }
-    exporter::OutputFailure sink();
+    Outputs(const Outputs&) = delete;
+    Outputs& operator=(const Outputs&) = delete;
+    // In the order they end: the trace first (the summary speaks of it), then the summary and the files.
+    const std::vector<std::unique_ptr<Sink>>& sinks() const { return sinks_; }
+    bool trace_failed() const { return trace_file_->failed(); }
+    exporter::OutputFailure sink(); // an output's failure reporter (the record file's too)
     const std::vector<std::string>& failures() const { return failures_; }
 
 private:
+    using Make = std::unique_ptr<Sink> (*)(SinkFile, const Options&);
+    // A sink of its own file at `path`, where one is named. what: the option, as messages name it.
+    void add(const Options& opts, const std::string& path, const char* what, bool gzip_by_name, Make make);
+
     std::vector<std::string> failures_;
-    std::unique_ptr<exporter::OutputFile> trace_, summary_json_, html_, resources_csv_, speedscope_;
+    const exporter::OutputFile* trace_file_ = nullptr; // (its sink's)
+    std::vector<std::unique_ptr<Sink>> sinks_;
 };
 
 } // namespace lotus::cli

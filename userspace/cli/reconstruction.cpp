@@ -13,66 +13,44 @@
 
 namespace lotus::cli {
 
+namespace {
+
+// The run's sinks in the order they are fed: `first` (the report's figures, the observers), then the outputs'.
+std::vector<Sink*> start_sinks(const Outputs& outputs, std::vector<Sink*> first, const RunStart& start)
+{
+    for (const auto& s : outputs.sinks())
+        first.push_back(s.get());
+    for (auto* s : first)
+        s->begin(start);
+    return first;
+}
+
+} // namespace
+
 Reconstruction::Reconstruction(const Options& opts, Outputs& outputs, RuleLists lists, uint64_t t0,
                                const std::vector<std::string>& counter_names, model::Engine::RoleSink roles,
                                model::Engine::TypeSink types)
-    : opts_(opts), outputs_(outputs), t0_(t0), rules_(std::move(lists.pipelines), std::move(lists.spans), std::move(lists.framework)),
-      trace_(outputs.trace(), t0), timeline_(t0),
+    : opts_(opts), outputs_(outputs), t0_(t0),
+      rules_(std::move(lists.pipelines), std::move(lists.spans), std::move(lists.framework)),
+      figures_(t0, counter_names),
+      sinks_(start_sinks(outputs, {&figures_, &observers_}, RunStart{t0, counter_names})),
       usage_([this](const model::UsagePoint& p) {
-          if (!opts_.coarse && in_window(p.ts_ns))
-              trace_.usage(p);
-          if (outputs_.resources_csv())
-              usage_csv_.add(p);
-          timeline_.usage(p);
-          for (const auto& f : usage_observers_)
-              f(p);
+          for (auto* s : sinks_)
+              s->usage(p);
       }),
       engine_(rules_,
               [this](const model::Span& s) {
-                  summary_.add(s); // the summary, the HTML report and the speedscope file cover everything
-                  worker_memory_.add(s);
-                  timeline_.add(s);
-                  if (speedscope_)
-                      speedscope_->add(s);
-                  for (const auto& f : observers_)
-                      f(s);
-                  if (in_trace(s))
-                      trace_.span(s);
+                  for (auto* sink : sinks_)
+                      sink->span(s);
               },
               std::move(roles), std::move(types))
 {
-    trace_.set_counter_names(counter_names);
-    summary_.set_counter_names(counter_names);
     // An exited process folded into its role's row: each figure kept by pid follows it.
     engine_.set_fold_sink([this](uint32_t pid, uint32_t into) {
-        const auto& procs = engine_.processes();
-        const auto& p = procs.at(pid);
-        trace_.process_folded(procs, pid);
-        if (outputs_.resources_csv())
-            usage_csv_.name(pid, model::process_label(procs, pid));
-        timeline_.fold(pid, into, p.first_ns, p.last_ns);
-        worker_memory_.fold(pid, p, model::process_label(procs, pid));
         usage_.fold(pid, into);
-        if (speedscope_)
-            speedscope_->folded(pid, into);
+        for (auto* s : sinks_)
+            s->folded({pid, into, engine_.processes()});
     });
-    if (!opts.speedscope.empty())
-        speedscope_.emplace();
-}
-
-// --coarse keeps batches, waits and their arrows; --window keeps spans that start inside it.
-bool Reconstruction::in_trace(const model::Span& s) const
-{
-    using K = model::SpanKind;
-    if (opts_.coarse && s.kind != K::Batch && s.kind != K::Wait && s.kind != K::Consumed)
-        return false;
-    return in_window(s.start_ns);
-}
-
-bool Reconstruction::in_window(uint64_t ns) const
-{
-    double at_s = ns > t0_ ? static_cast<double>(ns - t0_) / 1e9 : 0;
-    return at_s >= opts_.window_start_s && (opts_.window_end_s <= 0 || at_s < opts_.window_end_s);
 }
 
 bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
@@ -80,12 +58,8 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
     engine_.finish();
     for (const auto& [owner, j] : engine_.batches().joins())
         if (j.loader >= 0)
-            summary_.merge_group({owner, -1}, {owner, j.loader});
+            figures_.summary.merge_group({owner, -1}, {owner, j.loader});
     usage_.finish();
-    // Without readings only the processes forked while traced would have figures (from the kernel at their exit):
-    // no table rather than a "job" missing the others.
-    auto usage_rows = run.resources_interval_ms ? exporter::usage_rows(usage_, engine_.processes())
-                                                : std::vector<exporter::UsageRow>{};
     add_stream_facts(run, calls_inlined);
     job_limits(run);
     for (const auto& c : engine_.containers())
@@ -96,19 +70,36 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
     said.interpreters = interpreters(run);
     said.calls = calls_unprobed(run);
     run.output_failures = outputs_.failures();
-    trace_.finish(engine_.processes(), run);
-    outputs_.trace().commit();
-    exporter::take_output_cuts(run, trace_.t0_ns()); // the trace's and the record file's, if cut
+    for (auto* s : sinks_)
+        s->end_of_stream(run, engine_.processes());
+    exporter::take_output_cuts(run, t0_); // the trace's and the record file's, if cut
 
     std::string trace_cut;
     for (const auto& c : run.outputs_cut)
         if (c.output == "-o" && c.path == opts_.output)
             trace_cut = fmt::format(" (cut at {:.2f} s)", c.at_s);
+    auto rep = report(run, said, trace_cut, calls_inlined);
+    if (!opts_.print_summary)
+        say_written(run, trace_cut);
+    RunEnd end{run, rep, figures_.timeline, engine_.processes(), outputs_.failures(), t0_};
+    for (auto* s : sinks_)
+        s->end_of_run(end);
+    return outputs_.failures().empty();
+}
+
+// The report, built once from the figures, the batch analyses and the run's facts, for every sink that renders it.
+exporter::Report Reconstruction::report(exporter::RunInfo& run, const Said& said, const std::string& trace_cut,
+                                        bool calls_inlined)
+{
+    // Without readings only the processes forked while traced would have figures (from the kernel at their exit):
+    // no table rather than a "job" missing the others.
+    auto usage_rows = run.resources_interval_ms ? exporter::usage_rows(usage_, engine_.processes())
+                                                : std::vector<exporter::UsageRow>{};
     double cpus = run.job_cpus;
-    auto batches = exporter::summarize_batches(engine_.batches(), engine_.processes(), summary_, cpus,
+    auto batches = exporter::summarize_batches(engine_.batches(), engine_.processes(), figures_.summary, cpus,
                                                 &engine_.wait_causes());
     auto notes = summary_notes(run, said, trace_cut, calls_inlined);
-    auto report = exporter::build_report({summary_, batches, engine_.processes(), run, std::move(notes),
+    auto report = exporter::build_report({figures_.summary, batches, engine_.processes(), run, std::move(notes),
                                           std::move(usage_rows), run.resources_interval_ms, node_of_,
                                           &engine_.batches(), &engine_.wait_causes()});
     if (run.resources_interval_ms) {
@@ -116,22 +107,21 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
         if (run.cgroup && run.cgroup->have_memory)
             jm.limit_bytes = run.cgroup->memory_limit;
         jm.peak_pss_mb = static_cast<double>(usage_.job().peak_pss_sum_kb) / 1024;
-        report.worker_memory = worker_memory_.finish(engine_.processes(), jm);
+        report.worker_memory = figures_.worker_memory.finish(engine_.processes(), jm);
     }
-    if (!opts_.print_summary) {
-        if (!opts_.record.empty()) {
-            if (outputs_.failures().empty())
-                fmt::print(stderr, "lotus-bpf: wrote {} events ({} lost) to {}\n", run.events, run.lost_events,
-                           opts_.record);
-        } else if (!opts_.output.empty() && !outputs_.trace().failed()) {
-            fmt::print(stderr, "lotus-bpf: wrote {}{}\n", opts_.output, trace_cut);
-        }
-    } else {
-        exporter::print_report(stdout, report);
-        fflush(stdout);
+    return report;
+}
+
+// Without the printed summary (record, export): what was written, in a line.
+void Reconstruction::say_written(const exporter::RunInfo& run, const std::string& trace_cut) const
+{
+    if (!opts_.record.empty()) {
+        if (outputs_.failures().empty())
+            fmt::print(stderr, "lotus-bpf: wrote {} events ({} lost) to {}\n", run.events, run.lost_events,
+                       opts_.record);
+    } else if (!opts_.output.empty() && !outputs_.trace_failed()) {
+        fmt::print(stderr, "lotus-bpf: wrote {}{}\n", opts_.output, trace_cut);
     }
-    write_reports(run, report);
-    return outputs_.failures().empty();
 }
 
 // The job's cgroup limits from the stream (RecordCgroup), and the CPUs it may use: the fewest of the CPUs it may
@@ -227,11 +217,11 @@ std::vector<std::string> cgroup_notes(const exporter::RunInfo& run)
 void Reconstruction::add_stream_facts(exporter::RunInfo& run, bool calls_inlined)
 {
     const auto& c = engine_.counters();
-    summary_.set_native_map(engine_.native_map().table());
+    figures_.summary.set_native_map(engine_.native_map().table());
     if (engine_.counters().samples)
-        run.native_map_json = summary_.native_map_json();
-    if (!summary_.counter_rows().empty())
-        run.counters_json = summary_.counters_json();
+        run.native_map_json = figures_.summary.native_map_json();
+    if (!figures_.summary.counter_rows().empty())
+        run.counters_json = figures_.summary.counters_json();
     run.incomplete_spans = c.incomplete + c.lost_returns;
     run.native_calls_unended = c.native_unended;
     for (size_t i = 0; i < rules_.spans().size(); i++) {
@@ -254,7 +244,7 @@ Reconstruction::Ended Reconstruction::process_ends(exporter::RunInfo& run)
         const auto& p = engine_.processes().at(pid);
         exporter::RunInfo::ProcessEnd e{pid, model::process_label(engine_.processes(), pid), model::how_it_ended(p),
                                         model::exit_signal(p), model::exit_code(p),
-                                        exit_ns > trace_.t0_ns() ? static_cast<double>(exit_ns - trace_.t0_ns()) / 1e9 : 0};
+                                        exit_ns > t0_ ? static_cast<double>(exit_ns - t0_) / 1e9 : 0};
         out.notes.push_back(fmt::format("{} (PID {}) {} at {:.2f} s.", e.label, pid, e.how, e.at_s));
         run.process_ends.push_back(std::move(e));
     }
@@ -269,7 +259,7 @@ std::vector<std::string> Reconstruction::native_late(exporter::RunInfo& run)
     for (const auto& l : engine_.native_late()) {
         auto p = engine_.processes().find(l.pid);
         uint64_t first = p != engine_.processes().end() ? p->second.first_span_ns : 0;
-        uint64_t t0 = trace_.t0_ns();
+        uint64_t t0 = t0_;
         exporter::RunInfo::NativeLate n{l.pid, model::process_label(engine_.processes(), l.pid), l.library,
                                         l.loaded_ns > t0 ? static_cast<double>(l.loaded_ns - t0) / 1e9 : 0,
                                         l.live_ns > l.loaded_ns ? static_cast<double>(l.live_ns - l.loaded_ns) / 1e6 : 0,
@@ -313,7 +303,7 @@ std::vector<std::string> Reconstruction::interpreters(exporter::RunInfo& run)
 std::vector<std::string> Reconstruction::calls_unprobed(exporter::RunInfo& run)
 {
     std::vector<std::string> notes;
-    uint64_t t0 = trace_.t0_ns();
+    uint64_t t0 = t0_;
     auto at_s = [t0](uint64_t ns) { return ns > t0 ? static_cast<double>(ns - t0) / 1e9 : 0.0; };
     bool kept = false;
     for (const auto& [pid, p] : engine_.processes()) {
@@ -378,7 +368,7 @@ std::vector<std::string> Reconstruction::span_notes(bool calls_inlined) const
 std::vector<std::string> Reconstruction::stuck_notes() const
 {
     std::vector<std::string> notes;
-    auto at = [&](uint64_t ns) { return ns > trace_.t0_ns() ? static_cast<double>(ns - trace_.t0_ns()) / 1e9 : 0.0; };
+    auto at = [&](uint64_t ns) { return ns > t0_ ? static_cast<double>(ns - t0_) / 1e9 : 0.0; };
     for (const auto& e : stuck_.episodes()) {
         std::string where;
         if (e.batch >= 0)
@@ -414,7 +404,7 @@ std::vector<std::string> Reconstruction::summary_notes(const exporter::RunInfo& 
     std::vector<std::string> notes;
     notes.push_back(fmt::format("\n{} events, {} lost (ring buffer full); stopped: {}; trace: {}", run.events,
                                 run.lost_events, run.stop_reason,
-                                opts_.output.empty() ? "none" : outputs_.trace().failed() ? "not written" : opts_.output + trace_cut));
+                                opts_.output.empty() ? "none" : outputs_.trace_failed() ? "not written" : opts_.output + trace_cut));
     if (run.lost_events)
         notes.push_back("Spans that lost an event are left out, never guessed.");
     if (!run.kernel.empty()) // the plan, in one line (live runs)
@@ -483,32 +473,6 @@ std::vector<std::string> Reconstruction::summary_notes(const exporter::RunInfo& 
                                     "completed; the other outputs went on.",
                                     cut.at_s, cut.output, cut.path, cut.why));
     return notes;
-}
-
-// The summary JSON, the resources CSV and the HTML report, each where asked.
-void Reconstruction::write_reports(exporter::RunInfo& run, exporter::Report& report)
-{
-    if (auto* js = outputs_.summary_json()) {
-        run.output_failures = outputs_.failures(); // (the outputs written so far: the trace's, the record's)
-        exporter::take_output_cuts(run, trace_.t0_ns());
-        report.run = run;
-        js->write(exporter::report_json(report));
-        js->commit();
-    }
-    if (auto* csv = outputs_.resources_csv()) {
-        csv->write(usage_csv_.text(engine_.processes(), t0_));
-        csv->commit();
-    }
-    if (auto* ss = outputs_.speedscope()) {
-        if (uint64_t n = speedscope_->write(*ss, engine_.processes(), run.tool, trace_.t0_ns()))
-            fmt::print(stderr, "lotus-bpf: {} span(s) left out of {} (the file's name says why)\n", n, opts_.speedscope);
-        ss->commit();
-    }
-    if (auto* html = outputs_.html()) {
-        report.run = run;
-        html->write(exporter::html_report(report, timeline_));
-        html->commit();
-    }
 }
 
 std::vector<std::string> limit_notes(const exporter::RunInfo::Limits& l,

@@ -1,6 +1,6 @@
 // The one pipeline from a record stream to the run's outputs, shared by the live and the replayed session:
-// the rules, the engine, the trace writer (with its --coarse/--window filter) and the summary, built from the
-// options here; at the end the trace's metadata, the printed summary and --summary-json.
+// the rules and the engine, built from the options here, feeding the report's figures and the run's sinks
+// (outputs.h) each span, reading and fold; at the end the run's facts, the report, and each sink's end.
 #pragma once
 #include <functional>
 #include <memory>
@@ -10,17 +10,12 @@
 #include <vector>
 
 #include "cpython/cpython_layouts.h"
-#include "export/chrome_trace.h"
 #include "export/run_info.h"
 #include "export/report.h"
-#include "export/speedscope.h"
-#include "export/summary.h"
-#include "export/timeline.h"
-#include "export/usage_summary.h"
-#include "export/worker_memory.h"
 #include "model/usage.h"
 #include "model/engine.h"
 #include "outputs.h"
+#include "report_figures.h"
 #include "session.h"
 
 namespace lotus::cli {
@@ -65,12 +60,15 @@ public:
         engine_.consume(data, len);
         usage_.consume(data, len);
         stuck_.consume(data, len);
-        worker_memory_.consume(data, len);
+        figures_.worker_memory.consume(data, len);
     }
     // Also hands every span to `f` as it ends (the live view, the metrics).
-    void observe(std::function<void(const model::Span&)> f) { observers_.push_back(std::move(f)); }
+    void observe(std::function<void(const model::Span&)> f) { observers_.spans.push_back(std::move(f)); }
     // Also hands every resource reading to `f` (the metrics).
-    void observe_usage(std::function<void(const model::UsagePoint&)> f) { usage_observers_.push_back(std::move(f)); }
+    void observe_usage(std::function<void(const model::UsagePoint&)> f)
+    {
+        observers_.readings.push_back(std::move(f));
+    }
     const model::Engine& engine() const { return engine_; }
     // Which node a process is on (the per-rank table). labelled: several nodes, so labels name theirs too.
     void set_describe_sink(model::Engine::DescribeSink f) { engine_.set_describe_sink(std::move(f)); }
@@ -84,10 +82,10 @@ public:
     }
     const model::Rules& rules() const { return rules_; }
 
-    // Ends the run: writes the trace's end and the summary JSON, prints the summary (unless the options say
-    // not to). run: what the session knows of the run; the rest (samples, process ends, output failures...) is
-    // added here. calls_inlined: the capture could not see calls CPython ran inline (3.11+ without
-    // --all-calls). False when an output failed.
+    // Ends the run: each sink's end (the trace's, then with the report the printed summary and the files). run:
+    // what the session knows of the run; the rest (samples, process ends, output failures...) is added here.
+    // calls_inlined: the capture could not see calls CPython ran inline (3.11+ without --all-calls). False when
+    // an output failed.
     bool finish(exporter::RunInfo run, bool calls_inlined);
 
 private:
@@ -111,26 +109,20 @@ private:
     std::vector<std::string> stuck_notes() const;
     std::vector<std::string> summary_notes(const exporter::RunInfo& run, const Said& said, const std::string& trace_cut,
                                            bool calls_inlined) const;
-    void write_reports(exporter::RunInfo& run, exporter::Report& report);
-    bool in_trace(const model::Span& s) const;
-    bool in_window(uint64_t ns) const;
+    exporter::Report report(exporter::RunInfo& run, const Said& said, const std::string& trace_cut, bool calls_inlined);
+    void say_written(const exporter::RunInfo& run, const std::string& trace_cut) const;
 
     const Options& opts_;
     Outputs& outputs_;
     uint64_t t0_;
     model::Rules rules_;
-    exporter::ChromeTraceWriter trace_;
-    exporter::Summary summary_;
-    exporter::Timeline timeline_;
-    std::optional<exporter::SpeedscopeWriter> speedscope_; // --speedscope
-    std::vector<std::function<void(const model::Span&)>> observers_;
+    ReportFigures figures_;
+    Observers observers_;
+    std::vector<Sink*> sinks_; // the figures, the observers, then the outputs' sinks
     std::function<std::string(uint32_t)> node_of_;
-    std::vector<std::function<void(const model::UsagePoint&)>> usage_observers_;
-    exporter::UsageCsv usage_csv_;
     model::UsageTracker usage_;
     model::StuckEpisodes stuck_; // the stream's RecordStuck
-    exporter::WorkerMemory worker_memory_;
-    model::Engine engine_; // last: it refers to the rules and its sink to the writers
+    model::Engine engine_; // last: it refers to the rules and its sink to the sinks
 };
 
 } // namespace lotus::cli

@@ -1,0 +1,70 @@
+// A sink: one of the run's outputs, fed by Reconstruction (reconstruction.h) with what it has, in this order:
+// begin, then spans, resource readings and processes folded into their role's row as they come, then the end of
+// the run in two steps: end_of_stream (before the report is built: the trace, whose end the report speaks of) and
+// end_of_run (the report, built once, for those that render it). Each method has a do-nothing default: a sink
+// overrides those it uses. Which sinks a run has is chosen in one place, Outputs (outputs.cpp).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "export/output_file.h"
+#include "export/report.h"
+#include "export/run_info.h"
+#include "export/timeline.h"
+#include "model/spans.h"
+#include "model/usage.h"
+#include "session.h"
+
+namespace lotus::cli {
+
+using Processes = std::map<uint32_t, model::ProcessInfo>;
+
+struct RunStart {
+    uint64_t t0_ns; // the run's start (CLOCK_MONOTONIC)
+    const std::vector<std::string>& counter_names; // --counters' events, in slot order
+};
+
+// An exited process folded into its role's row (model::Engine's fold sink): its figures follow it.
+struct Fold {
+    uint32_t pid, into;
+    const Processes& processes;
+};
+
+// The end of the run, once the report is built. run: the run's facts so far; a sink may bring them up to date
+// (the summary JSON adds the failures of the outputs written so far) for the sinks after it.
+struct RunEnd {
+    exporter::RunInfo& run;
+    exporter::Report& report;
+    const exporter::Timeline& timeline;   // the HTML report's charts
+    const Processes& processes;
+    const std::vector<std::string>& failures; // the outputs that failed so far
+    uint64_t t0_ns;
+};
+
+class Sink {
+public:
+    virtual ~Sink() = default;
+    virtual void begin(const RunStart&) {}
+    virtual void span(const model::Span&) {}
+    virtual void usage(const model::UsagePoint&) {}
+    virtual void folded(const Fold&) {}
+    virtual void end_of_stream(const exporter::RunInfo&, const Processes&) {}
+    virtual void end_of_run(RunEnd&) {}
+};
+
+using SinkFile = std::unique_ptr<exporter::OutputFile>;
+
+// The sinks, each writing to the file Outputs opened for it (the printed summary: stdout).
+std::unique_ptr<Sink> make_trace(SinkFile file, const Options& opts);   // sink_trace.cpp (--coarse, --window)
+std::unique_ptr<Sink> make_printed_summary();                           // sink_report.cpp
+std::unique_ptr<Sink> make_summary_json(SinkFile file, const Options& opts);
+std::unique_ptr<Sink> make_html_report(SinkFile file, const Options& opts);
+std::unique_ptr<Sink> make_usage_csv(SinkFile file, const Options& opts); // sink_files.cpp
+std::unique_ptr<Sink> make_speedscope(SinkFile file, const Options& opts);
+std::unique_ptr<Sink> make_op_csv(SinkFile file, const Options& opts);    // sink_op_csv.cpp
+std::string op_csv_text(const exporter::Rows& rows);                      // its text, from the summary's rows
+
+} // namespace lotus::cli
