@@ -3,13 +3,13 @@ _lotus_bpf()
 {
     local cur prev words cword
     _init_completion || return
-    local opts="-p --pid -d --duration -o --output --summary-json --html --speedscope --resources-csv --resources-interval --net --pss-interval --cpus --memory --cpuset --device-read-bps --device-write-bps --record --replay --disk-reserve --hold-deadline --trainer-calls --pipeline --span --rules --metrics --node
+    local opts="-p --pid -d --duration -o --output --summary-json --html --speedscope --resources-csv --op-csv --resources-interval --net --pss-interval --cpus --memory --cpuset --device-read-bps --device-write-bps --record --replay --disk-reserve --hold-deadline --trainer-calls --pipeline --span --rules --metrics --node
         --all-calls --native-map --native --sample-freq --sample-stack --sample-unwind --counters --coarse --window -q --quiet -V --version -h --help"
     case $prev in
         -p|--pid)
             COMPREPLY=($(compgen -W "$(pgrep -f python 2>/dev/null)" -- "$cur"))
             return ;;
-        -o|--output|--summary-json|--html|--speedscope|--resources-csv|--record|--replay|--rules)
+        -o|--output|--summary-json|--html|--speedscope|--resources-csv|--op-csv|--record|--replay|--rules)
             _filedir
             return ;;
         --counters)
