@@ -2,7 +2,8 @@
 // begin, then spans, resource readings and processes folded into their role's row as they come, then the end of
 // the run in two steps: end_of_stream (before the report is built: the trace, whose end the report speaks of) and
 // end_of_run (the report, built once, for those that render it). Each method has a do-nothing default: a sink
-// overrides those it uses. Which sinks a run has is chosen in one place, Outputs (outputs.cpp).
+// overrides those it uses. Which sinks a run has is chosen in one place, Outputs (outputs.cpp): a new output is a
+// file with its sink and factory (declared below) and one line there (sink_op_csv.cpp is one such).
 #pragma once
 #include <cstdint>
 #include <map>
