@@ -215,31 +215,12 @@ TEST_F(Advice, InputBoundBusyWorkersAndSpareCpus)
 {
     job(6, 95, 1.0, 3.0);
     auto a = advice(8);
-    ASSERT_EQ(a.size(), 2u) << ::testing::PrintToString(a);
+    // (no worker batches reached the summary: no model of the workers, so no advice on their number; the model
+    // is tested in worker_model_test.cpp)
+    ASSERT_EQ(a.size(), 1u) << ::testing::PrintToString(a);
     // per sample: loader 1 + crop 3 + flip 0.1 = 4.1 ms, the crop 3 of it (73 %)
     EXPECT_TRUE(has(a, "RandomResizedCrop takes the most time per sample: 3.00 ms of 4.10 ms (73 %"));
-    // The estimate: the loop's time is 86 ms (its first next() ends at 6 ms, its last at 96 ms), 60 ms of it
-    // waiting (70 %), so it could take at most 86/26 = 3.3x; 2 workers x 0.95 busy and the loop's 26/86 leave 5.8
-    // of 8 CPUs free; 5 more workers reach the loop's limit.
-    EXPECT_TRUE(has(a, "More DataLoader workers should help. An estimate from the figures above: the 2 worker(s) were "
-                       "busy 95 % of their time, the training loop waited 70 % of its own and about 5.8 of the job's 8 "
-                       "CPU(s) were free; with 7 workers the pipeline could supply up to about 3.3x today's samples/s "
-                       "(1163 -> 3846), if 5 more CPU(s) are free for them (the loop itself could take at most 3.3x, "
-                       "never waiting)."))
-        << ::testing::PrintToString(a);
-    auto report = exporter::summarize_batches(tracker, processes, summary, 8);
-    ASSERT_TRUE(report.loops[0].estimate);
-    const auto& e = *report.loops[0].estimate;
-    EXPECT_EQ(e.workers, 2u);
-    EXPECT_EQ(e.suggested_workers, 7u);
-    EXPECT_NEAR(e.waiting_share, 60.0 / 86, 1e-9);
-    EXPECT_NEAR(e.free_cpus, 8 - 1.9 - 26.0 / 86, 1e-9);
-    EXPECT_NEAR(e.factor, 86.0 / 26, 1e-9);
-    EXPECT_NEAR(e.samples_per_s, 100 / 0.086, 1e-6);
-    // 3 CPUs: 0.8 free, one more worker, about 1.4x; 2 CPUs: none free.
-    EXPECT_TRUE(has(advice(3), "with 3 workers the pipeline could supply up to about 1.4x"));
-    EXPECT_TRUE(has(advice(2), "More workers would not help: the 2 worker(s) (busy 95 %) and the training loop (not "
-                               "waiting 30 % of its time) already use the 2 CPU(s)"));
+    EXPECT_FALSE(summarize_batches(tracker, processes, summary, 8).loops[0].estimate);
     EXPECT_TRUE(has(advice(0), "which this record does not say"));
 }
 

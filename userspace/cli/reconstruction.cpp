@@ -45,6 +45,7 @@ Reconstruction::Reconstruction(const Options& opts, Outputs& outputs, RuleLists 
               },
               std::move(roles), std::move(types))
 {
+    usage_.on_host([this](const model::RecordHostCpu& h) { figures_.summary.host_cpu(h); });
     // An exited process folded into its role's row: each figure kept by pid follows it.
     engine_.set_fold_sink([this](uint32_t pid, uint32_t into) {
         usage_.fold(pid, into);
@@ -96,6 +97,7 @@ exporter::Report Reconstruction::report(exporter::RunInfo& run, const Said& said
     auto usage_rows = run.resources_interval_ms ? exporter::usage_rows(usage_, engine_.processes())
                                                 : std::vector<exporter::UsageRow>{};
     double cpus = run.job_cpus;
+    figures_.summary.set_process_usage(run.resources_interval_ms ? &usage_.processes() : nullptr);
     auto batches = exporter::summarize_batches(engine_.batches(), engine_.processes(), figures_.summary, cpus,
                                                 &engine_.wait_causes());
     auto notes = summary_notes(run, said, trace_cut, calls_inlined);

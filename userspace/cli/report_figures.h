@@ -24,9 +24,14 @@ public:
         worker_memory.add(s);
         timeline.add(s);
     }
-    void usage(const model::UsagePoint& p) override { timeline.usage(p); }
+    void usage(const model::UsagePoint& p) override
+    {
+        timeline.usage(p);
+        summary.usage(p);
+    }
     void folded(const Fold& f) override
     {
+        summary.folded(f.pid, f.into);
         const auto& p = f.processes.at(f.pid);
         timeline.fold(f.pid, f.into, p.first_ns, p.last_ns);
         worker_memory.fold(f.pid, p, model::process_label(f.processes, f.pid));

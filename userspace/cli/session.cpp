@@ -47,6 +47,7 @@
 #include "cpython/cpython_layouts.h"
 #include "launch/launcher.h"
 #include "proc/proc_maps.h"
+#include "proc/host_cpu.h"
 #include "proc/proc_usage.h"
 #include "cpython/remote_memory.h"
 #include "capture/bpf_failures.h"
@@ -547,6 +548,12 @@ void Session::sweep(uint64_t now)
                              u->shared_dirty_kb.value_or(model::kNoPss), u->anon_kb.value_or(model::kNoPss)};
         feed(&r, sizeof(r));
     }
+    if (root_ > 0)
+        if (auto h = proc::read_host_cpu(root_)) {
+            model::RecordHostCpu r{model::kRecordHostCpu, static_cast<uint32_t>(root_), 0, 0, now, h->busy_ns,
+                                   h->total_ns, h->cpus, 0};
+            feed(&r, sizeof(r));
+        }
     cgroup_sweep(now, live);
     if (pss)
         pss_schedule_->done(now, thread_cpu_ns() - cpu0);

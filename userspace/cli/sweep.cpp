@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -43,6 +44,11 @@ struct Row {
     std::optional<double> samples_per_s, waiting_pct, cpu_avg, cpu_peak, memory_peak_mb, throttled_s;
     std::optional<uint64_t> oom_kills;
     std::string verdict = "-", top_op = "-", memory_kind = "";
+    // The workers model (export/worker_model.h) of its runs with one training loop: its workers, and per number
+    // of workers the samples/s each run's model gave; the first configuration's, at this row's workers: estimated.
+    std::optional<unsigned> workers;
+    std::map<unsigned, std::vector<double>> curve;
+    std::optional<double> estimated;
 };
 
 std::optional<double> at(const nlohmann::json& j, std::initializer_list<const char*> path)
@@ -74,6 +80,16 @@ void fill(Row& r, const nlohmann::json& s)
         r.memory_kind = "RSS";
     }
     r.throttled_s = at(s, {"run", "limits", "throttled_s"});
+    if (s.contains("training") && s["training"].is_array() && s["training"].size() == 1 &&
+        s["training"][0].contains("estimate") && s["training"][0]["estimate"].is_object()) {
+        const auto& e = s["training"][0]["estimate"];
+        if (auto w = at(e, {"workers"}))
+            r.workers = static_cast<unsigned>(*w);
+        if (e.contains("curve") && e["curve"].is_array())
+            for (const auto& p : e["curve"])
+                if (auto w = at(p, {"workers"}), x = at(p, {"samples_per_s"}); w && x)
+                    r.curve[static_cast<unsigned>(*w)].push_back(*x);
+    }
     if (auto k = at(s, {"run", "limits", "oom_kills"}))
         r.oom_kills = static_cast<uint64_t>(*k);
     // the op (or the loading, or the collation) with the most time per sample, as the advice names it
@@ -142,6 +158,10 @@ void add_run(Row& r, const nlohmann::json& s)
             *to = *from;
     if (one.oom_kills)
         r.oom_kills = one.oom_kills;
+    if (one.workers)
+        r.workers = one.workers;
+    for (const auto& [w, xs] : one.curve)
+        r.curve[w].insert(r.curve[w].end(), xs.begin(), xs.end());
     if (one.verdict != "-")
         r.verdict = one.verdict;
     if (one.top_op != "-")
@@ -227,15 +247,19 @@ std::string sweep_html(const std::vector<Row>& rows, int best, int cheapest, uns
 
 void print_table(const std::vector<Row>& rows, const SweepOptions& o, int best, int cheapest)
 {
-    fmt::print("{:<28} {:>6} {:>10} {:>13} {:>9} {:<22} {:>8} {:>9} {:>10} {:>11} {:>5}  {}\n", "configuration", "exit",
-               "samples/s", o.repeats > 1 ? "spread" : "", "waiting%", "verdict", "avg CPU%", "peak CPU%", "peak MB",
+    bool est = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.estimated.has_value(); });
+    fmt::print("{:<28} {:>6} {:>10} {:>13}{} {:>9} {:<22} {:>8} {:>9} {:>10} {:>11} {:>5}  {}\n", "configuration", "exit",
+               "samples/s", o.repeats > 1 ? "spread" : "", est ? fmt::format(" {:>16}", "estimated") : "", "waiting%", "verdict", "avg CPU%", "peak CPU%", "peak MB",
                "throttled s", "OOM", "most time per sample");
     for (const auto& r : rows) {
         std::string exit = r.repeats == 0 ? "-" : r.failed && o.repeats > 1 ? fmt::format("{}({}/{})", r.status, r.failed, r.repeats)
                                                                              : std::to_string(r.status);
-        fmt::print("{:<28} {:>6} {:>10} {:>13} {:>9} {:<22} {:>8} {:>9} {:>10} {:>11} {:>5}  {}\n", r.name, exit,
+        std::string e = !est ? "" : !r.estimated ? fmt::format(" {:>16}", "-")
+                            : fmt::format(" {:>16}", fmt::format("{:.1f} ({:+.0f} %)", *r.estimated,
+                                                                   r.samples_per_s ? 100 * (*r.estimated / *r.samples_per_s - 1) : 0));
+        fmt::print("{:<28} {:>6} {:>10} {:>13}{} {:>9} {:<22} {:>8} {:>9} {:>10} {:>11} {:>5}  {}\n", r.name, exit,
                    num(r.samples_per_s, 1),
-                   r.rates.size() > 1 ? fmt::format("{:.1f}-{:.1f}", r.rate_min, r.rate_max) : "",
+                   r.rates.size() > 1 ? fmt::format("{:.1f}-{:.1f}", r.rate_min, r.rate_max) : "", e,
                    num(r.waiting_pct, 0), r.verdict, num(r.cpu_avg, 0), num(r.cpu_peak, 0),
                    r.memory_peak_mb ? fmt::format("{:.0f} {}", *r.memory_peak_mb, r.memory_kind) : "-",
                    num(r.throttled_s, 2), r.oom_kills ? std::to_string(*r.oom_kills) : "-",
@@ -262,8 +286,12 @@ void print_table(const std::vector<Row>& rows, const SweepOptions& o, int best, 
     fmt::print("(each run's summary, trace and HTML report: {}/NAME{}.txt, .json, .html; samples/s: the median over "
                "the repeats, spread: min to max; peak MB: the job's PSS (read every 2 s or less often: "
                "--pss-interval) where read, else its RSS sum; throttled s: time the CPU limit held the job back; "
-               "cheapest: fewest CPUs (the --cpus limit, else the CPUs used on average), then least memory)\n",
-               o.dir, o.repeats > 1 ? ".rN" : "");
+               "cheapest: fewest CPUs (the --cpus limit, else the CPUs used on average), then least memory{})\n",
+               o.dir, o.repeats > 1 ? ".rN" : "",
+               est ? fmt::format("; estimated: what the model of the first configuration's run{} gave for the row's "
+                                 "number of workers (docs/worker-estimate.md), and its error against the measured",
+                                 o.repeats > 1 ? "s (their median)" : "")
+                   : "");
 }
 
 std::string table_json(const std::vector<Row>& rows, const SweepOptions& o, int best, int cheapest)
@@ -281,7 +309,8 @@ std::string table_json(const std::vector<Row>& rows, const SweepOptions& o, int 
                           "\"failed_runs\":{},\"summary\":{},\"samples_per_s\":{},\"samples_per_s_runs\":[{}],"
                           "\"samples_per_s_min\":{},\"samples_per_s_max\":{},\"waiting_pct\":{},\"verdict\":{},"
                           "\"cpu_avg_pct\":{},\"cpu_peak_pct\":{},\"memory_peak_mb\":{},\"memory_kind\":{},"
-                          "\"throttled_s\":{},\"oom_kills\":{},\"top_op\":{}}}",
+                          "\"throttled_s\":{},\"oom_kills\":{},\"top_op\":{},\"workers\":{},"
+                          "\"estimated_samples_per_s\":{}}}",
                           js.empty() ? "" : ",", exporter::json_string(r.name), params,
                           r.cpus.empty() ? "null" : exporter::json_string(r.cpus),
                           r.memory.empty() ? "null" : exporter::json_string(r.memory), r.status, r.repeats, r.failed,
@@ -290,7 +319,8 @@ std::string table_json(const std::vector<Row>& rows, const SweepOptions& o, int 
                           jn(r.waiting_pct), exporter::json_string(r.verdict), jn(r.cpu_avg), jn(r.cpu_peak),
                           jn(r.memory_peak_mb), r.memory_peak_mb ? exporter::json_string(r.memory_kind) : "null",
                           jn(r.throttled_s), r.oom_kills ? std::to_string(*r.oom_kills) : "null",
-                          r.top_op == "-" ? "null" : exporter::json_string(r.top_op));
+                          r.top_op == "-" ? "null" : exporter::json_string(r.top_op),
+                          r.workers ? std::to_string(*r.workers) : "null", jn(r.estimated));
     }
     auto name = [&](int i) { return i < 0 ? std::string("null") : exporter::json_string(rows[i].name); };
     return fmt::format("{{\"repeats\":{},\"runs\":[{}],\"best\":{},\"cheapest_within_5pct\":{}}}\n", o.repeats, js,
@@ -458,6 +488,21 @@ std::pair<int, int> best_and_cheapest(const std::vector<SweepCost>& rows)
     return {best, cheapest};
 }
 
+// Each row's estimate from the first configuration's model (the median of its runs' curves at the row's number of
+// workers), where every configuration ran under the same limits: a model made under other limits is not theirs.
+void estimate_rows(std::vector<Row>& rows)
+{
+    if (rows.empty())
+        return;
+    for (const auto& r : rows)
+        if (r.cpus != rows[0].cpus || r.memory != rows[0].memory)
+            return;
+    for (auto& r : rows)
+        if (r.workers)
+            if (auto c = rows[0].curve.find(*r.workers); c != rows[0].curve.end() && !c->second.empty())
+                r.estimated = median_of(c->second);
+}
+
 int run_sweep(const SweepOptions& o)
 {
     std::vector<SweepConfig> configs;
@@ -554,6 +599,7 @@ int run_sweep(const SweepOptions& o)
         return 1;
     }
 
+    estimate_rows(rows);
     std::vector<SweepCost> costs;
     for (auto& r : rows) {
         if (!r.rates.empty()) {

@@ -133,29 +133,57 @@ static std::string few_long_calls(const std::vector<LongCall>& calls, uint64_t c
                        short_duration((total_ms - long_ms) / static_cast<double>(count - n)), where);
 }
 
-// What the numbers of one training loop suggest doing, each with its figures: the part of per-sample time that
-// dominates, whether more DataLoader workers would help (their busy share, the CPUs the job may use), and whether
-// the pipeline ran mostly off-CPU.
-WorkerEstimate estimate_workers(unsigned n, double busy_share, double waiting_share, double cpus, double samples_per_s)
+// The model's advice on the number of workers, with its figures: more where the curve's best is over 5 % above
+// today's configuration as modelled and the loop waited (moderately input-bound or more); fewer where fewer give
+// within 5 % of the best; else none.
+static std::string workers_advice(const WorkerModel& m, double waiting_pct)
 {
-    WorkerEstimate e{n, busy_share, waiting_share, cpus, 0, samples_per_s, 0, 1, 1};
-    double work = static_cast<double>(n) * busy_share; // CPUs' worth the workers supply today's rate with
-    e.free_cpus = cpus - work - (1 - waiting_share);
-    e.loop_limit = waiting_share < 1 ? 1 / (1 - waiting_share) : 1e9;
-    if (e.free_cpus < 0.5 || work <= 0)
-        return e; // (under half a CPU free: another worker would only take CPU from the others)
-    // Enough workers to reach the loop's limit, or to use the free CPUs, whichever is fewer.
-    double needed = work * (e.loop_limit - 1);
-    double extra = std::min(std::ceil(needed - 1e-9), std::ceil(e.free_cpus - 1e-9));
-    extra = std::max(extra, 1.0);
-    e.suggested_workers = n + static_cast<unsigned>(extra);
-    e.factor = std::min((work + std::min(extra, e.free_cpus)) / work, e.loop_limit);
-    return e;
+    const ModelPoint* today = m.at(m.in.workers);
+    const ModelPoint* best = m.at(m.suggested);
+    if (!today || !best)
+        return {};
+    const auto& in = m.in;
+    std::string figures = fmt::format(
+        "a worker takes {:.2f} ms per sample with a CPU to itself, a sample costs {:.2f} ms of CPU in all (the workers' "
+        "{:.2f}, the training process's {:.2f}{}), the training loop's own work {:.2f} ms per sample, and the job may "
+        "use {:g} CPU(s){}",
+        in.worker_s * 1e3, in.cpu_s() * 1e3, in.worker_cpu_s * 1e3, in.main_cpu_s * 1e3,
+        in.main_cpu_read ? "" : ", its loop time: its CPU was not read", in.loop_s * 1e3, in.cpus,
+        in.others_cpus < 0 ? " (what other processes took of them was not read: the estimate assumes none)"
+                           : fmt::format(", of which other processes (this tracer's included) took {:.2f} meanwhile (the "
+                                         "estimate assumes they go on doing so)",
+                                         in.others_cpus));
+    auto bound = [](Bound b) {
+        return b == Bound::Workers ? "the workers" : b == Bound::Cpus ? "the CPUs" : "the training loop itself";
+    };
+    if (m.suggested > in.workers && best->samples_per_s > 1.05 * today->samples_per_s &&
+        waiting_pct >= kModeratelyInputBound * 100)
+        return fmt::format("More DataLoader workers should help: with {} the model of this pipeline gives about {:.0f} "
+                           "samples/s, against {:.0f} for today's {} ({:.0f} measured); beyond that {} bound it. Its "
+                           "figures, from this run: {} (docs/worker-estimate.md; its error is stated there).",
+                           m.suggested, best->samples_per_s, today->samples_per_s, in.workers, m.measured_per_s,
+                           bound(best->bound), figures);
+    if (m.suggested < in.workers)
+        return fmt::format("Fewer DataLoader workers would do: with {} the model of this pipeline gives about {:.0f} "
+                           "samples/s, within 5 % of the most it gives ({:.0f} for today's {}, {:.0f} measured), as {} "
+                           "bound it. Its figures, from this run: {} (docs/worker-estimate.md).",
+                           m.suggested, best->samples_per_s, today->samples_per_s, in.workers, m.measured_per_s,
+                           bound(today->bound), figures);
+    if (waiting_pct >= kModeratelyInputBound * 100)
+        return fmt::format("More DataLoader workers would not help: the model of this pipeline gives at most {:.0f} "
+                           "samples/s ({:.0f} for today's {}, {:.0f} measured), as {} bound it; make the pipeline "
+                           "cheaper instead. Its figures, from this run: {} (docs/worker-estimate.md).",
+                           best->samples_per_s, today->samples_per_s, in.workers, m.measured_per_s,
+                           bound(today->bound), figures);
+    return {};
 }
 
+// What the numbers of one training loop suggest doing, each with its figures: the part of per-sample time that
+// dominates, whether more (or fewer) DataLoader workers would help (the model of worker_model.h), and whether the
+// pipeline ran mostly off-CPU.
 static std::vector<std::string> advice_for(uint32_t pid, double waiting_pct, const Summary& summary,
                                            const std::map<uint32_t, model::ProcessInfo>& processes, double cpus,
-                                           double loop_seconds, std::optional<WorkerEstimate>& estimate)
+                                           std::optional<WorkerModel>& estimate)
 {
     std::vector<std::string> out;
     struct Sums {
@@ -219,6 +247,7 @@ static std::vector<std::string> advice_for(uint32_t pid, double waiting_pct, con
     }
     std::set<int> ids;
     uint64_t busy = 0, seen = 0;
+    bool workers_idle = false; // an input-bound loop's workers mostly idle: batches held up after they were made
     for (const auto& [wpid, p] : processes) {
         if (p.owner != pid || p.batches == 0 || wpid == pid)
             continue;
@@ -234,6 +263,7 @@ static std::vector<std::string> advice_for(uint32_t pid, double waiting_pct, con
     } else if (waiting_pct >= kHighlyInputBound * 100 && !ids.empty() && seen) {
         double b = 100.0 * static_cast<double>(busy) / static_cast<double>(seen);
         size_t n = ids.size();
+        workers_idle = b < 80;
         if (b < 80)
             out.push_back(fmt::format("The {} worker(s) were busy only {:.0f} % of their time while the training loop "
                                       "waited: batches were held up after they were made (the result queue, pin_memory, "
@@ -243,26 +273,16 @@ static std::vector<std::string> advice_for(uint32_t pid, double waiting_pct, con
             out.push_back(fmt::format("The {} worker(s) were busy {:.0f} % of their time; whether more would help depends "
                                       "on the CPUs the job may use, which this record does not say.",
                                       n, b));
-        else {
-            double rate = loop_seconds > 0 ? samples / loop_seconds : 0;
-            estimate = estimate_workers(static_cast<unsigned>(n), b / 100, waiting_pct / 100, cpus, rate);
-            const auto& e = *estimate;
-            if (e.suggested_workers)
-                out.push_back(fmt::format(
-                    "More DataLoader workers should help. An estimate from the figures above: the {} worker(s) were "
-                    "busy {:.0f} % of their time, the training loop waited {:.0f} % of its own and about {:.1f} of the "
-                    "job's {:g} CPU(s) were free; with {} workers the pipeline could supply up to about {:.1f}x today's "
-                    "samples/s ({:.0f} -> {:.0f}), if {} more CPU(s) are free for them (the loop itself could take at "
-                    "most {:.1f}x, never waiting).",
-                    n, b, waiting_pct, e.free_cpus, cpus, e.suggested_workers, e.factor, e.samples_per_s,
-                    e.samples_per_s * e.factor, e.suggested_workers - n, e.loop_limit));
-            else
-                out.push_back(fmt::format("More workers would not help: the {} worker(s) (busy {:.0f} %) and the training "
-                                          "loop (not waiting {:.0f} % of its time) already use the {:g} CPU(s) the job "
-                                          "may use; make the pipeline cheaper instead.",
-                                          n, b, 100 - waiting_pct, cpus));
-        }
     }
+    if (!ids.empty() && cpus)
+        if (auto in = summary.model_figures().inputs(pid, cpus, processes, summary.process_usage())) {
+            unsigned n = static_cast<unsigned>(ids.size());
+            unsigned most = std::min(64u, std::max(n + 4, static_cast<unsigned>(std::ceil(cpus)) + 2));
+            estimate = worker_model(*in, most);
+        }
+    if (estimate && !estimate->curve.empty() && !workers_idle)
+        if (auto line = workers_advice(*estimate, waiting_pct); !line.empty())
+            out.push_back(std::move(line));
     if (sample && sample->cpu_wall_ms > 0) {
         double on = 100 * sample->cpu_ms / sample->cpu_wall_ms;
         if (on < 70)
@@ -407,7 +427,7 @@ DataLoaderReport summarize_batches(const model::BatchTracker& batches,
         else
             l.verdict = fmt::format("{}: not input-bound ({}); the data pipeline keeps up.", waited, ladder);
         if (l.batches)
-            l.advice = advice_for(pid, pct, summary, processes, cpus, l.seconds, l.estimate);
+            l.advice = advice_for(pid, pct, summary, processes, cpus, l.estimate);
         out.loops.push_back(l);
     }
     return out;
@@ -415,6 +435,7 @@ DataLoaderReport summarize_batches(const model::BatchTracker& batches,
 
 void Summary::add(const model::Span& s)
 {
+    model_.add(s);
     if (s.kind != model::SpanKind::Sample && s.kind != model::SpanKind::Op && s.kind != model::SpanKind::Loader &&
         s.kind != model::SpanKind::Collate && s.kind != model::SpanKind::Py)
         return; // batches and waits have their own section

@@ -14,6 +14,7 @@
 #include "export/duration_series.h"
 #include "export/slow_samples.h"
 #include "export/usage_summary.h"
+#include "export/worker_model.h"
 #include "model/batches.h"
 #include "model/native_map.h"
 #include "model/wait_causes.h"
@@ -64,23 +65,6 @@ struct BatchSummary {
     std::vector<model::CauseTotal> causes; // its waits by cause (model/wait_causes.h), largest first
 };
 
-// What more DataLoader workers could give an input-bound training loop, estimated from its figures: each worker
-// busy `busy_share` of its time supplies today's samples/s over n x busy_share CPUs' worth of work; an added worker
-// adds up to one free CPU's worth; the loop itself can take at most 1 / (1 - waiting_share) of today's rate.
-struct WorkerEstimate {
-    unsigned workers = 0;            // today's
-    double busy_share = 0;           // the workers' busy share
-    double waiting_share = 0;        // the training loop's
-    double cpus = 0;                 // the CPUs the job may use (its affinity, or its --cpus limit)
-    double free_cpus = 0;            // cpus - (workers x busy_share + the loop's 1 - waiting_share)
-    double samples_per_s = 0;        // today's, over the loop's time
-    unsigned suggested_workers = 0;  // 0: more would not help (under half a CPU free)
-    double factor = 1;               // the pipeline's supply with suggested_workers over today's samples/s
-    double loop_limit = 1;           // 1 / (1 - waiting_share): the loop never waiting
-};
-// The estimate for n workers busy busy_share, a loop waiting waiting_share, `cpus` CPUs, today's samples/s.
-WorkerEstimate estimate_workers(unsigned n, double busy_share, double waiting_share, double cpus, double samples_per_s);
-
 // The graded verdict on a training loop (a rank), on the ladder of TensorFlow's input-pipeline analyzer: its
 // waiting share (the time it spent waiting in next() for a batch over its time from its first next()'s start to
 // its last one's end) kHighlyInputBound or more: highly input-bound; kModeratelyInputBound up to that:
@@ -110,7 +94,7 @@ struct LoopSummary {
     std::optional<InputBound> grade; // none: not known (no batch consumed)
     std::string verdict;
     std::vector<std::string> advice; // what the numbers suggest doing, each a sentence with its figures
-    std::optional<WorkerEstimate> estimate; // input-bound with busy workers and known CPUs: what more could give
+    std::optional<WorkerModel> estimate; // its workers and CPUs known: samples/s by number of workers (worker_model.h)
     BatchSummary all; // its DataLoaders together
 };
 
@@ -184,6 +168,13 @@ public:
     // first-seen place of either.
     void merge_group(const GroupKey& from, const GroupKey& into);
     const SlowSamples& slow_samples() const { return slow_; }
+    void usage(const model::UsagePoint& p) { model_.usage(p); }
+    void host_cpu(const model::RecordHostCpu& h) { model_.host(h); }
+    void folded(uint32_t pid, uint32_t into) { model_.fold(pid, into); }
+    const ModelFigures& model_figures() const { return model_; }
+    // The processes' resource use at the end (the usage tracker's; null: not read), for the workers model.
+    void set_process_usage(const std::map<uint32_t, model::ProcessUsage>* u) { process_usage_ = u; }
+    const std::map<uint32_t, model::ProcessUsage>* process_usage() const { return process_usage_; }
 
 private:
     struct CounterSums {
@@ -205,6 +196,8 @@ private:
     std::map<GroupKey, Group> groups_;
     std::vector<GroupKey> group_order_;
     SlowSamples slow_;
+    ModelFigures model_;
+    const std::map<uint32_t, model::ProcessUsage>* process_usage_ = nullptr;
     uint64_t loaders_ = 0, files_opened_ = 0;
     uint64_t first_sample_ns_ = UINT64_MAX, last_sample_ns_ = 0; // the first sample's start, the last one's end
 };

@@ -134,6 +134,42 @@ J wait_json(const model::WaitRow& w)
 }
 
 // A training loop's graded verdict: "not", "moderately", "highly"; null where it is not known.
+// The workers model (worker_model.h): its inputs, today's figures and its curve.
+J estimate_json(const WorkerModel& m)
+{
+    const auto& in = m.in;
+    J o = J::object();
+    o["workers"] = in.workers;
+    o["cpus"] = json_fixed(in.cpus, 2);
+    o["others_cpus"] = in.others_cpus >= 0 ? json_fixed(in.others_cpus, 3) : J(nullptr);
+    o["usable_cpus"] = json_fixed(in.usable_cpus(), 3);
+    o["samples"] = in.samples;
+    o["passes"] = in.passes;
+    o["seconds"] = json_fixed(in.seconds, 4);
+    o["samples_per_s"] = json_fixed(m.measured_per_s, 3);
+    o["first_batch_s"] = json_fixed(in.first_batch_s, 4);
+    o["gaps_s"] = json_fixed(in.gaps_s, 4);
+    o["worker_ms"] = json_fixed(in.worker_s * 1e3, 4);
+    o["worker_cpu_ms"] = json_fixed(in.worker_cpu_s * 1e3, 4);
+    o["worker_cpu_read"] = in.worker_cpu_read;
+    o["on_cpu_share"] = json_fixed(in.on_cpu_share, 4);
+    o["main_cpu_ms"] = json_fixed(in.main_cpu_s * 1e3, 4);
+    o["main_cpu_read"] = in.main_cpu_read;
+    o["loop_ms"] = json_fixed(in.loop_s * 1e3, 4);
+    o["suggested_workers"] = m.suggested ? J(m.suggested) : J(nullptr);
+    J curve = J::array();
+    for (const auto& p : m.curve) {
+        J q = J::object();
+        q["workers"] = p.workers;
+        q["samples_per_s"] = json_fixed(p.samples_per_s, 3);
+        q["steady_samples_per_s"] = json_fixed(p.steady_per_s, 3);
+        q["bound"] = bound_name(p.bound);
+        curve.push_back(std::move(q));
+    }
+    o["curve"] = std::move(curve);
+    return o;
+}
+
 J grade_json(const std::optional<InputBound>& g) { return g ? J(input_bound_key(*g)) : J(nullptr); }
 
 } // namespace
@@ -180,21 +216,7 @@ std::string report_json(const Report& r)
         o["input_bound_grade"] = grade_json(l.grade);
         o["verdict"] = json_text(l.verdict);
         o["advice"] = json_texts(l.advice);
-        o["estimate"] = nullptr; // the inputs and result of the advice's estimate, where it gave one
-        if (l.estimate) {
-            const auto& e = *l.estimate;
-            J est = J::object();
-            est["workers"] = e.workers;
-            est["busy_share"] = json_fixed(e.busy_share, 4);
-            est["waiting_share"] = json_fixed(e.waiting_share, 4);
-            est["cpus"] = json_fixed(e.cpus, 2);
-            est["free_cpus"] = json_fixed(e.free_cpus, 3);
-            est["samples_per_s"] = json_fixed(e.samples_per_s, 3);
-            est["suggested_workers"] = e.suggested_workers ? J(e.suggested_workers) : J(nullptr);
-            est["factor"] = json_fixed(e.factor, 3);
-            est["loop_limit"] = json_fixed(std::min(e.loop_limit, 1e6), 3);
-            o["estimate"] = std::move(est);
-        }
+        o["estimate"] = l.estimate ? estimate_json(*l.estimate) : J(nullptr); // the workers model, where made
         o["all"] = batches_json(l.all);
         loops.push_back(std::move(o));
     }

@@ -126,6 +126,8 @@ bool dispatch(const void* data, size_t len, RecordHandler& h)
         return call(as<RecordCgroup>(data, len), &RecordHandler::cgroup);
     case kRecordStuck:
         return call(as<RecordStuck>(data, len), &RecordHandler::stuck);
+    case kRecordHostCpu:
+        return call(as<RecordHostCpu>(data, len), &RecordHandler::host_cpu);
     }
     return false;
 }

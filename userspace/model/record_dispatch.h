@@ -45,6 +45,7 @@ public:
     virtual void object_calls(const RecordObjectCalls&) {}
     virtual void cgroup(const RecordCgroup&) {}
     virtual void stuck(const RecordStuck&) {}
+    virtual void host_cpu(const RecordHostCpu&) {}
 };
 
 // False when the record is too short for its type or of no known type (nothing is called then).

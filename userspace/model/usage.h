@@ -91,6 +91,8 @@ class UsageTracker : private RecordHandler {
 public:
     using Sink = std::function<void(const UsagePoint&)>;
     explicit UsageTracker(Sink sink = {}) : sink_(std::move(sink)) {}
+    using HostSink = std::function<void(const RecordHostCpu&)>;
+    void on_host(HostSink sink) { host_sink_ = std::move(sink); } // the host's CPU readings (RecordHostCpu)
     void consume(const void* data, size_t len);
     void finish(); // closes the last sweep
     // An exited process folded into its role's row (Engine::FoldSink): its figures added to into's, its own gone.
@@ -108,6 +110,11 @@ private:
     };
     void usage(const RecordUsage& r) override { reading(r); }
     void cgroup(const RecordCgroup& r) override;
+    void host_cpu(const RecordHostCpu& r) override
+    {
+        if (host_sink_)
+            host_sink_(r);
+    }
     // A process's cgroup: its first throttling reading (or its parent's before its fork) and its latest record.
     struct CgroupSeen {
         bool have_first = false, have_last = false;
@@ -130,6 +137,7 @@ private:
     // A process's last peak window (at its exit or the end): counted when it is its only one or 1 s long.
     void close_peak(ProcessUsage& u, Last& l, uint64_t now);
     Sink sink_;
+    HostSink host_sink_;
     std::map<uint32_t, ProcessUsage> usage_;
     std::map<uint32_t, Last> last_;
     std::map<uint32_t, uint64_t> forked_at_;

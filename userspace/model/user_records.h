@@ -25,6 +25,7 @@ enum : uint32_t {
     kRecordObjectCalls = 113,      // a process's object calls stopped, or began again, being probed (--trainer-calls)
     kRecordCgroup = 114,           // a process's cgroup: its CPU and memory limits and its CPU throttling so far
     kRecordStuck = 118,            // a process of the job ended no span for its threshold, or resumed (model/stuck.h)
+    kRecordHostCpu = 119,          // the CPU time of the CPUs the job may run on, all processes' (a usage sweep's)
 };
 
 // The slots of the locals a code object's role captures (its CODE record's code), as read from the target's
@@ -77,6 +78,15 @@ struct RecordUsage {
                                  // copied on write leaves it as it was, memory allocated anew grows it); the same
 };
 constexpr uint64_t kNoPss = UINT64_MAX;
+
+// The host's CPU time so far on the CPUs the job's first process may run on (/proc/stat: every process's and the
+// kernel's, this tracer's included), read in a usage sweep with that sweep's ts_ns. Files before it have none.
+struct RecordHostCpu {
+    uint32_t type, tgid, tid, cpu; // tgid: the process whose affinity chose the CPUs
+    uint64_t ts_ns;
+    uint64_t busy_ns, total_ns; // busy (user, nice, system, irq, softirq, steal); total adds idle and iowait
+    uint32_t cpus, pad;         // CPUs summed
+};
 constexpr uint32_t kUsageNet = 1; // net_sent and net_recv were counted
 
 constexpr unsigned kSymbolNameLen = 160, kLibraryNameLen = 64;
