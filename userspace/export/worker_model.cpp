@@ -100,7 +100,7 @@ void ModelFigures::add(const model::Span& s)
             p.first_samples = static_cast<uint64_t>(std::max<int64_t>(n, 0));
         }
         p.end = std::max(p.end, s.end_ns);
-    } else if (s.kind == model::SpanKind::Sample && s.has_counters) {
+    } else if ((s.kind == model::SpanKind::Sample || s.kind == model::SpanKind::Loader) && s.has_counters) {
         auto& l = loops_[s.owner];
         double wall = seconds(s.end_ns - s.start_ns), cpu = seconds(s.counters.cpu_ns);
         (s.counters.voluntary_cs ? l.blocked_wall_s : l.free_wall_s) += wall;

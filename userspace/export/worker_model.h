@@ -3,7 +3,8 @@
 // its first batches (the workers start and prepare one each, n at once: that time scaled by the CPUs they
 // share), then its other samples at the steady rate, the smallest of three bounds:
 //   workers: N / w          w: a worker's time per sample with a CPU to itself (its batches' time, less the
-//                              share it waited for a CPU, as its samples' on-CPU time says; time it blocked kept)
+//                              share it waited for a CPU, as its loadings' and pipeline calls' on-CPU times say;
+//                              the time they blocked kept)
 //   CPUs:    C / c          c: the job's CPU per sample (the workers' and the training process's), C the CPUs
 //                              the job may use less those the host's other processes (this tracer's included)
 //                              took on them meanwhile
@@ -90,8 +91,9 @@ private:
         std::map<int, bool> worker_ids;
         uint64_t samples = 0, batches = 0;
         double batch_s = 0;
-        double free_cpu_s = 0, free_wall_s = 0;       // samples without a voluntary switch
-        double blocked_cpu_s = 0, blocked_wall_s = 0; // samples with one
+        // The workers' loadings and pipeline calls (those with counters): without a voluntary switch, with one.
+        double free_cpu_s = 0, free_wall_s = 0;
+        double blocked_cpu_s = 0, blocked_wall_s = 0;
         uint64_t timed_samples = 0;
         uint64_t wait_start = UINT64_MAX, wait_end = 0;
         double wait_s = 0;
