@@ -551,7 +551,7 @@ void Session::sweep(uint64_t now)
     if (root_ > 0)
         if (auto h = proc::read_host_cpu(root_)) {
             model::RecordHostCpu r{model::kRecordHostCpu, static_cast<uint32_t>(root_), 0, 0, now, h->busy_ns,
-                                   h->total_ns, h->cpus, 0};
+                                   h->total_ns, h->nice_ns, h->cpus, 0};
             feed(&r, sizeof(r));
         }
     cgroup_sweep(now, live);

@@ -132,7 +132,8 @@ void ModelFigures::usage(const model::UsagePoint& p)
 
 void ModelFigures::host(const model::RecordHostCpu& h)
 {
-    double busy = seconds(h.busy_ns), at = seconds(h.ts_ns);
+    // Lower-priority processes' time (nice > 0) is not counted: they yield the CPUs to the job.
+    double busy = seconds(h.busy_ns - std::min(h.nice_ns, h.busy_ns)), at = seconds(h.ts_ns);
     step(host_busy_.total, host_busy_.ts, host_busy_.prev_total, host_busy_.prev_ts, busy - host_busy_.total, at);
     have_host_ = true;
 }

@@ -85,6 +85,7 @@ struct RecordHostCpu {
     uint32_t type, tgid, tid, cpu; // tgid: the process whose affinity chose the CPUs
     uint64_t ts_ns;
     uint64_t busy_ns, total_ns; // busy (user, nice, system, irq, softirq, steal); total adds idle and iowait
+    uint64_t nice_ns;           // of busy: processes at a lower priority (nice > 0), which yield to others
     uint32_t cpus, pad;         // CPUs summed
 };
 constexpr uint32_t kUsageNet = 1; // net_sent and net_recv were counted

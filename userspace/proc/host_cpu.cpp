@@ -36,6 +36,7 @@ std::optional<HostCpu> parse_host_cpu(const char* text, const std::vector<unsign
         }
         h.busy_ns += (f[0] + f[1] + f[2] + f[5] + f[6] + f[7]) * ns_per_tick;
         h.total_ns += (f[0] + f[1] + f[2] + f[3] + f[4] + f[5] + f[6] + f[7]) * ns_per_tick;
+        h.nice_ns += f[1] * ns_per_tick;
         h.cpus++;
     }
     if (!h.cpus)

@@ -10,6 +10,7 @@ namespace lotus::proc {
 struct HostCpu {
     uint64_t busy_ns = 0;  // user, nice, system, irq, softirq and steal, summed over the CPUs read
     uint64_t total_ns = 0; // busy plus idle and iowait
+    uint64_t nice_ns = 0;  // of busy: nice (processes at a lower priority)
     uint32_t cpus = 0;     // CPUs read
 };
 
