@@ -37,6 +37,7 @@ class WorkerEstimate(BpfTestCase):
                 own = next(p for p in e["curve"] if p["workers"] == workers)
                 self.assertLess(abs(own["samples_per_s"] / e["samples_per_s"] - 1), TOLERANCE, (workers, rep, e))
         self.assertIn("estimated", r.stdout)
+        print("\n" + "\n".join(report))  # (the figures, for the log)
         for x in runs:
             self.assertLess(abs(x["estimated_samples_per_s"] / x["samples_per_s"] - 1), TOLERANCE, "\n".join(report))
         return runs
