@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 
+#include "capture_error.h"
 #include "common/unique_fd.h"
 #include "perf_events.h"
 #include "process_links.h"
@@ -32,10 +33,6 @@ namespace lotus::capture {
 
 class ThreadSampling;
 class Guardian;
-
-struct CaptureError : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
 
 struct CaptureStats {
     uint64_t submitted = 0; // records written to the ring buffer
