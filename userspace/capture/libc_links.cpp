@@ -1,5 +1,4 @@
-// Probe: the watched syscalls at libc's wrappers in each traced process (one link per process and libc file).
-#include "probe.h"
+#include "libc_links.h"
 
 #include <cerrno>
 #include <cstring>
@@ -10,33 +9,31 @@
 #include "elf/elf_file.h"
 #include "lotus_abi.h"
 #include "proc/proc_maps.h"
-#include "lotus.skel.h"
-#include "probe_internal.h"
 
 namespace lotus::capture {
 
-bool Probe::attach_libc_to(uint32_t tgid, std::vector<common::UniqueFd>& fds, uint32_t forked_from)
+bool LibcLinks::attach_to(uint32_t tgid, std::vector<common::UniqueFd>& fds, uint32_t forked_from)
 {
     // A child just forked maps what its parent mapped: the parent's libc, without reading the child's maps
     // (long for a process that loaded torch, while the child is held: docs/performance.md, "What costs what").
     std::optional<elf::LibcMapping> libc;
-    if (auto parent = libc_linked_.find(forked_from); forked_from && parent != libc_linked_.end() &&
+    if (auto parent = linked_.find(forked_from); forked_from && parent != linked_.end() &&
                                                         parent->second.size() == 1) {
         const auto& [major, minor, inode] = *parent->second.begin();
-        libc = elf::LibcMapping{libc_paths_.at(*parent->second.begin()), inode, major, minor};
-        libc_borrowed_[tgid] = forked_from;
+        libc = elf::LibcMapping{paths_.at(*parent->second.begin()), inode, major, minor};
+        borrowed_[tgid] = forked_from;
     } else {
         libc = elf::mapped_libc(static_cast<int>(tgid));
     }
     if (!libc)
         return false;
     auto file = std::make_tuple(libc->dev_major, libc->dev_minor, libc->inode);
-    auto& linked = libc_linked_[tgid];
+    auto& linked = linked_[tgid];
     if (linked.count(file))
         return true; // an exec that mapped the same libc again: its links hold for the new image
-    auto it = libc_files_.find(file);
-    if (it == libc_files_.end())
-        it = libc_files_.emplace(file, elf::libc_wrappers(libc->path)).first;
+    auto it = files_.find(file);
+    if (it == files_.end())
+        it = files_.emplace(file, elf::libc_wrappers(libc->path)).first;
     if (!it->second) {
         if (attach_error_.empty())
             attach_error_ = fmt::format("process {} maps {}, where read, write, open, openat or getppid is not found "
@@ -65,8 +62,8 @@ bool Probe::attach_libc_to(uint32_t tgid, std::vector<common::UniqueFd>& fds, ui
     }
     // One pinned name per file: the path differs by process (/proc/PID/root/...), and a pin per worker would
     // hold a descriptor for every process the job ever ran.
-    std::string path = pin(libc_paths_.emplace(file, libc->path).first->second);
-    common::UniqueFd link = multi_link(skel_->progs.libc_call, session_type_, path, offsets, cookies, false, tgid);
+    std::string path = pin_(paths_.emplace(file, libc->path).first->second);
+    common::UniqueFd link = make_link_(path, offsets, cookies, tgid);
     if (!link) {
         if (errno != ESRCH && attach_error_.empty())
             attach_error_ = fmt::format("cannot attach the libc probes of {} to process {}: {}", libc->path, tgid,
@@ -78,29 +75,52 @@ bool Probe::attach_libc_to(uint32_t tgid, std::vector<common::UniqueFd>& fds, ui
     return true;
 }
 
-void Probe::retry_libc()
+void LibcLinks::retry(ProcessLinks& links, const Sink& lib_sink)
 {
     // A process maps its libc within milliseconds of its exec; one that maps none by then has no wrapper to see.
     constexpr uint64_t kLibcWaitNs = 10'000'000'000ull;
     uint64_t now = common::monotonic_ns();
-    for (auto it = libc_pending_.begin(); it != libc_pending_.end();) {
+    for (auto it = pending_.begin(); it != pending_.end();) {
         std::vector<common::UniqueFd> fds;
         bool gone = !proc::process_exists(static_cast<int>(it->first));
-        bool done = gone || attach_libc_to(it->first, fds);
+        bool done = gone || attach_to(it->first, fds);
         if (!fds.empty())
-            process_links_.append(it->first, std::move(fds));
+            links.append(it->first, std::move(fds));
         // It has run its dynamic loader since its exec (the same libc again, or another): the native map probes
         // what that mapped.
-        if (done && !gone && native_ && lib_sink_) {
+        if (done && !gone && native_ && lib_sink) {
             lotus_event_header loaded{};
             loaded.type = LOTUS_EV_LOADED;
             loaded.tgid = loaded.tid = it->first;
-            lib_sink_(&loaded, sizeof(loaded));
+            lib_sink(&loaded, sizeof(loaded));
         }
         if (done || now - it->second > kLibcWaitNs)
-            it = libc_pending_.erase(it);
+            it = pending_.erase(it);
         else
             ++it;
+    }
+}
+
+void LibcLinks::exited(uint32_t tgid)
+{
+    linked_.erase(tgid);
+    pending_.erase(tgid);
+    borrowed_.erase(tgid);
+}
+
+// A new image may map another libc (an exec into another root): looked at once it has mapped one. So may the
+// children that took this process's libc as theirs: one forked after this exec, held and attached before
+// this record was read, took the old image's.
+void LibcLinks::exec(uint32_t tgid, uint64_t now)
+{
+    pending_.emplace(tgid, now);
+    for (auto it = borrowed_.begin(); it != borrowed_.end();) {
+        if (it->second == tgid) {
+            pending_.emplace(it->first, now);
+            it = borrowed_.erase(it);
+        } else {
+            ++it;
+        }
     }
 }
 

@@ -219,9 +219,16 @@ void Probe::apply_plan(const ProbePlan& plan, const KernelFeatures& kernel, cons
     skel_->rodata->count_net = net_ ? 1 : 0;
     thread_sampling_ = plan.thread_sampling;
     skel_->rodata->thread_sampling = thread_sampling_ ? 1 : 0;
-    native_ = features.native;
     libc_ = plan.libc;
     os_read_ = plan.os_read;
+    if (libc_)
+        libc_links_.emplace(
+            os_read_, features.native, [this](const std::string& path) { return pin(path); },
+            [this](const std::string& path, const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies,
+                   uint32_t tgid) {
+                return multi_link(skel_->progs.libc_call, session_type_, path, offsets, cookies, false, tgid);
+            },
+            attach_error_);
     if (os_read_) {
         py_offsets_.push_back(*interp.os_read_offset);
         py_cookies_.push_back(LOTUS_PY_OS_READ);
@@ -360,26 +367,10 @@ int Probe::on_record(void* ctx, void* data, size_t len)
         if (!self->process_links_.has(h->tgid))
             self->call_links_.erase(h->tgid);
     }
-    if (self->libc_ && h->type == LOTUS_EV_EXIT) {
-        self->libc_linked_.erase(h->tgid);
-        self->libc_pending_.erase(h->tgid);
-        self->libc_borrowed_.erase(h->tgid);
-    }
-    // A new image may map another libc (an exec into another root): looked at once it has mapped one. So may the
-    // children that took this process's libc as theirs: one forked after this exec, held and attached before
-    // this record was read, took the old image's.
-    if (self->libc_ && h->type == LOTUS_EV_EXEC && self->process_links_.has(h->tgid)) {
-        uint64_t now = common::monotonic_ns();
-        self->libc_pending_.emplace(h->tgid, now);
-        for (auto it = self->libc_borrowed_.begin(); it != self->libc_borrowed_.end();) {
-            if (it->second == h->tgid) {
-                self->libc_pending_.emplace(it->first, now);
-                it = self->libc_borrowed_.erase(it);
-            } else {
-                ++it;
-            }
-        }
-    }
+    if (self->libc_links_ && h->type == LOTUS_EV_EXIT)
+        self->libc_links_->exited(h->tgid);
+    if (self->libc_links_ && h->type == LOTUS_EV_EXEC && self->process_links_.has(h->tgid))
+        self->libc_links_->exec(h->tgid, common::monotonic_ns());
     if (h->type == LOTUS_EV_GETPPID || h->type == LOTUS_EV_EXIT)
         self->starting_.erase(h->tgid);
     if (self->hold_ && h->type == LOTUS_EV_EXIT) { // a vfork-like child that never exec'd: its entry waited for it
@@ -468,8 +459,8 @@ int Probe::poll(int timeout_ms)
         throw CaptureError(fmt::format("ring buffer read failed: {}", strerror(-m)));
     if (hold_)
         release_held(); // also those whose HOLD record did not fit in the side ring (BPF's count says)
-    if (!libc_pending_.empty())
-        retry_libc();
+    if (libc_links_ && libc_links_->pending())
+        libc_links_->retry(process_links_, lib_sink_);
 
     if (!attach_error_.empty())
         throw CaptureError(attach_error_);

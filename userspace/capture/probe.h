@@ -19,7 +19,7 @@
 #include "perf_events.h"
 #include "process_links.h"
 #include "probe_plan.h"
-#include "elf/libc_wrappers.h"
+#include "libc_links.h"
 #include "lotus_abi.h"
 #include "cpython/interpreter.h"
 #include "guardian_cgroup.h"
@@ -139,7 +139,7 @@ public:
     // poll() also returns when fd becomes readable (a pidfd: the target exited); the caller keeps fd open.
     void wake_on(int fd);
     // Processes still to map their libc: each poll() looks at them again, so the loop should wake soon.
-    bool retry_pending() const { return !libc_pending_.empty(); }
+    bool retry_pending() const { return libc_links_ && libc_links_->pending(); }
     // A vfork-like child (not held at its fork) that execs this file is held at its exec: the traced process's
     // executable, where the interpreter is a libpython (the interpreter's own file is there already).
     void hold_exec_of(const std::string& path);
@@ -217,9 +217,6 @@ private:
     // The Python probes of one traced process (per-process mode), and its native ones; forked_from: the traced
     // process it was just forked from (held since, so its memory is still that process's), else 0.
     void attach_python_to(uint32_t tgid, uint32_t forked_from = 0);
-    // libc mode: the process's link on the wrappers of the libc it maps; false while it maps none yet.
-    bool attach_libc_to(uint32_t tgid, std::vector<common::UniqueFd>& fds, uint32_t forked_from = 0);
-    void retry_libc(); // the processes still to map their libc (started, or exec'd, since their links were made)
     // Every child held in BPF (lotus_held): its probes attached (when `attach`), then continued. Nothing to do
     // (no syscall) unless a child was held since the last walk, or `all`. Never throws: a refusal is kept in
     // attach_error_ for poll() to report.
@@ -293,12 +290,6 @@ private:
     // The syscalls through libc's wrappers in the traced processes (per-process links; no syscall event).
     bool libc_ = false;
     bool os_read_ = false; // reads at the interpreter's os.read (LOTUS_PY_OS_READ), not at libc's read()
-    bool native_ = false; // the native map: libc's dlopen is probed too (its returns: LOTUS_EV_LOADED)
-    std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::optional<elf::LibcWrappers>> libc_files_; // by file
-    std::map<uint32_t, std::set<std::tuple<uint32_t, uint32_t, uint64_t>>> libc_linked_; // per process: its files
-    std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::string> libc_paths_; // by file: the path it is pinned by
-    std::unordered_map<uint32_t, uint64_t> libc_pending_; // process -> when it was found without a libc (ns)
-    std::unordered_map<uint32_t, uint32_t> libc_borrowed_; // child -> the parent whose libc it took at its fork
     bool python_on_ = false; // attach_python was called: held children get their probes
     uint64_t hold_deadline_ns_ = 0;
     pid_t job_ = 0; // ProbeFeatures::job
@@ -306,6 +297,7 @@ private:
     uint64_t held_walked_ = 0; // BPF's held_total when release_held last walked lotus_held
     std::unordered_map<uint32_t, uint64_t> starting_; // continued children (monotonic ns) yet to call getppid
     std::string attach_error_;
+    std::optional<LibcLinks> libc_links_; // libc mode: each traced process's links on its libc's wrappers
     HoldStats holds_;
     bool net_ = false; // the network tracepoints are loaded
     std::vector<uint64_t> py_offsets_, py_cookies_; // where the Python probes go, and their cookies

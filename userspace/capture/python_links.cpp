@@ -114,9 +114,11 @@ void Probe::attach_python_to(uint32_t tgid, uint32_t forked_from)
             return;
     if (!inline_resume_.empty() && !made(inline_links(tgid), "opcode-handler", interp_.object_path))
         return;
-    libc_linked_.erase(tgid); // an earlier process's, under the same pid
-    if (libc_ && !attach_libc_to(tgid, fds, forked_from))
-        libc_pending_.emplace(tgid, common::monotonic_ns()); // stopped at its exec: no libc mapped yet
+    if (libc_links_) {
+        libc_links_->new_process(tgid); // (an earlier process's files, under the same pid)
+        if (!libc_links_->attach_to(tgid, fds, forked_from))
+            libc_links_->pend(tgid, common::monotonic_ns()); // stopped at its exec: no libc mapped yet
+    }
     process_links_.add(tgid, std::move(fds));
     if (call_link >= 0)
         call_links_[tgid] = call_link;
