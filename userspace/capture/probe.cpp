@@ -134,7 +134,7 @@ Probe::Probe(const cpython::Interpreter& interp, Sink sink, const std::vector<Co
         skel_->bss->sampler_prog_id = info.id;
     }
     if (hold_)
-        start_guardian();
+        holds_->start_guardian(interp_.object_path);
     open_rings();
     hand_counters(counters, ncpu);
 }
@@ -211,10 +211,11 @@ void Probe::apply_plan(const ProbePlan& plan, const KernelFeatures& kernel, cons
     hold_self_ = plan.hold_self;
     perf_links_ = plan.perf_links;
     calls_apart_ = slots_ && session_type_ >= 0 && hold_;
-    job_ = features.job;
-    hold_deadline_ns_ = features.hold_deadline_ns ? features.hold_deadline_ns
-                        : perf_links_                ? 2'000'000'000ull
-                                                     : 500'000'000ull;
+    uint64_t hold_deadline_ns = features.hold_deadline_ns ? features.hold_deadline_ns
+                                : perf_links_                ? 2'000'000'000ull
+                                                             : 500'000'000ull;
+    holds_ = std::make_unique<Holds>(skel_.get(), hold_self_, hold_deadline_ns, features.job,
+                                     [this](uint32_t tgid, uint32_t forked_from) { attach_python_to(tgid, forked_from); });
     net_ = plan.net;
     skel_->rodata->count_net = net_ ? 1 : 0;
     thread_sampling_ = plan.thread_sampling;
@@ -327,13 +328,8 @@ void Probe::close()
             bpf_link__destroy(*l);
             *l = nullptr;
         }
-    child_start_link_.reset();
-    if (skel_ && hold_) {
-        release_held(false, true);
-        for (size_t r = 0; r < LOTUS_UNHELD_REASONS; r++)
-            holds_.unheld_by[r] = skel_->bss->unheld[r];
-        holds_.spawned_python = skel_->bss->exec_held;
-    }
+    if (skel_ && hold_)
+        holds_->stop();
     // Every uprobe link in one batch: each close waits for RCU grace periods, and waits that overlap share them.
     std::vector<common::UniqueFd> fds = process_links_.release_all();
     fds.push_back(std::move(session_link_));
@@ -348,7 +344,8 @@ void Probe::close()
     rb_.reset();
     lib_rb_.reset();
     skel_.reset(); // its tracepoint links and the programs: nothing of lotus-bpf is attached after this
-    guardian_.reset(); // it continues what the job's user stopped once they continue it, and exits
+    if (holds_)
+        holds_->end_guardian(); // it continues what the job's user stopped once they continue it, and exits
 }
 
 int Probe::on_record(void* ctx, void* data, size_t len)
@@ -359,7 +356,7 @@ int Probe::on_record(void* ctx, void* data, size_t len)
         self->since_lib_check_ = 0;
         ring_buffer__consume(self->lib_rb_.get());
         if (self->hold_)
-            self->release_held();
+            self->holds_->release_held();
     }
     auto* h = static_cast<const lotus_event_header*>(data);
     if (self->hold_ && h->type == LOTUS_EV_EXIT) {
@@ -371,14 +368,9 @@ int Probe::on_record(void* ctx, void* data, size_t len)
         self->libc_links_->exited(h->tgid);
     if (self->libc_links_ && h->type == LOTUS_EV_EXEC && self->process_links_.has(h->tgid))
         self->libc_links_->exec(h->tgid, common::monotonic_ns());
-    if (h->type == LOTUS_EV_GETPPID || h->type == LOTUS_EV_EXIT)
-        self->starting_.erase(h->tgid);
-    if (self->hold_ && h->type == LOTUS_EV_EXIT) { // a vfork-like child that never exec'd: its entry waited for it
-        lotus_hold hold{};
-        int fd = bpf_map__fd(self->skel_->maps.lotus_held);
-        if (bpf_map_lookup_elem(fd, &h->tgid, &hold) == 0 && (hold.flags & (LOTUS_HOLD_SHARED_MM | LOTUS_HOLD_PENDING)))
-            bpf_map_delete_elem(fd, &h->tgid);
-    }
+    self->holds_->seen(h->type, h->tgid);
+    if (self->hold_ && h->type == LOTUS_EV_EXIT) // a vfork-like child that never exec'd: its entry waited for it
+        self->holds_->exited(h->tgid);
     self->sink_(data, len);
     return 0;
 }
@@ -397,7 +389,7 @@ void Probe::attach_process_tracking()
 {
     attach_tracepoint(skel_->progs.on_fork, skel_->links.on_fork, "sched_process_fork");
     if (hold_ && hold_self_) {
-        attach_self_holds();
+        holds_->attach_self_holds([this] { return child_start_link(); }, interp_.object_path);
     } else if (hold_) {
         attach_tracepoint(skel_->progs.on_fork_hold, skel_->links.on_fork_hold, "sched_process_fork");
         attach_tracepoint(skel_->progs.on_exec_hold, skel_->links.on_exec_hold, "sched_process_exec");
@@ -436,6 +428,27 @@ void Probe::trace_process(uint32_t tgid, uint32_t root_tgid)
     hold_exec_of(fmt::format("/proc/{}/exe", tgid));
 }
 
+void Probe::hold_exec_of(const std::string& path)
+{
+    if (skel_ && hold_)
+        holds_->hold_exec_of(path);
+}
+
+size_t Probe::let_children_start(int wait_ms)
+{
+    if (!hold_)
+        return 0;
+    return holds_->let_children_start(wait_ms, [this](int timeout_ms) { return poll(timeout_ms); });
+}
+
+common::UniqueFd Probe::child_start_link()
+{
+    bpf_program* prog = skel_->progs.on_child_start;
+    return multi_type_ >= 0 ? multi_link(prog, multi_type_, pin(interp_.object_path), {*after_fork_offset_})
+                            : perf_uprobe_link(bpf_program__fd(prog), pin(interp_.object_path), *after_fork_offset_, 0,
+                                               false, -1);
+}
+
 bool Probe::is_traced(uint32_t tgid) const
 {
     lotus_traced_proc v;
@@ -448,7 +461,7 @@ int Probe::poll(int timeout_ms)
     ring_buffer__consume(lib_rb_.get());
     // Before sleeping: the side ring's wake-up for a child held since was just consumed, and would not wake us.
     if (hold_)
-        release_held();
+        holds_->release_held();
     if (timeout_ms > 0) {
         epoll_event ev[4];
         if (epoll_wait(epoll_.get(), ev, 4, timeout_ms) < 0 && errno != EINTR)
@@ -458,7 +471,7 @@ int Probe::poll(int timeout_ms)
     if (m < 0)
         throw CaptureError(fmt::format("ring buffer read failed: {}", strerror(-m)));
     if (hold_)
-        release_held(); // also those whose HOLD record did not fit in the side ring (BPF's count says)
+        holds_->release_held(); // also those whose HOLD record did not fit in the side ring (BPF's count says)
     if (libc_links_ && libc_links_->pending())
         libc_links_->retry(process_links_, lib_sink_);
 

@@ -1,4 +1,4 @@
-// What the files of Probe's implementation share (probe.cpp, python_links.cpp, probe_holds.cpp...): not for other units.
+// What the files of Probe's implementation share (probe.cpp, python_links.cpp, holds.cpp...): not for other units.
 #pragma once
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>

@@ -40,8 +40,8 @@ void Probe::attach_python()
         pin(interp_.object_path); // for the links of later children; now, while the process it was found in lives
         // The children held so far (new processes), then every other process traced so far; later children
         // get theirs while held.
-        python_on_ = true;
-        release_held(true, true);
+        holds_->attach_children();
+        holds_->release_held(true, true);
         for (uint32_t tgid : tgid_keys(bpf_map__fd(skel_->maps.lotus_traced)))
             if (!process_links_.has(tgid))
                 attach_python_to(tgid);

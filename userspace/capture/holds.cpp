@@ -1,6 +1,4 @@
-// Probe: new children of traced processes held until their probes are attached (holds.bpf.h), the guardian
-// that bounds those holds, and their release.
-#include "probe.h"
+#include "holds.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,7 +13,6 @@
 #include "common/clock.h"
 #include "guardian.h"
 #include "lotus_abi.h"
-#include "perf_uprobe.h"
 #include "lotus.skel.h"
 #include "probe_internal.h"
 
@@ -25,10 +22,17 @@ namespace lotus::capture {
 // that has not called getppid by then never will soon.
 constexpr uint64_t kStartingNs = 2'000'000'000ull;
 
-void Probe::hold_exec_of(const std::string& path)
+Holds::Holds(lotus_bpf* skel, bool hold_self, uint64_t deadline_ns, pid_t job, Attach attach)
+    : skel_(skel), hold_self_(hold_self), hold_deadline_ns_(deadline_ns), job_(job), attach_(std::move(attach))
+{
+}
+
+Holds::~Holds() = default;
+
+void Holds::hold_exec_of(const std::string& path)
 {
     struct stat st{};
-    if (!skel_ || !hold_ || ::stat(path.c_str(), &st) != 0)
+    if (::stat(path.c_str(), &st) != 0)
         return;
     for (auto& ino : skel_->bss->exec_inodes) {
         if (ino == st.st_ino)
@@ -40,9 +44,9 @@ void Probe::hold_exec_of(const std::string& path)
     }
 }
 
-void Probe::start_guardian()
+void Holds::start_guardian(const std::string& interp_path)
 {
-    hold_exec_of(interp_.object_path);
+    hold_exec_of(interp_path);
     bpf_prog_info info{};
     uint32_t len = sizeof(info);
     bpf_program* holder = hold_self_ ? skel_->progs.on_child_start : skel_->progs.on_fork_hold;
@@ -56,7 +60,8 @@ void Probe::start_guardian()
     if (!hold_self_)
         return;
     // Without the kfuncs BPF knows the two by their task structs, found by a task iterator.
-    Link link(bpf_program__attach_iter(skel_->progs.find_keepers, nullptr));
+    std::unique_ptr<bpf_link, int (*)(bpf_link*)> link(bpf_program__attach_iter(skel_->progs.find_keepers, nullptr),
+                                                       bpf_link__destroy);
     common::UniqueFd it(link ? bpf_iter_create(bpf_link__fd(link.get())) : -1);
     if (!it)
         throw CaptureError(fmt::format("cannot run the BPF task iterator that finds the tracer: {}", strerror(errno)));
@@ -67,22 +72,17 @@ void Probe::start_guardian()
         throw CaptureError("the BPF task iterator did not find the tracer and its guardian");
 }
 
-void Probe::attach_self_holds()
+void Holds::attach_self_holds(const std::function<common::UniqueFd()>& child_start, const std::string& interp_path)
 {
     attach_tracepoint(skel_->progs.on_fork_note, skel_->links.on_fork_note, "sched_process_fork");
     attach_tracepoint(skel_->progs.on_exec_stop, skel_->links.on_exec_stop, "sched_process_exec");
     // Every process of the interpreter traps there, once per fork: a child of a traced process stops itself.
-    bpf_program* prog = skel_->progs.on_child_start;
-    child_start_link_ = multi_type_ >= 0 ? multi_link(prog, multi_type_, pin(interp_.object_path),
-                                                      {*after_fork_offset_})
-                                         : perf_uprobe_link(bpf_program__fd(prog), pin(interp_.object_path),
-                                                            *after_fork_offset_, 0, false, -1);
+    child_start_link_ = child_start();
     if (!child_start_link_)
-        throw CaptureError(fmt::format("cannot probe PyOS_AfterFork_Child in {}: {}", interp_.object_path,
-                                       strerror(errno)));
+        throw CaptureError(fmt::format("cannot probe PyOS_AfterFork_Child in {}: {}", interp_path, strerror(errno)));
 }
 
-void Probe::release_held(bool attach, bool all)
+void Holds::release_held(bool attach, bool all)
 {
     // Read before the walk: a child held during it moves the count again, and the next call walks again.
     uint64_t held = __atomic_load_n(&skel_->bss->held_total, __ATOMIC_ACQUIRE);
@@ -100,10 +100,10 @@ void Probe::release_held(bool attach, bool all)
             continue;
         // A new process: any links under its pid were an earlier process's (ProcessLinks::add).
         uint64_t before = common::monotonic_ns();
-        bool attached = attach && python_on_;
+        bool attached = attach && attach_children_;
         bool parents_image = (hold.flags & LOTUS_HOLD_STOPPED) && !(hold.flags & LOTUS_HOLD_AT_EXEC);
         if (attached)
-            attach_python_to(tgid, parents_image ? hold.parent_tgid : 0);
+            attach_(tgid, parents_image ? hold.parent_tgid : 0);
         // Again: the guardian may have continued it meanwhile (its deadline passed).
         if (bpf_map_lookup_elem(fd, &tgid, &hold) != 0)
             continue; // gone with its process: the guardian forgot it
@@ -136,10 +136,8 @@ void Probe::release_held(bool attach, bool all)
     }
 }
 
-size_t Probe::let_children_start(int wait_ms)
+size_t Holds::let_children_start(int wait_ms, const Poll& poll)
 {
-    if (!hold_)
-        return 0;
     release_held(true, true);
     uint64_t now = common::monotonic_ns(), until = now + static_cast<uint64_t>(wait_ms) * 1'000'000ull;
     while (true) {
@@ -150,5 +148,30 @@ size_t Probe::let_children_start(int wait_ms)
         now = common::monotonic_ns();
     }
 }
+
+void Holds::seen(uint32_t type, uint32_t tgid)
+{
+    if (type == LOTUS_EV_GETPPID || type == LOTUS_EV_EXIT)
+        starting_.erase(tgid);
+}
+
+void Holds::exited(uint32_t tgid)
+{
+    lotus_hold hold{};
+    int fd = bpf_map__fd(skel_->maps.lotus_held);
+    if (bpf_map_lookup_elem(fd, &tgid, &hold) == 0 && (hold.flags & (LOTUS_HOLD_SHARED_MM | LOTUS_HOLD_PENDING)))
+        bpf_map_delete_elem(fd, &tgid);
+}
+
+void Holds::stop()
+{
+    child_start_link_.reset();
+    release_held(false, true);
+    for (size_t r = 0; r < LOTUS_UNHELD_REASONS; r++)
+        holds_.unheld_by[r] = skel_->bss->unheld[r];
+    holds_.spawned_python = skel_->bss->exec_held;
+}
+
+void Holds::end_guardian() { guardian_.reset(); }
 
 } // namespace lotus::capture
