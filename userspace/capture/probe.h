@@ -3,16 +3,12 @@
 #pragma once
 #include <cstdint>
 #include <functional>
-#include <unordered_map>
-#include <stdexcept>
-#include <string>
-#include <vector>
-#include <set>
-#include <tuple>
-#include <optional>
-
 #include <map>
 #include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "capture_error.h"
 #include "common/unique_fd.h"
