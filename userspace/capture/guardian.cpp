@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/read_file.h"
-#include "probe.h"
+#include "capture_error.h"
 
 namespace lotus::capture {
 

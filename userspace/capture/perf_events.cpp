@@ -1,6 +1,6 @@
 #include "perf_events.h"
 
-#include "probe.h"
+#include "capture_error.h"
 
 #include <linux/perf_event.h>
 #include <sys/syscall.h>

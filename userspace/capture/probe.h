@@ -3,25 +3,23 @@
 #pragma once
 #include <cstdint>
 #include <functional>
-#include <unordered_map>
-#include <stdexcept>
-#include <string>
-#include <vector>
-#include <set>
-#include <tuple>
-#include <optional>
-
 #include <map>
 #include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
 
+#include "capture_error.h"
 #include "common/unique_fd.h"
 #include "perf_events.h"
 #include "process_links.h"
 #include "probe_plan.h"
-#include "elf/libc_wrappers.h"
+#include "libc_links.h"
 #include "lotus_abi.h"
 #include "cpython/interpreter.h"
 #include "guardian_cgroup.h"
+#include "holds.h"
 
 struct lotus_bpf;
 struct bpf_program;
@@ -31,33 +29,12 @@ struct bpf_link;
 namespace lotus::capture {
 
 class ThreadSampling;
-class Guardian;
-
-struct CaptureError : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
 
 struct CaptureStats {
     uint64_t submitted = 0; // records written to the ring buffer
     uint64_t lost = 0;      // records dropped because it was full
     uint64_t sampled_elsewhere = 0; // sampling interrupts of threads outside the traced processes (per-CPU events)
     uint64_t failures[LOTUS_COUNT_SLOTS] = {}; // by LOTUS_FAIL_* slot (bpf_failures.h)
-};
-
-// New children of traced processes stopped until their probes were attached (per-process probes).
-struct HoldStats {
-    uint64_t children = 0;
-    uint64_t total_ns = 0;  // from the fork to the SIGCONT, summed
-    uint64_t max_ns = 0;
-    uint64_t attach_ns = 0; // of that, attaching their probes (the rest: waiting for the tracer), summed
-    // Children whose probes were not in place before they ran: not held (unheld_by, LOTUS_UNHELD_*), or
-    // continued by the guardian at the hold's deadline. unseen: from the fork to their probes' attach, an upper
-    // bound of how long their calls went untraced.
-    uint64_t unheld_by[LOTUS_UNHELD_REASONS] = {};
-    uint64_t deadline_released = 0;
-    uint64_t unseen_children = 0; // of those, the ones whose probes were then attached (vfork children aside)
-    uint64_t unseen_total_ns = 0, unseen_max_ns = 0;
-    uint64_t spawned_python = 0; // vfork-like children held at their exec of the traced interpreter
 };
 
 // Throws CaptureError unless this process may load BPF and open perf events (root, or CAP_BPF+CAP_PERFMON).
@@ -142,7 +119,7 @@ public:
     // poll() also returns when fd becomes readable (a pidfd: the target exited); the caller keeps fd open.
     void wake_on(int fd);
     // Processes still to map their libc: each poll() looks at them again, so the loop should wake soon.
-    bool retry_pending() const { return !libc_pending_.empty(); }
+    bool retry_pending() const { return libc_links_ && libc_links_->pending(); }
     // A vfork-like child (not held at its fork) that execs this file is held at its exec: the traced process's
     // executable, where the interpreter is a libpython (the interpreter's own file is there already).
     void hold_exec_of(const std::string& path);
@@ -153,9 +130,9 @@ public:
     // What a type is (LOTUS_TYPE_* flags) in a role space, likewise only onto the described type's entry.
     void set_type(uint32_t space, uint64_t type, uint64_t fingerprint, uint32_t flags);
     CaptureStats stats() const;
-    const HoldStats& holds() const { return holds_; }
+    const HoldStats& holds() const { return holds_->stats(); }
     // Where the guardian went, per cgroup hierarchy (empty: no guardian, or no job named to it).
-    const std::vector<GuardianCgroup>& guardian_cgroups() const { return guardian_cgroups_; }
+    const std::vector<GuardianCgroup>& guardian_cgroups() const { return holds_->guardian_cgroups(); }
     // Network bytes sent and received by a traced process so far (ProbeFeatures::network, where the kernel has
     // the tracepoints: counts_network()); its exit record carries the last figures.
     bool counts_network() const { return net_; }
@@ -193,7 +170,7 @@ public:
     bool has_object_calls(uint32_t tgid) const { return call_links_.count(tgid) != 0; }
     // How long a new child may be held: as asked, else 500 ms, or 2 s where each of its probes is a perf event
     // placed in turn (each waits for an RCU grace period: ~100 ms a child on these machines, more when busy).
-    unsigned hold_deadline_ms() const { return static_cast<unsigned>(hold_deadline_ns_ / 1'000'000); }
+    unsigned hold_deadline_ms() const { return holds_->deadline_ms(); }
     // What the kernel offers (detected once) and the plan chosen from it and the run's wishes.
     const KernelFeatures& kernel() const { return kernel_; }
     const ProbePlan& plan() const { return plan_; }
@@ -220,17 +197,9 @@ private:
     // The Python probes of one traced process (per-process mode), and its native ones; forked_from: the traced
     // process it was just forked from (held since, so its memory is still that process's), else 0.
     void attach_python_to(uint32_t tgid, uint32_t forked_from = 0);
-    // libc mode: the process's link on the wrappers of the libc it maps; false while it maps none yet.
-    bool attach_libc_to(uint32_t tgid, std::vector<common::UniqueFd>& fds, uint32_t forked_from = 0);
-    void retry_libc(); // the processes still to map their libc (started, or exec'd, since their links were made)
-    // Every child held in BPF (lotus_held): its probes attached (when `attach`), then continued. Nothing to do
-    // (no syscall) unless a child was held since the last walk, or `all`. Never throws: a refusal is kept in
-    // attach_error_ for poll() to report.
-    void release_held(bool attach = true, bool all = false);
-    // The guardian process on lotus_held, and BPF told who the tracer and the guardian are.
-    void start_guardian();
-    // hold_self_: the programs that hold a new child from its own context (holds.bpf.h), attached.
-    void attach_self_holds();
+    // The uprobe at PyOS_AfterFork_Child where a new child holds itself (hold_self_; every process of the
+    // interpreter); empty, errno set, if refused.
+    common::UniqueFd child_start_link();
     // A process's links of `prog` on offsets of `path`, entries or (ret) returns, pid as for multi_link: one
     // uprobe_multi link, else (perf_links_) one perf-event uprobe per offset; empty, errno set, if refused.
     std::vector<common::UniqueFd> probe_links(bpf_program* prog, const std::string& path,
@@ -288,7 +257,6 @@ private:
     bool hold_self_ = false;  // ...a new child holding itself (ProbePlan::hold_self)
     bool perf_links_ = false; // ...its links perf-event uprobes (ProbePlan::perf_links)
     std::optional<uint64_t> after_fork_offset_; // PyOS_AfterFork_Child in the interpreter's file, where found
-    common::UniqueFd child_start_link_;          // hold_self_: the uprobe there (every process of the interpreter)
     bool calls_apart_ = false; // object_calls_apart()
     std::unordered_map<uint32_t, int> call_links_; // per process: its object-calls link (a descriptor in process_links_)
     bool syscall_events_ = false; // the syscall programs on the syscalls: events (else raw sys_enter/sys_exit)
@@ -296,20 +264,8 @@ private:
     // The syscalls through libc's wrappers in the traced processes (per-process links; no syscall event).
     bool libc_ = false;
     bool os_read_ = false; // reads at the interpreter's os.read (LOTUS_PY_OS_READ), not at libc's read()
-    bool native_ = false; // the native map: libc's dlopen is probed too (its returns: LOTUS_EV_LOADED)
-    std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::optional<elf::LibcWrappers>> libc_files_; // by file
-    std::map<uint32_t, std::set<std::tuple<uint32_t, uint32_t, uint64_t>>> libc_linked_; // per process: its files
-    std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::string> libc_paths_; // by file: the path it is pinned by
-    std::unordered_map<uint32_t, uint64_t> libc_pending_; // process -> when it was found without a libc (ns)
-    std::unordered_map<uint32_t, uint32_t> libc_borrowed_; // child -> the parent whose libc it took at its fork
-    bool python_on_ = false; // attach_python was called: held children get their probes
-    uint64_t hold_deadline_ns_ = 0;
-    pid_t job_ = 0; // ProbeFeatures::job
-    std::vector<GuardianCgroup> guardian_cgroups_;
-    uint64_t held_walked_ = 0; // BPF's held_total when release_held last walked lotus_held
-    std::unordered_map<uint32_t, uint64_t> starting_; // continued children (monotonic ns) yet to call getppid
     std::string attach_error_;
-    HoldStats holds_;
+    std::optional<LibcLinks> libc_links_; // libc mode: each traced process's links on its libc's wrappers
     bool net_ = false; // the network tracepoints are loaded
     std::vector<uint64_t> py_offsets_, py_cookies_; // where the Python probes go, and their cookies
     struct NativeLibrary {
@@ -324,7 +280,7 @@ private:
     std::vector<uint64_t> inline_resume_;            // per-process mode, --all-calls on 3.11: the opcode handlers
     uint64_t inline_return_ = 0;                     // each traced process gets (none while inline_resume_ is empty)
     std::unique_ptr<lotus_bpf, SkeletonFree> skel_; // its tracepoint links go with it
-    std::unique_ptr<Guardian> guardian_;            // bounds the holds (per-process mode); close() ends it last
+    std::unique_ptr<Holds> holds_; // per-process mode: new children held (its guardian ended last by close())
     std::unique_ptr<ring_buffer, RingFree> rb_, lib_rb_;
     common::UniqueFd epoll_; // poll() sleeps on it: the rings' own epoll, and wake_on's fds
     std::vector<common::UniqueFd> perf_fds_;    // counters

@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 #include <set>
 
-#include "probe.h"
+#include "capture_error.h"
 #include "lotus_abi.h"
 
 namespace lotus::capture {

@@ -29,7 +29,6 @@
 #include "replay.h"
 #include "reconstruction.h"
 #include "rules_file.h"
-#include "self_usage.h"
 #include "terminal.h"
 #include "live_stuck.h"
 #include "export/live_table.h"
@@ -38,7 +37,6 @@
 #include "export/summary.h"
 #include "model/engine.h"
 #include "model/framework.h"
-#include "model/messages.h"
 #include "model/record_dispatch.h"
 #include "elf/elf_file.h"
 #include "cpython/interpreter.h"
@@ -47,7 +45,6 @@
 #include "cpython/cpython_layouts.h"
 #include "launch/launcher.h"
 #include "proc/proc_maps.h"
-#include "proc/host_cpu.h"
 #include "proc/proc_usage.h"
 #include "cpython/remote_memory.h"
 #include "capture/bpf_failures.h"
@@ -55,39 +52,15 @@
 #include "metrics/endpoint.h"
 #include "metrics/pipeline_metrics.h"
 
+#include "live_session.h"
+#include "run_facts.h"
+
 namespace lotus::cli {
 
 namespace {
 
 using common::clock_ns;
 using common::monotonic_ns;
-
-std::atomic<int> g_stop_signal{0};
-
-void on_signal(int sig) { g_stop_signal = sig; }
-
-} // namespace
-
-int stop_signal() { return g_stop_signal; }
-
-void install_stop_handlers()
-{
-    struct sigaction sa = {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = 0; // no SA_RESTART: the poll returns at once
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
-    sigaction(SIGHUP, &sa, nullptr);
-}
-
-namespace {
-
-// This thread's CPU time: what the PSS walks cost the tracer.
-uint64_t thread_cpu_ns()
-{
-    return clock_ns(CLOCK_THREAD_CPUTIME_ID);
-}
 
 // True when fd is readable now (a pidfd: its process has exited).
 bool readable(int fd)
@@ -112,221 +85,7 @@ bool gone(int pid)
     return close != std::string::npos && close + 2 < s.size() && (s[close + 2] == 'Z' || s[close + 2] == 'X');
 }
 
-// What the probe's holds were, for otherData and the summary.
-exporter::RunInfo::Holds holds_info(const capture::HoldStats& h, unsigned deadline_ms,
-                                    const std::vector<capture::GuardianCgroup>& guardian_cgroups)
-{
-    exporter::RunInfo::Holds r{h.children, h.total_ns / 1e6, h.max_ns / 1e6, h.attach_ns / 1e6};
-    r.deadline_ms = deadline_ms;
-    r.shared_memory = h.unheld_by[LOTUS_UNHELD_SHARED_MM];
-    r.tracer_not_running = h.unheld_by[LOTUS_UNHELD_TRACER];
-    r.guardian_not_running = h.unheld_by[LOTUS_UNHELD_GUARDIAN];
-    r.refused = h.unheld_by[LOTUS_UNHELD_SIGNAL] + h.unheld_by[LOTUS_UNHELD_MAP];
-    r.released_at_deadline = h.deadline_released;
-    r.unseen = h.unseen_children;
-    r.unseen_max_ms = h.unseen_max_ns / 1e6;
-    r.unseen_total_ms = h.unseen_total_ns / 1e6;
-    r.spawned_python = h.spawned_python;
-    for (const auto& g : guardian_cgroups)
-        r.guardian_cgroups.push_back({g.hierarchy, g.tracer, g.job, g.guardian, g.why, g.stuck});
-    r.guardian_stuck = capture::stuck_note(guardian_cgroups).value_or("");
-    return r;
-}
-
-// LOTUS_DEBUG_EVENTS=1: one line per record on stderr, to debug a reconstruction from its events; the details of
-// the records that carry most of it.
-class DebugDump : public model::RecordHandler {
-public:
-    explicit DebugDump(const model::framework::Framework& fw) : fw_(fw) {} // (the queues' pickle globals)
-    void py_entry(const lotus_py_entry& e) override
-    {
-        line_ += fmt::format(" entry depth {} code {:#x} caller {:#x} self {:#x} type {:#x}", e.depth, e.code,
-                             e.chain_len ? e.chain_code[0] : 0, e.self_obj, e.self_type);
-    }
-    void py_return(const lotus_py_return& r) override { line_ += fmt::format(" return depth {}", r.depth); }
-    void type(const lotus_type_info& t) override
-    {
-        line_ += fmt::format(" type {:#x} own {} {:.{}}", t.type, t.own_space, t.name, strnlen(t.name, sizeof(t.name)));
-    }
-    void code(const lotus_code_info& c) override
-    {
-        line_ += fmt::format(" code {:#x} fingerprint {:#x} {:.{}}", c.code, c.fingerprint, c.name,
-                             strnlen(c.name, sizeof(c.name)));
-    }
-    void msg(const lotus_msg& m) override
-    {
-        auto q = model::parse_queue_message(m.data, std::min<size_t>(m.nbytes, sizeof(m.data)), fw_);
-        static constexpr const char* kinds[] = {"other", "indexed", "resume"};
-        line_ += fmt::format(" msg {} file {:#x} {} index {}{}{}", m.dir == LOTUS_MSG_IN ? "in" : "out", m.file,
-                             kinds[q.kind], q.index, q.task ? " task" : "", q.stop ? " stop" : "");
-    }
-    void sample(const lotus_sample& s) override { line_ += fmt::format(" sample frames {}", s.nr_ips); }
-
-    void print(const void* data, size_t len)
-    {
-        auto* h = static_cast<const lotus_event_header*>(data);
-        line_ = fmt::format("ev {} pid {} tid {} ts {}", h->type, h->tgid, h->tid, h->ts_ns);
-        model::dispatch(data, len, *this);
-        fmt::print(stderr, "{}\n", common::printable(line_));
-    }
-
-private:
-    const model::framework::Framework& fw_;
-    std::string line_;
-};
-
-
-// --cpus/--memory/--cpuset as the summary reports them, with what the kernel counted in the job's cgroup.
-exporter::RunInfo::Limits limits_info(const launch::Limits& limits, const launch::JobCgroup& cgroup)
-{
-    auto st = cgroup.stats();
-    exporter::RunInfo::Limits l;
-    l.cpus = limits.cpus;
-    l.memory_bytes = limits.memory_bytes;
-    l.cpuset = limits.cpuset;
-    for (const auto& r : limits.read_bps)
-        l.read_bps.emplace_back(r.device, r.bytes_per_s);
-    for (const auto& r : limits.write_bps)
-        l.write_bps.emplace_back(r.device, r.bytes_per_s);
-    l.have_io = st.have_io;
-    l.io_read_bytes = st.io_read_bytes;
-    l.io_write_bytes = st.io_write_bytes;
-    l.cgroup = cgroup.version();
-    l.have_cpu = st.have_cpu;
-    l.have_memory = st.have_memory;
-    l.periods = st.periods;
-    l.throttled_periods = st.throttled_periods;
-    l.throttled_ns = st.throttled_ns;
-    l.memory_peak_bytes = st.memory_peak_bytes;
-    l.memory_limit_hits = st.memory_limit_hits;
-    l.oom_kills = st.oom_kills;
-    l.left_running = cgroup.members().size();
-    return l;
-}
-
-// One live run, in the phases run_session calls in turn: plan, open the target, attach, loop, detach, finish.
-// Members are declared in the order they must outlive each other (the cgroup first: removed last, once the
-// launcher is gone).
-class Session {
-public:
-    explicit Session(const Options& opts) : opts_(opts) {}
-
-    // What to capture, from the options alone: the rules, the counters, the native functions.
-    void plan();
-    // The target found (attach) or started stopped at its interpreter (launch), and every output opened before
-    // anything is attached or launched: a bad destination stops here.
-    void open_target();
-    // The probes loaded and attached to the target and the processes it has now; the launched command released.
-    void attach();
-    // Polls until a stop: a signal, --duration, the target's exit, or top's quit.
-    void loop();
-    // Drains the ring buffer and detaches everything, before the heavy writing.
-    void detach();
-    // The run's end into the record file and the outputs written; the exit status.
-    int finish();
-
-private:
-    void open_outputs();
-    void build_pipeline();
-    void attach_probes();
-    void attach_existing();
-    void attach_native();
-    void watch_trainer_calls();
-    void feed(const void* data, size_t len);
-    void on_record(const void* data, size_t len);
-    void started_as(uint32_t pid);
-    void known(uint32_t pid, uint32_t parent, bool is_root);
-    void sweep(uint64_t now);
-    void cgroup_sweep(uint64_t now, const std::vector<uint32_t>& pids);
-    std::vector<uint32_t> live_pids() const
-    {
-        std::vector<uint32_t> live;
-        for (const auto& [pid, p] : rec_->engine().processes())
-            if (!p.exited)
-                live.push_back(pid);
-        return live;
-    }
-    void cgroup_exit(uint32_t pid);
-    void cgroup_record(uint32_t pid, const launch::ProcessCgroup& cg, uint64_t now);
-    int sleep_ms(uint64_t now) const;
-    bool stop_due(uint64_t now);
-    void tick(uint64_t now);
-    void update_metrics(uint64_t now);
-    void draw(uint64_t now);
-    exporter::RunInfo run_info();
-
-    const Options& opts_;
-    // plan
-    RuleLists lists_; // moved into the reconstruction when the pipeline is built
-    bool evaluator_ = false;
-    std::vector<capture::CounterSpec> counters_;
-    std::vector<std::string> counter_names_;
-    std::vector<elf::NativeSpec> native_specs_;
-    // target and outputs
-    std::unique_ptr<launch::JobCgroup> cgroup_;
-    std::unique_ptr<launch::Launcher> launcher_;
-    cpython::Interpreter interp_;
-    int root_ = 0;
-    std::unique_ptr<Outputs> outputs_;
-    std::unique_ptr<record::RecordWriter> recorder_;
-    std::shared_ptr<prometheus::Registry> registry_; // --metrics: what the endpoint serves
-    std::unique_ptr<metrics::Endpoint> endpoint_;
-    std::shared_ptr<metrics::PipelineMetrics> metrics_;
-    uint64_t last_metrics_ns_ = 0;
-    std::optional<std::vector<uint64_t>> handlers_; // --all-calls on 3.11: the RESUME and RETURN_VALUE handlers
-    uint64_t t0_ = 0;
-    unsigned cpus_ = 0;
-    // capture and the stream's stages: completion, the record file, the engine
-    std::unique_ptr<capture::Probe> probe_;
-    std::unique_ptr<capture::NativeCapture> native_;
-    proc::ProcessTree tree_;
-    std::unique_ptr<capture::Completion> completion_;
-    std::unique_ptr<capture::RoleWriter> roles_;
-    std::unique_ptr<capture::ObjectReads> object_reads_; // (none where the version's object layout is unknown)
-    std::unique_ptr<capture::ObjectCallsSwitch> object_calls_; // --trainer-calls, where the probes allow it
-    std::string trainer_calls_unavailable_; // why not, where they do not
-    std::unique_ptr<Reconstruction> rec_;
-    std::unique_ptr<LiveStuck> stuck_; // processes that end no span inside work (live_stuck.h)
-    // A new program (EXEC): its own environment (torchrun sets RANK), and maybe an interpreter to watch.
-    struct ExecWatch : model::RecordHandler {
-        Session& s;
-        explicit ExecWatch(Session& session) : s(session) {}
-        void process_event(const lotus_proc_event& p) override
-        {
-            if (p.h.type == LOTUS_EV_EXIT)
-                s.cgroup_exit(p.h.tgid); // its cgroup's throttling at its end
-            if (p.h.type != LOTUS_EV_EXEC)
-                return;
-            s.started_as(p.h.tgid);
-            s.interpreters_->look_at(p.h.tgid, monotonic_ns());
-        }
-    } exec_watch_{*this};
-    uint64_t last_sweep_ = 0;
-    std::map<uint32_t, launch::ProcessCgroup> cgroups_; // each traced process's, read at its first sweep
-    proc::ProcUsageReader proc_reader_;
-    std::optional<proc::PssSchedule> pss_schedule_;
-    std::unique_ptr<capture::InterpreterWatch> interpreters_;
-    std::optional<DebugDump> debug_; // LOTUS_DEBUG_EVENTS
-    uint64_t delivered_ = 0; // records read from the ring buffer: equals BPF's submitted count once drained
-    size_t initial_ = 1;     // processes traced at attach
-    // loop
-    bool tty_ = false;
-    uint64_t last_status_ = 0;
-    std::optional<LiveScreen> screen_; // top: the live table, redrawn every second from the spans as they end
-    exporter::LiveTable live_;
-    std::string last_frame_;
-    uint64_t last_frame_ns_ = 0;
-    std::string stop_reason_;
-    int launched_status_ = 0;
-    common::UniqueFd exit_fd_;
-    int fixed_poll_ms_ = 0;
-    // detach
-    capture::CaptureStats stats_;
-    std::string evaluator_probe_, python_probes_, python_scope_, syscall_programs_;
-    std::vector<std::string> kernel_lacks_; // what the kernel could not give this run (said at attach and in the end)
-    size_t native_links_ = 0;
-    std::optional<exporter::RunInfo::Holds> holds_;
-};
+} // namespace
 
 void Session::plan()
 {
@@ -417,209 +176,6 @@ void Session::open_outputs()
     outputs_ = std::make_unique<Outputs>(opts_);
     if (!opts_.record.empty())
         recorder_ = std::make_unique<record::RecordWriter>(opts_.record, outputs_->sink());
-}
-
-void Session::build_pipeline()
-{
-    completion_ = std::make_unique<capture::Completion>(interp_.layout, tree_);
-    rec_ = std::make_unique<Reconstruction>(
-        opts_, *outputs_, std::move(lists_), t0_, counter_names_,
-        [this](uint32_t tgid, uint32_t space, uint64_t code, uint64_t fingerprint, const model::CodeRole& r) {
-            roles_->code_role(tgid, space, code, fingerprint, r);
-        },
-        [this](uint32_t space, uint64_t type, uint64_t fingerprint, uint32_t flags) {
-            roles_->type_role(space, type, fingerprint, flags);
-        });
-    rec_->set_node_of([node = node_name(opts_)](uint32_t) { return node; }, false); // (one node: the labels say none)
-    if (auto objects = cpython::object_layout_for(interp_.version)) {
-        object_reads_ = std::make_unique<capture::ObjectReads>(interp_.layout, *objects);
-        rec_->set_describe_sink([this](uint32_t tgid, uint64_t object, uint32_t kind) {
-            object_reads_->read(tgid, object, kind);
-        });
-    }
-    pss_schedule_.emplace(opts_.pss_interval_ms, cpus_, t0_);
-    interpreters_ = std::make_unique<capture::InterpreterWatch>(
-        interp_, [this](const void* data, size_t len) { feed(data, len); }); // Python processes no probe sees
-    if (common::knob_value("LOTUS_DEBUG_EVENTS"))
-        debug_.emplace(rec_->rules().framework());
-    stuck_ = std::make_unique<LiveStuck>(opts_.stuck_after_s, t0_, [this](const void* data, size_t len) { feed(data, len); });
-    rec_->observe([this](const model::Span& s) { stuck_->span(s); });
-    if (registry_) {
-        metrics_ = std::make_shared<metrics::PipelineMetrics>(
-            registry_, metrics::JobIdentity{node_name(opts_), LOTUS_VERSION, interp_.version.str(),
-                                            static_cast<uint32_t>(root_),
-                                            prometheus::Labels(opts_.metrics_labels.begin(), opts_.metrics_labels.end())});
-        rec_->observe([this](const model::Span& s) { metrics_->span(s, rec_->engine().processes()); });
-        rec_->observe_usage([this](const model::UsagePoint& p) { metrics_->usage(p, rec_->engine().processes()); });
-    }
-}
-
-// Every record, the kernel's and capture's own, goes to the record file and the engine alike; then what capture
-// learnt from the target while the engine read it (locals' slots).
-void Session::feed(const void* data, size_t len)
-{
-    if (recorder_)
-        recorder_->write(data, len);
-    rec_->consume(data, len);
-    for (auto slots = roles_->take(); !slots.empty(); slots = roles_->take())
-        for (const auto& rs : slots) {
-            if (recorder_)
-                recorder_->write(&rs, sizeof(rs));
-            rec_->consume(&rs, sizeof(rs));
-        }
-    for (auto reads = object_reads_ ? object_reads_->take() : std::vector<model::RecordObject>{}; !reads.empty();
-         reads = object_reads_->take())
-        for (const auto& ro : reads) {
-            if (recorder_)
-                recorder_->write(&ro, sizeof(ro));
-            rec_->consume(&ro, sizeof(ro));
-        }
-}
-
-// A record from the ring buffer: completed, then seen by the native capture (symbol records go first: the
-// sample's names), then into the stream.
-void Session::on_record(const void* raw, size_t raw_len)
-{
-    delivered_++;
-    lotus_sample unwound;
-    if (raw_len >= sizeof(lotus_sample_stack) &&
-        static_cast<const lotus_event_header*>(raw)->type == LOTUS_EV_SAMPLE_STACK) { // its copy stops here
-        if (!native_)
-            return;
-        unwound = native_->unwound(*static_cast<const lotus_sample_stack*>(raw), opts_.sample_stack);
-        raw = &unwound, raw_len = sizeof(unwound);
-    }
-    auto [data, len] = completion_->complete(raw, raw_len);
-    if (debug_)
-        debug_->print(data, len);
-    if (native_)
-        native_->on_event(data, len);
-    feed(data, len);
-    model::dispatch(data, len, exec_watch_);
-}
-
-// RANK from a process's environment, and its command line (a helper's role), into the stream (the record file
-// keeps them for replays).
-void Session::started_as(uint32_t pid)
-{
-    model::RecordCommand c{model::kRecordCommand, pid, pid, 0, monotonic_ns(), {}};
-    std::string line = proc::command_line(static_cast<int>(pid));
-    memcpy(c.command, line.data(), std::min(line.size(), sizeof(c.command) - 1));
-    if (!line.empty())
-        feed(&c, sizeof(c));
-    auto rank = proc::env_int(static_cast<int>(pid), "RANK");
-    if (!rank)
-        return;
-    model::RecordRank r{model::kRecordRank, pid, pid, 0, monotonic_ns(), *rank,
-                        proc::env_int(static_cast<int>(pid), "LOCAL_RANK").value_or(-1),
-                        proc::env_int(static_cast<int>(pid), "WORLD_SIZE").value_or(-1), 0};
-    feed(&r, sizeof(r));
-}
-
-void Session::known(uint32_t pid, uint32_t parent, bool is_root)
-{
-    model::RecordProcess rp{model::kRecordProcess, pid, 0, 0, 0, parent, is_root};
-    feed(&rp, sizeof(rp));
-}
-
-// Resource use: every traced process's /proc, read in one sweep (one timestamp) every interval; PSS (a walk of its
-// page tables) as --pss-interval says.
-void Session::sweep(uint64_t now)
-{
-    bool pss = pss_schedule_->due(now);
-    uint64_t cpu0 = pss ? thread_cpu_ns() : 0;
-    last_sweep_ = now;
-    std::vector<uint32_t> live = live_pids();
-    proc_reader_.keep_only(live);
-    pss_schedule_->seen(live, now);
-    for (uint32_t pid : live) {
-        bool young = !pss && pss_schedule_->young_due(pid, now);
-        uint64_t young0 = young ? thread_cpu_ns() : 0;
-        auto u = proc_reader_.read(static_cast<int>(pid), pss || young);
-        if (young)
-            pss_schedule_->young_done(pid, now, thread_cpu_ns() - young0);
-        if (!u)
-            continue;
-        auto net = probe_->net_bytes(pid);
-        model::RecordUsage r{model::kRecordUsage, pid, pid, 0, now, u->user_ns, u->system_ns, u->rss_kb,
-                             u->hwm_kb, u->pss_kb.value_or(model::kNoPss), u->read_bytes, u->write_bytes,
-                             u->nvcsw, u->nivcsw, u->threads, probe_->counts_network() ? model::kUsageNet : 0,
-                             net.sent, net.recv, u->private_kb.value_or(model::kNoPss),
-                             u->shared_dirty_kb.value_or(model::kNoPss), u->anon_kb.value_or(model::kNoPss)};
-        feed(&r, sizeof(r));
-    }
-    if (root_ > 0)
-        if (auto h = proc::read_host_cpu(root_)) {
-            model::RecordHostCpu r{model::kRecordHostCpu, static_cast<uint32_t>(root_), 0, 0, now, h->busy_ns,
-                                   h->total_ns, h->nice_ns, h->cpus, 0};
-            feed(&r, sizeof(r));
-        }
-    cgroup_sweep(now, live);
-    if (pss)
-        pss_schedule_->done(now, thread_cpu_ns() - cpu0);
-}
-
-// Each process's cgroup: its limits read once (at its first sweep), its cgroup's throttling at every sweep (once
-// per cgroup), into the stream as RecordCgroup.
-void Session::cgroup_sweep(uint64_t now, const std::vector<uint32_t>& pids)
-{
-    std::map<std::string, launch::ProcessCgroup> read; // by cpu directory: this sweep's throttling
-    for (uint32_t pid : pids) {
-        auto it = cgroups_.find(pid);
-        if (it == cgroups_.end()) {
-            auto cg = launch::read_process_cgroup(static_cast<int>(pid));
-            if (!cg)
-                continue;
-            it = cgroups_.emplace(pid, std::move(*cg)).first;
-        } else if (!it->second.cpu_dir.empty()) {
-            auto r = read.find(it->second.cpu_dir);
-            if (r == read.end()) {
-                launch::ProcessCgroup again = it->second;
-                again.have_throttle = launch::read_throttling(again);
-                r = read.emplace(it->second.cpu_dir, std::move(again)).first;
-            }
-            it->second.have_throttle = r->second.have_throttle;
-            it->second.periods = r->second.periods;
-            it->second.throttled_periods = r->second.throttled_periods;
-            it->second.throttled_ns = r->second.throttled_ns;
-        }
-        cgroup_record(pid, it->second, now);
-    }
-}
-
-// A traced process ended: its cgroup's throttling now, as at the end of its life (the cgroup outlives it).
-void Session::cgroup_exit(uint32_t pid)
-{
-    auto it = cgroups_.find(pid);
-    if (it == cgroups_.end())
-        return;
-    launch::ProcessCgroup cg = std::move(it->second);
-    cgroups_.erase(it);
-    cg.have_throttle = launch::read_throttling(cg);
-    cgroup_record(pid, cg, monotonic_ns());
-}
-
-void Session::cgroup_record(uint32_t pid, const launch::ProcessCgroup& cg, uint64_t now)
-{
-    model::RecordCgroup r{};
-    r.type = model::kRecordCgroup;
-    r.tgid = r.tid = pid;
-    r.ts_ns = now;
-    r.flags = (cg.have_quota ? model::kCgroupQuota : 0) | (cg.have_cpuset ? model::kCgroupCpuset : 0) |
-              (cg.have_memory ? model::kCgroupMemory : 0) | (cg.have_throttle ? model::kCgroupThrottle : 0) |
-              (cg.v1 ? model::kCgroupV1 : 0) | (cg.v2 ? model::kCgroupV2 : 0);
-    if (!(r.flags & (model::kCgroupQuota | model::kCgroupCpuset | model::kCgroupMemory | model::kCgroupThrottle)))
-        return; // nothing readable: nothing said
-    r.cpuset_cpus = cg.cpuset_cpus;
-    r.quota_us = cg.quota_us;
-    r.period_us = cg.period_us;
-    r.memory_limit = cg.memory_limit;
-    r.periods = cg.periods;
-    r.throttled_periods = cg.throttled_periods;
-    r.throttled_ns = cg.throttled_ns;
-    memcpy(r.path, cg.path.data(), std::min(cg.path.size(), sizeof(r.path) - 1));
-    memcpy(r.cpuset, cg.cpuset.data(), std::min(cg.cpuset.size(), sizeof(r.cpuset) - 1));
-    feed(&r, sizeof(r));
 }
 
 void Session::attach()
@@ -771,11 +327,11 @@ int Session::sleep_ms(uint64_t now) const
 // Sets stop_reason_ when the run should stop now.
 bool Session::stop_due(uint64_t now)
 {
-    if (g_stop_signal) {
-        stop_reason_ = g_stop_signal == SIGINT ? "interrupted" : "terminated by signal";
-        if (launcher_ && g_stop_signal != SIGINT) {
+    if (stop_signal()) {
+        stop_reason_ = stop_signal() == SIGINT ? "interrupted" : "terminated by signal";
+        if (launcher_ && stop_signal() != SIGINT) {
             probe_->let_children_start(1000); // none orphaned by a signal that came while it was held
-            launcher_->signal(g_stop_signal);
+            launcher_->signal(stop_signal());
         }
         return true;
     }
@@ -909,61 +465,6 @@ void Session::detach()
     }
 }
 
-exporter::RunInfo Session::run_info()
-{
-    exporter::RunInfo run;
-    run.tool = "lotus-bpf " LOTUS_VERSION;
-    run.target_pid = static_cast<uint32_t>(root_);
-    run.t0_monotonic_ns = t0_;
-    run.python = interp_.version.str();
-    run.interpreter = interp_.target_path;
-    run.layout = interp_.layout_source;
-    run.cpus = cpus_;
-    run.resources_interval_ms = opts_.resources_interval_ms;
-    if (cgroup_)
-        run.limits = limits_info(opts_.limits, *cgroup_);
-    run.evaluator_probe = evaluator_probe_;
-    run.python_probes = python_probes_;
-    run.python_probes_scope = python_scope_;
-    if (probe_) {
-        run.kernel = probe_->kernel().release;
-        run.kernel_lacks = kernel_lacks_;
-    }
-    run.trainer_calls = opts_.trainer_calls;
-    run.trainer_calls_unavailable = trainer_calls_unavailable_;
-    run.syscall_programs = syscall_programs_;
-    run.holds = holds_;
-    run.events = stats_.submitted;
-    run.events_delivered = delivered_;
-    run.lost_events = stats_.lost;
-    for (const auto& f : capture::kBpfFailures)
-        run.bpf_failures.push_back({std::string(f.name), stats_.failures[f.slot], std::string(f.meaning)});
-    run.stop_reason = stop_reason_;
-    run.tracer_peak_rss_kb = peak_rss_kb();
-    run.tracer_cpu_ms = cpu_ms();
-    if (native_) {
-        exporter::RunInfo::Native n{native_->functions(), native_links_, native_->attach_seconds(),
-                                    opts_.sample_freq ? capture::sampling_event().name : "none",
-                                    opts_.sample_freq ? opts_.sample_stack : 0, probe_->sampling_scope(),
-                                    stats_.sampled_elsewhere, {}};
-        n.sampling_unwind = !opts_.sample_freq || opts_.sample_stack <= 1 ? "none" : opts_.sample_unwind;
-        n.unwound_samples = native_->unwound_samples();
-        n.unwound_callers = native_->unwound_callers();
-        n.without_returns = native_->without_returns();
-        // A --native spec that selected nothing is said, not silently dropped.
-        size_t first_user = native_specs_.size() - opts_.native.size();
-        for (size_t i = first_user; i < native_specs_.size(); i++) {
-            if (native_->matched()[i])
-                continue;
-            fmt::print(stderr, "lotus-bpf: --native '{}' matched no function in the libraries the traced "
-                               "processes mapped\n", opts_.native[i - first_user]);
-            n.specs_unmatched.push_back(opts_.native[i - first_user]);
-        }
-        run.native = std::move(n);
-    }
-    return run;
-}
-
 int Session::finish()
 {
     if (endpoint_) // its figures are final: it stops while the outputs are written
@@ -981,8 +482,6 @@ int Session::finish()
         return kExitOutputFailed;
     return launcher_ ? launched_status_ : 0;
 }
-
-} // namespace
 
 std::string node_name(const Options& opts)
 {
