@@ -1,5 +1,6 @@
 """Stuck workers: `lotus-bpf dump PID` on a running DataLoader job one of whose workers sleeps in one sample, read
 from outside (no probe, no stop); the job logs the sample's index and the worker's pid as the sleep starts."""
+import json
 import os
 import re
 import subprocess
@@ -133,7 +134,8 @@ class LiveWatch(StuckJob):
         return said, "".join(err), out, proc.wait(timeout=60)
 
     def test_a_worker_sleeping_in_one_sample_is_named_live_with_its_stack(self):
-        said, err, out, rc = self.trace(8, "--stuck-after", "3s")
+        said, err, out, rc = self.trace(8, "--stuck-after", "3s", "--summary-json", self.path("s.json"), "--html",
+                                        self.path("r.html"))
         self.assertEqual(rc, 0, err)
         _, index, worker, started, _ = self.job_log("stuck")
         stuck = [(t, l) for t, l in said if " stuck: " in l]
@@ -161,9 +163,22 @@ class LiveWatch(StuckJob):
         self.assertEqual(len(notes), 1, out)
         self.assertIn(f"idx={index}", notes[0])
         self.assertIn("stall (", notes[0])
+        # The summary JSON and the HTML report say the same.
+        with open(self.path("s.json")) as f:
+            (row,) = json.load(f)["stuck"]
+        self.assertEqual((row["pid"], row["op"]), (int(worker), None))
+        self.assertIn(f"StuckDataset.__getitem__ ({JOB}:{line_of('stall(self.seconds)')}) idx={index}", row["stack"])
+        self.assertAlmostEqual(row["end_s"] - row["since_s"], seconds, delta=0.2)
+        self.assertEqual(row["threshold_s"], 3.0)
+        self.assertLess(row["said_s"] - row["since_s"], 5.0)
+        with open(self.path("r.html")) as f:
+            page = f.read()
+        self.assertIn('<h2 id="stuck">Stuck processes</h2>', page)
+        self.assertIn(f"(PID {worker})", page[page.index('id="stuck"'):])
 
     def test_a_worker_sleeping_in_an_op_is_named_with_its_sample_and_op(self):
-        said, err, out, rc = self.trace(5, "--stuck-after", "2", job_args=["--stuck-in", "op"])
+        said, err, out, rc = self.trace(5, "--stuck-after", "2", "--summary-json", self.path("s.json"),
+                                        job_args=["--stuck-in", "op"])
         self.assertEqual(rc, 0, err)
         _, index, worker, started, _ = self.job_log("stuck")
         stuck = [(t, l) for t, l in said if " stuck: " in l]
@@ -177,6 +192,9 @@ class LiveWatch(StuckJob):
         notes = [l for l in out.splitlines() if f"(PID {worker}) was stuck" in l]
         self.assertEqual(len(notes), 1, out)
         self.assertIn(f"sample {index}, op Stall", notes[0])
+        with open(self.path("s.json")) as f:
+            (row,) = json.load(f)["stuck"]
+        self.assertEqual((row["pid"], row["sample"], row["op"]), (int(worker), int(index), "Stall"))
 
     def test_a_pause_under_the_default_threshold_is_not_named(self):
         said, err, out, rc = self.trace(4)

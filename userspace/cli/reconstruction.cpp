@@ -104,6 +104,11 @@ exporter::Report Reconstruction::report(exporter::RunInfo& run, const Said& said
     auto report = exporter::build_report({figures_.summary, batches, engine_.processes(), run, std::move(notes),
                                           std::move(usage_rows), run.resources_interval_ms, node_of_,
                                           &engine_.batches(), &engine_.wait_causes()});
+    auto at = [&](uint64_t ns) { return ns > t0_ ? static_cast<double>(ns - t0_) / 1e9 : 0.0; };
+    for (const auto& e : stuck_.episodes())
+        report.stuck.push_back({e.pid, model::process_label(engine_.processes(), e.pid), at(e.since_ns), at(e.said_ns),
+                                e.end_ns ? at(e.end_ns) : -1, static_cast<double>(e.threshold_ns) / 1e9, e.sample,
+                                e.batch, e.op, e.stack});
     if (run.resources_interval_ms) {
         exporter::JobMemory jm;
         if (run.cgroup && run.cgroup->have_memory)

@@ -101,6 +101,22 @@ std::string longest_waits_table(const Report& r)
     return h + "</tbody></table>\n";
 }
 
+// The processes the live watch named stuck: which, from when to when, where, and their stacks' innermost frames.
+std::string stuck_table(const std::vector<StuckRow>& rows)
+{
+    std::string h = "<table class=\"stuck\"><thead><tr><th>process</th><th>from s</th><th>to s</th><th>threshold s"
+                    "</th><th>batch</th><th>sample</th><th>op</th><th>Python stack (innermost first)</th></tr></thead>"
+                    "<tbody>\n";
+    auto id = [](int64_t v) { return v >= 0 ? std::to_string(v) : std::string("-"); };
+    for (const auto& x : rows)
+        h += fmt::format("<tr><td>{} (PID {})</td><td>{:.2f}</td><td>{}</td><td>{:.1f}</td><td>{}</td><td>{}</td>"
+                         "<td>{}</td><td><pre>{}</pre></td></tr>\n",
+                         html_escape(x.label), x.pid, x.since_s,
+                         x.end_s >= 0 ? fmt::format("{:.2f}", x.end_s) : "still, when tracing stopped", x.threshold_s,
+                         id(x.batch), id(x.sample), html_escape(x.op.empty() ? "-" : x.op), html_escape(x.stack));
+    return h + "</tbody></table>\n";
+}
+
 std::string figure(const char* id, const std::string& caption, const std::string& body)
 {
     return fmt::format("<figure class=\"chart\" data-chart=\"{}\">\n{}<figcaption>{}</figcaption>\n</figure>\n", id,
@@ -639,6 +655,8 @@ std::string html_report(const Report& r, const Timeline& timeline)
                 native_bars(r.native_map));
     h += "<h2 id=\"counters\">Counters per op</h2>\n";
     h += "<div data-chart=\"counters\">\n" + counters_table(r.counter_names, r.counters) + "</div>\n";
+    if (!r.stuck.empty())
+        h += "<h2 id=\"stuck\">Stuck processes</h2>\n" + stuck_table(r.stuck);
     h += "<h2 id=\"processes\">Processes</h2>\n" + processes_table(r.entries);
     if (!r.notes.empty()) {
         h += "<h2 id=\"notes\">Notes</h2>\n<ul>\n";

@@ -71,6 +71,17 @@ struct Straggler {
     std::string text;             // what to do, in words
 };
 
+// A process the live watch named stuck (model::StuckEpisodes, from the stream's RecordStuck), for the JSON and HTML.
+struct StuckRow {
+    uint32_t pid = 0;
+    std::string label;
+    double since_s = 0, said_s = 0; // from the run's start: the last span's end (or its work's start), the naming
+    double end_s = -1;              // when it ended a span again; -1: still stuck when tracing stopped
+    double threshold_s = 0;
+    int64_t sample = -1, batch = -1;
+    std::string op, stack; // the open op ("" none); its main thread's Python stack, innermost first, a frame a line
+};
+
 struct Report {
     RunInfo run;
     const std::map<uint32_t, model::ProcessInfo>* processes = nullptr; // the engine's (the charts' roles)
@@ -92,6 +103,7 @@ struct Report {
     std::vector<model::WaitRow> waits; // the longest waits with their causes, longest first
     uint64_t waits_seen = 0;           // all the waits attributed (waits holds the longest kRows of them)
     std::vector<SlowSampleGroup> slow_samples; // per DataLoader of each training process
+    std::vector<StuckRow> stuck;               // in the order named
     std::vector<std::string> notes; // what the printed summary says at its end (a note may open with "\n")
 };
 

@@ -291,6 +291,22 @@ std::string report_json(const Report& r)
     ladder["highly"] = json_fixed(kHighlyInputBound, 4);
     doc["input_bound_thresholds"] = std::move(ladder);
     doc["slow_samples"] = slow_samples_json(r.slow_samples);
+    J stuck = J::array(); // the processes the live watch named stuck
+    for (const auto& x : r.stuck) {
+        J o = J::object();
+        o["pid"] = x.pid;
+        o["label"] = json_text(x.label);
+        o["since_s"] = json_fixed(x.since_s, 3);
+        o["said_s"] = json_fixed(x.said_s, 3);
+        o["end_s"] = x.end_s >= 0 ? json_fixed(x.end_s, 3) : J(nullptr);
+        o["threshold_s"] = json_fixed(x.threshold_s, 3);
+        o["sample"] = x.sample >= 0 ? J(x.sample) : J(nullptr);
+        o["batch"] = x.batch >= 0 ? J(x.batch) : J(nullptr);
+        o["op"] = x.op.empty() ? J(nullptr) : json_text(x.op);
+        o["stack"] = json_text(x.stack);
+        stuck.push_back(std::move(o));
+    }
+    doc["stuck"] = std::move(stuck);
     return json_dump(doc) + "\n";
 }
 
