@@ -506,7 +506,7 @@ TEST(SummaryJson, KeysInTheirOrderAndTheRunsAlphabetical)
         keys.push_back(k);
     EXPECT_EQ(keys, (std::vector<std::string>{"run", "ops", "batches", "loaders", "training", "processes", "counters",
                                               "native_map", "resources", "worker_memory", "throughput", "ranks",
-                                              "straggler", "waits", "input_bound_thresholds", "slow_samples"}));
+                                              "straggler", "waits", "input_bound_thresholds", "slow_samples", "stuck"}));
     std::vector<std::string> run_keys;
     for (const auto& [k, v] : doc["run"].items())
         run_keys.push_back(k);
