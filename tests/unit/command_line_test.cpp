@@ -1,0 +1,158 @@
+// The tracing commands' command line (cli/command_line.h): real command lines parsed into the run's Options, and
+// the usage-error path (one line on stderr, status 2) for the ones lotus-bpf refuses.
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/command_line.h"
+
+using namespace lotus::cli;
+using namespace lotus::cli::cmdline;
+
+namespace {
+
+// main's app, as far as the tracing commands go: the one-step path on the app, record and top as subcommands.
+struct Line {
+    CLI::App app{"test"};
+    TraceCommand main_cmd, record, top;
+    std::string err; // stderr of a refused line
+    int status = -1; // parse_error_exit's status; -1: parsed
+
+    // Parses "lotus-bpf ARGS..." and runs the checks of the command it names; its Options, or none when refused.
+    std::optional<Options> parse(std::vector<std::string> args)
+    {
+        add_one_step(app, main_cmd);
+        add_record(app, record);
+        add_top(app, top);
+        app.require_subcommand(0, 1);
+        args.insert(args.begin(), "lotus-bpf");
+        std::vector<char*> argv;
+        for (auto& a : args)
+            argv.push_back(a.data());
+        testing::internal::CaptureStderr();
+        std::optional<Options> out;
+        try {
+            app.parse(static_cast<int>(argv.size()), argv.data());
+            if (record.app->parsed())
+                out = traced_by(record, "record");
+            else if (top.app->parsed())
+                out = traced_by(top, "top");
+            else
+                out = one_step(main_cmd);
+        } catch (const CLI::ParseError& e) {
+            status = parse_error_exit(app, e);
+        }
+        err = testing::internal::GetCapturedStderr();
+        return out;
+    }
+};
+
+} // namespace
+
+TEST(CommandLine, AttachWithOutputs)
+{
+    Line l;
+    auto o = l.parse({"--pid", "4242", "-o", "run.json.gz", "--html", "run.html", "--summary-json", "s.json"});
+    ASSERT_TRUE(o) << l.err;
+    EXPECT_EQ(o->pid, 4242);
+    EXPECT_TRUE(o->command.empty());
+    EXPECT_EQ(o->output, "run.json.gz");
+    EXPECT_EQ(o->html, "run.html");
+    EXPECT_EQ(o->summary_json, "s.json");
+    EXPECT_TRUE(o->print_summary);
+    EXPECT_FALSE(o->native_map);
+}
+
+TEST(CommandLine, LaunchTakesEverythingAfterTheDashesAsTheCommand)
+{
+    Line l;
+    auto o = l.parse({"--native-map", "--counters", "default", "--", "python3", "x.py", "--workers", "4"});
+    ASSERT_TRUE(o) << l.err;
+    EXPECT_FALSE(o->pid);
+    EXPECT_EQ(o->command, (std::vector<std::string>{"python3", "x.py", "--workers", "4"}));
+    EXPECT_TRUE(o->native_map);
+    EXPECT_EQ(o->counters, "default");
+    EXPECT_EQ(o->output, "lotus-trace.json"); // the default
+}
+
+TEST(CommandLine, LaunchLimitsAndMetrics)
+{
+    Line l;
+    auto o = l.parse({"--cpus", "2.5", "--memory", "512M", "--metrics", ":9464", "-d", "3", "--", "python3", "x.py"});
+    ASSERT_TRUE(o) << l.err;
+    EXPECT_DOUBLE_EQ(o->limits.cpus, 2.5);
+    EXPECT_EQ(o->limits.memory_bytes, 512u << 20);
+    EXPECT_EQ(o->metrics, ":9464");
+    EXPECT_DOUBLE_EQ(o->duration_s, 3);
+}
+
+TEST(CommandLine, WindowIsParsedIntoSeconds)
+{
+    Line l;
+    auto o = l.parse({"--replay", "run.lbt", "--window", "5:12.5"});
+    ASSERT_TRUE(o) << l.err;
+    EXPECT_EQ(o->replay, "run.lbt");
+    EXPECT_DOUBLE_EQ(o->window_start_s, 5);
+    EXPECT_DOUBLE_EQ(o->window_end_s, 12.5);
+}
+
+TEST(CommandLine, RecordWritesOnlyTheRecordFile)
+{
+    Line l;
+    auto o = l.parse({"record", "--pid", "7", "-o", "r.lbt"});
+    ASSERT_TRUE(o) << l.err;
+    EXPECT_EQ(o->pid, 7);
+    EXPECT_EQ(o->record, "r.lbt");
+    EXPECT_TRUE(o->output.empty());
+    EXPECT_FALSE(o->print_summary);
+
+    Line d;
+    auto od = d.parse({"record", "--", "python3", "x.py"});
+    ASSERT_TRUE(od) << d.err;
+    EXPECT_EQ(od->record, "lotus.lbt"); // the default
+}
+
+// Each refused line: status 2 and one line on stderr naming what was wrong.
+TEST(CommandLine, UsageErrorsGiveStatusTwoAndOneLine)
+{
+    struct Case {
+        std::vector<std::string> args;
+        std::string says;
+    };
+    const std::vector<Case> cases = {
+        {{"--no-such-option"}, "--no-such-option"},
+        {{"--pid", "abc"}, "wants a process id"},
+        {{"--pid", "0"}, "wants a process id"},
+        {{"--cpus", "0", "--", "python3", "x.py"}, "--cpus"},
+        {{"--counters", "no-such-counter", "--pid", "5"}, "no-such-counter"},
+        {{"--metrics", "nohost", "--pid", "5"}, "--metrics"},
+        {{"--pid", "5", "--", "python3", "x.py"}, "give either --pid or a command, not both"},
+        {{"--pid", "5", "--cpus", "2"}, "need launch mode"},
+        {{"--window", "5", "--pid", "5"}, "--window wants START:END"},
+        {{"-o", "", "--pid", "5"}, "must not be empty"},
+        {{}, "give --pid PID or -- COMMAND"},
+        {{"record"}, "record: give --pid PID or -- COMMAND"},
+        {{"top", "--pid", "5", "--", "python3"}, "not both"},
+    };
+    for (const auto& c : cases) {
+        Line l;
+        EXPECT_FALSE(l.parse(c.args)) << c.says;
+        EXPECT_EQ(l.status, 2) << c.says;
+        EXPECT_EQ(l.err.rfind("lotus-bpf: ", 0), 0u) << l.err;
+        EXPECT_NE(l.err.find(c.says), std::string::npos) << "wanted '" << c.says << "' in: " << l.err;
+        EXPECT_EQ(l.err.find('\n'), l.err.size() - 1) << l.err;
+    }
+}
+
+TEST(CommandLine, HelpIsNotAUsageError)
+{
+    Line l;
+    testing::internal::CaptureStdout();
+    EXPECT_FALSE(l.parse({"--help"}));
+    auto out = testing::internal::GetCapturedStdout();
+    EXPECT_EQ(l.status, 0);
+    EXPECT_TRUE(l.err.empty()) << l.err;
+    EXPECT_NE(out.find("--native-map"), std::string::npos);
+}

@@ -1,0 +1,34 @@
+// The command line of the commands that trace (the one-step path, record, top): their options, filling the run's
+// Options, and their checks; and the usage-error path every command shares. main.cpp builds its app from these;
+// the unit tests parse real command lines through them.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include "option_groups.h"
+#include "session.h"
+
+namespace lotus::cli::cmdline {
+
+// A command that traces (the one-step path, record, top): its options, and the --pid option among them.
+struct TraceCommand {
+    CLI::App* app = nullptr;
+    CLI::Option* pid = nullptr;
+    Parsed p;
+};
+
+// The one-step path: trace, write the Chrome trace, print the summary. Its options go on app itself.
+void add_one_step(CLI::App& app, TraceCommand& c);
+// The record and top subcommands of app.
+void add_record(CLI::App& app, TraceCommand& c);
+void add_top(CLI::App& app, TraceCommand& c);
+
+// Once parsed, the checks (a CLI::ValidationError when they fail) and the run's Options.
+// record and top: a target (--pid or a command, not both), and the outputs that command makes.
+Options& traced_by(TraceCommand& c, const char* name);
+// The one-step path's checks.
+Options& one_step(TraceCommand& c);
+
+// A parse error's exit: help and version print and give 0; a usage error one line on stderr, status 2.
+int parse_error_exit(CLI::App& app, const CLI::ParseError& e);
+
+} // namespace lotus::cli::cmdline
