@@ -7,15 +7,6 @@ namespace lotus::exporter {
 
 namespace {
 
-int64_t int_arg(const model::Span& s, const char* key, int64_t dflt)
-{
-    for (const auto& [k, v] : s.args)
-        if (k == key)
-            if (const auto* i = std::get_if<int64_t>(&v))
-                return *i;
-    return dflt;
-}
-
 double seconds(uint64_t ns) { return static_cast<double>(ns) / 1e9; }
 
 } // namespace
@@ -88,12 +79,12 @@ void ModelFigures::add(const model::Span& s)
         return;
     if (s.kind == model::SpanKind::Batch) {
         auto& l = loops_[s.owner];
-        int64_t n = int_arg(s, "samples", 0);
+        int64_t n = model::int_arg(s, "samples", 0);
         l.samples += static_cast<uint64_t>(std::max<int64_t>(n, 0));
         l.batches++;
         l.batch_s += seconds(s.end_ns - s.start_ns);
-        l.worker_ids[static_cast<int>(int_arg(s, "worker", -1))] = true;
-        auto& p = l.passes[{s.loader, int_arg(s, "epoch", -1)}];
+        l.worker_ids[static_cast<int>(model::int_arg(s, "worker", -1))] = true;
+        auto& p = l.passes[{s.loader, model::int_arg(s, "epoch", -1)}];
         p.start = std::min(p.start, s.start_ns);
         if (s.end_ns < p.first_end) {
             p.first_end = s.end_ns;

@@ -5,6 +5,15 @@
 
 namespace lotus::model {
 
+int64_t int_arg(const Span& s, const char* name, int64_t none)
+{
+    for (const auto& [k, v] : s.args)
+        if (k == name)
+            if (auto* i = std::get_if<int64_t>(&v))
+                return *i;
+    return none;
+}
+
 const char* category(SpanKind k)
 {
     switch (k) {

@@ -125,6 +125,9 @@ struct ProcessInfo {
     int known_rank() const { return rank >= 0 ? rank : consumer ? env_rank : -1; }
 };
 
+// A span's integer arg `name`; `none` where it has none (or not an integer).
+int64_t int_arg(const Span& s, const char* name, int64_t none = -1);
+
 // "killed by SIGKILL", "killed by SIGSEGV (core dumped)", "exited with status 3"; empty for a clean exit (0) and
 // for a process not seen to exit.
 std::string how_it_ended(const ProcessInfo& p);

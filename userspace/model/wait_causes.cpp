@@ -11,14 +11,6 @@ namespace {
 constexpr size_t kMaxThreadSamples = 4096; // a thread running pipelines outside any batch keeps no more
 constexpr size_t kMaxPending = 4096;       // batches handed over and not (yet) awaited, per kind
 
-int64_t int_arg(const Span& s, const char* name, int64_t none = -1)
-{
-    for (const auto& [k, v] : s.args)
-        if (k == name)
-            if (auto* i = std::get_if<int64_t>(&v))
-                return *i;
-    return none;
-}
 
 std::string string_arg(const Span& s, const char* name)
 {
