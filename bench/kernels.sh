@@ -61,6 +61,8 @@ for k in $KERNELS; do
     host)  # this machine's kernel, directly
         echo "== host $(uname -r): $(bench "$out/host")" >&2
         uname -r >"$out/host/uname-r"
+        # The trap measure's bare probes need tracefs (the VMs' init mounts it; a host may not have it mounted).
+        mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
         (cd "$carry" && bash -c "$(bench "$out/host")") || echo "bench/kernels.sh: host: the bench ended with status $?" >&2
         ;;
     5.10)  # refused before anything is traced: the one line is the result

@@ -210,14 +210,15 @@ TEST(PssSchedule, ProcessesForkedWhileTracedAreWalkedOftenInTheirFirstSeconds)
     PssSchedule s(-1, 2, 0);
     s.seen({10}, 100 * kMs); // the first sweep: the job as it was (its main process) is not young
     EXPECT_FALSE(s.young_due(10, 100 * kMs));
-    s.seen({10, 11, 12}, 200 * kMs); // two workers forked since
-    EXPECT_TRUE(s.young_due(11, 200 * kMs));
-    s.young_done(11, 200 * kMs, 2 * kMs); // 2 ms x 2 young processes within 1 % of 2 CPUs: 0.2 s, so the 0.5 s floor
-    EXPECT_FALSE(s.young_due(11, 699 * kMs));
-    EXPECT_TRUE(s.young_due(11, 700 * kMs));
-    s.young_done(12, 200 * kMs, 8 * kMs); // 8 ms each: 0.8 s
-    EXPECT_FALSE(s.young_due(12, 999 * kMs));
-    EXPECT_TRUE(s.young_due(12, 1000 * kMs));
+    s.seen({10, 11, 12}, 200 * kMs); // two workers forked since: first walked 1 s on (not at birth)
+    EXPECT_FALSE(s.young_due(11, 1199 * kMs));
+    EXPECT_TRUE(s.young_due(11, 1200 * kMs));
+    s.young_done(11, 1200 * kMs, 2 * kMs); // 2 ms x 2 young processes within 1 % of 2 CPUs: 0.2 s, so the 0.5 s floor
+    EXPECT_FALSE(s.young_due(11, 1699 * kMs));
+    EXPECT_TRUE(s.young_due(11, 1700 * kMs));
+    s.young_done(12, 1200 * kMs, 8 * kMs); // 8 ms each: 0.8 s
+    EXPECT_FALSE(s.young_due(12, 1999 * kMs));
+    EXPECT_TRUE(s.young_due(12, 2000 * kMs));
     s.seen({10, 11, 12}, 30'300 * kMs); // 30 s on: no longer young
     EXPECT_FALSE(s.young_due(11, 30'300 * kMs));
     PssSchedule fixed(500, 2, 0); // a chosen interval: no more

@@ -262,7 +262,7 @@ void PssSchedule::seen(const std::vector<uint32_t>& live, uint64_t now_ns)
     if (interval_ms_ < 0 && swept_)
         for (uint32_t pid : live)
             if (!known_.count(pid))
-                young_[pid] = Young{now_ns, now_ns};
+                young_[pid] = Young{now_ns, now_ns + kYoungFirstNs}; // (not at birth: see the header)
     known_ = std::move(now);
     swept_ = true;
 }

@@ -51,13 +51,18 @@ private:
 // In auto mode a process that appeared after the first sweep (a child forked while traced: a DataLoader worker)
 // also has its PSS read on its own for its first kYoungNs, every kYoungMinNs or less often, so that those walks stay
 // within kYoungBudget of the CPUs: a worker copies the pages it reads from its parent in its first seconds, and the
-// summary needs readings then to tell it (export/worker_memory.h).
+// summary needs readings then to tell it (export/worker_memory.h). Its first walk comes kYoungFirstNs after it was
+// first seen, not at once: a worker that lives less (forked anew for each pass of a short epoch) costs no walk,
+// one that lives a little longer one; neither could be judged (4 readings are needed), and a walk costs 5-15 ms
+// (walked at birth and every 0.5 s, the example's workers, forked each 0.8-1.5 s epoch, cost the tracer ~25 ms of
+// CPU a second).
 class PssSchedule {
 public:
     static constexpr double kPssBudget = 0.001;
     static constexpr uint64_t kMinNs = 2'000'000'000ull;
     static constexpr double kYoungBudget = 0.01;
     static constexpr uint64_t kYoungNs = 30'000'000'000ull, kYoungMinNs = 500'000'000ull;
+    static constexpr uint64_t kYoungFirstNs = 1'000'000'000ull;
     PssSchedule(int interval_ms, unsigned cpus, uint64_t start_ns);
     bool due(uint64_t now_ns) const { return interval_ms_ != 0 && now_ns >= next_ns_; }
     // A reading with PSS was made at now_ns; its walks took cpu_ns of the tracer's CPU time.
