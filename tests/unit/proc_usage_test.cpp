@@ -205,6 +205,33 @@ TEST(PssSchedule, FixedIntervalOrNever)
     EXPECT_FALSE(never.due(UINT64_MAX));
 }
 
+TEST(PssSchedule, WorkersThatEndBeforeTheyCanBeJudgedPushTheNextOnesFirstWalkBack)
+{
+    PssSchedule s(-1, 2, 0);
+    s.seen({10}, 0);
+    s.seen({10, 11}, 100 * kMs);   // a worker of a short epoch: walked once (at 1.1 s), gone at 1.5 s
+    s.young_done(11, 1100 * kMs, 5 * kMs);
+    s.seen({10}, 1500 * kMs);      // ended with 1 walk of the 4 a judgement needs: the next starts 2 s on
+    s.seen({10, 12}, 1600 * kMs);
+    EXPECT_FALSE(s.young_due(12, 3599 * kMs));
+    EXPECT_TRUE(s.young_due(12, 3600 * kMs));
+    s.seen({10}, 3000 * kMs);      // ended unwalked: 4 s
+    s.seen({10, 13}, 3100 * kMs);
+    EXPECT_FALSE(s.young_due(13, 7099 * kMs));
+    for (uint32_t pid = 14; pid < 20; ++pid) { // more short ones: at most 8 s
+        s.seen({10}, pid * 10'000 * kMs);
+        s.seen({10, pid}, pid * 10'000 * kMs + kMs);
+    }
+    EXPECT_FALSE(s.young_due(19, 190'000 * kMs + 8000 * kMs));
+    EXPECT_TRUE(s.young_due(19, 190'000 * kMs + 8001 * kMs));
+    for (uint64_t t = 198'001; t < 200'000; t += 500) // a worker that lives: judged (4 walks), it halves the delay
+        s.young_done(19, t * kMs, 5 * kMs);
+    s.seen({10}, 200'000 * kMs);
+    s.seen({10, 20}, 200'100 * kMs);
+    EXPECT_FALSE(s.young_due(20, 204'099 * kMs));
+    EXPECT_TRUE(s.young_due(20, 204'100 * kMs));
+}
+
 TEST(PssSchedule, ProcessesForkedWhileTracedAreWalkedOftenInTheirFirstSeconds)
 {
     PssSchedule s(-1, 2, 0);

@@ -257,12 +257,23 @@ void PssSchedule::done(uint64_t now_ns, uint64_t cpu_ns)
 void PssSchedule::seen(const std::vector<uint32_t>& live, uint64_t now_ns)
 {
     std::set<uint32_t> now(live.begin(), live.end());
-    for (auto it = young_.begin(); it != young_.end();)
-        it = !now.count(it->first) || now_ns - it->second.since > kYoungNs ? young_.erase(it) : std::next(it);
+    for (auto it = young_.begin(); it != young_.end();) {
+        bool ended = !now.count(it->first);
+        if (!ended && now_ns - it->second.since <= kYoungNs) {
+            ++it;
+            continue;
+        }
+        // One that ended before it could be judged: the next ones start later (their walks would be wasted too).
+        if (ended && it->second.walks < kJudgedWalks)
+            first_ns_ = std::min(2 * first_ns_, kYoungFirstMaxNs);
+        else
+            first_ns_ = std::max(first_ns_ / 2, kYoungFirstNs);
+        it = young_.erase(it);
+    }
     if (interval_ms_ < 0 && swept_)
         for (uint32_t pid : live)
             if (!known_.count(pid))
-                young_[pid] = Young{now_ns, now_ns + kYoungFirstNs}; // (not at birth: see the header)
+                young_[pid] = Young{now_ns, now_ns + first_ns_}; // (not at birth: see the header)
     known_ = std::move(now);
     swept_ = true;
 }
@@ -282,6 +293,7 @@ void PssSchedule::young_done(uint32_t pid, uint64_t now_ns, uint64_t cpu_ns)
     auto budgeted = static_cast<uint64_t>(static_cast<double>(cpu_ns) * static_cast<double>(young_.size()) /
                                           (kYoungBudget * cpus_));
     it->second.next = now_ns + std::max(kYoungMinNs, budgeted);
+    ++it->second.walks;
 }
 
 } // namespace lotus::proc

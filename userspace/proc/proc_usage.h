@@ -52,9 +52,11 @@ private:
 // also has its PSS read on its own for its first kYoungNs, every kYoungMinNs or less often, so that those walks stay
 // within kYoungBudget of the CPUs: a worker copies the pages it reads from its parent in its first seconds, and the
 // summary needs readings then to tell it (export/worker_memory.h). Its first walk comes kYoungFirstNs after it was
-// first seen, not at once: a worker that lives less (forked anew for each pass of a short epoch) costs no walk,
-// one that lives a little longer one; neither could be judged (4 readings are needed), and a walk costs 5-15 ms
-// (walked at birth and every 0.5 s, the example's workers, forked each 0.8-1.5 s epoch, cost the tracer ~25 ms of
+// first seen, not at once: a worker that lives less (forked anew for each pass of a short epoch) costs no walk.
+// A young process that ends before kJudgedWalks walks (it could not be judged: 4 readings are needed) doubles
+// that delay for those after it, up to kYoungFirstMaxNs; one judged, or young no more, halves it back: a job whose
+// workers are forked anew each short epoch stops paying for walks that would tell nothing (a walk costs 5-15 ms:
+// walked at birth and every 0.5 s, the example's workers, forked each 0.8-1.5 s epoch, cost the tracer ~25 ms of
 // CPU a second).
 class PssSchedule {
 public:
@@ -62,7 +64,8 @@ public:
     static constexpr uint64_t kMinNs = 2'000'000'000ull;
     static constexpr double kYoungBudget = 0.01;
     static constexpr uint64_t kYoungNs = 30'000'000'000ull, kYoungMinNs = 500'000'000ull;
-    static constexpr uint64_t kYoungFirstNs = 1'000'000'000ull;
+    static constexpr uint64_t kYoungFirstNs = 1'000'000'000ull, kYoungFirstMaxNs = 8'000'000'000ull;
+    static constexpr unsigned kJudgedWalks = 4;
     PssSchedule(int interval_ms, unsigned cpus, uint64_t start_ns);
     bool due(uint64_t now_ns) const { return interval_ms_ != 0 && now_ns >= next_ns_; }
     // A reading with PSS was made at now_ns; its walks took cpu_ns of the tracer's CPU time.
@@ -82,8 +85,10 @@ private:
     std::set<uint32_t> known_;
     struct Young {
         uint64_t since = 0, next = 0;
+        unsigned walks = 0;
     };
     std::map<uint32_t, Young> young_;
+    uint64_t first_ns_ = kYoungFirstNs; // a new young process's first walk, after it was first seen
 };
 
 } // namespace lotus::proc
