@@ -377,6 +377,9 @@ TEST(SlowSamples, MoreSlowTimesThanTheCandidatesHoldAreCounted)
                     i % 5 == 2 ? 8 + jitter(static_cast<int>(i / 5), 4) : 0.5 + jitter(static_cast<int>(i), 0.02), 0.3);
     EXPECT_LE(slow.memory_bytes(), kStateBound);
     auto g = slow.analyze().at(0);
+    std::printf("one time in five slow: %llu slow times kept, at most %llu let go of; state %zu bytes\n",
+                static_cast<unsigned long long>(g.slow_times), static_cast<unsigned long long>(g.not_kept),
+                slow.memory_bytes());
     EXPECT_NEAR(g.loader_threshold_ms, 1.02, 0.03);
     EXPECT_GT(g.slow_times, SlowSamples::kMaxCandidates / 2);
     EXPECT_LE(g.slow_times, SlowSamples::kMaxCandidates);
