@@ -12,6 +12,7 @@
 #include "export/slow_samples_report.h"
 
 using namespace lotus;
+using exporter::SampleCounts;
 using exporter::SlowSamples;
 using model::Span;
 using model::SpanKind;
@@ -247,4 +248,144 @@ TEST(SlowSamples, TheJsonAndTheText)
     EXPECT_NE(text.find("/data/9.jpg"), std::string::npos) << text;
     EXPECT_NE(text.find("ms per MB"), std::string::npos) << text;
     EXPECT_NE(exporter::slow_samples_html(groups).find("/data/9.jpg"), std::string::npos);
+}
+
+namespace {
+
+// A DataLoader's state at most: the candidates (16 bytes each), the per-sample table's 2^17 slots of 24 bytes,
+// and half a megabyte for the histograms and the slowest times' details.
+constexpr size_t kStateBound = SlowSamples::kMaxCandidates * 16 + (1u << 17) * 24 + (512u << 10);
+
+// A lean sample for long runs: its loader span (an index, no file) and its sample span, no ops.
+void lean_sample(SlowSamples& slow, uint64_t sid, int64_t index, double loader_ms, double pipeline_ms)
+{
+    uint64_t now = sid * 100'000'000;
+    Span s = Span::make(SpanKind::Sample, "sample", W, W, now, now + static_cast<uint64_t>(pipeline_ms * 1e6));
+    Span l = Span::make(SpanKind::Loader, "loader", W, W, now, now + static_cast<uint64_t>(loader_ms * 1e6));
+    for (Span* x : {&s, &l})
+        x->sample = index, x->sample_id = sid, x->owner = P, x->loader = 0;
+    slow.add(s);
+    slow.add(l);
+}
+
+} // namespace
+
+// Four epochs of 16,384 samples (4 x the old cap): files slow only in the last two epochs are found, with their
+// times slow and seen, as are files slow every epoch.
+TEST(SlowSamples, SlowSamplesLateInALongRunAreFound)
+{
+    Feeder f;
+    double ops[2] = {0.2, 0.1};
+    constexpr int kData = 1 << 14;
+    int late = 0, always = 0;
+    for (int epoch = 0; epoch < 4; epoch++) {
+        for (int i = 0; i < kData; i++) {
+            bool late_slow = i % 500 == 7 && epoch >= 2, always_slow = i % 1000 == 300;
+            late += late_slow && epoch == 2, always += always_slow && epoch == 0;
+            f.sample(i, "/data/" + std::to_string(i), 10'000, late_slow || always_slow ? 8.0 : 0.5 + jitter(i, 0.02),
+                     ops);
+            if (i % 64 == 63)
+                f.flush();
+        }
+    }
+    auto g = f.slow.analyze().at(0);
+    EXPECT_EQ(g.samples, 4u * kData);
+    EXPECT_EQ(g.not_kept, 0u); // every slow time kept
+    EXPECT_EQ(g.untracked, 0u);
+    EXPECT_FALSE(g.thresholds_exact);
+    EXPECT_GT(g.loader_error_ms, 0);
+    EXPECT_LT(g.loader_error_ms, 0.07 * g.loader_threshold_ms);
+    EXPECT_NEAR(g.loader_threshold_ms, 1.02, 0.03); // (exact: the farther of 2 x 0.51 and Q3 + 3 IQR)
+    EXPECT_EQ(g.slow_times, 2u * late + 4u * always);
+    EXPECT_EQ(g.slow_samples, static_cast<uint64_t>(late + always));
+    EXPECT_EQ(g.slow_every_time, static_cast<uint64_t>(always));
+    ASSERT_EQ(g.rows.size(), static_cast<size_t>(late + always));
+    for (const auto& r : g.rows) {
+        EXPECT_EQ(r.times_seen, 4u);
+        EXPECT_EQ(r.times_slow, r.index % 1000 == 300 ? 4u : 2u) << r.index;
+        EXPECT_TRUE(r.index % 500 == 7 || r.index % 1000 == 300) << r.index;
+    }
+    EXPECT_EQ(g.rows.back().times_slow, 2u);
+}
+
+// A run whose first times are far slower than the rest (a cold page cache): its early times, let go of under the
+// running bound of their time, are slow by the final threshold, and the summary says how many may be missing.
+TEST(SlowSamples, TimesLetGoOfThatTurnOutSlowAreCountedNotHidden)
+{
+    SlowSamples slow;
+    constexpr uint64_t kCold = 1 << 14, kWarm = 80'000;
+    for (uint64_t i = 0; i < kCold + kWarm; i++)
+        lean_sample(slow, i + 1, static_cast<int64_t>(i % 20'000),
+                    i < kCold ? 10 + jitter(static_cast<int>(i), 2) : 1 + jitter(static_cast<int>(i), 0.05), 0.3);
+    auto g = slow.analyze().at(0);
+    EXPECT_NEAR(g.loader_threshold_ms, 2, 0.1);
+    EXPECT_GT(g.not_kept, 0u);
+    EXPECT_LT(g.slow_times, kCold);
+    EXPECT_GE(g.slow_times + g.not_kept, kCold); // an upper bound: every cold time is slow
+    EXPECT_LE(g.slow_times + g.not_kept, kCold + kCold / 20);
+    char* buf = nullptr;
+    size_t len = 0;
+    FILE* out = open_memstream(&buf, &len);
+    exporter::print_slow_samples(out, {g});
+    fclose(out);
+    std::string text(buf, len);
+    free(buf);
+    EXPECT_NE(text.find("more slow time(s) not counted"), std::string::npos) << text;
+    EXPECT_NE(text.find("thresholds from histograms"), std::string::npos) << text;
+    auto j = exporter::slow_samples_json({g})["loaders"][0];
+    EXPECT_EQ(j["not_analysed"], g.not_kept);
+    EXPECT_EQ(j["threshold"]["exact"], false);
+}
+
+// A million times of a million distinct samples, one in 50 slow: the state stays bounded (the per-sample table
+// full, the candidates capped), and every slow time is still found.
+TEST(SlowSamples, AMillionTimesInBoundedMemory)
+{
+    SlowSamples slow;
+    constexpr uint64_t kTimes = 1'000'000;
+    size_t at_half = 0;
+    for (uint64_t i = 0; i < kTimes; i++) {
+        lean_sample(slow, i + 1, static_cast<int64_t>(i), i % 50 == 7 ? 8 : 0.5 + jitter(static_cast<int>(i), 0.02),
+                    0.3);
+        if (i + 1 == kTimes / 2)
+            at_half = slow.memory_bytes();
+    }
+    size_t at_end = slow.memory_bytes();
+    std::printf("slow samples' state: %zu bytes after %llu times, %zu after %llu\n", at_half,
+                static_cast<unsigned long long>(kTimes / 2), at_end, static_cast<unsigned long long>(kTimes));
+    EXPECT_LE(at_end, kStateBound);
+    EXPECT_GE(at_half, 3u << 20); // (the per-sample table full by then: 2^17 slots of 24 bytes)
+    auto g = slow.analyze().at(0);
+    EXPECT_EQ(g.samples, kTimes);
+    EXPECT_EQ(g.untracked, kTimes - SampleCounts::kMaxSamples);
+    EXPECT_EQ(g.slow_times, kTimes / 50);
+    EXPECT_EQ(g.not_kept, 0u);
+    EXPECT_EQ(g.slow_samples, kTimes / 50);
+    ASSERT_EQ(g.rows.size(), SlowSamples::kRows);
+    for (const auto& r : g.rows)
+        EXPECT_EQ(r.index % 50, 7);
+}
+
+// One time in five slow: more candidates than the cap. The least slow go, memory stays bounded, and the slow
+// times let go of are counted as possibly missing, not hidden.
+TEST(SlowSamples, MoreSlowTimesThanTheCandidatesHoldAreCounted)
+{
+    SlowSamples slow;
+    constexpr uint64_t kTimes = 1'000'000;
+    for (uint64_t i = 0; i < kTimes; i++)
+        lean_sample(slow, i + 1, static_cast<int64_t>(i % 5000),
+                    i % 5 == 2 ? 8 + jitter(static_cast<int>(i / 5), 4) : 0.5 + jitter(static_cast<int>(i), 0.02), 0.3);
+    EXPECT_LE(slow.memory_bytes(), kStateBound);
+    auto g = slow.analyze().at(0);
+    std::printf("one time in five slow: %llu slow times kept, at most %llu let go of; state %zu bytes\n",
+                static_cast<unsigned long long>(g.slow_times), static_cast<unsigned long long>(g.not_kept),
+                slow.memory_bytes());
+    EXPECT_NEAR(g.loader_threshold_ms, 1.02, 0.03);
+    EXPECT_GT(g.slow_times, SlowSamples::kMaxCandidates / 2);
+    EXPECT_LE(g.slow_times, SlowSamples::kMaxCandidates);
+    EXPECT_GT(g.not_kept, 0u);
+    EXPECT_GE(g.slow_times + g.not_kept, kTimes / 5);
+    EXPECT_EQ(g.untracked, 0u);
+    ASSERT_FALSE(g.rows.empty());
+    EXPECT_GE(g.rows[0].loader_ms, 11.5); // the slowest kept
 }

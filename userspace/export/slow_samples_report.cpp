@@ -30,10 +30,28 @@ std::string slowest_op(const SlowSampleRow& r)
 
 std::string times(const SlowSampleRow& r)
 {
-    return r.times_seen ? fmt::format("{}/{}", r.times_slow, r.times_seen) : "1/?";
+    return r.times_seen ? fmt::format("{}/{}", r.times_slow, r.times_seen) : fmt::format("{}/?", r.times_slow);
 }
 
 std::string ms_or_dash(double ms) { return ms < 0 ? "-" : fmt::format("{:.2f}", ms); }
+
+// What the bounded memory cost the figures (nothing where every time was kept): "; ..." or "".
+std::string bounds_text(const SlowSampleGroup& g)
+{
+    std::string t;
+    if (!g.thresholds_exact)
+        t += fmt::format("; thresholds from histograms of every time, each within {:.2f} ms of the exact one",
+                         std::max(g.loader_error_ms, g.pipeline_error_ms));
+    if (g.not_kept)
+        t += fmt::format("; up to {} more slow time(s) not counted (let go of under a running bound the final "
+                         "threshold fell below)",
+                         g.not_kept);
+    if (g.untracked)
+        t += fmt::format("; {} time(s) of samples past the first {} were not counted per sample (their times "
+                         "seen, their fastest loading and the size fit leave them out)",
+                         g.untracked, SampleCounts::kMaxSamples);
+    return t;
+}
 
 // "slow samples: 8 of 400 sample times (4 samples) were slow: loading over 2.31 ms (median 0.52) or ..."
 std::string headline(const SlowSampleGroup& g)
@@ -44,15 +62,15 @@ std::string headline(const SlowSampleGroup& g)
     if (g.pipeline_threshold_ms >= 0)
         limits.push_back(fmt::format("the pipeline over {:.2f} ms (median {:.2f})", g.pipeline_threshold_ms,
                                      g.pipeline_median_ms));
-    std::string kept = g.not_kept ? fmt::format(" (the first {} analysed; {} more not kept)", g.samples, g.not_kept) : "";
     if (limits.empty())
         return fmt::format("too few sample times to tell ({}; {} needed)", g.samples, SlowSamples::kMinTimes);
     std::string rule = limits.size() == 2 ? limits[0] + " or " + limits[1] : limits[0];
+    std::string told = bounds_text(g);
     if (!g.slow_times)
-        return fmt::format("none of {} sample times{} ({})", g.samples, kept, rule);
-    return fmt::format("{} of {} sample times{} were slow, {} sample(s), {} of them slow every time they were loaded "
-                       "(more than once): {}",
-                       g.slow_times, g.samples, kept, g.slow_samples, g.slow_every_time, rule);
+        return fmt::format("none of {} sample times ({}){}", g.samples, rule, told);
+    return fmt::format("{} of {} sample times were slow, {} sample(s), {} of them slow every time they were loaded "
+                       "(more than once): {}{}",
+                       g.slow_times, g.samples, g.slow_samples, g.slow_every_time, rule, told);
 }
 
 // The size fit in words, or why there is none.
@@ -128,12 +146,16 @@ J slow_samples_json(const std::vector<SlowSampleGroup>& groups)
         o["title"] = json_text(g.title);
         o["samples"] = g.samples;
         o["not_analysed"] = g.not_kept;
+        o["untracked_times"] = g.untracked;
         o["with_bytes"] = g.with_bytes;
         J thr = J::object();
         thr["loader_ms"] = ms(g.loader_threshold_ms);
         thr["loader_median_ms"] = ms(g.loader_median_ms);
         thr["pipeline_ms"] = ms(g.pipeline_threshold_ms);
         thr["pipeline_median_ms"] = ms(g.pipeline_median_ms);
+        thr["exact"] = g.thresholds_exact;
+        thr["loader_error_ms"] = g.loader_threshold_ms < 0 ? J(nullptr) : json_fixed(g.loader_error_ms, 4);
+        thr["pipeline_error_ms"] = g.pipeline_threshold_ms < 0 ? J(nullptr) : json_fixed(g.pipeline_error_ms, 4);
         o["threshold"] = std::move(thr);
         o["slow_times"] = g.slow_times;
         o["slow_samples"] = g.slow_samples;
