@@ -181,7 +181,6 @@ private:
                         const ProbeFeatures& features);
     void apply_plan(const ProbePlan& plan, const KernelFeatures& kernel, const cpython::Interpreter& interp,
                     const ProbeFeatures& features);
-    void choose_programs(const ProbePlan& plan);
     void open_rings();
     void hand_counters(const std::vector<CounterSpec>& counters, int ncpu);
     static int on_record(void* ctx, void* data, size_t len);
