@@ -194,16 +194,29 @@ def free_port():
 
 def children(pid, every_thread=False):
     """The pids a process forked: from its main thread (every_thread: from each of its threads, as a fork from
-    another thread is that thread's child); [] once it is gone."""
+    another thread is that thread's child; a thread that ends meanwhile has none); [] once it is gone."""
     try:
         tids = os.listdir(f"/proc/{pid}/task") if every_thread else [pid]
-        kids = []
-        for tid in tids:
+    except OSError:
+        return []
+    kids = []
+    for tid in tids:
+        try:
             with open(f"/proc/{pid}/task/{tid}/children") as f:
                 kids += [int(c) for c in f.read().split()]
-        return kids
+        except OSError:
+            if int(tid) == pid:
+                return []  # the process is gone
+    return kids
+
+
+def process_state(pid):
+    """The process's state letter (R, S, T for stopped...), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
     except (FileNotFoundError, ProcessLookupError):
-        return []
+        return None
 
 
 def run_lotus(args, timeout=300, **kw):

@@ -8,7 +8,7 @@ import unittest
 
 import test_progress  # (its helpers: importing the module, not its classes, runs none of its tests here)
 from harness import (LOTUS, PY, WORKLOAD, BpfTestCase, assert_nested, children, dataset, kill_group, load_trace,
-                     not_guardian, run_lotus, spans, start_lotus, wait_for_attach)
+                     not_guardian, process_state, run_lotus, spans, start_lotus, wait_for_attach)
 
 
 # A tracer that is stopped holds no new child (none would be continued soon): this test-only knob holds them
@@ -131,7 +131,7 @@ class Lifecycle(BpfTestCase):
         tracer.send_signal(signal.SIGSTOP)
         open(go, "w").close()
         deadline = time.time() + 60
-        while not children(main) or state(children(main)[0]) != "T":  # forked, and held
+        while not children(main) or process_state(children(main)[0]) != "T":  # forked, and held
             self.assertLess(time.time(), deadline, "no worker was held")
             time.sleep(0.05)
         (worker,) = children(main)
@@ -139,7 +139,7 @@ class Lifecycle(BpfTestCase):
         tracer.send_signal(signal.SIGCONT)
         tracer.wait(timeout=60)
         deadline = time.time() + 30  # torch's watchdog looks every 5 s (a busy machine: 20.09 s seen once)
-        while state(worker) not in (None, "Z"):
+        while process_state(worker) not in (None, "Z"):
             self.assertLess(time.time(), deadline, f"worker {worker} outlived its parent")
             time.sleep(0.1)
         self.assert_detached()
@@ -190,7 +190,7 @@ class Lifecycle(BpfTestCase):
         tracer.send_signal(signal.SIGSTOP)
         open(go, "w").close()
         deadline = time.time() + 60
-        while not children(job.pid) or state(children(job.pid)[0]) != "T":  # forked, and held
+        while not children(job.pid) or process_state(children(job.pid)[0]) != "T":  # forked, and held
             self.assertLess(time.time(), deadline, "no worker was held")
             time.sleep(0.05)
         job.kill()
@@ -305,15 +305,6 @@ def voluntary_switches(pid):
         except OSError:
             pass
     return n
-
-
-def state(pid):
-    """The process's state letter, or None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return None
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ import os
 import subprocess
 import time
 
-from harness import EXAMPLE, LOTUS, PY, SOURCE, BpfTestCase, dataset, run_lotus, start_lotus, wait_for_attach
+from harness import (EXAMPLE, LOTUS, PY, SOURCE, BpfTestCase, children, dataset, run_lotus, start_lotus,
+                     wait_for_attach)
 
 
 def disk_of(path):
@@ -250,17 +251,6 @@ def _own_v1_path(controller):
     return None
 
 
-def _children(pid):
-    kids = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                kids += f.read().split()
-        except OSError:
-            pass
-    return kids
-
-
 def _cpu_stat(directory):
     with open(os.path.join(directory, "cpu.stat")) as f:
         stat = dict(line.split() for line in f)
@@ -306,7 +296,7 @@ class JobOwnLimits(BpfTestCase):
         self.addCleanup(job.stderr.close)
         self.addCleanup(lambda: job.poll() is None and job.kill())
         deadline = time.time() + 120
-        while len(_children(job.pid)) < 2:  # its workers are prefetching: the interpreter is there to attach to
+        while len(children(job.pid, every_thread=True)) < 2:  # its workers are prefetching: the interpreter is there to attach to
             self.assertIsNone(job.poll(), job.stderr.read() if job.poll() is not None else "")
             self.assertLess(time.time(), deadline)
             time.sleep(0.05)

@@ -16,7 +16,7 @@ import unittest
 import jsonschema
 
 from harness import (BpfTestCase, OPS, PY, SOURCE, WORKLOAD, dataset, kernel_at_least, load_trace, read_lines,
-                     run_lotus, spans, start_lotus, wait_for_attach, wait_for_file)
+                     process_state, run_lotus, spans, start_lotus, wait_for_attach, wait_for_file)
 
 
 PILLOW = [a for spec in ("libjpeg*:jpeg_read_header", "_imaging*:ImagingResample", "_imaging*:ImagingFlipLeftRight")
@@ -360,16 +360,12 @@ class NativeMapTest(BpfTestCase):
             self.assertGreater(libs["libsafe_dev.so"], 0, libs)
             self.assertEqual(libs["libsafe_cut.so"], 0, libs)
             self.assertIsNone(job.poll())
-            self.assertNotIn(self.state(job.pid), ("T", "t"))  # never left stopped
+            self.assertNotIn(process_state(job.pid), ("T", "t"))  # never left stopped
         finally:
             open(stop, "w").close()
             o, _ = job.communicate(timeout=30)
         self.assertEqual(job.returncode, 0)
         self.assertIn("calls", o)
-
-    def state(self, pid):
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
 
     def samples_per_cpu_ms(self, summary):
         """All samples of the run (every op, the gaps, outside any span) per ms of the job's CPU time while

@@ -10,6 +10,7 @@
 
 #include "capture/descriptions.h"
 #include "model/engine.h"
+#include "fake_requests.h"
 
 using namespace lotus;
 
@@ -177,8 +178,8 @@ TEST(Descriptions, TheEngineDoesNotClassifyATypeWithoutItsName)
 {
     model::Rules rules;
     std::vector<std::pair<uint64_t, uint32_t>> told; // what BPF is told: type, LOTUS_TYPE_* flags
-    model::Engine engine(rules, [](const model::Span&) {}, {},
-                         [&](uint32_t, uint64_t type, uint64_t, uint32_t flags) { told.emplace_back(type, flags); });
+    test::FakeRequests requests{{}, [&](uint32_t, uint64_t type, uint64_t, uint32_t flags) { told.emplace_back(type, flags); }};
+    model::Engine engine(rules, [](const model::Span&) {}, &requests);
     auto t = type_record(reinterpret_cast<void*>(0x5000), 1);
     t.h.tgid = t.h.tid = 7;
     engine.consume(&t, sizeof(t));
@@ -198,10 +199,10 @@ TEST(Descriptions, RolesToldBackCarryTheFingerprintOfTheObjectDescribed)
 {
     model::Rules rules({}, {"nest"});
     std::vector<std::pair<uint64_t, uint32_t>> codes, types; // fingerprint, flags
-    model::Engine engine(
-        rules, [](const model::Span&) {},
+    test::FakeRequests requests{
         [&](uint32_t, uint32_t, uint64_t, uint64_t fp, const model::CodeRole& r) { codes.emplace_back(fp, r.flags); },
-        [&](uint32_t, uint64_t, uint64_t fp, uint32_t flags) { types.emplace_back(fp, flags); });
+        [&](uint32_t, uint64_t, uint64_t fp, uint32_t flags) { types.emplace_back(fp, flags); }};
+    model::Engine engine(rules, [](const model::Span&) {}, &requests);
     lotus_code_info c{};
     c.h.type = LOTUS_EV_CODE;
     c.h.tgid = c.h.tid = 7;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "event_builder.h"
+#include "fake_requests.h"
 #include "model/batches.h"
 #include "model/engine.h"
 
@@ -23,16 +24,17 @@ struct Engine : ::testing::Test {
     std::map<uint64_t, uint32_t> type_flags;                               // type -> LOTUS_TYPE_* told to BPF
     // The role sink resolves captured locals as the session would from co_localsplusnames; they reach the
     // engine as a RecordSlots right after the CODE record.
-    model::Engine engine{rules, [this](const Span& s) { spans.push_back(s); },
-                         [this](uint32_t t, uint32_t space, uint64_t c, uint64_t, const model::CodeRole& r) {
-                             std::vector<uint8_t> slots;
-                             for (const auto& name : r.capture_locals)
-                                 slots.push_back(name == "worker_id" ? 10 : 26);
-                             if (!slots.empty())
-                                 ev.resolved.emplace_back(t, c, slots);
-                             roles.emplace_back(t, c, r.flags, space);
-                         },
-                         [this](uint32_t, uint64_t type, uint64_t, uint32_t flags) { type_flags[type] = flags; }};
+    test::FakeRequests requests{
+        [this](uint32_t t, uint32_t space, uint64_t c, uint64_t, const model::CodeRole& r) {
+            std::vector<uint8_t> slots;
+            for (const auto& name : r.capture_locals)
+                slots.push_back(name == "worker_id" ? 10 : 26);
+            if (!slots.empty())
+                ev.resolved.emplace_back(t, c, slots);
+            roles.emplace_back(t, c, r.flags, space);
+        },
+        [this](uint32_t, uint64_t type, uint64_t, uint32_t flags) { type_flags[type] = flags; }};
+    model::Engine engine{rules, [this](const Span& s) { spans.push_back(s); }, &requests};
     test::EventBuilder ev{engine};
 
     void describe(uint32_t tgid)

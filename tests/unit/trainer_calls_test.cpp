@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "event_builder.h"
+#include "fake_requests.h"
 #include "model/engine.h"
 
 using namespace lotus;
@@ -18,7 +19,8 @@ constexpr uint32_t PID = 10;
 struct TrainerCalls : ::testing::Test {
     model::Rules rules;
     std::vector<model::Span> spans;
-    model::Engine engine{rules, [this](const model::Span& s) { spans.push_back(s); }};
+    test::FakeRequests requests;
+    model::Engine engine{rules, [this](const model::Span& s) { spans.push_back(s); }, &requests};
     test::EventBuilder ev{engine};
     std::vector<std::pair<uint32_t, bool>> asked;
     uint64_t now = 1000;
@@ -31,7 +33,7 @@ struct TrainerCalls : ::testing::Test {
         ev.type(PID, T_COMPOSE, "Compose", {"object"});
         ev.type(PID, T_OP, "Normalize", {"object"});
     }
-    void sink() { engine.set_calls_sink([this](uint32_t tgid, bool on) { asked.emplace_back(tgid, on); }); }
+    void sink() { requests.calls = [this](uint32_t tgid, bool on) { asked.emplace_back(tgid, on); }; }
     // next() of an iterator of a loader with workers (T_MPITER) or without (T_SPITER), at slot_tp_iternext.
     void next(uint64_t type, uint64_t iterator = 0xb0)
     {
@@ -85,14 +87,15 @@ TEST_F(TrainerCalls, ANewProgramInTheProcessGetsTheProbeBack)
 TEST_F(TrainerCalls, OnAsksNothingAndOffAsksAtAnyLoader)
 {
     sink();
-    engine.set_trainer_calls(model::Engine::TrainerCalls::On);
+    requests.mode = model::TrainerCalls::On;
     next(T_MPITER);
     EXPECT_TRUE(asked.empty());
-    model::Engine other{rules, {}};
-    test::EventBuilder ev2{other};
     std::vector<std::pair<uint32_t, bool>> asked2;
-    other.set_calls_sink([&](uint32_t tgid, bool on) { asked2.emplace_back(tgid, on); });
-    other.set_trainer_calls(model::Engine::TrainerCalls::Off);
+    test::FakeRequests off;
+    off.calls = [&](uint32_t tgid, bool on) { asked2.emplace_back(tgid, on); };
+    off.mode = model::TrainerCalls::Off;
+    model::Engine other{rules, {}, &off};
+    test::EventBuilder ev2{other};
     ev2.type(PID, T_SPITER, "_SingleProcessDataLoaderIter", {"_BaseDataLoaderIter", "object"});
     ev2.entry(PID, PID, 1, 4, LOTUS_SLOT_NEXT, T_SPITER, {}, {}, 0xc0);
     ev2.ret(PID, PID, 2, 4);
@@ -100,7 +103,7 @@ TEST_F(TrainerCalls, OnAsksNothingAndOffAsksAtAnyLoader)
     EXPECT_EQ(asked2, (std::vector<std::pair<uint32_t, bool>>{{PID, false}}));
 }
 
-TEST_F(TrainerCalls, WithoutASinkTheProcessIsNotedAsKeptProbed)
+TEST_F(TrainerCalls, WhereCaptureCannotSwitchTheProcessIsNotedAsKeptProbed)
 {
     next(T_MPITER);
     EXPECT_EQ(info().calls_kept_ns, 1000u);

@@ -22,7 +22,7 @@ namespace lotus::capture {
 
 class LibcLinks {
 public:
-    // A name for the file at `path` that holds while the tracer runs (Probe::pin).
+    // A name for the file at `path` that holds while the tracer runs (UprobeLinks::pin).
     using Pin = std::function<std::string(const std::string& path)>;
     // The libc program's link on `offsets` of the file at `path` for process `tgid`; empty, errno set, if refused.
     using MakeLink = std::function<common::UniqueFd(const std::string& path, const std::vector<uint64_t>& offsets,

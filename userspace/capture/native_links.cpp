@@ -1,5 +1,4 @@
-// Probe: the native map's sampling events and its probes on native functions.
-#include "probe.h"
+#include "native_links.h"
 
 #include <linux/perf_event.h>
 
@@ -17,7 +16,16 @@
 
 namespace lotus::capture {
 
-void Probe::attach_sampling(const CounterSpec& event, uint64_t freq)
+NativeLinks::NativeLinks(lotus_bpf* skel, bool thread_sampling, bool per_process, UprobeLinks& uprobes,
+                         ProcessLinks& processes)
+    : skel_(skel), thread_sampling_(thread_sampling), per_process_mode_(per_process), uprobes_(uprobes),
+      processes_(processes)
+{
+}
+
+NativeLinks::~NativeLinks() = default;
+
+void NativeLinks::attach_sampling(const CounterSpec& event, uint64_t freq)
 {
     if (thread_sampling_) {
         sampling_ = std::make_unique<ThreadSampling>(skel_->progs.on_sample, skel_->progs.unsampled_threads, event,
@@ -37,7 +45,7 @@ void Probe::attach_sampling(const CounterSpec& event, uint64_t freq)
     }
 }
 
-size_t Probe::threads_unsampled() const { return sampling_ ? sampling_->unknown() : 0; }
+size_t NativeLinks::threads_unsampled() const { return sampling_ ? sampling_->unknown() : 0; }
 
 // A function's points as the kernel takes them: its return instructions, then its entry (a return seen without
 // its entry, as one probe after the other goes live, is dropped; an entry without its return would stay open).
@@ -51,7 +59,7 @@ static void flatten(const NativePoints& f, std::vector<uint64_t>& offsets, std::
     cookies.push_back(f.id);
 }
 
-std::vector<bool> Probe::attach_native(const std::string& path, const std::vector<NativePoints>& fns)
+std::vector<bool> NativeLinks::attach(const std::string& path, const std::vector<NativePoints>& fns)
 {
     std::vector<bool> ok(fns.size(), false);
     std::vector<uint64_t> offsets, cookies;
@@ -59,13 +67,13 @@ std::vector<bool> Probe::attach_native(const std::string& path, const std::vecto
         flatten(f, offsets, cookies);
     if (offsets.empty())
         return ok;
-    if (hold_ && !perf_links_) { // (a perf event per point and process would hold each new worker too long)
-        // Per traced process: those traced now (held children get theirs in attach_python_to). A process that
+    if (per_process_mode_) {
+        // Per traced process: those traced now (held children get theirs in Probe::attach_to). A process that
         // exits meanwhile (ESRCH) needs none; any other refusal falls back to probing every process.
         std::vector<std::pair<uint32_t, std::vector<common::UniqueFd>>> made;
         bool refused = false;
-        for (uint32_t tgid : process_links_.tgids()) {
-            auto fds = native_multi(path, offsets, cookies, tgid);
+        for (uint32_t tgid : processes_.tgids()) {
+            auto fds = links_on(path, offsets, cookies, tgid);
             if (fds.empty() && errno != ESRCH) {
                 refused = true;
                 break;
@@ -74,17 +82,17 @@ std::vector<bool> Probe::attach_native(const std::string& path, const std::vecto
         }
         if (!refused) {
             for (auto& [tgid, fds] : made)
-                process_links_.append(tgid, std::move(fds));
-            per_process_natives_.push_back({path, offsets, cookies});
-            pin(path);
+                processes_.append(tgid, std::move(fds));
+            per_process_.push_back({path, offsets, cookies});
+            uprobes_.pin(path);
             native_links_++;
             return std::vector<bool>(fns.size(), true);
         }
     }
     // One link for the whole library where the kernel takes all its points; else one function at a time, so that
     // one it refuses does not cost the others.
-    if (multi_type_ >= 0) {
-        if (auto fd = multi_link(skel_->progs.native_call, multi_type_, path, offsets, cookies)) {
+    if (uprobes_.multi_type() >= 0) {
+        if (auto fd = UprobeLinks::multi_link(skel_->progs.native_call, uprobes_.multi_type(), path, offsets, cookies)) {
             multi_links_.push_back(std::move(fd));
             native_links_++;
             return std::vector<bool>(fns.size(), true);
@@ -108,10 +116,24 @@ std::vector<bool> Probe::attach_native(const std::string& path, const std::vecto
     return ok;
 }
 
-std::vector<common::UniqueFd> Probe::native_multi(const std::string& path, const std::vector<uint64_t>& offsets,
-                                                  const std::vector<uint64_t>& cookies, uint32_t pid)
+std::vector<common::UniqueFd> NativeLinks::process_links(const Library& lib, uint32_t tgid)
 {
-    return probe_links(skel_->progs.native_call, path, offsets, cookies, false, pid);
+    return links_on(uprobes_.pin(lib.path), lib.offsets, lib.cookies, tgid);
 }
+
+std::vector<common::UniqueFd> NativeLinks::links_on(const std::string& path, const std::vector<uint64_t>& offsets,
+                                                    const std::vector<uint64_t>& cookies, uint32_t pid)
+{
+    return uprobes_.probe_links(skel_->progs.native_call, path, offsets, cookies, false, pid);
+}
+
+void NativeLinks::release(std::vector<common::UniqueFd>& batch)
+{
+    for (auto& l : multi_links_)
+        batch.push_back(std::move(l));
+    multi_links_.clear();
+}
+
+void NativeLinks::close_sampling() { sampling_.reset(); }
 
 } // namespace lotus::capture

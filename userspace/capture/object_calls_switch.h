@@ -1,5 +1,5 @@
 // --trainer-calls: takes a training process's object-calls probe away and puts it back, as the engine asks
-// (model::Engine::CallsSink), and says in the record stream when each change took effect (RecordObjectCalls).
+// (model::CaptureRequests::object_calls), and says in the record stream when each change took effect (RecordObjectCalls).
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -27,6 +27,7 @@
 #include "guardian.h"
 #include "lotus_abi.h"
 #include "perf_uprobe.h"
+#include "plan_programs.h"
 #include "probe_plan.h"
 #include "proc/proc_maps.h"
 #include "thread_sampling.h"
@@ -192,87 +193,59 @@ ProbePlan Probe::make_plan(const KernelFeatures& kernel, const cpython::Interpre
 void Probe::apply_plan(const ProbePlan& plan, const KernelFeatures& kernel, const cpython::Interpreter& interp,
                        const ProbeFeatures& features)
 {
-    multi_type_ = kernel.uprobe_multi_type;
     session_type_ = kernel.uprobe_session_type;
     slots_ = plan.slots;
-    py_offsets_ = {interp.eval_offset};
-    py_cookies_ = {0};
+    PythonProbes python{interp.object_path, {interp.eval_offset}, {0}};
     if (slots_) {
-        py_offsets_.clear();
-        py_cookies_.clear();
+        python.offsets.clear();
+        python.cookies.clear();
         for (int k = 1; k < LOTUS_SLOTS_PROBED; k++) {
             skel_->rodata->slot_vaddr[k] = interp.slots->vaddr[static_cast<size_t>(k)];
-            py_offsets_.push_back(interp.slots->offset[static_cast<size_t>(k)]);
-            py_cookies_.push_back(static_cast<uint64_t>(k));
+            python.offsets.push_back(interp.slots->offset[static_cast<size_t>(k)]);
+            python.cookies.push_back(static_cast<uint64_t>(k));
         }
         skel_->rodata->tstate_vaddr = interp.slots->tstate_vaddr;
     }
     hold_ = plan.hold;
     hold_self_ = plan.hold_self;
-    perf_links_ = plan.perf_links;
     calls_apart_ = slots_ && session_type_ >= 0 && hold_;
     uint64_t hold_deadline_ns = features.hold_deadline_ns ? features.hold_deadline_ns
-                                : perf_links_                ? 2'000'000'000ull
+                                : plan.perf_links            ? 2'000'000'000ull
                                                              : 500'000'000ull;
     holds_ = std::make_unique<Holds>(skel_.get(), hold_self_, hold_deadline_ns, features.job,
-                                     [this](uint32_t tgid, uint32_t forked_from) { attach_python_to(tgid, forked_from); });
+                                     [this](uint32_t tgid, uint32_t forked_from) { attach_to(tgid, forked_from); });
     net_ = plan.net;
     skel_->rodata->count_net = net_ ? 1 : 0;
     thread_sampling_ = plan.thread_sampling;
     skel_->rodata->thread_sampling = thread_sampling_ ? 1 : 0;
     libc_ = plan.libc;
     os_read_ = plan.os_read;
+    uprobes_ = std::make_unique<UprobeLinks>(kernel.uprobe_multi_type, plan.perf_links);
     if (libc_)
         libc_links_.emplace(
-            os_read_, features.native, [this](const std::string& path) { return pin(path); },
+            os_read_, features.native, [this](const std::string& path) { return uprobes_->pin(path); },
             [this](const std::string& path, const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies,
                    uint32_t tgid) {
-                return multi_link(skel_->progs.libc_call, session_type_, path, offsets, cookies, false, tgid);
+                return UprobeLinks::multi_link(skel_->progs.libc_call, session_type_, path, offsets, cookies, false,
+                                               tgid);
             },
             attach_error_);
     if (os_read_) {
-        py_offsets_.push_back(*interp.os_read_offset);
-        py_cookies_.push_back(LOTUS_PY_OS_READ);
+        python.offsets.push_back(*interp.os_read_offset);
+        python.cookies.push_back(LOTUS_PY_OS_READ);
     }
+    python.slots = slots_;
+    python.per_process = hold_;
+    python.calls_apart = calls_apart_;
+    python.session_type = session_type_;
+    python_ = std::make_unique<PythonLinks>(skel_.get(), std::move(python), *uprobes_, process_links_);
+    native_ = std::make_unique<NativeLinks>(skel_.get(), thread_sampling_, hold_ && !plan.perf_links, *uprobes_,
+                                            process_links_);
     if (plan.try_syscall_events)
         if (auto ids = tracepoint_ids(kSyscallEvents))
             syscall_ids_ = std::move(*ids);
     syscall_events_ = !syscall_ids_.empty();
-    choose_programs(plan);
-}
-
-void Probe::choose_programs(const ProbePlan& plan)
-{
-    const auto& load = plan.load;
-    auto& progs = skel_->progs;
-    for (auto [prog, on] : {std::pair{progs.on_fork_hold, load.on_fork_hold}, {progs.on_exec_hold, load.on_exec_hold},
-                            {progs.on_fork_note, load.on_fork_note}, {progs.on_child_start, load.on_child_start},
-                            {progs.on_exec_stop, load.on_exec_stop}, {progs.find_keepers, load.find_keepers},
-                            {progs.on_sock_send, load.on_sock_send}, {progs.on_sock_recv, load.on_sock_recv},
-                            {progs.py_call, load.py_call}, {progs.py_entry, load.py_entry},
-                            {progs.py_slot, load.py_slot}, {progs.py_slot_entry, load.py_slot_entry},
-                            {progs.py_return, load.py_return}, {progs.py_resume, load.py_resume},
-                            {progs.py_retval, load.py_retval}, {progs.native_call, load.native_call},
-                            {progs.on_sample, load.on_sample}, {progs.unsampled_threads, load.unsampled_threads},
-                            {progs.libc_call, load.libc_call}})
-        bpf_program__set_autoload(prog, on);
-    // The exit tracepoint's arguments differ by kernel (lotus.bpf.c): the variant this one's match.
-    bpf_program__set_autoload(progs.on_exit, kernel_.exit_group_dead);
-    bpf_program__set_autoload(progs.on_exit_counted, !kernel_.exit_group_dead);
-    if (plan.session)
-        for (bpf_program* prog : {progs.py_call, progs.py_slot})
-            bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(session_type_));
-    if (multi_type_ >= 0)
-        for (bpf_program* prog : {progs.py_entry, progs.py_slot_entry, progs.py_return, progs.py_resume,
-                                  progs.py_retval, progs.native_call, progs.on_child_start})
-            bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(multi_type_));
-    for (bpf_program* prog : {progs.on_write, progs.on_getppid, progs.on_openat, progs.on_read_done,
-                              progs.on_openat_done})
-        bpf_program__set_autoload(prog, syscall_events_);
-    for (bpf_program* prog : {progs.on_sys_enter, progs.on_sys_exit}) // every syscall's, the last resort
-        bpf_program__set_autoload(prog, !libc_ && !syscall_events_);
-    if (libc_)
-        bpf_program__set_expected_attach_type(progs.libc_call, static_cast<bpf_attach_type>(session_type_));
+    choose_programs(skel_.get(), plan, kernel, syscall_events_);
 }
 
 // The record ring and the side ring of library opens, both waking one epoll set (a held child waits for us).
@@ -311,7 +284,6 @@ void Probe::hand_counters(const std::vector<CounterSpec>& counters, int ncpu)
 
 void Probe::SkeletonFree::operator()(lotus_bpf* s) const { lotus_bpf__destroy(s); }
 void Probe::RingFree::operator()(ring_buffer* r) const { ring_buffer__free(r); }
-void Probe::LinkFree::operator()(bpf_link* l) const { bpf_link__destroy(l); }
 
 Probe::~Probe() { close(); }
 
@@ -319,7 +291,8 @@ Probe::~Probe() { close(); }
 // after another, which made the native map's stop take seconds (docs/performance.md: "Stop latency", and
 // "Kernels without per-process probes"). A uprobe_multi link waits once for all its probes, and waits from
 // several threads share grace periods (close_in_parallel).
-// In the order the members' destructors would go, but with the uprobe_multi links closed in parallel.
+// In the order probe.h states: no new holds and nothing left stopped before any probe goes, the uprobe_multi
+// links of every unit closed in parallel, the programs last, the guardian after them.
 void Probe::close()
 {
     for (bpf_link** l : {skel_ ? &skel_->links.on_fork_hold : nullptr, skel_ ? &skel_->links.on_exec_hold : nullptr,
@@ -332,14 +305,18 @@ void Probe::close()
         holds_->stop();
     // Every uprobe link in one batch: each close waits for RCU grace periods, and waits that overlap share them.
     std::vector<common::UniqueFd> fds = process_links_.release_all();
-    fds.push_back(std::move(session_link_));
-    for (auto& l : multi_links_)
-        fds.push_back(std::move(l));
-    multi_links_.clear();
+    if (python_)
+        python_->release(fds);
+    if (native_)
+        native_->release(fds);
     close_in_parallel(std::move(fds));
     process_links_.clear(); // and the processes' closings still under way
-    sampling_.reset();
-    links_.clear();
+    if (native_) {
+        native_->close_sampling();
+        native_->close_perf_links(); // (the per-CPU sampling events' links among them)
+    }
+    if (python_)
+        python_->close_perf_links();
     perf_fds_.clear();
     rb_.reset();
     lib_rb_.reset();
@@ -361,8 +338,7 @@ int Probe::on_record(void* ctx, void* data, size_t len)
     auto* h = static_cast<const lotus_event_header*>(data);
     if (self->hold_ && h->type == LOTUS_EV_EXIT) {
         self->process_links_.exited(h->tgid);
-        if (!self->process_links_.has(h->tgid))
-            self->call_links_.erase(h->tgid);
+        self->python_->exited(h->tgid);
     }
     if (self->libc_links_ && h->type == LOTUS_EV_EXIT)
         self->libc_links_->exited(h->tgid);
@@ -420,6 +396,89 @@ void Probe::attach_process_tracking()
     attach_tracepoint(skel_->progs.on_switch, skel_->links.on_switch, "sched_switch");
 }
 
+void Probe::adopt_threads()
+{
+    // A task iterator's program runs for every task of the machine as the iterator is read.
+    Link link(bpf_program__attach_iter(skel_->progs.adopt_threads, nullptr));
+    common::UniqueFd it(link ? bpf_iter_create(bpf_link__fd(link.get())) : -1);
+    if (!it)
+        throw CaptureError(fmt::format("cannot run the BPF task iterator that finds the traced threads: {}",
+                                       strerror(errno)));
+    char buf[256];
+    while (::read(it.get(), buf, sizeof(buf)) > 0) {
+    }
+}
+
+void Probe::attach_python()
+{
+    adopt_threads();
+    if (!hold_) {
+        python_->attach_everywhere();
+        return;
+    }
+    uprobes_->pin(interp_.object_path); // for the links of later children; now, while the process it was found in lives
+    // The children held so far (new processes), then every other process traced so far; later children get theirs
+    // while held.
+    holds_->attach_children();
+    holds_->release_held(true, true);
+    for (uint32_t tgid : tgid_keys(bpf_map__fd(skel_->maps.lotus_traced)))
+        if (!process_links_.has(tgid))
+            attach_to(tgid);
+    if (!attach_error_.empty())
+        throw CaptureError(attach_error_);
+}
+
+void Probe::attach_to(uint32_t tgid, uint32_t forked_from)
+{
+    std::vector<common::UniqueFd> fds;
+    // A set of this process's links, or false with the refusal noted (ESRCH: it is gone already, nothing to say);
+    // the links made before it close with fds.
+    auto made = [&](std::vector<common::UniqueFd> more, const char* what, const std::string& path) {
+        if (more.empty() || !more.back()) {
+            if (errno != ESRCH && attach_error_.empty())
+                attach_error_ = fmt::format("cannot attach the {} probes of {} to process {}: {}", what, path, tgid,
+                                            strerror(errno));
+            return false;
+        }
+        for (auto& fd : more)
+            fds.push_back(std::move(fd));
+        return true;
+    };
+    int call_link = -1;
+    if (!made(python_->process_links(tgid, call_link), "Python", interp_.object_path))
+        return;
+    for (const auto& lib : native_->per_process())
+        if (!made(native_->process_links(lib, tgid), "native", lib.path))
+            return;
+    if (python_->inline_per_process() && !made(python_->inline_links(tgid), "opcode-handler", interp_.object_path))
+        return;
+    if (libc_links_) {
+        libc_links_->new_process(tgid); // (an earlier process's files, under the same pid)
+        if (!libc_links_->attach_to(tgid, fds, forked_from))
+            libc_links_->pend(tgid, common::monotonic_ns()); // stopped at its exec: no libc mapped yet
+    }
+    process_links_.add(tgid, std::move(fds));
+    python_->added(tgid, call_link);
+}
+
+void Probe::attach_inline_calls(const std::vector<uint64_t>& resume_offsets, uint64_t return_offset)
+{
+    python_->attach_inline_calls(resume_offsets, return_offset);
+}
+
+common::UniqueFd Probe::detach_object_calls(uint32_t tgid) { return python_->detach_object_calls(tgid); }
+
+bool Probe::attach_object_calls(uint32_t tgid) { return python_->attach_object_calls(tgid); }
+
+void Probe::attach_sampling(const CounterSpec& event, uint64_t freq) { native_->attach_sampling(event, freq); }
+
+size_t Probe::threads_unsampled() const { return native_->threads_unsampled(); }
+
+std::vector<bool> Probe::attach_native(const std::string& path, const std::vector<NativePoints>& fns)
+{
+    return native_->attach(path, fns);
+}
+
 void Probe::trace_process(uint32_t tgid, uint32_t root_tgid)
 {
     lotus_traced_proc v{root_tgid, tgid, 0};
@@ -444,9 +503,11 @@ size_t Probe::let_children_start(int wait_ms)
 common::UniqueFd Probe::child_start_link()
 {
     bpf_program* prog = skel_->progs.on_child_start;
-    return multi_type_ >= 0 ? multi_link(prog, multi_type_, pin(interp_.object_path), {*after_fork_offset_})
-                            : perf_uprobe_link(bpf_program__fd(prog), pin(interp_.object_path), *after_fork_offset_, 0,
-                                               false, -1);
+    int multi_type = uprobes_->multi_type();
+    return multi_type >= 0 ? UprobeLinks::multi_link(prog, multi_type, uprobes_->pin(interp_.object_path),
+                                                     {*after_fork_offset_})
+                           : perf_uprobe_link(bpf_program__fd(prog), uprobes_->pin(interp_.object_path),
+                                              *after_fork_offset_, 0, false, -1);
 }
 
 bool Probe::is_traced(uint32_t tgid) const

@@ -17,6 +17,9 @@
 #include "probe_plan.h"
 #include "libc_links.h"
 #include "lotus_abi.h"
+#include "native_links.h"
+#include "python_links.h"
+#include "uprobe_links.h"
 #include "cpython/interpreter.h"
 #include "guardian_cgroup.h"
 #include "holds.h"
@@ -59,14 +62,6 @@ struct ProbeFeatures {
     pid_t job = 0; // the traced job's root process: the guardian joins its cgroups (guardian_cgroup.h); 0: stays
 };
 
-// A native function's probe points in its file: the entry and its own return instructions (file offsets), and
-// the number its events carry.
-struct NativePoints {
-    uint64_t entry = 0;
-    std::vector<uint64_t> returns;
-    uint32_t id = 0;
-};
-
 class Probe {
 public:
     using Sink = std::function<void(const void* data, size_t len)>;
@@ -99,7 +94,7 @@ public:
     // starts (ThreadSampling), in per-process mode; else one per CPU, filtered in BPF.
     void attach_sampling(const CounterSpec& event, uint64_t freq);
     // "threads" or "cpus" (what attach_sampling opened its events on), "none" before it.
-    const char* sampling_scope() const { return sampling_scope_; }
+    const char* sampling_scope() const { return native_ ? native_->sampling_scope() : "none"; }
     // Threads left unsampled (ThreadSampling::unknown).
     size_t threads_unsampled() const;
     // Probes on native functions of one file: each function's entry and its own return instructions (file
@@ -112,7 +107,7 @@ public:
     std::vector<bool> attach_native(const std::string& path, const std::vector<NativePoints>& fns);
     // Kernel links those probes took: 1 per library with uprobe_multi links (per traced process in per-process
     // mode), else 1 per point (a function's entry and each return instruction).
-    size_t native_links() const { return native_links_; }
+    size_t native_links() const { return native_ ? native_->links() : 0; }
     // Delivers pending records to the sink, waiting at most timeout_ms for some (or for a wake_on fd). Returns
     // the number delivered, or throws on error.
     int poll(int timeout_ms);
@@ -167,7 +162,7 @@ public:
     common::UniqueFd detach_object_calls(uint32_t tgid);
     // A new object-calls link for a process that has its other links and none of these; false if refused (errno).
     bool attach_object_calls(uint32_t tgid);
-    bool has_object_calls(uint32_t tgid) const { return call_links_.count(tgid) != 0; }
+    bool has_object_calls(uint32_t tgid) const { return python_ && python_->has_object_calls(tgid); }
     // How long a new child may be held: as asked, else 500 ms, or 2 s where each of its probes is a perf event
     // placed in turn (each waits for an RCU grace period: ~100 ms a child on these machines, more when busy).
     unsigned hold_deadline_ms() const { return holds_->deadline_ms(); }
@@ -186,7 +181,6 @@ private:
                         const ProbeFeatures& features);
     void apply_plan(const ProbePlan& plan, const KernelFeatures& kernel, const cpython::Interpreter& interp,
                     const ProbeFeatures& features);
-    void choose_programs(const ProbePlan& plan);
     void open_rings();
     void hand_counters(const std::vector<CounterSpec>& counters, int ncpu);
     static int on_record(void* ctx, void* data, size_t len);
@@ -194,103 +188,57 @@ private:
     // Per-thread state in BPF for every thread of the processes traced so far (later ones get theirs as they are
     // made): the syscall programs know a traced thread from its task alone.
     void adopt_threads();
-    // The Python probes of one traced process (per-process mode), and its native ones; forked_from: the traced
-    // process it was just forked from (held since, so its memory is still that process's), else 0.
-    void attach_python_to(uint32_t tgid, uint32_t forked_from = 0);
+    // Per-process mode: a traced process's own links, from each unit (Python, native, opcode handlers, libc),
+    // kept together in process_links_ (Holds' Attach); forked_from: the traced process it was just forked from
+    // (held since, so its memory is still that process's), else 0. A refusal is noted in attach_error_.
+    void attach_to(uint32_t tgid, uint32_t forked_from = 0);
     // The uprobe at PyOS_AfterFork_Child where a new child holds itself (hold_self_; every process of the
     // interpreter); empty, errno set, if refused.
     common::UniqueFd child_start_link();
-    // A process's links of `prog` on offsets of `path`, entries or (ret) returns, pid as for multi_link: one
-    // uprobe_multi link, else (perf_links_) one perf-event uprobe per offset; empty, errno set, if refused.
-    std::vector<common::UniqueFd> probe_links(bpf_program* prog, const std::string& path,
-                                              const std::vector<uint64_t>& offsets,
-                                              const std::vector<uint64_t>& cookies, bool ret, uint32_t pid);
 
-    // Owners of what libbpf hands out. Members are destroyed in reverse order: links before the programs.
+    // Owners of what libbpf hands out.
     struct SkeletonFree {
         void operator()(lotus_bpf* s) const;
     };
     struct RingFree {
         void operator()(ring_buffer* r) const;
     };
-    struct LinkFree {
-        void operator()(bpf_link* l) const;
-    };
-    using Link = std::unique_ptr<bpf_link, LinkFree>;
-    // A uprobe_multi link (pid 0: every process mapping the file) of `prog` on offsets of `path`; empty, with
-    // errno set, if the kernel refused.
-    static common::UniqueFd multi_link(bpf_program* prog, int attach_type, const std::string& path,
-                                       const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies = {},
-                                       bool ret = false, uint32_t pid = 0);
-    // The object calls' link of one process (calls_apart_).
-    common::UniqueFd object_call_link(uint32_t tgid);
-    // --all-calls on 3.11, per-process mode: the opcode handlers' links for one process.
-    std::vector<common::UniqueFd> inline_links(uint32_t tgid);
-    // A name for the file at `path` that holds while the tracer runs (see pinned_).
-    std::string pin(const std::string& path);
-    // A uprobe_multi link for the returns, then one for the entries, of `offsets` (pid as for multi_link);
-    // empty, errno set, if the kernel refused either.
-    std::vector<common::UniqueFd> multi_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
-                                             const std::vector<uint64_t>& offsets,
-                                             const std::vector<uint64_t>& cookies, uint32_t pid = 0);
-    // The native functions' points on `offsets` (pid as for multi_link; probe_links of native_call); empty, errno
-    // set, if the kernel refused.
-    std::vector<common::UniqueFd> native_multi(const std::string& path, const std::vector<uint64_t>& offsets,
-                                               const std::vector<uint64_t>& cookies, uint32_t pid);
-    // Entry and return probes on `offsets` (multi_pair, kept until close; without uprobe_multi links, one
-    // offset as two perf-event probes). False, errno set, if the kernel refused.
-    bool attach_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
-                     const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies);
 
     cpython::Interpreter interp_;
     Sink sink_;
     Sink lib_sink_;
     uint32_t since_lib_check_ = 0;
-    size_t native_links_ = 0;
     KernelFeatures kernel_; // detected once, at construction
     ProbePlan plan_;
     PlanInputs plan_inputs_; // what plan_ was made from
-    int multi_type_ = -1;   // the kernel's BPF_TRACE_UPROBE_MULTI, -1 without uprobe_multi links
     int session_type_ = -1; // the kernel's BPF_TRACE_UPROBE_SESSION, -1 without sessions
     bool slots_ = false;    // the type-slot functions are probed, not the evaluator
     bool hold_ = false;     // per-process Python probes, new children held until theirs are attached
     bool hold_self_ = false;  // ...a new child holding itself (ProbePlan::hold_self)
-    bool perf_links_ = false; // ...its links perf-event uprobes (ProbePlan::perf_links)
     std::optional<uint64_t> after_fork_offset_; // PyOS_AfterFork_Child in the interpreter's file, where found
     bool calls_apart_ = false; // object_calls_apart()
-    std::unordered_map<uint32_t, int> call_links_; // per process: its object-calls link (a descriptor in process_links_)
     bool syscall_events_ = false; // the syscall programs on the syscalls: events (else raw sys_enter/sys_exit)
     std::vector<uint32_t> syscall_ids_; // those events' ids (kSyscallEvents' order)
     // The syscalls through libc's wrappers in the traced processes (per-process links; no syscall event).
     bool libc_ = false;
     bool os_read_ = false; // reads at the interpreter's os.read (LOTUS_PY_OS_READ), not at libc's read()
     std::string attach_error_;
-    std::optional<LibcLinks> libc_links_; // libc mode: each traced process's links on its libc's wrappers
     bool net_ = false; // the network tracepoints are loaded
-    std::vector<uint64_t> py_offsets_, py_cookies_; // where the Python probes go, and their cookies
-    struct NativeLibrary {
-        std::string path;
-        std::vector<uint64_t> offsets, cookies;
-    };
-    std::vector<NativeLibrary> per_process_natives_; // per-process mode: what each traced process gets
-    // The files probed per process, open from when their probes were first attached: a child attached later
-    // names them by this fd (/proc/self/fd/N). Their paths may be under /proc/PID/root of a process that has
-    // exited since (a parent killed while its new worker was held).
-    std::map<std::string, common::UniqueFd> pinned_;
-    std::vector<uint64_t> inline_resume_;            // per-process mode, --all-calls on 3.11: the opcode handlers
-    uint64_t inline_return_ = 0;                     // each traced process gets (none while inline_resume_ is empty)
-    std::unique_ptr<lotus_bpf, SkeletonFree> skel_; // its tracepoint links go with it
-    std::unique_ptr<Holds> holds_; // per-process mode: new children held (its guardian ended last by close())
+    bool thread_sampling_ = false; // sampling events on the traced threads (ProbePlan::thread_sampling)
+    // What is attached, by owner. close() detaches in this order: the hold tracepoints (no new holds), holds_
+    // stopped (nothing left stopped), every uprobe link in one batch (process_links_, python_'s and native_'s
+    // uprobe_multi and session links), the sampling events, the perf-event links (native_'s, then python_'s),
+    // the counters, the rings, the skeleton (its tracepoint links and the programs), the guardian last.
+    std::unique_ptr<lotus_bpf, SkeletonFree> skel_;
+    std::unique_ptr<Holds> holds_; // new children held (per-process mode: its guardian ended last by close())
     std::unique_ptr<ring_buffer, RingFree> rb_, lib_rb_;
     common::UniqueFd epoll_; // poll() sleeps on it: the rings' own epoll, and wake_on's fds
-    std::vector<common::UniqueFd> perf_fds_;    // counters
-    std::vector<Link> links_;                   // per-CPU sampling, and probes without uprobe_multi
-    bool thread_sampling_ = false;              // sampling events on the traced threads (attach_sampling)
-    std::unique_ptr<ThreadSampling> sampling_;  // those events' links
-    const char* sampling_scope_ = "none";
-    std::vector<common::UniqueFd> multi_links_; // uprobe_multi links: native functions, opcode handlers
-    common::UniqueFd session_link_;             // the Python probes' uprobe session link, when there is one
-    ProcessLinks process_links_;                // per-process mode: each traced process's Python probes
+    std::vector<common::UniqueFd> perf_fds_; // counters
+    std::unique_ptr<UprobeLinks> uprobes_;   // how the units' uprobe links are made; the files they pin
+    ProcessLinks process_links_;             // per-process mode: each traced process's own links, of every unit
+    std::unique_ptr<PythonLinks> python_;    // the Python probes and the opcode handlers'
+    std::unique_ptr<NativeLinks> native_;    // the native functions' probes and the sampling events
+    std::optional<LibcLinks> libc_links_;    // libc mode: each traced process's links on its libc's wrappers
 };
 
 } // namespace lotus::capture

@@ -1,4 +1,5 @@
-// What the files of Probe's implementation share (probe.cpp, python_links.cpp, holds.cpp...): not for other units.
+// What the files of Probe's implementation and its units share (probe.cpp, python_links.cpp, holds.cpp...): not
+// for other units.
 #pragma once
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -6,11 +7,18 @@
 #include <cstdint>
 #include <cstring>
 #include <fmt/format.h>
+#include <memory>
 #include <vector>
 
 #include "capture_error.h"
 
 namespace lotus::capture {
+
+// A libbpf link, destroyed (detached) with its owner.
+struct LinkFree {
+    void operator()(bpf_link* l) const { bpf_link__destroy(l); }
+};
+using Link = std::unique_ptr<bpf_link, LinkFree>;
 
 // A tracepoint program attached by its section name, into its skeleton link; throws with the tracepoint named.
 inline void attach_tracepoint(bpf_program* prog, bpf_link*& link, const char* what)

@@ -1,8 +1,8 @@
-// Probe: how a uprobe link is made (a uprobe_multi link, else perf-event uprobes) on a file pinned by the tracer.
-#include "probe.h"
+#include "uprobe_links.h"
 
 #include <fcntl.h>
 #include <sys/syscall.h>
+#include <unistd.h>
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "perf_uprobe.h"
-#include "probe_internal.h"
 
 namespace lotus::capture {
 
@@ -24,7 +23,7 @@ struct UprobeMultiLinkAttr {
 };
 constexpr uint32_t kUprobeMultiReturn = 1; // BPF_F_UPROBE_MULTI_RETURN
 
-common::UniqueFd Probe::multi_link(bpf_program* prog, int attach_type, const std::string& path,
+common::UniqueFd UprobeLinks::multi_link(bpf_program* prog, int attach_type, const std::string& path,
                                    const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies, bool ret,
                                    uint32_t pid)
 {
@@ -43,9 +42,9 @@ common::UniqueFd Probe::multi_link(bpf_program* prog, int attach_type, const std
     return common::UniqueFd(static_cast<int>(syscall(SYS_bpf, BPF_LINK_CREATE, &attr, sizeof(attr))));
 }
 
-std::vector<common::UniqueFd> Probe::multi_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
-                                                const std::vector<uint64_t>& offsets,
-                                                const std::vector<uint64_t>& cookies, uint32_t pid)
+std::vector<common::UniqueFd> UprobeLinks::multi_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
+                                                      const std::vector<uint64_t>& offsets,
+                                                      const std::vector<uint64_t>& cookies, uint32_t pid) const
 {
     // The return probe goes first: the kernel hooks a call's return when the call begins, so a call whose
     // entry is seen must begin with the return probe in place (returns without a seen entry are ignored in
@@ -66,9 +65,10 @@ std::vector<common::UniqueFd> Probe::multi_pair(bpf_program* entry, bpf_program*
     return fds;
 }
 
-std::vector<common::UniqueFd> Probe::probe_links(bpf_program* prog, const std::string& path,
-                                                 const std::vector<uint64_t>& offsets,
-                                                 const std::vector<uint64_t>& cookies, bool ret, uint32_t pid)
+std::vector<common::UniqueFd> UprobeLinks::probe_links(bpf_program* prog, const std::string& path,
+                                                       const std::vector<uint64_t>& offsets,
+                                                       const std::vector<uint64_t>& cookies, bool ret,
+                                                       uint32_t pid) const
 {
     std::vector<common::UniqueFd> fds;
     if (!perf_links_ || !pid) {
@@ -88,36 +88,7 @@ std::vector<common::UniqueFd> Probe::probe_links(bpf_program* prog, const std::s
     return fds;
 }
 
-bool Probe::attach_pair(bpf_program* entry, bpf_program* ret, const std::string& path,
-                        const std::vector<uint64_t>& offsets, const std::vector<uint64_t>& cookies)
-{
-    if (multi_type_ >= 0) {
-        auto fds = multi_pair(entry, ret, path, offsets, cookies);
-        for (auto& fd : fds)
-            multi_links_.push_back(std::move(fd));
-        return !fds.empty();
-    }
-    if (offsets.size() != 1)
-        return false;
-    uint64_t cookie = cookies.empty() ? 0 : cookies[0];
-    LIBBPF_OPTS(bpf_uprobe_opts, ret_opts, .bpf_cookie = cookie, .retprobe = true);
-    Link out(bpf_program__attach_uprobe_opts(ret, -1, path.c_str(), offsets[0], &ret_opts));
-    if (!out)
-        return false;
-    LIBBPF_OPTS(bpf_uprobe_opts, entry_opts, .bpf_cookie = cookie, .retprobe = false);
-    Link in(bpf_program__attach_uprobe_opts(entry, -1, path.c_str(), offsets[0], &entry_opts));
-    if (!in) {
-        int err = errno;
-        out.reset();
-        errno = err;
-        return false;
-    }
-    links_.push_back(std::move(out));
-    links_.push_back(std::move(in));
-    return true;
-}
-
-std::string Probe::pin(const std::string& path)
+std::string UprobeLinks::pin(const std::string& path)
 {
     auto it = pinned_.find(path);
     if (it == pinned_.end()) {

@@ -13,6 +13,7 @@
 
 #include "session.h"
 #include "capture/descriptions.h"
+#include "capture/engine_requests.h"
 #include "capture/interpreter_watch.h"
 #include "capture/native_capture.h"
 #include "capture/object_calls_switch.h"
@@ -124,6 +125,7 @@ private:
     std::unique_ptr<capture::ObjectReads> object_reads_; // (none where the version's object layout is unknown)
     std::unique_ptr<capture::ObjectCallsSwitch> object_calls_; // --trainer-calls, where the probes allow it
     std::string trainer_calls_unavailable_; // why not, where they do not
+    std::unique_ptr<capture::EngineRequests> requests_; // the engine's requests, answered by the three above
     std::unique_ptr<Reconstruction> rec_;
     std::unique_ptr<LiveStuck> stuck_; // processes that end no span inside work (live_stuck.h)
     // A new program (EXEC): its own environment (torchrun sets RANK), and maybe an interpreter to watch.

@@ -28,8 +28,7 @@ std::vector<Sink*> start_sinks(const Outputs& outputs, std::vector<Sink*> first,
 } // namespace
 
 Reconstruction::Reconstruction(const Options& opts, Outputs& outputs, RuleLists lists, uint64_t t0,
-                               const std::vector<std::string>& counter_names, model::Engine::RoleSink roles,
-                               model::Engine::TypeSink types)
+                               const std::vector<std::string>& counter_names, model::CaptureRequests* requests)
     : opts_(opts), outputs_(outputs), t0_(t0),
       rules_(std::move(lists.pipelines), std::move(lists.spans), std::move(lists.framework)),
       figures_(t0, counter_names),
@@ -43,7 +42,7 @@ Reconstruction::Reconstruction(const Options& opts, Outputs& outputs, RuleLists 
                   for (auto* sink : sinks_)
                       sink->span(s);
               },
-              std::move(roles), std::move(types))
+              requests)
 {
     usage_.on_host([this](const model::RecordHostCpu& h) { figures_.summary.host_cpu(h); });
     // An exited process folded into its role's row: each figure kept by pid follows it.

@@ -50,8 +50,7 @@ public:
     // t0: the run's start (CLOCK_MONOTONIC ns); counter_names: --counters' events, in slot order. roles/types:
     // the engine's notifications to capture (none on replay).
     Reconstruction(const Options& opts, Outputs& outputs, RuleLists rule_lists, uint64_t t0,
-                   const std::vector<std::string>& counter_names, model::Engine::RoleSink roles = {},
-                   model::Engine::TypeSink types = {});
+                   const std::vector<std::string>& counter_names, model::CaptureRequests* requests = nullptr);
     Reconstruction(const Reconstruction&) = delete;
     Reconstruction& operator=(const Reconstruction&) = delete;
 
@@ -71,9 +70,6 @@ public:
     }
     const model::Engine& engine() const { return engine_; }
     // Which node a process is on (the per-rank table). labelled: several nodes, so labels name theirs too.
-    void set_describe_sink(model::Engine::DescribeSink f) { engine_.set_describe_sink(std::move(f)); }
-    void set_calls_sink(model::Engine::CallsSink f) { engine_.set_calls_sink(std::move(f)); }
-    void set_trainer_calls(model::Engine::TrainerCalls m) { engine_.set_trainer_calls(m); }
     void set_node_of(std::function<std::string(uint32_t)> f, bool labelled)
     {
         node_of_ = f;

@@ -226,6 +226,7 @@ void Session::attach_probes()
                                opts_.resources_interval_ms > 0 && opts_.net, opts_.sample_stack,
                                opts_.hold_deadline_ms * 1'000'000ull, opts_.sample_unwind == "cfi", root_});
     roles_ = std::make_unique<capture::RoleWriter>(*probe_, interp_.layout, tree_);
+    requests_->set_roles(roles_.get());
     watch_trainer_calls();
     if (natives || opts_.native_map) {
         native_ = std::make_unique<capture::NativeCapture>(*probe_, native_specs_, tree_,
@@ -252,9 +253,8 @@ void Session::attach_probes()
 // back (where the probes allow: else every call stays probed, and the summary says why where it mattered).
 void Session::watch_trainer_calls()
 {
-    using M = model::Engine::TrainerCalls;
-    M mode = opts_.trainer_calls == "on" ? M::On : opts_.trainer_calls == "off" ? M::Off : M::Auto;
-    rec_->set_trainer_calls(mode);
+    using M = model::TrainerCalls;
+    M mode = requests_->trainer_calls();
     if (!probe_->object_calls_apart())
         trainer_calls_unavailable_ =
             evaluator_                  ? "--span and --all-calls probe the evaluator's entry, which every call passes"
@@ -267,7 +267,7 @@ void Session::watch_trainer_calls()
     object_calls_ = std::make_unique<capture::ObjectCallsSwitch>(
         *probe_, [this](const void* data, size_t len) { feed(data, len); },
         mode == M::Off ? model::kCallsOff : model::kCallsAuto);
-    rec_->set_calls_sink([this](uint32_t tgid, bool on) { object_calls_->ask(tgid, on); });
+    requests_->set_calls_switch(object_calls_.get());
 }
 
 // Processes alive now (DataLoader workers already running); later ones join through fork.

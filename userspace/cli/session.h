@@ -40,7 +40,7 @@ struct Options {
     std::vector<std::string> replay_more; // report/export of several nodes' record files: the ones after the first
     std::string rules_file;         // --rules: more pipelines and spans from a JSON file
     bool all_calls = false;         // see every Python call (launch mode, CPython 3.12+ via PYTHONPERFSUPPORT)
-    std::string trainer_calls = "auto"; // --trainer-calls: auto, on, off (model::Engine::TrainerCalls)
+    std::string trainer_calls = "auto"; // --trainer-calls: auto, on, off (model::TrainerCalls)
     bool quiet = false; // no status line
     bool top = false;   // `lotus-bpf top`: a live table on the terminal instead of outputs
     launch::Limits limits; // --cpus, --memory, --cpuset: launch mode only

@@ -15,20 +15,15 @@ using common::monotonic_ns;
 void Session::build_pipeline()
 {
     completion_ = std::make_unique<capture::Completion>(interp_.layout, tree_);
-    rec_ = std::make_unique<Reconstruction>(
-        opts_, *outputs_, std::move(lists_), t0_, counter_names_,
-        [this](uint32_t tgid, uint32_t space, uint64_t code, uint64_t fingerprint, const model::CodeRole& r) {
-            roles_->code_role(tgid, space, code, fingerprint, r);
-        },
-        [this](uint32_t space, uint64_t type, uint64_t fingerprint, uint32_t flags) {
-            roles_->type_role(space, type, fingerprint, flags);
-        });
+    using M = model::TrainerCalls;
+    requests_ = std::make_unique<capture::EngineRequests>(opts_.trainer_calls == "on"    ? M::On
+                                                          : opts_.trainer_calls == "off" ? M::Off
+                                                                                         : M::Auto);
+    rec_ = std::make_unique<Reconstruction>(opts_, *outputs_, std::move(lists_), t0_, counter_names_, requests_.get());
     rec_->set_node_of([node = node_name(opts_)](uint32_t) { return node; }, false); // (one node: the labels say none)
     if (auto objects = cpython::object_layout_for(interp_.version)) {
         object_reads_ = std::make_unique<capture::ObjectReads>(interp_.layout, *objects);
-        rec_->set_describe_sink([this](uint32_t tgid, uint64_t object, uint32_t kind) {
-            object_reads_->read(tgid, object, kind);
-        });
+        requests_->set_object_reads(object_reads_.get());
     }
     pss_schedule_.emplace(opts_.pss_interval_ms, cpus_, t0_);
     interpreters_ = std::make_unique<capture::InterpreterWatch>(

@@ -10,7 +10,7 @@
 
 namespace lotus::model {
 
-Engine::Engine(const Rules& rules, SpanSink spans, RoleSink roles, TypeSink types)
+Engine::Engine(const Rules& rules, SpanSink spans, CaptureRequests* requests)
     : rules_(rules),
       span_sink_([this, sink = std::move(spans)](const Span& s) {
           native_map_.span(s);
@@ -29,8 +29,7 @@ Engine::Engine(const Rules& rules, SpanSink spans, RoleSink roles, TypeSink type
           if (sink)
               sink(s);
       }),
-      role_sink_(std::move(roles)),
-      type_sink_(std::move(types))
+      requests_(requests)
 {
     span_calls_.resize(rules.spans().size());
     anonymous_id_ = native_map_.function_id("[unknown]", "[anonymous]");

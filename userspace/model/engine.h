@@ -10,6 +10,7 @@
 
 #include "lotus_abi.h"
 #include "batches.h"
+#include "capture_requests.h"
 #include "native_map.h"
 #include "record_dispatch.h"
 #include "role_spaces.h"
@@ -37,35 +38,12 @@ struct EngineCounters {
 class Engine : private RecordHandler {
 public:
     using SpanSink = std::function<void(const Span&)>;
-    // Told of every newly described code object, so that capture can tell BPF its role under the key space
-    // (lotus_abi.h: a role space, or tgid | LOTUS_SPACE_OWN) it was described in. Where the role captures
-    // locals, capture resolves them to slots and puts a RecordSlots in the stream, right after the CODE record.
-    using RoleSink = std::function<void(uint32_t tgid, uint32_t space, uint64_t code, uint64_t fingerprint,
-                                        const CodeRole&)>;
-    // Called for every newly described type, so that capture can tell BPF what it is (LOTUS_TYPE_* flags) in
-    // the role space it was described in.
-    using TypeSink = std::function<void(uint32_t space, uint64_t type, uint64_t fingerprint, uint32_t flags)>;
-
-    Engine(const Rules& rules, SpanSink spans, RoleSink roles = {}, TypeSink types = {});
+    // requests: capture's side of the live session (capture_requests.h), not owned; none on replay.
+    Engine(const Rules& rules, SpanSink spans, CaptureRequests* requests = nullptr);
     // Told before an exited process is folded into its role's row (process_fold.h) and forgotten: processes()
     // still holds both, so that what keeps figures by pid can fold its own and name the process.
     using FoldSink = std::function<void(uint32_t pid, uint32_t into)>;
     void set_fold_sink(FoldSink f) { fold_sink_ = std::move(f); }
-    // Asked to read what a DataLoader (kObjectLoader) or an iterator made before tracing began (kObjectIterator)
-    // holds, while the call that named it runs: capture answers with a RecordObject in the stream, right after
-    // the record that asked (a replay reads it from the file, with no sink).
-    using DescribeSink = std::function<void(uint32_t tgid, uint64_t object, uint32_t kind)>;
-    void set_describe_sink(DescribeSink f) { describe_sink_ = std::move(f); }
-    // --trainer-calls: a training process whose pipeline runs in DataLoader workers (it iterates only loaders
-    // with workers) need not have its object calls probed (every module of a model's forward would trap). The
-    // engine asks capture to take that probe away (on = false) when a process iterates a loader with workers
-    // (Auto; Off: any loader) and to put it back (on = true) when it iterates one without workers (Auto), for the
-    // rest of its life. Capture answers with a RecordObjectCalls once the change took effect. Without a sink
-    // nothing is asked: a process that would have been asked is noted (ProcessInfo::calls_kept_ns).
-    enum class TrainerCalls { Auto, On, Off };
-    using CallsSink = std::function<void(uint32_t tgid, bool on)>;
-    void set_calls_sink(CallsSink f) { calls_sink_ = std::move(f); }
-    void set_trainer_calls(TrainerCalls mode) { trainer_calls_ = mode; }
     // Several nodes' streams: each process learns its node's name (ProcessInfo::node) when it is first met.
     void set_node_of(std::function<std::string(uint32_t)> f) { node_of_ = std::move(f); }
 
@@ -123,6 +101,7 @@ public:
     std::optional<OpenWork> open_work(uint32_t pid) const;
 
 private:
+    bool reads_objects() const { return requests_ && requests_->reads_objects(); }
     // Open calls of a thread. A sample or a container op is a level: the calls made from its frames (at the
     // depth just below the level's innermost frame) are its ops; calls of the same object below it (nn.Module's
     // _wrapped_call_impl -> _call_impl -> forward) are Inner: the level's own frames.
@@ -279,17 +258,13 @@ private:
     WaitCauses wait_causes_;
     uint32_t anonymous_id_, no_stack_id_; // the native map's "[unknown]" without a symbol or without a user stack
     SpanSink span_sink_;
-    RoleSink role_sink_;
+    CaptureRequests* requests_;
     struct LastCode {
         uint32_t tgid = 0;
         uint64_t code = 0;
         bool own = false;
     } last_code_; // the code object of the latest CODE record: a RecordSlots follows it
-    TypeSink type_sink_;
     FoldSink fold_sink_;
-    DescribeSink describe_sink_;
-    CallsSink calls_sink_;
-    TrainerCalls trainer_calls_ = TrainerCalls::Auto;
     enum class CallsAsked : uint8_t { None, Off, OnForGood };
     std::unordered_map<uint32_t, CallsAsked> calls_asked_; // per process
     // Per process whose object calls are not probed: when each next() of its loaders without workers began (those

@@ -150,8 +150,8 @@ void Engine::on_entry(const lotus_py_entry& e)
     switch (r->kind) {
     case CodeKind::LoaderIter:
         if (td && td->role.loader()) { // (3.10 names carry no class: the base iterator's __iter__ too)
-            if (batches_.iter_begin(e.h.tgid, e.h.tid, e.self_obj) && describe_sink_)
-                describe_sink_(e.h.tgid, e.self_obj, kObjectLoader);
+            if (batches_.iter_begin(e.h.tgid, e.h.tid, e.self_obj) && reads_objects())
+                requests_->describe_object(e.h.tgid, e.self_obj, kObjectLoader);
             stack.push_back(opened(OpenKind::IterCall, e));
         }
         return;
@@ -164,8 +164,8 @@ void Engine::on_entry(const lotus_py_entry& e)
     case CodeKind::LoaderNext:
         if (td && td->role.loader_iterator()) {
             if (batches_.next_started(e.h.tgid, e.h.tid, e.h.ts_ns, e.self_obj, td->role.single_process) &&
-                describe_sink_)
-                describe_sink_(e.h.tgid, e.self_obj, kObjectIterator);
+                reads_objects())
+                requests_->describe_object(e.h.tgid, e.self_obj, kObjectIterator);
             stack.push_back(opened(OpenKind::Next, e));
             loader_iterated(e.h.tgid, e.h.ts_ns, td->role.single_process);
         }

@@ -15,8 +15,8 @@ void Engine::on_code(const lotus_code_info& c)
                   c.firstlineno};
     CodeRole r = rules_.classify(info);
     bool own = c.own_space != 0;
-    if (role_sink_)
-        role_sink_(c.h.tgid, own ? c.h.tgid | LOTUS_SPACE_OWN : spaces_.space_of(c.h.tgid), c.code, c.fingerprint, r);
+    if (requests_)
+        requests_->code_role(c.h.tgid, own ? c.h.tgid | LOTUS_SPACE_OWN : spaces_.space_of(c.h.tgid), c.code, c.fingerprint, r);
     spaces_.add_code(c.h.tgid, c.code, CodeDesc{std::move(info), std::move(r)}, own);
     last_code_ = {c.h.tgid, c.code, own};
 }
@@ -46,8 +46,8 @@ void Engine::on_type(const lotus_type_info& t)
         bases.push_back(decode(b, sizeof(b), 0));
     d.role = rules_.classify_type(d.name, bases);
     bool own = t.own_space != 0;
-    if (type_sink_)
-        type_sink_(own ? t.h.tgid | LOTUS_SPACE_OWN : spaces_.space_of(t.h.tgid), t.type, t.fingerprint, d.role.flags);
+    if (requests_)
+        requests_->type_role(own ? t.h.tgid | LOTUS_SPACE_OWN : spaces_.space_of(t.h.tgid), t.type, t.fingerprint, d.role.flags);
     spaces_.add_type(t.h.tgid, t.type, std::move(d), own);
 }
 

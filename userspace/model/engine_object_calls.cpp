@@ -1,4 +1,4 @@
-// --trainer-calls: when a training process's object calls need probing (Engine::CallsSink), and what the stream
+// --trainer-calls: when a training process's object calls need probing (CaptureRequests::object_calls), and what the stream
 // says of the changes (RecordObjectCalls).
 #include "engine.h"
 
@@ -20,15 +20,17 @@ void Engine::loader_iterated(uint32_t tgid, uint64_t ts, bool single_process)
             before.erase(before.begin());
         before.push_back(ts);
     }
-    if (trainer_calls_ == TrainerCalls::On)
+    TrainerCalls mode = requests_ ? requests_->trainer_calls() : TrainerCalls::Auto;
+    bool switches = requests_ && requests_->switches_object_calls();
+    if (mode == TrainerCalls::On)
         return;
-    if (!single_process || trainer_calls_ == TrainerCalls::Off) {
+    if (!single_process || mode == TrainerCalls::Off) {
         // Its pipeline runs in the workers: nothing of it passes through this process's object calls.
         if (asked != CallsAsked::None)
             return;
         asked = CallsAsked::Off;
-        if (calls_sink_)
-            calls_sink_(tgid, false);
+        if (switches)
+            requests_->object_calls(tgid, false);
         else if (!p.calls_kept_ns)
             p.calls_kept_ns = ts;
         return;
@@ -36,8 +38,8 @@ void Engine::loader_iterated(uint32_t tgid, uint64_t ts, bool single_process)
     // A loader without workers, once the probe went: its pipeline runs here, in next(). Back for good (a
     // validation pass each epoch would otherwise lose its first batch's ops every time).
     if (asked == CallsAsked::Off) {
-        if (calls_sink_)
-            calls_sink_(tgid, true);
+        if (switches)
+            requests_->object_calls(tgid, true);
         asked = CallsAsked::OnForGood;
         if (p.calls_off_ns && !p.calls_on_ns)
             unprobed_nexts_[tgid].push_back(ts); // (this one: counted above, begun before the probe is back)
@@ -49,8 +51,8 @@ void Engine::execed_calls(uint32_t tgid)
     auto it = calls_asked_.find(tgid);
     if (it == calls_asked_.end())
         return;
-    if (it->second == CallsAsked::Off && calls_sink_)
-        calls_sink_(tgid, true);
+    if (it->second == CallsAsked::Off && requests_ && requests_->switches_object_calls())
+        requests_->object_calls(tgid, true);
     calls_asked_.erase(it);
 }
 

@@ -151,7 +151,7 @@ struct RecordSymbolRange {
 constexpr unsigned kClassNameLen = 64, kDatasetRootLen = 192;
 
 // What a DataLoader (at its __iter__) or an iterator first met in next() (made before tracing began) holds, read
-// from the target's memory by capture when the engine asked (Engine::DescribeSink), at ts_ns. The dataset and
+// from the target's memory by capture when the engine asked (CaptureRequests::describe_object), at ts_ns. The dataset and
 // sampler are object addresses: a DataLoader's `dataset` and its index sampler (`batch_sampler`, else
 // `sampler`), an iterator's `_dataset` and `_index_sampler`; 0 where unread. An address names the object only
 // while the holder lives: the engine trusts a reading taken before a call of the holder ended.
@@ -179,7 +179,7 @@ struct RecordCommand {
 };
 
 // A training process's object calls (slot_tp_call) stopped (on = 0) or began again (on = 1) being probed, at
-// ts_ns (--trainer-calls, Engine::CallsSink): a stop at when its probe's link began to close, put in the stream
+// ts_ns (--trainer-calls, CaptureRequests::object_calls): a stop at when its probe's link began to close, put in the stream
 // after every record the ring held when the close ended (no call of the process can come after it); a start at
 // when its link was attached (every call of the process after it is probed).
 struct RecordObjectCalls {

@@ -11,6 +11,8 @@ import time
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from own_pipeline import Pipeline
+
 LIB = "libgdbm.so.6"
 
 
@@ -27,16 +29,6 @@ class LateLibrary:
         LateLibrary.lib._gdbm_hash(b"key", 3)  # (a plain function: it returns by its own ret)
         with open(self.log, "a") as f:
             f.write(f"{os.getpid()} {t}\n")
-        return x
-
-
-class Pipeline:
-    def __init__(self, ops):
-        self.ops = ops
-
-    def __call__(self, x):
-        for op in self.ops:
-            x = op(x)
         return x
 
 

@@ -8,6 +8,8 @@ import sys
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from own_pipeline import Pipeline
+
 
 class Tokenize:
     def __call__(self, text):
@@ -27,16 +29,6 @@ class MaskTokens:
 class ToTensor:
     def __call__(self, ids):
         return torch.tensor(ids + [0] * (24 - len(ids)))
-
-
-class Pipeline:
-    def __init__(self, ops):
-        self.ops = ops
-
-    def __call__(self, x):
-        for op in self.ops:
-            x = op(x)
-        return x
 
 
 class Lowercase:
