@@ -210,7 +210,9 @@ class Lifecycle(BpfTestCase):
         cgroup = os.path.join(cgroup2_mount(), f"lotus-test-{os.getpid()}-{time.monotonic_ns()}")
         os.mkdir(cgroup)
         self.addCleanup(remove_cgroup, cgroup)
-        epochs = 6
+        # Enough epochs to outlast the attach on a busy host (6 ended before it, 3 of 8 runs: "exited while
+        # lotus-bpf was attaching")
+        epochs = 20
         job = subprocess.Popen([PY, WORKLOAD, dataset(64), "--workers", "2", "--epochs", str(epochs)],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
         self.addCleanup(lambda: kill_group(job))
