@@ -2,6 +2,7 @@
 // the usage-error path (one line on stderr, status 2) for the ones lotus-bpf refuses.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -63,6 +64,24 @@ TEST(CommandLine, AttachWithOutputs)
     EXPECT_EQ(o->summary_json, "s.json");
     EXPECT_TRUE(o->print_summary);
     EXPECT_FALSE(o->native_map);
+}
+
+// The table's output files (cli/sinks.def): only those given are in file_sinks, by their flag; an empty name is a
+// usage error, as for every output.
+TEST(CommandLine, TableSinksAreKeptByTheirFlag)
+{
+    Line l;
+    auto o = l.parse({"--pid", "4242", "--op-csv", "ops.csv.gz"});
+    ASSERT_TRUE(o) << l.err;
+    EXPECT_EQ(o->file_sinks, (std::map<std::string, std::string>{{"--op-csv", "ops.csv.gz"}}));
+    Line none;
+    o = none.parse({"--pid", "4242"});
+    ASSERT_TRUE(o) << none.err;
+    EXPECT_TRUE(o->file_sinks.empty());
+    Line empty;
+    EXPECT_FALSE(empty.parse({"--pid", "4242", "--op-csv", ""}));
+    EXPECT_EQ(empty.status, 2);
+    EXPECT_NE(empty.err.find("--op-csv"), std::string::npos) << empty.err;
 }
 
 TEST(CommandLine, LaunchTakesEverythingAfterTheDashesAsTheCommand)

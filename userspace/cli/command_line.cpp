@@ -25,9 +25,7 @@ void add_one_step(CLI::App& app, TraceCommand& c)
     app.add_option("--resources-csv", opts.resources_csv, "also write the resource readings (one row per process and "
                                                           "interval) as CSV to this file")
         ->check(kNonEmpty);
-    app.add_option("--op-csv", opts.op_csv, "also write the summary's per-op figures (count, total, mean, p50, p95) "
-                                            "as CSV to this file")
-        ->check(kNonEmpty);
+    add_file_sink_options(&app, opts);
     app.add_option("--record", opts.record, "also write the raw event stream to this record file")->check(kNonEmpty);
     app.add_option("--replay", opts.replay, "reconstruct from a record file (no tracing, no root needed)")
         ->check(kNonEmpty);

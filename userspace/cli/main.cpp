@@ -80,7 +80,7 @@ void add_export(CLI::App& app, ReplayCommand& c)
         ->check(kNonEmpty);
     exp->add_option("--resources-csv", o.resources_csv, "also write the resource readings as CSV to this file")
         ->check(kNonEmpty);
-    exp->add_option("--op-csv", o.op_csv, "also write the summary's per-op figures as CSV to this file")->check(kNonEmpty);
+    add_file_sink_options(exp, o);
     add_rule_options(exp, c.p);
     add_trace_file_options(exp, c.p);
     add_disk_reserve_option(exp, c.p);
@@ -98,7 +98,7 @@ void add_report(CLI::App& app, ReplayCommand& c)
         ->check(kNonEmpty);
     rep->add_option("--resources-csv", o.resources_csv, "also write the resource readings as CSV to this file")
         ->check(kNonEmpty);
-    rep->add_option("--op-csv", o.op_csv, "also write the summary's per-op figures as CSV to this file")->check(kNonEmpty);
+    add_file_sink_options(rep, o);
     add_rule_options(rep, c.p);
     add_disk_reserve_option(rep, c.p);
 }

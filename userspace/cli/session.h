@@ -23,7 +23,7 @@ struct Options {
     std::string html;         // also write the HTML report here
     std::string speedscope;   // also write the speedscope file here
     std::string resources_csv; // also write the resource readings as CSV here
-    std::string op_csv;        // also write the summary's per-op figures as CSV here
+    std::map<std::string, std::string> file_sinks; // the table's output files (sinks.def) given: flag -> file
     unsigned resources_interval_ms = 100; // read each traced process's /proc this often; 0: never
     // A new child held for its probes is continued after this, whatever the tracer does; 0: the kernel's default
     // (capture::Probe::hold_deadline_ms).
