@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "option_groups.h"
-#include "session.h"
+#include "options.h"
 
 namespace lotus::cli::cmdline {
 

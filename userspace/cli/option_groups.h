@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "session.h"
+#include "options.h"
 
 namespace lotus::cli::cmdline {
 

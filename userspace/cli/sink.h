@@ -23,7 +23,7 @@
 #include "export/timeline.h"
 #include "model/spans.h"
 #include "model/usage.h"
-#include "session.h"
+#include "options.h"
 
 namespace lotus::cli {
 
