@@ -209,7 +209,7 @@ int run_sweep_command(SweepCommand& c)
     pass("--disk-reserve", c.reserve);
     pass("--trainer-calls", c.trainer_calls);
     if (!c.reserve.empty()) // the sweep's own table too
-        lotus::exporter::set_disk_reserve(std::stod(c.reserve));
+        sw.disk_reserve_pct = std::stod(c.reserve);
     return lotus::cli::run_sweep(sw);
 }
 

@@ -11,6 +11,7 @@
 
 #include <prometheus/registry.h>
 
+#include "export/output_file.h"
 #include "launch/cgroup.h"
 
 namespace lotus::cli {
@@ -36,7 +37,8 @@ struct Options {
     std::vector<std::string> pipeline_classes;
     std::vector<std::string> spans; // --span
     std::string record;     // --record: also write the raw event stream here
-    double disk_reserve_pct = 5; // --disk-reserve: free space (% of each output's file system) no output takes
+    double disk_reserve_pct = exporter::kDefaultDiskReserve; // --disk-reserve: free space (% of each output's file
+                                                             // system) no output takes, the record file's too
     std::string replay;     // --replay: reconstruct from a record file instead of tracing
     std::vector<std::string> replay_more; // report/export of several nodes' record files: the ones after the first
     std::string rules_file;         // --rules: more pipelines and spans from a JSON file

@@ -16,9 +16,9 @@ namespace lotus::cli {
 
 Outputs::Outputs(const Options& opts)
 {
-    exporter::set_disk_reserve(opts.disk_reserve_pct); // for every output of the run, the record file's too
     // No trace file wanted: the writer still runs (same code path) into a file that keeps nothing.
-    auto trace = std::make_unique<exporter::OutputFile>(opts.output, exporter::OutputOptions{true, "-o"}, sink());
+    exporter::OutputOptions trace_how{true, "-o", 0666, opts.disk_reserve_pct};
+    auto trace = std::make_unique<exporter::OutputFile>(opts.output, trace_how, sink());
     trace_file_ = trace.get();
     sinks_.push_back(make_trace(std::move(trace), opts));
     if (opts.print_summary)
@@ -39,8 +39,9 @@ Outputs::Outputs(const Options& opts)
 void Outputs::add(const Options& opts, const std::string& path, const char* what, bool gzip_by_name, Make make)
 {
     if (!path.empty())
+        // Each file keeps the run's --disk-reserve (the record file too: session.cpp).
         sinks_.push_back(make(std::make_unique<exporter::OutputFile>(
-                                  path, exporter::OutputOptions{gzip_by_name, what}, sink()),
+                                  path, exporter::OutputOptions{gzip_by_name, what, 0666, opts.disk_reserve_pct}, sink()),
                               opts));
 }
 
