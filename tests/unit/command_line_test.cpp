@@ -2,6 +2,7 @@
 // the usage-error path (one line on stderr, status 2) for the ones lotus-bpf refuses.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@ namespace {
 struct Line {
     CLI::App app{"test"};
     TraceCommand main_cmd, record, top;
+    ReplayCommand exp, rep;
     std::string err; // stderr of a refused line
     int status = -1; // parse_error_exit's status; -1: parsed
 
@@ -26,6 +28,8 @@ struct Line {
         add_one_step(app, main_cmd);
         add_record(app, record);
         add_top(app, top);
+        add_export(app, exp);
+        add_report(app, rep);
         app.require_subcommand(0, 1);
         args.insert(args.begin(), "lotus-bpf");
         std::vector<char*> argv;
@@ -39,6 +43,10 @@ struct Line {
                 out = traced_by(record, "record");
             else if (top.app->parsed())
                 out = traced_by(top, "top");
+            else if (exp.app->parsed())
+                out = exported(exp);
+            else if (rep.app->parsed())
+                out = reported(rep);
             else
                 out = one_step(main_cmd);
         } catch (const CLI::ParseError& e) {
@@ -63,6 +71,24 @@ TEST(CommandLine, AttachWithOutputs)
     EXPECT_EQ(o->summary_json, "s.json");
     EXPECT_TRUE(o->print_summary);
     EXPECT_FALSE(o->native_map);
+}
+
+// The table's output files (cli/sinks.def): only those given are in file_sinks, by their flag; an empty name is a
+// usage error, as for every output.
+TEST(CommandLine, TableSinksAreKeptByTheirFlag)
+{
+    Line l;
+    auto o = l.parse({"--pid", "4242", "--op-csv", "ops.csv.gz"});
+    ASSERT_TRUE(o) << l.err;
+    EXPECT_EQ(o->file_sinks, (std::map<std::string, std::string>{{"--op-csv", "ops.csv.gz"}}));
+    Line none;
+    o = none.parse({"--pid", "4242"});
+    ASSERT_TRUE(o) << none.err;
+    EXPECT_TRUE(o->file_sinks.empty());
+    Line empty;
+    EXPECT_FALSE(empty.parse({"--pid", "4242", "--op-csv", ""}));
+    EXPECT_EQ(empty.status, 2);
+    EXPECT_NE(empty.err.find("--op-csv"), std::string::npos) << empty.err;
 }
 
 TEST(CommandLine, LaunchTakesEverythingAfterTheDashesAsTheCommand)
@@ -112,6 +138,35 @@ TEST(CommandLine, RecordWritesOnlyTheRecordFile)
     auto od = d.parse({"record", "--", "python3", "x.py"});
     ASSERT_TRUE(od) << d.err;
     EXPECT_EQ(od->record, "lotus.lbt"); // the default
+}
+
+// export and report: the first record file is the replay's, the others join it; the table's outputs by flag;
+// export writes the trace and no printed summary, report the summary and no trace.
+TEST(CommandLine, ExportAndReportReadRecordFiles)
+{
+    Line e;
+    auto o = e.parse({"export", "n0.lbt", "n1.lbt", "-o", "t.json", "--waits-csv", "w.csv", "--window", "5:"});
+    ASSERT_TRUE(o) << e.err;
+    EXPECT_EQ(o->replay, "n0.lbt");
+    EXPECT_EQ(o->replay_more, std::vector<std::string>{"n1.lbt"});
+    EXPECT_EQ(o->output, "t.json");
+    EXPECT_FALSE(o->print_summary);
+    EXPECT_EQ(o->file_sinks, (std::map<std::string, std::string>{{"--waits-csv", "w.csv"}}));
+    EXPECT_DOUBLE_EQ(o->window_start_s, 5);
+
+    Line r;
+    o = r.parse({"report", "run.lbt", "--op-csv", "ops.csv", "--disk-reserve", "0"});
+    ASSERT_TRUE(o) << r.err;
+    EXPECT_EQ(o->replay, "run.lbt");
+    EXPECT_TRUE(o->replay_more.empty());
+    EXPECT_TRUE(o->output.empty());
+    EXPECT_TRUE(o->print_summary);
+    EXPECT_EQ(o->file_sinks, (std::map<std::string, std::string>{{"--op-csv", "ops.csv"}}));
+    EXPECT_EQ(o->disk_reserve_pct, 0);
+
+    Line none;
+    EXPECT_FALSE(none.parse({"report"}));
+    EXPECT_EQ(none.status, 2);
 }
 
 // Each refused line: status 2 and one line on stderr naming what was wrong.

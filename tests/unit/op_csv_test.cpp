@@ -61,7 +61,7 @@ TEST(OpCsv, TheOptionChoosesTheSinkThatWritesTheFile)
     cli::Options opts;
     opts.output.clear();
     opts.print_summary = false;
-    opts.op_csv = path;
+    opts.file_sinks["--op-csv"] = path;
     cli::Outputs outputs(opts);
     ASSERT_EQ(outputs.sinks().size(), 2u); // the trace (discarding) and the CSV
     exporter::RunInfo run;

@@ -263,6 +263,26 @@ TEST(OutputFile, CutAtTheDiskReserveKeepsWholeWritesAndTheTail)
     EXPECT_NE(cuts.back().why.find("would fall below 5 %"), std::string::npos) << cuts.back().why;
 }
 
+// The reserve is each output's own (OutputOptions::reserve_pct, --disk-reserve), not the process's: side by side
+// on the same file system, one with 10 % is not written where one with none takes 2 MiB.
+TEST(OutputFile, EachOutputKeepsItsOwnReserve)
+{
+    TempDir d;
+    SmallFs small;
+    std::vector<std::string> told;
+    auto keep = [&](const std::string& l) { told.push_back(l); };
+    exporter::OutputFile ten(d / "ten.json", {true, "--summary-json", 0666, 10}, keep);
+    exporter::OutputFile none(d / "none.json", {true, "--html", 0666, 0}, keep);
+    ten.write(std::string(2 << 20, 'x')); // 1 MiB would be left: under 10 % of 20 MiB
+    none.write(std::string(2 << 20, 'y'));
+    EXPECT_FALSE(ten.commit());
+    EXPECT_TRUE(none.commit());
+    ASSERT_EQ(told.size(), 1u);
+    EXPECT_NE(told[0].find("--summary-json"), std::string::npos) << told[0];
+    EXPECT_NE(told[0].find("would fall below 10 %"), std::string::npos) << told[0];
+    EXPECT_EQ(fs::file_size(d / "none.json"), 2u << 20);
+}
+
 // An output its writer cannot complete (the summary JSON) is not written at all rather than cut.
 TEST(OutputFile, AnOutputThatCannotBeCutFailsAtTheReserve)
 {

@@ -128,6 +128,7 @@ Guardian::~Guardian()
 
 namespace {
 
+// Global because a signal handler can reach nothing else.
 volatile sig_atomic_t g_finish = 0;
 
 void on_term(int) { g_finish = 1; }

@@ -25,9 +25,7 @@ void add_one_step(CLI::App& app, TraceCommand& c)
     app.add_option("--resources-csv", opts.resources_csv, "also write the resource readings (one row per process and "
                                                           "interval) as CSV to this file")
         ->check(kNonEmpty);
-    app.add_option("--op-csv", opts.op_csv, "also write the summary's per-op figures (count, total, mean, p50, p95) "
-                                            "as CSV to this file")
-        ->check(kNonEmpty);
+    add_file_sink_options(&app, opts);
     app.add_option("--record", opts.record, "also write the raw event stream to this record file")->check(kNonEmpty);
     app.add_option("--replay", opts.replay, "reconstruct from a record file (no tracing, no root needed)")
         ->check(kNonEmpty);
@@ -49,6 +47,71 @@ void add_top(CLI::App& app, TraceCommand& c)
     c.app = app.add_subcommand("top", "a live table of the pipeline, refreshed every second (like py-spy top); "
                                       "q or Ctrl-C to quit");
     c.pid = add_capture_options(c.app, c.p);
+}
+
+namespace {
+
+// report/export: the first file is the replay's, the others join it (several nodes).
+void take_files(ReplayCommand& c)
+{
+    c.p.opts.replay = c.files.front();
+    c.p.opts.replay_more.assign(c.files.begin() + 1, c.files.end());
+}
+
+} // namespace
+
+void add_export(CLI::App& app, ReplayCommand& c)
+{
+    auto* exp = c.app = app.add_subcommand("export", "reconstruct a record file into a Chrome trace (no root needed)");
+    auto& o = c.p.opts;
+    exp->add_option("files", c.files, "record file(s): several nodes' files give one reconstruction")
+        ->required()
+        ->check(kNonEmpty);
+    exp->add_option("-o,--output", o.output, "Chrome trace JSON to write (.json.gz: gzip)")
+        ->capture_default_str()
+        ->check(kNonEmpty);
+    exp->add_option("--summary-json", o.summary_json, "also write the summary as JSON to this file")->check(kNonEmpty);
+    exp->add_option("--html", o.html, "also write the HTML report to this file")->check(kNonEmpty);
+    exp->add_option("--speedscope", o.speedscope, "also write a speedscope file (a flame graph per role) to this file")
+        ->check(kNonEmpty);
+    exp->add_option("--resources-csv", o.resources_csv, "also write the resource readings as CSV to this file")
+        ->check(kNonEmpty);
+    add_file_sink_options(exp, o);
+    add_rule_options(exp, c.p);
+    add_trace_file_options(exp, c.p);
+    add_disk_reserve_option(exp, c.p);
+}
+
+void add_report(CLI::App& app, ReplayCommand& c)
+{
+    auto* rep = c.app = app.add_subcommand("report", "print the summary of a record file (no root needed)");
+    auto& o = c.p.opts;
+    rep->add_option("files", c.files, "record file(s): several nodes' files give one report")
+        ->required()
+        ->check(kNonEmpty);
+    rep->add_option("--summary-json", o.summary_json, "also write the summary as JSON to this file")->check(kNonEmpty);
+    rep->add_option("--html", o.html, "also write the HTML report (one offline file with charts) to this file")
+        ->check(kNonEmpty);
+    rep->add_option("--resources-csv", o.resources_csv, "also write the resource readings as CSV to this file")
+        ->check(kNonEmpty);
+    add_file_sink_options(rep, o);
+    add_rule_options(rep, c.p);
+    add_disk_reserve_option(rep, c.p);
+}
+
+Options& exported(ReplayCommand& c)
+{
+    take_files(c);
+    c.p.opts.print_summary = false;
+    parse_window(c.p);
+    return c.p.opts;
+}
+
+Options& reported(ReplayCommand& c)
+{
+    take_files(c);
+    c.p.opts.output.clear();
+    return c.p.opts;
 }
 
 Options& traced_by(TraceCommand& c, const char* name)

@@ -1,11 +1,15 @@
-// The command line of the commands that trace (the one-step path, record, top): their options, filling the run's
-// Options, and their checks; and the usage-error path every command shares. main.cpp builds its app from these;
+// The command line of the commands that trace (the one-step path, record, top) and of those that reconstruct a
+// record file (export, report): their options, filling the run's Options, and their checks; and the usage-error
+// path every command shares. main.cpp builds its app from these;
 // the unit tests parse real command lines through them.
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <string>
+#include <vector>
+
 #include "option_groups.h"
-#include "session.h"
+#include "options.h"
 
 namespace lotus::cli::cmdline {
 
@@ -21,6 +25,21 @@ void add_one_step(CLI::App& app, TraceCommand& c);
 // The record and top subcommands of app.
 void add_record(CLI::App& app, TraceCommand& c);
 void add_top(CLI::App& app, TraceCommand& c);
+
+// A command that reconstructs a record file (export, report): its options, and its files.
+struct ReplayCommand {
+    CLI::App* app = nullptr;
+    Parsed p;
+    std::vector<std::string> files; // several nodes' record files: one reconstruction
+};
+
+// The export and report subcommands of app.
+void add_export(CLI::App& app, ReplayCommand& c);
+void add_report(CLI::App& app, ReplayCommand& c);
+// Once parsed, their Options: the first file is the replay's, the others join it (several nodes); export writes no
+// printed summary, report no trace file.
+Options& exported(ReplayCommand& c);
+Options& reported(ReplayCommand& c);
 
 // Once parsed, the checks (a CLI::ValidationError when they fail) and the run's Options.
 // record and top: a target (--pid or a command, not both), and the outputs that command makes.

@@ -50,59 +50,6 @@ constexpr const char* kFooter = R"(Examples:
 Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (one line on stderr);
 2 usage error; 74 an output could not be written (the others were). man lotus-bpf for more.)";
 
-// A command that reconstructs a record file (export, report).
-struct ReplayCommand {
-    CLI::App* app = nullptr;
-    Parsed p;
-    std::vector<std::string> files; // several nodes' record files: one reconstruction
-};
-
-// report/export: the first file is the replay's, the others join it (several nodes).
-void take_files(ReplayCommand& c)
-{
-    c.p.opts.replay = c.files.front();
-    c.p.opts.replay_more.assign(c.files.begin() + 1, c.files.end());
-}
-
-void add_export(CLI::App& app, ReplayCommand& c)
-{
-    auto* exp = c.app = app.add_subcommand("export", "reconstruct a record file into a Chrome trace (no root needed)");
-    auto& o = c.p.opts;
-    exp->add_option("files", c.files, "record file(s): several nodes' files give one reconstruction")
-        ->required()
-        ->check(kNonEmpty);
-    exp->add_option("-o,--output", o.output, "Chrome trace JSON to write (.json.gz: gzip)")
-        ->capture_default_str()
-        ->check(kNonEmpty);
-    exp->add_option("--summary-json", o.summary_json, "also write the summary as JSON to this file")->check(kNonEmpty);
-    exp->add_option("--html", o.html, "also write the HTML report to this file")->check(kNonEmpty);
-    exp->add_option("--speedscope", o.speedscope, "also write a speedscope file (a flame graph per role) to this file")
-        ->check(kNonEmpty);
-    exp->add_option("--resources-csv", o.resources_csv, "also write the resource readings as CSV to this file")
-        ->check(kNonEmpty);
-    exp->add_option("--op-csv", o.op_csv, "also write the summary's per-op figures as CSV to this file")->check(kNonEmpty);
-    add_rule_options(exp, c.p);
-    add_trace_file_options(exp, c.p);
-    add_disk_reserve_option(exp, c.p);
-}
-
-void add_report(CLI::App& app, ReplayCommand& c)
-{
-    auto* rep = c.app = app.add_subcommand("report", "print the summary of a record file (no root needed)");
-    auto& o = c.p.opts;
-    rep->add_option("files", c.files, "record file(s): several nodes' files give one report")
-        ->required()
-        ->check(kNonEmpty);
-    rep->add_option("--summary-json", o.summary_json, "also write the summary as JSON to this file")->check(kNonEmpty);
-    rep->add_option("--html", o.html, "also write the HTML report (one offline file with charts) to this file")
-        ->check(kNonEmpty);
-    rep->add_option("--resources-csv", o.resources_csv, "also write the resource readings as CSV to this file")
-        ->check(kNonEmpty);
-    rep->add_option("--op-csv", o.op_csv, "also write the summary's per-op figures as CSV to this file")->check(kNonEmpty);
-    add_rule_options(rep, c.p);
-    add_disk_reserve_option(rep, c.p);
-}
-
 // sweep: its options as given, made into SweepOptions once parsed.
 struct SweepCommand {
     CLI::App* app = nullptr;
@@ -209,7 +156,7 @@ int run_sweep_command(SweepCommand& c)
     pass("--disk-reserve", c.reserve);
     pass("--trainer-calls", c.trainer_calls);
     if (!c.reserve.empty()) // the sweep's own table too
-        lotus::exporter::set_disk_reserve(std::stod(c.reserve));
+        sw.disk_reserve_pct = std::stod(c.reserve);
     return lotus::cli::run_sweep(sw);
 }
 
@@ -394,14 +341,9 @@ int main(int argc, char** argv)
             session = &traced_by(top, "top");
             session->top = true;
         } else if (exp.app->parsed()) {
-            take_files(exp);
-            session = &exp.p.opts;
-            session->print_summary = false;
-            parse_window(exp.p);
+            session = &exported(exp);
         } else if (rep.app->parsed()) {
-            take_files(rep);
-            session = &rep.p.opts;
-            session->output.clear();
+            session = &reported(rep);
         } else {
             session = &one_step(main_cmd);
         }

@@ -263,6 +263,17 @@ void add_trace_file_options(CLI::App* app, Parsed& p)
                                           "(END may be empty)");
 }
 
+void add_file_sink_options(CLI::App* app, Options& opts)
+{
+    // Only a file given makes an entry: the sink's presence in the map is the option's.
+#define LOTUS_FILE_SINK(name, flag, gzip_by_name, help)                                                               \
+    app->add_option_function<std::string>(flag, [&opts](const std::string& file) { opts.file_sinks[flag] = file; },   \
+                                          help)                                                                       \
+        ->check(kNonEmpty);
+#include "sinks.def"
+#undef LOTUS_FILE_SINK
+}
+
 void parse_window(Parsed& p)
 {
     if (p.window.empty())

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "session.h"
+#include "options.h"
 
 namespace lotus::cli::cmdline {
 
@@ -36,6 +36,8 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p);
 // Every subcommand that writes files.
 void add_disk_reserve_option(CLI::App* app, Parsed& p);
 void add_trace_file_options(CLI::App* app, Parsed& p);
+// The output files of sinks.def's table (--op-csv...): each its option, filling opts.file_sinks.
+void add_file_sink_options(CLI::App* app, Options& opts);
 void parse_window(Parsed& p);
 
 } // namespace lotus::cli::cmdline

@@ -8,11 +8,17 @@
 
 namespace lotus::cli {
 
+// The factories of the table's sinks (sinks.def), each in its sink_NAME.cpp.
+#define LOTUS_FILE_SINK(name, flag, gzip_by_name, help)                                                               \
+    std::unique_ptr<Sink> make_##name(SinkFile file, const Options& opts);
+#include "sinks.def"
+#undef LOTUS_FILE_SINK
+
 Outputs::Outputs(const Options& opts)
 {
-    exporter::set_disk_reserve(opts.disk_reserve_pct); // for every output of the run, the record file's too
     // No trace file wanted: the writer still runs (same code path) into a file that keeps nothing.
-    auto trace = std::make_unique<exporter::OutputFile>(opts.output, exporter::OutputOptions{true, "-o"}, sink());
+    exporter::OutputOptions trace_how{true, "-o", 0666, opts.disk_reserve_pct};
+    auto trace = std::make_unique<exporter::OutputFile>(opts.output, trace_how, sink());
     trace_file_ = trace.get();
     sinks_.push_back(make_trace(std::move(trace), opts));
     if (opts.print_summary)
@@ -22,14 +28,20 @@ Outputs::Outputs(const Options& opts)
     add(opts, opts.resources_csv, "--resources-csv", true, make_usage_csv);
     add(opts, opts.speedscope, "--speedscope", false, make_speedscope);
     add(opts, opts.html, "--html", false, make_html_report);
-    add(opts, opts.op_csv, "--op-csv", true, make_op_csv);
+    // The table's: each whose file was given.
+#define LOTUS_FILE_SINK(name, flag, gzip_by_name, help)                                                               \
+    if (auto it = opts.file_sinks.find(flag); it != opts.file_sinks.end())                                            \
+        add(opts, it->second, flag, gzip_by_name, make_##name);
+#include "sinks.def"
+#undef LOTUS_FILE_SINK
 }
 
 void Outputs::add(const Options& opts, const std::string& path, const char* what, bool gzip_by_name, Make make)
 {
     if (!path.empty())
+        // Each file keeps the run's --disk-reserve (the record file too: session.cpp).
         sinks_.push_back(make(std::make_unique<exporter::OutputFile>(
-                                  path, exporter::OutputOptions{gzip_by_name, what}, sink()),
+                                  path, exporter::OutputOptions{gzip_by_name, what, 0666, opts.disk_reserve_pct}, sink()),
                               opts));
 }
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "export/output_file.h"
-#include "session.h"
+#include "options.h"
 #include "sink.h"
 
 namespace lotus::cli {

@@ -16,7 +16,7 @@
 #include "model/engine.h"
 #include "outputs.h"
 #include "report_figures.h"
-#include "session.h"
+#include "options.h"
 
 namespace lotus::cli {
 

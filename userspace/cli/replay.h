@@ -1,7 +1,7 @@
 // Replaying a record file (--replay, export, report): the stream as captured, through the same engine and the
 // same end of run as a live session.
 #pragma once
-#include "session.h"
+#include "options.h"
 
 namespace lotus::cli {
 

@@ -175,7 +175,7 @@ void Session::open_outputs()
     }
     outputs_ = std::make_unique<Outputs>(opts_);
     if (!opts_.record.empty())
-        recorder_ = std::make_unique<record::RecordWriter>(opts_.record, outputs_->sink());
+        recorder_ = std::make_unique<record::RecordWriter>(opts_.record, outputs_->sink(), opts_.disk_reserve_pct);
 }
 
 void Session::attach()

@@ -2,8 +2,14 @@
 // begin, then spans, resource readings and processes folded into their role's row as they come, then the end of
 // the run in two steps: end_of_stream (before the report is built: the trace, whose end the report speaks of) and
 // end_of_run (the report, built once, for those that render it). Each method has a do-nothing default: a sink
-// overrides those it uses. Which sinks a run has is chosen in one place, Outputs (outputs.cpp): a new output is a
-// file with its sink and factory (declared below) and one line there (sink_op_csv.cpp is one such).
+// overrides those it uses. Which sinks a run has is chosen in one place, Outputs (outputs.cpp).
+//
+// Adding an output file: one new file and one line. The file, cli/sink_NAME.cpp (CMake takes every cli/sink_*.cpp),
+// defines a Sink that writes its SinkFile (write, then commit once complete) and its factory
+//     std::unique_ptr<Sink> make_NAME(SinkFile file, const Options& opts);
+// The line, in sinks.def, names its option and help: LOTUS_FILE_SINK(NAME, "--FLAG", GZIP_BY_NAME, "HELP"). From
+// it the one-step command, export and report take --FLAG FILE, and Outputs declares the factory, opens FILE and
+// adds the sink. sink_waits_csv.cpp is one such (its commit: that file and that line).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -17,7 +23,7 @@
 #include "export/timeline.h"
 #include "model/spans.h"
 #include "model/usage.h"
-#include "session.h"
+#include "options.h"
 
 namespace lotus::cli {
 
@@ -65,7 +71,8 @@ std::unique_ptr<Sink> make_summary_json(SinkFile file, const Options& opts);
 std::unique_ptr<Sink> make_html_report(SinkFile file, const Options& opts);
 std::unique_ptr<Sink> make_usage_csv(SinkFile file, const Options& opts); // sink_files.cpp
 std::unique_ptr<Sink> make_speedscope(SinkFile file, const Options& opts);
-std::unique_ptr<Sink> make_op_csv(SinkFile file, const Options& opts);    // sink_op_csv.cpp
-std::string op_csv_text(const exporter::Rows& rows);                      // its text, from the summary's rows
+// The table's (sinks.def), each make_NAME in its sink_NAME.cpp, are declared where they are chosen (outputs.cpp):
+// a new line there builds outputs.cpp and the command line again, not every file that includes this one.
+std::string op_csv_text(const exporter::Rows& rows); // --op-csv's text, from the summary's rows (sink_op_csv.cpp)
 
 } // namespace lotus::cli

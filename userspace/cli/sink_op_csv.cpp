@@ -3,6 +3,7 @@
 // the figures are the summary's own.
 #include <fmt/format.h>
 
+#include "common/csv.h"
 #include "common/utf8.h"
 #include "sink.h"
 
@@ -18,17 +19,6 @@ const char* part_name(exporter::Part p)
     case exporter::Part::Sample: return "sample";
     }
     return "?";
-}
-
-// A CSV field (RFC 4180): quoted where it holds a comma, a quote or a line break.
-std::string field(const std::string& s)
-{
-    if (s.find_first_of(",\"\r\n") == std::string::npos)
-        return s;
-    std::string q = "\"";
-    for (char c : s)
-        q += c == '"' ? std::string("\"\"") : std::string(1, c);
-    return q + "\"";
 }
 
 class OpCsv : public Sink {
@@ -52,7 +42,8 @@ std::string op_csv_text(const exporter::Rows& rows)
     for (const auto& r : rows) {
         const auto& s = r.stats;
         out += fmt::format("{},{},{},{:.4f},{:.4f},{:.4f},{:.4f}\n", part_name(r.part),
-                           field(common::valid_utf8(r.name)), s.count, s.total_ms, s.mean_ms, s.p50_ms, s.p95_ms);
+                           common::csv_field(common::valid_utf8(r.name)), s.count, s.total_ms, s.mean_ms, s.p50_ms,
+                           s.p95_ms);
     }
     return out;
 }

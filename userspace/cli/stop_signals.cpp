@@ -9,6 +9,7 @@ namespace lotus::cli {
 
 namespace {
 
+// Global because a signal handler can reach nothing else: set by the handler, read by the loops (lock-free atomic).
 std::atomic<int> g_stop_signal{0};
 
 void on_signal(int sig) { g_stop_signal = sig; }

@@ -30,6 +30,7 @@ namespace lotus::cli {
 
 namespace {
 
+// Global because a signal handler can reach nothing else: set by the handler, read between runs.
 std::atomic<bool> g_interrupted{false};
 void on_interrupt(int) { g_interrupted = true; }
 
@@ -347,11 +348,12 @@ bool read_summary(int dir_fd, const std::string& name, nlohmann::json& out)
     return !out.is_discarded();
 }
 
-std::unique_ptr<exporter::OutputFile> open_table(const std::string& path, const char* flag)
+std::unique_ptr<exporter::OutputFile> open_table(const std::string& path, const char* flag, double reserve_pct)
 {
     if (path.empty())
         return nullptr;
-    return std::make_unique<exporter::OutputFile>(path, exporter::OutputOptions{true, flag}, [](const std::string& line) {
+    exporter::OutputOptions how{true, flag, 0666, reserve_pct};
+    return std::make_unique<exporter::OutputFile>(path, how, [](const std::string& line) {
         fmt::print(stderr, "lotus-bpf: {}\n", line);
     });
 }
@@ -521,8 +523,8 @@ int run_sweep(const SweepOptions& o)
     }
     std::unique_ptr<exporter::OutputFile> table, page; // opened first: a bad destination stops the sweep before it runs
     try {
-        table = open_table(o.summary_json, "--summary-json");
-        page = open_table(o.html, "--html");
+        table = open_table(o.summary_json, "--summary-json", o.disk_reserve_pct);
+        page = open_table(o.html, "--html", o.disk_reserve_pct);
     } catch (const std::exception& e) {
         fmt::print(stderr, "lotus-bpf: {}\n", e.what());
         return 1;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "export/output_file.h"
 
 namespace lotus::cli {
 
@@ -22,6 +23,7 @@ struct SweepOptions {
     std::vector<std::string> command;
     std::string dir = "lotus-sweep";
     std::string summary_json; // the table as JSON
+    double disk_reserve_pct = exporter::kDefaultDiskReserve; // --disk-reserve: the table's files (the runs': in pass)
 };
 
 // Returns 0 when every run went through (whatever its job's exit status), else the first failing run's status.

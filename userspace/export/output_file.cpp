@@ -60,9 +60,9 @@ std::string temp_name(const std::string& dir, const std::string& base)
     return fmt::format("{}/.{}.lotus-{}-{}", dir, base, getpid(), seq++);
 }
 
-std::atomic<double> g_reserve_pct{5.0};
-// Tail bytes promised to cuttable outputs not yet committed, all file systems together (a little conservative
-// where they are on different ones; they are small).
+// Process-wide by nature, so kept here: what every output of the process shares. Tail bytes promised to cuttable
+// outputs not yet committed, all file systems together (a little conservative where they are on different ones;
+// they are small); the cuts so far (the run's facts list them); the tests' space probe.
 std::atomic<uint64_t> g_promised{0};
 std::mutex g_mu; // guards the two below
 std::function<bool(int, FsSpace&)> g_probe;
@@ -105,9 +105,6 @@ mode_t current_umask()
 
 } // namespace
 
-void set_disk_reserve(double percent) { g_reserve_pct = percent; }
-double disk_reserve() { return g_reserve_pct; }
-
 void set_fs_space_probe(std::function<bool(int fd, FsSpace&)> probe)
 {
     std::lock_guard lock(g_mu);
@@ -137,7 +134,7 @@ std::pair<int, int> output_owner()
 
 OutputFile::OutputFile(const std::string& path, OutputOptions options, OutputFailure on_failure)
     : path_(path), what_(options.what.empty() ? "output" : options.what), on_failure_(std::move(on_failure)),
-      mode_(options.mode & 0777)
+      mode_(options.mode & 0777), reserve_pct_(options.reserve_pct)
 {
     if (path_ == "/dev/null") // the one device that means "keep nothing": not opened at all
         path_.clear();
@@ -190,7 +187,7 @@ OutputFile::OutputFile(const std::string& path, OutputOptions options, OutputFai
     if (room() < 0) // said now, not only when the run ends: the user may free space or choose another place
         fmt::print(stderr, "lotus-bpf: warning: {} {}: free space on {} is already below the {:g} % reserve "
                            "(--disk-reserve): nothing more will be written there\n",
-                   what_, path_, mount_point(dir_), g_reserve_pct.load());
+                   what_, path_, mount_point(dir_), reserve_pct_);
 }
 
 OutputFile::~OutputFile()
@@ -219,7 +216,7 @@ void OutputFile::fail(const std::string& line)
 
 int64_t OutputFile::room() const
 {
-    double pct = g_reserve_pct;
+    double pct = reserve_pct_;
     FsSpace space;
     if (pct <= 0 || !fs_space(fd_, space))
         return INT64_MAX;
@@ -254,7 +251,7 @@ void OutputFile::release_tail()
 void OutputFile::cut_here()
 {
     buf_.clear();
-    std::string why = fmt::format("free space on {} would fall below {:g} %", mount_point(dir_), g_reserve_pct.load());
+    std::string why = fmt::format("free space on {} would fall below {:g} %", mount_point(dir_), reserve_pct_);
     if (!cuttable_) {
         fail(fmt::format("{} {}: not written: {} (--disk-reserve); the other outputs go on", what_, path_, why));
         return;

@@ -26,15 +26,15 @@ namespace lotus::exporter {
 // Told once, with one line, when an output fails after it was opened (a write, the fsync, the rename).
 using OutputFailure = std::function<void(const std::string& line)>;
 
+// The reserve an output keeps on its file system unless told (--disk-reserve's default), in percent of its size.
+constexpr double kDefaultDiskReserve = 5;
+
 struct OutputOptions {
     bool gzip_by_name = true; // a name ending in .gz is written gzip-compressed
     std::string what;         // how the user named it in messages ("-o", "--record"): defaults to "output"
     unsigned mode = 0666;     // the file's permissions, less the umask (a record file: 0600)
+    double reserve_pct = kDefaultDiskReserve; // --disk-reserve: free space it leaves its file system (0: none)
 };
-
-// The reserve every output keeps on its file system, in percent of its size (0: none). Default 5.
-void set_disk_reserve(double percent);
-double disk_reserve();
 
 // A file system's space as fstatvfs tells it, in bytes: what unprivileged writers may still use, and its size.
 struct FsSpace {
@@ -95,6 +95,7 @@ private:
     std::string path_, dir_, what_;
     OutputFailure on_failure_;
     mode_t mode_;
+    double reserve_pct_;
     int fd_ = -1;
     std::string named_tmp_; // the temporary's name where O_TMPFILE is not supported
     struct DeflateEnd {

@@ -41,9 +41,12 @@ class RecordWriter {
 public:
     // Throws std::runtime_error when the file cannot be created; a later failure goes to on_failure, once,
     // and the records after it are dropped (the file is then left as it was).
-    RecordWriter(const std::string& path, const RecordHeader& header, exporter::OutputFailure on_failure = {});
+    RecordWriter(const std::string& path, const RecordHeader& header, exporter::OutputFailure on_failure = {},
+                 double reserve_pct = exporter::kDefaultDiskReserve);
     // Opened first (before tracing, to check the destination), its header written by begin().
-    explicit RecordWriter(const std::string& path, exporter::OutputFailure on_failure = {});
+    // reserve_pct: --disk-reserve, as for every output (export/output_file.h).
+    explicit RecordWriter(const std::string& path, exporter::OutputFailure on_failure = {},
+                          double reserve_pct = exporter::kDefaultDiskReserve);
     void begin(const RecordHeader& header);
     RecordWriter(const RecordWriter&) = delete;
     RecordWriter& operator=(const RecordWriter&) = delete;
