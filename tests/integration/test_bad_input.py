@@ -89,6 +89,13 @@ class BadInput(BpfTestCase):
             self.assert_refused(["--rules", bad, "--", PY, "-c", "pass"], needle)
         self.assert_refused(["--rules", self.path("missing.json"), "--", PY, "-c", "pass"], "cannot read rules file")
         self.assert_refused(["rules", "-o", "/nonexistent-dir/rules.json"], "cannot write", "/nonexistent-dir")
+        # the agent reads it for each job's run: a bad one is refused at its start, not at its first job
+        r = run_lotus(["agent", "--rules", self.path("missing.json")], timeout=30)
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith("lotus-bpf agent: cannot read rules file"), lines[0])
+        self.assert_detached()
 
     def test_usage_errors(self):
         self.assert_refused([], "--pid")

@@ -1,4 +1,5 @@
 #include "agent.h"
+#include "rules_file.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -415,6 +416,8 @@ int Agent::run()
 {
     if (!opts_.record_dir.empty() && !std::filesystem::is_directory(opts_.record_dir))
         throw std::runtime_error(fmt::format("--record-dir {}: not a directory", opts_.record_dir));
+    if (!opts_.session.rules_file.empty()) // read by each job's run: a bad one is said now, not at the first job
+        load_rules_file(opts_.session.rules_file);
     if (opts_.record_max_mb > 0)
         budget_.emplace(opts_.record_dir, static_cast<uint64_t>(opts_.record_max_mb * (1 << 20)));
     // Each job's session takes descriptors (programs, maps, links, a ring, a thread's sampling events): all the
