@@ -57,6 +57,42 @@ struct Line {
     }
 };
 
+// One of main's other subcommands, added to an app by its library function: parses "lotus-bpf ARGS...", then runs
+// `then` (that command's checks, once parsed); false, with the status and stderr, when the line is refused.
+struct Sub {
+    CLI::App app{"test"};
+    std::string err;
+    int status = -1; // -1: parsed
+
+    template <class Then>
+    bool parse(std::vector<std::string> args, Then then)
+    {
+        app.require_subcommand(0, 1);
+        args.insert(args.begin(), "lotus-bpf");
+        std::vector<char*> argv;
+        for (auto& a : args)
+            argv.push_back(a.data());
+        testing::internal::CaptureStderr();
+        try {
+            app.parse(static_cast<int>(argv.size()), argv.data());
+            then();
+        } catch (const CLI::ParseError& e) {
+            status = parse_error_exit(app, e);
+        }
+        err = testing::internal::GetCapturedStderr();
+        return status == -1;
+    }
+
+    // A refused line: status 2, one line on stderr naming what was wrong.
+    void expect_refused(const std::string& says) const
+    {
+        EXPECT_EQ(status, 2);
+        EXPECT_EQ(err.rfind("lotus-bpf: ", 0), 0u) << err;
+        EXPECT_NE(err.find(says), std::string::npos) << "wanted '" << says << "' in: " << err;
+        EXPECT_EQ(err.find('\n'), err.size() - 1) << err;
+    }
+};
+
 } // namespace
 
 TEST(CommandLine, AttachWithOutputs)
@@ -210,4 +246,20 @@ TEST(CommandLine, HelpIsNotAUsageError)
     EXPECT_EQ(l.status, 0);
     EXPECT_TRUE(l.err.empty()) << l.err;
     EXPECT_NE(out.find("--native-map"), std::string::npos);
+}
+
+TEST(CommandLine, Rules)
+{
+    Sub s;
+    RulesCommand c;
+    add_rules(s.app, c);
+    ASSERT_TRUE(s.parse({"rules", "-o", "torch.json"}, [] {})) << s.err;
+    EXPECT_TRUE(c.app->parsed());
+    EXPECT_EQ(c.output, "torch.json");
+
+    Sub bad;
+    RulesCommand b;
+    add_rules(bad.app, b);
+    EXPECT_FALSE(bad.parse({"rules", "-o", ""}, [] {}));
+    bad.expect_refused("--output");
 }

@@ -146,6 +146,13 @@ Options& one_step(TraceCommand& c)
     return opts;
 }
 
+void add_rules(CLI::App& app, RulesCommand& c)
+{
+    c.app = app.add_subcommand("rules", "write the built-in rules (what lotus-bpf knows of torch and torchvision) "
+                                        "as a --rules file, to change and pass back with --rules FILE");
+    c.app->add_option("-o,--output", c.output, "write here (default: stdout)")->check(kNonEmpty);
+}
+
 int parse_error_exit(CLI::App& app, const CLI::ParseError& e)
 {
     if (dynamic_cast<const CLI::CallForHelp*>(&e) || dynamic_cast<const CLI::CallForVersion*>(&e))

@@ -47,6 +47,13 @@ Options& traced_by(TraceCommand& c, const char* name);
 // The one-step path's checks.
 Options& one_step(TraceCommand& c);
 
+// rules: write the built-in rules to output (empty: stdout).
+struct RulesCommand {
+    CLI::App* app = nullptr;
+    std::string output;
+};
+void add_rules(CLI::App& app, RulesCommand& c);
+
 // A parse error's exit: help and version print and give 0; a usage error one line on stderr, status 2.
 int parse_error_exit(CLI::App& app, const CLI::ParseError& e);
 

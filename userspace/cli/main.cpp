@@ -265,18 +265,6 @@ void add_agent(CLI::App& app, AgentCommand& c)
     add_disk_reserve_option(c.app, c.p);
 }
 
-struct RulesCommand {
-    CLI::App* app = nullptr;
-    std::string output;
-};
-
-void add_rules(CLI::App& app, RulesCommand& c)
-{
-    c.app = app.add_subcommand("rules", "write the built-in rules (what lotus-bpf knows of torch and torchvision) "
-                                        "as a --rules file, to change and pass back with --rules FILE");
-    c.app->add_option("-o,--output", c.output, "write here (default: stdout)")->check(kNonEmpty);
-}
-
 } // namespace
 
 int main(int argc, char** argv)
