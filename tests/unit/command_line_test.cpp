@@ -263,3 +263,21 @@ TEST(CommandLine, Rules)
     EXPECT_FALSE(bad.parse({"rules", "-o", ""}, [] {}));
     bad.expect_refused("--output");
 }
+
+TEST(CommandLine, Diff)
+{
+    Sub s;
+    DiffCommand c;
+    add_diff(s.app, c);
+    ASSERT_TRUE(s.parse({"diff", "before.lbt", "after.json", "--html", "d.html"}, [] {})) << s.err;
+    EXPECT_TRUE(c.app->parsed());
+    EXPECT_EQ(c.a, "before.lbt");
+    EXPECT_EQ(c.b, "after.json");
+    EXPECT_EQ(c.html, "d.html");
+
+    Sub bad;
+    DiffCommand b;
+    add_diff(bad.app, b);
+    EXPECT_FALSE(bad.parse({"diff", "before.lbt"}, [] {}));
+    bad.expect_refused("B is required");
+}

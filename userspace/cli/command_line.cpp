@@ -153,6 +153,15 @@ void add_rules(CLI::App& app, RulesCommand& c)
     c.app->add_option("-o,--output", c.output, "write here (default: stdout)")->check(kNonEmpty);
 }
 
+void add_diff(CLI::App& app, DiffCommand& c)
+{
+    auto* diff = c.app = app.add_subcommand("diff", "compare two runs, each a summary JSON (--summary-json) or a "
+                                                    "record file (no root needed)");
+    diff->add_option("A", c.a, "the first run")->required()->check(kNonEmpty);
+    diff->add_option("B", c.b, "the second run")->required()->check(kNonEmpty);
+    diff->add_option("--html", c.html, "also write the comparison as an HTML page (offline, one file)")->check(kNonEmpty);
+}
+
 int parse_error_exit(CLI::App& app, const CLI::ParseError& e)
 {
     if (dynamic_cast<const CLI::CallForHelp*>(&e) || dynamic_cast<const CLI::CallForVersion*>(&e))

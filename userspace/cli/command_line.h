@@ -54,6 +54,13 @@ struct RulesCommand {
 };
 void add_rules(CLI::App& app, RulesCommand& c);
 
+// diff: two runs (summary JSONs or record files) and the optional HTML page.
+struct DiffCommand {
+    CLI::App* app = nullptr;
+    std::string a, b, html;
+};
+void add_diff(CLI::App& app, DiffCommand& c);
+
 // A parse error's exit: help and version print and give 0; a usage error one line on stderr, status 2.
 int parse_error_exit(CLI::App& app, const CLI::ParseError& e);
 

@@ -160,20 +160,6 @@ int run_sweep_command(SweepCommand& c)
     return lotus::cli::run_sweep(sw);
 }
 
-struct DiffCommand {
-    CLI::App* app = nullptr;
-    std::string a, b, html;
-};
-
-void add_diff(CLI::App& app, DiffCommand& c)
-{
-    auto* diff = c.app = app.add_subcommand("diff", "compare two runs, each a summary JSON (--summary-json) or a "
-                                                    "record file (no root needed)");
-    diff->add_option("A", c.a, "the first run")->required()->check(kNonEmpty);
-    diff->add_option("B", c.b, "the second run")->required()->check(kNonEmpty);
-    diff->add_option("--html", c.html, "also write the comparison as an HTML page (offline, one file)")->check(kNonEmpty);
-}
-
 struct ProbesCommand {
     CLI::App* app = nullptr;
     CLI::Option* pid_opt = nullptr;
