@@ -281,3 +281,20 @@ TEST(CommandLine, Diff)
     EXPECT_FALSE(bad.parse({"diff", "before.lbt"}, [] {}));
     bad.expect_refused("B is required");
 }
+
+TEST(CommandLine, Dump)
+{
+    Sub s;
+    DumpCommand c;
+    add_dump(s.app, c);
+    ASSERT_TRUE(s.parse({"dump", "12345", "--no-native"}, [] {})) << s.err;
+    EXPECT_TRUE(c.app->parsed());
+    EXPECT_EQ(c.pid, 12345);
+    EXPECT_TRUE(c.no_native);
+
+    Sub bad;
+    DumpCommand b;
+    add_dump(bad.app, b);
+    EXPECT_FALSE(bad.parse({"dump", "0"}, [] {}));
+    bad.expect_refused("PID");
+}

@@ -162,6 +162,17 @@ void add_diff(CLI::App& app, DiffCommand& c)
     diff->add_option("--html", c.html, "also write the comparison as an HTML page (offline, one file)")->check(kNonEmpty);
 }
 
+void add_dump(CLI::App& app, DumpCommand& c)
+{
+    c.app = app.add_subcommand("dump", "print every thread's Python stack (innermost first) of a process and its "
+                                       "descendants (its DataLoader workers), and the native stack of each blocked in "
+                                       "a system call, read from outside: no probe, no stop (like py-spy dump)");
+    c.app->add_option("PID", c.pid, "the process (the training job's main process)")
+        ->required()
+        ->check(CLI::PositiveNumber);
+    c.app->add_flag("--no-native", c.no_native, "Python stacks only");
+}
+
 int parse_error_exit(CLI::App& app, const CLI::ParseError& e)
 {
     if (dynamic_cast<const CLI::CallForHelp*>(&e) || dynamic_cast<const CLI::CallForVersion*>(&e))

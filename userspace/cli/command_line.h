@@ -5,6 +5,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,14 @@ struct DiffCommand {
     std::string a, b, html;
 };
 void add_diff(CLI::App& app, DiffCommand& c);
+
+// dump: the process whose stacks to print, and whether native stacks too.
+struct DumpCommand {
+    CLI::App* app = nullptr;
+    int pid = 0;
+    bool no_native = false;
+};
+void add_dump(CLI::App& app, DumpCommand& c);
 
 // A parse error's exit: help and version print and give 0; a usage error one line on stderr, status 2.
 int parse_error_exit(CLI::App& app, const CLI::ParseError& e);

@@ -183,23 +183,6 @@ int run_probes_command(const ProbesCommand& c)
     return lotus::cli::run_probes(c.pid_opt->count() ? std::optional<int>(c.pid) : std::nullopt, c.python);
 }
 
-struct DumpCommand {
-    CLI::App* app = nullptr;
-    int pid = 0;
-    bool no_native = false;
-};
-
-void add_dump(CLI::App& app, DumpCommand& c)
-{
-    c.app = app.add_subcommand("dump", "print every thread's Python stack (innermost first) of a process and its "
-                                       "descendants (its DataLoader workers), and the native stack of each blocked in "
-                                       "a system call, read from outside: no probe, no stop (like py-spy dump)");
-    c.app->add_option("PID", c.pid, "the process (the training job's main process)")
-        ->required()
-        ->check(CLI::PositiveNumber);
-    c.app->add_flag("--no-native", c.no_native, "Python stacks only");
-}
-
 struct AgentCommand {
     CLI::App* app = nullptr;
     lotus::cli::AgentOptions a;
