@@ -298,3 +298,27 @@ TEST(CommandLine, Dump)
     EXPECT_FALSE(bad.parse({"dump", "0"}, [] {}));
     bad.expect_refused("PID");
 }
+
+TEST(CommandLine, Probes)
+{
+    Sub s;
+    ProbesCommand c;
+    std::optional<int> pid;
+    add_probes(s.app, c);
+    ASSERT_TRUE(s.parse({"probes", "--pid", "4242"}, [&] { pid = probed_pid(c); })) << s.err;
+    EXPECT_EQ(pid, 4242);
+    EXPECT_TRUE(c.python.empty());
+
+    Sub py;
+    ProbesCommand p;
+    add_probes(py.app, p);
+    ASSERT_TRUE(py.parse({"probes", "/usr/bin/python3"}, [&] { pid = probed_pid(p); })) << py.err;
+    EXPECT_EQ(pid, std::nullopt);
+    EXPECT_EQ(p.python, "/usr/bin/python3");
+
+    Sub bad;
+    ProbesCommand b;
+    add_probes(bad.app, b);
+    EXPECT_FALSE(bad.parse({"probes", "--pid", "12", "/usr/bin/python3"}, [&] { probed_pid(b); }));
+    bad.expect_refused("not both");
+}

@@ -173,6 +173,22 @@ void add_dump(CLI::App& app, DumpCommand& c)
     c.app->add_flag("--no-native", c.no_native, "Python stacks only");
 }
 
+void add_probes(CLI::App& app, ProbesCommand& c)
+{
+    c.app = app.add_subcommand("probes", "what this kernel offers lotus-bpf and the plan chosen from it; with an "
+                                         "interpreter, where lotus-bpf probes it: its file, version, and the file "
+                                         "offsets of the type-slot functions and the evaluator (no root needed)");
+    c.pid_opt = c.app->add_option("-p,--pid", c.pid, "a running Python process")->check(CLI::PositiveNumber);
+    c.app->add_option("python", c.python, "a Python executable")->check(kNonEmpty);
+}
+
+std::optional<int> probed_pid(const ProbesCommand& c)
+{
+    if (c.pid_opt->count() && !c.python.empty())
+        throw CLI::ValidationError("probes: give --pid PID or a Python executable, not both");
+    return c.pid_opt->count() ? std::optional<int>(c.pid) : std::nullopt;
+}
+
 int parse_error_exit(CLI::App& app, const CLI::ParseError& e)
 {
     if (dynamic_cast<const CLI::CallForHelp*>(&e) || dynamic_cast<const CLI::CallForVersion*>(&e))

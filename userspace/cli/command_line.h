@@ -70,6 +70,17 @@ struct DumpCommand {
 };
 void add_dump(CLI::App& app, DumpCommand& c);
 
+// probes: the kernel's offer and plan; with --pid or a Python executable (not both), where lotus-bpf probes it.
+struct ProbesCommand {
+    CLI::App* app = nullptr;
+    CLI::Option* pid_opt = nullptr;
+    std::string python;
+    int pid = 0;
+};
+void add_probes(CLI::App& app, ProbesCommand& c);
+// Once parsed: its --pid, if given (a CLI::ValidationError with a Python executable too).
+std::optional<int> probed_pid(const ProbesCommand& c);
+
 // A parse error's exit: help and version print and give 0; a usage error one line on stderr, status 2.
 int parse_error_exit(CLI::App& app, const CLI::ParseError& e);
 

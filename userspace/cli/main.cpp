@@ -160,29 +160,6 @@ int run_sweep_command(SweepCommand& c)
     return lotus::cli::run_sweep(sw);
 }
 
-struct ProbesCommand {
-    CLI::App* app = nullptr;
-    CLI::Option* pid_opt = nullptr;
-    std::string python;
-    int pid = 0;
-};
-
-void add_probes(CLI::App& app, ProbesCommand& c)
-{
-    c.app = app.add_subcommand("probes", "what this kernel offers lotus-bpf and the plan chosen from it; with an "
-                                         "interpreter, where lotus-bpf probes it: its file, version, and the file "
-                                         "offsets of the type-slot functions and the evaluator (no root needed)");
-    c.pid_opt = c.app->add_option("-p,--pid", c.pid, "a running Python process")->check(CLI::PositiveNumber);
-    c.app->add_option("python", c.python, "a Python executable")->check(kNonEmpty);
-}
-
-int run_probes_command(const ProbesCommand& c)
-{
-    if (c.pid_opt->count() && !c.python.empty())
-        throw CLI::ValidationError("probes: give --pid PID or a Python executable, not both");
-    return lotus::cli::run_probes(c.pid_opt->count() ? std::optional<int>(c.pid) : std::nullopt, c.python);
-}
-
 struct AgentCommand {
     CLI::App* app = nullptr;
     lotus::cli::AgentOptions a;
@@ -270,7 +247,7 @@ int main(int argc, char** argv)
         if (diff.app->parsed())
             return lotus::cli::run_diff(diff.a, diff.b, diff.html);
         if (probes.app->parsed())
-            return run_probes_command(probes);
+            return lotus::cli::run_probes(probed_pid(probes), probes.python);
         if (dump.app->parsed())
             return lotus::cli::run_dump(dump.pid, !dump.no_native);
         if (rules.app->parsed())
