@@ -322,3 +322,29 @@ TEST(CommandLine, Probes)
     EXPECT_FALSE(bad.parse({"probes", "--pid", "12", "/usr/bin/python3"}, [&] { probed_pid(b); }));
     bad.expect_refused("not both");
 }
+
+TEST(CommandLine, Agent)
+{
+    Sub s;
+    AgentCommand c;
+    AgentOptions* a = nullptr;
+    add_agent(s.app, c);
+    ASSERT_TRUE(s.parse({"agent", "--metrics", "0.0.0.0:9464", "--match", "*train*", "--users", "root,0", "--cgroup",
+                         "/kubepods", "--max-jobs", "3", "--node", "n1", "--resources-interval", "250"},
+                        [&] { a = &agent_options(c); }))
+        << s.err;
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->metrics, "0.0.0.0:9464");
+    EXPECT_EQ(a->match, std::vector<std::string>{"*train*"});
+    EXPECT_EQ(a->users, (std::vector<uint32_t>{0, 0}));
+    EXPECT_EQ(a->cgroups, std::vector<std::string>{cgroup_prefix("/kubepods")});
+    EXPECT_EQ(a->max_jobs, 3u);
+    EXPECT_EQ(a->session.node, "n1"); // each job's run
+    EXPECT_EQ(a->session.resources_interval_ms, 250);
+
+    Sub bad;
+    AgentCommand b;
+    add_agent(bad.app, b);
+    EXPECT_FALSE(bad.parse({"agent", "--cgroup", "relative"}, [&] { agent_options(b); }));
+    bad.expect_refused("--cgroup: relative");
+}

@@ -189,6 +189,67 @@ std::optional<int> probed_pid(const ProbesCommand& c)
     return c.pid_opt->count() ? std::optional<int>(c.pid) : std::nullopt;
 }
 
+void add_agent(CLI::App& app, AgentCommand& c)
+{
+    c.app = app.add_subcommand("agent", "a node's tracer as a service: keep --metrics up, attach to each PyTorch "
+                                        "training process as it starts (with its children), detach when it ends; "
+                                        "SIGTERM detaches everything (docs/agent.md)");
+    c.app->add_option("--metrics", c.a.metrics, "serve Prometheus metrics at HOST:PORT")
+        ->capture_default_str()
+        ->check(kBindAddress);
+    c.app->add_option("--match", c.a.match, "only processes whose command line matches this glob (repeatable; "
+                                            "default: every CPython process that loaded torch)")
+        ->check(kNonEmpty);
+    auto* record_dir = c.app->add_option("--record-dir", c.a.record_dir, "also keep one record file per job in this "
+                                                                       "directory")
+        ->check(kNonEmpty);
+    c.app->add_option("--record-max-mb", c.a.record_max_mb, "keep the agent's record files in --record-dir within "
+                                                            "this many MiB, deleting its oldest first")
+        ->check(kMebibytes)
+        ->needs(record_dir);
+    c.app->add_option("--users", c.users, "only the jobs of these users (names or uids, comma-separated; "
+                                          "repeatable; default: every user's)")
+        ->delimiter(',');
+    c.app->add_option("--cgroup", c.cgroups, "only the jobs at or under this cgroup path, as /proc/PID/cgroup shows "
+                                             "it, v1 or v2 (repeatable)");
+    c.app->add_option("--max-jobs", c.a.max_jobs, "trace at most this many jobs at once; the rest are skipped "
+                                                  "(said and counted)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 4096));
+    c.app->add_option("--node", c.p.opts.node, "this machine's name in the metrics and the record files (default: "
+                                               "its hostname)")
+        ->check(kNonEmpty);
+    c.app->add_option("--scan-interval", c.a.scan_interval_s, "look through /proc for new jobs this often (seconds)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.05, 60.0));
+    c.app->add_option("--keep-finished", c.a.keep_finished_s, "keep a finished job's series this long (seconds), for "
+                                                              "the last scrapes")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 86400.0));
+    c.app->add_option("--resources-interval", c.p.opts.resources_interval_ms, "as for a single run")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 60000));
+    add_rule_options(c.app, c.p);
+    add_disk_reserve_option(c.app, c.p);
+}
+
+AgentOptions& agent_options(AgentCommand& c)
+{
+    c.a.session = c.p.opts;
+    try {
+        c.a.users = parse_users(c.users);
+    } catch (const std::invalid_argument& e) {
+        throw CLI::ValidationError("--users", e.what());
+    }
+    try {
+        for (const auto& g : c.cgroups)
+            c.a.cgroups.push_back(cgroup_prefix(g));
+    } catch (const std::invalid_argument& e) {
+        throw CLI::ValidationError("--cgroup", e.what());
+    }
+    return c.a;
+}
+
 int parse_error_exit(CLI::App& app, const CLI::ParseError& e)
 {
     if (dynamic_cast<const CLI::CallForHelp*>(&e) || dynamic_cast<const CLI::CallForVersion*>(&e))

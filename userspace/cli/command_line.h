@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "agent.h"
 #include "option_groups.h"
 #include "options.h"
 
@@ -80,6 +81,18 @@ struct ProbesCommand {
 void add_probes(CLI::App& app, ProbesCommand& c);
 // Once parsed: its --pid, if given (a CLI::ValidationError with a Python executable too).
 std::optional<int> probed_pid(const ProbesCommand& c);
+
+// agent: the node's service, its options, and each job's run.
+struct AgentCommand {
+    CLI::App* app = nullptr;
+    AgentOptions a;
+    std::vector<std::string> users, cgroups; // --users and --cgroup as given: resolved by agent_options
+    Parsed p; // each job's run
+};
+
+void add_agent(CLI::App& app, AgentCommand& c);
+// Once parsed: its options, each job's run and --users and --cgroup resolved (a CLI::ValidationError when not).
+AgentOptions& agent_options(AgentCommand& c);
 
 // A parse error's exit: help and version print and give 0; a usage error one line on stderr, status 2.
 int parse_error_exit(CLI::App& app, const CLI::ParseError& e);

@@ -160,57 +160,6 @@ int run_sweep_command(SweepCommand& c)
     return lotus::cli::run_sweep(sw);
 }
 
-struct AgentCommand {
-    CLI::App* app = nullptr;
-    lotus::cli::AgentOptions a;
-    std::vector<std::string> users, cgroups; // (--users and --cgroup: resolved once parsed, in main)
-    Parsed p; // each job's run
-};
-
-void add_agent(CLI::App& app, AgentCommand& c)
-{
-    c.app = app.add_subcommand("agent", "a node's tracer as a service: keep --metrics up, attach to each PyTorch "
-                                        "training process as it starts (with its children), detach when it ends; "
-                                        "SIGTERM detaches everything (docs/agent.md)");
-    c.app->add_option("--metrics", c.a.metrics, "serve Prometheus metrics at HOST:PORT")
-        ->capture_default_str()
-        ->check(kBindAddress);
-    c.app->add_option("--match", c.a.match, "only processes whose command line matches this glob (repeatable; "
-                                            "default: every CPython process that loaded torch)")
-        ->check(kNonEmpty);
-    auto* record_dir = c.app->add_option("--record-dir", c.a.record_dir, "also keep one record file per job in this "
-                                                                       "directory")
-        ->check(kNonEmpty);
-    c.app->add_option("--record-max-mb", c.a.record_max_mb, "keep the agent's record files in --record-dir within "
-                                                            "this many MiB, deleting its oldest first")
-        ->check(kMebibytes)
-        ->needs(record_dir);
-    c.app->add_option("--users", c.users, "only the jobs of these users (names or uids, comma-separated; "
-                                          "repeatable; default: every user's)")
-        ->delimiter(',');
-    c.app->add_option("--cgroup", c.cgroups, "only the jobs at or under this cgroup path, as /proc/PID/cgroup shows "
-                                             "it, v1 or v2 (repeatable)");
-    c.app->add_option("--max-jobs", c.a.max_jobs, "trace at most this many jobs at once; the rest are skipped "
-                                                  "(said and counted)")
-        ->capture_default_str()
-        ->check(CLI::Range(1, 4096));
-    c.app->add_option("--node", c.p.opts.node, "this machine's name in the metrics and the record files (default: "
-                                               "its hostname)")
-        ->check(kNonEmpty);
-    c.app->add_option("--scan-interval", c.a.scan_interval_s, "look through /proc for new jobs this often (seconds)")
-        ->capture_default_str()
-        ->check(CLI::Range(0.05, 60.0));
-    c.app->add_option("--keep-finished", c.a.keep_finished_s, "keep a finished job's series this long (seconds), for "
-                                                              "the last scrapes")
-        ->capture_default_str()
-        ->check(CLI::Range(0.0, 86400.0));
-    c.app->add_option("--resources-interval", c.p.opts.resources_interval_ms, "as for a single run")
-        ->capture_default_str()
-        ->check(CLI::Range(0, 60000));
-    add_rule_options(c.app, c.p);
-    add_disk_reserve_option(c.app, c.p);
-}
-
 } // namespace
 
 int main(int argc, char** argv)
@@ -252,21 +201,8 @@ int main(int argc, char** argv)
             return lotus::cli::run_dump(dump.pid, !dump.no_native);
         if (rules.app->parsed())
             return lotus::cli::write_builtin_rules(rules.output);
-        if (agent.app->parsed()) {
-            agent.a.session = agent.p.opts;
-            try {
-                agent.a.users = lotus::cli::parse_users(agent.users);
-            } catch (const std::invalid_argument& e) {
-                throw CLI::ValidationError("--users", e.what());
-            }
-            try {
-                for (const auto& c : agent.cgroups)
-                    agent.a.cgroups.push_back(lotus::cli::cgroup_prefix(c));
-            } catch (const std::invalid_argument& e) {
-                throw CLI::ValidationError("--cgroup", e.what());
-            }
-            return lotus::cli::run_agent(agent.a);
-        }
+        if (agent.app->parsed())
+            return lotus::cli::run_agent(agent_options(agent));
         if (sweep.app->parsed())
             return run_sweep_command(sweep);
         if (record.app->parsed()) {
