@@ -348,3 +348,32 @@ TEST(CommandLine, Agent)
     EXPECT_FALSE(bad.parse({"agent", "--cgroup", "relative"}, [&] { agent_options(b); }));
     bad.expect_refused("--cgroup: relative");
 }
+
+TEST(CommandLine, Sweep)
+{
+    Sub s;
+    SweepCommand c;
+    SweepOptions* sw = nullptr;
+    add_sweep(s.app, c);
+    ASSERT_TRUE(s.parse({"sweep", "--param", "workers=1,2,4", "--cpus", "1,2", "--repeats", "3", "-d", "20", "--net",
+                         "--disk-reserve", "10", "--", "python3", "train.py", "--workers", "{workers}"},
+                        [&] { sw = &sweep_options(c); }))
+        << s.err;
+    ASSERT_TRUE(sw);
+    ASSERT_EQ(sw->params.size(), 1u);
+    EXPECT_EQ(sw->params[0].first, "workers");
+    EXPECT_EQ(sw->params[0].second, (std::vector<std::string>{"1", "2", "4"}));
+    EXPECT_EQ(sw->cpus, (std::vector<std::string>{"1", "2"}));
+    EXPECT_TRUE(sw->memory.empty());
+    EXPECT_EQ(sw->repeats, 3u);
+    EXPECT_EQ(sw->command, (std::vector<std::string>{"python3", "train.py", "--workers", "{workers}"}));
+    // What each run gets, as its own flags; the reserve is the sweep's table's too.
+    EXPECT_EQ(sw->pass, (std::vector<std::string>{"-d", "20", "--net", "--disk-reserve", "10"}));
+    EXPECT_EQ(sw->disk_reserve_pct, 10.0);
+
+    Sub bad;
+    SweepCommand b;
+    add_sweep(bad.app, b);
+    EXPECT_FALSE(bad.parse({"sweep", "--param", "w=1", "--param", "w=2", "--", "true"}, [&] { sweep_options(b); }));
+    bad.expect_refused("sweep: --param w given twice");
+}

@@ -1,9 +1,13 @@
-// The tracing commands' command line (command_line.h).
+// Every command's command line (command_line.h).
 #include "command_line.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <sstream>
+
+#include "launch/cgroup.h"
 
 namespace lotus::cli::cmdline {
 
@@ -50,6 +54,16 @@ void add_top(CLI::App& app, TraceCommand& c)
 }
 
 namespace {
+
+// "a,b,c" as its items ("" gives none).
+std::vector<std::string> split_commas(const std::string& list)
+{
+    std::vector<std::string> out;
+    std::stringstream in(list);
+    for (std::string v; std::getline(in, v, ',');)
+        out.push_back(v);
+    return out;
+}
 
 // report/export: the first file is the replay's, the others join it (several nodes).
 void take_files(ReplayCommand& c)
@@ -248,6 +262,97 @@ AgentOptions& agent_options(AgentCommand& c)
         throw CLI::ValidationError("--cgroup", e.what());
     }
     return c.a;
+}
+
+void add_sweep(CLI::App& app, SweepCommand& c)
+{
+    auto* sweep = c.app = app.add_subcommand("sweep", "launch and trace a command once per configuration (the job's own "
+                                                      "settings crossed with limits), then one table: lotus-bpf sweep "
+                                                      "--param workers=1,2,4 [--cpus 1,2] -- CMD --workers {workers}");
+    sweep->add_option("--param", c.params, "NAME=V1,V2,...: a setting of the job to vary; {NAME} in the command is "
+                                           "replaced by each value (repeatable: every combination)")
+        ->check(kNonEmpty);
+    sweep->add_option("--repeats", c.sw.repeats, "runs per configuration, interleaved; the table gives their median "
+                                                 "and spread")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100));
+    sweep->add_option("--html", c.sw.html, "also write the table as an HTML page (samples/s per configuration as bars)")
+        ->check(kNonEmpty);
+    sweep->add_option("--cpus", c.cpus, "comma list of CPU limits (each a run)")->check(kNonEmpty);
+    sweep->add_option("--memory", c.memory, "comma list of memory limits (each a run; with --cpus: every pair)")
+        ->check(kNonEmpty);
+    sweep->add_option("--output-dir", c.sw.dir, "where each run's summary (.txt), trace (.json), summary JSON and HTML "
+                                                "report go: a directory the sweep makes, or one an earlier sweep made")
+        ->capture_default_str()
+        ->check(kNonEmpty);
+    sweep->add_option("--summary-json", c.sw.summary_json, "also write the table as JSON to this file")->check(kNonEmpty);
+    sweep->add_option("-d,--duration", c.duration, "stop each run after this many seconds")->check(kSeconds);
+    sweep->add_option("--resources-interval", c.interval, "as for a single run")->check(CLI::Range(0, 60000));
+    sweep->add_flag("--net", c.net, "as for a single run");
+    sweep->add_option("--pipeline", c.pipelines, "as for a single run (repeatable)")->check(kNonEmpty);
+    sweep->add_option("--span", c.spans, "as for a single run (repeatable)")->check(kNonEmpty);
+    sweep->add_option("--rules", c.rules, "as for a single run")->check(kNonEmpty);
+    sweep->add_option("--trainer-calls", c.trainer_calls, "as for a single run")
+        ->check(CLI::IsMember({"auto", "on", "off"}));
+    sweep->add_option("--disk-reserve", c.reserve, "as for a single run: each run's outputs and the sweep's table keep "
+                                                   "this much of their file system free (percent; default 5)")
+        ->check(CLI::Range(0.0, 99.0));
+    sweep->add_option("command", c.sw.command, "the command to run (after --)")->required();
+    sweep->positionals_at_end();
+}
+
+SweepOptions& sweep_options(SweepCommand& c)
+{
+    auto& sw = c.sw;
+    sw.cpus = split_commas(c.cpus);
+    sw.memory = split_commas(c.memory);
+    for (const auto& p : c.params) {
+        auto eq = p.find('=');
+        std::string name = eq == std::string::npos ? "" : p.substr(0, eq);
+        auto values = eq == std::string::npos ? std::vector<std::string>{} : split_commas(p.substr(eq + 1));
+        if (name.empty() || values.empty() || std::find(values.begin(), values.end(), "") != values.end() ||
+            name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != std::string::npos)
+            throw CLI::ValidationError(fmt::format("sweep: --param wants NAME=V1,V2 (NAME of letters, digits, _ and -), "
+                                                   "not '{}'", p));
+        for (const auto& [seen, v] : sw.params)
+            if (seen == name)
+                throw CLI::ValidationError(fmt::format("sweep: --param {} given twice", name));
+        sw.params.emplace_back(name, values);
+    }
+    if (sw.cpus.empty() && sw.memory.empty() && sw.params.empty())
+        throw CLI::ValidationError("sweep: give --param NAME=LIST, --cpus LIST and/or --memory LIST");
+    for (const auto& cpus : sw.cpus) {
+        char* end = nullptr;
+        double v = strtod(cpus.c_str(), &end);
+        if (cpus.empty() || *end || !(v >= 0.01 && v <= 4096))
+            throw CLI::ValidationError(fmt::format("sweep: --cpus wants numbers of CPUs, not '{}'", cpus));
+    }
+    for (const auto& m : sw.memory)
+        try {
+            launch::parse_bytes(m);
+        } catch (const std::exception& e) {
+            throw CLI::ValidationError(fmt::format("sweep: --memory: {}", e.what()));
+        }
+    // What each run gets of the sweep's options.
+    auto pass = [&](const char* flag, const std::string& v) {
+        if (!v.empty())
+            sw.pass.insert(sw.pass.end(), {flag, v});
+    };
+    pass("-d", c.duration);
+    pass("--resources-interval", c.interval);
+    if (c.net)
+        sw.pass.push_back("--net");
+    for (const auto& v : c.pipelines)
+        pass("--pipeline", v);
+    for (const auto& v : c.spans)
+        pass("--span", v);
+    for (const auto& v : c.rules)
+        pass("--rules", v);
+    pass("--disk-reserve", c.reserve);
+    pass("--trainer-calls", c.trainer_calls);
+    if (!c.reserve.empty()) // the sweep's own table too
+        sw.disk_reserve_pct = std::stod(c.reserve);
+    return sw;
 }
 
 int parse_error_exit(CLI::App& app, const CLI::ParseError& e)

@@ -1,7 +1,7 @@
-// The command line of the commands that trace (the one-step path, record, top) and of those that reconstruct a
-// record file (export, report): their options, filling the run's Options, and their checks; and the usage-error
-// path every command shares. main.cpp builds its app from these;
-// the unit tests parse real command lines through them.
+// Every command's command line: those that trace (the one-step path, record, top) and those that reconstruct a
+// record file (export, report), filling the run's Options; agent, sweep, diff, probes, dump and rules, each filling
+// its own; their checks; and the usage-error path every command shares. main.cpp builds its app from these and
+// dispatches; the unit tests parse real command lines through them.
 #pragma once
 #include <CLI/CLI.hpp>
 
@@ -12,6 +12,7 @@
 #include "agent.h"
 #include "option_groups.h"
 #include "options.h"
+#include "sweep.h"
 
 namespace lotus::cli::cmdline {
 
@@ -93,6 +94,21 @@ struct AgentCommand {
 void add_agent(CLI::App& app, AgentCommand& c);
 // Once parsed: its options, each job's run and --users and --cgroup resolved (a CLI::ValidationError when not).
 AgentOptions& agent_options(AgentCommand& c);
+
+// sweep: its options as given, made into SweepOptions once parsed.
+struct SweepCommand {
+    CLI::App* app = nullptr;
+    SweepOptions sw;
+    std::vector<std::string> params; // NAME=V1,V2
+    std::string cpus, memory, duration, interval, reserve, trainer_calls;
+    std::vector<std::string> pipelines, spans, rules;
+    bool net = false;
+};
+
+void add_sweep(CLI::App& app, SweepCommand& c);
+// Once parsed: its SweepOptions, the lists split and checked (a CLI::ValidationError when not), and what each run
+// gets of the sweep's options.
+SweepOptions& sweep_options(SweepCommand& c);
 
 // A parse error's exit: help and version print and give 0; a usage error one line on stderr, status 2.
 int parse_error_exit(CLI::App& app, const CLI::ParseError& e);
