@@ -1,5 +1,5 @@
-// The tracing commands' command line (cli/command_line.h): real command lines parsed into the run's Options, and
-// the usage-error path (one line on stderr, status 2) for the ones lotus-bpf refuses.
+// Every command's command line (cli/command_line.h): real command lines parsed into the run's Options (or the
+// command's own options), and the usage-error path (one line on stderr, status 2) for the ones lotus-bpf refuses.
 #include <gtest/gtest.h>
 
 #include <map>
