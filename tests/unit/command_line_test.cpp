@@ -1,5 +1,5 @@
-// The tracing commands' command line (cli/command_line.h): real command lines parsed into the run's Options, and
-// the usage-error path (one line on stderr, status 2) for the ones lotus-bpf refuses.
+// Every command's command line (cli/command_line.h): real command lines parsed into the run's Options (or the
+// command's own options), and the usage-error path (one line on stderr, status 2) for the ones lotus-bpf refuses.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -54,6 +54,42 @@ struct Line {
         }
         err = testing::internal::GetCapturedStderr();
         return out;
+    }
+};
+
+// One of main's other subcommands, added to an app by its library function: parses "lotus-bpf ARGS...", then runs
+// `then` (that command's checks, once parsed); false, with the status and stderr, when the line is refused.
+struct Sub {
+    CLI::App app{"test"};
+    std::string err;
+    int status = -1; // -1: parsed
+
+    template <class Then>
+    bool parse(std::vector<std::string> args, Then then)
+    {
+        app.require_subcommand(0, 1);
+        args.insert(args.begin(), "lotus-bpf");
+        std::vector<char*> argv;
+        for (auto& a : args)
+            argv.push_back(a.data());
+        testing::internal::CaptureStderr();
+        try {
+            app.parse(static_cast<int>(argv.size()), argv.data());
+            then();
+        } catch (const CLI::ParseError& e) {
+            status = parse_error_exit(app, e);
+        }
+        err = testing::internal::GetCapturedStderr();
+        return status == -1;
+    }
+
+    // A refused line: status 2, one line on stderr naming what was wrong.
+    void expect_refused(const std::string& says) const
+    {
+        EXPECT_EQ(status, 2);
+        EXPECT_EQ(err.rfind("lotus-bpf: ", 0), 0u) << err;
+        EXPECT_NE(err.find(says), std::string::npos) << "wanted '" << says << "' in: " << err;
+        EXPECT_EQ(err.find('\n'), err.size() - 1) << err;
     }
 };
 
@@ -210,4 +246,134 @@ TEST(CommandLine, HelpIsNotAUsageError)
     EXPECT_EQ(l.status, 0);
     EXPECT_TRUE(l.err.empty()) << l.err;
     EXPECT_NE(out.find("--native-map"), std::string::npos);
+}
+
+TEST(CommandLine, Rules)
+{
+    Sub s;
+    RulesCommand c;
+    add_rules(s.app, c);
+    ASSERT_TRUE(s.parse({"rules", "-o", "torch.json"}, [] {})) << s.err;
+    EXPECT_TRUE(c.app->parsed());
+    EXPECT_EQ(c.output, "torch.json");
+
+    Sub bad;
+    RulesCommand b;
+    add_rules(bad.app, b);
+    EXPECT_FALSE(bad.parse({"rules", "-o", ""}, [] {}));
+    bad.expect_refused("--output");
+}
+
+TEST(CommandLine, Diff)
+{
+    Sub s;
+    DiffCommand c;
+    add_diff(s.app, c);
+    ASSERT_TRUE(s.parse({"diff", "before.lbt", "after.json", "--html", "d.html"}, [] {})) << s.err;
+    EXPECT_TRUE(c.app->parsed());
+    EXPECT_EQ(c.a, "before.lbt");
+    EXPECT_EQ(c.b, "after.json");
+    EXPECT_EQ(c.html, "d.html");
+
+    Sub bad;
+    DiffCommand b;
+    add_diff(bad.app, b);
+    EXPECT_FALSE(bad.parse({"diff", "before.lbt"}, [] {}));
+    bad.expect_refused("B is required");
+}
+
+TEST(CommandLine, Dump)
+{
+    Sub s;
+    DumpCommand c;
+    add_dump(s.app, c);
+    ASSERT_TRUE(s.parse({"dump", "12345", "--no-native"}, [] {})) << s.err;
+    EXPECT_TRUE(c.app->parsed());
+    EXPECT_EQ(c.pid, 12345);
+    EXPECT_TRUE(c.no_native);
+
+    Sub bad;
+    DumpCommand b;
+    add_dump(bad.app, b);
+    EXPECT_FALSE(bad.parse({"dump", "0"}, [] {}));
+    bad.expect_refused("PID");
+}
+
+TEST(CommandLine, Probes)
+{
+    Sub s;
+    ProbesCommand c;
+    std::optional<int> pid;
+    add_probes(s.app, c);
+    ASSERT_TRUE(s.parse({"probes", "--pid", "4242"}, [&] { pid = probed_pid(c); })) << s.err;
+    EXPECT_EQ(pid, 4242);
+    EXPECT_TRUE(c.python.empty());
+
+    Sub py;
+    ProbesCommand p;
+    add_probes(py.app, p);
+    ASSERT_TRUE(py.parse({"probes", "/usr/bin/python3"}, [&] { pid = probed_pid(p); })) << py.err;
+    EXPECT_EQ(pid, std::nullopt);
+    EXPECT_EQ(p.python, "/usr/bin/python3");
+
+    Sub bad;
+    ProbesCommand b;
+    add_probes(bad.app, b);
+    EXPECT_FALSE(bad.parse({"probes", "--pid", "12", "/usr/bin/python3"}, [&] { probed_pid(b); }));
+    bad.expect_refused("not both");
+}
+
+TEST(CommandLine, Agent)
+{
+    Sub s;
+    AgentCommand c;
+    AgentOptions* a = nullptr;
+    add_agent(s.app, c);
+    ASSERT_TRUE(s.parse({"agent", "--metrics", "0.0.0.0:9464", "--match", "*train*", "--users", "root,0", "--cgroup",
+                         "/kubepods", "--max-jobs", "3", "--node", "n1", "--resources-interval", "250"},
+                        [&] { a = &agent_options(c); }))
+        << s.err;
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->metrics, "0.0.0.0:9464");
+    EXPECT_EQ(a->match, std::vector<std::string>{"*train*"});
+    EXPECT_EQ(a->users, (std::vector<uint32_t>{0, 0}));
+    EXPECT_EQ(a->cgroups, std::vector<std::string>{cgroup_prefix("/kubepods")});
+    EXPECT_EQ(a->max_jobs, 3u);
+    EXPECT_EQ(a->session.node, "n1"); // each job's run
+    EXPECT_EQ(a->session.resources_interval_ms, 250);
+
+    Sub bad;
+    AgentCommand b;
+    add_agent(bad.app, b);
+    EXPECT_FALSE(bad.parse({"agent", "--cgroup", "relative"}, [&] { agent_options(b); }));
+    bad.expect_refused("--cgroup: relative");
+}
+
+TEST(CommandLine, Sweep)
+{
+    Sub s;
+    SweepCommand c;
+    SweepOptions* sw = nullptr;
+    add_sweep(s.app, c);
+    ASSERT_TRUE(s.parse({"sweep", "--param", "workers=1,2,4", "--cpus", "1,2", "--repeats", "3", "-d", "20", "--net",
+                         "--disk-reserve", "10", "--", "python3", "train.py", "--workers", "{workers}"},
+                        [&] { sw = &sweep_options(c); }))
+        << s.err;
+    ASSERT_TRUE(sw);
+    ASSERT_EQ(sw->params.size(), 1u);
+    EXPECT_EQ(sw->params[0].first, "workers");
+    EXPECT_EQ(sw->params[0].second, (std::vector<std::string>{"1", "2", "4"}));
+    EXPECT_EQ(sw->cpus, (std::vector<std::string>{"1", "2"}));
+    EXPECT_TRUE(sw->memory.empty());
+    EXPECT_EQ(sw->repeats, 3u);
+    EXPECT_EQ(sw->command, (std::vector<std::string>{"python3", "train.py", "--workers", "{workers}"}));
+    // What each run gets, as its own flags; the reserve is the sweep's table's too.
+    EXPECT_EQ(sw->pass, (std::vector<std::string>{"-d", "20", "--net", "--disk-reserve", "10"}));
+    EXPECT_EQ(sw->disk_reserve_pct, 10.0);
+
+    Sub bad;
+    SweepCommand b;
+    add_sweep(bad.app, b);
+    EXPECT_FALSE(bad.parse({"sweep", "--param", "w=1", "--param", "w=2", "--", "true"}, [&] { sweep_options(b); }));
+    bad.expect_refused("sweep: --param w given twice");
 }

@@ -1,9 +1,13 @@
-// The tracing commands' command line (command_line.h).
+// Every command's command line (command_line.h).
 #include "command_line.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <sstream>
+
+#include "launch/cgroup.h"
 
 namespace lotus::cli::cmdline {
 
@@ -50,6 +54,16 @@ void add_top(CLI::App& app, TraceCommand& c)
 }
 
 namespace {
+
+// "a,b,c" as its items ("" gives none).
+std::vector<std::string> split_commas(const std::string& list)
+{
+    std::vector<std::string> out;
+    std::stringstream in(list);
+    for (std::string v; std::getline(in, v, ',');)
+        out.push_back(v);
+    return out;
+}
 
 // report/export: the first file is the replay's, the others join it (several nodes).
 void take_files(ReplayCommand& c)
@@ -144,6 +158,201 @@ Options& one_step(TraceCommand& c)
     check_limits(c.p, c.pid->count() || !opts.replay.empty());
     parse_window(c.p);
     return opts;
+}
+
+void add_rules(CLI::App& app, RulesCommand& c)
+{
+    c.app = app.add_subcommand("rules", "write the built-in rules (what lotus-bpf knows of torch and torchvision) "
+                                        "as a --rules file, to change and pass back with --rules FILE");
+    c.app->add_option("-o,--output", c.output, "write here (default: stdout)")->check(kNonEmpty);
+}
+
+void add_diff(CLI::App& app, DiffCommand& c)
+{
+    auto* diff = c.app = app.add_subcommand("diff", "compare two runs, each a summary JSON (--summary-json) or a "
+                                                    "record file (no root needed)");
+    diff->add_option("A", c.a, "the first run")->required()->check(kNonEmpty);
+    diff->add_option("B", c.b, "the second run")->required()->check(kNonEmpty);
+    diff->add_option("--html", c.html, "also write the comparison as an HTML page (offline, one file)")->check(kNonEmpty);
+}
+
+void add_dump(CLI::App& app, DumpCommand& c)
+{
+    c.app = app.add_subcommand("dump", "print every thread's Python stack (innermost first) of a process and its "
+                                       "descendants (its DataLoader workers), and the native stack of each blocked in "
+                                       "a system call, read from outside: no probe, no stop (like py-spy dump)");
+    c.app->add_option("PID", c.pid, "the process (the training job's main process)")
+        ->required()
+        ->check(CLI::PositiveNumber);
+    c.app->add_flag("--no-native", c.no_native, "Python stacks only");
+}
+
+void add_probes(CLI::App& app, ProbesCommand& c)
+{
+    c.app = app.add_subcommand("probes", "what this kernel offers lotus-bpf and the plan chosen from it; with an "
+                                         "interpreter, where lotus-bpf probes it: its file, version, and the file "
+                                         "offsets of the type-slot functions and the evaluator (no root needed)");
+    c.pid_opt = c.app->add_option("-p,--pid", c.pid, "a running Python process")->check(CLI::PositiveNumber);
+    c.app->add_option("python", c.python, "a Python executable")->check(kNonEmpty);
+}
+
+std::optional<int> probed_pid(const ProbesCommand& c)
+{
+    if (c.pid_opt->count() && !c.python.empty())
+        throw CLI::ValidationError("probes: give --pid PID or a Python executable, not both");
+    return c.pid_opt->count() ? std::optional<int>(c.pid) : std::nullopt;
+}
+
+void add_agent(CLI::App& app, AgentCommand& c)
+{
+    c.app = app.add_subcommand("agent", "a node's tracer as a service: keep --metrics up, attach to each PyTorch "
+                                        "training process as it starts (with its children), detach when it ends; "
+                                        "SIGTERM detaches everything (docs/agent.md)");
+    c.app->add_option("--metrics", c.a.metrics, "serve Prometheus metrics at HOST:PORT")
+        ->capture_default_str()
+        ->check(kBindAddress);
+    c.app->add_option("--match", c.a.match, "only processes whose command line matches this glob (repeatable; "
+                                            "default: every CPython process that loaded torch)")
+        ->check(kNonEmpty);
+    auto* record_dir = c.app->add_option("--record-dir", c.a.record_dir, "also keep one record file per job in this "
+                                                                       "directory")
+        ->check(kNonEmpty);
+    c.app->add_option("--record-max-mb", c.a.record_max_mb, "keep the agent's record files in --record-dir within "
+                                                            "this many MiB, deleting its oldest first")
+        ->check(kMebibytes)
+        ->needs(record_dir);
+    c.app->add_option("--users", c.users, "only the jobs of these users (names or uids, comma-separated; "
+                                          "repeatable; default: every user's)")
+        ->delimiter(',');
+    c.app->add_option("--cgroup", c.cgroups, "only the jobs at or under this cgroup path, as /proc/PID/cgroup shows "
+                                             "it, v1 or v2 (repeatable)");
+    c.app->add_option("--max-jobs", c.a.max_jobs, "trace at most this many jobs at once; the rest are skipped "
+                                                  "(said and counted)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 4096));
+    c.app->add_option("--node", c.p.opts.node, "this machine's name in the metrics and the record files (default: "
+                                               "its hostname)")
+        ->check(kNonEmpty);
+    c.app->add_option("--scan-interval", c.a.scan_interval_s, "look through /proc for new jobs this often (seconds)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.05, 60.0));
+    c.app->add_option("--keep-finished", c.a.keep_finished_s, "keep a finished job's series this long (seconds), for "
+                                                              "the last scrapes")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 86400.0));
+    c.app->add_option("--resources-interval", c.p.opts.resources_interval_ms, "as for a single run")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 60000));
+    add_rule_options(c.app, c.p);
+    add_disk_reserve_option(c.app, c.p);
+}
+
+AgentOptions& agent_options(AgentCommand& c)
+{
+    c.a.session = c.p.opts;
+    try {
+        c.a.users = parse_users(c.users);
+    } catch (const std::invalid_argument& e) {
+        throw CLI::ValidationError("--users", e.what());
+    }
+    try {
+        for (const auto& g : c.cgroups)
+            c.a.cgroups.push_back(cgroup_prefix(g));
+    } catch (const std::invalid_argument& e) {
+        throw CLI::ValidationError("--cgroup", e.what());
+    }
+    return c.a;
+}
+
+void add_sweep(CLI::App& app, SweepCommand& c)
+{
+    auto* sweep = c.app = app.add_subcommand("sweep", "launch and trace a command once per configuration (the job's own "
+                                                      "settings crossed with limits), then one table: lotus-bpf sweep "
+                                                      "--param workers=1,2,4 [--cpus 1,2] -- CMD --workers {workers}");
+    sweep->add_option("--param", c.params, "NAME=V1,V2,...: a setting of the job to vary; {NAME} in the command is "
+                                           "replaced by each value (repeatable: every combination)")
+        ->check(kNonEmpty);
+    sweep->add_option("--repeats", c.sw.repeats, "runs per configuration, interleaved; the table gives their median "
+                                                 "and spread")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100));
+    sweep->add_option("--html", c.sw.html, "also write the table as an HTML page (samples/s per configuration as bars)")
+        ->check(kNonEmpty);
+    sweep->add_option("--cpus", c.cpus, "comma list of CPU limits (each a run)")->check(kNonEmpty);
+    sweep->add_option("--memory", c.memory, "comma list of memory limits (each a run; with --cpus: every pair)")
+        ->check(kNonEmpty);
+    sweep->add_option("--output-dir", c.sw.dir, "where each run's summary (.txt), trace (.json), summary JSON and HTML "
+                                                "report go: a directory the sweep makes, or one an earlier sweep made")
+        ->capture_default_str()
+        ->check(kNonEmpty);
+    sweep->add_option("--summary-json", c.sw.summary_json, "also write the table as JSON to this file")->check(kNonEmpty);
+    sweep->add_option("-d,--duration", c.duration, "stop each run after this many seconds")->check(kSeconds);
+    sweep->add_option("--resources-interval", c.interval, "as for a single run")->check(CLI::Range(0, 60000));
+    sweep->add_flag("--net", c.net, "as for a single run");
+    sweep->add_option("--pipeline", c.pipelines, "as for a single run (repeatable)")->check(kNonEmpty);
+    sweep->add_option("--span", c.spans, "as for a single run (repeatable)")->check(kNonEmpty);
+    sweep->add_option("--rules", c.rules, "as for a single run")->check(kNonEmpty);
+    sweep->add_option("--trainer-calls", c.trainer_calls, "as for a single run")
+        ->check(CLI::IsMember({"auto", "on", "off"}));
+    sweep->add_option("--disk-reserve", c.reserve, "as for a single run: each run's outputs and the sweep's table keep "
+                                                   "this much of their file system free (percent; default 5)")
+        ->check(CLI::Range(0.0, 99.0));
+    sweep->add_option("command", c.sw.command, "the command to run (after --)")->required();
+    sweep->positionals_at_end();
+}
+
+SweepOptions& sweep_options(SweepCommand& c)
+{
+    auto& sw = c.sw;
+    sw.cpus = split_commas(c.cpus);
+    sw.memory = split_commas(c.memory);
+    for (const auto& p : c.params) {
+        auto eq = p.find('=');
+        std::string name = eq == std::string::npos ? "" : p.substr(0, eq);
+        auto values = eq == std::string::npos ? std::vector<std::string>{} : split_commas(p.substr(eq + 1));
+        if (name.empty() || values.empty() || std::find(values.begin(), values.end(), "") != values.end() ||
+            name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != std::string::npos)
+            throw CLI::ValidationError(fmt::format("sweep: --param wants NAME=V1,V2 (NAME of letters, digits, _ and -), "
+                                                   "not '{}'", p));
+        for (const auto& [seen, v] : sw.params)
+            if (seen == name)
+                throw CLI::ValidationError(fmt::format("sweep: --param {} given twice", name));
+        sw.params.emplace_back(name, values);
+    }
+    if (sw.cpus.empty() && sw.memory.empty() && sw.params.empty())
+        throw CLI::ValidationError("sweep: give --param NAME=LIST, --cpus LIST and/or --memory LIST");
+    for (const auto& cpus : sw.cpus) {
+        char* end = nullptr;
+        double v = strtod(cpus.c_str(), &end);
+        if (cpus.empty() || *end || !(v >= 0.01 && v <= 4096))
+            throw CLI::ValidationError(fmt::format("sweep: --cpus wants numbers of CPUs, not '{}'", cpus));
+    }
+    for (const auto& m : sw.memory)
+        try {
+            launch::parse_bytes(m);
+        } catch (const std::exception& e) {
+            throw CLI::ValidationError(fmt::format("sweep: --memory: {}", e.what()));
+        }
+    // What each run gets of the sweep's options.
+    auto pass = [&](const char* flag, const std::string& v) {
+        if (!v.empty())
+            sw.pass.insert(sw.pass.end(), {flag, v});
+    };
+    pass("-d", c.duration);
+    pass("--resources-interval", c.interval);
+    if (c.net)
+        sw.pass.push_back("--net");
+    for (const auto& v : c.pipelines)
+        pass("--pipeline", v);
+    for (const auto& v : c.spans)
+        pass("--span", v);
+    for (const auto& v : c.rules)
+        pass("--rules", v);
+    pass("--disk-reserve", c.reserve);
+    pass("--trainer-calls", c.trainer_calls);
+    if (!c.reserve.empty()) // the sweep's own table too
+        sw.disk_reserve_pct = std::stod(c.reserve);
+    return sw;
 }
 
 int parse_error_exit(CLI::App& app, const CLI::ParseError& e)

@@ -1,15 +1,18 @@
-// The command line of the commands that trace (the one-step path, record, top) and of those that reconstruct a
-// record file (export, report): their options, filling the run's Options, and their checks; and the usage-error
-// path every command shares. main.cpp builds its app from these;
-// the unit tests parse real command lines through them.
+// Every command's command line: those that trace (the one-step path, record, top) and those that reconstruct a
+// record file (export, report), filling the run's Options; agent, sweep, diff, probes, dump and rules, each filling
+// its own; their checks; and the usage-error path every command shares. main.cpp builds its app from these and
+// dispatches; the unit tests parse real command lines through them.
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "agent.h"
 #include "option_groups.h"
 #include "options.h"
+#include "sweep.h"
 
 namespace lotus::cli::cmdline {
 
@@ -46,6 +49,66 @@ Options& reported(ReplayCommand& c);
 Options& traced_by(TraceCommand& c, const char* name);
 // The one-step path's checks.
 Options& one_step(TraceCommand& c);
+
+// rules: write the built-in rules to output (empty: stdout).
+struct RulesCommand {
+    CLI::App* app = nullptr;
+    std::string output;
+};
+void add_rules(CLI::App& app, RulesCommand& c);
+
+// diff: two runs (summary JSONs or record files) and the optional HTML page.
+struct DiffCommand {
+    CLI::App* app = nullptr;
+    std::string a, b, html;
+};
+void add_diff(CLI::App& app, DiffCommand& c);
+
+// dump: the process whose stacks to print, and whether native stacks too.
+struct DumpCommand {
+    CLI::App* app = nullptr;
+    int pid = 0;
+    bool no_native = false;
+};
+void add_dump(CLI::App& app, DumpCommand& c);
+
+// probes: the kernel's offer and plan; with --pid or a Python executable (not both), where lotus-bpf probes it.
+struct ProbesCommand {
+    CLI::App* app = nullptr;
+    CLI::Option* pid_opt = nullptr;
+    std::string python;
+    int pid = 0;
+};
+void add_probes(CLI::App& app, ProbesCommand& c);
+// Once parsed: its --pid, if given (a CLI::ValidationError with a Python executable too).
+std::optional<int> probed_pid(const ProbesCommand& c);
+
+// agent: the node's service, its options, and each job's run.
+struct AgentCommand {
+    CLI::App* app = nullptr;
+    AgentOptions a;
+    std::vector<std::string> users, cgroups; // --users and --cgroup as given: resolved by agent_options
+    Parsed p; // each job's run
+};
+
+void add_agent(CLI::App& app, AgentCommand& c);
+// Once parsed: its options, each job's run and --users and --cgroup resolved (a CLI::ValidationError when not).
+AgentOptions& agent_options(AgentCommand& c);
+
+// sweep: its options as given, made into SweepOptions once parsed.
+struct SweepCommand {
+    CLI::App* app = nullptr;
+    SweepOptions sw;
+    std::vector<std::string> params; // NAME=V1,V2
+    std::string cpus, memory, duration, interval, reserve, trainer_calls;
+    std::vector<std::string> pipelines, spans, rules;
+    bool net = false;
+};
+
+void add_sweep(CLI::App& app, SweepCommand& c);
+// Once parsed: its SweepOptions, the lists split and checked (a CLI::ValidationError when not), and what each run
+// gets of the sweep's options.
+SweepOptions& sweep_options(SweepCommand& c);
 
 // A parse error's exit: help and version print and give 0; a usage error one line on stderr, status 2.
 int parse_error_exit(CLI::App& app, const CLI::ParseError& e);

@@ -2,12 +2,9 @@
 // One step: lotus-bpf --pid PID (or -- CMD) traces, writes the Chrome trace and prints the summary.
 // Like perf: `record` keeps the raw event stream, `export` and `report` reconstruct it offline.
 #include <CLI/CLI.hpp>
-#include <fmt/format.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <sstream>
 #include <tuple>
 #include <vector>
 
@@ -22,7 +19,6 @@
 #include "rules_file.h"
 #include "sweep.h"
 #include "session.h"
-#include "launch/cgroup.h"
 #include "elf/native_functions.h"
 #include "metrics/endpoint.h"
 #include "command_line.h"
@@ -49,233 +45,6 @@ constexpr const char* kFooter = R"(Examples:
 
 Exit status: 0 all written (launch mode: the command's status); 1 cannot trace (one line on stderr);
 2 usage error; 74 an output could not be written (the others were). man lotus-bpf for more.)";
-
-// sweep: its options as given, made into SweepOptions once parsed.
-struct SweepCommand {
-    CLI::App* app = nullptr;
-    lotus::cli::SweepOptions sw;
-    std::vector<std::string> params; // NAME=V1,V2
-    std::string cpus, memory, duration, interval, reserve, trainer_calls;
-    std::vector<std::string> pipelines, spans, rules;
-    bool net = false;
-};
-
-void add_sweep(CLI::App& app, SweepCommand& c)
-{
-    auto* sweep = c.app = app.add_subcommand("sweep", "launch and trace a command once per configuration (the job's own "
-                                                      "settings crossed with limits), then one table: lotus-bpf sweep "
-                                                      "--param workers=1,2,4 [--cpus 1,2] -- CMD --workers {workers}");
-    sweep->add_option("--param", c.params, "NAME=V1,V2,...: a setting of the job to vary; {NAME} in the command is "
-                                           "replaced by each value (repeatable: every combination)")
-        ->check(kNonEmpty);
-    sweep->add_option("--repeats", c.sw.repeats, "runs per configuration, interleaved; the table gives their median "
-                                                 "and spread")
-        ->capture_default_str()
-        ->check(CLI::Range(1, 100));
-    sweep->add_option("--html", c.sw.html, "also write the table as an HTML page (samples/s per configuration as bars)")
-        ->check(kNonEmpty);
-    sweep->add_option("--cpus", c.cpus, "comma list of CPU limits (each a run)")->check(kNonEmpty);
-    sweep->add_option("--memory", c.memory, "comma list of memory limits (each a run; with --cpus: every pair)")
-        ->check(kNonEmpty);
-    sweep->add_option("--output-dir", c.sw.dir, "where each run's summary (.txt), trace (.json), summary JSON and HTML "
-                                                "report go: a directory the sweep makes, or one an earlier sweep made")
-        ->capture_default_str()
-        ->check(kNonEmpty);
-    sweep->add_option("--summary-json", c.sw.summary_json, "also write the table as JSON to this file")->check(kNonEmpty);
-    sweep->add_option("-d,--duration", c.duration, "stop each run after this many seconds")->check(kSeconds);
-    sweep->add_option("--resources-interval", c.interval, "as for a single run")->check(CLI::Range(0, 60000));
-    sweep->add_flag("--net", c.net, "as for a single run");
-    sweep->add_option("--pipeline", c.pipelines, "as for a single run (repeatable)")->check(kNonEmpty);
-    sweep->add_option("--span", c.spans, "as for a single run (repeatable)")->check(kNonEmpty);
-    sweep->add_option("--rules", c.rules, "as for a single run")->check(kNonEmpty);
-    sweep->add_option("--trainer-calls", c.trainer_calls, "as for a single run")
-        ->check(CLI::IsMember({"auto", "on", "off"}));
-    sweep->add_option("--disk-reserve", c.reserve, "as for a single run: each run's outputs and the sweep's table keep "
-                                                   "this much of their file system free (percent; default 5)")
-        ->check(CLI::Range(0.0, 99.0));
-    sweep->add_option("command", c.sw.command, "the command to run (after --)")->required();
-    sweep->positionals_at_end();
-}
-
-std::vector<std::string> split_commas(const std::string& list)
-{
-    std::vector<std::string> out;
-    std::stringstream in(list);
-    for (std::string v; std::getline(in, v, ',');)
-        out.push_back(v);
-    return out;
-}
-
-int run_sweep_command(SweepCommand& c)
-{
-    auto& sw = c.sw;
-    sw.cpus = split_commas(c.cpus);
-    sw.memory = split_commas(c.memory);
-    for (const auto& p : c.params) {
-        auto eq = p.find('=');
-        std::string name = eq == std::string::npos ? "" : p.substr(0, eq);
-        auto values = eq == std::string::npos ? std::vector<std::string>{} : split_commas(p.substr(eq + 1));
-        if (name.empty() || values.empty() || std::find(values.begin(), values.end(), "") != values.end() ||
-            name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != std::string::npos)
-            throw CLI::ValidationError(fmt::format("sweep: --param wants NAME=V1,V2 (NAME of letters, digits, _ and -), "
-                                                   "not '{}'", p));
-        for (const auto& [seen, v] : sw.params)
-            if (seen == name)
-                throw CLI::ValidationError(fmt::format("sweep: --param {} given twice", name));
-        sw.params.emplace_back(name, values);
-    }
-    if (sw.cpus.empty() && sw.memory.empty() && sw.params.empty())
-        throw CLI::ValidationError("sweep: give --param NAME=LIST, --cpus LIST and/or --memory LIST");
-    for (const auto& cpus : sw.cpus) {
-        char* end = nullptr;
-        double v = strtod(cpus.c_str(), &end);
-        if (cpus.empty() || *end || !(v >= 0.01 && v <= 4096))
-            throw CLI::ValidationError(fmt::format("sweep: --cpus wants numbers of CPUs, not '{}'", cpus));
-    }
-    for (const auto& m : sw.memory)
-        try {
-            lotus::launch::parse_bytes(m);
-        } catch (const std::exception& e) {
-            throw CLI::ValidationError(fmt::format("sweep: --memory: {}", e.what()));
-        }
-    // What each run gets of the sweep's options.
-    auto pass = [&](const char* flag, const std::string& v) {
-        if (!v.empty())
-            sw.pass.insert(sw.pass.end(), {flag, v});
-    };
-    pass("-d", c.duration);
-    pass("--resources-interval", c.interval);
-    if (c.net)
-        sw.pass.push_back("--net");
-    for (const auto& v : c.pipelines)
-        pass("--pipeline", v);
-    for (const auto& v : c.spans)
-        pass("--span", v);
-    for (const auto& v : c.rules)
-        pass("--rules", v);
-    pass("--disk-reserve", c.reserve);
-    pass("--trainer-calls", c.trainer_calls);
-    if (!c.reserve.empty()) // the sweep's own table too
-        sw.disk_reserve_pct = std::stod(c.reserve);
-    return lotus::cli::run_sweep(sw);
-}
-
-struct DiffCommand {
-    CLI::App* app = nullptr;
-    std::string a, b, html;
-};
-
-void add_diff(CLI::App& app, DiffCommand& c)
-{
-    auto* diff = c.app = app.add_subcommand("diff", "compare two runs, each a summary JSON (--summary-json) or a "
-                                                    "record file (no root needed)");
-    diff->add_option("A", c.a, "the first run")->required()->check(kNonEmpty);
-    diff->add_option("B", c.b, "the second run")->required()->check(kNonEmpty);
-    diff->add_option("--html", c.html, "also write the comparison as an HTML page (offline, one file)")->check(kNonEmpty);
-}
-
-struct ProbesCommand {
-    CLI::App* app = nullptr;
-    CLI::Option* pid_opt = nullptr;
-    std::string python;
-    int pid = 0;
-};
-
-void add_probes(CLI::App& app, ProbesCommand& c)
-{
-    c.app = app.add_subcommand("probes", "what this kernel offers lotus-bpf and the plan chosen from it; with an "
-                                         "interpreter, where lotus-bpf probes it: its file, version, and the file "
-                                         "offsets of the type-slot functions and the evaluator (no root needed)");
-    c.pid_opt = c.app->add_option("-p,--pid", c.pid, "a running Python process")->check(CLI::PositiveNumber);
-    c.app->add_option("python", c.python, "a Python executable")->check(kNonEmpty);
-}
-
-int run_probes_command(const ProbesCommand& c)
-{
-    if (c.pid_opt->count() && !c.python.empty())
-        throw CLI::ValidationError("probes: give --pid PID or a Python executable, not both");
-    return lotus::cli::run_probes(c.pid_opt->count() ? std::optional<int>(c.pid) : std::nullopt, c.python);
-}
-
-struct DumpCommand {
-    CLI::App* app = nullptr;
-    int pid = 0;
-    bool no_native = false;
-};
-
-void add_dump(CLI::App& app, DumpCommand& c)
-{
-    c.app = app.add_subcommand("dump", "print every thread's Python stack (innermost first) of a process and its "
-                                       "descendants (its DataLoader workers), and the native stack of each blocked in "
-                                       "a system call, read from outside: no probe, no stop (like py-spy dump)");
-    c.app->add_option("PID", c.pid, "the process (the training job's main process)")
-        ->required()
-        ->check(CLI::PositiveNumber);
-    c.app->add_flag("--no-native", c.no_native, "Python stacks only");
-}
-
-struct AgentCommand {
-    CLI::App* app = nullptr;
-    lotus::cli::AgentOptions a;
-    std::vector<std::string> users, cgroups; // (--users and --cgroup: resolved once parsed, in main)
-    Parsed p; // each job's run
-};
-
-void add_agent(CLI::App& app, AgentCommand& c)
-{
-    c.app = app.add_subcommand("agent", "a node's tracer as a service: keep --metrics up, attach to each PyTorch "
-                                        "training process as it starts (with its children), detach when it ends; "
-                                        "SIGTERM detaches everything (docs/agent.md)");
-    c.app->add_option("--metrics", c.a.metrics, "serve Prometheus metrics at HOST:PORT")
-        ->capture_default_str()
-        ->check(kBindAddress);
-    c.app->add_option("--match", c.a.match, "only processes whose command line matches this glob (repeatable; "
-                                            "default: every CPython process that loaded torch)")
-        ->check(kNonEmpty);
-    auto* record_dir = c.app->add_option("--record-dir", c.a.record_dir, "also keep one record file per job in this "
-                                                                       "directory")
-        ->check(kNonEmpty);
-    c.app->add_option("--record-max-mb", c.a.record_max_mb, "keep the agent's record files in --record-dir within "
-                                                            "this many MiB, deleting its oldest first")
-        ->check(kMebibytes)
-        ->needs(record_dir);
-    c.app->add_option("--users", c.users, "only the jobs of these users (names or uids, comma-separated; "
-                                          "repeatable; default: every user's)")
-        ->delimiter(',');
-    c.app->add_option("--cgroup", c.cgroups, "only the jobs at or under this cgroup path, as /proc/PID/cgroup shows "
-                                             "it, v1 or v2 (repeatable)");
-    c.app->add_option("--max-jobs", c.a.max_jobs, "trace at most this many jobs at once; the rest are skipped "
-                                                  "(said and counted)")
-        ->capture_default_str()
-        ->check(CLI::Range(1, 4096));
-    c.app->add_option("--node", c.p.opts.node, "this machine's name in the metrics and the record files (default: "
-                                               "its hostname)")
-        ->check(kNonEmpty);
-    c.app->add_option("--scan-interval", c.a.scan_interval_s, "look through /proc for new jobs this often (seconds)")
-        ->capture_default_str()
-        ->check(CLI::Range(0.05, 60.0));
-    c.app->add_option("--keep-finished", c.a.keep_finished_s, "keep a finished job's series this long (seconds), for "
-                                                              "the last scrapes")
-        ->capture_default_str()
-        ->check(CLI::Range(0.0, 86400.0));
-    c.app->add_option("--resources-interval", c.p.opts.resources_interval_ms, "as for a single run")
-        ->capture_default_str()
-        ->check(CLI::Range(0, 60000));
-    add_rule_options(c.app, c.p);
-    add_disk_reserve_option(c.app, c.p);
-}
-
-struct RulesCommand {
-    CLI::App* app = nullptr;
-    std::string output;
-};
-
-void add_rules(CLI::App& app, RulesCommand& c)
-{
-    c.app = app.add_subcommand("rules", "write the built-in rules (what lotus-bpf knows of torch and torchvision) "
-                                        "as a --rules file, to change and pass back with --rules FILE");
-    c.app->add_option("-o,--output", c.output, "write here (default: stdout)")->check(kNonEmpty);
-}
 
 } // namespace
 
@@ -313,28 +82,15 @@ int main(int argc, char** argv)
         if (diff.app->parsed())
             return lotus::cli::run_diff(diff.a, diff.b, diff.html);
         if (probes.app->parsed())
-            return run_probes_command(probes);
+            return lotus::cli::run_probes(probed_pid(probes), probes.python);
         if (dump.app->parsed())
             return lotus::cli::run_dump(dump.pid, !dump.no_native);
         if (rules.app->parsed())
             return lotus::cli::write_builtin_rules(rules.output);
-        if (agent.app->parsed()) {
-            agent.a.session = agent.p.opts;
-            try {
-                agent.a.users = lotus::cli::parse_users(agent.users);
-            } catch (const std::invalid_argument& e) {
-                throw CLI::ValidationError("--users", e.what());
-            }
-            try {
-                for (const auto& c : agent.cgroups)
-                    agent.a.cgroups.push_back(lotus::cli::cgroup_prefix(c));
-            } catch (const std::invalid_argument& e) {
-                throw CLI::ValidationError("--cgroup", e.what());
-            }
-            return lotus::cli::run_agent(agent.a);
-        }
+        if (agent.app->parsed())
+            return lotus::cli::run_agent(agent_options(agent));
         if (sweep.app->parsed())
-            return run_sweep_command(sweep);
+            return lotus::cli::run_sweep(sweep_options(sweep));
         if (record.app->parsed()) {
             session = &traced_by(record, "record");
         } else if (top.app->parsed()) {
