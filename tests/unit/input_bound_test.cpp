@@ -223,7 +223,7 @@ TEST(InputBoundGrade, NotKnownIsSaidAndLeftOut)
         auto doc = nlohmann::json::parse(exporter::report_json(job.report(b)));
         EXPECT_TRUE(doc["training"][0]["input_bound_grade"].is_null());
         EXPECT_TRUE(doc["batches"]["input_bound_grade"].is_null());
-        auto reg = std::make_shared<prometheus::Registry>();
+        auto reg = std::make_shared<metrics::SharedRegistry>();
         metrics::PipelineMetrics m(reg, {"n1", "test", "3.11", 100, {}});
         m.refresh(job.engine.processes(), &job.engine.batches());
         std::string e = exposition(*reg);
@@ -325,7 +325,7 @@ TEST(InputBoundGrade, PerRankInEveryRendering)
     EXPECT_TRUE(has(h, "<td>not input-bound</td></tr>"));
 
     // The metric: one series per rank, 2 highly, 0 not, with its share.
-    auto reg = std::make_shared<prometheus::Registry>();
+    auto reg = std::make_shared<metrics::SharedRegistry>();
     metrics::PipelineMetrics m(reg, {"n1", "test", "3.11", L, {}});
     m.refresh(job.engine.processes(), &job.engine.batches());
     std::string e = exposition(*reg);

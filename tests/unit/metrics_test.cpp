@@ -65,7 +65,7 @@ Span owned(SpanKind k, std::string name, uint32_t pid, uint64_t start, uint64_t 
 
 TEST(PipelineMetrics, SpansBecomeCountersAndHistogramsLabelledByRankLoaderWorkerAndOp)
 {
-    auto reg = std::make_shared<prometheus::Registry>();
+    auto reg = std::make_shared<metrics::SharedRegistry>();
     metrics::PipelineMetrics m(reg, {"node-a", "0.1.0", "3.11.2", 4242, {}});
     auto procs = ranked_job();
     for (int i = 0; i < 3; i++) {
@@ -120,7 +120,7 @@ TEST(PipelineMetrics, BucketsResolveTenMicrosecondsToTenSeconds)
 
 TEST(PipelineMetrics, CpuPerRoleAddsUpMemoryIsTheLastReadingAndEndedRolesReadZero)
 {
-    auto reg = std::make_shared<prometheus::Registry>();
+    auto reg = std::make_shared<metrics::SharedRegistry>();
     metrics::PipelineMetrics m(reg, {"n", "0.1.0", "3.11.2", 4242, {{"job", "train"}}});
     auto procs = ranked_job();
     model::UsagePoint p{};
@@ -151,7 +151,7 @@ TEST(PipelineMetrics, CpuPerRoleAddsUpMemoryIsTheLastReadingAndEndedRolesReadZer
 
 TEST(PipelineMetrics, AWorkersCpuBeforeItsIdIsKnownGoesToItsIdOnceItIs)
 {
-    auto reg = std::make_shared<prometheus::Registry>();
+    auto reg = std::make_shared<metrics::SharedRegistry>();
     metrics::PipelineMetrics m(reg, {"n", "0.1.0", "3.11.2", 4242, {{"job", "train"}}});
     auto procs = ranked_job();
     procs[11].worker_id = -1; // (it read its first task; the walk that finds its id is still to come)
@@ -182,7 +182,7 @@ TEST(PipelineMetrics, AWorkersCpuBeforeItsIdIsKnownGoesToItsIdOnceItIs)
 
 TEST(PipelineMetrics, AnInfoSeriesWhoseRanksChangedIsReplaced)
 {
-    auto reg = std::make_shared<prometheus::Registry>();
+    auto reg = std::make_shared<metrics::SharedRegistry>();
     metrics::PipelineMetrics m(reg, {"n", "v", "3.11.2", 7, {}});
     std::map<uint32_t, model::ProcessInfo> procs;
     procs[7].pid = 7;
@@ -199,7 +199,7 @@ TEST(PipelineMetrics, AnInfoSeriesWhoseRanksChangedIsReplaced)
 
 TEST(PipelineMetrics, CaptureCountsFollowTheProbesTotals)
 {
-    auto reg = std::make_shared<prometheus::Registry>();
+    auto reg = std::make_shared<metrics::SharedRegistry>();
     metrics::PipelineMetrics m(reg, {"n", "v", "3.11.2", 7, {}});
     m.capture({100, 0, {{"depth_over_64", 0}}});
     m.capture({250, 3, {{"depth_over_64", 2}}});
@@ -213,7 +213,7 @@ TEST(PipelineMetrics, OneOfTwoOwnersOfEqualLabelsEndingLeavesTheOthersSeries)
 {
     // Two jobs the agent could not tell apart (equal labels, even the pid): prometheus-cpp gives both the same
     // metric objects. The first one's end must not free them while the second still writes and is scraped.
-    auto reg = std::make_shared<prometheus::Registry>();
+    auto reg = std::make_shared<metrics::SharedRegistry>();
     metrics::JobIdentity id{"n", "v", "3.11.2", 7, {{"lotus_job", "train.py"}, {"lotus_job_id", "42"}}};
     auto first = std::make_unique<metrics::PipelineMetrics>(reg, id);
     metrics::PipelineMetrics second(reg, id);
@@ -275,7 +275,7 @@ TEST(PipelineMetrics, LabelValuesAreValidUtf8WithoutControlsAndBounded)
     EXPECT_EQ(metrics::label_value(v.substr(0, v.size() - 3)), v.substr(0, v.size() - 3)); // at a character
     EXPECT_EQ(metrics::label_value(std::string(metrics::kMaxLabelBytes, 'b')), std::string(metrics::kMaxLabelBytes, 'b'));
     // In the exposition: the job's labels and a class name from the target, cleaned.
-    auto reg = std::make_shared<prometheus::Registry>();
+    auto reg = std::make_shared<metrics::SharedRegistry>();
     metrics::PipelineMetrics m(reg, {"n", "v", "3.11.2", 7, {{"lotus_job", bad}, {"lotus_job_id", "\xff"}}});
     m.span(owned(SpanKind::Op, "Evil\x1b[2J", 11, 0, MS), ranked_job());
     std::string text = exposition(*reg);
@@ -299,7 +299,7 @@ TEST(BindAddress, HostAndPortAsMetricsTakesThem)
 
 TEST(Endpoint, APortInUseIsOneLineBeforeAnythingStarts)
 {
-    auto reg = std::make_shared<prometheus::Registry>();
+    auto reg = std::make_shared<metrics::SharedRegistry>();
     metrics::Endpoint first(metrics::parse_bind_address("127.0.0.1:0"), reg);
     ASSERT_GT(first.port(), 0);
     try {
@@ -315,7 +315,7 @@ TEST(PipelineMetrics, OpAndFunctionNamesPastTheBoundAreOneOtherSeriesAndCounted)
 {
     // A target's class and function names are its own choice: a job with more distinct names than the bound
     // (a pipeline that makes classes on the fly) must not grow the node's series without end.
-    auto reg = std::make_shared<prometheus::Registry>();
+    auto reg = std::make_shared<metrics::SharedRegistry>();
     metrics::PipelineMetrics m(reg, {"n", "v", "3.11.2", 7, {{"lotus_job", "train.py"}}});
     auto procs = ranked_job();
     const size_t extra = 6;

@@ -114,7 +114,7 @@ private:
     size_t traced_now() const;
 
     const AgentOptions& opts_;
-    std::shared_ptr<prometheus::Registry> registry_;
+    std::shared_ptr<metrics::SharedRegistry> registry_;
     std::unique_ptr<metrics::Endpoint> endpoint_;
     std::list<Job> jobs_;
     size_t traced_ = 0; // jobs attached since the start (jobs_ drops finished ones)
@@ -427,7 +427,7 @@ int Agent::run()
         lim.rlim_cur = lim.rlim_max;
         setrlimit(RLIMIT_NOFILE, &lim);
     }
-    registry_ = std::make_shared<prometheus::Registry>();
+    registry_ = std::make_shared<metrics::SharedRegistry>();
     endpoint_ = std::make_unique<metrics::Endpoint>(metrics::parse_bind_address(opts_.metrics), registry_);
     agent_metrics_ = std::make_unique<metrics::AgentMetrics>(*registry_, node_name(opts_.session));
     install_stop_handlers();

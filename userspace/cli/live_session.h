@@ -109,7 +109,7 @@ private:
     int root_ = 0;
     std::unique_ptr<Outputs> outputs_;
     std::unique_ptr<record::RecordWriter> recorder_;
-    std::shared_ptr<prometheus::Registry> registry_; // --metrics: what the endpoint serves
+    std::shared_ptr<metrics::SharedRegistry> registry_; // --metrics: what the endpoint serves
     std::unique_ptr<metrics::Endpoint> endpoint_;
     std::shared_ptr<metrics::PipelineMetrics> metrics_;
     uint64_t last_metrics_ns_ = 0;

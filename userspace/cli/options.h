@@ -9,10 +9,9 @@
 #include <string>
 #include <vector>
 
-#include <prometheus/registry.h>
-
 #include "export/output_file.h"
 #include "launch/cgroup.h"
+#include "metrics/shared_registry.h"
 
 namespace lotus::cli {
 
@@ -57,7 +56,7 @@ struct Options {
     std::string node;     // --node: this machine's name in the metrics and the record file (default: hostname)
     // lotus-bpf agent: its registry (this run serves no endpoint of its own), the labels of this job's series, and
     // the job's metrics handed over when the run ends (the agent keeps them a while for the last scrapes).
-    std::shared_ptr<prometheus::Registry> metrics_registry;
+    std::shared_ptr<metrics::SharedRegistry> metrics_registry;
     std::map<std::string, std::string> metrics_labels;
     std::function<void(std::shared_ptr<void>)> metrics_handoff; // (a metrics::PipelineMetrics)
     std::function<void(const std::string&)> on_failure; // the agent: a failed run's reason, said by it, not here

@@ -170,7 +170,7 @@ void Session::open_outputs()
     if (opts_.metrics_registry) { // the agent's: it serves them
         registry_ = opts_.metrics_registry;
     } else if (!opts_.metrics.empty()) { // bound before any output is opened and anything attached or launched
-        registry_ = std::make_shared<prometheus::Registry>();
+        registry_ = std::make_shared<metrics::SharedRegistry>();
         endpoint_ = std::make_unique<metrics::Endpoint>(metrics::parse_bind_address(opts_.metrics), registry_);
     }
     outputs_ = std::make_unique<Outputs>(opts_);

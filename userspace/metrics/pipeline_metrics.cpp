@@ -69,38 +69,6 @@ Labels compact(Labels l)
     return l;
 }
 
-// Who holds each metric. prometheus-cpp's Family::Add returns the metric already there for an equal label set, so
-// two PipelineMetrics with equal labels (two jobs the agent cannot tell apart: see docs/metrics.md) get the same
-// object; each counts as one owner, and the metric leaves its family only with its last owner. Add and the count
-// go under one lock, so that no owner takes a metric that another's last release is removing.
-std::mutex g_owners_mu;
-std::unordered_map<const void*, unsigned> g_owners;
-
-template <typename T, typename... A>
-T* acquire(prometheus::Family<T>& f, const Labels& l, A&&... args)
-{
-    std::lock_guard lock(g_owners_mu);
-    T* m = &f.Add(l, std::forward<A>(args)...);
-    ++g_owners[m];
-    return m;
-}
-
-// One owner less; the last one's release takes the metric out of its family (remove: false, when an owner goes
-// without remove_series: its series stay in the registry as they are, but its claim goes, so that no stale
-// count is left for another metric that later gets the same address).
-template <typename T>
-void release(prometheus::Family<T>& f, T* m, bool remove = true)
-{
-    std::lock_guard lock(g_owners_mu);
-    auto it = g_owners.find(m);
-    if (it != g_owners.end() && --it->second > 0)
-        return;
-    if (it != g_owners.end())
-        g_owners.erase(it);
-    if (remove)
-        f.Remove(m);
-}
-
 } // namespace
 
 std::string label_value(std::string_view v)
@@ -148,7 +116,7 @@ JobIdentity PipelineMetrics::clean(JobIdentity job)
     return job;
 }
 
-PipelineMetrics::PipelineMetrics(std::shared_ptr<prometheus::Registry> registry, JobIdentity job)
+PipelineMetrics::PipelineMetrics(std::shared_ptr<SharedRegistry> registry, JobIdentity job)
     : registry_(std::move(registry)), job_(clean(std::move(job))),
       samples_(counters("lotus_samples_total", "Samples through the pipeline (one call of the Compose or pipeline, or "
                         "a dataset's __getitem__ without one)", *registry_)),
@@ -243,7 +211,7 @@ prometheus::Histogram& PipelineMetrics::histogram(prometheus::Family<prometheus:
 {
     auto [it, fresh] = histograms_.try_emplace(key_of(&f, l));
     if (fresh)
-        it->second = {&f, acquire(f, l, duration_buckets())};
+        it->second = {&f, registry_->acquire(f, l, duration_buckets())};
     return *it->second.metric;
 }
 
@@ -251,7 +219,7 @@ prometheus::Counter& PipelineMetrics::counter(prometheus::Family<prometheus::Cou
 {
     auto [it, fresh] = counters_.try_emplace(key_of(&f, l));
     if (fresh)
-        it->second = {&f, acquire(f, l)};
+        it->second = {&f, registry_->acquire(f, l)};
     return *it->second.metric;
 }
 
@@ -361,16 +329,17 @@ void PipelineMetrics::loops(const model::BatchTracker& batches, const std::map<u
     std::map<std::string, LoopGauges> kept;
     for (const auto& [key, v] : now) {
         auto old = loop_series_.find(key);
-        LoopGauges g = old != loop_series_.end() ? old->second
-                                                 : LoopGauges{acquire(wait_ratio_, v.first), acquire(grade_, v.first)};
+        LoopGauges g = old != loop_series_.end()
+                           ? old->second
+                           : LoopGauges{registry_->acquire(wait_ratio_, v.first), registry_->acquire(grade_, v.first)};
         g.wait_ratio->Set(v.second.waiting_share);
         g.grade->Set(static_cast<double>(*v.second.grade));
         kept[key] = g;
     }
     for (const auto& [key, g] : loop_series_) // (a training process whose labels changed: its rank learnt later)
         if (!kept.count(key)) {
-            release(wait_ratio_, g.wait_ratio);
-            release(grade_, g.grade);
+            registry_->release(wait_ratio_, g.wait_ratio);
+            registry_->release(grade_, g.grade);
         }
     loop_series_ = std::move(kept);
 }
@@ -381,7 +350,7 @@ void PipelineMetrics::stuck(size_t n)
     std::string key = key_of(&stuck_, l);
     auto [g, fresh] = gauges_.try_emplace(key);
     if (fresh)
-        g->second = {&stuck_, acquire(stuck_, l)};
+        g->second = {&stuck_, registry_->acquire(stuck_, l)};
     g->second.metric->Set(static_cast<double>(n));
 }
 
@@ -410,7 +379,7 @@ void PipelineMetrics::refresh(const std::map<uint32_t, model::ProcessInfo>& proc
             std::string key = key_of(f, r.first);
             auto [g, fresh] = gauges_.try_emplace(key);
             if (fresh)
-                g->second = {f, acquire(*f, r.first)};
+                g->second = {f, registry_->acquire(*f, r.first)};
             g->second.metric->Set(f == &rss_ ? r.second.first : r.second.second);
             set.insert(key);
         }
@@ -435,11 +404,11 @@ void PipelineMetrics::refresh(const std::map<uint32_t, model::ProcessInfo>& proc
         if (now.count(key))
             continue; // (two training processes of equal ranks: one series, owned once)
         auto old = info_series_.find(key);
-        (now[key] = old != info_series_.end() ? old->second : acquire(info_, l))->Set(1);
+        (now[key] = old != info_series_.end() ? old->second : registry_->acquire(info_, l))->Set(1);
     }
     for (const auto& [key, g] : info_series_)
         if (!now.count(key))
-            release(info_, g);
+            registry_->release(info_, g);
     info_series_ = std::move(now);
 }
 
@@ -459,16 +428,16 @@ void PipelineMetrics::release_all(bool remove)
 {
     // Only what this job owns alone goes (see acquire): a job with equal labels keeps its series.
     for (auto& [k, h] : histograms_)
-        release(*h.family, h.metric, remove);
+        registry_->release(*h.family, h.metric, remove);
     for (auto& [k, c] : counters_)
-        release(*c.family, c.metric, remove);
+        registry_->release(*c.family, c.metric, remove);
     for (auto& [k, g] : gauges_)
-        release(*g.family, g.metric, remove);
+        registry_->release(*g.family, g.metric, remove);
     for (const auto& [k, g] : info_series_)
-        release(info_, g, remove);
+        registry_->release(info_, g, remove);
     for (const auto& [k, g] : loop_series_) {
-        release(wait_ratio_, g.wait_ratio, remove);
-        release(grade_, g.grade, remove);
+        registry_->release(wait_ratio_, g.wait_ratio, remove);
+        registry_->release(grade_, g.grade, remove);
     }
     loop_series_.clear();
     histograms_.clear();

@@ -7,8 +7,8 @@
 // agent's per-job labels), a path or a batch or sample id. docs/metrics.md lists the families.
 //
 // Several PipelineMetrics may share one registry (the agent: one per job). A series whose labels equal another
-// owner's is the same prometheus-cpp object, owned by both: remove_series takes out only what no other owner
-// holds, so one job's end never frees what another still writes.
+// owner's is the same prometheus-cpp object, owned by both (the registry counts its owners: shared_registry.h):
+// remove_series takes out only what no other owner holds, so one job's end never frees what another still writes.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -29,6 +29,7 @@
 #include "model/batches.h"
 #include "model/spans.h"
 #include "model/usage.h"
+#include "shared_registry.h"
 
 namespace lotus::metrics {
 
@@ -63,7 +64,7 @@ struct CaptureFigures {
 
 class PipelineMetrics {
 public:
-    PipelineMetrics(std::shared_ptr<prometheus::Registry> registry, JobIdentity job);
+    PipelineMetrics(std::shared_ptr<SharedRegistry> registry, JobIdentity job);
     ~PipelineMetrics(); // (its series stay in the registry: the endpoint serves the final figures)
     PipelineMetrics(const PipelineMetrics&) = delete;
     PipelineMetrics& operator=(const PipelineMetrics&) = delete;
@@ -106,7 +107,7 @@ private:
     void bump(prometheus::Family<prometheus::Counter>& f, const prometheus::Labels& l, uint64_t total, uint64_t& last);
     void loops(const model::BatchTracker& batches, const std::map<uint32_t, model::ProcessInfo>& processes);
 
-    std::shared_ptr<prometheus::Registry> registry_;
+    std::shared_ptr<SharedRegistry> registry_;
     JobIdentity job_;
     prometheus::Family<prometheus::Counter>&samples_, &consumed_, &out_of_order_, &events_, &lost_, &failures_, &cpu_,
         &folded_;
