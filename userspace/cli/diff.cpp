@@ -13,7 +13,6 @@
 #include "export/output_file.h"
 #include "export/run_diff.h"
 #include "replay.h"
-#include "session.h"
 
 namespace lotus::cli {
 
