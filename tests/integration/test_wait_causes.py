@@ -29,11 +29,12 @@ class WaitCauses(BpfTestCase):
         waits = {w["args"]["batch"]: w for w in spans(load_trace(out), "wait")}
         timed = {int(b): int(ns) for b, ns in read_lines(log)}
         # every wait traced, within the job's own clock around next() (which takes a little more than the call: on
-        # two busy CPUs the loop may wait a few ms for one between the call's return and its clock)
+        # two busy CPUs the loop may wait for one between its clock and the call, or the call's return and its
+        # clock: 5.6 ms once in CI, a traced wait of 0.2 ms timed 5.8 ms by the job)
         self.assertEqual(sorted(waits), sorted(timed))
         for b, w in waits.items():
             self.assertLessEqual(w["dur"], timed[b] / 1000 + 500, b)
-            self.assertGreaterEqual(w["dur"], timed[b] / 1000 * 0.9 - 5000, b)
+            self.assertGreaterEqual(w["dur"], timed[b] / 1000 * 0.9 - 10000, b)
         # the causes add up to the waiting: in the summary, per wait in the trace
         (section,) = [l for l in s["loaders"] if l["batches"]]
         causes = {(c["cause"], c["op"]): c["seconds"] for c in section["batches"]["wait_causes"]}
