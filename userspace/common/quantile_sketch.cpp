@@ -29,21 +29,7 @@ void QuantileSketch::bucket(uint64_t v, uint64_t n)
         zeros_ += n;
         return;
     }
-    count_index(index_of(v), n);
-}
-
-void QuantileSketch::count_index(int i, uint64_t n)
-{
-    if (counts_.empty()) {
-        offset_ = i;
-        counts_.assign(1, 0);
-    } else if (i < offset_) {
-        counts_.insert(counts_.begin(), static_cast<size_t>(offset_ - i), 0);
-        offset_ = i;
-    } else if (static_cast<size_t>(i - offset_) >= counts_.size()) {
-        counts_.resize(static_cast<size_t>(i - offset_) + 1, 0);
-    }
-    counts_[static_cast<size_t>(i - offset_)] += n;
+    counts_.add(index_of(v), n);
 }
 
 void QuantileSketch::to_buckets()
@@ -96,9 +82,7 @@ void QuantileSketch::merge(const QuantileSketch& o)
         return;
     }
     zeros_ += o.zeros_;
-    for (size_t k = 0; k < o.counts_.size(); k++)
-        if (o.counts_[k])
-            count_index(o.offset_ + static_cast<int>(k), o.counts_[k]);
+    counts_.merge(o.counts_);
 }
 
 double QuantileSketch::quantile(double q) const
@@ -120,7 +104,7 @@ double QuantileSketch::quantile(double q) const
     for (size_t k = 0; k < counts_.size(); k++) {
         seen += counts_[k];
         if (seen >= rank) // the bucket's middle, kept within what was seen
-            return std::clamp(value_of(offset_ + static_cast<int>(k)), static_cast<double>(min_),
+            return std::clamp(value_of(counts_.index(k)), static_cast<double>(min_),
                               static_cast<double>(max_));
     }
     return static_cast<double>(max_);

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "index_counts.h"
+
 namespace lotus::common {
 
 class QuantileSketch {
@@ -37,7 +39,6 @@ private:
     static int index_of(uint64_t v); // v >= 1
     static double value_of(int index);
     void bucket(uint64_t v, uint64_t n);
-    void count_index(int index, uint64_t n);
     void to_buckets();
     uint64_t count_ = 0, min_ = UINT64_MAX, max_ = 0, total_ = 0;
     double squares_ = 0;
@@ -45,8 +46,7 @@ private:
     mutable bool sorted_ = true;
     bool bucketed_ = false;
     uint64_t zeros_ = 0;            // values 0 (no bucket)
-    int offset_ = 0;                // index of counts_[0]
-    std::vector<uint64_t> counts_;  // per bucket index from offset_
+    IndexCounts counts_;            // per bucket index
 };
 
 } // namespace lotus::common

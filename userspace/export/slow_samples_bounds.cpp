@@ -85,28 +85,16 @@ int DroppedTimes::index_of(double ms)
     return us <= 1 ? 0 : static_cast<int>(std::ceil(std::log(us) / kLogStep));
 }
 
-void DroppedTimes::count_index(int i, uint64_t n)
+void DroppedTimes::add(float ms)
 {
-    if (counts_.empty()) {
-        offset_ = i;
-        counts_.assign(1, 0);
-    } else if (i < offset_) {
-        counts_.insert(counts_.begin(), static_cast<size_t>(offset_ - i), 0);
-        offset_ = i;
-    } else if (static_cast<size_t>(i - offset_) >= counts_.size()) {
-        counts_.resize(static_cast<size_t>(i - offset_) + 1, 0);
-    }
-    counts_[static_cast<size_t>(i - offset_)] += n;
-    count_ += n;
+    counts_.add(index_of(std::max(0.0f, ms)), 1);
+    count_++;
 }
-
-void DroppedTimes::add(float ms) { count_index(index_of(std::max(0.0f, ms)), 1); }
 
 void DroppedTimes::merge(const DroppedTimes& other)
 {
-    for (size_t k = 0; k < other.counts_.size(); k++)
-        if (other.counts_[k])
-            count_index(other.offset_ + static_cast<int>(k), other.counts_[k]);
+    counts_.merge(other.counts_);
+    count_ += other.count_;
 }
 
 uint64_t DroppedTimes::at_most_over(double ms) const
@@ -116,7 +104,7 @@ uint64_t DroppedTimes::at_most_over(double ms) const
     int from = index_of(ms) - 1;
     uint64_t n = 0;
     for (size_t k = 0; k < counts_.size(); k++)
-        if (offset_ + static_cast<int>(k) >= from)
+        if (counts_.index(k) >= from)
             n += counts_[k];
     return n;
 }

@@ -8,6 +8,8 @@
 #include <limits>
 #include <vector>
 
+#include "common/index_counts.h"
+
 namespace lotus::exporter {
 
 // Per sample (its key: a dataset index >= 0 or a file's hash < 0): times seen, fastest loading and the file's
@@ -48,14 +50,12 @@ public:
     void merge(const DroppedTimes& other);
     uint64_t count() const { return count_; }
     uint64_t at_most_over(double ms) const;
-    size_t memory_bytes() const { return counts_.capacity() * sizeof(uint64_t); }
+    size_t memory_bytes() const { return counts_.memory_bytes(); }
 
 private:
     static int index_of(double ms);
-    void count_index(int i, uint64_t n);
     uint64_t count_ = 0;
-    int offset_ = 0;
-    std::vector<uint64_t> counts_; // from bucket offset_: between the smallest and the largest time counted
+    common::IndexCounts counts_; // per bucket: between the smallest and the largest time counted
 };
 
 } // namespace lotus::exporter
