@@ -27,13 +27,7 @@ constexpr uint64_t LOADER = 0xa00, LOADER2 = 0xa10;
 struct Batches : ::testing::Test {
     model::Rules rules;
     std::vector<Span> spans;
-    test::FakeRequests requests{[this](uint32_t t, uint32_t, uint64_t c, uint64_t, const model::CodeRole& r) {
-        std::vector<uint8_t> slots;
-        for (size_t i = 0; i < r.capture_locals.size(); i++)
-            slots.push_back(static_cast<uint8_t>(10 + i));
-        if (!slots.empty())
-            ev.resolved.emplace_back(t, c, slots);
-    }};
+    test::FakeRequests requests{test::slot_resolver(ev)};
     model::Engine engine{rules, [this](const Span& s) { spans.push_back(s); }, &requests};
     test::EventBuilder ev{engine};
     uint64_t now = 1000;

@@ -48,6 +48,19 @@ private:
     model::Engine& engine_;
 };
 
+// A role sink (FakeRequests' roles) that gives each captured local of a code object a slot (10, 11, ...) into
+// ev.resolved, as the session does. (ev is used only as records come: it may be built after the sink.)
+inline auto slot_resolver(EventBuilder& ev)
+{
+    return [&ev](uint32_t tgid, uint32_t, uint64_t code, uint64_t, const model::CodeRole& role) {
+        std::vector<uint8_t> slots;
+        for (size_t i = 0; i < role.capture_locals.size(); i++)
+            slots.push_back(static_cast<uint8_t>(10 + i));
+        if (!slots.empty())
+            ev.resolved.emplace_back(tgid, code, slots);
+    };
+}
+
 // A training process P with DataLoader workers W0 and W1: the batch tracker and the summary a test feeds by hand.
 struct JobFixture : ::testing::Test {
     static constexpr uint32_t P = 10, W0 = 11, W1 = 12;

@@ -39,13 +39,7 @@ constexpr uint64_t US = 1'000; // the records' timestamps are in ns
 struct Job {
     model::Rules rules;
     exporter::Summary summary;
-    test::FakeRequests requests{[this](uint32_t t, uint32_t, uint64_t c, uint64_t, const model::CodeRole& r) {
-        std::vector<uint8_t> slots;
-        for (size_t i = 0; i < r.capture_locals.size(); i++)
-            slots.push_back(static_cast<uint8_t>(10 + i));
-        if (!slots.empty())
-            ev.resolved.emplace_back(t, c, slots);
-    }};
+    test::FakeRequests requests{test::slot_resolver(ev)};
     model::Engine engine{rules, [this](const model::Span& s) { summary.add(s); }, &requests};
     test::EventBuilder ev{engine};
     int64_t sample = 0;
