@@ -93,6 +93,14 @@ struct Sub {
     }
 };
 
+std::vector<std::string> names(const std::vector<lotus::capture::CounterSpec>& counters)
+{
+    std::vector<std::string> out;
+    for (const auto& c : counters)
+        out.push_back(c.name);
+    return out;
+}
+
 } // namespace
 
 TEST(CommandLine, AttachWithOutputs)
@@ -135,8 +143,31 @@ TEST(CommandLine, LaunchTakesEverythingAfterTheDashesAsTheCommand)
     EXPECT_FALSE(o->pid);
     EXPECT_EQ(o->command, (std::vector<std::string>{"python3", "x.py", "--workers", "4"}));
     EXPECT_TRUE(o->native_map);
-    EXPECT_EQ(o->counters, "default");
+    EXPECT_EQ(names(o->counters), (std::vector<std::string>{"cycles", "instructions", "cache-misses", "branch-misses"}));
     EXPECT_EQ(o->output, "lotus-trace.json"); // the default
+    EXPECT_EQ(o->trainer_calls, lotus::model::TrainerCalls::Auto);
+    EXPECT_EQ(o->sample_unwind, SampleUnwind::Cfi);
+}
+
+// --trainer-calls, --sample-unwind and --counters are typed when the line is read (an enum, a counter list).
+TEST(CommandLine, ChoicesAreTypedWhenParsed)
+{
+    Line l;
+    auto o = l.parse({"--trainer-calls", "off", "--sample-unwind", "fp", "--counters", "task-clock,page-faults", "--pid",
+                      "42"});
+    ASSERT_TRUE(o) << l.err;
+    EXPECT_EQ(o->trainer_calls, lotus::model::TrainerCalls::Off);
+    EXPECT_EQ(o->sample_unwind, SampleUnwind::Fp);
+    EXPECT_EQ(names(o->counters), (std::vector<std::string>{"task-clock", "page-faults"}));
+    Line on;
+    o = on.parse({"--trainer-calls", "on", "--pid", "42"});
+    ASSERT_TRUE(o) << on.err;
+    EXPECT_EQ(o->trainer_calls, lotus::model::TrainerCalls::On);
+    EXPECT_TRUE(o->counters.empty()); // none asked: none counted
+    Line bad;
+    EXPECT_FALSE(bad.parse({"--sample-unwind", "dwarf", "--pid", "42"}));
+    EXPECT_EQ(bad.status, 2);
+    EXPECT_NE(bad.err.find("--sample-unwind"), std::string::npos) << bad.err;
 }
 
 TEST(CommandLine, LaunchLimitsAndMetrics)
@@ -368,8 +399,31 @@ TEST(CommandLine, Sweep)
     EXPECT_EQ(sw->repeats, 3u);
     EXPECT_EQ(sw->command, (std::vector<std::string>{"python3", "train.py", "--workers", "{workers}"}));
     // What each run gets, as its own flags; the reserve is the sweep's table's too.
-    EXPECT_EQ(sw->pass, (std::vector<std::string>{"-d", "20", "--net", "--disk-reserve", "10"}));
+    EXPECT_EQ(sw->pass, (std::vector<std::string>{"--duration", "20", "--net", "--disk-reserve", "10"}));
     EXPECT_EQ(sw->disk_reserve_pct, 10.0);
+
+    // The forwarded options are a single run's: their values as given, repeatable where a run's are...
+    Sub more;
+    SweepCommand m;
+    add_sweep(more.app, m);
+    ASSERT_TRUE(more.parse({"sweep", "--cpus", "1", "--pipeline", "A", "--pipeline", "B*", "--trainer-calls", "off",
+                            "--resources-interval", "250", "--", "true"},
+                           [&] { sw = &sweep_options(m); }))
+        << more.err;
+    EXPECT_EQ(sw->pass, (std::vector<std::string>{"--resources-interval", "250", "--pipeline", "A", "--pipeline", "B*",
+                                                  "--trainer-calls", "off"}));
+    EXPECT_EQ(sw->disk_reserve_pct, lotus::exporter::kDefaultDiskReserve);
+    // ...and checked as a run checks them, before any run: one --rules file (a run takes one), a known choice.
+    for (auto [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+             {{"sweep", "--cpus", "1", "--rules", "a.json", "--rules", "b.json", "--", "true"}, "--rules"},
+             {{"sweep", "--cpus", "1", "--trainer-calls", "sometimes", "--", "true"}, "--trainer-calls"},
+             {{"sweep", "--cpus", "1", "-d", "nan", "--", "true"}, "--duration"}}) {
+        Sub refused;
+        SweepCommand r;
+        add_sweep(refused.app, r);
+        EXPECT_FALSE(refused.parse(args, [&] { sweep_options(r); })) << args[4];
+        refused.expect_refused(says);
+    }
 
     Sub bad;
     SweepCommand b;

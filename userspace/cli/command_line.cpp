@@ -240,9 +240,7 @@ void add_agent(CLI::App& app, AgentCommand& c)
                                                               "the last scrapes")
         ->capture_default_str()
         ->check(CLI::Range(0.0, 86400.0));
-    c.app->add_option("--resources-interval", c.p.opts.resources_interval_ms, "as for a single run")
-        ->capture_default_str()
-        ->check(CLI::Range(0, 60000));
+    add_resources_interval_option(c.app, c.p);
     add_rule_options(c.app, c.p);
     add_disk_reserve_option(c.app, c.p);
 }
@@ -286,18 +284,17 @@ void add_sweep(CLI::App& app, SweepCommand& c)
         ->capture_default_str()
         ->check(kNonEmpty);
     sweep->add_option("--summary-json", c.sw.summary_json, "also write the table as JSON to this file")->check(kNonEmpty);
-    sweep->add_option("-d,--duration", c.duration, "stop each run after this many seconds")->check(kSeconds);
-    sweep->add_option("--resources-interval", c.interval, "as for a single run")->check(CLI::Range(0, 60000));
-    sweep->add_flag("--net", c.net, "as for a single run");
-    sweep->add_option("--pipeline", c.pipelines, "as for a single run (repeatable)")->check(kNonEmpty);
-    sweep->add_option("--span", c.spans, "as for a single run (repeatable)")->check(kNonEmpty);
-    sweep->add_option("--rules", c.rules, "as for a single run")->check(kNonEmpty);
-    sweep->add_option("--trainer-calls", c.trainer_calls, "as for a single run")
-        ->check(CLI::IsMember({"auto", "on", "off"}));
-    sweep->add_option("--disk-reserve", c.reserve, "as for a single run: each run's outputs and the sweep's table keep "
-                                                   "this much of their file system free (percent; default 5)")
-        ->check(CLI::Range(0.0, 99.0));
+    // Each run's options, declared as for a single run.
+    c.forwarded = {add_duration_option(sweep, c.run), add_resources_interval_option(sweep, c.run),
+                   add_net_flag(sweep, c.run)};
+    for (auto* o : add_rule_options(sweep, c.run))
+        c.forwarded.push_back(o);
+    c.forwarded.push_back(add_disk_reserve_option(sweep, c.run));
+    c.forwarded.back()->description(c.forwarded.back()->get_description() + "; the sweep's table's too");
+    c.forwarded.push_back(add_trainer_calls_option(sweep, c.run));
     sweep->add_option("command", c.sw.command, "the command to run (after --)")->required();
+    sweep->footer("-d, --resources-interval, --net, --pipeline, --span, --rules, --disk-reserve and --trainer-calls "
+                  "are a single run's options, checked as a run checks them and passed on to each run as given.");
     sweep->positionals_at_end();
 }
 
@@ -333,25 +330,18 @@ SweepOptions& sweep_options(SweepCommand& c)
         } catch (const std::exception& e) {
             throw CLI::ValidationError(fmt::format("sweep: --memory: {}", e.what()));
         }
-    // What each run gets of the sweep's options.
-    auto pass = [&](const char* flag, const std::string& v) {
-        if (!v.empty())
-            sw.pass.insert(sw.pass.end(), {flag, v});
-    };
-    pass("-d", c.duration);
-    pass("--resources-interval", c.interval);
-    if (c.net)
-        sw.pass.push_back("--net");
-    for (const auto& v : c.pipelines)
-        pass("--pipeline", v);
-    for (const auto& v : c.spans)
-        pass("--span", v);
-    for (const auto& v : c.rules)
-        pass("--rules", v);
-    pass("--disk-reserve", c.reserve);
-    pass("--trainer-calls", c.trainer_calls);
-    if (!c.reserve.empty()) // the sweep's own table too
-        sw.disk_reserve_pct = std::stod(c.reserve);
+    // What each run gets of the sweep's options: each given one, by its long name, with its values as given.
+    for (const auto* o : c.forwarded) {
+        if (!o->count())
+            continue;
+        if (o->get_expected_max() == 0) { // a flag
+            sw.pass.push_back(o->get_name());
+            continue;
+        }
+        for (const auto& v : o->results())
+            sw.pass.insert(sw.pass.end(), {o->get_name(), v});
+    }
+    sw.disk_reserve_pct = c.run.opts.disk_reserve_pct; // the sweep's own table too
     return sw;
 }
 

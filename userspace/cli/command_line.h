@@ -95,14 +95,15 @@ void add_agent(CLI::App& app, AgentCommand& c);
 // Once parsed: its options, each job's run and --users and --cgroup resolved (a CLI::ValidationError when not).
 AgentOptions& agent_options(AgentCommand& c);
 
-// sweep: its options as given, made into SweepOptions once parsed.
+// sweep: its options as given, made into SweepOptions once parsed. The options it passes on to each run are the
+// single run's own declarations (forwarded), checked as a run checks them and passed on as given.
 struct SweepCommand {
     CLI::App* app = nullptr;
     SweepOptions sw;
     std::vector<std::string> params; // NAME=V1,V2
-    std::string cpus, memory, duration, interval, reserve, trainer_calls;
-    std::vector<std::string> pipelines, spans, rules;
-    bool net = false;
+    std::string cpus, memory;
+    Parsed run;                         // what the forwarded options parse into (the reserve is the table's too)
+    std::vector<CLI::Option*> forwarded; // in the order each run gets them
 };
 
 void add_sweep(CLI::App& app, SweepCommand& c);

@@ -128,19 +128,59 @@ void check_limits(Parsed& p, bool attach)
 }
 
 // What decides which spans exist: the engine's rules (used live and on replay).
-void add_rule_options(CLI::App* app, Parsed& p)
+std::vector<CLI::Option*> add_rule_options(CLI::App* app, Parsed& p)
 {
-    app->add_option("--pipeline", p.opts.pipeline_classes,
-                    "class name glob whose __call__ plays Compose's role (repeatable; Compose is built in)")
-        ->check(kNonEmpty);
-    app->add_option("--span", p.opts.spans,
-                    "trace every call of these Python functions as spans: QUALNAME_GLOB or FILE_GLOB:QUALNAME_GLOB "
-                    "(repeatable)")
-        ->check(kNonEmpty);
-    app->add_option("--rules", p.opts.rules_file,
-                    "pipelines, spans and the torch/torchvision knowledge from a JSON file (schemas/rules.schema.json; "
-                    "`lotus-bpf rules` writes the built-in one)")
-        ->check(kNonEmpty);
+    return {app->add_option("--pipeline", p.opts.pipeline_classes,
+                            "class name glob whose __call__ plays Compose's role (repeatable; Compose is built in)")
+                ->check(kNonEmpty),
+            app->add_option("--span", p.opts.spans,
+                            "trace every call of these Python functions as spans: QUALNAME_GLOB or "
+                            "FILE_GLOB:QUALNAME_GLOB (repeatable)")
+                ->check(kNonEmpty),
+            app->add_option("--rules", p.opts.rules_file,
+                            "pipelines, spans and the torch/torchvision knowledge from a JSON file "
+                            "(schemas/rules.schema.json; `lotus-bpf rules` writes the built-in one)")
+                ->check(kNonEmpty)};
+}
+
+CLI::Option* add_duration_option(CLI::App* app, Parsed& p)
+{
+    return app
+        ->add_option("-d,--duration", p.opts.duration_s, "stop after this many seconds (default: until Ctrl-C, "
+                                                         "SIGTERM or the target exits)")
+        ->check(kSeconds);
+}
+
+CLI::Option* add_resources_interval_option(CLI::App* app, Parsed& p)
+{
+    return app
+        ->add_option("--resources-interval", p.opts.resources_interval_ms,
+                     "read each traced process's CPU, memory, storage I/O and context switches from /proc every MS "
+                     "milliseconds (0: never)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 60000));
+}
+
+CLI::Option* add_net_flag(CLI::App* app, Parsed& p)
+{
+    return app->add_flag("--net", p.opts.net,
+                         "also count each traced process's network bytes (internet sockets' payload) at the resource "
+                         "readings, from the kernel's socket tracepoints: they run at every socket send and receive "
+                         "of the machine, other processes' too (docs/limits.md), so this is off by default");
+}
+
+CLI::Option* add_trainer_calls_option(CLI::App* app, Parsed& p)
+{
+    using M = lotus::model::TrainerCalls;
+    return app
+        ->add_option_function<std::string>(
+            "--trainer-calls",
+            [&p](const std::string& v) { p.opts.trainer_calls = v == "on" ? M::On : v == "off" ? M::Off : M::Auto; },
+            "probe a training process's object calls: auto (not while it iterates only DataLoaders with workers, so "
+            "that its model's forward pays no trap; again from when it iterates one without), on (always), off (not "
+            "from its first DataLoader)")
+        ->default_str("auto")
+        ->check(CLI::IsMember({"auto", "on", "off"}));
 }
 
 // How to capture: target, duration, probes.
@@ -148,9 +188,7 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
 {
     auto* pid_opt = app->add_option("-p,--pid", p.pid, "attach to this running Python process and its children")
                         ->check(kPid);
-    app->add_option("-d,--duration", p.opts.duration_s, "stop after this many seconds (default: until Ctrl-C, "
-                                                        "SIGTERM or the target exits)")
-        ->check(kSeconds);
+    add_duration_option(app, p);
     add_rule_options(app, p);
     app->add_option("--stuck-after", p.opts.stuck_after_s,
                     "name a process of the job stuck (stderr, the status line, lotus_stuck_processes) when, inside a "
@@ -181,26 +219,25 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
                     "with its callers (see --sample-unwind)")
         ->capture_default_str()
         ->check(CLI::Range(1, LOTUS_STACK_DEPTH));
-    app->add_option("--sample-unwind", p.opts.sample_unwind,
-                    "how a sample's callers are found: 'cfi' (a copy of the stack, unwound by lotus-bpf through the "
+    app->add_option_function<std::string>(
+           "--sample-unwind",
+           [&p](const std::string& v) { p.opts.sample_unwind = v == "fp" ? SampleUnwind::Fp : SampleUnwind::Cfi; },
+           "how a sample's callers are found: 'cfi' (a copy of the stack, unwound by lotus-bpf through the "
                     "libraries' .eh_frame where the leaf has no symbol; its named callers are kept) or 'fp' (a "
                     "frame-pointer walk in the sampling interrupt, as perf record -g)")
-        ->capture_default_str()
+        ->default_str("cfi")
         ->check(CLI::IsMember({"cfi", "fp"}));
-    app->add_option("--counters", p.opts.counters,
-                    "perf-event counters per op: 'default' (cycles,instructions,cache-misses,branch-misses) or a "
+    app->add_option_function<std::string>(
+           "--counters",
+           [&p](const std::string& v) {
+               p.opts.counters = lotus::capture::parse_counters(v == "default" ? lotus::capture::default_counters() : v);
+           },
+           "perf-event counters per op: 'default' (cycles,instructions,cache-misses,branch-misses) or a "
                     "comma list; where no PMU counts them, each thread's task-clock, faults and context-switches (its own "
                     "accounting, no perf event)")
         ->check(kCounters);
-    app->add_option("--resources-interval", p.opts.resources_interval_ms,
-                    "read each traced process's CPU, memory, storage I/O and context switches from /proc every MS "
-                    "milliseconds (0: never)")
-        ->capture_default_str()
-        ->check(CLI::Range(0, 60000));
-    app->add_flag("--net", p.opts.net,
-                  "also count each traced process's network bytes (internet sockets' payload) at the resource "
-                  "readings, from the kernel's socket tracepoints: they run at every socket send and receive of the "
-                  "machine, other processes' too (docs/limits.md), so this is off by default");
+    add_resources_interval_option(app, p);
+    add_net_flag(app, p);
     app->add_option_function<std::string>(
            "--pss-interval",
            [&p](const std::string& v) { p.opts.pss_interval_ms = v == "auto" ? -1 : std::stoi(v); },
@@ -226,12 +263,7 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
                     "then it runs (counted and said in the summary), whatever becomes of lotus-bpf (default 500; "
                     "2000 on kernels before 6.10, where each of its probes is a perf event placed in turn)")
         ->check(CLI::Range(1, 60000));
-    app->add_option("--trainer-calls", p.opts.trainer_calls,
-                    "probe a training process's object calls: auto (not while it iterates only DataLoaders with "
-                    "workers, so that its model's forward pays no trap; again from when it iterates one without), on "
-                    "(always), off (not from its first DataLoader)")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"auto", "on", "off"}));
+    add_trainer_calls_option(app, p);
     app->add_option("--metrics", p.opts.metrics,
                     "serve Prometheus metrics at http://HOST:PORT/metrics while tracing (:9464 binds 127.0.0.1; "
                     "0.0.0.0:9464 every interface); docs/metrics.md")
@@ -246,9 +278,9 @@ CLI::Option* add_capture_options(CLI::App* app, Parsed& p)
 }
 
 // Every subcommand that writes files.
-void add_disk_reserve_option(CLI::App* app, Parsed& p)
+CLI::Option* add_disk_reserve_option(CLI::App* app, Parsed& p)
 {
-    app->add_option("--disk-reserve", p.opts.disk_reserve_pct,
+    return app->add_option("--disk-reserve", p.opts.disk_reserve_pct,
                     "keep this much of each output's file system free (percent of its size; 0: none): an output "
                     "that would take it lower stops there, completed as a valid file (the trace and record file), "
                     "and the summary says so")

@@ -30,11 +30,17 @@ struct Parsed {
 // lotus-bpf launches runs in a cgroup it makes, an attached one's is not its own.
 void check_limits(Parsed& p, bool attach);
 // What decides which spans exist: the engine's rules (used live and on replay).
-void add_rule_options(CLI::App* app, Parsed& p);
+std::vector<CLI::Option*> add_rule_options(CLI::App* app, Parsed& p);
 // How to capture: target, duration, probes.
 CLI::Option* add_capture_options(CLI::App* app, Parsed& p);
+// Pieces of it that sweep declares too, to pass on to each of its runs as given (-d, --resources-interval, --net,
+// --trainer-calls).
+CLI::Option* add_duration_option(CLI::App* app, Parsed& p);
+CLI::Option* add_resources_interval_option(CLI::App* app, Parsed& p);
+CLI::Option* add_net_flag(CLI::App* app, Parsed& p);
+CLI::Option* add_trainer_calls_option(CLI::App* app, Parsed& p);
 // Every subcommand that writes files.
-void add_disk_reserve_option(CLI::App* app, Parsed& p);
+CLI::Option* add_disk_reserve_option(CLI::App* app, Parsed& p);
 void add_trace_file_options(CLI::App* app, Parsed& p);
 // The output files of sinks.def's table (--op-csv...): each its option, filling opts.file_sinks.
 void add_file_sink_options(CLI::App* app, Options& opts);

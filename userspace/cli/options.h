@@ -9,11 +9,18 @@
 #include <string>
 #include <vector>
 
+#include "capture/perf_events.h"
 #include "export/output_file.h"
 #include "launch/cgroup.h"
 #include "metrics/shared_registry.h"
+#include "model/capture_requests.h"
 
 namespace lotus::cli {
+
+// --sample-unwind: how a native-map sample's callers are found: a copy of the stack unwound in user space through
+// the libraries' .eh_frame (cfi), or a frame-pointer walk in BPF (fp).
+enum class SampleUnwind { Cfi, Fp };
+inline const char* sample_unwind_name(SampleUnwind u) { return u == SampleUnwind::Fp ? "fp" : "cfi"; }
 
 struct Options {
     std::optional<int> pid;
@@ -42,7 +49,7 @@ struct Options {
     std::vector<std::string> replay_more; // report/export of several nodes' record files: the ones after the first
     std::string rules_file;         // --rules: more pipelines and spans from a JSON file
     bool all_calls = false;         // see every Python call (launch mode, CPython 3.12+ via PYTHONPERFSUPPORT)
-    std::string trainer_calls = "auto"; // --trainer-calls: auto, on, off (model::TrainerCalls)
+    model::TrainerCalls trainer_calls = model::TrainerCalls::Auto; // --trainer-calls
     bool quiet = false; // no status line
     bool top = false;   // `lotus-bpf top`: a live table on the terminal instead of outputs
     launch::Limits limits; // --cpus, --memory, --cpuset: launch mode only
@@ -50,8 +57,8 @@ struct Options {
     std::vector<std::string> native;  // --native LIBGLOB:SYMBOLGLOB
     unsigned sample_freq = 99;        // Hz, for the native map (docs/native-map.md: what a sample costs)
     unsigned sample_stack = 8; // user-stack frames per sample (LOTUS_STACK_DEPTH at most): 1 the leaf, more with callers
-    std::string sample_unwind = "cfi"; // how callers are found: "cfi" (user space, .eh_frame) or "fp" (BPF)
-    std::string counters;             // --counters: "default" or a list; empty: none
+    SampleUnwind sample_unwind = SampleUnwind::Cfi;
+    std::vector<capture::CounterSpec> counters; // --counters, as asked (the machine's choice is the session's); empty: none
     std::string metrics;  // --metrics HOST:PORT: serve Prometheus metrics there while tracing
     std::string node;     // --node: this machine's name in the metrics and the record file (default: hostname)
     // lotus-bpf agent: its registry (this run serves no endpoint of its own), the labels of this job's series, and

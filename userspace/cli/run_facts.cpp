@@ -78,7 +78,7 @@ exporter::RunInfo Session::run_info()
         run.kernel = probe_->kernel().release;
         run.kernel_lacks = kernel_lacks_;
     }
-    run.trainer_calls = opts_.trainer_calls;
+    run.trainer_calls = model::trainer_calls_name(opts_.trainer_calls);
     run.trainer_calls_unavailable = trainer_calls_unavailable_;
     run.syscall_programs = syscall_programs_;
     run.holds = holds_;
@@ -95,7 +95,7 @@ exporter::RunInfo Session::run_info()
                                     opts_.sample_freq ? capture::sampling_event().name : "none",
                                     opts_.sample_freq ? opts_.sample_stack : 0, probe_->sampling_scope(),
                                     stats_.sampled_elsewhere, {}};
-        n.sampling_unwind = !opts_.sample_freq || opts_.sample_stack <= 1 ? "none" : opts_.sample_unwind;
+        n.sampling_unwind = !opts_.sample_freq || opts_.sample_stack <= 1 ? "none" : sample_unwind_name(opts_.sample_unwind);
         n.unwound_samples = native_->unwound_samples();
         n.unwound_callers = native_->unwound_callers();
         n.without_returns = native_->without_returns();

@@ -95,8 +95,7 @@ void Session::plan()
         throw std::runtime_error(refusal);
     lists_ = rule_lists(opts_);
     if (!opts_.counters.empty()) {
-        auto choice = capture::choose_counters(
-            capture::parse_counters(opts_.counters == "default" ? capture::default_counters() : opts_.counters));
+        auto choice = capture::choose_counters(opts_.counters);
         if (!choice.note.empty())
             fmt::print(stderr, "lotus-bpf: {}\n", choice.note);
         counters_ = choice.counters;
@@ -224,7 +223,7 @@ void Session::attach_probes()
         interp_, [this](const void* data, size_t len) { on_record(data, len); }, counters_,
         capture::ProbeFeatures{evaluator_, handlers_.has_value(), natives, natives && opts_.sample_freq > 0,
                                opts_.resources_interval_ms > 0 && opts_.net, opts_.sample_stack,
-                               opts_.hold_deadline_ms * 1'000'000ull, opts_.sample_unwind == "cfi", root_});
+                               opts_.hold_deadline_ms * 1'000'000ull, opts_.sample_unwind == SampleUnwind::Cfi, root_});
     roles_ = std::make_unique<capture::RoleWriter>(*probe_, interp_.layout, tree_);
     requests_->set_roles(roles_.get());
     watch_trainer_calls();

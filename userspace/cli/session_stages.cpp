@@ -15,10 +15,7 @@ using common::monotonic_ns;
 void Session::build_pipeline()
 {
     completion_ = std::make_unique<capture::Completion>(interp_.layout, tree_);
-    using M = model::TrainerCalls;
-    requests_ = std::make_unique<capture::EngineRequests>(opts_.trainer_calls == "on"    ? M::On
-                                                          : opts_.trainer_calls == "off" ? M::Off
-                                                                                         : M::Auto);
+    requests_ = std::make_unique<capture::EngineRequests>(opts_.trainer_calls);
     rec_ = std::make_unique<Reconstruction>(opts_, *outputs_, std::move(lists_), t0_, counter_names_, requests_.get());
     rec_->set_node_of([node = node_name(opts_)](uint32_t) { return node; }, false); // (one node: the labels say none)
     if (auto objects = cpython::object_layout_for(interp_.version)) {

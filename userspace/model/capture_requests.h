@@ -13,6 +13,10 @@ struct CodeRole;
 // away when a process iterates a loader with workers, put back for the rest of its life when it iterates one
 // without; Off: taken away at any loader; On: never taken away.
 enum class TrainerCalls { Auto, On, Off };
+inline const char* trainer_calls_name(TrainerCalls m)
+{
+    return m == TrainerCalls::On ? "on" : m == TrainerCalls::Off ? "off" : "auto";
+}
 
 class CaptureRequests {
 public:
