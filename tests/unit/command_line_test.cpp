@@ -417,7 +417,8 @@ TEST(CommandLine, Sweep)
     for (auto [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
              {{"sweep", "--cpus", "1", "--rules", "a.json", "--rules", "b.json", "--", "true"}, "--rules"},
              {{"sweep", "--cpus", "1", "--trainer-calls", "sometimes", "--", "true"}, "--trainer-calls"},
-             {{"sweep", "--cpus", "1", "-d", "nan", "--", "true"}, "--duration"}}) {
+             {{"sweep", "--cpus", "1", "-d", "nan", "--", "true"}, "--duration"},
+             {{"sweep", "--cpus", "1", "--net", "--resources-interval", "0", "--", "true"}, "--net"}}) {
         Sub refused;
         SweepCommand r;
         add_sweep(refused.app, r);

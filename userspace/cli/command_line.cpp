@@ -330,6 +330,7 @@ SweepOptions& sweep_options(SweepCommand& c)
         } catch (const std::exception& e) {
             throw CLI::ValidationError(fmt::format("sweep: --memory: {}", e.what()));
         }
+    check_limits(c.run, false); // (--net with --resources-interval 0: refused before any run)
     // What each run gets of the sweep's options: each given one, by its long name, with its values as given.
     for (const auto* o : c.forwarded) {
         if (!o->count())
