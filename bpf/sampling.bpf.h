@@ -71,4 +71,66 @@ int unsampled_threads(struct bpf_iter__task *ctx)
     return 0;
 }
 
+const volatile __u32 sample_frames = 1; /* --sample-stack: the leaf, and callers up to this many frames */
+const volatile __u32 sample_copy_stack = 0; /* --sample-unwind cfi: callers are found by user space, from a copy */
+
+/* Above this much unread data in the ring a sample keeps its leaf alone, not its stack: a stack copy is 4 KB, and
+ * a ring filling up with them must not cost the other records their place. */
+#define STACK_COPY_RING_MAX (4 << 20)
+
+/* The leaf (the user ip interrupted here, or the one saved when the thread entered the kernel; none once an
+ * exiting thread dropped its memory) and the user registers an unwinding starts from. */
+static __always_inline __u64 user_regs(struct bpf_perf_event_data *ctx, bool in_kernel, __u64 *sp, __u64 *bp)
+{
+    if (!in_kernel) {
+        *sp = ctx->regs.sp;
+        *bp = ctx->regs.bp;
+        return ctx->regs.ip;
+    }
+    struct task_struct *t = bpf_get_current_task_btf();
+    if (!t->mm)
+        return 0;
+    struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+    *sp = PT_REGS_SP_CORE(regs);
+    *bp = PT_REGS_FP_CORE(regs);
+    return PT_REGS_IP_CORE(regs);
+}
+
+/* The sample with the stack above sp, read a chunk at a time (a read across the stack's top would fail whole);
+ * false where it did not fit, and the caller records the leaf alone. */
+static __always_inline bool sample_with_stack(struct bpf_perf_event_data *ctx, bool in_kernel, __u64 leaf, __u64 sp,
+                                              __u64 bp)
+{
+    if (!leaf || !sp)
+        return false;
+    struct lotus_sample_stack *e = 0;
+    if (bpf_ringbuf_query(&lotus_events, BPF_RB_AVAIL_DATA) <= STACK_COPY_RING_MAX)
+        e = bpf_ringbuf_reserve(&lotus_events, sizeof(*e), 0);
+    if (!e) {
+        count(LOTUS_FAIL_STACK_COPY);
+        return false;
+    }
+    count(LOTUS_COUNT_SUBMITTED);
+    fill_header(&e->s.h, LOTUS_EV_SAMPLE_STACK);
+    e->s.in_kernel = in_kernel;
+    e->s.sp = sp;
+    e->s.ip[0] = leaf;
+    e->s.nr_ips = leaf ? 1 : 0;
+    for (__u32 i = 1; i < LOTUS_STACK_DEPTH; i++)
+        e->s.ip[i] = 0;
+    e->sp = sp;
+    e->bp = bp;
+    e->pad = 0;
+    __u32 len = 0;
+    for (__u32 i = 0; i < LOTUS_STACK_COPY_CHUNKS; i++) {
+        if (bpf_probe_read_user(&e->stack[i * LOTUS_STACK_COPY_CHUNK], LOTUS_STACK_COPY_CHUNK,
+                                (void *)(sp + i * LOTUS_STACK_COPY_CHUNK)))
+            break;
+        len += LOTUS_STACK_COPY_CHUNK;
+    }
+    e->stack_len = len;
+    bpf_ringbuf_submit(e, submit_flags());
+    return true;
+}
+
 #endif /* __LOTUS_SAMPLING_BPF_H */

@@ -116,4 +116,82 @@ static __always_inline int os_read_call(struct pt_regs *ctx)
     return 0;
 }
 
+/* Syscalls of traced threads, by number: the bodies both attachments (lotus.bpf.c) share. */
+static __always_inline void sys_write(int fd, __u64 buf, long n)
+{
+    int at = n >= MSG_MIN ? traced_pickle(buf, true) : -1;
+    if (at >= 0 && n > at + MSG_MIN - 1)
+        emit_msg(fd, buf, n, at, LOTUS_MSG_OUT);
+}
+
+static __always_inline void sys_getppid(void)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    struct thread_state *ts = id >> 32 == (__u32)id ? traced_thread() : 0;
+    if (!ts)
+        return;
+    if (tstate_vaddr)
+        walk_at_getppid(ts, id >> 32);
+    struct lotus_event_header *e = reserve(sizeof(*e));
+    if (e) {
+        fill_header(e, LOTUS_EV_GETPPID);
+        bpf_ringbuf_submit(e, submit_flags());
+    }
+}
+
+/* An open of a traced thread: its path now, its file at the return (sys_openat_done). Whether it was written. */
+static __always_inline bool sys_openat(const char *path)
+{
+    __u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    if (!bpf_map_lookup_elem(&lotus_traced, &tgid))
+        return false;
+    struct lotus_open *e = reserve(sizeof(*e));
+    if (!e)
+        return false;
+    fill_header(&e->h, LOTUS_EV_OPEN);
+    long n = bpf_probe_read_user_str(e->path, sizeof(e->path), path);
+    if (n < 0)
+        e->path[0] = 0;
+    for (int i = 0; i + 3 < LOTUS_PATH_LEN && i + 3 < n; i++) {
+        if (e->path[i] == '.' && e->path[i + 1] == 's' && e->path[i + 2] == 'o') {
+            bpf_ringbuf_output(&lotus_lib_opens, e, sizeof(*e), BPF_RB_FORCE_WAKEUP);
+            break;
+        }
+    }
+    bpf_ringbuf_submit(e, submit_flags());
+    struct thread_state *ts = bpf_task_storage_get(&lotus_threads, bpf_get_current_task_btf(), 0, 0);
+    if (ts)
+        ts->open_pending = 1;
+    return true;
+}
+
+/* The return of an open whose OPEN record was written: the file it opened, with its size as the inode has it
+ * then (a sample's bytes where the file is its image). Other threads' opens stop at the task-storage test. */
+static __always_inline void sys_openat_done(long ret)
+{
+    struct task_struct *task = bpf_get_current_task_btf();
+    if (!task->bpf_storage)
+        return;
+    struct thread_state *ts = bpf_task_storage_get(&lotus_threads, task, 0, 0);
+    if (!ts || !ts->open_pending)
+        return;
+    ts->open_pending = 0;
+    struct lotus_open_done *e = reserve(sizeof(*e));
+    if (!e)
+        return;
+    fill_header(&e->h, LOTUS_EV_OPEN_DONE);
+    e->ret = ret;
+    e->size = 0;
+    e->mode = 0;
+    e->_pad = 0;
+    if (ret >= 0) {
+        struct file *f = task_file(ret);
+        if (f) {
+            e->mode = BPF_CORE_READ(f, f_inode, i_mode);
+            e->size = BPF_CORE_READ(f, f_inode, i_size);
+        }
+    }
+    bpf_ringbuf_submit(e, submit_flags());
+}
+
 #endif /* __LOTUS_SYSCALLS_BPF_H */
