@@ -28,7 +28,7 @@ namespace {
 template <typename Next> void reconstruct(uint64_t t0_ns, Next next)
 {
     lotus::model::Rules rules({"Pipeline"}, {"*work*"});
-    lotus::exporter::OutputFile out(""); // keeps nothing
+    lotus::common::OutputFile out(""); // keeps nothing
     lotus::exporter::ChromeTraceWriter trace(out, t0_ns);
     trace.set_counter_names({"task-clock", "page-faults"});
     lotus::exporter::Summary summary;
@@ -63,7 +63,7 @@ template <typename Next> void reconstruct(uint64_t t0_ns, Next next)
     fclose(sink);
     lotus::exporter::Timeline timeline(t0_ns);
     lotus::exporter::html_report(report, timeline);
-    lotus::exporter::OutputFile flame_out(""); // keeps nothing
+    lotus::common::OutputFile flame_out(""); // keeps nothing
     flame.write(flame_out, engine.processes(), "fuzz", t0_ns);
     out.commit();
 }

@@ -10,7 +10,7 @@
 #include "export/chrome_trace.h"
 #include "export/json.h"
 #include "common/utf8.h"
-#include "export/output_file.h"
+#include "common/output_file.h"
 
 using namespace lotus;
 namespace fs = std::filesystem;
@@ -39,7 +39,7 @@ model::Span span(model::SpanKind k, const std::string& name, uint64_t start, uin
 std::string write_trace(const fs::path& path)
 {
     {
-        exporter::OutputFile out(path.string());
+        common::OutputFile out(path.string());
         exporter::ChromeTraceWriter w(out, 1'000'000);
         w.span(span(model::SpanKind::Op, "Random\"Crop\n", 1'500'000, 1'502'500, 3));
         w.span(span(model::SpanKind::Sample, "sample", 1'400'000, 1'600'000, -1));
@@ -115,7 +115,7 @@ TEST(ChromeTrace, RendersAsNestedInViewers)
 {
     auto path = temp_path("nesting.json");
     {
-        exporter::OutputFile out(path.string());
+        common::OutputFile out(path.string());
         exporter::ChromeTraceWriter w(out, 0);
         // a loader touching its sample (1000.4-2000.6 µs, then 2000.6-9000.2 µs)
         w.span(span(model::SpanKind::Loader, "loader", 1'000'400, 2'000'600, 3));
@@ -192,7 +192,7 @@ TEST(Json, EscapesControlCharactersKeepsUtf8AndReplacesInvalidBytes)
 TEST(ChromeTrace, CutAtTheDiskReserveIsValidJsonThatSaysSo)
 {
     auto path = temp_path("cut.json");
-    exporter::set_fs_space_probe([](int fd, exporter::FsSpace& s) { // 1 MiB free above a 5 % reserve
+    common::set_fs_space_probe([](int fd, common::FsSpace& s) { // 1 MiB free above a 5 % reserve
         struct stat st{};
         fstat(fd, &st);
         s = {(2 << 20) - static_cast<uint64_t>(st.st_size), 20 << 20};
@@ -200,7 +200,7 @@ TEST(ChromeTrace, CutAtTheDiskReserveIsValidJsonThatSaysSo)
     });
     const int spans = 100000; // ~10 MB of JSON
     {
-        exporter::OutputFile out(path.string(), {true, "-o"});
+        common::OutputFile out(path.string(), {true, "-o"});
         exporter::ChromeTraceWriter w(out, 1'000'000);
         for (int i = 0; i < spans; i++)
             w.span(span(model::SpanKind::Op, "RandomResizedCrop", 2'000'000 + i * 10'000ull, 2'005'000 + i * 10'000ull, i));
@@ -213,7 +213,7 @@ TEST(ChromeTrace, CutAtTheDiskReserveIsValidJsonThatSaysSo)
         w.finish(procs, run);
         EXPECT_TRUE(out.commit());
     }
-    exporter::set_fs_space_probe({});
+    common::set_fs_space_probe({});
     EXPECT_LE(fs::file_size(path), 1u << 20);
     std::ifstream f(path);
     auto doc = nlohmann::json::parse(f);

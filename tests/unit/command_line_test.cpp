@@ -412,7 +412,7 @@ TEST(CommandLine, Sweep)
         << more.err;
     EXPECT_EQ(sw->pass, (std::vector<std::string>{"--resources-interval", "250", "--pipeline", "A", "--pipeline", "B*",
                                                   "--trainer-calls", "off"}));
-    EXPECT_EQ(sw->disk_reserve_pct, lotus::exporter::kDefaultDiskReserve);
+    EXPECT_EQ(sw->disk_reserve_pct, lotus::common::kDefaultDiskReserve);
     // ...and checked as a run checks them, before any run: one --rules file (a run takes one), a known choice.
     for (auto [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
              {{"sweep", "--cpus", "1", "--rules", "a.json", "--rules", "b.json", "--", "true"}, "--rules"},

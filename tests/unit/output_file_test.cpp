@@ -12,7 +12,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "export/output_file.h"
+#include "common/output_file.h"
 
 using namespace lotus;
 namespace fs = std::filesystem;
@@ -51,7 +51,7 @@ void spit(const std::string& path, const std::string& text) { std::ofstream(path
 std::string refusal(const std::string& path)
 {
     try {
-        exporter::OutputFile out(path);
+        common::OutputFile out(path);
     } catch (const std::runtime_error& e) {
         std::string msg = e.what();
         EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
@@ -70,7 +70,7 @@ TEST(OutputFile, AppearsOnlyWhenCommitted)
     auto path = d / "trace.json";
     spit(path, "previous");
     {
-        exporter::OutputFile out(path);
+        common::OutputFile out(path);
         out.write("new contents");
         EXPECT_EQ(slurp(path), "previous"); // while it is written, the old file stays
         EXPECT_TRUE(out.commit());
@@ -85,13 +85,13 @@ TEST(OutputFile, AbandonedRunKeepsThePreviousFile)
     auto path = d / "trace.json";
     spit(path, "previous");
     {
-        exporter::OutputFile out(path);
+        common::OutputFile out(path);
         out.write(std::string(1 << 20, 'x')); // past the buffer: really written to the temporary
     } // destroyed without commit: a failed run
     EXPECT_EQ(slurp(path), "previous");
     EXPECT_EQ(d.entries(), std::vector<std::string>{"trace.json"});
     {
-        exporter::OutputFile out(d / "new.json");
+        common::OutputFile out(d / "new.json");
         out.write("x");
         out.abandon();
         EXPECT_FALSE(fs::exists(d / "new.json"));
@@ -133,7 +133,7 @@ TEST(OutputFile, AFailedWriteIsToldOnceWithItsReasonAndKeepsThePreviousFile)
     spit(path, "previous");
     std::vector<std::string> told;
     {
-        exporter::OutputFile out(path, {true, "-o"}, [&](const std::string& l) { told.push_back(l); });
+        common::OutputFile out(path, {true, "-o"}, [&](const std::string& l) { told.push_back(l); });
         // A file size limit fails writes with EFBIG, as a full disk fails them with ENOSPC.
         rlimit old{};
         getrlimit(RLIMIT_FSIZE, &old);
@@ -160,7 +160,7 @@ TEST(OutputFile, GzipByNameOnlyWhenAsked)
     TempDir d;
     for (bool gz : {true, false}) {
         auto path = d / (gz ? "a.json.gz" : "b.lbt.gz");
-        exporter::OutputFile out(path, {gz, "x"});
+        common::OutputFile out(path, {gz, "x"});
         out.write("hello");
         ASSERT_TRUE(out.commit());
         auto text = slurp(path);
@@ -171,7 +171,7 @@ TEST(OutputFile, GzipByNameOnlyWhenAsked)
 TEST(OutputFile, EmptyPathAndDevNullKeepNothing)
 {
     for (const char* path : {"", "/dev/null"}) {
-        exporter::OutputFile out(path);
+        common::OutputFile out(path);
         out.write("x");
         EXPECT_TRUE(out.discards());
         EXPECT_TRUE(out.commit());
@@ -189,7 +189,7 @@ TEST(OutputFile, BelongsToTheSudoUser)
     setenv("SUDO_UID", "4321", 1);
     setenv("SUDO_GID", "8765", 1);
     {
-        exporter::OutputFile out(d / "t.json");
+        common::OutputFile out(d / "t.json");
         out.write("x");
         EXPECT_TRUE(out.commit());
     }
@@ -209,14 +209,14 @@ struct SmallFs {
     static constexpr uint64_t kTotal = 20 << 20, kFree = 3 << 20;
     SmallFs()
     {
-        exporter::set_fs_space_probe([](int fd, exporter::FsSpace& s) {
+        common::set_fs_space_probe([](int fd, common::FsSpace& s) {
             struct stat st{};
             fstat(fd, &st);
             s = {kFree - static_cast<uint64_t>(st.st_size), kTotal};
             return true;
         });
     }
-    ~SmallFs() { exporter::set_fs_space_probe({}); }
+    ~SmallFs() { common::set_fs_space_probe({}); }
     static uint64_t free_after(const std::string& path) { return kFree - fs::file_size(path); }
 };
 
@@ -240,7 +240,7 @@ TEST(OutputFile, CutAtTheDiskReserveKeepsWholeWritesAndTheTail)
     TempDir d;
     SmallFs small;
     auto path = d / "trace.json";
-    exporter::OutputFile out(path, {true, "-o"});
+    common::OutputFile out(path, {true, "-o"});
     out.allow_cut(1000);
     std::string chunk = "[" + std::string(100 << 10, 'x') + "]";
     for (int i = 0; i < 100; i++)
@@ -256,7 +256,7 @@ TEST(OutputFile, CutAtTheDiskReserveKeepsWholeWritesAndTheTail)
     EXPECT_EQ(body.size() % chunk.size(), 0u); // whole writes
     EXPECT_GT(body.size(), 1u << 20);          // most of the room used
     EXPECT_GE(SmallFs::free_after(path), SmallFs::kTotal / 20); // never into the reserve
-    auto cuts = exporter::output_cuts();
+    auto cuts = common::output_cuts();
     ASSERT_FALSE(cuts.empty());
     EXPECT_EQ(cuts.back().what, "-o");
     EXPECT_EQ(cuts.back().path, path);
@@ -271,8 +271,8 @@ TEST(OutputFile, EachOutputKeepsItsOwnReserve)
     SmallFs small;
     std::vector<std::string> told;
     auto keep = [&](const std::string& l) { told.push_back(l); };
-    exporter::OutputFile ten(d / "ten.json", {true, "--summary-json", 0666, 10}, keep);
-    exporter::OutputFile none(d / "none.json", {true, "--html", 0666, 0}, keep);
+    common::OutputFile ten(d / "ten.json", {true, "--summary-json", 0666, 10}, keep);
+    common::OutputFile none(d / "none.json", {true, "--html", 0666, 0}, keep);
     ten.write(std::string(2 << 20, 'x')); // 1 MiB would be left: under 10 % of 20 MiB
     none.write(std::string(2 << 20, 'y'));
     EXPECT_FALSE(ten.commit());
@@ -291,7 +291,7 @@ TEST(OutputFile, AnOutputThatCannotBeCutFailsAtTheReserve)
     auto path = d / "summary.json";
     spit(path, "previous");
     std::vector<std::string> told;
-    exporter::OutputFile out(path, {true, "--summary-json"}, [&](const std::string& l) { told.push_back(l); });
+    common::OutputFile out(path, {true, "--summary-json"}, [&](const std::string& l) { told.push_back(l); });
     out.write(std::string(4 << 20, 'x'));
     EXPECT_FALSE(out.commit());
     ASSERT_EQ(told.size(), 1u);
@@ -305,7 +305,7 @@ TEST(OutputFile, GzipCutAtTheReserveIsAWholeStream)
     TempDir d;
     SmallFs small;
     auto path = d / "trace.json.gz";
-    exporter::OutputFile out(path, {true, "-o"});
+    common::OutputFile out(path, {true, "-o"});
     out.allow_cut(1000);
     uint32_t x = 12345;
     std::string all;
@@ -345,7 +345,7 @@ TEST(OutputFile, CutOnARealSmallFileSystem)
         GTEST_SKIP() << "cannot mount a tmpfs here";
     auto path = mnt + "/trace.json";
     {
-        exporter::OutputFile out(path, {true, "-o"});
+        common::OutputFile out(path, {true, "-o"});
         out.allow_cut(100);
         for (int i = 0; i < 200; i++)
             out.write(std::string(10 << 10, 'x'));

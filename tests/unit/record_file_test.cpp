@@ -14,7 +14,7 @@
 #include "lotus_abi.h"
 
 using namespace lotus;
-using namespace lotus::exporter;
+using namespace lotus::common;
 using namespace lotus::record;
 
 namespace {

@@ -22,7 +22,7 @@ nlohmann::json written(const exporter::SpeedscopeWriter& w, const std::map<uint3
 {
     auto path = std::filesystem::temp_directory_path() / fmt::format("lotus-speedscope-{}.json", getpid());
     {
-        exporter::OutputFile out(path);
+        common::OutputFile out(path);
         EXPECT_EQ(w.write(out, procs, "lotus-bpf test", 1000), expect_left_out);
         EXPECT_TRUE(out.commit());
     }

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/printable.h"
-#include "export/output_file.h"
+#include "common/output_file.h"
 #include "export/run_diff.h"
 #include "replay.h"
 
@@ -67,10 +67,10 @@ nlohmann::ordered_json load(const std::string& path)
 int run_diff(const std::string& a, const std::string& b, const std::string& html)
 {
     try {
-        std::unique_ptr<exporter::OutputFile> page; // opened first: a bad destination is told before any work
+        std::unique_ptr<common::OutputFile> page; // opened first: a bad destination is told before any work
         if (!html.empty())
-            page = std::make_unique<exporter::OutputFile>(
-                html, exporter::OutputOptions{false, "--html"},
+            page = std::make_unique<common::OutputFile>(
+                html, common::OutputOptions{false, "--html"},
                 [](const std::string& line) { fmt::print(stderr, "lotus-bpf: {}\n", line); });
         auto ja = load(a), jb = load(b);
         fmt::print("{}", common::printable_lines(exporter::diff_runs(ja, jb, a, b))); // (op names from the runs)

@@ -14,7 +14,7 @@
 #include "agent.h"
 #include "diff.h"
 #include "dump.h"
-#include "export/output_file.h"
+#include "common/output_file.h"
 #include "probes.h"
 #include "rules_file.h"
 #include "sweep.h"

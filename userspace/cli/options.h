@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "capture/perf_events.h"
-#include "export/output_file.h"
+#include "common/output_file.h"
 #include "launch/cgroup.h"
 #include "metrics/shared_registry.h"
 #include "model/capture_requests.h"
@@ -43,7 +43,7 @@ struct Options {
     std::vector<std::string> pipeline_classes;
     std::vector<std::string> spans; // --span
     std::string record;     // --record: also write the raw event stream here
-    double disk_reserve_pct = exporter::kDefaultDiskReserve; // --disk-reserve: free space (% of each output's file
+    double disk_reserve_pct = common::kDefaultDiskReserve; // --disk-reserve: free space (% of each output's file
                                                              // system) no output takes, the record file's too
     std::string replay;     // --replay: reconstruct from a record file instead of tracing
     std::vector<std::string> replay_more; // report/export of several nodes' record files: the ones after the first

@@ -17,8 +17,8 @@ namespace lotus::cli {
 Outputs::Outputs(const Options& opts)
 {
     // No trace file wanted: the writer still runs (same code path) into a file that keeps nothing.
-    exporter::OutputOptions trace_how{true, "-o", 0666, opts.disk_reserve_pct};
-    auto trace = std::make_unique<exporter::OutputFile>(opts.output, trace_how, sink());
+    common::OutputOptions trace_how{true, "-o", 0666, opts.disk_reserve_pct};
+    auto trace = std::make_unique<common::OutputFile>(opts.output, trace_how, sink());
     trace_file_ = trace.get();
     sinks_.push_back(make_trace(std::move(trace), opts));
     if (opts.print_summary)
@@ -40,12 +40,12 @@ void Outputs::add(const Options& opts, const std::string& path, const char* what
 {
     if (!path.empty())
         // Each file keeps the run's --disk-reserve (the record file too: session.cpp).
-        sinks_.push_back(make(std::make_unique<exporter::OutputFile>(
-                                  path, exporter::OutputOptions{gzip_by_name, what, 0666, opts.disk_reserve_pct}, sink()),
+        sinks_.push_back(make(std::make_unique<common::OutputFile>(
+                                  path, common::OutputOptions{gzip_by_name, what, 0666, opts.disk_reserve_pct}, sink()),
                               opts));
 }
 
-exporter::OutputFailure Outputs::sink()
+common::OutputFailure Outputs::sink()
 {
     return [this](const std::string& line) {
         fmt::print(stderr, "{}lotus-bpf: {}\n", isatty(STDERR_FILENO) ? "\r\033[K" : "", common::printable(line));

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "export/output_file.h"
+#include "common/output_file.h"
 #include "options.h"
 #include "sink.h"
 
@@ -24,7 +24,7 @@ public:
     // In the order they end: the trace first (the summary speaks of it), then the summary and the files.
     const std::vector<std::unique_ptr<Sink>>& sinks() const { return sinks_; }
     bool trace_failed() const { return trace_file_->failed(); }
-    exporter::OutputFailure sink(); // an output's failure reporter (the record file's too)
+    common::OutputFailure sink(); // an output's failure reporter (the record file's too)
     const std::vector<std::string>& failures() const { return failures_; }
 
 private:
@@ -33,7 +33,7 @@ private:
     void add(const Options& opts, const std::string& path, const char* what, bool gzip_by_name, Make make);
 
     std::vector<std::string> failures_;
-    const exporter::OutputFile* trace_file_ = nullptr; // (its sink's)
+    const common::OutputFile* trace_file_ = nullptr; // (its sink's)
     std::vector<std::unique_ptr<Sink>> sinks_;
 };
 

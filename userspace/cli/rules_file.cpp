@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "export/output_file.h"
+#include "common/output_file.h"
 #include "lotus_abi.h"
 #include "outputs.h"
 
@@ -227,7 +227,7 @@ int write_builtin_rules(const std::string& path)
         return fflush(stdout) == 0 ? 0 : 1;
     }
     try {
-        exporter::OutputFile out(path); // (a link, a missing directory: one line, nothing written)
+        common::OutputFile out(path); // (a link, a missing directory: one line, nothing written)
         out.write(text);
         return out.commit() ? 0 : kExitOutputFailed;
     } catch (const std::runtime_error& e) {

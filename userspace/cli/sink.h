@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "export/output_file.h"
+#include "common/output_file.h"
 #include "export/report.h"
 #include "export/run_info.h"
 #include "export/timeline.h"
@@ -62,7 +62,7 @@ public:
     virtual void end_of_run(RunEnd&) {}
 };
 
-using SinkFile = std::unique_ptr<exporter::OutputFile>;
+using SinkFile = std::unique_ptr<common::OutputFile>;
 
 // The sinks, each writing to the file Outputs opened for it (the printed summary: stdout).
 std::unique_ptr<Sink> make_trace(SinkFile file, const Options& opts);   // sink_trace.cpp (--coarse, --window)

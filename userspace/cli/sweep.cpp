@@ -24,7 +24,7 @@
 #include "common/printable.h"
 #include "export/html_report.h"
 #include "export/json.h"
-#include "export/output_file.h"
+#include "common/output_file.h"
 
 namespace lotus::cli {
 
@@ -348,12 +348,12 @@ bool read_summary(int dir_fd, const std::string& name, nlohmann::json& out)
     return !out.is_discarded();
 }
 
-std::unique_ptr<exporter::OutputFile> open_table(const std::string& path, const char* flag, double reserve_pct)
+std::unique_ptr<common::OutputFile> open_table(const std::string& path, const char* flag, double reserve_pct)
 {
     if (path.empty())
         return nullptr;
-    exporter::OutputOptions how{true, flag, 0666, reserve_pct};
-    return std::make_unique<exporter::OutputFile>(path, how, [](const std::string& line) {
+    common::OutputOptions how{true, flag, 0666, reserve_pct};
+    return std::make_unique<common::OutputFile>(path, how, [](const std::string& line) {
         fmt::print(stderr, "lotus-bpf: {}\n", line);
     });
 }
@@ -521,7 +521,7 @@ int run_sweep(const SweepOptions& o)
         fmt::print(stderr, "lotus-bpf: {}\n", e.what());
         return 1;
     }
-    std::unique_ptr<exporter::OutputFile> table, page; // opened first: a bad destination stops the sweep before it runs
+    std::unique_ptr<common::OutputFile> table, page; // opened first: a bad destination stops the sweep before it runs
     try {
         table = open_table(o.summary_json, "--summary-json", o.disk_reserve_pct);
         page = open_table(o.html, "--html", o.disk_reserve_pct);

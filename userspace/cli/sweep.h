@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
-#include "export/output_file.h"
+#include "common/output_file.h"
 
 namespace lotus::cli {
 
@@ -23,7 +23,7 @@ struct SweepOptions {
     std::vector<std::string> command;
     std::string dir = "lotus-sweep";
     std::string summary_json; // the table as JSON
-    double disk_reserve_pct = exporter::kDefaultDiskReserve; // --disk-reserve: the table's files (the runs': in pass)
+    double disk_reserve_pct = common::kDefaultDiskReserve; // --disk-reserve: the table's files (the runs': in pass)
 };
 
 // Returns 0 when every run went through (whatever its job's exit status), else the first failing run's status.

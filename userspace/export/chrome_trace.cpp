@@ -11,7 +11,7 @@ namespace lotus::exporter {
 constexpr uint64_t kTailBytes = 64 << 10;
 constexpr const char* kHead = "{\"traceEvents\":[\n";
 
-ChromeTraceWriter::ChromeTraceWriter(OutputFile& out, uint64_t t0_ns) : out_(out), t0_ns_(t0_ns)
+ChromeTraceWriter::ChromeTraceWriter(common::OutputFile& out, uint64_t t0_ns) : out_(out), t0_ns_(t0_ns)
 {
     out_.allow_cut(kTailBytes);
     out_.write(kHead);

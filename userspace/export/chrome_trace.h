@@ -10,7 +10,7 @@
 
 #include "model/spans.h"
 #include "model/usage.h"
-#include "output_file.h"
+#include "common/output_file.h"
 #include "run_info.h"
 
 namespace lotus::exporter {
@@ -19,7 +19,7 @@ class ChromeTraceWriter {
 public:
     // t0_ns: CLOCK_MONOTONIC time of the start of tracing; ts values are whole microseconds after it (each end
     // of a span rounded to the nearest µs, so that nesting and touching survive a viewer's float arithmetic).
-    ChromeTraceWriter(OutputFile& out, uint64_t t0_ns);
+    ChromeTraceWriter(common::OutputFile& out, uint64_t t0_ns);
     // Names of the perf-event counters in Span::counters.perf (--counters), in order.
     void set_counter_names(std::vector<std::string> names) { counter_names_ = std::move(names); }
     void span(const model::Span& s);
@@ -46,7 +46,7 @@ private:
     void process_meta(const std::map<uint32_t, model::ProcessInfo>& processes, uint32_t pid);
     void thread_meta(const std::map<uint32_t, model::ProcessInfo>& processes, uint32_t pid, uint32_t tid);
     std::map<std::pair<uint32_t, uint32_t>, SameExtent> held_;
-    OutputFile& out_;
+    common::OutputFile& out_;
     uint64_t t0_ns_;
     bool first_ = true;
     bool head_kept_ = true; // the document's opening reached the file before any cut

@@ -7,7 +7,7 @@
 
 #include "common/utf8.h"
 #include "export/json.h"
-#include "export/output_file.h"
+#include "common/output_file.h"
 #include "model/node_streams.h"
 
 namespace lotus::exporter {
@@ -15,7 +15,7 @@ namespace lotus::exporter {
 void take_output_cuts(RunInfo& r, uint64_t t0_ns)
 {
     r.outputs_cut.clear();
-    for (const auto& c : output_cuts())
+    for (const auto& c : common::output_cuts())
         r.outputs_cut.push_back({c.what, c.path, c.why, c.at_ns > t0_ns ? static_cast<double>(c.at_ns - t0_ns) / 1e9 : 0});
 }
 

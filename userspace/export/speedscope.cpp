@@ -62,7 +62,7 @@ void SpeedscopeWriter::add(const model::Span& s)
     items_.push_back({s.start_ns, std::max(s.end_ns, s.start_ns), frame_id(name), s.pid, s.tid == s.pid});
 }
 
-uint64_t SpeedscopeWriter::write(OutputFile& out, const std::map<uint32_t, model::ProcessInfo>& processes,
+uint64_t SpeedscopeWriter::write(common::OutputFile& out, const std::map<uint32_t, model::ProcessInfo>& processes,
                                  const std::string& tool, uint64_t t0_ns) const
 {
     // A role's main threads in one profile; its other threads (a queue's feeder thread, a pin-memory thread) in

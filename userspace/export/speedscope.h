@@ -14,7 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "export/output_file.h"
+#include "common/output_file.h"
 #include "model/spans.h"
 
 namespace lotus::exporter {
@@ -29,7 +29,7 @@ public:
     void folded(uint32_t pid, uint32_t into) { alias_[pid] = into; }
     // The file, whole: profiles named after the processes' roles, times from t0_ns. Returns how many spans were
     // left out.
-    uint64_t write(OutputFile& out, const std::map<uint32_t, model::ProcessInfo>& processes, const std::string& tool,
+    uint64_t write(common::OutputFile& out, const std::map<uint32_t, model::ProcessInfo>& processes, const std::string& tool,
                    uint64_t t0_ns) const;
 
 private:

@@ -32,16 +32,16 @@ constexpr int kDeflateLevel = 6;
 
 } // namespace
 
-RecordWriter::RecordWriter(const std::string& path, const RecordHeader& h, exporter::OutputFailure on_failure,
+RecordWriter::RecordWriter(const std::string& path, const RecordHeader& h, common::OutputFailure on_failure,
                            double reserve_pct)
     : RecordWriter(path, std::move(on_failure), reserve_pct)
 {
     begin(h);
 }
 
-RecordWriter::RecordWriter(const std::string& path, exporter::OutputFailure on_failure, double reserve_pct)
+RecordWriter::RecordWriter(const std::string& path, common::OutputFailure on_failure, double reserve_pct)
     // 0600: its command lines and paths are the user's only.
-    : out_(path, exporter::OutputOptions{false, "--record", 0600, reserve_pct}, std::move(on_failure))
+    : out_(path, common::OutputOptions{false, "--record", 0600, reserve_pct}, std::move(on_failure))
 {
     out_.allow_cut(0); // at the disk reserve, the file ends after its last whole block: it replays up to there
 }

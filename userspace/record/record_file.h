@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "export/output_file.h"
+#include "common/output_file.h"
 #include "record/record_codec.h"
 #include "model/user_records.h"
 
@@ -41,12 +41,12 @@ class RecordWriter {
 public:
     // Throws std::runtime_error when the file cannot be created; a later failure goes to on_failure, once,
     // and the records after it are dropped (the file is then left as it was).
-    RecordWriter(const std::string& path, const RecordHeader& header, exporter::OutputFailure on_failure = {},
-                 double reserve_pct = exporter::kDefaultDiskReserve);
+    RecordWriter(const std::string& path, const RecordHeader& header, common::OutputFailure on_failure = {},
+                 double reserve_pct = common::kDefaultDiskReserve);
     // Opened first (before tracing, to check the destination), its header written by begin().
-    // reserve_pct: --disk-reserve, as for every output (export/output_file.h).
-    explicit RecordWriter(const std::string& path, exporter::OutputFailure on_failure = {},
-                          double reserve_pct = exporter::kDefaultDiskReserve);
+    // reserve_pct: --disk-reserve, as for every output (common/output_file.h).
+    explicit RecordWriter(const std::string& path, common::OutputFailure on_failure = {},
+                          double reserve_pct = common::kDefaultDiskReserve);
     void begin(const RecordHeader& header);
     RecordWriter(const RecordWriter&) = delete;
     RecordWriter& operator=(const RecordWriter&) = delete;
@@ -57,7 +57,7 @@ public:
     const std::string& path() const { return out_.path(); }
 
 private:
-    exporter::OutputFile out_;
+    common::OutputFile out_;
     BlockEncoder block_;
 };
 

@@ -21,7 +21,7 @@
 #include <sys/types.h>
 #include <zlib.h>
 
-namespace lotus::exporter {
+namespace lotus::common {
 
 // Told once, with one line, when an output fails after it was opened (a write, the fsync, the rename).
 using OutputFailure = std::function<void(const std::string& line)>;
@@ -117,4 +117,4 @@ private:
 // unchanged (-1).
 std::pair<int, int> output_owner();
 
-} // namespace lotus::exporter
+} // namespace lotus::common

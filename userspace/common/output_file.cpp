@@ -18,7 +18,7 @@
 
 #include "common/clock.h"
 
-namespace lotus::exporter {
+namespace lotus::common {
 
 namespace {
 
@@ -411,4 +411,4 @@ void OutputFile::abandon()
     tail_.clear();
 }
 
-} // namespace lotus::exporter
+} // namespace lotus::common
