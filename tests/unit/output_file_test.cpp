@@ -207,16 +207,17 @@ namespace {
 // is what it uses, so that the cut is exact and the same on any machine.
 struct SmallFs {
     static constexpr uint64_t kTotal = 20 << 20, kFree = 3 << 20;
-    SmallFs()
+    common::OutputCuts cuts; // the run's
+    // An output's options on this file system.
+    common::OutputOptions on(const char* what, double reserve_pct = common::kDefaultDiskReserve)
     {
-        common::set_fs_space_probe([](int fd, common::FsSpace& s) {
-            struct stat st{};
-            fstat(fd, &st);
-            s = {kFree - static_cast<uint64_t>(st.st_size), kTotal};
-            return true;
-        });
+        return {true, what, 0666, reserve_pct, &cuts, [](int fd, common::FsSpace& s) {
+                    struct stat st{};
+                    fstat(fd, &st);
+                    s = {kFree - static_cast<uint64_t>(st.st_size), kTotal};
+                    return true;
+                }};
     }
-    ~SmallFs() { common::set_fs_space_probe({}); }
     static uint64_t free_after(const std::string& path) { return kFree - fs::file_size(path); }
 };
 
@@ -240,7 +241,7 @@ TEST(OutputFile, CutAtTheDiskReserveKeepsWholeWritesAndTheTail)
     TempDir d;
     SmallFs small;
     auto path = d / "trace.json";
-    common::OutputFile out(path, {true, "-o"});
+    common::OutputFile out(path, small.on("-o"));
     out.allow_cut(1000);
     std::string chunk = "[" + std::string(100 << 10, 'x') + "]";
     for (int i = 0; i < 100; i++)
@@ -256,8 +257,8 @@ TEST(OutputFile, CutAtTheDiskReserveKeepsWholeWritesAndTheTail)
     EXPECT_EQ(body.size() % chunk.size(), 0u); // whole writes
     EXPECT_GT(body.size(), 1u << 20);          // most of the room used
     EXPECT_GE(SmallFs::free_after(path), SmallFs::kTotal / 20); // never into the reserve
-    auto cuts = common::output_cuts();
-    ASSERT_FALSE(cuts.empty());
+    auto cuts = small.cuts.list();
+    ASSERT_EQ(cuts.size(), 1u);
     EXPECT_EQ(cuts.back().what, "-o");
     EXPECT_EQ(cuts.back().path, path);
     EXPECT_NE(cuts.back().why.find("would fall below 5 %"), std::string::npos) << cuts.back().why;
@@ -271,8 +272,8 @@ TEST(OutputFile, EachOutputKeepsItsOwnReserve)
     SmallFs small;
     std::vector<std::string> told;
     auto keep = [&](const std::string& l) { told.push_back(l); };
-    common::OutputFile ten(d / "ten.json", {true, "--summary-json", 0666, 10}, keep);
-    common::OutputFile none(d / "none.json", {true, "--html", 0666, 0}, keep);
+    common::OutputFile ten(d / "ten.json", small.on("--summary-json", 10), keep);
+    common::OutputFile none(d / "none.json", small.on("--html", 0), keep);
     ten.write(std::string(2 << 20, 'x')); // 1 MiB would be left: under 10 % of 20 MiB
     none.write(std::string(2 << 20, 'y'));
     EXPECT_FALSE(ten.commit());
@@ -291,7 +292,7 @@ TEST(OutputFile, AnOutputThatCannotBeCutFailsAtTheReserve)
     auto path = d / "summary.json";
     spit(path, "previous");
     std::vector<std::string> told;
-    common::OutputFile out(path, {true, "--summary-json"}, [&](const std::string& l) { told.push_back(l); });
+    common::OutputFile out(path, small.on("--summary-json"), [&](const std::string& l) { told.push_back(l); });
     out.write(std::string(4 << 20, 'x'));
     EXPECT_FALSE(out.commit());
     ASSERT_EQ(told.size(), 1u);
@@ -305,7 +306,7 @@ TEST(OutputFile, GzipCutAtTheReserveIsAWholeStream)
     TempDir d;
     SmallFs small;
     auto path = d / "trace.json.gz";
-    common::OutputFile out(path, {true, "-o"});
+    common::OutputFile out(path, small.on("-o"));
     out.allow_cut(1000);
     uint32_t x = 12345;
     std::string all;

@@ -300,19 +300,22 @@ TEST(RecordFile, CutAtTheDiskReserveEndsAfterAWholeBlock)
 {
     auto recs = synthetic_stream(200000, 7);
     std::string path = temp_path();
-    set_fs_space_probe([](int fd, FsSpace& s) { // 10 MiB, 5 % reserved, 1 MB free above it
+    auto small_fs = [](int fd, FsSpace& s) { // 10 MiB, 5 % reserved, 1 MB free above it
         struct stat st{};
         fstat(fd, &st);
         s = {(10 << 20) / 20 + 4096 + 1'000'000 - static_cast<uint64_t>(st.st_size), 10 << 20};
         return true;
-    });
+    };
+    OutputCuts cuts;
     {
-        record::RecordWriter w(path, RecordHeader{123, 42, R"({"python":"3.11.2"})"});
+        record::RecordWriter w(path, {}, kDefaultDiskReserve, &cuts, small_fs);
+        w.begin(RecordHeader{123, 42, R"({"python":"3.11.2"})"});
         for (const auto& r : recs)
             w.write(r.data(), r.size());
         EXPECT_TRUE(w.close());
     }
-    set_fs_space_probe({});
+    ASSERT_EQ(cuts.list().size(), 1u); // told to its run's list
+    EXPECT_EQ(cuts.list()[0].what, "--record");
     struct stat st{};
     ASSERT_EQ(stat(path.c_str(), &st), 0);
     EXPECT_LE(st.st_size, 1'000'000);

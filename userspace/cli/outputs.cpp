@@ -17,7 +17,7 @@ namespace lotus::cli {
 Outputs::Outputs(const Options& opts)
 {
     // No trace file wanted: the writer still runs (same code path) into a file that keeps nothing.
-    common::OutputOptions trace_how{true, "-o", 0666, opts.disk_reserve_pct};
+    common::OutputOptions trace_how{true, "-o", 0666, opts.disk_reserve_pct, &cuts_};
     auto trace = std::make_unique<common::OutputFile>(opts.output, trace_how, sink());
     trace_file_ = trace.get();
     sinks_.push_back(make_trace(std::move(trace), opts));
@@ -41,7 +41,7 @@ void Outputs::add(const Options& opts, const std::string& path, const char* what
     if (!path.empty())
         // Each file keeps the run's --disk-reserve (the record file too: session.cpp).
         sinks_.push_back(make(std::make_unique<common::OutputFile>(
-                                  path, common::OutputOptions{gzip_by_name, what, 0666, opts.disk_reserve_pct}, sink()),
+                                  path, common::OutputOptions{gzip_by_name, what, 0666, opts.disk_reserve_pct, &cuts_}, sink()),
                               opts));
 }
 

@@ -26,6 +26,8 @@ public:
     bool trace_failed() const { return trace_file_->failed(); }
     common::OutputFailure sink(); // an output's failure reporter (the record file's too)
     const std::vector<std::string>& failures() const { return failures_; }
+    // The run's outputs cut at the reserve (the record file's too: it is given this list).
+    common::OutputCuts& cuts() { return cuts_; }
 
 private:
     using Make = std::unique_ptr<Sink> (*)(SinkFile, const Options&);
@@ -33,6 +35,7 @@ private:
     void add(const Options& opts, const std::string& path, const char* what, bool gzip_by_name, Make make);
 
     std::vector<std::string> failures_;
+    common::OutputCuts cuts_;
     const common::OutputFile* trace_file_ = nullptr; // (its sink's)
     std::vector<std::unique_ptr<Sink>> sinks_;
 };

@@ -72,7 +72,7 @@ bool Reconstruction::finish(exporter::RunInfo run, bool calls_inlined)
     run.output_failures = outputs_.failures();
     for (auto* s : sinks_)
         s->end_of_stream(run, engine_.processes());
-    exporter::take_output_cuts(run, t0_); // the trace's and the record file's, if cut
+    exporter::take_output_cuts(run, outputs_.cuts(), t0_); // the trace's and the record file's, if cut
 
     std::string trace_cut;
     for (const auto& c : run.outputs_cut)

@@ -174,7 +174,8 @@ void Session::open_outputs()
     }
     outputs_ = std::make_unique<Outputs>(opts_);
     if (!opts_.record.empty())
-        recorder_ = std::make_unique<record::RecordWriter>(opts_.record, outputs_->sink(), opts_.disk_reserve_pct);
+        recorder_ = std::make_unique<record::RecordWriter>(opts_.record, outputs_->sink(), opts_.disk_reserve_pct,
+                                                                 &outputs_->cuts());
 }
 
 void Session::attach()

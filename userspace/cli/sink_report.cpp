@@ -23,7 +23,8 @@ public:
     void end_of_run(RunEnd& e) override
     {
         e.run.output_failures = e.failures; // (the outputs written so far: the trace's, the record's)
-        exporter::take_output_cuts(e.run, e.t0_ns);
+        if (file_->cuts())
+            exporter::take_output_cuts(e.run, *file_->cuts(), e.t0_ns);
         e.report.run = e.run;
         file_->write(exporter::report_json(e.report));
         file_->commit();

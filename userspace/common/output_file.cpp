@@ -60,21 +60,13 @@ std::string temp_name(const std::string& dir, const std::string& base)
     return fmt::format("{}/.{}.lotus-{}-{}", dir, base, getpid(), seq++);
 }
 
-// Process-wide by nature, so kept here: what every output of the process shares. Tail bytes promised to cuttable
-// outputs not yet committed, all file systems together (a little conservative where they are on different ones;
-// they are small); the cuts so far (the run's facts list them); the tests' space probe.
+// Process-wide by nature: the disks are the process's, whichever run writes (the agent runs several). Tail bytes
+// promised to cuttable outputs not yet committed, all file systems together (a little conservative where they
+// are on different ones; they are small).
 std::atomic<uint64_t> g_promised{0};
-std::mutex g_mu; // guards the two below
-std::function<bool(int, FsSpace&)> g_probe;
-std::vector<OutputCut> g_cuts;
 
 bool fs_space(int fd, FsSpace& space)
 {
-    {
-        std::lock_guard lock(g_mu);
-        if (g_probe)
-            return g_probe(fd, space);
-    }
     struct statvfs v{};
     if (fstatvfs(fd, &v) != 0 || v.f_blocks == 0)
         return false;
@@ -105,18 +97,6 @@ mode_t current_umask()
 
 } // namespace
 
-void set_fs_space_probe(std::function<bool(int fd, FsSpace&)> probe)
-{
-    std::lock_guard lock(g_mu);
-    g_probe = std::move(probe);
-}
-
-std::vector<OutputCut> output_cuts()
-{
-    std::lock_guard lock(g_mu);
-    return g_cuts;
-}
-
 std::pair<int, int> output_owner()
 {
     if (geteuid() != 0)
@@ -134,7 +114,7 @@ std::pair<int, int> output_owner()
 
 OutputFile::OutputFile(const std::string& path, OutputOptions options, OutputFailure on_failure)
     : path_(path), what_(options.what.empty() ? "output" : options.what), on_failure_(std::move(on_failure)),
-      mode_(options.mode & 0777), reserve_pct_(options.reserve_pct)
+      mode_(options.mode & 0777), reserve_pct_(options.reserve_pct), cuts_(options.cuts), space_(std::move(options.space))
 {
     if (path_ == "/dev/null") // the one device that means "keep nothing": not opened at all
         path_.clear();
@@ -218,7 +198,7 @@ int64_t OutputFile::room() const
 {
     double pct = reserve_pct_;
     FsSpace space;
-    if (pct <= 0 || !fs_space(fd_, space))
+    if (pct <= 0 || !(space_ ? space_(fd_, space) : fs_space(fd_, space)))
         return INT64_MAX;
     auto reserve = static_cast<uint64_t>(std::ceil(static_cast<double>(space.total) * pct / 100));
     // One page more than asked: a file system allocates whole blocks.
@@ -257,10 +237,8 @@ void OutputFile::cut_here()
         return;
     }
     cut_ = true;
-    {
-        std::lock_guard lock(g_mu);
-        g_cuts.push_back({what_, path_, why, common::monotonic_ns()});
-    }
+    if (cuts_)
+        cuts_->add({what_, path_, why, common::monotonic_ns()});
     fmt::print(stderr, "{}lotus-bpf: {} {}: cut: {} (--disk-reserve); it keeps what it had, completed, and the other "
                        "outputs go on\n",
                isatty(STDERR_FILENO) ? "\r\033[K" : "", what_, path_, why);

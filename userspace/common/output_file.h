@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -29,27 +30,46 @@ using OutputFailure = std::function<void(const std::string& line)>;
 // The reserve an output keeps on its file system unless told (--disk-reserve's default), in percent of its size.
 constexpr double kDefaultDiskReserve = 5;
 
-struct OutputOptions {
-    bool gzip_by_name = true; // a name ending in .gz is written gzip-compressed
-    std::string what;         // how the user named it in messages ("-o", "--record"): defaults to "output"
-    unsigned mode = 0666;     // the file's permissions, less the umask (a record file: 0600)
-    double reserve_pct = kDefaultDiskReserve; // --disk-reserve: free space it leaves its file system (0: none)
-};
-
 // A file system's space as fstatvfs tells it, in bytes: what unprivileged writers may still use, and its size.
 struct FsSpace {
     uint64_t avail = 0, total = 0;
 };
-// Tests: tells the space instead of fstatvfs (an empty function: fstatvfs again). False: not known (no check).
-void set_fs_space_probe(std::function<bool(int fd, FsSpace&)> probe);
+// Where an output learns its file system's space (tests: a file system of their own). False: not known (no check).
+using FsSpaceProbe = std::function<bool(int fd, FsSpace&)>;
 
 // An output that stopped growing at the reserve: which (as the user named it), when (CLOCK_MONOTONIC) and why.
 struct OutputCut {
     std::string what, path, why;
     uint64_t at_ns = 0;
 };
-// Every output cut in this process so far, in order.
-std::vector<OutputCut> output_cuts();
+// One run's outputs that were cut, in order: each run its own list (the agent runs several at once, and a job's
+// summary names only its own outputs).
+class OutputCuts {
+public:
+    void add(OutputCut c)
+    {
+        std::lock_guard lock(mu_);
+        cuts_.push_back(std::move(c));
+    }
+    std::vector<OutputCut> list() const
+    {
+        std::lock_guard lock(mu_);
+        return cuts_;
+    }
+
+private:
+    mutable std::mutex mu_;
+    std::vector<OutputCut> cuts_;
+};
+
+struct OutputOptions {
+    bool gzip_by_name = true; // a name ending in .gz is written gzip-compressed
+    std::string what;         // how the user named it in messages ("-o", "--record"): defaults to "output"
+    unsigned mode = 0666;     // the file's permissions, less the umask (a record file: 0600)
+    double reserve_pct = kDefaultDiskReserve; // --disk-reserve: free space it leaves its file system (0: none)
+    OutputCuts* cuts = nullptr; // its run's list, where a cut is listed (none: said on stderr only)
+    FsSpaceProbe space;         // empty: fstatvfs
+};
 
 class OutputFile {
 public:
@@ -81,6 +101,7 @@ public:
     bool discards() const { return path_.empty(); }
     const std::string& path() const { return path_; }
     uint64_t bytes() const { return bytes_; }
+    const OutputCuts* cuts() const { return cuts_; } // its run's list of cuts (null: none)
 
 private:
     void fail(const std::string& doing, int err);
@@ -96,6 +117,8 @@ private:
     OutputFailure on_failure_;
     mode_t mode_;
     double reserve_pct_;
+    OutputCuts* cuts_;
+    FsSpaceProbe space_;
     int fd_ = -1;
     std::string named_tmp_; // the temporary's name where O_TMPFILE is not supported
     struct DeflateEnd {

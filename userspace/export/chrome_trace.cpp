@@ -298,7 +298,8 @@ void ChromeTraceWriter::finish(const std::map<uint32_t, model::ProcessInfo>& pro
     buf_.clear();
     out_.flush();
     RunInfo r = run;
-    take_output_cuts(r, t0_ns_); // this one's too, where it was cut by the events above
+    if (out_.cuts())
+        take_output_cuts(r, *out_.cuts(), t0_ns_); // this one's too, where it was cut by the events above
     auto tail = [&] {
         return std::string(head_kept_ ? "" : kHead) + "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{" +
                run_json_members(r) + "}}\n";

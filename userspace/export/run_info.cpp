@@ -12,10 +12,10 @@
 
 namespace lotus::exporter {
 
-void take_output_cuts(RunInfo& r, uint64_t t0_ns)
+void take_output_cuts(RunInfo& r, const common::OutputCuts& cuts, uint64_t t0_ns)
 {
     r.outputs_cut.clear();
-    for (const auto& c : common::output_cuts())
+    for (const auto& c : cuts.list())
         r.outputs_cut.push_back({c.what, c.path, c.why, c.at_ns > t0_ns ? static_cast<double>(c.at_ns - t0_ns) / 1e9 : 0});
 }
 

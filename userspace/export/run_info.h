@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+namespace lotus::common {
+class OutputCuts;
+}
+
 namespace lotus::exporter {
 
 struct RunInfo {
@@ -187,7 +191,7 @@ struct RunInfo {
 };
 
 // Sets r.outputs_cut to the outputs cut so far in this process (output_file.h), their times after t0_ns.
-void take_output_cuts(RunInfo& r, uint64_t t0_ns);
+void take_output_cuts(RunInfo& r, const common::OutputCuts& cuts, uint64_t t0_ns);
 
 // The JSON object, keys in alphabetical order.
 nlohmann::ordered_json run_json(const RunInfo& r);

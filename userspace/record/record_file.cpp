@@ -39,9 +39,10 @@ RecordWriter::RecordWriter(const std::string& path, const RecordHeader& h, commo
     begin(h);
 }
 
-RecordWriter::RecordWriter(const std::string& path, common::OutputFailure on_failure, double reserve_pct)
+RecordWriter::RecordWriter(const std::string& path, common::OutputFailure on_failure, double reserve_pct,
+                           common::OutputCuts* cuts, common::FsSpaceProbe space)
     // 0600: its command lines and paths are the user's only.
-    : out_(path, common::OutputOptions{false, "--record", 0600, reserve_pct}, std::move(on_failure))
+    : out_(path, common::OutputOptions{false, "--record", 0600, reserve_pct, cuts, std::move(space)}, std::move(on_failure))
 {
     out_.allow_cut(0); // at the disk reserve, the file ends after its last whole block: it replays up to there
 }

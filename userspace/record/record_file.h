@@ -44,9 +44,11 @@ public:
     RecordWriter(const std::string& path, const RecordHeader& header, common::OutputFailure on_failure = {},
                  double reserve_pct = common::kDefaultDiskReserve);
     // Opened first (before tracing, to check the destination), its header written by begin().
-    // reserve_pct: --disk-reserve, as for every output (common/output_file.h).
+    // reserve_pct: --disk-reserve, as for every output (common/output_file.h); cuts: the run's list of outputs cut;
+    // space: the file system's space (tests; empty: fstatvfs).
     explicit RecordWriter(const std::string& path, common::OutputFailure on_failure = {},
-                          double reserve_pct = common::kDefaultDiskReserve);
+                          double reserve_pct = common::kDefaultDiskReserve, common::OutputCuts* cuts = nullptr,
+                          common::FsSpaceProbe space = {});
     void begin(const RecordHeader& header);
     RecordWriter(const RecordWriter&) = delete;
     RecordWriter& operator=(const RecordWriter&) = delete;
