@@ -170,6 +170,7 @@ class ModernAnswers(BpfTestCase):
         wm, (rates, points) = self.cow("--context", "fork")
         self.assertEqual((wm["copy_on_read"], len(wm["workers"])), (2, 2), wm)
         for w in wm["workers"]:
+            self.assertFalse(w["from_forkserver"], w)
             own = rates[w["pid"]]
             self.assertGreater(own, 10, (own, points[w["pid"]]))
             self.assertLess(abs(w["rate_mb_per_1000"] - own) / own, 0.20, (w, own))
@@ -178,6 +179,13 @@ class ModernAnswers(BpfTestCase):
         for w in wm["workers"]:
             own = points[w["pid"]]
             self.assertLess(own[-1][1] - own[0][1], 8, own)  # its own private memory: no growth with what it read
+            # said to hold a copy of its own from its start: its private memory once it had begun reading, as its
+            # own first figure (taken as its first sample began; the tracer's reading comes a few samples later)
+            self.assertTrue(w["from_forkserver"], w)
+            self.assertGreater(own[0][1], 40, own)  # (the 1,000,000 strings: ~80 MB; forked, ~5 MB)
+            self.assertLess(abs(w["first_private_mb"] - own[0][1]), 0.1 * own[0][1], (w, own))
+        self.assertIn("2 DataLoader worker process(es) were started by multiprocessing's forkserver",
+                      " ".join(wm["advice"]))
 
     def test_own_container_and_the_jobs_cpu_limit(self):
         """The user's own container class (text_pipeline.py's Pipeline) named with the flag that would split it, in a
