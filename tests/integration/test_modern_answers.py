@@ -155,13 +155,19 @@ class ModernAnswers(BpfTestCase):
         self.assertIn(getitem, row["stack"])
 
     def cow(self, *flags):
-        log, js = self.path("own.log"), self.path("s.json")
+        log, js, rec = self.path("own.log"), self.path("s.json"), self.path("r.lbt")
         if os.path.exists(log):
             os.remove(log)
-        self.lotus(["-q", "-o", "/dev/null", "--summary-json", js, "--pss-interval", "200"], "cow_job.py", log,
-                   "--pipeline", *flags, timeout=120)
+        self.lotus(["-q", "-o", "/dev/null", "--summary-json", js, "--record", rec, "--pss-interval", "200"],
+                   "cow_job.py", log, "--pipeline", *flags, timeout=120)
         with open(js) as f:
-            return json.load(f)["worker_memory"], own_rates(log)
+            wm = json.load(f)["worker_memory"]
+        again = self.path("again.json")  # the record file gives the same answer
+        rr = run_lotus(["report", rec, "--summary-json", again])
+        self.assertEqual(rr.returncode, 0, rr.stderr)
+        with open(again) as f:
+            self.assertEqual(json.load(f)["worker_memory"], wm)
+        return wm, own_rates(log)
 
     def test_copy_on_read_under_fork_and_none_under_forkserver(self):
         """A list of 1,000,000 strings read by 2 workers: forked, each copies what it reads (3.14 still writes a

@@ -235,3 +235,17 @@ TEST(WorkerMemory, ForkserverWorkersAreSaidToHoldTheirOwnCopy)
     EXPECT_EQ(j["workers"][2]["from_forkserver"], false);
     EXPECT_EQ(j["workers"][0]["first_private_mb"], 80.0);
 }
+
+// Figures that print alike are one figure ("81 MB", not "81-81 MB").
+TEST(WorkerMemory, ForkserverNoteRoundsAlikeFiguresToOne)
+{
+    exporter::WorkerMemoryReport r;
+    for (double mb : {80.98, 80.76}) {
+        exporter::WorkerMemoryRow w;
+        w.from_forkserver = true, w.first_private_mb = mb, w.curve.verdict = MemoryVerdict::Steady;
+        r.workers.push_back(w);
+    }
+    auto advice = exporter::worker_memory_advice(r, {});
+    ASSERT_EQ(advice.size(), 1u);
+    EXPECT_NE(advice[0].find("once it had begun reading: 81 MB)"), std::string::npos) << advice[0];
+}

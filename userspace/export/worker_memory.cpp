@@ -303,12 +303,13 @@ std::string forkserver_note(const WorkerMemoryReport& r)
         }
     if (!n)
         return "";
+    std::string low = fmt::format("{:.0f}", lo), high = fmt::format("{:.0f}", hi);
     return fmt::format(
         "{} DataLoader worker process(es) were started by multiprocessing's forkserver (CPython 3.14's default start "
         "method): they share no pages of the training process, so its dataset is not copied on read; each holds a "
         "copy of its own, pickled to it as it started (its private memory once it had begun reading: {}). What they can "
         "copy on read is the forkserver's pages.",
-        n, lo == hi ? fmt::format("{:.0f} MB", lo) : fmt::format("{:.0f}-{:.0f} MB", lo, hi));
+        n, low == high ? low + " MB" : low + "-" + high + " MB");
 }
 
 } // namespace
