@@ -193,3 +193,59 @@ TEST(WorkerMemory, PendingSamplesAreBoundedAndStillCounted)
     ASSERT_EQ(rep.workers.size(), 1u);
     EXPECT_EQ(rep.workers[0].read, static_cast<double>(n + 3)); // the last one's sample came after the last reading
 }
+
+// Workers whose parent is multiprocessing's forkserver (CPython 3.14's default): steady, and said to share no page
+// of the training process, with the private memory each held at its first reading; a forked worker beside them is
+// not counted in that note.
+TEST(WorkerMemory, ForkserverWorkersAreSaidToHoldTheirOwnCopy)
+{
+    exporter::WorkerMemory wm;
+    constexpr uint64_t S = 1'000'000'000;
+    std::map<uint32_t, model::ProcessInfo> procs;
+    procs[1].pid = 1, procs[1].consumer = true;
+    procs[2].pid = 2, procs[2].parent = 1, procs[2].helper = "forkserver";
+    for (uint32_t pid : {7u, 8u, 9u})
+        procs[pid].pid = pid, procs[pid].worker = true, procs[pid].parent = pid == 9 ? 1 : 2;
+    for (uint64_t i = 1; i <= 5; i++)
+        for (uint32_t pid : {7u, 8u, 9u}) {
+            for (uint64_t k = 0; k < 10; k++)
+                wm.add(sample(pid, i * S - S / 2 + k));
+            uint64_t first = pid == 7 ? 80 : pid == 8 ? 82 : 5;
+            auto r = reading(pid, i * S, (first + i / 4) * 1024, 500 * 1024);
+            wm.consume(&r, sizeof(r));
+        }
+    // one of them folded while the forkserver was still known, the others judged at the end
+    wm.fold(8, procs, "worker 1");
+    auto rep = wm.finish(procs, {});
+    ASSERT_EQ(rep.workers.size(), 3u);
+    EXPECT_EQ(rep.steady, 3u);
+    std::map<uint32_t, const exporter::WorkerMemoryRow*> by_pid;
+    for (const auto& w : rep.workers)
+        by_pid[w.pid] = &w;
+    EXPECT_TRUE(by_pid[7]->from_forkserver);
+    EXPECT_TRUE(by_pid[8]->from_forkserver);
+    EXPECT_FALSE(by_pid[9]->from_forkserver);
+    EXPECT_NEAR(by_pid[7]->first_private_mb, 80, 1e-9);
+    ASSERT_EQ(rep.advice.size(), 1u);
+    EXPECT_NE(rep.advice[0].find("2 DataLoader worker process(es) were started by multiprocessing's forkserver"),
+              std::string::npos) << rep.advice[0];
+    EXPECT_NE(rep.advice[0].find("once it had begun reading: 80-82 MB)"), std::string::npos) << rep.advice[0];
+    auto j = exporter::worker_memory_json(rep);
+    EXPECT_EQ(j["workers"][0]["from_forkserver"], true);
+    EXPECT_EQ(j["workers"][2]["from_forkserver"], false);
+    EXPECT_EQ(j["workers"][0]["first_private_mb"], 80.0);
+}
+
+// Figures that print alike are one figure ("81 MB", not "81-81 MB").
+TEST(WorkerMemory, ForkserverNoteRoundsAlikeFiguresToOne)
+{
+    exporter::WorkerMemoryReport r;
+    for (double mb : {80.98, 80.76}) {
+        exporter::WorkerMemoryRow w;
+        w.from_forkserver = true, w.first_private_mb = mb, w.curve.verdict = MemoryVerdict::Steady;
+        r.workers.push_back(w);
+    }
+    auto advice = exporter::worker_memory_advice(r, {});
+    ASSERT_EQ(advice.size(), 1u);
+    EXPECT_NE(advice[0].find("once it had begun reading: 81 MB)"), std::string::npos) << advice[0];
+}

@@ -34,7 +34,7 @@ public:
         summary.folded(f.pid, f.into);
         const auto& p = f.processes.at(f.pid);
         timeline.fold(f.pid, f.into, p.first_ns, p.last_ns);
-        worker_memory.fold(f.pid, p, model::process_label(f.processes, f.pid));
+        worker_memory.fold(f.pid, f.processes, model::process_label(f.processes, f.pid));
     }
 
     exporter::Summary summary;

@@ -165,7 +165,18 @@ void WorkerMemory::add(const model::Span& s)
     }
 }
 
-void WorkerMemory::judge(uint32_t pid, Proc& p, const model::ProcessInfo& info, std::string label)
+namespace {
+
+bool parent_is_forkserver(const std::map<uint32_t, model::ProcessInfo>& processes, const model::ProcessInfo& info)
+{
+    auto parent = processes.find(info.parent);
+    return parent != processes.end() && parent->second.helper == "forkserver";
+}
+
+} // namespace
+
+void WorkerMemory::judge(uint32_t pid, Proc& p, const model::ProcessInfo& info, bool from_forkserver,
+                         std::string label)
 {
     if (!info.worker && info.worker_id < 0)
         return;
@@ -175,11 +186,14 @@ void WorkerMemory::judge(uint32_t pid, Proc& p, const model::ProcessInfo& info, 
     row.pid = pid;
     row.label = std::move(label);
     row.unit = p.any_sample ? "samples" : "batches";
+    row.from_forkserver = from_forkserver;
     std::vector<MemoryPoint> points;
     uint64_t read = 0;
     double t0 = p.readings.empty() ? 0 : static_cast<double>(p.readings.front().ts_ns);
     for (const auto& r : p.readings) {
         read += p.any_sample ? r.samples : r.batches;
+        if (read && row.first_private_mb < 0)
+            row.first_private_mb = static_cast<double>(r.private_kb) / 1024;
         points.push_back({static_cast<double>(read), static_cast<double>(r.private_kb) / 1024,
                           static_cast<double>(r.anon_kb) / 1024, (static_cast<double>(r.ts_ns) - t0) / 1e9,
                           r.shared_dirty_kb == model::kNoPss ? -1 : static_cast<double>(r.shared_dirty_kb) / 1024});
@@ -189,12 +203,13 @@ void WorkerMemory::judge(uint32_t pid, Proc& p, const model::ProcessInfo& info, 
     rows_.push_back(std::move(row));
 }
 
-void WorkerMemory::fold(uint32_t pid, const model::ProcessInfo& info, std::string label)
+void WorkerMemory::fold(uint32_t pid, const std::map<uint32_t, model::ProcessInfo>& processes, std::string label)
 {
     auto it = procs_.find(pid);
-    if (it == procs_.end())
+    auto info = processes.find(pid);
+    if (it == procs_.end() || info == processes.end())
         return;
-    judge(pid, it->second, info, std::move(label));
+    judge(pid, it->second, info->second, parent_is_forkserver(processes, info->second), std::move(label));
     procs_.erase(it);
 }
 
@@ -202,7 +217,8 @@ WorkerMemoryReport WorkerMemory::finish(const std::map<uint32_t, model::ProcessI
 {
     for (auto& [pid, p] : procs_)
         if (auto info = processes.find(pid); info != processes.end())
-            judge(pid, p, info->second, model::process_label(processes, pid));
+            judge(pid, p, info->second, parent_is_forkserver(processes, info->second),
+                  model::process_label(processes, pid));
     procs_.clear();
     WorkerMemoryReport r;
     r.private_known = private_seen_ || !private_missing_;
@@ -273,6 +289,29 @@ std::string projection(const WorkerMemoryReport& r, const JobMemory& job)
                        job.peak_pss_mb, std::max(0.0, room) / pace);
 }
 
+// Workers a forkserver started share nothing of the training process to copy on read: said, with what each held
+// from its start (the dataset pickled to it, among the rest), so that "steady" is not read as "shares the data".
+std::string forkserver_note(const WorkerMemoryReport& r)
+{
+    size_t n = 0;
+    double lo = 0, hi = 0;
+    for (const auto& w : r.workers)
+        if (w.from_forkserver && w.first_private_mb >= 0) {
+            lo = n ? std::min(lo, w.first_private_mb) : w.first_private_mb;
+            hi = n ? std::max(hi, w.first_private_mb) : w.first_private_mb;
+            n++;
+        }
+    if (!n)
+        return "";
+    std::string low = fmt::format("{:.0f}", lo), high = fmt::format("{:.0f}", hi);
+    return fmt::format(
+        "{} DataLoader worker process(es) were started by multiprocessing's forkserver (CPython 3.14's default start "
+        "method): they share no pages of the training process, so its dataset is not copied on read; each holds a "
+        "copy of its own, pickled to it as it started (its private memory once it had begun reading: {}). What they can "
+        "copy on read is the forkserver's pages.",
+        n, low == high ? low + " MB" : low + "-" + high + " MB");
+}
+
 } // namespace
 
 std::vector<std::string> worker_memory_advice(const WorkerMemoryReport& r, const JobMemory& job)
@@ -288,6 +327,8 @@ std::vector<std::string> worker_memory_advice(const WorkerMemoryReport& r, const
             "arrays, tensors or bytes instead of lists or dicts of Python objects, or read it from files in "
             "__getitem__.", r.copy_on_read, rate, unit, projection(r, job)));
     }
+    if (auto note = forkserver_note(r); !note.empty())
+        out.push_back(note);
     if (r.leak_like) {
         std::string unit;
         double rate = median_rate(r, MemoryVerdict::LeakLike, unit);
@@ -313,6 +354,9 @@ nlohmann::ordered_json worker_memory_json(const WorkerMemoryReport& r)
         j["new_mb"] = known ? nlohmann::ordered_json(c.new_mb) : nlohmann::ordered_json(nullptr);
         j["flattened"] = known ? nlohmann::ordered_json(c.flattened) : nlohmann::ordered_json(nullptr);
         j["why"] = c.why;
+        j["from_forkserver"] = w.from_forkserver;
+        j["first_private_mb"] =
+            w.first_private_mb >= 0 ? nlohmann::ordered_json(w.first_private_mb) : nlohmann::ordered_json(nullptr);
         workers.push_back(std::move(j));
     }
     return nlohmann::ordered_json{{"private_known", r.private_known}, {"min_readings", kMinMemoryReadings},

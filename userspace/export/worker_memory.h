@@ -61,6 +61,12 @@ struct WorkerMemoryRow {
     std::string unit; // "samples" or "batches": what `read` counted
     double read = 0;  // at its last reading
     CurveJudgement curve;
+    // Its parent is multiprocessing's forkserver (CPython 3.14's default start method): it shares no page of the
+    // training process (the dataset came to it pickled, into memory of its own), only the forkserver's.
+    bool from_forkserver = false;
+    // Private memory at its first reading after it had read (a reading before may come while it unpickles);
+    // -1: none.
+    double first_private_mb = -1;
 };
 
 struct WorkerMemoryReport {
@@ -84,7 +90,8 @@ public:
     void consume(const void* data, size_t len);
     void add(const model::Span& s);
     // An exited process folded into its role's row: judged now (its label from the engine), its data dropped.
-    void fold(uint32_t pid, const model::ProcessInfo& p, std::string label);
+    // `processes`: the engine's, for its parent's role (a forkserver).
+    void fold(uint32_t pid, const std::map<uint32_t, model::ProcessInfo>& processes, std::string label);
     WorkerMemoryReport finish(const std::map<uint32_t, model::ProcessInfo>& processes, const JobMemory& job);
     // Ends kept while no reading came (a process whose private memory is never read, --pss-interval 0): past it
     // the older half is only counted, as before the next reading (its time is long past).
@@ -104,7 +111,7 @@ private:
         bool any_sample = false;
         bool any_reading = false;                 // a reading with or without private memory
     };
-    void judge(uint32_t pid, Proc& p, const model::ProcessInfo& info, std::string label);
+    void judge(uint32_t pid, Proc& p, const model::ProcessInfo& info, bool from_forkserver, std::string label);
     std::map<uint32_t, Proc> procs_;
     std::vector<WorkerMemoryRow> rows_;
     bool private_missing_ = false, private_seen_ = false;

@@ -5,7 +5,9 @@ once) and returns a small tensor; 2 workers read one pass. Reading a string writ
 worker copies the pages it reads: its private memory grows with the samples. Reading the numpy array writes nothing.
 Ground truth: each worker appends `PID SAMPLES_READ PRIVATE_KB RSS_KB` (its own smaps_rollup: Private_Clean +
 Private_Dirty, and Rss) to LOG when it starts and every 50 samples.
-Usage: cow_job.py LOG [--numpy] [--pipeline] [--samples N] [--sleep-ms MS]"""
+--context: the workers' start method (DataLoader's multiprocessing_context; CPython 3.14's default on Linux is
+forkserver, whose workers unpickle their own dataset and share none of the parent's pages).
+Usage: cow_job.py LOG [--numpy] [--pipeline] [--samples N] [--sleep-ms MS] [--context fork|forkserver|spawn]"""
 import argparse
 import os
 import time
@@ -73,9 +75,10 @@ if __name__ == "__main__":
     ap.add_argument("--pipeline", action="store_true")
     ap.add_argument("--samples", type=int, default=2000)
     ap.add_argument("--sleep-ms", type=float, default=2.0)
+    ap.add_argument("--context", default=None)
     args = ap.parse_args()
     ds = Strings(args)
     n = 0
-    for x in DataLoader(ds, batch_size=20, num_workers=2):
+    for x in DataLoader(ds, batch_size=20, num_workers=2, multiprocessing_context=args.context):
         n += len(x)
     print(f"cow_job: {n} samples", flush=True)

@@ -11,6 +11,10 @@ import random
 import sys
 import time
 
+import torch
+from torch.utils.data import DataLoader
+from torchvision import datasets, transforms
+
 BIG_EVERY, BIG_AT = 50, 17
 
 
@@ -23,6 +27,20 @@ def make(root, images):
         os.makedirs(d, exist_ok=True)
         img = Image.frombytes("RGB", (side, side), rng.randbytes(side * side * 3))
         img.save(os.path.join(d, f"img_{i:03d}{'_big' if side > 256 else ''}.jpg"), quality=85)
+
+
+class TimedFolder(datasets.ImageFolder):
+    """At module level: CPython 3.14's DataLoader workers start through a forkserver, which pickles the dataset."""
+    load_log = None
+
+    def __getitem__(self, index):
+        path, target = self.samples[index]
+        start = time.perf_counter_ns()
+        img = self.loader(path)
+        took = time.perf_counter_ns() - start
+        with open(self.load_log, "a") as f:
+            f.write(f"{os.getpid()} {index} {took} {path}\n")
+        return self.transform(img), target
 
 
 def main():
@@ -38,23 +56,10 @@ def main():
     if args.make:
         make(args.data, args.images)
         return
-    import torch
-    from torch.utils.data import DataLoader
-    from torchvision import datasets, transforms
-
-    class TimedFolder(datasets.ImageFolder):
-        def __getitem__(self, index):
-            path, target = self.samples[index]
-            start = time.perf_counter_ns()
-            img = self.loader(path)
-            took = time.perf_counter_ns() - start
-            with open(args.load_log, "a") as f:
-                f.write(f"{os.getpid()} {index} {took} {path}\n")
-            return self.transform(img), target
-
     torch.manual_seed(0)
     torch.set_num_threads(1)
     ds = TimedFolder(args.data, transform=transforms.Compose([transforms.CenterCrop(96), transforms.ToTensor()]))
+    ds.load_log = args.load_log
     loader = DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers)
     for _ in range(args.epochs):
         for _batch in loader:

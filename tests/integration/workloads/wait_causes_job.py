@@ -70,6 +70,8 @@ def main():
     ap.add_argument("--heavy-factor", type=float, default=1)
     ap.add_argument("--step-ms", type=float, default=0, help="the loop's own time per batch (sleeping)")
     ap.add_argument("--wait-log", required=True, help="one line per batch: INDEX NS spent in next(it)")
+    ap.add_argument("--loop-log", help="one line: the first next()'s start and the last one's end (StopIteration), "
+                                       "ns of the monotonic clock")
     args = ap.parse_args()
     pipeline = transforms.Compose([Work(args.work_ms),
                                    Heavy(args.heavy_ms, args.heavy_every, args.heavy_factor, args.batch_size)])
@@ -78,8 +80,10 @@ def main():
     it = iter(loader)
     lines = []
     b = 0
+    first = None
     while True:
         t0 = time.perf_counter_ns()
+        first = first or t0
         try:
             next(it)
         except StopIteration:
@@ -88,8 +92,12 @@ def main():
         b += 1
         if args.step_ms:
             time.sleep(args.step_ms / 1000)
+    end = time.perf_counter_ns()
     with open(args.wait_log, "w") as f:
         f.writelines(lines)
+    if args.loop_log:
+        with open(args.loop_log, "w") as f:
+            f.write(f"{first} {end}\n")
     print(f"wait_causes_job: {b} batches", flush=True)
     return 0
 
