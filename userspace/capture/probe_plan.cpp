@@ -105,6 +105,16 @@ std::string kernel_refusal(const KernelFeatures& k)
            what;
 }
 
+std::string capability_refusal(const KernelFeatures& k, bool sys_admin)
+{
+    if (sys_admin || (k.uprobe_multi_type >= 0 && k.multi_pid_all_threads))
+        return "";
+    return "this kernel (" + (k.release.empty() ? "?" : k.release) + ") has " +
+           (k.uprobe_multi_type < 0 ? "no uprobe_multi links (Linux 6.6+)"
+                                    : "no uprobe_multi pid filter for every thread (Linux 6.10+)") +
+           ": lotus-bpf's uprobes are then perf events, which need CAP_SYS_ADMIN (besides CAP_BPF and CAP_PERFMON)";
+}
+
 KernelFeatures detect_kernel()
 {
     // The kernel's BTF, read once (~5 MB).

@@ -30,6 +30,11 @@ KernelFeatures detect_kernel();
 const KernelFeatures& this_kernel();
 // The one line that refuses a kernel lacking what lotus-bpf needs, or "" where it has it all.
 std::string kernel_refusal(const KernelFeatures& k);
+// The one line that refuses a run without CAP_SYS_ADMIN on a kernel whose uprobes lotus-bpf must open as perf
+// events (no uprobe_multi links, or before 6.10 their pid filter: capture/uprobe_links.h), or "" where it may run:
+// the uprobe PMU needs CAP_SYS_ADMIN (since the 2025 fix "perf: Fix privilege check for perf_uprobe", in the
+// stable kernels too; CAP_PERFMON before it, which a release does not tell), and tracefs's uprobe_events root.
+std::string capability_refusal(const KernelFeatures& k, bool sys_admin);
 
 // What the run asks for and what the interpreter has.
 struct PlanInputs {
