@@ -93,7 +93,9 @@ class ExampleJob(BpfTestCase):
         self.assertEqual(job.returncode, 0)
         _, err = tracer.communicate(timeout=120)
         self.assertEqual(tracer.returncode, 0, err[-3000:])
-        self.assert_as_logged(load_trace(out), log)
+        trace = load_trace(out)
+        attach_figures(trace, "example_attach_")
+        self.assert_as_logged(trace, log)
 
 
 def assert_pure_exact(test, trace, n):

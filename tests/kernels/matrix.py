@@ -76,7 +76,9 @@ def cell(results, name):
 def attach_cell(results, prefix):
     f = results["checks"].get("reduced-caps" if prefix else "pure-python", {}).get("figures", {})
     wall, cpu = f.get(f"{prefix}attach_wall_ms"), f.get(f"{prefix}attach_cpu_ms")
-    return f"{float(wall):.0f} / {float(cpu):.0f}" if wall and cpu else "-"
+    if wall and cpu:
+        return f"{float(wall):.0f} / {float(cpu):.0f}"
+    return "refused in one line" if f.get("reduced_caps", "").startswith("refused") else "-"
 
 
 def main():
@@ -115,7 +117,7 @@ def main():
 
     # The table: every check of any kernel's plan, a cell per kernel ("-": not in that kernel's plan).
     names = [n for n in CHECKS if any(n in PLAN[k][0] for k in kernels)]
-    width = max(len(n) for n in names) + 2
+    width = max(len(n) for n in names + ["attach ms wall/CPU"]) + 2
     lines = ["check".ljust(width) + "".join(f"Linux {k}".ljust(28) for k in kernels)]
     for n in names:
         lines.append(n.ljust(width) + "".join((cell(all_results[k], n) if n in PLAN[k][0] else "-").ljust(28)

@@ -62,6 +62,11 @@ bool has_sys_admin()
     return has_capability(CAP_SYS_ADMIN);
 }
 
+bool libbpf_skips_unlisted_modules()
+{
+    return libbpf_major_version() > 1 || (libbpf_major_version() == 1 && libbpf_minor_version() >= 2);
+}
+
 // libbpf's own messages only when asked for: errors reach the user as one line from us.
 static int quiet_libbpf(enum libbpf_print_level, const char* fmt, va_list ap)
 {

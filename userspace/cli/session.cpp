@@ -94,8 +94,10 @@ void Session::plan()
     // A kernel lotus-bpf cannot run on is refused before any job starts (one line: what it lacks).
     if (auto refusal = capture::kernel_refusal(capture::this_kernel()); !refusal.empty())
         throw std::runtime_error(refusal);
-    // Likewise a kernel whose uprobes this process may not open (perf events without CAP_SYS_ADMIN).
-    if (auto refusal = capture::capability_refusal(capture::this_kernel(), capture::has_sys_admin()); !refusal.empty())
+    // Likewise a kernel whose uprobes (perf events) or kfuncs this process may not reach without CAP_SYS_ADMIN.
+    if (auto refusal = capture::capability_refusal(capture::this_kernel(), capture::has_sys_admin(),
+                                                   capture::libbpf_skips_unlisted_modules());
+        !refusal.empty())
         throw std::runtime_error(refusal);
     lists_ = rule_lists(opts_);
     if (!opts_.counters.empty()) {
