@@ -3,6 +3,7 @@ they run on the host too: cd tests/integration && PYTHONPATH=../kernels python3 
 Each is exact against its own run's ground truth, and small: under QEMU's TCG a torch import takes 20-30 s and the
 example ~7 s an epoch for 64 images. Figures worth reading in the matrix's report are printed as `FIGURE k=v`."""
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -92,28 +93,81 @@ class ExampleJob(BpfTestCase):
         self.assertEqual(job.returncode, 0)
         _, err = tracer.communicate(timeout=120)
         self.assertEqual(tracer.returncode, 0, err[-3000:])
-        self.assert_as_logged(load_trace(out), log)
+        trace = load_trace(out)
+        attach_figures(trace, "example_attach_")
+        self.assert_as_logged(trace, log)
+
+
+def assert_pure_exact(test, trace, n):
+    """tests/integration/workloads/pure_pipeline.py N's trace: n items in the main process, n/2 in each of its two
+    forked processes, every op once per item, nothing lost."""
+    test.assertEqual(trace["otherData"]["lost_events"], 0)
+    root = trace["otherData"]["target_pid"]
+    per_pid = Counter(s["pid"] for s in spans(trace, "sample"))
+    test.assertEqual(per_pid.pop(root, 0), n)
+    test.assertEqual(sorted(per_pid.values()), [n // 2, n // 2])
+    test.assertEqual(sorted(s["args"]["sample"] for s in spans(trace, "sample") if s["pid"] == root), list(range(n)))
+    test.assertEqual(Counter(s["name"] for s in spans(trace, "op")),
+                     Counter({"Scale": 2 * n, "Shift": 2 * n, "Clip": 2 * n}))
+    assert_nested(test, trace)
+
+
+def attach_figures(trace, prefix):
+    """The run's attach cost (otherData): wall time and the tracer's own CPU time, loading and verifying the BPF
+    programs included. Under TCG CPU time is inflated many times over hardware: figures, never a threshold."""
+    for key in ("attach_wall_ms", "attach_cpu_ms"):
+        if key in trace["otherData"]:
+            figure(f"{prefix}{key}", trace["otherData"][key])
 
 
 class PurePython(BpfTestCase):
+    N = 200
+
     def test_pure_python_pipeline_exact(self):
         """No torch: a Compose-like class of three ops, n items in the main process and n/2 in each of two forked
         processes (tests/integration/workloads/pure_pipeline.py), with --pipeline: every op once per item."""
-        n = 200
         out = self.path("trace.json")
-        r = run_lotus(["-q", "-o", out, "--pipeline", "Pipeline", "--", PY, PURE, str(n)], timeout=300)
+        r = run_lotus(["-q", "-o", out, "--pipeline", "Pipeline", "--", PY, PURE, str(self.N)], timeout=300)
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         trace = load_trace(out)
-        self.assertEqual(trace["otherData"]["lost_events"], 0)
-        root = trace["otherData"]["target_pid"]
-        per_pid = Counter(s["pid"] for s in spans(trace, "sample"))
-        self.assertEqual(per_pid.pop(root, 0), n)
-        self.assertEqual(sorted(per_pid.values()), [n // 2, n // 2])
-        self.assertEqual(sorted(s["args"]["sample"] for s in spans(trace, "sample") if s["pid"] == root),
-                         list(range(n)))
-        self.assertEqual(Counter(s["name"] for s in spans(trace, "op")),
-                         Counter({"Scale": 2 * n, "Shift": 2 * n, "Clip": 2 * n}))
-        assert_nested(self, trace)
+        attach_figures(trace, "")
+        assert_pure_exact(self, trace, self.N)
+
+
+class ReducedCapabilities(BpfTestCase):
+    """The tracer as an unprivileged user (nobody) with only CAP_BPF and CAP_PERFMON (ambient), tracing a job it
+    launches as that user: the same exact trace as root's; or, where the kernel cannot allow it, a refusal in one
+    line naming the capability it lacks, no output written and the job not started. Never a half-attached run."""
+
+    def test_pure_python_pipeline_with_bpf_and_perfmon_only(self):
+        n = PurePython.N
+        home = self.path("nobody")
+        os.chmod(self.tmp, 0o711)
+        os.mkdir(home)
+        # The binary and the job where nobody can read them (the carried tree may be root's alone).
+        lotus, job = os.path.join(home, "lotus-bpf"), os.path.join(home, "pure_pipeline.py")
+        shutil.copy2(LOTUS, lotus)
+        shutil.copy2(PURE, job)
+        for f in (home, lotus, job):
+            os.chown(f, 65534, 65534)
+        out = os.path.join(home, "trace.json")
+        caps = "+bpf,+perfmon"
+        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", f"--inh-caps={caps}",
+               f"--ambient-caps={caps}", lotus, "-q", "-o", out, "--pipeline", "Pipeline", "--",
+               PY, job, str(n)]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=home,
+                           env={**os.environ, "HOME": home})
+        if r.returncode != 0:
+            lines = [line for line in r.stderr.splitlines() if line.strip()]
+            self.assertEqual(len(lines), 1, f"a refusal is one line; stderr:\n{r.stderr[-3000:]}")
+            self.assertRegex(lines[0], r"CAP_[A-Z_]+", "the refusal names the capability")
+            self.assertFalse(os.path.exists(out), "an output was written")
+            figure("reduced_caps", f"refused: {lines[0]!r}")
+            return
+        trace = load_trace(out)
+        figure("reduced_caps", "traced")
+        attach_figures(trace, "reduced_caps_")
+        assert_pure_exact(self, trace, n)
 
 
 # A pipeline of object calls (each a call through the type's tp_call slot, where lotus-bpf's Python probes are):

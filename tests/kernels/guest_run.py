@@ -29,6 +29,9 @@ CHECKS = {
                         "test_attach.AttachMode.test_later_epochs_new_workers_are_followed"]),
     "pure-python": ("a pure-Python pipeline (no torch, 2 forked processes), --pipeline: every op once per item",
                     ["guest_checks.PurePython.test_pure_python_pipeline_exact"]),
+    "reduced-caps": ("the same as a user (nobody) with only CAP_BPF + CAP_PERFMON: exact, or refused in one line "
+                     "naming the capability",
+                     ["guest_checks.ReducedCapabilities.test_pure_python_pipeline_with_bpf_and_perfmon_only"]),
     "others-pay-nothing": ("an unrelated process's CPU time beside a traced job = beside it untraced (interleaved)",
                            ["guest_checks.Bystander.test_unrelated_process_pays_nothing"]),
     "kill-9-fork": ("tracer SIGKILLed with a new worker's fork in flight: the job finishes, nothing left stopped",
@@ -41,8 +44,8 @@ CHECKS = {
                 ["guest_checks.Refusal.test_launch_refused_in_one_line_before_the_job_starts",
                  "guest_checks.Refusal.test_attach_refused_in_one_line_the_job_runs_to_its_end"]),
 }
-TRACED = ["binary", "example-launch", "example-attach", "pure-python", "others-pay-nothing", "kill-9-fork",
-          "native-exceptions"]
+TRACED = ["binary", "example-launch", "example-attach", "pure-python", "reduced-caps", "others-pay-nothing",
+          "kill-9-fork", "native-exceptions"]
 # kernel: (checks, environment). 5.10 lacks task storage and bpf_get_current_task_btf (5.11): lotus-bpf refuses it.
 PLAN = {
     "5.10": (["binary", "refusal"], {"LOTUS_KERNEL_REFUSED": "1"}),

@@ -73,6 +73,14 @@ def cell(results, name):
     return f"{c['status']} {c.get('seconds', 0):.0f}s"
 
 
+def attach_cell(results, prefix):
+    f = results["checks"].get("reduced-caps" if prefix else "pure-python", {}).get("figures", {})
+    wall, cpu = f.get(f"{prefix}attach_wall_ms"), f.get(f"{prefix}attach_cpu_ms")
+    if wall and cpu:
+        return f"{float(wall):.0f} / {float(cpu):.0f}"
+    return "refused in one line" if f.get("reduced_caps", "").startswith("refused") else "-"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lotus", required=True, help="the lotus-bpf binary to test")
@@ -109,12 +117,16 @@ def main():
 
     # The table: every check of any kernel's plan, a cell per kernel ("-": not in that kernel's plan).
     names = [n for n in CHECKS if any(n in PLAN[k][0] for k in kernels)]
-    width = max(len(n) for n in names) + 2
+    width = max(len(n) for n in names + ["attach ms wall/CPU"]) + 2
     lines = ["check".ljust(width) + "".join(f"Linux {k}".ljust(28) for k in kernels)]
     for n in names:
         lines.append(n.ljust(width) + "".join((cell(all_results[k], n) if n in PLAN[k][0] else "-").ljust(28)
                                               for k in kernels))
     lines.append("release".ljust(width) + "".join(str(all_results[k].get("release", "?")).ljust(28) for k in kernels))
+    # The attach's cost (loading, verifying, attaching the BPF programs) as root and with reduced capabilities:
+    # wall / the tracer's own CPU, in ms. Recorded, never a threshold: TCG inflates CPU time many times over.
+    for label, prefix in (("attach ms wall/CPU", ""), ("  reduced caps", "reduced_caps_")):
+        lines.append(label.ljust(width) + "".join(attach_cell(all_results[k], prefix).ljust(28) for k in kernels))
     lines.append("VM time".ljust(width) + "".join(f"{all_results[k]['vm_seconds']:.0f}s".ljust(28) for k in kernels))
     print("\n" + "\n".join(lines))
     missed = []

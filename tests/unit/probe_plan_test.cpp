@@ -184,6 +184,34 @@ TEST(ProbePlan, AKernelWithoutWhatLotusNeedsIsRefusedInOneLine)
     EXPECT_EQ(line.find('\n'), std::string::npos);
 }
 
+TEST(ProbePlan, PerfEventUprobesWithoutCapSysAdminAreRefusedInOneLine)
+{
+    // uprobe_multi links need CAP_BPF and CAP_PERFMON only; the uprobe PMU's perf events CAP_SYS_ADMIN.
+    EXPECT_EQ(capability_refusal(k618, false, false), "");
+    EXPECT_EQ(capability_refusal(k66, false, false), "");
+    EXPECT_EQ(capability_refusal(k61, true, false), "");
+    KernelFeatures old = k61;
+    old.release = "6.1.0-50-cloud-amd64";
+    auto line = capability_refusal(old, false, true);
+    EXPECT_NE(line.find("6.1.0-50-cloud-amd64"), std::string::npos) << line;
+    EXPECT_NE(line.find("no uprobe_multi links (Linux 6.6+)"), std::string::npos) << line;
+    EXPECT_NE(line.find("CAP_SYS_ADMIN"), std::string::npos) << line;
+    EXPECT_EQ(line.find('\n'), std::string::npos);
+    KernelFeatures k68 = k66; // 6.6-6.9: their pid filter passes a process's main thread only
+    k68.multi_pid_all_threads = false;
+    EXPECT_NE(capability_refusal(k68, false, true).find("pid filter for every thread (Linux 6.10+)"), std::string::npos);
+    EXPECT_EQ(capability_refusal(k68, true, false), "");
+    // 6.10-6.12: a kfunc the object declares is absent, and libbpf 1.1 fails on the modules' BTF it may not list.
+    KernelFeatures k612 = k66;
+    k612.release = "6.12.95";
+    k612.kfuncs_absent = {"bpf_send_signal_task"};
+    auto kfunc = capability_refusal(k612, false, false);
+    EXPECT_NE(kfunc.find("no bpf_send_signal_task"), std::string::npos) << kfunc;
+    EXPECT_NE(kfunc.find("CAP_SYS_ADMIN"), std::string::npos) << kfunc;
+    EXPECT_EQ(capability_refusal(k612, false, true), ""); // libbpf 1.2+
+    EXPECT_EQ(capability_refusal(k612, true, false), "");
+}
+
 TEST(ProbePlan, WhatAKernelCannotGiveIsSaid)
 {
     EXPECT_TRUE(kernel_lacks(k618, plan_probes(k618, python311_after_fork()), python311_after_fork()).empty());

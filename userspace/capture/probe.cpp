@@ -39,18 +39,32 @@
 
 namespace lotus::capture {
 
-void check_privileges()
+namespace {
+
+bool has_capability(int cap)
 {
-    if (geteuid() == 0)
-        return;
     __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
     __user_cap_data_struct data[2] = {};
-    if (syscall(SYS_capget, &hdr, data) == 0) {
-        auto has = [&](int cap) { return data[cap / 32].effective & (1u << (cap % 32)); };
-        if (has(CAP_BPF) && has(CAP_PERFMON))
-            return;
-    }
+    return syscall(SYS_capget, &hdr, data) == 0 && (data[cap / 32].effective & (1u << (cap % 32)));
+}
+
+} // namespace
+
+void check_privileges()
+{
+    if (geteuid() == 0 || (has_capability(CAP_BPF) && has_capability(CAP_PERFMON)))
+        return;
     throw CaptureError("lotus-bpf needs root (or CAP_BPF and CAP_PERFMON) to load BPF programs");
+}
+
+bool has_sys_admin()
+{
+    return has_capability(CAP_SYS_ADMIN);
+}
+
+bool libbpf_skips_unlisted_modules()
+{
+    return libbpf_major_version() > 1 || (libbpf_major_version() == 1 && libbpf_minor_version() >= 2);
 }
 
 // libbpf's own messages only when asked for: errors reach the user as one line from us.

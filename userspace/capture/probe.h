@@ -42,6 +42,10 @@ struct CaptureStats {
 
 // Throws CaptureError unless this process may load BPF and open perf events (root, or CAP_BPF+CAP_PERFMON).
 void check_privileges();
+// Whether this process has CAP_SYS_ADMIN in its effective set (root's usually; capability_refusal asks).
+bool has_sys_admin();
+// Whether this libbpf (1.2+) goes on without the modules' BTF where it may not list them (EPERM).
+bool libbpf_skips_unlisted_modules();
 
 // Where a forked child of a traced process holds itself on kernels without the hold kfuncs: the file offset of
 // PyOS_AfterFork_Child in the interpreter's file (CPython calls it in the child of os.fork), if it has one.

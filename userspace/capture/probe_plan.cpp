@@ -105,6 +105,23 @@ std::string kernel_refusal(const KernelFeatures& k)
            what;
 }
 
+std::string capability_refusal(const KernelFeatures& k, bool sys_admin, bool libbpf_skips_modules)
+{
+    const std::string kernel = "this kernel (" + (k.release.empty() ? "?" : k.release) + ") has ";
+    if (sys_admin)
+        return "";
+    if (k.uprobe_multi_type < 0 || !k.multi_pid_all_threads)
+        return kernel +
+               (k.uprobe_multi_type < 0 ? "no uprobe_multi links (Linux 6.6+)"
+                                        : "no uprobe_multi pid filter for every thread (Linux 6.10+)") +
+               ": lotus-bpf's uprobes are then perf events, which need CAP_SYS_ADMIN (besides CAP_BPF and CAP_PERFMON)";
+    if (!k.kfuncs_absent.empty() && !libbpf_skips_modules)
+        return kernel + "no " + k.kfuncs_absent.front() +
+               ": libbpf (before 1.2) then looks for it in the kernel modules' BTF, which needs CAP_SYS_ADMIN (besides "
+               "CAP_BPF and CAP_PERFMON)";
+    return "";
+}
+
 KernelFeatures detect_kernel()
 {
     // The kernel's BTF, read once (~5 MB).
@@ -122,6 +139,10 @@ KernelFeatures detect_kernel()
         kernel_has(vmlinux.get(), {"btf_trace_sock_send_length", "btf_trace_sock_recv_length"}, BTF_KIND_TYPEDEF);
     k.exit_group_dead =
         !common::knob_on("LOTUS_NO_EXIT_GROUP_DEAD") && tracepoint_args(vmlinux.get(), "sched_process_exit") >= 2;
+    for (const char* f : {"bpf_send_signal_task", "bpf_task_from_pid", "bpf_task_release", "bpf_session_is_return",
+                          "bpf_session_cookie"}) // (bpf/holds.bpf.h, bpf/lotus.bpf.c)
+        if (!kernel_has(vmlinux.get(), {f}, BTF_KIND_FUNC))
+            k.kfuncs_absent.push_back(f);
     utsname u{};
     if (uname(&u) == 0)
         k.release = u.release;

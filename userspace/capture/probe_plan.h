@@ -21,6 +21,9 @@ struct KernelFeatures {
     // seen, and per-process probes are then perf events, which were always right.
     bool multi_pid_all_threads = true;
     std::string release;          // uname's release, for what is said about the kernel
+    // The kfuncs the BPF object declares (__ksym __weak) that the kernel's own BTF lacks (knobs aside): libbpf
+    // then looks for them in the modules' BTF, which before libbpf 1.2 fails without CAP_SYS_ADMIN.
+    std::vector<std::string> kfuncs_absent;
     // What lotus-bpf cannot run without and this kernel lacks (BTF, task storage...), each with the Linux version
     // that brought it; empty where it runs.
     std::vector<std::string> missing;
@@ -30,6 +33,13 @@ KernelFeatures detect_kernel();
 const KernelFeatures& this_kernel();
 // The one line that refuses a kernel lacking what lotus-bpf needs, or "" where it has it all.
 std::string kernel_refusal(const KernelFeatures& k);
+// The one line that refuses a run without CAP_SYS_ADMIN on a kernel whose uprobes lotus-bpf must open as perf
+// events (no uprobe_multi links, or before 6.10 their pid filter: capture/uprobe_links.h), or "" where it may run:
+// the uprobe PMU needs CAP_SYS_ADMIN (since the 2025 fix "perf: Fix privilege check for perf_uprobe", in the
+// stable kernels too; CAP_PERFMON before it, which a release does not tell), and tracefs's uprobe_events root.
+// Likewise where the kernel lacks a kfunc the object declares and libbpf (before 1.2: libbpf_skips_modules false)
+// fails on the modules' BTF it may not list.
+std::string capability_refusal(const KernelFeatures& k, bool sys_admin, bool libbpf_skips_modules);
 
 // What the run asks for and what the interpreter has.
 struct PlanInputs {

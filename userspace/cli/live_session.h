@@ -167,6 +167,7 @@ private:
     std::vector<std::string> kernel_lacks_; // what the kernel could not give this run (said at attach and in the end)
     size_t native_links_ = 0;
     std::optional<exporter::RunInfo::Holds> holds_;
+    std::optional<exporter::RunInfo::AttachCost> attach_cost_; // loading, verifying, attaching the programs
 };
 
 } // namespace lotus::cli

@@ -90,6 +90,7 @@ exporter::RunInfo Session::run_info()
     run.stop_reason = stop_reason_;
     run.tracer_peak_rss_kb = peak_rss_kb();
     run.tracer_cpu_ms = cpu_ms();
+    run.attach = attach_cost_;
     if (native_) {
         exporter::RunInfo::Native n{native_->functions(), native_links_, native_->attach_seconds(),
                                     opts_.sample_freq ? capture::sampling_event().name : "none",

@@ -29,6 +29,7 @@
 #include "replay.h"
 #include "reconstruction.h"
 #include "rules_file.h"
+#include "self_usage.h"
 #include "terminal.h"
 #include "live_stuck.h"
 #include "export/live_table.h"
@@ -92,6 +93,11 @@ void Session::plan()
     capture::check_privileges();
     // A kernel lotus-bpf cannot run on is refused before any job starts (one line: what it lacks).
     if (auto refusal = capture::kernel_refusal(capture::this_kernel()); !refusal.empty())
+        throw std::runtime_error(refusal);
+    // Likewise a kernel whose uprobes (perf events) or kfuncs this process may not reach without CAP_SYS_ADMIN.
+    if (auto refusal = capture::capability_refusal(capture::this_kernel(), capture::has_sys_admin(),
+                                                   capture::libbpf_skips_unlisted_modules());
+        !refusal.empty())
         throw std::runtime_error(refusal);
     lists_ = rule_lists(opts_);
     if (!opts_.counters.empty()) {
@@ -181,8 +187,10 @@ void Session::open_outputs()
 void Session::attach()
 {
     build_pipeline();
+    auto started = usage_now();
     try {
         attach_probes();
+        attach_cost_ = usage_between(started, usage_now());
     } catch (const std::exception&) {
         // A target that dies while probes are being attached makes them fail on its vanished files.
         if (!launcher_ && gone(root_))

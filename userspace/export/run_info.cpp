@@ -202,6 +202,10 @@ nlohmann::ordered_json run_json(const RunInfo& r)
         m["events_delivered"] = *r.events_delivered;
     m["tracer_peak_rss_kb"] = r.tracer_peak_rss_kb;
     m["tracer_cpu_ms"] = r.tracer_cpu_ms;
+    if (r.attach) {
+        m["attach_wall_ms"] = json_fixed(r.attach->wall_ms, 3);
+        m["attach_cpu_ms"] = json_fixed(r.attach->cpu_ms, 3);
+    }
     m["samples"] = r.samples;
     if (r.cpus)
         m["cpus"] = r.cpus;

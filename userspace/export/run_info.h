@@ -50,6 +50,12 @@ struct RunInfo {
     uint64_t events = 0, lost_events = 0;
     std::optional<uint64_t> events_delivered; // live runs
     long tracer_peak_rss_kb = -1, tracer_cpu_ms = -1;
+    // Live runs: loading, verifying and attaching the BPF programs (Session::attach), in wall time and in the
+    // tracer's own CPU time (user + system, all its threads: getrusage RUSAGE_SELF at its start and its end).
+    struct AttachCost {
+        double wall_ms = 0, cpu_ms = 0;
+    };
+    std::optional<AttachCost> attach;
     uint64_t samples = 0, incomplete_spans = 0;
     unsigned cpus = 0; // CPUs the traced job may run on (its affinity); 0: not known (older record files)
     unsigned resources_interval_ms = 0; // how often /proc was read (--resources-interval); 0: not read
