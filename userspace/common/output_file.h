@@ -68,7 +68,7 @@ struct OutputOptions {
     unsigned mode = 0666;     // the file's permissions, less the umask (a record file: 0600)
     double reserve_pct = kDefaultDiskReserve; // --disk-reserve: free space it leaves its file system (0: none)
     OutputCuts* cuts = nullptr; // its run's list, where a cut is listed (none: said on stderr only)
-    FsSpaceProbe space;         // empty: fstatvfs
+    FsSpaceProbe space = {};    // empty: fstatvfs
 };
 
 class OutputFile {
