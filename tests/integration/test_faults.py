@@ -393,6 +393,40 @@ class Faults(BpfTestCase):
             self.assertEqual(load_trace(out)["otherData"]["stop_reason"], "1 s elapsed")
         self.assert_detached()
 
+    def test_probes_says_what_a_run_with_fewer_capabilities_does(self):
+        """`lotus-bpf probes` as nobody with CAP_BPF + CAP_PERFMON: on this kernel they suffice, and a run traces;
+        with uprobe_multi hidden (LOTUS_NO_UPROBE_MULTI: the perf-event uprobes of kernels before 6.6) it names
+        the missing CAP_SYS_ADMIN in the very words a run is then refused with, before anything is launched."""
+        caps = "+bpf,+perfmon"
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", f"--inh-caps={caps}",
+                  f"--ambient-caps={caps}"]
+
+        def capabilities(env):
+            r = subprocess.run(nobody + [LOTUS, "probes"], capture_output=True, text=True, timeout=60,
+                               env={**os.environ, **env})
+            self.assertEqual(r.returncode, 0, r.stderr)
+            lines = [line for line in r.stdout.splitlines() if line.startswith("capabilities: ")]
+            self.assertEqual(len(lines), 1, r.stdout)
+            return lines[0][len("capabilities: "):]
+
+        self.assertEqual(capabilities({}), "CAP_BPF and CAP_PERFMON suffice (CAP_SYS_ADMIN not needed)")
+        said = capabilities({"LOTUS_NO_UPROBE_MULTI": "1"})
+        reason, _, verdict = said.rpartition("; this process ")
+        self.assertEqual(verdict, "lacks CAP_SYS_ADMIN: a run is refused so", said)
+        self.assertIn("no uprobe_multi links", reason)
+        marker = self.path("launched")
+        r = subprocess.run(nobody + [LOTUS, "-q", "-o", "/tmp/never.json", "--", PY, "-c",
+                                     f"open({marker!r}, 'w')"],
+                           capture_output=True, text=True, timeout=60, env={**os.environ, "LOTUS_NO_UPROBE_MULTI": "1"})
+        self.assert_one_line(r, reason, code=1)
+        self.assertFalse(os.path.exists(marker), "the job was launched before the refusal")
+        self.assertFalse(os.path.exists("/tmp/never.json"))
+        # As root the same kernel needs nothing more: probes says it has what a run needs.
+        r = subprocess.run([LOTUS, "probes"], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "LOTUS_NO_UPROBE_MULTI": "1"})
+        self.assertIn(f"capabilities: {reason}; this process has CAP_SYS_ADMIN", r.stdout)
+        self.assert_detached()
+
     # --- the job's fate ---------------------------------------------------------------------------------------
 
     def test_killed_worker_and_failed_job_are_in_trace_and_summary(self):

@@ -15,6 +15,19 @@ namespace lotus::cli {
 
 namespace {
 
+// What a run needs besides CAP_BPF and CAP_PERFMON on this kernel, and whether this process would be refused
+// (the same words as the refusal a run gives: capture::capability_refusal).
+void print_capabilities(const capture::KernelFeatures& k)
+{
+    auto without_admin = capture::capability_refusal(k, false, capture::libbpf_skips_unlisted_modules());
+    if (without_admin.empty()) {
+        fmt::print("capabilities: CAP_BPF and CAP_PERFMON suffice (CAP_SYS_ADMIN not needed)\n");
+        return;
+    }
+    fmt::print("capabilities: {}; this process {}\n", without_admin,
+               capture::has_sys_admin() ? "has CAP_SYS_ADMIN" : "lacks CAP_SYS_ADMIN: a run is refused so");
+}
+
 // The kernel's features, and what a default run's plan (type slots where found) chooses from them and lacks.
 void print_kernel(const cpython::Interpreter* interp)
 {
@@ -23,6 +36,7 @@ void print_kernel(const cpython::Interpreter* interp)
         fmt::print("kernel {}\n", line);
     if (!k.missing.empty())
         return;
+    print_capabilities(k);
     capture::PlanInputs in;
     in.interp_slots = interp && interp->slots.has_value();
     in.interp_os_read = interp && interp->os_read_offset.has_value();
