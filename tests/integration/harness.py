@@ -174,6 +174,23 @@ def kernel_at_least(major, minor):
     return release >= (major, minor)
 
 
+CAPS_SUFFICE = "CAP_BPF and CAP_PERFMON suffice (CAP_SYS_ADMIN not needed)"
+CAPS_REFUSED = "lacks CAP_SYS_ADMIN: a run is refused so"
+
+
+def probes_capabilities(stdout):
+    """`lotus-bpf probes`' capabilities line, as (reason, verdict): (None, CAPS_SUFFICE) where CAP_BPF and
+    CAP_PERFMON suffice, else the reason CAP_SYS_ADMIN is needed (a refused run's own words) and "has CAP_SYS_ADMIN"
+    or CAPS_REFUSED. None where there is not exactly one such line."""
+    lines = [line[len("capabilities: "):] for line in stdout.splitlines() if line.startswith("capabilities: ")]
+    if len(lines) != 1:
+        return None
+    if lines[0] == CAPS_SUFFICE:
+        return None, CAPS_SUFFICE
+    reason, _, verdict = lines[0].rpartition("; this process ")
+    return reason, verdict
+
+
 def not_guardian(pids):
     """Of the tracer's children, those that are not its guardian process (lotus-bpf __guardian)."""
     def guardian(pid):
