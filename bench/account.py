@@ -7,7 +7,7 @@ falls on both; a trap priced by a loop of object calls under bare uprobes on the
 As root. Usage: bench/account.py [N]   (N: runs of each measure, default 3; ~2 minutes a run on 2 cores)"""
 import os, statistics, sys, tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import run, floor, alternate
+import run, alternate
 
 repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 images = 512
@@ -17,11 +17,7 @@ with tempfile.TemporaryDirectory() as tmp:
     run.run_train(data, 1, False, tmp)  # (the dataset in the page cache)
     cpu = [run.run_train(data, 2, False, tmp)[1]["cpu_s"] / (2 * images) for _ in range(repeats)]
 cpu_ms = 1000 * statistics.median(cpu)
-slots = floor.probe_points(run.LOTUS, run.PY, "slots")
-with floor.BareUprobe(slots) as probe:
-    hits = run.epoch_snapshots(run.train_cmd(data, 3), lambda _: probe.hits(), "bare")
-slot_hits = (hits[2] - hits[0]) / (2 * images)
-per_object_call = floor.call_costs(run.PY, run.LOTUS, repeats, "objects", slots, returns=True)
+slot_hits, per_object_call = run.trap_prices(data, images, repeats)
 costs = {m: [] for m in modes}
 tracer = {m: [] for m in modes}
 for _ in range(repeats):

@@ -7,7 +7,7 @@ With --old-build, "old" is that binary (an earlier build) with the same options 
 native maps side by side (issue 79 item 1: return-instruction probes against the uretprobes before them)."""
 import os, statistics, sys, tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import run, floor, alternate
+import run, alternate
 args = sys.argv[1:]
 old_build = None
 if "--old-build" in args:
@@ -46,11 +46,7 @@ with tempfile.TemporaryDirectory() as tmp:
               f"({run.pairs(cpus[arm], cpus['untraced'])})", flush=True)
     cpu_ms = 1000 * statistics.median(cpus["untraced"])
     arm_binary("new")  # (the trap measures: this build's probe points)
-    slots = floor.probe_points(run.LOTUS, run.PY, "slots")
-    with floor.BareUprobe(slots) as probe:
-        hits = run.epoch_snapshots(run.train_cmd(data, 3), lambda _: probe.hits(), "bare")
-    slot_hits = (hits[2] - hits[0]) / (2 * images)
-    per_object_call = floor.call_costs(run.PY, run.LOTUS, 3, "objects", slots, returns=True)
+    slot_hits, per_object_call = run.trap_prices(data, images)
     costs, rc = {"new": [], "old": []}, {"new": [], "old": []}
     for _ in range(3):  # interleaved, as the timed runs: the machine's drift falls on both arms
         for arm in ("new", "old"):

@@ -143,6 +143,16 @@ def runs_of(costs, *progs):
     return statistics.median(sum(c.get(p, (0, 0))[0] for p in progs) for c in costs)
 
 
+def trap_prices(data, images, repeats=3):
+    """What a mode's account prices its traps with (mode_account's slot_hits and per_object_call): the Python
+    probes' entry traps a sample (bare uprobes on this build's probe points, epochs 2-3 of the example) and the
+    bare trap's cost (floor.call_costs, an entry and a return, `repeats` interleaved runs)."""
+    slots = floor.probe_points(LOTUS, PY, "slots")
+    with floor.BareUprobe(slots) as probe:
+        hits = epoch_snapshots(train_cmd(data, 3), lambda _: probe.hits(), "bare")
+    return (hits[2] - hits[0]) / (2 * images), floor.call_costs(PY, LOTUS, repeats, "objects", slots, returns=True)
+
+
 def account(entries, returns, trap_ns, return_ns, bpf_us, tracer_us, cpu_ms):
     """The measured parts of a sample's cost (us) and their sum as a share of the job's CPU per sample untraced:
     the traps at their bare cost, the BPF programs' own time, the tracer's CPU while the job runs. A return's cost
