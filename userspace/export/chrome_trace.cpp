@@ -180,22 +180,38 @@ void ChromeTraceWriter::span(const model::Span& s)
     x += "}}";
     // Counter tracks: each op's counter deltas, as a step at its start on a per-process track.
     if (s.kind == model::SpanKind::Op && s.has_counters && !counter_names_.empty()) {
-        std::string values;
-        for (size_t k = 0; k < counter_names_.size() && k < model::kMaxPerfCounters; k++)
-            values += fmt::format("{}{}:{}", values.empty() ? "" : ",", json_string(counter_names_[k]), s.counters.perf[k]);
-        x += fmt::format(",\n{{\"ph\":\"C\",\"name\":\"op counters\",\"pid\":{},\"ts\":{},\"args\":{{{}}}}}", s.pid, start,
-                         values);
+        x += ",\n{\"ph\":\"C\",\"name\":\"op counters\",\"pid\":";
+        put_uint(x, s.pid);
+        x += ",\"ts\":";
+        put_uint(x, start);
+        x += ",\"args\":{";
+        for (size_t k = 0; k < counter_names_.size() && k < model::kMaxPerfCounters; k++) {
+            if (k)
+                x += ',';
+            append_json_string(x, counter_names_[k]);
+            x += ':';
+            put_uint(x, s.counters.perf[k]);
+        }
+        x += "}}";
     }
     // Flow arrows: from the end of the worker's batch span to the end of the wait that consumed it, placed
     // 1 µs inside each span (when it is that long) so that viewers bind them to it.
     uint64_t inside_end = start + dur - (dur > 0 ? 1 : 0);
+    auto flow = [&](const char* head, uint64_t id) {
+        x += head;
+        put_uint(x, id);
+        x += ",\"pid\":";
+        put_uint(x, s.pid);
+        x += ",\"tid\":";
+        put_uint(x, s.tid);
+        x += ",\"ts\":";
+        put_uint(x, inside_end);
+        x += '}';
+    };
     if (s.flow_out)
-        x += fmt::format(",\n{{\"ph\":\"s\",\"cat\":\"flow\",\"name\":\"batch\",\"id\":{},\"pid\":{},\"tid\":{},\"ts\":{}}}",
-                         s.flow_out, s.pid, s.tid, inside_end);
+        flow(",\n{\"ph\":\"s\",\"cat\":\"flow\",\"name\":\"batch\",\"id\":", s.flow_out);
     if (s.flow_in)
-        x += fmt::format(",\n{{\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"flow\",\"name\":\"batch\",\"id\":{},\"pid\":{},\"tid\":{},"
-                         "\"ts\":{}}}",
-                         s.flow_in, s.pid, s.tid, inside_end);
+        flow(",\n{\"ph\":\"f\",\"bp\":\"e\",\"cat\":\"flow\",\"name\":\"batch\",\"id\":", s.flow_in);
     SameExtent& held = *last_held_;
     if (!held.events.empty() && held.ts == start && held.dur == dur) {
         x += ",\n"; // its parent: before it

@@ -454,10 +454,13 @@ void Summary::add(const model::Span& s)
     if (fresh)
         group_order_.push_back(key);
     uint64_t dur = s.end_ns > s.start_ns ? s.end_ns - s.start_ns : 0;
-    const std::string name = s.kind == model::SpanKind::Sample   ? "sample"
-                             : s.kind == model::SpanKind::Loader  ? "loader"
-                             : s.kind == model::SpanKind::Collate ? "collate"
-                                                                  : row_name(s);
+    static const std::string kSample = "sample", kLoader = "loader", kCollate = "collate";
+    std::string renamed; // (most ops' rows are their names: no copy of it per span)
+    const std::string& name = s.kind == model::SpanKind::Sample    ? kSample
+                              : s.kind == model::SpanKind::Loader  ? kLoader
+                              : s.kind == model::SpanKind::Collate ? kCollate
+                              : model::op_row_is_name(s.name) && s.container.empty() ? s.name
+                                                                                      : (renamed = row_name(s));
     for (Group* grp : {&all_, &g->second}) {
         if (s.has_counters) {
             auto& c = grp->counters[name];

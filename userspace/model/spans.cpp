@@ -30,15 +30,21 @@ const char* category(SpanKind k)
     return "?";
 }
 
-std::string op_row_name(std::string name)
+// The summary's part rows' names: an op of the same name is told apart.
+static const char* const kPartNames[] = {"loader",  "collate", "sample", "sample (whole pipeline)", "wait", "batch",
+                                         "sample (between ops)", "batch (outside samples)", "outside any span"};
+
+bool op_row_is_name(std::string_view name)
 {
-    static const char* const kPartNames[] = {"loader",  "collate", "sample", "sample (whole pipeline)", "wait",
-                                             "batch", "sample (between ops)", "batch (outside samples)",
-                                             "outside any span"};
     for (const char* part : kPartNames)
         if (name == part)
-            return name + " (op)";
-    return name;
+            return false;
+    return true;
+}
+
+std::string op_row_name(std::string name)
+{
+    return op_row_is_name(name) ? name : name + " (op)";
 }
 
 static std::string own_label(const ProcessInfo& p)

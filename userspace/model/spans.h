@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -35,6 +36,7 @@ const char* category(SpanKind k);
 // "collate", "sample", "wait", "batch", ...), so that no row reads as a row of another kind (also in top's table). Code tells rows apart by
 // their kind, never by this name.
 std::string op_row_name(std::string name);
+bool op_row_is_name(std::string_view name); // op_row_name(name) == name
 
 // Per-thread counters over a span (exact: kernel per-task counts and on-CPU time), and the perf-event
 // counters chosen with --counters (named by the session, in that order).
