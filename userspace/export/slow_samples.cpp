@@ -106,7 +106,8 @@ void SlowSamples::add(const model::Span& s)
     if (s.sample >= 0)
         p.index = s.sample;
     if (s.kind == K::Op) {
-        std::string name = row_name(s);
+        std::string scratch;
+        const std::string& name = row_name(s, scratch);
         auto [id, added] = op_ids_.try_emplace(name, static_cast<uint32_t>(op_names_.size()));
         if (added)
             op_names_.push_back(name);

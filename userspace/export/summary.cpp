@@ -56,6 +56,11 @@ std::string row_name(const model::Span& s)
     return model::op_row_name(s.container.empty() ? s.name : s.name + " (in " + s.container + ")");
 }
 
+const std::string& row_name(const model::Span& s, std::string& scratch)
+{
+    return s.container.empty() && model::op_row_is_name(s.name) ? s.name : (scratch = row_name(s));
+}
+
 void print_wrapped(FILE* out, const std::string& text, size_t indent, size_t width)
 {
     size_t start = text.find_first_not_of(' ');
@@ -455,12 +460,11 @@ void Summary::add(const model::Span& s)
         group_order_.push_back(key);
     uint64_t dur = s.end_ns > s.start_ns ? s.end_ns - s.start_ns : 0;
     static const std::string kSample = "sample", kLoader = "loader", kCollate = "collate";
-    std::string renamed; // (most ops' rows are their names: no copy of it per span)
+    std::string scratch;
     const std::string& name = s.kind == model::SpanKind::Sample    ? kSample
                               : s.kind == model::SpanKind::Loader  ? kLoader
                               : s.kind == model::SpanKind::Collate ? kCollate
-                              : model::op_row_is_name(s.name) && s.container.empty() ? s.name
-                                                                                      : (renamed = row_name(s));
+                                                                   : row_name(s, scratch);
     for (Group* grp : {&all_, &g->second}) {
         if (s.has_counters) {
             auto& c = grp->counters[name];

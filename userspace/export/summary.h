@@ -218,5 +218,7 @@ void print_wrapped(FILE* out, const std::string& text, size_t indent = 2, size_t
 
 // "ColorJitter (in RandomApply)" for an op of a container transform, else its name (model::op_row_name).
 std::string row_name(const model::Span& s);
+// The same without a copy where it is the span's name (most ops': the summary's inner loop); else in scratch.
+const std::string& row_name(const model::Span& s, std::string& scratch);
 
 } // namespace lotus::exporter

@@ -119,11 +119,10 @@ void WaitCauses::sample(const Span& s)
 }
 
 // A sample far over its pass's median whose own work (SampleSeen::work) was too.
-bool WaitCauses::outlier(const SampleSeen& x, const Usual& u) const
+bool WaitCauses::outlier(const SampleSeen& x, const Medians& m)
 {
     auto far = [](double v, double median) { return v > kOutlierFactor * median && v > median + kOutlierMinNs; };
-    return far(static_cast<double>(x.ns()), u.sample_ns.quantile(0.5)) &&
-           far(static_cast<double>(x.work()), u.work_ns.quantile(0.5));
+    return far(static_cast<double>(x.ns()), m.sample_ns) && far(static_cast<double>(x.work()), m.work_ns);
 }
 
 // The batch's samples (those of its thread inside it), what made it slower than its pass's usual batch, and the
@@ -146,11 +145,13 @@ WaitCauses::BatchSeen WaitCauses::compose(const Span& s, ThreadSeen& t)
     b.complete = int_arg(s, "samples") == static_cast<int64_t>(mine.size());
     Usual& u = usual_[{s.owner, s.loader}];
     bool known = u.sample_ns.count() >= kMinSamples;
-    double median = known ? u.sample_ns.quantile(0.5) : 0;
+    // (read once a batch: a quantile of a sketch past its exact size scans its buckets)
+    const Medians m{known ? u.sample_ns.quantile(0.5) : 0, known ? u.work_ns.quantile(0.5) : 0};
+    double median = m.sample_ns;
     std::map<std::string, uint64_t> ordinary; // the parts of its ordinary samples
     uint64_t ordinary_n = 0;
     // Slow samples are a few of the batch's; where more are, its ops or loading were slow for all of them.
-    size_t outliers = known ? std::count_if(mine.begin(), mine.end(), [&](const SampleSeen& x) { return outlier(x, u); })
+    size_t outliers = known ? std::count_if(mine.begin(), mine.end(), [&](const SampleSeen& x) { return outlier(x, m); })
                             : 0;
     known = known && outliers <= std::max<size_t>(1, mine.size() / 4);
     for (const auto& x : mine) {
@@ -171,7 +172,7 @@ WaitCauses::BatchSeen WaitCauses::compose(const Span& s, ThreadSeen& t)
         for (const auto& [op, ons] : x.ops)
             b.parts[op] += ons;
         b.parts[""] += x.load_ns;
-        if (known && outlier(x, u)) {
+        if (known && outlier(x, m)) {
             b.excess.push_back({WaitCause::SlowSample, "", ns - static_cast<uint64_t>(median)});
             continue;
         }

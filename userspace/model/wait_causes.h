@@ -141,7 +141,10 @@ private:
 
     void sample(const Span& s);
     void batch(const Span& s);
-    bool outlier(const SampleSeen& x, const Usual& u) const;
+    struct Medians {
+        double sample_ns, work_ns; // of the usual sample: its time, and its work (loading and ops)
+    };
+    static bool outlier(const SampleSeen& x, const Medians& m);
     BatchSeen compose(const Span& s, ThreadSeen& t);
     std::vector<CausePart> split(const Span& wait, const BatchSeen* b, bool later_ready) const;
     void count(const Key& k, const WaitRow& row);
