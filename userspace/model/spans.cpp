@@ -31,12 +31,12 @@ const char* category(SpanKind k)
 }
 
 // The summary's part rows' names: an op of the same name is told apart.
-static const char* const kPartNames[] = {"loader",  "collate", "sample", "sample (whole pipeline)", "wait", "batch",
-                                         "sample (between ops)", "batch (outside samples)", "outside any span"};
+constexpr std::string_view kPartNames[] = {"loader", "collate", "sample", "sample (whole pipeline)", "wait", "batch",
+                                           "sample (between ops)", "batch (outside samples)", "outside any span"};
 
 bool op_row_is_name(std::string_view name)
 {
-    for (const char* part : kPartNames)
+    for (std::string_view part : kPartNames)
         if (name == part)
             return false;
     return true;
