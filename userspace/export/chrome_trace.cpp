@@ -77,6 +77,17 @@ static void put_int(std::string& b, int64_t v)
     b.append(f.data(), f.size());
 }
 
+// An event's place: ,"pid":P,"tid":T,"ts":TS
+static void put_where(std::string& b, uint32_t pid, uint32_t tid, uint64_t ts)
+{
+    b += ",\"pid\":";
+    put_uint(b, pid);
+    b += ",\"tid\":";
+    put_uint(b, tid);
+    b += ",\"ts\":";
+    put_uint(b, ts);
+}
+
 static void put_fixed(std::string& b, uint64_t units, uint64_t per, int decimals)
 {
     put_uint(b, units / per);
@@ -167,12 +178,7 @@ void ChromeTraceWriter::span(const model::Span& s)
     x += cat;
     x += "\",\"name\":";
     append_json_string(x, s.name);
-    x += ",\"pid\":";
-    put_uint(x, s.pid);
-    x += ",\"tid\":";
-    put_uint(x, s.tid);
-    x += ",\"ts\":";
-    put_uint(x, start);
+    put_where(x, s.pid, s.tid, start);
     x += ",\"dur\":";
     put_uint(x, dur);
     x += ",\"args\":{";
@@ -200,12 +206,7 @@ void ChromeTraceWriter::span(const model::Span& s)
     auto flow = [&](const char* head, uint64_t id) {
         x += head;
         put_uint(x, id);
-        x += ",\"pid\":";
-        put_uint(x, s.pid);
-        x += ",\"tid\":";
-        put_uint(x, s.tid);
-        x += ",\"ts\":";
-        put_uint(x, inside_end);
+        put_where(x, s.pid, s.tid, inside_end);
         x += '}';
     };
     if (s.flow_out)
