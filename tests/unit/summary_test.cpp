@@ -127,6 +127,27 @@ TEST(Summary, OpsNamedLikeThePartsStayOps)
     EXPECT_EQ(rows[2].label(), "sample (op)");
 }
 
+// The summary's inner loop takes a row's name without a copy where it is the span's own, else the row's name
+// (an op named like a part, an op of a container) made in the scratch string.
+TEST(Summary, RowNameWithoutACopyIsTheRowName)
+{
+    struct Case {
+        const char *name, *container, *row;
+    };
+    for (const Case& c : {Case{"RandomResizedCrop", "", "RandomResizedCrop"}, Case{"waiting", "", "waiting"},
+                          Case{"wait", "", "wait (op)"}, Case{"outside any span", "", "outside any span (op)"},
+                          Case{"ColorJitter", "RandomApply", "ColorJitter (in RandomApply)"},
+                          Case{"sample", "RandomApply", "sample (in RandomApply)"}}) {
+        auto s = model::Span::make(model::SpanKind::Op, c.name, 7, 7, 0, 1);
+        s.container = c.container;
+        std::string scratch;
+        const std::string& got = exporter::row_name(s, scratch);
+        EXPECT_EQ(got, c.row) << c.name << " in " << c.container;
+        EXPECT_EQ(got, exporter::row_name(s)) << c.name << " in " << c.container;
+        EXPECT_EQ(&got == &s.name, got == s.name) << c.name << " in " << c.container; // no copy where it is its name
+    }
+}
+
 TEST(NativeMap, SpansNamedLikeThePartsAreOps)
 {
     model::NativeMap map;
