@@ -147,7 +147,6 @@ WaitCauses::BatchSeen WaitCauses::compose(const Span& s, ThreadSeen& t)
     bool known = u.sample_ns.count() >= kMinSamples;
     // (read once a batch: a quantile of a sketch past its exact size scans its buckets)
     const Medians m{known ? u.sample_ns.quantile(0.5) : 0, known ? u.work_ns.quantile(0.5) : 0};
-    double median = m.sample_ns;
     std::map<std::string, uint64_t> ordinary; // the parts of its ordinary samples
     uint64_t ordinary_n = 0;
     // Slow samples are a few of the batch's; where more are, its ops or loading were slow for all of them.
@@ -173,7 +172,7 @@ WaitCauses::BatchSeen WaitCauses::compose(const Span& s, ThreadSeen& t)
             b.parts[op] += ons;
         b.parts[""] += x.load_ns;
         if (known && outlier(x, m)) {
-            b.excess.push_back({WaitCause::SlowSample, "", ns - static_cast<uint64_t>(median)});
+            b.excess.push_back({WaitCause::SlowSample, "", ns - static_cast<uint64_t>(m.sample_ns)});
             continue;
         }
         for (const auto& [op, ons] : x.ops)
