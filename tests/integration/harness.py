@@ -645,7 +645,7 @@ class DataLoaderScenarios:
         waits = self.path("w.log")
         pid, _, summary, stdout = self.attach_after_3_batches(data, waits, "--val", "--val-same-dataset")
         sections = {s["loader"]: s for s in summary["loaders"] if s["owner"] == pid}
-        self.assertEqual(sorted(sections), [0, 1], [s["title"] for s in summary["loaders"]])
+        self.assertEqual(sorted(sections), [0, 1], stdout)
         train = [s for s in sections.values() if s["batches"]["joined_partial_pass"]]
         self.assertEqual(len(train), 1, [s["title"] for s in sections.values()])
         val = [s for s in sections.values() if s is not train[0]][0]

@@ -444,7 +444,8 @@ TEST_F(BatchTrackerTest, ThePassInFlightAtAttachJoinsTheLoaderHoldingItsDatasetA
     const uint64_t DATASET = 0xd0, TRAIN_SAMPLER = 0x51, VAL_SAMPLER = 0x52, OLD_IT = 0x70;
     EXPECT_TRUE(tracker.next_started(P, P, now++, OLD_IT, false)); // unknown: ask what it holds
     tracker.described(holds(P, OLD_IT, model::kObjectIterator, DATASET, VAL_SAMPLER, now++, "ImageFolder"));
-    tracker.next_finished(P, P, now - 2, now++, false);
+    tracker.next_finished(P, P, now - 2, now, false);
+    now++;
     next(P, OLD_IT);
     stop_iteration(P, OLD_IT);
     EXPECT_EQ(tracker.stats().count({P, -1}), 1u);
@@ -479,7 +480,8 @@ TEST_F(BatchTrackerTest, ThePassInFlightStaysApartWhenItCannotBeTold)
     // P: two loaders sharing one dataset and one sampler
     tracker.next_started(P, P, now++, 0x70, false);
     tracker.described(holds(P, 0x70, model::kObjectIterator, 0xd0, 0x51, now++));
-    tracker.next_finished(P, P, now - 2, now++, false);
+    tracker.next_finished(P, P, now - 2, now, false);
+    now++;
     stop_iteration(P, 0x70);
     for (uint64_t loader : {0xa0ul, 0xb0ul}) {
         tracker.iter_begin(P, P, loader);
@@ -499,7 +501,8 @@ TEST_F(BatchTrackerTest, ThePassInFlightStaysApartWhenItCannotBeTold)
     root(R);
     tracker.next_started(R, R, now++, 0x90, false);
     tracker.described(holds(R, 0x90, model::kObjectIterator, 0xd2, 0x54, now++, "Subset"));
-    tracker.next_finished(R, R, now - 2, now++, false);
+    tracker.next_finished(R, R, now - 2, now, false);
+    now++;
     stop_iteration(R, 0x90);
     tracker.iter_begin(R, R, 0xe0);
     tracker.described(holds(R, 0xe0, model::kObjectLoader, 0xd2, 0x54, now++, "ImageFolder"));
@@ -510,7 +513,8 @@ TEST_F(BatchTrackerTest, ThePassInFlightStaysApartWhenItCannotBeTold)
     root(S);
     tracker.next_started(S, S, now++, 0x100, false);
     tracker.described(holds(S, 0x100, model::kObjectIterator, 0xd3, 0x55, now++));
-    tracker.next_finished(S, S, now - 2, now++, false);
+    tracker.next_finished(S, S, now - 2, now, false);
+    now++;
     stop_iteration(S, 0x100);
     tracker.iter_begin(S, S, 0x110);
     tracker.described(holds(S, 0x110, model::kObjectLoader, 0xd3, 0x55, now++));
@@ -531,6 +535,69 @@ TEST_F(BatchTrackerTest, ThePassInFlightStaysApartWhenItCannotBeTold)
     EXPECT_NE(tracker.joins().at(Q).reason.find("after its last next() ended"), std::string::npos);
     EXPECT_EQ(tracker.stats().count({P, -1}), 1u);
     EXPECT_EQ(tracker.stats().count({Q, -1}), 1u);
+}
+
+// A DataLoader's __iter__ may return before the tracer has read it (the tracer behind its stream): its passes'
+// iterators, read at their first next() once a pass in flight was met, tell what it holds instead, trusted where
+// a next() of theirs ended after the reading; one read before its pass began is another pass's, not its own.
+TEST_F(BatchTrackerTest, APassesIteratorTellsWhatItsLoaderHoldsWhereTheLoaderWasReadLate)
+{
+    const uint32_t P = 10, Q = 20;
+    root(P);
+    root(Q);
+    const uint64_t DATASET = 0xd0, TRAIN_SAMPLER = 0x51, VAL_SAMPLER = 0x52, OLD_IT = 0x70;
+    EXPECT_TRUE(tracker.next_started(P, P, now++, OLD_IT, false));
+    tracker.described(holds(P, OLD_IT, model::kObjectIterator, DATASET, TRAIN_SAMPLER, now++, "ImageFolder"));
+    tracker.next_finished(P, P, now - 2, now, false);
+    now++;
+    stop_iteration(P, OLD_IT);
+    // the val loader (0), then the train loader (1): each read only after its __iter__ returned
+    for (auto [loader, sampler] : {std::pair{0xa0ul, VAL_SAMPLER}, std::pair{0xb0ul, TRAIN_SAMPLER}}) {
+        tracker.iter_begin(P, P, loader);
+        uint64_t returned = now++;
+        tracker.iter_end(P, P, loader + 1, returned);
+        tracker.described(holds(P, loader, model::kObjectLoader, DATASET, sampler, returned + 1, "ImageFolder"));
+        now += 2;
+        uint64_t start = now++;
+        EXPECT_TRUE(tracker.next_started(P, P, start, loader + 1, false)) << "its pass's first next(): ask";
+        tracker.described(holds(P, loader + 1, model::kObjectIterator, DATASET, sampler, now++, "ImageFolder"));
+        tracker.next_finished(P, P, start, now++, false);
+        start = now++;
+        EXPECT_FALSE(tracker.next_started(P, P, start, loader + 1, false)) << "once a pass";
+        tracker.next_finished(P, P, start, now++, false);
+        stop_iteration(P, loader + 1);
+    }
+    // Q: its one later pass's iterator read is stamped before that pass began (an earlier object's): not its own
+    tracker.next_started(Q, Q, now++, 0x80, false);
+    tracker.described(holds(Q, 0x80, model::kObjectIterator, 0xd1, 0x53, now++));
+    tracker.next_finished(Q, Q, now - 2, now, false);
+    now++;
+    stop_iteration(Q, 0x80);
+    tracker.iter_begin(Q, Q, 0xc0);
+    uint64_t early = now++;
+    tracker.iter_end(Q, Q, 0xc1, now++);
+    uint64_t start = now++;
+    EXPECT_TRUE(tracker.next_started(Q, Q, start, 0xc1, false));
+    tracker.described(holds(Q, 0xc1, model::kObjectIterator, 0xd1, 0x53, early));
+    tracker.next_finished(Q, Q, start, now++, false);
+    tracker.finish();
+    ASSERT_EQ(tracker.joins().count(P), 1u);
+    EXPECT_EQ(tracker.joins().at(P).loader, 1) << tracker.joins().at(P).reason;
+    EXPECT_TRUE(tracker.stats().at({P, 1}).joined_partial);
+    EXPECT_FALSE(tracker.stats().at({P, 0}).joined_partial);
+    EXPECT_EQ(tracker.joins().at(Q).loader, -1);
+    EXPECT_NE(tracker.joins().at(Q).reason.find("what DataLoader 0 holds was not read while it ran"),
+              std::string::npos) << tracker.joins().at(Q).reason;
+}
+
+// With no pass in flight at attach, next() asks to read nothing.
+TEST_F(BatchTrackerTest, NoIteratorIsReadWithoutAPassInFlight)
+{
+    const uint32_t P = 10;
+    root(P);
+    tracker.iter_begin(P, P, 0xa0);
+    tracker.iter_end(P, P, 0xa1, now++);
+    EXPECT_FALSE(tracker.next_started(P, P, now++, 0xa1, false));
 }
 
 TEST_F(BatchTrackerTest, ALoaderCarriesItsFilesSizeWhereTheOpensReturnSaidIt)

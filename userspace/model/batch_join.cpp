@@ -28,7 +28,7 @@ void BatchTracker::described(const RecordObject& r)
             loader_names_[{r.tgid, id->second}] = name;
     } else if (r.kind == kObjectIterator) {
         auto it = c->second.iterators.find(r.object);
-        if (it != c->second.iterators.end() && epochs_[it->second].loader < 0)
+        if (it != c->second.iterators.end() && epochs_[it->second].asked && epochs_[it->second].asked_ns <= r.ts_ns)
             epochs_[it->second].holds = h;
     }
 }
@@ -39,6 +39,7 @@ void BatchTracker::described(const RecordObject& r)
 BatchTracker::Join BatchTracker::join_partial(uint32_t owner, const Consumer& c) const
 {
     int found = -1;
+    auto readings = loader_readings(owner, c);
     for (const auto& ep : epochs_) {
         if (ep.owner != owner || ep.loader >= 0)
             continue;
@@ -51,14 +52,16 @@ BatchTracker::Join BatchTracker::join_partial(uint32_t owner, const Consumer& c)
         if (!h.trusted)
             return {-1, "its iterator was read after its last next() ended (it may have gone)"};
         std::vector<int> match;
-        for (const auto& [obj, lh] : c.loader_holds)
-            if (lh.trusted && lh.same(h))
-                match.push_back(c.loader_ids.at(obj));
-        // A loader whose holdings were not read while it ran could hold these very objects: no join then either.
-        for (const auto& [obj, id] : c.loader_ids)
-            if (auto lh = c.loader_holds.find(obj); lh == c.loader_holds.end() || !lh->second.trusted)
+        for (const auto& [obj, id] : c.loader_ids) {
+            const auto& of = readings[id];
+            // A loader whose holdings were not read while it ran could hold these very objects: no join then.
+            if (of.empty())
                 return {-1, fmt::format("what DataLoader {} holds was not read while it ran: it could be that one", id)};
+            if (std::any_of(of.begin(), of.end(), [&](const Holds* lh) { return lh->same(h); }))
+                match.push_back(id);
+        }
         std::sort(match.begin(), match.end());
+        match.erase(std::unique(match.begin(), match.end()), match.end());
         if (match.empty())
             return {-1, "no DataLoader iterated while traced holds its dataset and sampler"};
         if (match.size() > 1)
@@ -71,6 +74,21 @@ BatchTracker::Join BatchTracker::join_partial(uint32_t owner, const Consumer& c)
         found = match[0];
     }
     return {found, ""};
+}
+
+// Per loader number of one training process, its trusted readings: of the DataLoader while its __iter__ ran, and
+// of its passes' iterators while their next() ran (an iterator holds its loader's dataset and index sampler).
+std::map<int, std::vector<const BatchTracker::Holds*>> BatchTracker::loader_readings(uint32_t owner,
+                                                                                    const Consumer& c) const
+{
+    std::map<int, std::vector<const Holds*>> out;
+    for (const auto& [obj, lh] : c.loader_holds)
+        if (lh.trusted)
+            out[c.loader_ids.at(obj)].push_back(&lh);
+    for (const auto& ep : epochs_)
+        if (ep.owner == owner && ep.loader >= 0 && ep.holds.read && ep.holds.trusted)
+            out[ep.loader].push_back(&ep.holds);
+    return out;
 }
 
 void BatchTracker::apply_join(uint32_t owner, int loader)

@@ -203,6 +203,7 @@ bool BatchTracker::next_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_
     if (!unknown) {
         e = it->second;
     } else {
+        c.in_flight = true;
         // An iterator made before tracing began: which loader and epoch it is, and which batch next() returns,
         // are unknown until a batch message names one.
         Epoch unknown;
@@ -212,6 +213,9 @@ bool BatchTracker::next_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_
         c.iterators[iterator] = e;
     }
     c.next[tid] = NextCall{e, -1};
+    bool ask = c.in_flight && !epochs_[e].asked;
+    if (ask)
+        epochs_[e].asked = true, epochs_[e].asked_ns = ts;
     LoopSpan& loop = loops_[pid];
     if (!loop.first_ns)
         loop.first_ns = ts;
@@ -220,7 +224,7 @@ bool BatchTracker::next_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_
         t.single = true;
         start_batch(t, ts, epochs_[e].counted ? epochs_[e].next_idx : -1, e);
     }
-    return unknown;
+    return ask;
 }
 
 void BatchTracker::next_finished(uint32_t pid, uint32_t tid, uint64_t start, uint64_t end, bool raised)

@@ -93,7 +93,8 @@ public:
     // A DataLoader iterator's __init__(self=iterator, loader) entered / returned.
     void init_begin(uint32_t pid, uint32_t tid, uint64_t iterator, uint64_t loader);
     void init_end(uint32_t pid, uint32_t tid, uint64_t iterator);
-    // true: the iterator was made before tracing began (its pass in flight); ask what it holds (a RecordObject).
+    // true: ask what the iterator holds (a RecordObject): it was made before tracing began (its pass in flight), or
+    // it is the first next() of a pass of a process that has a pass in flight, whose loader it may be.
     bool next_started(uint32_t pid, uint32_t tid, uint64_t ts, uint64_t iterator, bool single_process);
     void next_finished(uint32_t pid, uint32_t tid, uint64_t start, uint64_t end, bool raised);
     // The calls go one way: the tracker calls nothing back. Where a record ends a batch, the caller first completes
@@ -170,7 +171,11 @@ private:
         std::vector<int64_t> named; // the batch each next() of this pass returned, as named then (-1: unnamed)
         bool iterable = false;      // an end-of-data marker was sent: workers drop out of the task rotation
         std::set<int64_t> stops;        // IterableDataset end-of-data markers: indices next() skips
-        Holds holds;                // an iterator made before tracing began: what it holds
+        // What its iterator holds, read where asked (the pass in flight at attach, and each pass of its process
+        // after it: a DataLoader's __iter__ may end before its own reading, the pass's next() calls seldom do).
+        Holds holds;
+        bool asked = false;
+        uint64_t asked_ns = 0; // when the next() that asked began (a reading before it was of an earlier pass)
     };
     struct Bracket { // a DataLoader.__iter__ or iterator __init__ running: processes forked meanwhile are its workers
         uint32_t tid;
@@ -194,6 +199,7 @@ private:
         std::vector<Bracket> open;
         std::unordered_map<uint64_t, int> iterators; // iterator object -> its epoch now
         std::unordered_map<uint32_t, NextCall> next; // per thread
+        bool in_flight = false; // an iterator made before tracing began was met
     };
     // A batch a worker finished (its loop's next getppid, or its next task), not yet handed over: it is one
     // when its (idx, data) is sent; an end-of-data marker instead, or nothing, means it was not.
@@ -235,6 +241,7 @@ private:
     int sent_epoch(uint64_t file, int64_t idx);
     void seen_arrival_order(Epoch& ep);
     Join join_partial(uint32_t owner, const Consumer& c) const;
+    std::map<int, std::vector<const Holds*>> loader_readings(uint32_t owner, const Consumer& c) const;
     void apply_join(uint32_t owner, int loader);
 
     SpanSink& sink_;
