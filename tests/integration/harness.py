@@ -4,6 +4,7 @@ import gzip
 import json
 import os
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -613,9 +614,10 @@ class DataLoaderScenarios:
                 self.assertEqual(len(spans(trace, "wait")), 2 * (3 + IMAGES // BATCH))
                 self.assertNotIn("as they arrived", self.stdout)
 
-    def attach_after_3_batches(self, data, waits, *args):
+    def attach_after_3_batches(self, data, waits, *args, tracer_args=(), env=None, meanwhile=None):
         """The workload (2 workers, 2 epochs, `args` besides) paused after 3 batches of its first epoch, attached
-        by lotus-bpf --pid, then let go: returns (its pid, the trace's path, the summary JSON, the printed summary)."""
+        by lotus-bpf --pid (`tracer_args` besides, in `env`), then let go (and `meanwhile(tracer)` run): returns
+        (its pid, the trace's path, the summary JSON, the printed summary)."""
         out, js, hold = self.path("attach.json"), self.path("s.json"), self.path("hold")
         job = subprocess.Popen([*self.stack.python, WORKLOAD, data, *self.stack.transforms, "--workers", "2",
                                 "--batch-size", str(BATCH), "--epochs", "2", "--wait-log", waits, "--pause-after", "3",
@@ -623,10 +625,12 @@ class DataLoaderScenarios:
         try:
             pid = int(job.stdout.readline().split()[-1])
             wait_for_file(hold + ".paused")
-            tracer = start_lotus(["-q", "-o", out, "--summary-json", js, "--pid", str(pid)])
+            tracer = start_lotus(["-q", "-o", out, "--summary-json", js, *tracer_args, "--pid", str(pid)], env=env)
             wait_for_attach(tracer)
             with open(hold, "w"):
                 pass
+            if meanwhile:
+                meanwhile(tracer)
             self.assertEqual(job.wait(timeout=300), 0)
             stdout, err = tracer.communicate(timeout=60)
             self.assertEqual(tracer.returncode, 0, err)
@@ -661,6 +665,44 @@ class DataLoaderScenarios:
         self.assertNotIn("DataLoader ?", stdout)
         # every worker's row names its loader
         self.assertEqual([p["label"] for p in summary["processes"] if p["worker"] >= 0 and p["loader"] < 0], [])
+
+    def test_attached_mid_epoch_loaders_read_after_their_iter(self):
+        """As above, with lotus-bpf stopped (SIGSTOP) across each later pass's iter() and continued once it returned
+        (its workers held meanwhile): no DataLoader is read while its __iter__ runs. The passes' iterators, read at
+        their first next(), tell what each loader holds: the pass in flight still joins the train loader."""
+        data = dataset(IMAGES)
+        waits, gate = self.path("w.log"), self.path("gate")
+
+        def stop_across_each_iter(tracer):
+            try:
+                for n in (1, 2, 3):  # val, train, val
+                    self.wait_for_gate(gate, f"iter{n}")
+                    tracer.send_signal(signal.SIGSTOP)
+                    open(f"{gate}.iter{n}", "w").close()
+                    self.wait_for_gate(gate, f"made{n}")
+                    tracer.send_signal(signal.SIGCONT)
+                    open(f"{gate}.made{n}", "w").close()
+            finally:
+                tracer.send_signal(signal.SIGCONT)
+
+        pid, _, summary, stdout = self.attach_after_3_batches(
+            data, waits, "--val", "--val-same-dataset", "--gate", gate, tracer_args=["--hold-deadline", "60000"],
+            env={**os.environ, "LOTUS_TEST_HOLD_WHILE_STOPPED": "1"}, meanwhile=stop_across_each_iter)
+        sections = {s["loader"]: s for s in summary["loaders"] if s["owner"] == pid}
+        self.assertEqual(sorted(sections), [0, 1], stdout)
+        (train,) = [s for s in sections.values() if s["batches"]["joined_partial_pass"]]
+        self.assertEqual(train["batches"]["partial_pass_batches"], IMAGES // BATCH - 3)
+        self.assertEqual(train["batches"]["wait"]["count"], 2 * (IMAGES // BATCH) - 3)
+        self.assertEqual(len(read_lines(waits)), 2 * (IMAGES // BATCH))
+        self.assertIn("Includes the pass that was in flight when tracing began", stdout)
+
+    @staticmethod
+    def wait_for_gate(gate, name, timeout=120):
+        deadline = time.time() + timeout
+        while [name] not in read_lines(gate + ".at"):
+            if time.time() > deadline:
+                raise AssertionError(f"the job did not reach {name}")
+            time.sleep(0.02)
 
     def test_target_transform_and_own_calls_are_the_items(self):
         """An item's __getitem__ runs two pipelines (transform, then target_transform, each a Compose) and calls an

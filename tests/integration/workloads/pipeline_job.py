@@ -6,6 +6,8 @@ tracer's output is checked against. Options:
                    perf_counter_ns: "PID INDEX OPNAME NS" per op (trace it with --pipeline TimedCompose)
   --hold F         after workers started, wait for file F before consuming batches
   --ready F        write F when the workers have prefetched (as many samples logged as prefetched)
+  --gate F         before and after each iter() of a pass but the first (the train loader's passes are 0, 2...,
+                   --val's 1, 3...), append "iterN" / "madeN" to F.at and wait for the file F.iterN / F.madeN
   --pin-thread     with --pin-memory on a machine without an accelerator: torch's own pin-memory thread all the same
                    (it relays each batch from the workers' result queue to the training loop), pinning nothing
   --no-in-order    DataLoader(in_order=False) (torch 2.6+), samples in order, worker 0 slower by 6 ms a sample: the
@@ -287,6 +289,7 @@ def main():
     ap.add_argument("--timed-log")
     ap.add_argument("--hold")
     ap.add_argument("--ready")
+    ap.add_argument("--gate")
     ap.add_argument("--persistent", action="store_true")
     ap.add_argument("--context", choices=["fork", "spawn", "forkserver"])
     ap.add_argument("--wait-log", help="one line per batch: EPOCH INDEX NS spent in next(it), MONOTONIC_NS it began")
@@ -413,7 +416,7 @@ def main():
     on_batch = transforms.Compose([BatchScale(args.batch_transform)]) if args.batch_transform else None
     print(f"pipeline_job: pid {os.getpid()}", flush=True)
     for epoch in range(args.epochs):
-        it = iter(loader)
+        it = _gated_iter(loader, args.gate, 2 * epoch)
         if args.hold and epoch == 0 and args.pause_after is None:
             prefetched = min(len(ds), 2 * max(args.workers, 1) * args.batch_size)
             while args.sample_log and args.workers and _count(args.sample_log) < prefetched:
@@ -453,9 +456,25 @@ def main():
                                            for i, (w, began, b) in enumerate(waits)))
         print(f"pipeline_job: epoch {epoch}: {n} samples", flush=True)
         if val is not None:
-            for x, y in val:
+            for x, y in _gated_iter(val, args.gate, 2 * epoch + 1):
                 pass
     return 0
+
+
+def _gated_iter(loader, gate, n):
+    """iter(loader) for the job's pass n, waiting at --gate's files before and after it (pass 0 is not gated)."""
+    if gate and n:
+        _gate(gate, f"iter{n}")
+    it = iter(loader)
+    if gate and n:
+        _gate(gate, f"made{n}")
+    return it
+
+
+def _gate(gate, name):
+    _append(gate + ".at", name + "\n")
+    while not os.path.exists(f"{gate}.{name}"):
+        time.sleep(0.01)
 
 
 def _workers_idle(it, timeout_s=10.0):
