@@ -1,4 +1,4 @@
-// What the engine asks to know of a DataLoader or of an iterator made before tracing began (its dataset and
+// What the engine asks to know of a DataLoader or of a pass's iterator (its dataset and
 // sampler, its dataset's class and root), read from the target's memory when asked, as RecordObject records for
 // the stream: the engine and the record file see the same readings.
 #pragma once

@@ -61,7 +61,6 @@ BatchTracker::Join BatchTracker::join_partial(uint32_t owner, const Consumer& c)
                 match.push_back(id);
         }
         std::sort(match.begin(), match.end());
-        match.erase(std::unique(match.begin(), match.end()), match.end());
         if (match.empty())
             return {-1, "no DataLoader iterated while traced holds its dataset and sampler"};
         if (match.size() > 1)

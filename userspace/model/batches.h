@@ -113,7 +113,7 @@ public:
     void sample_finished(uint32_t pid, uint32_t tid, uint64_t ts, const lotus_counters* at = nullptr);
     void opened(uint32_t pid, uint32_t tid, uint64_t ts, std::string path);
     void open_size(uint32_t pid, uint32_t tid, int64_t bytes); // the thread's last open's file: its size
-    // What a DataLoader or an iterator made before tracing began holds (read when asked).
+    // What a DataLoader or an iterator holds (read where next_started or the engine asked).
     void described(const RecordObject& r);
     // The training process and DataLoader number a sample of this thread is for now ({0, -1}: unknown).
     std::pair<uint32_t, int> data_for(uint32_t pid, uint32_t tid) const;

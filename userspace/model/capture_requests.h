@@ -30,8 +30,8 @@ public:
     virtual void type_role(uint32_t space, uint64_t type, uint64_t fingerprint, uint32_t flags) = 0;
     // Whether capture reads objects from the target (this interpreter's layout is known)...
     virtual bool reads_objects() const = 0;
-    // ...what a DataLoader (kObjectLoader) or an iterator made before tracing began (kObjectIterator) holds, read
-    // while the call that named it runs: answered with a RecordObject in the stream, right after the record that
+    // ...what a DataLoader (kObjectLoader) or a pass's iterator (kObjectIterator: BatchTracker::next_started) holds,
+    // read while the call that named it runs: answered with a RecordObject in the stream, right after the record that
     // asked.
     virtual void describe_object(uint32_t tgid, uint64_t object, uint32_t kind) = 0;
     // --trainer-calls' switch...

@@ -150,9 +150,9 @@ struct RecordSymbolRange {
 
 constexpr unsigned kClassNameLen = 64, kDatasetRootLen = 192;
 
-// What a DataLoader (at its __iter__) or an iterator first met in next() (made before tracing began) holds, read
-// from the target's memory by capture when the engine asked (CaptureRequests::describe_object), at ts_ns. The dataset and
-// sampler are object addresses: a DataLoader's `dataset` and its index sampler (`batch_sampler`, else
+// What a DataLoader (at its __iter__) or an iterator (at its pass's first next(): BatchTracker::next_started) holds,
+// read from the target's memory by capture when the engine asked (CaptureRequests::describe_object), at ts_ns. The
+// dataset and sampler are object addresses: a DataLoader's `dataset` and its index sampler (`batch_sampler`, else
 // `sampler`), an iterator's `_dataset` and `_index_sampler`; 0 where unread. An address names the object only
 // while the holder lives: the engine trusts a reading taken before a call of the holder ended.
 struct RecordObject {
